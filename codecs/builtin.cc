@@ -1,0 +1,66 @@
+// RegisterBuiltinCodecs: the table of codecs this library ships.
+#include <cstdio>
+#include <cstdlib>
+
+#include "codecs/error_feedback.h"
+#include "codecs/float_codecs.h"
+#include "codecs/level_quantizer.h"
+#include "codecs/natural.h"
+#include "codecs/registry.h"
+#include "codecs/sign.h"
+#include "codecs/sparse_codec.h"
+#include "codecs/status_macros.h"
+#include "codecs/terngrad.h"
+
+namespace fedlgc::codecs {
+namespace {
+
+// Adapts a factory that needs no registry.
+template <typename F>
+CodecFactory Leaf(F f) {
+  return [f](const SpecNode& node, const Registry&) { return f(node); };
+}
+
+CodecFactory FloatFactory(FloatFormat format) {
+  return [format](const SpecNode& node, const Registry&) { return FloatCodec::Create(format, node); };
+}
+
+}  // namespace
+
+absl::Status RegisterBuiltinCodecs(Registry& r) {
+  FEDLGC_RETURN_IF_ERROR(r.Register({"fp32", 1, "identity, 32 bits per coordinate",
+                                     FloatFactory(FloatFormat::kFp32)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"fp16", 1, "IEEE half precision, saturating, 16 bits",
+                                     FloatFactory(FloatFormat::kFp16)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"bf16", 1, "bfloat16, round to nearest even, 16 bits",
+                                     FloatFactory(FloatFormat::kBf16)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"qsgd", 1,
+                                     "QSGD: stochastic uniform levels per bucket "
+                                     "(bits|s, bucket, norm=l2|linf, elias)",
+                                     Leaf(&LevelQuantizer::CreateQsgd)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"nuqsgd", 1,
+                                     "NUQSGD: stochastic exponential levels p^j "
+                                     "(bits|s, p, bucket, norm, elias)",
+                                     Leaf(&LevelQuantizer::CreateNuqsgd)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"natdither", 1,
+                                     "natural dithering: levels 2^-j of the norm (s, bucket, norm)",
+                                     Leaf(&LevelQuantizer::CreateNatDither)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"terngrad", 1,
+                                     "TernGrad: {-s,0,s} per bucket (bucket, clip, shared)",
+                                     Leaf(&TernGrad::Create)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"natural", 1,
+                                     "natural compression: random power of two, 9 bits",
+                                     Leaf(&NaturalCompression::Create)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"sign", 1, "signSGD: 1 bit (+ l1 scale per bucket)",
+                                     Leaf(&SignCodec::Create)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"topk", 1,
+                                     "top-k by magnitude (ratio|k, values, sampled, sample)",
+                                     &SparseCodec::CreateTopK}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"randk", 1, "uniform random-k (ratio|k, values, scale)",
+                                     &SparseCodec::CreateRandomK}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"ef", 1, "error feedback around any codec: ef(codec)",
+                                     &ErrorFeedback::Create}));
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::codecs

@@ -1,0 +1,43 @@
+// Frame-level decoding helpers shared by every codec.
+#include "codecs/codec.h"
+
+#include <algorithm>
+
+#include "codecs/str.h"
+#include "codecs/status_macros.h"
+
+namespace fedlgc::codecs {
+
+absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
+                             const FrameLimits& limits, std::span<float> out) {
+  FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(bytes, limits));
+  if (view.spec != codec.wire_spec()) {
+    return absl::InvalidArgumentError(StrCat("frame was encoded with \"", view.spec,
+                                                   "\", expected \"", codec.wire_spec(), "\""));
+  }
+  if (view.dim != out.size()) {
+    return absl::InvalidArgumentError(StrCat("frame is for a vector of ", view.dim,
+                                                   " coordinates, expected ", out.size()));
+  }
+  return codec.Decode(view, out.subspan(view.begin, view.length));
+}
+
+absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes,
+                             const FrameLimits& limits, std::span<float> out) {
+  return DecodeFrameInto(
+      codec, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      limits, out);
+}
+
+absl::Status DecodeAll(const Codec& codec, std::span<const Frame> frames, std::span<float> out) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  FrameLimits limits;
+  limits.max_dim = std::max<uint64_t>(limits.max_dim, out.size());
+  limits.max_frame_bytes = ~uint64_t{0};
+  for (const Frame& f : frames) {
+    FEDLGC_RETURN_IF_ERROR(DecodeFrameInto(codec, f.bytes, limits, out));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::codecs

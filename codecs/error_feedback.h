@@ -1,0 +1,59 @@
+// Error feedback (Seide et al. 2014; Karimireddy et al., "Error Feedback Fixes SignSGD",
+// ICML 2019) as a decorator around any codec: the sender adds its residual e to the
+// input, sends C(x + e), and keeps e' = x + e - D(C(x + e)). So, exactly in real
+// arithmetic, the sum of what was sent plus the residual equals the sum of the inputs.
+//
+//   ef(inner)      e.g. ef(topk(ratio=0.01, values=qsgd(bits=8)))
+//
+// Frames carry the inner codec's spec: error feedback is the sender's business and the
+// receiver decodes with the inner codec. Frames that never got counted (lost, late) go
+// back into the residual with Restore(), so nothing the sender computed is lost.
+#ifndef FEDLGC_CODECS_ERROR_FEEDBACK_H_
+#define FEDLGC_CODECS_ERROR_FEEDBACK_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codecs/codec.h"
+#include "codecs/registry.h"
+
+namespace fedlgc::codecs {
+
+// Not thread-safe: one sender owns it.
+class ErrorFeedback final : public Codec {
+ public:
+  static absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
+                                                       const Registry& registry);
+  ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner);
+
+  const std::string& wire_spec() const override { return inner_->wire_spec(); }
+  CodecTraits traits() const override;
+  uint64_t MaxFrameBytes(uint64_t n) const override { return inner_->MaxFrameBytes(n); }
+  absl::Status Encode(std::span<const float> x, const EncodeOptions& opts,
+                      std::vector<Frame>* frames) override;
+  absl::Status Decode(const FrameView& frame, std::span<float> out) const override {
+    return inner_->Decode(frame, out);
+  }
+
+  // Adds the decoded content of a frame this codec produced back into the residual
+  // (for a frame the receiver did not count).
+  absl::Status Restore(std::string_view frame_bytes);
+
+  // The residual; empty before the first Encode.
+  std::span<const float> residual() const { return residual_; }
+  // Replaces the residual (e.g. after a restart). Its size fixes the dimension.
+  void SetResidual(std::span<const float> r) { residual_.assign(r.begin(), r.end()); }
+
+  const Codec& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<Codec> inner_;
+  std::vector<float> residual_;
+  std::vector<float> scratch_;  // x + e of the current encode, or a restored frame
+  std::vector<float> recon_;    // what the receiver decodes
+};
+
+}  // namespace fedlgc::codecs
+
+#endif  // FEDLGC_CODECS_ERROR_FEEDBACK_H_

@@ -1,0 +1,66 @@
+// Name -> factory registry of codecs. Built explicitly: RegisterBuiltinCodecs() adds the
+// codecs this library ships, and DefaultRegistry() builds one on first use. There is no
+// static self-registration, so a static link never drops a codec.
+#ifndef FEDLGC_CODECS_REGISTRY_H_
+#define FEDLGC_CODECS_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codecs/codec.h"
+#include "codecs/spec.h"
+
+namespace fedlgc::codecs {
+
+class Registry;
+
+using CodecFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Codec>>(const SpecNode&, const Registry&)>;
+
+struct CodecEntry {
+  std::string name;
+  uint32_t version = 1;  // wire version: bumped whenever the byte format changes
+  std::string summary;   // one line for --help listings
+  CodecFactory make;
+};
+
+// Thread-safety: Register must finish before the registry is shared; Create and List are
+// const and thread-safe afterwards.
+class Registry {
+ public:
+  Registry() = default;
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Fails with AlreadyExists on a duplicate name.
+  absl::Status Register(CodecEntry entry);
+
+  // Builds a codec from spec text or a parsed node. A version in the spec must equal the
+  // registered one (frames from another wire version are refused, not misread).
+  absl::StatusOr<std::unique_ptr<Codec>> Create(std::string_view spec) const;
+  absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node) const;
+
+  std::vector<const CodecEntry*> List() const;
+
+ private:
+  std::map<std::string, CodecEntry, std::less<>> entries_;
+};
+
+// Adds every codec of this library; fails if any name is already taken.
+absl::Status RegisterBuiltinCodecs(Registry& registry);
+
+// A registry holding the builtin codecs, built on first use (thread-safe).
+const Registry& DefaultRegistry();
+
+// Shorthand for DefaultRegistry().Create(spec).
+absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec);
+
+}  // namespace fedlgc::codecs
+
+#endif  // FEDLGC_CODECS_REGISTRY_H_

@@ -1,0 +1,238 @@
+// Top-k / random-k codecs (see sparse_codec.h).
+#include "codecs/sparse_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "codecs/str.h"
+#include "codecs/elias_fano.h"
+#include "codecs/params.h"
+#include "codecs/simd.h"
+#include "codecs/status_macros.h"
+#include "codecs/topk.h"
+
+namespace fedlgc::codecs {
+namespace {
+
+struct SparseParams {
+  double ratio = 0.01;
+  uint64_t k = 0;
+  std::unique_ptr<DenseCodec> values;
+  std::string count_spec;
+};
+
+absl::StatusOr<SparseParams> ReadSparse(const ParamReader& params, const Registry& registry) {
+  SparseParams p;
+  if (params.Has("ratio") && params.Has("k")) {
+    return params.Error("ratio", "and 'k' both given; give one of them");
+  }
+  if (params.Has("k")) {
+    FEDLGC_ASSIGN_OR_RETURN(int64_t k, params.Int("k", 1, 1, int64_t{1} << 32));
+    p.k = static_cast<uint64_t>(k);
+    p.count_spec = StrCat("k=", k);
+  } else {
+    FEDLGC_ASSIGN_OR_RETURN(p.ratio, params.Real("ratio", 0.01, 1e-9, 1.0));
+    if (p.ratio <= 0) return params.Error("ratio", "must be above 0");
+    p.count_spec = StrCat("ratio=", FormatSpecNumber(p.ratio));
+  }
+  FEDLGC_ASSIGN_OR_RETURN(const SpecNode* vnode, params.Node("values"));
+  std::unique_ptr<Codec> codec;
+  if (vnode == nullptr) {
+    FEDLGC_ASSIGN_OR_RETURN(codec, registry.Create("fp32"));
+  } else {
+    FEDLGC_ASSIGN_OR_RETURN(codec, registry.Create(*vnode));
+  }
+  auto* dense = dynamic_cast<DenseCodec*>(codec.get());
+  if (dense == nullptr) {
+    return params.Error("values", StrCat("must be a dense codec (fp32, qsgd, ...), got ",
+                                               codec->spec()));
+  }
+  codec.release();
+  p.values.reset(dense);
+  return p;
+}
+
+}  // namespace
+
+SparseCodec::SparseCodec(std::string spec, Kind kind, double ratio, uint64_t k,
+                         std::unique_ptr<DenseCodec> values, bool sampled, double sample,
+                         bool scale)
+    : Codec(std::move(spec)),
+      kind_(kind),
+      ratio_(ratio),
+      k_(k),
+      values_(std::move(values)),
+      sampled_(sampled),
+      sample_(sample),
+      scale_(scale) {}
+
+absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateTopK(const SpecNode& node,
+                                                               const Registry& registry) {
+  ParamReader params(node, {"ratio", "k", "values", "sampled", "sample"});
+  FEDLGC_RETURN_IF_ERROR(params.status());
+  FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, registry));
+  FEDLGC_ASSIGN_OR_RETURN(bool sampled, params.Flag("sampled", false));
+  FEDLGC_ASSIGN_OR_RETURN(double sample, params.Real("sample", 0.01, 1e-6, 1.0));
+  std::string spec = StrCat("topk/1(", p.count_spec, ",values=", p.values->spec(),
+                                  ",sampled=", sampled ? 1 : 0);
+  if (sampled) StrAppend(&spec, ",sample=", FormatSpecNumber(sample));
+  spec += ")";
+  return std::unique_ptr<Codec>(new SparseCodec(std::move(spec), Kind::kTopK, p.ratio, p.k,
+                                                std::move(p.values), sampled, sample, false));
+}
+
+absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateRandomK(const SpecNode& node,
+                                                                  const Registry& registry) {
+  ParamReader params(node, {"ratio", "k", "values", "scale"});
+  FEDLGC_RETURN_IF_ERROR(params.status());
+  FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, registry));
+  FEDLGC_ASSIGN_OR_RETURN(bool scale, params.Flag("scale", true));
+  std::string spec = StrCat("randk/1(", p.count_spec, ",values=", p.values->spec(),
+                                  ",scale=", scale ? 1 : 0, ")");
+  return std::unique_ptr<Codec>(new SparseCodec(std::move(spec), Kind::kRandomK, p.ratio, p.k,
+                                                std::move(p.values), false, 0, scale));
+}
+
+CodecTraits SparseCodec::traits() const {
+  const CodecTraits v = values_->traits();
+  return CodecTraits{.fixed_size = v.fixed_size,
+                     .unbiased = kind_ == Kind::kRandomK && scale_ && v.unbiased,
+                     .stateful = false,
+                     .block = 1};
+}
+
+uint64_t SparseCodec::KeptCount(uint64_t n) const {
+  if (n == 0) return 0;
+  if (k_ != 0) return std::min(k_, n);
+  const double k = std::llround(ratio_ * static_cast<double>(n));
+  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, n);
+}
+
+uint64_t SparseCodec::FrameBytes(uint64_t m, uint64_t u) const {
+  return FrameOverhead(spec().size()) + 4 + EliasFanoBytes(m, u) + values_->MaxBodyBytes(m);
+}
+
+uint64_t SparseCodec::MaxFrameBytes(uint64_t n) const { return FrameBytes(KeptCount(n), n); }
+
+double SparseCodec::BoundBits(uint64_t n) const {
+  const uint64_t k = KeptCount(n);
+  return static_cast<double>(k) * values_->BoundBitsPerCoord() + Log2Binomial(n, k);
+}
+
+void SparseCodec::Select(std::span<const float> x, uint64_t seed,
+                         std::vector<uint32_t>* idx) const {
+  const size_t k = KeptCount(x.size());
+  if (kind_ == Kind::kRandomK) {
+    RandomK(x.size(), k, seed, idx);
+  } else if (sampled_) {
+    TopKSampled(x, k, sample_, seed, idx);
+  } else {
+    TopKExact(x, k, idx);
+  }
+}
+
+absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& opts,
+                                 std::vector<Frame>* frames) {
+  const uint64_t n = x.size();
+  if (n > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": ", n, " coordinates exceed 2^32"));
+  }
+  if (FindNonFinite(x) != x.size()) {
+    const size_t i = FindNonFinite(x);
+    return absl::InvalidArgumentError(StrCat("input value ", i, " is not finite (", x[i],
+                                                   "); nothing was encoded"));
+  }
+  std::vector<uint32_t> idx;
+  Select(x, opts.seed, &idx);
+  const uint64_t k = idx.size();
+  std::vector<float> vals(k);
+  const float mult = (kind_ == Kind::kRandomK && scale_ && k > 0)
+                         ? static_cast<float>(static_cast<double>(n) / static_cast<double>(k))
+                         : 1.0f;
+  for (uint64_t j = 0; j < k; ++j) vals[j] = x[idx[j]] * mult;
+
+  const uint64_t vb = values_->traits().block;
+  const size_t first = frames->size();
+  auto range_end = [&](uint64_t p) { return p < k ? static_cast<uint64_t>(idx[p]) : n; };
+  uint64_t p = 0;
+  do {
+    const uint64_t begin = p == 0 ? 0 : idx[p];
+    uint64_t m = k - p;
+    if (opts.max_frame_bytes != 0 && FrameBytes(m, range_end(k) - begin) > opts.max_frame_bytes) {
+      // Largest number of value blocks whose frame fits the budget.
+      uint64_t lo = 0;
+      uint64_t hi = (k - p + vb - 1) / vb;
+      while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo + 1) / 2;
+        const uint64_t mm = std::min(mid * vb, k - p);
+        if (FrameBytes(mm, range_end(p + mm) - begin) <= opts.max_frame_bytes) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      if (lo == 0) {
+        frames->resize(first);
+        const uint64_t mm = std::min(vb, k - p);
+        return absl::InvalidArgumentError(StrCat(
+            "frame budget of ", opts.max_frame_bytes, " bytes is too small for ", spec(),
+            ": one value block needs ", FrameBytes(mm, range_end(p + mm) - begin), " bytes"));
+      }
+      m = std::min(lo * vb, k - p);
+    }
+    const uint64_t end = range_end(p + m);
+    Frame f;
+    f.begin = begin;
+    f.length = end - begin;
+    const size_t body = BeginFrame(wire_spec(), n, begin, f.length, &f.bytes);
+    const uint32_t m32 = static_cast<uint32_t>(m);
+    f.bytes.append(reinterpret_cast<const char*>(&m32), 4);
+    std::vector<uint32_t> rel(idx.begin() + static_cast<ptrdiff_t>(p),
+                              idx.begin() + static_cast<ptrdiff_t>(p + m));
+    for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
+    EliasFanoEncode(rel, f.length, &f.bytes);
+    BodyContext ctx{opts.seed, p / vb, opts.shared_scale};
+    absl::Status st =
+        values_->EncodeBody(std::span<const float>(vals).subspan(p, m), ctx, &f.bytes);
+    if (!st.ok()) {
+      frames->resize(first);
+      return st;
+    }
+    FinishFrame(body, &f.bytes);
+    frames->push_back(std::move(f));
+    p += m;
+  } while (p < k);
+  return absl::OkStatus();
+}
+
+absl::Status SparseCodec::Decode(const FrameView& frame, std::span<float> out) const {
+  if (out.size() != frame.length) {
+    return absl::InvalidArgumentError(StrCat("output holds ", out.size(),
+                                                   " values, the frame covers ", frame.length));
+  }
+  if (frame.body.size() < 4) return absl::InvalidArgumentError(StrCat(spec(), ": body truncated"));
+  uint32_t m;
+  std::memcpy(&m, frame.body.data(), 4);
+  if (m > frame.length) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": ", m, " kept values in a range of ",
+                                                   frame.length));
+  }
+  const uint64_t ef_bytes = EliasFanoBytes(m, frame.length);
+  const uint64_t max_values = values_->MaxBodyBytes(m);
+  const uint64_t rest = frame.body.size() - 4;
+  if (rest < ef_bytes || rest - ef_bytes > max_values ||
+      (values_->traits().fixed_size && rest - ef_bytes != max_values)) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", frame.body.size(),
+                                                   " bytes does not fit ", m, " kept values"));
+  }
+  std::vector<uint32_t> idx;
+  FEDLGC_RETURN_IF_ERROR(EliasFanoDecode(frame.body.subspan(4, ef_bytes), m, frame.length, &idx));
+  std::vector<float> vals(m);
+  FEDLGC_RETURN_IF_ERROR(values_->DecodeBody(frame.body.subspan(4 + ef_bytes), vals));
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (uint32_t j = 0; j < m; ++j) out[idx[j]] = vals[j];
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::codecs

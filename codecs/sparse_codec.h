@@ -1,0 +1,68 @@
+// Sparsifying codecs: keep k coordinates, code their indices with Elias-Fano and pass
+// their values through any dense codec.
+//
+//   topk(ratio=0.01 | k=N, values=fp32, sampled=0, sample=0.01)
+//       the k largest magnitudes; sampled=1 finds the same set faster through a sampled
+//       threshold (DGC, Lin et al. ICLR 2018). Biased: use it under ef(...).
+//   randk(ratio=0.01 | k=N, values=fp32, scale=1)
+//       k uniformly random coordinates; scale=1 multiplies them by d/k (unbiased).
+//
+// Frame body: u32 m (coordinates kept in this frame), Elias-Fano code of their offsets
+// in [0, frame length), then the value codec's body for the m values. A chunked
+// encoding splits the kept set at multiples of the value codec's block, so every frame
+// decodes alone and all frames together decode exactly like the unchunked encoding.
+#ifndef FEDLGC_CODECS_SPARSE_CODEC_H_
+#define FEDLGC_CODECS_SPARSE_CODEC_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codecs/dense_codec.h"
+#include "codecs/registry.h"
+
+namespace fedlgc::codecs {
+
+// Thread-safe like DenseCodec: no mutable state.
+class SparseCodec final : public Codec {
+ public:
+  static absl::StatusOr<std::unique_ptr<Codec>> CreateTopK(const SpecNode& node,
+                                                           const Registry& registry);
+  static absl::StatusOr<std::unique_ptr<Codec>> CreateRandomK(const SpecNode& node,
+                                                              const Registry& registry);
+
+  CodecTraits traits() const override;
+  uint64_t MaxFrameBytes(uint64_t n) const override;
+  absl::Status Encode(std::span<const float> x, const EncodeOptions& opts,
+                      std::vector<Frame>* frames) override;
+  absl::Status Decode(const FrameView& frame, std::span<float> out) const override;
+
+  // Coordinates kept out of n.
+  uint64_t KeptCount(uint64_t n) const;
+  // The kept index set for x (sorted), as Encode chooses it.
+  void Select(std::span<const float> x, uint64_t seed, std::vector<uint32_t>* idx) const;
+  // Information bound in bits for n coordinates: k values at the value codec's bound
+  // plus log2 C(n, k) for the index set.
+  double BoundBits(uint64_t n) const;
+  const DenseCodec& values() const { return *values_; }
+
+ private:
+  enum class Kind { kTopK, kRandomK };
+  SparseCodec(std::string spec, Kind kind, double ratio, uint64_t k,
+              std::unique_ptr<DenseCodec> values, bool sampled, double sample, bool scale);
+
+  // Bytes of a frame holding m kept values over a range of u coordinates.
+  uint64_t FrameBytes(uint64_t m, uint64_t u) const;
+
+  Kind kind_;
+  double ratio_;  // used when k_ == 0
+  uint64_t k_;
+  std::unique_ptr<DenseCodec> values_;
+  bool sampled_;
+  double sample_;
+  bool scale_;
+};
+
+}  // namespace fedlgc::codecs
+
+#endif  // FEDLGC_CODECS_SPARSE_CODEC_H_

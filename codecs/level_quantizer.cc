@@ -369,7 +369,10 @@ absl::Status LevelQuantizer::DecodeElias(std::span<const uint8_t> body,
       pos += gap;
       if (gap > len || pos >= len) return corrupt(b, "position out of range");
       if (level > static_cast<uint64_t>(s_)) return corrupt(b, "level out of range");
-      const float v = levels_[level] * norm;
+      // The same arithmetic as the packed decoders, so both forms decode identically.
+      const float v = kind_ == Kind::kUniform
+                          ? static_cast<float>(level) * (norm / static_cast<float>(s_))
+                          : levels_[level] * norm;
       o[pos] = neg ? -v : v;
     }
   }

@@ -1,0 +1,115 @@
+// Error feedback: exact conservation (sum of sent + residual = sum of inputs), also when
+// frames are lost and restored, and the residual persists across a restart.
+#include "codecs/error_feedback.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/codecs/test_util.h"
+
+namespace fedlgc::codecs {
+namespace {
+
+// Inputs on a dyadic grid (multiples of 2^-12 below 2^8): every sum and difference the
+// decorator and top-k compute is exact in float, so conservation must hold bit for bit.
+std::vector<float> Dyadic(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = std::ldexp(static_cast<float>(static_cast<int>(rng() % 8193) - 4096), -12);
+  return v;
+}
+
+TEST(ErrorFeedback, ConservesExactlyWithTopK) {
+  auto codec = testing::Make("ef(topk(ratio=0.05))");
+  auto& ef = dynamic_cast<ErrorFeedback&>(*codec);
+  const size_t n = 4000;
+  std::vector<double> sent_sum(n, 0), input_sum(n, 0);
+  for (int step = 0; step < 30; ++step) {
+    const auto x = Dyadic(n, step);
+    for (size_t i = 0; i < n; ++i) input_sum[i] += x[i];
+    const auto y = testing::RoundTrip(*codec, x, step);
+    for (size_t i = 0; i < n; ++i) sent_sum[i] += y[i];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(sent_sum[i] + ef.residual()[i], input_sum[i]) << i;
+  }
+}
+
+TEST(ErrorFeedback, ConservesWithQuantizedValuesUpToRounding) {
+  for (const char* spec : {"ef(topk(ratio=0.01,values=qsgd(bits=8)))", "ef(qsgd(bits=2))",
+                           "ef(sign)", "ef(natural)"}) {
+    auto codec = testing::Make(spec);
+    auto& ef = dynamic_cast<ErrorFeedback&>(*codec);
+    const size_t n = 3000;
+    std::vector<double> sent_sum(n, 0), input_sum(n, 0);
+    double scale = 0;
+    for (int step = 0; step < 20; ++step) {
+      const auto x = testing::GradientLike(n, step);
+      for (size_t i = 0; i < n; ++i) {
+        input_sum[i] += x[i];
+        scale = std::max(scale, std::fabs(double(x[i])));
+      }
+      const auto y = testing::RoundTrip(*codec, x, step);
+      for (size_t i = 0; i < n; ++i) sent_sum[i] += y[i];
+    }
+    // Each step rounds x + e once (half an ulp of values up to ~step * scale).
+    const double tol = 20 * 20 * scale * std::ldexp(1.0, -23);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(sent_sum[i] + ef.residual()[i], input_sum[i], tol) << spec << " " << i;
+    }
+  }
+}
+
+TEST(ErrorFeedback, LostFramesGoBackIntoTheResidual) {
+  auto codec = testing::Make("ef(topk(ratio=0.1))");
+  auto& ef = dynamic_cast<ErrorFeedback&>(*codec);
+  const size_t n = 5000;
+  std::vector<double> counted(n, 0), input_sum(n, 0);
+  std::mt19937 rng(5);
+  for (int step = 0; step < 10; ++step) {
+    const auto x = Dyadic(n, 100 + step);
+    for (size_t i = 0; i < n; ++i) input_sum[i] += x[i];
+    std::vector<Frame> frames;
+    EncodeOptions opts;
+    opts.seed = step;
+    opts.max_frame_bytes = 600;
+    ASSERT_TRUE(codec->Encode(x, opts, &frames).ok());
+    ASSERT_GT(frames.size(), 3u);
+    for (const Frame& f : frames) {
+      if (rng() % 3 == 0) {
+        ASSERT_TRUE(ef.Restore(f.bytes).ok());  // lost: the sender takes it back
+        continue;
+      }
+      std::vector<float> out(n, 0.0f);
+      ASSERT_TRUE(DecodeFrameInto(*codec, f.bytes, FrameLimits{}, out).ok());
+      for (size_t i = 0; i < n; ++i) counted[i] += out[i];
+    }
+  }
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(counted[i] + ef.residual()[i], input_sum[i]);
+}
+
+TEST(ErrorFeedback, ResidualSurvivesARestartAndChecksDimensions) {
+  auto a = testing::Make("ef(topk(ratio=0.1))");
+  auto& efa = dynamic_cast<ErrorFeedback&>(*a);
+  const auto x = Dyadic(1000, 1);
+  testing::RoundTrip(*a, x, 1);
+  const std::vector<float> saved(efa.residual().begin(), efa.residual().end());
+  auto b = testing::Make("ef(topk(ratio=0.1))");
+  auto& efb = dynamic_cast<ErrorFeedback&>(*b);
+  efb.SetResidual(saved);
+  std::vector<Frame> fa, fb;
+  testing::RoundTrip(*a, x, 2, 0, &fa);
+  testing::RoundTrip(*b, x, 2, 0, &fb);
+  EXPECT_EQ(fa[0].bytes, fb[0].bytes);
+  std::vector<Frame> bad;
+  EXPECT_FALSE(a->Encode(std::vector<float>(999, 1.0f), EncodeOptions{}, &bad).ok());
+  // A frame from another codec is not restorable.
+  auto other = testing::Make("topk(ratio=0.5)");
+  std::vector<Frame> of;
+  testing::RoundTrip(*other, x, 1, 0, &of);
+  EXPECT_FALSE(efa.Restore(of[0].bytes).ok());
+}
+
+}  // namespace
+}  // namespace fedlgc::codecs

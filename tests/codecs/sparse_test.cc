@@ -1,0 +1,163 @@
+// Top-k, sampled top-k, random-k and Elias-Fano index coding.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "codecs/elias_fano.h"
+#include "codecs/sparse_codec.h"
+#include "codecs/topk.h"
+#include "gtest/gtest.h"
+#include "tests/codecs/test_util.h"
+
+namespace fedlgc::codecs {
+namespace {
+
+class TopKContraction : public ::testing::TestWithParam<std::tuple<double, size_t, uint64_t>> {};
+
+TEST_P(TopKContraction, ResidualShrinksByAtLeastKOverD) {
+  const auto [ratio, d, seed] = GetParam();
+  auto codec = testing::Make("topk(ratio=" + std::to_string(ratio) + ")");
+  const auto x = testing::GradientLike(d, seed);
+  const auto y = testing::RoundTrip(*codec, x, seed);
+  const double k = static_cast<double>(dynamic_cast<SparseCodec&>(*codec).KeptCount(d));
+  double resid = 0;
+  size_t nnz = 0;
+  for (size_t i = 0; i < d; ++i) {
+    resid += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    nnz += y[i] != 0;
+    if (y[i] != 0) {
+      EXPECT_EQ(y[i], x[i]);  // fp32 values are exact
+    }
+  }
+  EXPECT_EQ(nnz, static_cast<size_t>(k));
+  EXPECT_LE(resid, (1.0 - k / d) * testing::SquaredNorm(x));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ratios, TopKContraction,
+                         ::testing::Combine(::testing::Values(0.001, 0.01, 0.1, 0.5),
+                                            ::testing::Values(size_t{5000}, size_t{123457}),
+                                            ::testing::Values(uint64_t{1}, uint64_t{2})));
+
+TEST(TopK, KeepsTheLargestMagnitudes) {
+  std::vector<float> x = {0.1f, -5, 3, 0, -0.2f, 4, 3};
+  std::vector<uint32_t> idx;
+  TopKExact(x, 3, &idx);
+  EXPECT_EQ(idx, (std::vector<uint32_t>{1, 2, 5}));  // |3| tie: lower index wins
+  TopKSampled(x, 3, 0.5, 1, &idx);
+  EXPECT_EQ(idx, (std::vector<uint32_t>{1, 2, 5}));
+}
+
+TEST(TopK, SampledSelectsTheExactSetWithinTwoPercent) {
+  for (uint64_t seed : {1, 2, 3}) {
+    for (double ratio : {0.001, 0.01, 0.05}) {
+      const auto x = testing::GradientLike(1 << 20, seed);
+      const size_t k = static_cast<size_t>(ratio * x.size());
+      std::vector<uint32_t> exact, sampled;
+      TopKExact(x, k, &exact);
+      int passes = 0;
+      TopKSampled(x, k, 0.01, seed, &sampled, &passes);
+      EXPECT_GE(sampled.size(), k * 0.98);
+      EXPECT_LE(sampled.size(), k * 1.02);
+      EXPECT_EQ(sampled, exact);
+      EXPECT_EQ(passes, 1) << "the sampled threshold should need one pass";
+    }
+  }
+}
+
+TEST(TopK, SampledHandlesFlatAndSparseInputs) {
+  std::vector<float> flat(10000, 1.0f);
+  std::vector<uint32_t> a, b;
+  TopKExact(flat, 100, &a);
+  TopKSampled(flat, 100, 0.01, 1, &b);
+  EXPECT_EQ(a, b);
+  std::vector<float> sparse(100000, 0.0f);
+  for (int i = 0; i < 50; ++i) sparse[i * 1999] = static_cast<float>(i + 1);
+  TopKExact(sparse, 500, &a);
+  TopKSampled(sparse, 500, 0.01, 1, &b);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(b.size(), 500u);
+}
+
+TEST(RandomK, UniformDistinctSorted) {
+  const size_t d = 200, k = 20;
+  std::vector<int> hits(d, 0);
+  constexpr int kTrials = 20000;
+  std::vector<uint32_t> idx;
+  for (int t = 0; t < kTrials; ++t) {
+    RandomK(d, k, t, &idx);
+    ASSERT_EQ(idx.size(), k);
+    for (size_t j = 1; j < k; ++j) ASSERT_LT(idx[j - 1], idx[j]);
+    for (uint32_t i : idx) ++hits[i];
+  }
+  // Each index is kept with probability k/d = 0.1: expected 2000 +- 42 (sd).
+  for (int h : hits) EXPECT_NEAR(h, 2000, 6 * 42.4);
+}
+
+TEST(EliasFano, RoundTripAndSizeNearTheBound) {
+  std::mt19937_64 rng(1);
+  for (uint64_t u : {1ull, 7ull, 1000ull, 1ull << 20, 16000000ull}) {
+    for (double frac : {0.0, 0.001, 0.01, 0.3, 1.0}) {
+      const uint64_t k = std::min<uint64_t>(u, static_cast<uint64_t>(frac * u));
+      std::vector<uint32_t> idx;
+      RandomK(u, k, rng(), &idx);
+      std::string code;
+      EliasFanoEncode(idx, u, &code);
+      ASSERT_EQ(code.size(), EliasFanoBytes(k, u)) << u << " " << k;
+      std::vector<uint32_t> back;
+      ASSERT_TRUE(EliasFanoDecode({reinterpret_cast<const uint8_t*>(code.data()), code.size()}, k,
+                                  u, &back)
+                      .ok());
+      EXPECT_EQ(back, idx);
+      if (k >= 100 && k < u / 4) {
+        // Within 2 bits per index (and 15%) of log2 C(u, k).
+        const double bound = Log2Binomial(u, k);
+        EXPECT_LE(code.size() * 8.0, bound + 2.0 * k + 8) << u << " " << k;
+        EXPECT_LE(code.size() * 8.0, 1.15 * bound + 8) << u << " " << k;
+      }
+    }
+  }
+}
+
+TEST(EliasFano, RejectsCorruptCodes) {
+  std::vector<uint32_t> idx = {3, 9, 10, 500, 999};
+  std::string code;
+  EliasFanoEncode(idx, 1000, &code);
+  auto as_span = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  std::vector<uint32_t> back;
+  EXPECT_FALSE(EliasFanoDecode(as_span(code.substr(1)), 5, 1000, &back).ok());  // short
+  // Every single-bit flip either fails or still yields valid, in-range, increasing indices.
+  for (size_t bit = 0; bit < code.size() * 8; ++bit) {
+    std::string c = code;
+    c[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    if (EliasFanoDecode(as_span(c), 5, 1000, &back).ok()) {
+      for (size_t j = 0; j < back.size(); ++j) {
+        ASSERT_LT(back[j], 1000u);
+        if (j) {
+          ASSERT_LT(back[j - 1], back[j]);
+        }
+      }
+    }
+  }
+  // Too many indices for the universe.
+  EXPECT_FALSE(EliasFanoDecode(as_span(std::string(EliasFanoBytes(20, 10), '\xff')), 20, 10, &back).ok());
+}
+
+TEST(SparseCodec, PayloadWithinFifteenPercentOfTheBound) {
+  const size_t d = 1 << 20;
+  const auto x = testing::GradientLike(d, 4);
+  for (const char* spec : {"topk(ratio=0.01,values=qsgd(bits=8))", "topk(ratio=0.001)",
+                           "topk(ratio=0.01,values=qsgd(bits=4))", "randk(ratio=0.05,values=fp16)"}) {
+    auto codec = testing::Make(spec);
+    std::vector<Frame> frames;
+    testing::RoundTrip(*codec, x, 1, 0, &frames);
+    const auto& sc = dynamic_cast<const SparseCodec&>(*codec);
+    const double body_bits = 8.0 * (frames[0].bytes.size() - FrameOverhead(codec->wire_spec().size()));
+    EXPECT_LE(body_bits, 1.15 * sc.BoundBits(d)) << spec;
+  }
+}
+
+}  // namespace
+}  // namespace fedlgc::codecs

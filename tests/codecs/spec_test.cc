@@ -1,0 +1,135 @@
+// Tests for codecs/spec.cc and the registry's spec handling: grammar, precise errors,
+// canonical specs that round-trip.
+#include "codecs/spec.h"
+
+#include "codecs/registry.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::codecs {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(SpecParse, NestedSpec) {
+  auto node = ParseSpec("ef(topk(ratio=0.01, values=qsgd(bits=8)))");
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->name, "ef");
+  ASSERT_EQ(node->args.size(), 1u);
+  EXPECT_TRUE(node->args[0].key.empty());
+  const SpecNode& topk = *node->args[0].node;
+  EXPECT_EQ(topk.name, "topk");
+  ASSERT_EQ(topk.args.size(), 2u);
+  EXPECT_EQ(topk.args[0].key, "ratio");
+  EXPECT_TRUE(topk.args[0].is_number);
+  EXPECT_DOUBLE_EQ(topk.args[0].number, 0.01);
+  EXPECT_EQ(topk.args[1].node->name, "qsgd");
+  EXPECT_DOUBLE_EQ(topk.args[1].node->args[0].number, 8);
+}
+
+TEST(SpecParse, VersionsAndWords) {
+  auto node = ParseSpec("qsgd/1(norm=linf, bucket=1e3)");
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->version, 1u);
+  EXPECT_EQ(node->args[0].node->name, "linf");
+  EXPECT_TRUE(node->args[0].node->IsWord());
+  EXPECT_DOUBLE_EQ(node->args[1].number, 1000);
+}
+
+TEST(SpecParse, ErrorsNameTheColumn) {
+  struct Case {
+    const char* spec;
+    const char* message;
+  } cases[] = {
+      {"", "column 1: expected a codec name, found end of spec"},
+      {"qsgd(bits=4", "column 12: expected ',' or ')', found end of spec"},
+      {"qsgd(bits=4,)", "column 13: expected a codec name, found ')'"},
+      {"qsgd bits", "column 6: expected end of spec, found 'b'"},
+      {"qsgd/0", "column 6: expected a version number >= 1 after '/'"},
+      {"qsgd(bits=4x)", "column 12: expected ',' or ')', found 'x'"},
+      {"qsgd(bits=1.2.3)", "column 11: expected a number"},
+      {"Qsgd", "column 1: expected a codec name, found 'Q'"},
+  };
+  for (const Case& c : cases) {
+    auto node = ParseSpec(c.spec);
+    ASSERT_FALSE(node.ok()) << c.spec;
+    EXPECT_THAT(std::string(node.status().message()), HasSubstr(c.message)) << c.spec;
+  }
+}
+
+TEST(SpecParse, DepthAndLengthLimits) {
+  std::string deep;
+  for (int i = 0; i < 20; ++i) deep += "ef(";
+  deep += "fp32";
+  for (int i = 0; i < 20; ++i) deep += ")";
+  EXPECT_THAT(std::string(ParseSpec(deep).status().message()), HasSubstr("nest too deeply"));
+  EXPECT_THAT(std::string(ParseSpec(std::string(5000, 'a')).status().message()),
+              HasSubstr("the limit is 1024"));
+}
+
+TEST(Registry, PreciseErrors) {
+  struct Case {
+    const char* spec;
+    const char* message;
+  } cases[] = {
+      {"qsdg", "unknown codec 'qsdg'"},
+      {"qsgd(bitz=4)", "qsgd: unknown parameter 'bitz'"},
+      {"qsgd(bits=12)", "qsgd: parameter 'bits' must be an integer in [2, 8], got 12"},
+      {"qsgd(bits=4, s=3)", "give one of them"},
+      {"qsgd(bits=4, bits=5)", "given twice"},
+      {"qsgd(bucket=100)", "must be a multiple of 8"},
+      {"qsgd(norm=l3)", "must be one of l2, linf, got l3"},
+      {"qsgd/2", "codec 'qsgd' version 2 is not supported"},
+      {"topk(ratio=2)", "topk: parameter 'ratio' must be a number in [1e-09, 1]"},
+      {"topk(values=topk)", "must be a dense codec"},
+      {"topk(values=3)", "must be a codec spec, got 3"},
+      {"ef", "ef: needs the codec it wraps"},
+      {"ef(ef(fp32))", "nested in error feedback"},
+      {"fp32(x=1)", "fp32: unknown parameter 'x'"},
+      {"ef(fp32, fp16)", "takes 1 positional argument(s), got 2"},
+  };
+  for (const Case& c : cases) {
+    auto codec = MakeCodec(c.spec);
+    ASSERT_FALSE(codec.ok()) << c.spec;
+    EXPECT_THAT(std::string(codec.status().message()), HasSubstr(c.message)) << c.spec;
+  }
+}
+
+TEST(Registry, CanonicalSpecsRoundTrip) {
+  const char* specs[] = {
+      "fp32", "fp16", "bf16", "qsgd(bits=4)", "qsgd(s=5, norm=linf, bucket=64)",
+      "qsgd(bits=8, elias=1)", "nuqsgd(bits=3)", "nuqsgd(s=5, p=0.3)", "natdither(s=6)",
+      "terngrad(bucket=256, clip=0)", "natural", "sign(scale=none)", "topk(ratio=0.001)",
+      "topk(k=100, values=qsgd(bits=8), sampled=1)", "randk(ratio=0.1, values=fp16)",
+      "ef(topk(ratio=0.01, values=qsgd(bits=8)))"};
+  for (const char* s : specs) {
+    auto a = MakeCodec(s);
+    ASSERT_TRUE(a.ok()) << s << ": " << a.status();
+    auto b = MakeCodec((*a)->spec());
+    ASSERT_TRUE(b.ok()) << (*a)->spec() << ": " << b.status();
+    EXPECT_EQ((*a)->spec(), (*b)->spec());
+    EXPECT_THAT((*a)->spec(), HasSubstr("/1"));
+  }
+  EXPECT_EQ((*MakeCodec("qsgd(bits=4)"))->spec(), "qsgd/1(bits=4,bucket=512,norm=l2,elias=0)");
+  EXPECT_EQ((*MakeCodec("ef(topk(ratio=0.01,values=qsgd(bits=8)))"))->wire_spec(),
+            "topk/1(ratio=0.01,values=qsgd/1(bits=8,bucket=512,norm=l2,elias=0),sampled=0)");
+}
+
+TEST(Registry, DuplicateNamesAreAnError) {
+  Registry r;
+  ASSERT_TRUE(RegisterBuiltinCodecs(r).ok());
+  absl::Status again = RegisterBuiltinCodecs(r);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(again.message()), HasSubstr("already registered"));
+  EXPECT_GE(DefaultRegistry().List().size(), 12u);
+}
+
+TEST(SpecNumber, ShortestForm) {
+  EXPECT_EQ(FormatSpecNumber(512), "512");
+  EXPECT_EQ(FormatSpecNumber(0.01), "0.01");
+  EXPECT_EQ(FormatSpecNumber(2.5), "2.5");
+  EXPECT_EQ(FormatSpecNumber(1e-5), "1e-05");
+}
+
+}  // namespace
+}  // namespace fedlgc::codecs

@@ -82,8 +82,8 @@ absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
 absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes,
                              const FrameLimits& limits, std::span<float> out);
 
-// Decodes a whole encoding (all frames of one Encode call) into `out`, which it zeroes
-// first. Convenience for senders and tests.
+// Decodes a whole encoding (all frames of one Encode call) into `out`. Coordinates no
+// frame covers are zero. Convenience for senders and tests.
 absl::Status DecodeAll(const Codec& codec, std::span<const Frame> frames, std::span<float> out);
 
 }  // namespace fedlgc::codecs

@@ -4,8 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <span>
 
 #include "codecs/rng.h"
+#include "codecs/simd.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace fedlgc::codecs {
 namespace {
@@ -37,6 +43,46 @@ void TakeAtThreshold(std::span<const float> x, const std::vector<uint32_t>* orde
   });
 }
 
+// Indices i in [0, len) of block `p` with |p_i| >= tau, written to out; returns their
+// count. Four lanes at a time are compared and reduced to a bit mask, so the scan runs
+// near memory speed; only the (rare) set bits are written out.
+size_t CollectBlock(const float* p, size_t len, float tau, uint32_t base, uint32_t* out) {
+  size_t c = 0;
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+  const __m128 t = _mm_set1_ps(tau);
+  for (; i + 16 <= len; i += 16) {
+    const int m0 = _mm_movemask_ps(_mm_cmpge_ps(_mm_and_ps(_mm_loadu_ps(p + i), abs_mask), t));
+    const int m1 = _mm_movemask_ps(_mm_cmpge_ps(_mm_and_ps(_mm_loadu_ps(p + i + 4), abs_mask), t));
+    const int m2 = _mm_movemask_ps(_mm_cmpge_ps(_mm_and_ps(_mm_loadu_ps(p + i + 8), abs_mask), t));
+    const int m3 = _mm_movemask_ps(_mm_cmpge_ps(_mm_and_ps(_mm_loadu_ps(p + i + 12), abs_mask), t));
+    unsigned mask = static_cast<unsigned>(m0 | (m1 << 4) | (m2 << 8) | (m3 << 12));
+    while (mask != 0) {
+      out[c++] = base + static_cast<uint32_t>(i) + static_cast<uint32_t>(__builtin_ctz(mask));
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; i < len; ++i) {
+    out[c] = base + static_cast<uint32_t>(i);
+    c += std::fabs(p[i]) >= tau ? 1 : 0;
+  }
+  return c;
+}
+
+// Appends to *out (cleared first) every i with |x_i| >= tau, in order.
+void CollectAtLeast(std::span<const float> x, float tau, std::vector<uint32_t>* out) {
+  constexpr size_t kBlock = 4096;
+  uint32_t local[kBlock];
+  out->clear();
+  for (size_t b = 0; b < x.size(); b += kBlock) {
+    const size_t len = std::min(kBlock, x.size() - b);
+    const size_t c = CollectBlock(x.data() + b, len, tau, static_cast<uint32_t>(b), local);
+    out->insert(out->end(), local, local + c);
+  }
+}
+
 void AllIndices(size_t d, std::vector<uint32_t>* idx) {
   idx->resize(d);
   for (size_t i = 0; i < d; ++i) (*idx)[i] = static_cast<uint32_t>(i);
@@ -62,11 +108,21 @@ void TopKSampled(std::span<const float> x, size_t k, double fraction, uint64_t s
   if (k >= d) return AllIndices(d, idx);
   idx->clear();
   if (k == 0) return;
-  const size_t samples = std::min(d, std::max<size_t>(1024, static_cast<size_t>(fraction * d)));
-  std::vector<float> sample(samples);
+  size_t samples = std::min(d, std::max<size_t>(1024, static_cast<size_t>(fraction * d)));
+  // Strided sample of runs of 16 consecutive values (one cache line each) from a random
+  // offset: as informative as scattered picks for a threshold, and ~16x fewer misses.
+  constexpr size_t kRun = 16;
+  const size_t runs = (samples + kRun - 1) / kRun;
+  const size_t stride = std::max<size_t>(kRun, d / runs);
   SplitMix rng(seed ^ 0x5EED5A3D1Eull);
-  for (size_t j = 0; j < samples; ++j) sample[j] = std::fabs(x[rng.Below(d)]);
-  std::sort(sample.begin(), sample.end(), std::greater<float>());
+  const size_t offset = rng.Below(stride);
+  std::vector<float> sample;
+  sample.reserve(runs * kRun);
+  for (size_t r = 0; r < runs; ++r) {
+    const size_t start = (offset + r * stride) % d;
+    for (size_t j = 0; j < kRun && start + j < d; ++j) sample.push_back(std::fabs(x[start + j]));
+  }
+  samples = sample.size();
   // Expected rank of the k-th largest inside the sample, plus a margin of 20% and
   // four standard deviations of the binomial count.
   const double expect = static_cast<double>(k) * samples / d;
@@ -75,12 +131,10 @@ void TopKSampled(std::span<const float> x, size_t k, double fraction, uint64_t s
   for (int pass = 0; pass < 4; ++pass) {
     if (stats_passes) ++*stats_passes;
     const size_t r = std::min(samples - 1, static_cast<size_t>(rank));
+    std::nth_element(sample.begin(), sample.begin() + static_cast<ptrdiff_t>(r), sample.end(),
+                     std::greater<float>());
     const float tau = sample[r];
-    cand.clear();
-    cand.reserve(static_cast<size_t>(static_cast<double>(k) * 1.5) + 16);
-    for (size_t i = 0; i < d; ++i) {
-      if (std::fabs(x[i]) >= tau) cand.push_back(static_cast<uint32_t>(i));
-    }
+    CollectAtLeast(x, tau, &cand);
     if (cand.size() >= k) {
       std::vector<float> mag(cand.size());
       for (size_t j = 0; j < cand.size(); ++j) mag[j] = std::fabs(x[cand[j]]);

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   1. Release build with warnings as errors, every ctest suite (GPU tests skip without a GPU).
+#   2. libFuzzer targets built with clang (ASan+UBSan), each run for a few seconds from
+#      seed frames.
+#   3. The codec tests again under ASan+UBSan (g++).
+# Build folders: build/, build-fuzz/, build-asan/. JOBS overrides the parallelism.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-8}
+
+echo "== 1/3 release build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFEDLGC_WERROR=ON >/dev/null
+cmake --build build -j"$JOBS"
+ctest --test-dir build -j"$JOBS" --output-on-failure
+
+echo "== 2/3 fuzzing the decoders (libFuzzer, ${FUZZ_SECONDS}s each)"
+if command -v clang++ >/dev/null; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFEDLGC_FUZZ=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-fuzz -j"$JOBS"
+  for fuzzer in build-fuzz/bin/fuzz_*; do
+    name=$(basename "$fuzzer")
+    corpus=build-fuzz/corpus/$name
+    rm -rf "$corpus" && mkdir -p "$corpus"
+    "build/bin/$name" --seeds "$corpus" >/dev/null
+    "$fuzzer" -max_total_time="$FUZZ_SECONDS" -max_len=8192 -seed=1 -print_final_stats=1 \
+      "$corpus" 2>"build-fuzz/$name.log" || { tail -50 "build-fuzz/$name.log"; exit 1; }
+    echo "$name: $(grep -m1 'stat::number_of_executed_units' "build-fuzz/$name.log" | awk '{print $2}') inputs, no crash"
+  done
+else
+  echo "clang++ not found: the seeded fuzz drivers in step 1 stand in for libFuzzer"
+fi
+
+echo "== 3/3 codec tests under ASan+UBSan"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDLGC_SANITIZE=ON \
+  -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
+cmake --build build-asan -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -j"$JOBS" --output-on-failure -L codecs

@@ -56,6 +56,10 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
     }
     chunk = std::min(n, lo * block);
   }
+  if (MaxBodyBytes(chunk) > kMaxBodyBytes) {
+    return absl::InvalidArgumentError(StrCat(wire_spec(), ": ", n, " coordinates make a body over 4 GiB;",
+                                             " set EncodeOptions::max_frame_bytes to chunk it"));
+  }
   const size_t first = frames->size();
   uint64_t begin = 0;
   do {

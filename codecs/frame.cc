@@ -68,6 +68,7 @@ absl::StatusOr<FrameView> ParseFrame(std::span<const uint8_t> bytes, const Frame
                                                  " is not supported (this build reads ",
                                                  kFrameFormatVersion, ")"));
   }
+  if (p[5] != 0) return absl::InvalidArgumentError("frame header: reserved byte is not 0");
   const size_t spec_len = Get<uint16_t>(p + 6);
   if (spec_len == 0 || spec_len > kMaxSpecLength) {
     return absl::InvalidArgumentError(StrCat("frame spec length ", spec_len,

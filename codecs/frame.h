@@ -31,6 +31,9 @@ inline constexpr uint8_t kFrameFormatVersion = 1;
 // Bytes a frame adds around its spec and body.
 inline constexpr size_t kFrameFixedBytes = 4 + 1 + 1 + 2 + 8 + 8 + 8 + 4 + 4;
 
+// A body's length is a u32.
+inline constexpr uint64_t kMaxBodyBytes = 0xFFFFFFFFull;
+
 inline size_t FrameOverhead(size_t spec_len) { return kFrameFixedBytes + spec_len; }
 
 // An encoded frame as produced by Codec::Encode.

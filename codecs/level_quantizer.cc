@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "codecs/str.h"
 #include "codecs/bit_io.h"
@@ -16,6 +17,11 @@
 
 namespace fedlgc::codecs {
 namespace {
+
+// Norms below this are quantized from a copy scaled by 2^kTinyShift, so s / norm and
+// 1 / norm stay finite.
+constexpr float kTinyNorm = 0x1p-60f;
+constexpr int kTinyShift = 64;
 
 int BitsForLevels(int s) { return std::bit_width(static_cast<unsigned>(2 * s)); }
 
@@ -61,19 +67,21 @@ FEDLGC_MULTIVERSION void QuantizeExp2(const float* x, size_t n, float inv_norm, 
                                       uint32_t key, uint8_t* codes) {
   // Written with integer compares and arithmetic blends instead of float min and
   // ternaries: GCC 12 vectorizes this form and not the obvious one.
-  const float small_scale = std::ldexp(1.0f, s - 1) * 16777216.0f;
+  const float small_scale = std::ldexp(1.0f, s - 1);  // <= 2^126: finite for s <= 127
   const uint32_t small_top = FloatBits(std::ldexp(1.0f, 1 - s));
   for (size_t i = 0; i < n; ++i) {
     // r = min(|x| / norm, 1), clamped on the bit pattern (ordered like the value).
     const uint32_t rb = std::min(FloatBits(std::fabs(x[i]) * inv_norm), 0x3F800000u);
     const int e = static_cast<int>(rb >> 23) - 127;  // r in [2^e, 2^(e+1)) when normal
     const uint32_t h = HashBits(key, static_cast<uint32_t>(i));
-    // Both sides below 2^23 / 2^24: signed compares.
+    // In [2^e, 2^(e+1)) the round-up probability is the mantissa fraction (both sides
+    // below 2^23: a signed compare).
     const int up = static_cast<int>(h >> 9) < static_cast<int>(rb & 0x7FFFFFu) ? 1 : 0;
     const int big = s + e + up;
-    // Below 2^(1-s) the interval is [0, 2^(1-s)); clamp first so the product fits an int.
-    const float r_small = BitsFloat(std::min(rb, small_top));
-    const int small = static_cast<int>(h >> 8) < static_cast<int>(r_small * small_scale) ? 1 : 0;
+    // Below 2^(1-s) the interval is [0, 2^(1-s)) and the probability r * 2^(s-1) <= 1.
+    const float p_small = BitsFloat(std::min(rb, small_top)) * small_scale;
+    const float u = static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+    const int small = u < p_small ? 1 : 0;
     const int use_big = e >= 1 - s ? 1 : 0;
     const int l = small + use_big * (big - small);
     const int sign = 1 - 2 * static_cast<int>(FloatBits(x[i]) >> 31);
@@ -96,6 +104,19 @@ void QuantizeTable(const float* x, size_t n, float inv_norm, const std::vector<f
     codes[i] = static_cast<uint8_t>(neg ? s - l : s + l);
   }
 }
+
+}  // namespace
+
+float UniformLevelScale(float norm, int s) {
+  // norm / s rounded down where needed, so s * scale <= norm and no decoded value can
+  // exceed the norm (norm = FLT_MAX would otherwise decode to infinity).
+  const float fs = static_cast<float>(s);
+  float scale = norm / fs;
+  while (scale * fs > norm) scale = std::nextafter(scale, 0.0f);
+  return scale;
+}
+
+namespace {
 
 FEDLGC_MULTIVERSION uint8_t MaxCode(const uint8_t* c, size_t n) {
   uint8_t m = 0;
@@ -234,8 +255,10 @@ double LevelQuantizer::BoundBitsPerCoord() const {
 float LevelQuantizer::BucketNorm(std::span<const float> x) const {
   if (norm_ == NormKind::kLinf) return MaxAbs(x.data(), x.size());
   const float ss = SumSquares(x.data(), x.size());
-  if (std::isfinite(ss)) return std::sqrt(ss);
-  // Overflow of finite values (or a non-finite value, which the caller rejects).
+  if (std::isfinite(ss) && ss >= std::numeric_limits<float>::min()) return std::sqrt(ss);
+  if (ss == 0 && MaxAbs(x.data(), x.size()) == 0) return 0;
+  // Overflow or underflow of the float sum (or a non-finite value, which the caller
+  // rejects): sum in double.
   double d = 0;
   for (float v : x) d += static_cast<double>(v) * v;
   return static_cast<float>(std::sqrt(d));
@@ -269,16 +292,28 @@ absl::Status LevelQuantizer::EncodeBody(std::span<const float> values, const Bod
   size_t code_pos = base + nb * 4;
   std::string elias_bits;
   BitWriter bw(&elias_bits);
+  std::vector<float> tiny;
   for (size_t b = 0; b < nb; ++b) {
     const auto x = values.subspan(b * bucket_, std::min<size_t>(bucket_, n - b * bucket_));
     const float norm = BucketNorm(x);
-    if (!std::isfinite(norm)) {
+    // The L2 norm turns NaN and infinity into a non-finite norm; the max skips NaN, so
+    // the L-inf path checks the (cache-hot) bucket itself.
+    if (!std::isfinite(norm) || (norm_ == NormKind::kLinf && FindNonFinite(x) != x.size())) {
       if (FindNonFinite(x) != x.size()) return NonFiniteInput(values);
       return absl::InvalidArgumentError(
           StrCat(spec(), ": the norm of bucket ", b, " overflows float32"));
     }
     std::memcpy(out->data() + base + 4 * b, &norm, 4);
-    Quantize(x, norm, BlockKey(ctx.seed, ctx.first_block + b), codes.data());
+    const uint32_t key = BlockKey(ctx.seed, ctx.first_block + b);
+    if (norm > 0 && norm < kTinyNorm) {
+      // s / norm would overflow: quantize an exactly rescaled copy (levels are relative
+      // to the norm, so the codes are the same).
+      tiny.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) tiny[i] = std::ldexp(x[i], kTinyShift);
+      Quantize(tiny, std::ldexp(norm, kTinyShift), key, codes.data());
+    } else {
+      Quantize(x, norm, key, codes.data());
+    }
     if (!elias_) {
       PackCodes(codes.data(), x.size(), bits_, reinterpret_cast<uint8_t*>(out->data() + code_pos));
       code_pos += PackedBytes(x.size(), bits_);
@@ -338,7 +373,7 @@ absl::Status LevelQuantizer::DecodeBody(std::span<const uint8_t> body,
     }
     float* o = out.data() + b * bucket_;
     if (kind_ == Kind::kUniform) {
-      DequantizeUniform(codes.data(), len, static_cast<float>(s_), norm / static_cast<float>(s_), o);
+      DequantizeUniform(codes.data(), len, static_cast<float>(s_), UniformLevelScale(norm, s_), o);
     } else {
       DequantizeTable(codes.data(), len, code_value_.data(), norm, o);
     }
@@ -361,6 +396,7 @@ absl::Status LevelQuantizer::DecodeElias(std::span<const uint8_t> body,
     const size_t len = std::min<size_t>(bucket_, n - b * bucket_);
     float norm;
     std::memcpy(&norm, body.data() + 4 * b, 4);
+    const float uniform_scale = UniformLevelScale(norm, s_);
     uint64_t nnz1;
     if (!br.ReadGamma(&nnz1)) return corrupt(b, "truncated count");
     if (nnz1 - 1 > len) return corrupt(b, "more nonzeros than coordinates");
@@ -377,9 +413,8 @@ absl::Status LevelQuantizer::DecodeElias(std::span<const uint8_t> body,
       if (gap > len || pos >= len) return corrupt(b, "position out of range");
       if (level > static_cast<uint64_t>(s_)) return corrupt(b, "level out of range");
       // The same arithmetic as the packed decoders, so both forms decode identically.
-      const float v = kind_ == Kind::kUniform
-                          ? static_cast<float>(level) * (norm / static_cast<float>(s_))
-                          : levels_[level] * norm;
+      const float v = kind_ == Kind::kUniform ? static_cast<float>(level) * uniform_scale
+                                              : levels_[level] * norm;
       o[pos] = neg ? -v : v;
     }
   }

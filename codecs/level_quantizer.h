@@ -65,6 +65,10 @@ class LevelQuantizer final : public DenseCodec {
   bool elias_;
 };
 
+// The per-level step for uniform levels: norm / s, rounded down where needed so that
+// s * step <= norm. Shared by every uniform decoder (CPU, Elias, GPU) so all agree.
+float UniformLevelScale(float norm, int s);
+
 }  // namespace fedlgc::codecs
 
 #endif  // FEDLGC_CODECS_LEVEL_QUANTIZER_H_

@@ -135,8 +135,12 @@ void SparseCodec::Select(std::span<const float> x, uint64_t seed,
 absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& opts,
                                  std::vector<Frame>* frames) {
   const uint64_t n = x.size();
-  if (n > (uint64_t{1} << 32)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": ", n, " coordinates exceed 2^32"));
+  if (n >= (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": ", n, " coordinates; the limit is 2^32 - 1"));
+  }
+  if (opts.max_frame_bytes == 0 && MaxFrameBytes(n) - FrameOverhead(spec().size()) > kMaxBodyBytes) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": the body would exceed 4 GiB;",
+                                             " set EncodeOptions::max_frame_bytes to chunk it"));
   }
   if (FindNonFinite(x) != x.size()) {
     const size_t i = FindNonFinite(x);

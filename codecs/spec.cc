@@ -115,6 +115,10 @@ class Parser {
     double v = 0;
     const char* first = text.data();
     if (!text.empty() && text[0] == '+') ++first;
+    if (first != text.data() && first < text.data() + text.size() && (*first == '-' || *first == '+')) {
+      pos_ = b;
+      return Error("expected a number");
+    }
     auto r = std::from_chars(first, text.data() + text.size(), v);
     if (r.ec != std::errc() || r.ptr != text.data() + text.size() || !std::isfinite(v)) {
       pos_ = b;

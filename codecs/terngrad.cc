@@ -76,6 +76,8 @@ float TernGrad::ClipBound(std::span<const float> x) const {
   }
   const double mean = sum / x.size();
   const double var = std::max(0.0, sq / x.size() - mean * mean);
+  // A constant bucket (or a single value) has nothing to clip against.
+  if (var == 0) return std::numeric_limits<float>::infinity();
   return static_cast<float>(clip_ * std::sqrt(var));
 }
 

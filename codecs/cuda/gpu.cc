@@ -2,6 +2,11 @@
 // build has no GPU path: the probe reports no device and the wrappers refuse.
 #include "codecs/cuda/gpu.h"
 
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codecs/level_quantizer.h"
 #include "codecs/packing.h"
 #include "codecs/str.h"
 
@@ -53,38 +58,48 @@ int GpuDeviceCount() {
 absl::Status GpuDecodeUniform(std::span<const uint8_t> body, int bits, int s, uint32_t bucket,
                               std::span<float> out) {
   if (GpuDeviceCount() == 0) return absl::FailedPreconditionError("no CUDA device");
+  if (bits < 1 || bits > 8 || s < 1 || 2 * s >= (1 << bits) || bucket == 0) {
+    return absl::InvalidArgumentError("GPU decode: invalid bits, s or bucket");
+  }
   const size_t n = out.size();
   const size_t nb = (n + bucket - 1) / bucket;
   const size_t code_bytes = (n / bucket) * PackedBytes(bucket, bits) + PackedBytes(n % bucket, bits);
-  if (bits < 1 || bits > 8 || body.size() != nb * 4 + code_bytes) {
+  if (body.size() != nb * 4 + code_bytes) {
     return absl::InvalidArgumentError(StrCat("GPU decode: body of ", body.size(), " bytes for ", n,
                                              " values"));
   }
-  DeviceBuffer d_body(body.size()), d_out(n * sizeof(float)), d_bad(sizeof(int));
-  for (const DeviceBuffer* b : {&d_body, &d_out, &d_bad}) {
+  // Norms are validated and turned into level steps on the host, exactly as the CPU does.
+  std::vector<float> scales(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    float norm;
+    std::memcpy(&norm, body.data() + 4 * b, 4);
+    if (!std::isfinite(norm) || norm < 0) {
+      return absl::InvalidArgumentError(StrCat("GPU decode: bucket ", b, " has an invalid norm"));
+    }
+    scales[b] = UniformLevelScale(norm, s);
+  }
+  DeviceBuffer d_codes(code_bytes), d_scales(nb * sizeof(float)), d_out(n * sizeof(float)),
+      d_bad(sizeof(int));
+  for (const DeviceBuffer* b : {&d_codes, &d_scales, &d_out, &d_bad}) {
     if (absl::Status st = CudaStatus(b->status(), "cudaMalloc"); !st.ok()) return st;
   }
-  if (absl::Status st = CudaStatus(
-          cudaMemcpy(d_body.get<uint8_t>(), body.data(), body.size(), cudaMemcpyHostToDevice),
-          "cudaMemcpy");
-      !st.ok()) {
-    return st;
+  cudaError_t e = cudaMemcpy(d_codes.get<uint8_t>(), body.data() + nb * 4, code_bytes,
+                             cudaMemcpyHostToDevice);
+  if (e == cudaSuccess) {
+    e = cudaMemcpy(d_scales.get<float>(), scales.data(), nb * sizeof(float), cudaMemcpyHostToDevice);
   }
-  cudaMemset(d_bad.get<int>(), 0, sizeof(int));
-  const int launched = cuda::LaunchDequantizeUniform(
-      d_body.get<uint8_t>() + nb * 4, reinterpret_cast<const float*>(d_body.get<uint8_t>()), n,
-      bits, s, bucket, d_out.get<float>(), d_bad.get<int>());
-  if (absl::Status st = CudaStatus(static_cast<cudaError_t>(launched), "kernel launch"); !st.ok()) {
-    return st;
+  if (e == cudaSuccess) e = cudaMemset(d_bad.get<int>(), 0, sizeof(int));
+  if (e == cudaSuccess) {
+    e = static_cast<cudaError_t>(cuda::LaunchDequantizeUniform(
+        d_codes.get<uint8_t>(), d_scales.get<float>(), n, bits, s, bucket, d_out.get<float>(),
+        d_bad.get<int>()));
+  }
+  if (e == cudaSuccess) {
+    e = cudaMemcpy(out.data(), d_out.get<float>(), n * sizeof(float), cudaMemcpyDeviceToHost);
   }
   int bad = 0;
-  if (absl::Status st = CudaStatus(
-          cudaMemcpy(out.data(), d_out.get<float>(), n * sizeof(float), cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
-      !st.ok()) {
-    return st;
-  }
-  cudaMemcpy(&bad, d_bad.get<int>(), sizeof(int), cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(&bad, d_bad.get<int>(), sizeof(int), cudaMemcpyDeviceToHost);
+  if (absl::Status st = CudaStatus(e, "GPU decode"); !st.ok()) return st;
   if (bad) return absl::InvalidArgumentError(StrCat("GPU decode: a code above ", 2 * s));
   return absl::OkStatus();
 }

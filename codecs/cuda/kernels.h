@@ -8,9 +8,9 @@
 
 namespace fedlgc::codecs::cuda {
 
-// out[i] = (code_i - s) * norms[i / bucket] / s for n codes of `bits` bits (1..8), each
+// out[i] = (code_i - s) * scales[i / bucket] for n codes of `bits` bits (1..8), each
 // bucket's codes starting on a byte boundary; *bad_code is set to 1 when a code exceeds 2s.
-int LaunchDequantizeUniform(const uint8_t* codes, const float* norms, size_t n, int bits, int s,
+int LaunchDequantizeUniform(const uint8_t* codes, const float* scales, size_t n, int bits, int s,
                             uint32_t bucket, float* out, int* bad_code);
 
 }  // namespace fedlgc::codecs::cuda

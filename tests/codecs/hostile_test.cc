@@ -198,8 +198,10 @@ TEST(HostileNonFinite, EveryFormatRefusesNaNAndInfinity) {
 }
 
 TEST(HostileNonFinite, EncodersRefuseNonFiniteInput) {
-  for (const char* spec : {"fp32", "fp16", "qsgd(bits=4)", "qsgd(bits=4,elias=1)", "natural",
-                           "terngrad", "sign", "topk(ratio=0.1)", "ef(topk(ratio=0.1))"}) {
+  for (const char* spec : {"fp32", "fp16", "qsgd(bits=4)", "qsgd(bits=4,elias=1)",
+                           "qsgd(bits=4,norm=linf)", "natdither(s=4,norm=linf)",
+                           "nuqsgd(bits=3,norm=linf,elias=1)", "natural", "terngrad", "sign",
+                           "topk(ratio=0.1)", "ef(topk(ratio=0.1))", "ef(qsgd(norm=linf))"}) {
     auto codec = testing::Make(spec);
     for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                       std::numeric_limits<float>::infinity()}) {
@@ -212,6 +214,17 @@ TEST(HostileNonFinite, EncodersRefuseNonFiniteInput) {
       EXPECT_TRUE(frames.empty());
     }
   }
+}
+
+TEST(HostileHeader, ReservedByteMustBeZero) {
+  auto codec = testing::Make("fp32");
+  std::vector<Frame> frames;
+  testing::RoundTrip(*codec, std::vector<float>(4, 1.0f), 1, 0, &frames);
+  std::string f = frames[0].bytes;
+  f[5] = 1;
+  FixCrc(&f);
+  std::vector<float> out(4);
+  EXPECT_FALSE(DecodeFrameInto(*codec, f, FrameLimits{}, out).ok());
 }
 
 TEST(HostileSparse, IndicesOutsideTheFrameRangeAreRefused) {

@@ -3,6 +3,7 @@
 #include "codecs/level_quantizer.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "codecs/registry.h"
@@ -139,6 +140,70 @@ TEST(LevelQuantizer, ZeroBucketAndHugeValues) {
   }
   EXPECT_GT(y[3], 0.0f);
   EXPECT_LT(y[7], 0.0f);
+}
+
+}  // namespace
+}  // namespace fedlgc::codecs
+
+namespace fedlgc::codecs {
+namespace {
+
+TEST(LevelQuantizerEdges, LargestNormDecodesFinite) {
+  // norm / s * s rounds above FLT_MAX for s = 127 unless the step is rounded down.
+  for (const char* spec : {"qsgd(bits=8,bucket=8)", "qsgd(s=49,bucket=8)", "qsgd(bits=8,bucket=8,elias=1)"}) {
+    auto codec = testing::Make(spec);
+    const std::vector<float> x = {std::numeric_limits<float>::max(), 0, 0, 0, 0, 0, 0, 0};
+    const auto y = testing::RoundTrip(*codec, x, 1);
+    EXPECT_TRUE(std::isfinite(y[0])) << spec;
+    EXPECT_GT(y[0], 0.99f * std::numeric_limits<float>::max()) << spec;
+  }
+  for (int s = 1; s <= 127; ++s) {
+    const float m = std::numeric_limits<float>::max();
+    EXPECT_LE(UniformLevelScale(m, s) * static_cast<float>(s), m) << s;
+  }
+}
+
+TEST(LevelQuantizerEdges, TinyNormsStayUnbiased) {
+  // Norms so small that s / norm or 1 / norm overflow, and L2 sums that underflow float.
+  for (const char* spec : {"qsgd(bits=4,bucket=8,norm=linf)", "qsgd(bits=4,bucket=8)",
+                           "natdither(s=6,bucket=8,norm=linf)", "nuqsgd(bits=3,bucket=8)"}) {
+    auto codec = testing::Make(spec);
+    const std::vector<float> x = {1e-38f, 0, -3e-39f, 2e-39f, 0, 0, 5e-39f, -1e-38f};
+    std::vector<double> mean(8, 0.0);
+    constexpr int kTrials = 4000;
+    for (int t = 0; t < kTrials; ++t) {
+      const auto y = testing::RoundTrip(*codec, x, t);
+      for (size_t i = 0; i < 8; ++i) {
+        ASSERT_TRUE(std::isfinite(y[i])) << spec;
+        if (x[i] == 0) {
+          ASSERT_EQ(y[i], 0.0f) << spec;
+        }
+        mean[i] += y[i] / double(kTrials);
+      }
+    }
+    for (size_t i = 0; i < 8; ++i) {
+      // Each coordinate is a two-point variable within [0, 2.3e-38]: sd of the mean <= 2e-40.
+      EXPECT_NEAR(mean[i], x[i], 1e-39) << spec << " " << i;
+    }
+  }
+}
+
+TEST(LevelQuantizerEdges, ManyExponentialLevels) {
+  // s up to 127 makes 2^(s-1) * 2^24 overflow float; the small-value path must not.
+  for (const char* spec : {"natdither(s=127,bucket=64)", "nuqsgd(bits=8,bucket=64)"}) {
+    auto codec = testing::Make(spec);
+    auto x = testing::GradientLike(64, 2);
+    x[0] = 1e-30f;  // far below 2^(1-s) * norm for s = 8, inside the levels for s = 127
+    const auto y = testing::RoundTrip(*codec, x, 3);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(y[i]));
+      // With 127 levels down to 2^-126 every value lies within a factor 2 of its input.
+      if (std::fabs(x[i]) > 1e-35f) {
+        EXPECT_LE(std::fabs(y[i]), 2.0f * std::fabs(x[i]) + 1e-37f) << spec << " " << i;
+        EXPECT_GE(std::fabs(y[i]), 0.5f * std::fabs(x[i])) << spec << " " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

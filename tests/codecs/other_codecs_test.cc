@@ -88,6 +88,15 @@ TEST(TernGrad, ClippingBoundsTheScale) {
   EXPECT_EQ(dynamic_cast<const TernGrad&>(*unclipped).LocalScale(x), 100.0f);
 }
 
+TEST(TernGrad, ConstantBucketsAreNotClippedAway) {
+  // A bucket with zero variance (here the 1-value tail bucket) has nothing to clip
+  // against and must still be sent.
+  auto codec = testing::Make("terngrad(bucket=64,clip=2.5)");
+  std::vector<float> x(65, 0.5f);
+  const auto y = testing::RoundTrip(*codec, x, 1);
+  for (float v : y) EXPECT_EQ(v, 0.5f);
+}
+
 TEST(TernGrad, SharedScaleMakesCodesIntegerSummable) {
   auto codec = testing::Make("terngrad(bucket=128,clip=0,shared=1)");
   const auto& tg = dynamic_cast<const TernGrad&>(*codec);

@@ -49,6 +49,7 @@ TEST(SpecParse, ErrorsNameTheColumn) {
       {"qsgd(bits=4x)", "column 12: expected ',' or ')', found 'x'"},
       {"qsgd(bits=1.2.3)", "column 11: expected a number"},
       {"Qsgd", "column 1: expected a codec name, found 'Q'"},
+      {"qsgd(bits=+-4)", "column 11: expected a number"},
   };
   for (const Case& c : cases) {
     auto node = ParseSpec(c.spec);

@@ -28,6 +28,12 @@ absl::Status DenseCodec::NonFiniteInput(std::span<const float> values) {
                                                  "); nothing was encoded"));
 }
 
+absl::Status DenseCodec::ExpectBodyBytes(std::span<const uint8_t> body, uint64_t n) const {
+  if (body.size() == MaxBodyBytes(n)) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat(spec(), ": body of ", body.size(), " bytes for ", n,
+                                           " values, expected ", MaxBodyBytes(n)));
+}
+
 absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& opts,
                                 std::vector<Frame>* frames) {
   const uint64_t n = x.size();

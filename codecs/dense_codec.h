@@ -47,6 +47,8 @@ class DenseCodec : public Codec {
  protected:
   DenseCodec(std::string spec, CodecTraits traits) : Codec(std::move(spec)), traits_(traits) {}
 
+  // OK when a fixed-size body for n values has exactly MaxBodyBytes(n) bytes.
+  absl::Status ExpectBodyBytes(std::span<const uint8_t> body, uint64_t n) const;
   // Shared error for values that are NaN or infinite.
   static absl::Status NonFiniteInput(std::span<const float> values);
 

@@ -143,10 +143,7 @@ absl::Status FloatCodec::EncodeBody(std::span<const float> values, const BodyCon
 }
 
 absl::Status FloatCodec::DecodeBody(std::span<const uint8_t> body, std::span<float> out) const {
-  if (body.size() != MaxBodyBytes(out.size())) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", body.size(),
-                                                   " bytes for ", out.size(), " values"));
-  }
+  FEDLGC_RETURN_IF_ERROR(ExpectBodyBytes(body, out.size()));
   bool bad = false;
   switch (format_) {
     case FloatFormat::kFp32:

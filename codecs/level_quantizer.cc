@@ -355,10 +355,7 @@ absl::Status LevelQuantizer::DecodeBody(std::span<const uint8_t> body,
     }
   }
   if (elias_) return DecodeElias(body, out);
-  if (body.size() != MaxBodyBytes(n)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", body.size(),
-                                                   " bytes, expected ", MaxBodyBytes(n)));
-  }
+  FEDLGC_RETURN_IF_ERROR(ExpectBodyBytes(body, n));
   std::vector<uint8_t> codes(std::min<size_t>(bucket_, n));
   const uint8_t* p = body.data() + nb * 4;
   for (size_t b = 0; b < nb; ++b) {

@@ -74,10 +74,7 @@ absl::Status NaturalCompression::EncodeBody(std::span<const float> values,
 absl::Status NaturalCompression::DecodeBody(std::span<const uint8_t> body,
                                             std::span<float> out) const {
   const size_t n = out.size();
-  if (body.size() != MaxBodyBytes(n)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", body.size(),
-                                                   " bytes, expected ", MaxBodyBytes(n)));
-  }
+  FEDLGC_RETURN_IF_ERROR(ExpectBodyBytes(body, n));
   const uint8_t* exps = body.data();
   if (std::find(exps, exps + n, 0xFF) != exps + n) {
     return absl::InvalidArgumentError(StrCat(spec(), ": exponent 255 (non-finite) in payload"));

@@ -65,10 +65,7 @@ absl::Status SignCodec::EncodeBody(std::span<const float> values, const BodyCont
 
 absl::Status SignCodec::DecodeBody(std::span<const uint8_t> body, std::span<float> out) const {
   const size_t n = out.size();
-  if (body.size() != MaxBodyBytes(n)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", body.size(),
-                                                   " bytes, expected ", MaxBodyBytes(n)));
-  }
+  FEDLGC_RETURN_IF_ERROR(ExpectBodyBytes(body, n));
   const size_t nb = (n + bucket_ - 1) / bucket_;
   const uint8_t* bits = body.data() + (scaled_ ? nb * 4 : 0);
   std::vector<uint8_t> neg(std::min<size_t>(bucket_, n));

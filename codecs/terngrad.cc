@@ -123,10 +123,7 @@ absl::Status TernGrad::EncodeBody(std::span<const float> values, const BodyConte
 
 absl::Status TernGrad::DecodeBody(std::span<const uint8_t> body, std::span<float> out) const {
   const size_t n = out.size();
-  if (body.size() != MaxBodyBytes(n)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", body.size(),
-                                                   " bytes, expected ", MaxBodyBytes(n)));
-  }
+  FEDLGC_RETURN_IF_ERROR(ExpectBodyBytes(body, n));
   const size_t nb = (n + bucket_ - 1) / bucket_;
   std::vector<uint8_t> codes(std::min<size_t>(bucket_, n));
   const uint8_t* packed = body.data() + nb * 4;

@@ -84,8 +84,9 @@ int Main(int argc, char** argv) {
     } else if (a == "--codec") {
       specs.push_back(next());
     } else {
-      std::fprintf(stderr,
-                   "usage: fedlgc-bench-codecs [--n N] [--reps R] [--json FILE] [--codec SPEC]...\n");
+      std::fprintf(
+          stderr,
+          "usage: fedlgc-bench-codecs [--n N] [--reps R] [--json FILE] [--codec SPEC]...\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -159,10 +160,11 @@ int Main(int argc, char** argv) {
   uint64_t seed = 0;
   const double sampled_s =
       MedianSeconds(reps, [&] { TopKSampled(x, k, 0.01, ++seed, &sampled_idx); });
-  std::printf("\ntop-k selection, k = %zu (1%%): exact nth_element %.1f ms, sampled %.1f ms "
-              "(%.1fx), kept %zu, same set as exact: %s\n",
-              k, exact_s * 1e3, sampled_s * 1e3, exact_s / sampled_s, sampled_idx.size(),
-              sampled_idx == exact_idx ? "yes" : "no");
+  std::printf(
+      "\ntop-k selection, k = %zu (1%%): exact nth_element %.1f ms, sampled %.1f ms "
+      "(%.1fx), kept %zu, same set as exact: %s\n",
+      k, exact_s * 1e3, sampled_s * 1e3, exact_s / sampled_s, sampled_idx.size(),
+      sampled_idx == exact_idx ? "yes" : "no");
 
   if (!json.empty()) {
     std::ofstream out(json);
@@ -170,8 +172,8 @@ int Main(int argc, char** argv) {
         << ", \"codecs\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      out << (i ? ", " : "") << "{\"spec\": \"" << r.spec << "\", \"encode_gbps\": "
-          << r.encode_gbps << ", \"decode_gbps\": " << r.decode_gbps
+      out << (i ? ", " : "") << "{\"spec\": \"" << r.spec
+          << "\", \"encode_gbps\": " << r.encode_gbps << ", \"decode_gbps\": " << r.decode_gbps
           << ", \"bits_per_coord\": " << r.bits << ", \"bound_bits_per_coord\": " << r.bound
           << ", \"frames\": " << r.frames << "}";
     }

@@ -22,18 +22,19 @@ CodecFactory Leaf(F f) {
 }
 
 CodecFactory FloatFactory(FloatFormat format) {
-  return [format](const SpecNode& node, const Registry&) { return FloatCodec::Create(format, node); };
+  return
+      [format](const SpecNode& node, const Registry&) { return FloatCodec::Create(format, node); };
 }
 
 }  // namespace
 
 absl::Status RegisterBuiltinCodecs(Registry& r) {
-  FEDLGC_RETURN_IF_ERROR(r.Register({"fp32", 1, "identity, 32 bits per coordinate",
-                                     FloatFactory(FloatFormat::kFp32)}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"fp16", 1, "IEEE half precision, saturating, 16 bits",
-                                     FloatFactory(FloatFormat::kFp16)}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"bf16", 1, "bfloat16, round to nearest even, 16 bits",
-                                     FloatFactory(FloatFormat::kBf16)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register(
+      {"fp32", 1, "identity, 32 bits per coordinate", FloatFactory(FloatFormat::kFp32)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register(
+      {"fp16", 1, "IEEE half precision, saturating, 16 bits", FloatFactory(FloatFormat::kFp16)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register(
+      {"bf16", 1, "bfloat16, round to nearest even, 16 bits", FloatFactory(FloatFormat::kBf16)}));
   FEDLGC_RETURN_IF_ERROR(r.Register({"qsgd", 1,
                                      "QSGD: stochastic uniform levels per bucket "
                                      "(bits|s, bucket, norm=l2|linf, elias)",
@@ -42,24 +43,24 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
                                      "NUQSGD: stochastic exponential levels p^j "
                                      "(bits|s, p, bucket, norm, elias)",
                                      Leaf(&LevelQuantizer::CreateNuqsgd)}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"natdither", 1,
-                                     "natural dithering: levels 2^-j of the norm (s, bucket, norm)",
-                                     Leaf(&LevelQuantizer::CreateNatDither)}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"terngrad", 1,
-                                     "TernGrad: {-s,0,s} per bucket (bucket, clip, shared)",
-                                     Leaf(&TernGrad::Create)}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"natural", 1,
-                                     "natural compression: random power of two, 9 bits",
-                                     Leaf(&NaturalCompression::Create)}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"sign", 1, "signSGD: 1 bit (+ l1 scale per bucket)",
-                                     Leaf(&SignCodec::Create)}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"topk", 1,
-                                     "top-k by magnitude (ratio|k, values, sampled, sample)",
-                                     &SparseCodec::CreateTopK}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"randk", 1, "uniform random-k (ratio|k, values, scale)",
-                                     &SparseCodec::CreateRandomK}));
-  FEDLGC_RETURN_IF_ERROR(r.Register({"ef", 1, "error feedback around any codec: ef(codec)",
-                                     &ErrorFeedback::Create}));
+  FEDLGC_RETURN_IF_ERROR(
+      r.Register({"natdither", 1, "natural dithering: levels 2^-j of the norm (s, bucket, norm)",
+                  Leaf(&LevelQuantizer::CreateNatDither)}));
+  FEDLGC_RETURN_IF_ERROR(
+      r.Register({"terngrad", 1, "TernGrad: {-s,0,s} per bucket (bucket, clip, shared)",
+                  Leaf(&TernGrad::Create)}));
+  FEDLGC_RETURN_IF_ERROR(
+      r.Register({"natural", 1, "natural compression: random power of two, 9 bits",
+                  Leaf(&NaturalCompression::Create)}));
+  FEDLGC_RETURN_IF_ERROR(
+      r.Register({"sign", 1, "signSGD: 1 bit (+ l1 scale per bucket)", Leaf(&SignCodec::Create)}));
+  FEDLGC_RETURN_IF_ERROR(
+      r.Register({"topk", 1, "top-k by magnitude (ratio|k, values, sampled, sample)",
+                  &SparseCodec::CreateTopK}));
+  FEDLGC_RETURN_IF_ERROR(r.Register(
+      {"randk", 1, "uniform random-k (ratio|k, values, scale)", &SparseCodec::CreateRandomK}));
+  FEDLGC_RETURN_IF_ERROR(
+      r.Register({"ef", 1, "error feedback around any codec: ef(codec)", &ErrorFeedback::Create}));
   return absl::OkStatus();
 }
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "codecs/str.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 
@@ -12,18 +12,18 @@ absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
                              const FrameLimits& limits, std::span<float> out) {
   FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(bytes, limits));
   if (view.spec != codec.wire_spec()) {
-    return absl::InvalidArgumentError(StrCat("frame was encoded with \"", view.spec,
-                                                   "\", expected \"", codec.wire_spec(), "\""));
+    return absl::InvalidArgumentError(
+        StrCat("frame was encoded with \"", view.spec, "\", expected \"", codec.wire_spec(), "\""));
   }
   if (view.dim != out.size()) {
-    return absl::InvalidArgumentError(StrCat("frame is for a vector of ", view.dim,
-                                                   " coordinates, expected ", out.size()));
+    return absl::InvalidArgumentError(
+        StrCat("frame is for a vector of ", view.dim, " coordinates, expected ", out.size()));
   }
   return codec.Decode(view, out.subspan(view.begin, view.length));
 }
 
-absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes,
-                             const FrameLimits& limits, std::span<float> out) {
+absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes, const FrameLimits& limits,
+                             std::span<float> out) {
   return DecodeFrameInto(
       codec, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
       limits, out);

@@ -31,10 +31,10 @@ struct EncodeOptions {
 };
 
 struct CodecTraits {
-  bool fixed_size = true;   // MaxFrameBytes is exact for every input
-  bool unbiased = false;    // E[Decode(Encode(x))] = x over the seed
-  bool stateful = false;    // Encode changes the codec (e.g. error feedback residual)
-  uint64_t block = 1;       // chunk boundaries fall on multiples of this many coordinates
+  bool fixed_size = true;  // MaxFrameBytes is exact for every input
+  bool unbiased = false;   // E[Decode(Encode(x))] = x over the seed
+  bool stateful = false;   // Encode changes the codec (e.g. error feedback residual)
+  uint64_t block = 1;      // chunk boundaries fall on multiples of this many coordinates
 };
 
 // Thread-safety: Decode is const and may run concurrently; Encode of a stateful codec
@@ -79,8 +79,8 @@ class Codec {
 // range are left untouched.
 absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
                              const FrameLimits& limits, std::span<float> out);
-absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes,
-                             const FrameLimits& limits, std::span<float> out);
+absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes, const FrameLimits& limits,
+                             std::span<float> out);
 
 // Decodes a whole encoding (all frames of one Encode call) into `out`. Coordinates no
 // frame covers are zero. Convenience for senders and tests.

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "codecs/str.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 
@@ -24,8 +24,8 @@ size_t FindNonFinite(std::span<const float> x) {
 absl::Status DenseCodec::NonFiniteInput(std::span<const float> values) {
   const size_t i = FindNonFinite(values);
   if (i == values.size()) return absl::InternalError("non-finite check found no culprit");
-  return absl::InvalidArgumentError(StrCat("input value ", i, " is not finite (", values[i],
-                                                 "); nothing was encoded"));
+  return absl::InvalidArgumentError(
+      StrCat("input value ", i, " is not finite (", values[i], "); nothing was encoded"));
 }
 
 absl::Status DenseCodec::ExpectBodyBytes(std::span<const uint8_t> body, uint64_t n) const {
@@ -44,9 +44,9 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
     if (opts.max_frame_bytes <= overhead ||
         MaxBodyBytes(std::min(n, block)) > opts.max_frame_bytes - overhead) {
       return absl::InvalidArgumentError(
-          StrCat("frame budget of ", opts.max_frame_bytes, " bytes is too small for ",
-                       wire_spec(), ": one block of ", block, " coordinates needs ",
-                       overhead + MaxBodyBytes(std::min(n, block)), " bytes"));
+          StrCat("frame budget of ", opts.max_frame_bytes, " bytes is too small for ", wire_spec(),
+                 ": one block of ", block, " coordinates needs ",
+                 overhead + MaxBodyBytes(std::min(n, block)), " bytes"));
     }
     // Largest multiple of block whose worst-case body fits (binary search over blocks).
     const uint64_t budget = opts.max_frame_bytes - overhead;
@@ -63,7 +63,8 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
     chunk = std::min(n, lo * block);
   }
   if (MaxBodyBytes(chunk) > kMaxBodyBytes) {
-    return absl::InvalidArgumentError(StrCat(wire_spec(), ": ", n, " coordinates make a body over 4 GiB;",
+    return absl::InvalidArgumentError(StrCat(wire_spec(), ": ", n,
+                                             " coordinates make a body over 4 GiB;",
                                              " set EncodeOptions::max_frame_bytes to chunk it"));
   }
   const size_t first = frames->size();
@@ -89,15 +90,14 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
 
 absl::Status DenseCodec::Decode(const FrameView& frame, std::span<float> out) const {
   if (out.size() != frame.length) {
-    return absl::InvalidArgumentError(StrCat("output holds ", out.size(),
-                                                   " values, the frame covers ", frame.length));
+    return absl::InvalidArgumentError(
+        StrCat("output holds ", out.size(), " values, the frame covers ", frame.length));
   }
   const uint64_t max_body = MaxBodyBytes(frame.length);
-  if (frame.body.size() > max_body ||
-      (traits_.fixed_size && frame.body.size() != max_body)) {
-    return absl::InvalidArgumentError(
-        StrCat(wire_spec(), ": body of ", frame.body.size(), " bytes for ", frame.length,
-                     " values, expected ", traits_.fixed_size ? "" : "at most ", max_body));
+  if (frame.body.size() > max_body || (traits_.fixed_size && frame.body.size() != max_body)) {
+    return absl::InvalidArgumentError(StrCat(wire_spec(), ": body of ", frame.body.size(),
+                                             " bytes for ", frame.length, " values, expected ",
+                                             traits_.fixed_size ? "" : "at most ", max_body));
   }
   return DecodeBody(frame.body, out);
 }

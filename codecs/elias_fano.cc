@@ -4,8 +4,8 @@
 #include <bit>
 #include <cmath>
 
-#include "codecs/str.h"
 #include "codecs/bit_io.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {
@@ -50,8 +50,8 @@ absl::Status EliasFanoDecode(std::span<const uint8_t> in, uint64_t k, uint64_t u
   idx->clear();
   if (in.size() != EliasFanoBytes(k, u)) {
     return absl::InvalidArgumentError(StrCat("index code of ", in.size(), " bytes, ",
-                                                   EliasFanoBytes(k, u), " expected for ", k,
-                                                   " indices in [0, ", u, ")"));
+                                             EliasFanoBytes(k, u), " expected for ", k,
+                                             " indices in [0, ", u, ")"));
   }
   if (k == 0) return absl::OkStatus();
   if (k > u || u > (uint64_t{1} << 32)) {
@@ -76,8 +76,8 @@ absl::Status EliasFanoDecode(std::span<const uint8_t> in, uint64_t k, uint64_t u
     high += gap;
     const uint64_t v = (high << l) | (*idx)[j];
     if (v >= u || static_cast<int64_t>(v) <= prev) {
-      return absl::InvalidArgumentError(StrCat("index ", v, " out of range or out of order (u=",
-                                                     u, ")"));
+      return absl::InvalidArgumentError(
+          StrCat("index ", v, " out of range or out of order (u=", u, ")"));
     }
     (*idx)[j] = static_cast<uint32_t>(v);
     prev = static_cast<int64_t>(v);
@@ -87,7 +87,8 @@ absl::Status EliasFanoDecode(std::span<const uint8_t> in, uint64_t k, uint64_t u
 
 double Log2Binomial(uint64_t u, uint64_t k) {
   if (k == 0 || k >= u) return 0;
-  const double nats = std::lgamma(static_cast<double>(u) + 1) - std::lgamma(static_cast<double>(k) + 1) -
+  const double nats = std::lgamma(static_cast<double>(u) + 1) -
+                      std::lgamma(static_cast<double>(k) + 1) -
                       std::lgamma(static_cast<double>(u - k) + 1);
   return nats / std::log(2.0);
 }

@@ -1,9 +1,9 @@
 // Error-feedback decorator (see error_feedback.h).
 #include "codecs/error_feedback.h"
 
-#include "codecs/str.h"
 #include "codecs/params.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 
@@ -37,8 +37,8 @@ absl::Status ErrorFeedback::Encode(std::span<const float> x, const EncodeOptions
                                    std::vector<Frame>* frames) {
   if (residual_.empty()) residual_.assign(x.size(), 0.0f);
   if (residual_.size() != x.size()) {
-    return absl::InvalidArgumentError(StrCat("ef: input has ", x.size(),
-                                                   " coordinates, the residual ", residual_.size()));
+    return absl::InvalidArgumentError(
+        StrCat("ef: input has ", x.size(), " coordinates, the residual ", residual_.size()));
   }
   scratch_.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) scratch_[i] = x[i] + residual_[i];
@@ -46,8 +46,7 @@ absl::Status ErrorFeedback::Encode(std::span<const float> x, const EncodeOptions
   FEDLGC_RETURN_IF_ERROR(inner_->Encode(scratch_, opts, frames));
   // The residual becomes (x + e) minus what the receiver will decode.
   recon_.resize(x.size());
-  absl::Status st = DecodeAll(
-      *inner_, std::span<const Frame>(*frames).subspan(first), recon_);
+  absl::Status st = DecodeAll(*inner_, std::span<const Frame>(*frames).subspan(first), recon_);
   if (!st.ok()) {
     frames->resize(first);
     return st;

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "codecs/str.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 
@@ -88,9 +88,12 @@ FEDLGC_MULTIVERSION uint32_t DecodeBf16(const uint16_t* in, size_t n, float* out
 
 const char* FormatName(FloatFormat f) {
   switch (f) {
-    case FloatFormat::kFp32: return "fp32";
-    case FloatFormat::kFp16: return "fp16";
-    case FloatFormat::kBf16: return "bf16";
+    case FloatFormat::kFp32:
+      return "fp32";
+    case FloatFormat::kFp16:
+      return "fp16";
+    case FloatFormat::kBf16:
+      return "bf16";
   }
   return "?";
 }
@@ -109,8 +112,7 @@ absl::StatusOr<std::unique_ptr<Codec>> FloatCodec::Create(FloatFormat format,
                                                           const SpecNode& node) {
   ParamReader params(node, {});
   FEDLGC_RETURN_IF_ERROR(params.status());
-  return std::unique_ptr<Codec>(
-      new FloatCodec(StrCat(FormatName(format), "/1"), format));
+  return std::unique_ptr<Codec>(new FloatCodec(StrCat(FormatName(format), "/1"), format));
 }
 
 absl::Status FloatCodec::EncodeBody(std::span<const float> values, const BodyContext&,

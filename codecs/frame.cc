@@ -3,9 +3,9 @@
 
 #include <cstring>
 
-#include "codecs/str.h"
 #include "codecs/crc32c.h"
 #include "codecs/spec.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {
@@ -52,8 +52,8 @@ void FinishFrame(size_t body_offset, std::string* out) {
 absl::StatusOr<FrameView> ParseFrame(std::span<const uint8_t> bytes, const FrameLimits& limits) {
   const size_t n = bytes.size();
   if (n > limits.max_frame_bytes) {
-    return absl::ResourceExhaustedError(StrCat("frame of ", n, " bytes exceeds the limit of ",
-                                                     limits.max_frame_bytes));
+    return absl::ResourceExhaustedError(
+        StrCat("frame of ", n, " bytes exceeds the limit of ", limits.max_frame_bytes));
   }
   if (n < kFrameFixedBytes) {
     return absl::InvalidArgumentError(
@@ -65,18 +65,18 @@ absl::StatusOr<FrameView> ParseFrame(std::span<const uint8_t> bytes, const Frame
   }
   if (p[4] != kFrameFormatVersion) {
     return absl::UnimplementedError(StrCat("frame format version ", p[4],
-                                                 " is not supported (this build reads ",
-                                                 kFrameFormatVersion, ")"));
+                                           " is not supported (this build reads ",
+                                           kFrameFormatVersion, ")"));
   }
   if (p[5] != 0) return absl::InvalidArgumentError("frame header: reserved byte is not 0");
   const size_t spec_len = Get<uint16_t>(p + 6);
   if (spec_len == 0 || spec_len > kMaxSpecLength) {
-    return absl::InvalidArgumentError(StrCat("frame spec length ", spec_len,
-                                                   " is outside [1, ", kMaxSpecLength, "]"));
+    return absl::InvalidArgumentError(
+        StrCat("frame spec length ", spec_len, " is outside [1, ", kMaxSpecLength, "]"));
   }
   if (n < FrameOverhead(spec_len)) {
-    return absl::InvalidArgumentError(StrCat("truncated frame: ", n, " bytes, header needs ",
-                                                   FrameOverhead(spec_len)));
+    return absl::InvalidArgumentError(
+        StrCat("truncated frame: ", n, " bytes, header needs ", FrameOverhead(spec_len)));
   }
   const uint8_t* q = p + 8 + spec_len;
   FrameView view;
@@ -88,20 +88,19 @@ absl::StatusOr<FrameView> ParseFrame(std::span<const uint8_t> bytes, const Frame
   const size_t expected = FrameOverhead(spec_len) + body_len;
   if (n != expected) {
     return absl::InvalidArgumentError(StrCat(n < expected ? "truncated" : "oversized",
-                                                   " frame: ", n, " bytes, header says ",
-                                                   expected));
+                                             " frame: ", n, " bytes, header says ", expected));
   }
   const uint32_t crc = Get<uint32_t>(p + n - 4);
   if (Crc32c(p, n - 4) != crc) {
     return absl::DataLossError("frame checksum (CRC32C) mismatch");
   }
   if (view.dim > limits.max_dim) {
-    return absl::ResourceExhaustedError(StrCat("frame dimension ", view.dim,
-                                                     " exceeds the limit of ", limits.max_dim));
+    return absl::ResourceExhaustedError(
+        StrCat("frame dimension ", view.dim, " exceeds the limit of ", limits.max_dim));
   }
   if (view.begin > view.dim || view.length > view.dim - view.begin) {
     return absl::OutOfRangeError(StrCat("frame range [", view.begin, ", +", view.length,
-                                              ") lies outside the vector of ", view.dim));
+                                        ") lies outside the vector of ", view.dim));
   }
   view.body = bytes.subspan(FrameOverhead(spec_len) - 4, body_len);
   return view;

@@ -45,7 +45,7 @@ struct Frame {
 
 // What a receiver accepts. Everything beyond is rejected before any decoding work.
 struct FrameLimits {
-  uint64_t max_dim = uint64_t{1} << 31;         // coordinates in a vector
+  uint64_t max_dim = uint64_t{1} << 31;           // coordinates in a vector
   uint64_t max_frame_bytes = uint64_t{64} << 20;  // a whole frame
 };
 
@@ -69,9 +69,9 @@ void FinishFrame(size_t body_offset, std::string* out);
 // The range [begin, begin+length) is verified to lie inside [0, dim).
 absl::StatusOr<FrameView> ParseFrame(std::span<const uint8_t> bytes, const FrameLimits& limits);
 inline absl::StatusOr<FrameView> ParseFrame(std::string_view bytes, const FrameLimits& limits) {
-  return ParseFrame(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                             bytes.size()),
-                    limits);
+  return ParseFrame(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      limits);
 }
 
 }  // namespace fedlgc::codecs

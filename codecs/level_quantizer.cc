@@ -7,13 +7,13 @@
 #include <cstring>
 #include <limits>
 
-#include "codecs/str.h"
 #include "codecs/bit_io.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {
@@ -46,8 +46,8 @@ FEDLGC_MULTIVERSION float MaxAbs(const float* x, size_t n) {
 }
 
 // Uniform levels j/s: a = |x| * s / norm, level floor(a) or floor(a)+1.
-FEDLGC_MULTIVERSION void QuantizeUniform(const float* x, size_t n, float scale, int s,
-                                         uint32_t key, uint8_t* codes) {
+FEDLGC_MULTIVERSION void QuantizeUniform(const float* x, size_t n, float scale, int s, uint32_t key,
+                                         uint8_t* codes) {
   for (size_t i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]) * scale;
     int l = static_cast<int>(a);  // a >= 0: truncation is floor
@@ -63,8 +63,8 @@ FEDLGC_MULTIVERSION void QuantizeUniform(const float* x, size_t n, float scale, 
 // Exponential levels 2^(j-s), j = 1..s, and 0. For r >= 2^(1-s) the interval is
 // [2^e, 2^(e+1)) and the round-up probability is the mantissa fraction; below it the
 // interval is [0, 2^(1-s)).
-FEDLGC_MULTIVERSION void QuantizeExp2(const float* x, size_t n, float inv_norm, int s,
-                                      uint32_t key, uint8_t* codes) {
+FEDLGC_MULTIVERSION void QuantizeExp2(const float* x, size_t n, float inv_norm, int s, uint32_t key,
+                                      uint8_t* codes) {
   // Written with integer compares and arithmetic blends instead of float min and
   // ternaries: GCC 12 vectorizes this form and not the obvious one.
   const float small_scale = std::ldexp(1.0f, s - 1);  // <= 2^126: finite for s <= 127
@@ -159,7 +159,8 @@ absl::StatusOr<CommonParams> ReadCommon(const ParamReader& params, bool allow_bi
                       : StrCat("s=", s);
   }
   FEDLGC_ASSIGN_OR_RETURN(int64_t bucket, params.Int("bucket", 512, 8, 1 << 20));
-  if (bucket % 8 != 0) return params.Error("bucket", StrCat("must be a multiple of 8, got ", bucket));
+  if (bucket % 8 != 0)
+    return params.Error("bucket", StrCat("must be a multiple of 8, got ", bucket));
   c.bucket = static_cast<uint32_t>(bucket);
   absl::StatusOr<std::string> norm = params.Word("norm", "l2", {"l2", "linf"});
   if (!norm.ok()) return norm.status();
@@ -170,17 +171,16 @@ absl::StatusOr<CommonParams> ReadCommon(const ParamReader& params, bool allow_bi
 
 std::string CommonSuffix(const CommonParams& c) {
   return StrCat(",bucket=", c.bucket, ",norm=", c.norm == NormKind::kL2 ? "l2" : "linf",
-                      ",elias=", c.elias ? 1 : 0, ")");
+                ",elias=", c.elias ? 1 : 0, ")");
 }
 
 }  // namespace
 
 LevelQuantizer::LevelQuantizer(std::string spec, Kind kind, std::vector<float> levels,
                                NormKind norm, uint32_t bucket, bool elias)
-    : DenseCodec(std::move(spec), CodecTraits{.fixed_size = !elias,
-                                              .unbiased = true,
-                                              .stateful = false,
-                                              .block = bucket}),
+    : DenseCodec(
+          std::move(spec),
+          CodecTraits{.fixed_size = !elias, .unbiased = true, .stateful = false, .block = bucket}),
       kind_(kind),
       levels_(std::move(levels)),
       s_(static_cast<int>(levels_.size()) - 1),
@@ -201,9 +201,9 @@ absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateQsgd(const SpecNode
   FEDLGC_ASSIGN_OR_RETURN(CommonParams c, ReadCommon(params, true, 8, 127));
   std::vector<float> lv(c.s + 1);
   for (int j = 0; j <= c.s; ++j) lv[j] = static_cast<float>(j) / static_cast<float>(c.s);
-  return std::unique_ptr<Codec>(new LevelQuantizer(
-      StrCat("qsgd/1(", c.bits_or_s, CommonSuffix(c)), Kind::kUniform, std::move(lv),
-      c.norm, c.bucket, c.elias));
+  return std::unique_ptr<Codec>(new LevelQuantizer(StrCat("qsgd/1(", c.bits_or_s, CommonSuffix(c)),
+                                                   Kind::kUniform, std::move(lv), c.norm, c.bucket,
+                                                   c.elias));
 }
 
 absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateNuqsgd(const SpecNode& node) {
@@ -215,8 +215,8 @@ absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateNuqsgd(const SpecNo
   for (int j = 1; j <= c.s; ++j) lv[j] = static_cast<float>(std::pow(p, c.s - j));
   for (int j = 1; j <= c.s; ++j) {
     if (!(lv[j] > lv[j - 1])) {
-      return params.Error("p", StrCat("=", p, " with s=", c.s,
-                                            " makes levels underflow float; use fewer levels"));
+      return params.Error(
+          "p", StrCat("=", p, " with s=", c.s, " makes levels underflow float; use fewer levels"));
     }
   }
   const Kind kind = p == 0.5 && c.s <= 126 ? Kind::kExp2 : Kind::kTable;
@@ -231,10 +231,9 @@ absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateNatDither(const Spe
   FEDLGC_ASSIGN_OR_RETURN(CommonParams c, ReadCommon(params, false, 0, 8));
   std::vector<float> lv(c.s + 1, 0.0f);
   for (int j = 1; j <= c.s; ++j) lv[j] = std::ldexp(1.0f, j - c.s);
-  return std::unique_ptr<Codec>(new LevelQuantizer(StrCat("natdither/1(", c.bits_or_s,
-                                                                CommonSuffix(c)),
-                                                   Kind::kExp2, std::move(lv), c.norm, c.bucket,
-                                                   c.elias));
+  return std::unique_ptr<Codec>(
+      new LevelQuantizer(StrCat("natdither/1(", c.bits_or_s, CommonSuffix(c)), Kind::kExp2,
+                         std::move(lv), c.norm, c.bucket, c.elias));
 }
 
 uint64_t LevelQuantizer::MaxBodyBytes(uint64_t n) const {
@@ -269,8 +268,8 @@ void LevelQuantizer::Quantize(std::span<const float> x, float norm, uint32_t key
   const float inv = norm > 0 ? 1.0f / norm : 0.0f;
   switch (kind_) {
     case Kind::kUniform:
-      QuantizeUniform(x.data(), x.size(), norm > 0 ? static_cast<float>(s_) / norm : 0.0f, s_,
-                      key, codes);
+      QuantizeUniform(x.data(), x.size(), norm > 0 ? static_cast<float>(s_) / norm : 0.0f, s_, key,
+                      codes);
       return;
     case Kind::kExp2:
       QuantizeExp2(x.data(), x.size(), inv, s_, key, codes);
@@ -339,8 +338,7 @@ absl::Status LevelQuantizer::EncodeBody(std::span<const float> values, const Bod
   return absl::OkStatus();
 }
 
-absl::Status LevelQuantizer::DecodeBody(std::span<const uint8_t> body,
-                                        std::span<float> out) const {
+absl::Status LevelQuantizer::DecodeBody(std::span<const uint8_t> body, std::span<float> out) const {
   const size_t n = out.size();
   const size_t nb = (n + bucket_ - 1) / bucket_;
   if (body.size() < nb * 4) {
@@ -385,8 +383,7 @@ absl::Status LevelQuantizer::DecodeElias(std::span<const uint8_t> body,
   const auto stream = body.subspan(nb * 4);
   BitReader br(stream);
   auto corrupt = [&](size_t b, const char* what) {
-    return absl::InvalidArgumentError(
-        StrCat(spec(), ": bucket ", b, ": ", what));
+    return absl::InvalidArgumentError(StrCat(spec(), ": bucket ", b, ": ", what));
   };
   std::fill(out.begin(), out.end(), 0.0f);
   for (size_t b = 0; b < nb; ++b) {
@@ -417,7 +414,7 @@ absl::Status LevelQuantizer::DecodeElias(std::span<const uint8_t> body,
   }
   if (br.BytesConsumed() != stream.size()) {
     return absl::InvalidArgumentError(StrCat(spec(), ": ", stream.size() - br.BytesConsumed(),
-                                                   " trailing bytes after the last bucket"));
+                                             " trailing bytes after the last bucket"));
   }
   return absl::OkStatus();
 }

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "codecs/str.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {
@@ -33,18 +33,17 @@ FEDLGC_MULTIVERSION uint32_t NaturalEncode(const float* x, size_t n, uint32_t ke
 FEDLGC_MULTIVERSION void NaturalDecode(const uint8_t* exps, const uint8_t* signs, size_t n,
                                        float* out) {
   for (size_t i = 0; i < n; ++i) {
-    out[i] = BitsFloat((static_cast<uint32_t>(signs[i]) << 31) |
-                       (static_cast<uint32_t>(exps[i]) << 23));
+    out[i] =
+        BitsFloat((static_cast<uint32_t>(signs[i]) << 31) | (static_cast<uint32_t>(exps[i]) << 23));
   }
 }
 
 }  // namespace
 
 NaturalCompression::NaturalCompression()
-    : DenseCodec("natural/1", CodecTraits{.fixed_size = true,
-                                          .unbiased = true,
-                                          .stateful = false,
-                                          .block = kBlock}) {}
+    : DenseCodec(
+          "natural/1",
+          CodecTraits{.fixed_size = true, .unbiased = true, .stateful = false, .block = kBlock}) {}
 
 absl::StatusOr<std::unique_ptr<Codec>> NaturalCompression::Create(const SpecNode& node) {
   ParamReader params(node, {});
@@ -52,8 +51,8 @@ absl::StatusOr<std::unique_ptr<Codec>> NaturalCompression::Create(const SpecNode
   return std::unique_ptr<Codec>(new NaturalCompression());
 }
 
-absl::Status NaturalCompression::EncodeBody(std::span<const float> values,
-                                            const BodyContext& ctx, std::string* out) const {
+absl::Status NaturalCompression::EncodeBody(std::span<const float> values, const BodyContext& ctx,
+                                            std::string* out) const {
   const size_t n = values.size();
   const size_t base = out->size();
   out->resize(base + MaxBodyBytes(n));

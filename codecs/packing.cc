@@ -61,29 +61,63 @@ FEDLGC_MULTIVERSION void Unpack4(const uint8_t* in, size_t n, uint8_t* c) {
 
 void PackCodes(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
   switch (bits) {
-    case 8: std::memcpy(out, codes, n); return;
-    case 4: Pack4(codes, n, out); return;
-    case 1: PackGeneric<1>(codes, n, out); return;
-    case 2: PackGeneric<2>(codes, n, out); return;
-    case 3: PackGeneric<3>(codes, n, out); return;
-    case 5: PackGeneric<5>(codes, n, out); return;
-    case 6: PackGeneric<6>(codes, n, out); return;
-    case 7: PackGeneric<7>(codes, n, out); return;
-    default: return;
+    case 8:
+      std::memcpy(out, codes, n);
+      return;
+    case 4:
+      Pack4(codes, n, out);
+      return;
+    case 1:
+      PackGeneric<1>(codes, n, out);
+      return;
+    case 2:
+      PackGeneric<2>(codes, n, out);
+      return;
+    case 3:
+      PackGeneric<3>(codes, n, out);
+      return;
+    case 5:
+      PackGeneric<5>(codes, n, out);
+      return;
+    case 6:
+      PackGeneric<6>(codes, n, out);
+      return;
+    case 7:
+      PackGeneric<7>(codes, n, out);
+      return;
+    default:
+      return;
   }
 }
 
 void UnpackCodes(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
   switch (bits) {
-    case 8: std::memcpy(codes, in, n); return;
-    case 4: Unpack4(in, n, codes); return;
-    case 1: UnpackGeneric<1>(in, n, codes); return;
-    case 2: UnpackGeneric<2>(in, n, codes); return;
-    case 3: UnpackGeneric<3>(in, n, codes); return;
-    case 5: UnpackGeneric<5>(in, n, codes); return;
-    case 6: UnpackGeneric<6>(in, n, codes); return;
-    case 7: UnpackGeneric<7>(in, n, codes); return;
-    default: return;
+    case 8:
+      std::memcpy(codes, in, n);
+      return;
+    case 4:
+      Unpack4(in, n, codes);
+      return;
+    case 1:
+      UnpackGeneric<1>(in, n, codes);
+      return;
+    case 2:
+      UnpackGeneric<2>(in, n, codes);
+      return;
+    case 3:
+      UnpackGeneric<3>(in, n, codes);
+      return;
+    case 5:
+      UnpackGeneric<5>(in, n, codes);
+      return;
+    case 6:
+      UnpackGeneric<6>(in, n, codes);
+      return;
+    case 7:
+      UnpackGeneric<7>(in, n, codes);
+      return;
+    default:
+      return;
   }
 }
 

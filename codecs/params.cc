@@ -21,22 +21,22 @@ ParamReader::ParamReader(const SpecNode& node, std::initializer_list<std::string
     if (!ok) {
       status_ = absl::InvalidArgumentError(
           StrCat(node.name, ": unknown parameter '", a.key, "' (column ", a.column,
-                       "); known: ", known.size() ? StrJoin(known, ", ") : "none"));
+                 "); known: ", known.size() ? StrJoin(known, ", ") : "none"));
       return;
     }
     for (std::string_view s : seen) {
       if (s == a.key) {
-        status_ = absl::InvalidArgumentError(StrCat(node.name, ": parameter '", a.key,
-                                                          "' given twice (column ", a.column, ")"));
+        status_ = absl::InvalidArgumentError(
+            StrCat(node.name, ": parameter '", a.key, "' given twice (column ", a.column, ")"));
         return;
       }
     }
     seen.push_back(a.key);
   }
   if (positional_.size() > static_cast<size_t>(positional)) {
-    status_ = absl::InvalidArgumentError(
-        StrCat(node.name, ": takes ", positional, " positional argument(s), got ",
-                     positional_.size(), " (column ", positional_.back()->column, ")"));
+    status_ = absl::InvalidArgumentError(StrCat(node.name, ": takes ", positional,
+                                                " positional argument(s), got ", positional_.size(),
+                                                " (column ", positional_.back()->column, ")"));
   }
 }
 
@@ -55,10 +55,9 @@ absl::StatusOr<int64_t> ParamReader::Int(std::string_view key, int64_t def, int6
                                          int64_t hi) const {
   const SpecArg* a = Find(key);
   if (a == nullptr) return def;
-  if (!a->is_number || std::nearbyint(a->number) != a->number || a->number < lo ||
-      a->number > hi) {
+  if (!a->is_number || std::nearbyint(a->number) != a->number || a->number < lo || a->number > hi) {
     return Error(key, StrCat("must be an integer in [", lo, ", ", hi, "], got ",
-                                   a->is_number ? a->text : a->node->name));
+                             a->is_number ? a->text : a->node->name));
   }
   return static_cast<int64_t>(a->number);
 }
@@ -68,9 +67,9 @@ absl::StatusOr<double> ParamReader::Real(std::string_view key, double def, doubl
   const SpecArg* a = Find(key);
   if (a == nullptr) return def;
   if (!a->is_number || !(a->number >= lo && a->number <= hi)) {
-    return Error(key, StrCat("must be a number in [", FormatSpecNumber(lo), ", ",
-                                   FormatSpecNumber(hi), "], got ",
-                                   a->is_number ? a->text : a->node->name));
+    return Error(key,
+                 StrCat("must be a number in [", FormatSpecNumber(lo), ", ", FormatSpecNumber(hi),
+                        "], got ", a->is_number ? a->text : a->node->name));
   }
   return a->number;
 }
@@ -97,7 +96,7 @@ absl::StatusOr<std::string> ParamReader::Word(
     }
   }
   return Error(key, StrCat("must be one of ", StrJoin(choices, ", "), ", got ",
-                                 a->is_number ? a->text : a->node->name));
+                           a->is_number ? a->text : a->node->name));
 }
 
 absl::StatusOr<const SpecNode*> ParamReader::Node(std::string_view key) const {

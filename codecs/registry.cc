@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "codecs/str.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 
@@ -31,14 +31,14 @@ absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(const SpecNode& node) co
   if (it == entries_.end()) {
     std::vector<std::string_view> names;
     for (const auto& [name, e] : entries_) names.push_back(name);
-    return absl::NotFoundError(StrCat("unknown codec '", node.name, "' (column ",
-                                            node.column, "); known: ", StrJoin(names, ", ")));
+    return absl::NotFoundError(StrCat("unknown codec '", node.name, "' (column ", node.column,
+                                      "); known: ", StrJoin(names, ", ")));
   }
   const CodecEntry& e = it->second;
   if (node.version != 0 && node.version != e.version) {
     return absl::UnimplementedError(StrCat("codec '", node.name, "' version ", node.version,
-                                                 " is not supported (this build speaks version ",
-                                                 e.version, ")"));
+                                           " is not supported (this build speaks version ",
+                                           e.version, ")"));
   }
   return e.make(node, *this);
 }

@@ -6,19 +6,18 @@
 #include <cstring>
 #include <vector>
 
-#include "codecs/str.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 
 SignCodec::SignCodec(std::string spec, uint32_t bucket, bool scaled)
-    : DenseCodec(std::move(spec), CodecTraits{.fixed_size = true,
-                                              .unbiased = false,
-                                              .stateful = false,
-                                              .block = bucket}),
+    : DenseCodec(
+          std::move(spec),
+          CodecTraits{.fixed_size = true, .unbiased = false, .stateful = false, .block = bucket}),
       bucket_(bucket),
       scaled_(scaled) {}
 

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "codecs/str.h"
 #include "codecs/elias_fano.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 #include "codecs/topk.h"
 
 namespace fedlgc::codecs {
@@ -45,8 +45,8 @@ absl::StatusOr<SparseParams> ReadSparse(const ParamReader& params, const Registr
   }
   auto* dense = dynamic_cast<DenseCodec*>(codec.get());
   if (dense == nullptr) {
-    return params.Error("values", StrCat("must be a dense codec (fp32, qsgd, ...), got ",
-                                               codec->spec()));
+    return params.Error("values",
+                        StrCat("must be a dense codec (fp32, qsgd, ...), got ", codec->spec()));
   }
   codec.release();
   p.values.reset(dense);
@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateTopK(const SpecNode& n
   FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, registry));
   FEDLGC_ASSIGN_OR_RETURN(bool sampled, params.Flag("sampled", false));
   FEDLGC_ASSIGN_OR_RETURN(double sample, params.Real("sample", 0.01, 1e-6, 1.0));
-  std::string spec = StrCat("topk/1(", p.count_spec, ",values=", p.values->spec(),
-                                  ",sampled=", sampled ? 1 : 0);
+  std::string spec =
+      StrCat("topk/1(", p.count_spec, ",values=", p.values->spec(), ",sampled=", sampled ? 1 : 0);
   if (sampled) StrAppend(&spec, ",sample=", FormatSpecNumber(sample));
   spec += ")";
   return std::unique_ptr<Codec>(new SparseCodec(std::move(spec), Kind::kTopK, p.ratio, p.k,
@@ -88,8 +88,8 @@ absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateRandomK(const SpecNode
   FEDLGC_RETURN_IF_ERROR(params.status());
   FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, registry));
   FEDLGC_ASSIGN_OR_RETURN(bool scale, params.Flag("scale", true));
-  std::string spec = StrCat("randk/1(", p.count_spec, ",values=", p.values->spec(),
-                                  ",scale=", scale ? 1 : 0, ")");
+  std::string spec =
+      StrCat("randk/1(", p.count_spec, ",values=", p.values->spec(), ",scale=", scale ? 1 : 0, ")");
   return std::unique_ptr<Codec>(new SparseCodec(std::move(spec), Kind::kRandomK, p.ratio, p.k,
                                                 std::move(p.values), false, 0, scale));
 }
@@ -136,16 +136,18 @@ absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& 
                                  std::vector<Frame>* frames) {
   const uint64_t n = x.size();
   if (n >= (uint64_t{1} << 32)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": ", n, " coordinates; the limit is 2^32 - 1"));
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": ", n, " coordinates; the limit is 2^32 - 1"));
   }
-  if (opts.max_frame_bytes == 0 && MaxFrameBytes(n) - FrameOverhead(spec().size()) > kMaxBodyBytes) {
+  if (opts.max_frame_bytes == 0 &&
+      MaxFrameBytes(n) - FrameOverhead(spec().size()) > kMaxBodyBytes) {
     return absl::InvalidArgumentError(StrCat(spec(), ": the body would exceed 4 GiB;",
                                              " set EncodeOptions::max_frame_bytes to chunk it"));
   }
   if (FindNonFinite(x) != x.size()) {
     const size_t i = FindNonFinite(x);
-    return absl::InvalidArgumentError(StrCat("input value ", i, " is not finite (", x[i],
-                                                   "); nothing was encoded"));
+    return absl::InvalidArgumentError(
+        StrCat("input value ", i, " is not finite (", x[i], "); nothing was encoded"));
   }
   std::vector<uint32_t> idx;
   Select(x, opts.seed, &idx);
@@ -212,23 +214,23 @@ absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& 
 
 absl::Status SparseCodec::Decode(const FrameView& frame, std::span<float> out) const {
   if (out.size() != frame.length) {
-    return absl::InvalidArgumentError(StrCat("output holds ", out.size(),
-                                                   " values, the frame covers ", frame.length));
+    return absl::InvalidArgumentError(
+        StrCat("output holds ", out.size(), " values, the frame covers ", frame.length));
   }
   if (frame.body.size() < 4) return absl::InvalidArgumentError(StrCat(spec(), ": body truncated"));
   uint32_t m;
   std::memcpy(&m, frame.body.data(), 4);
   if (m > frame.length) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": ", m, " kept values in a range of ",
-                                                   frame.length));
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": ", m, " kept values in a range of ", frame.length));
   }
   const uint64_t ef_bytes = EliasFanoBytes(m, frame.length);
   const uint64_t max_values = values_->MaxBodyBytes(m);
   const uint64_t rest = frame.body.size() - 4;
   if (rest < ef_bytes || rest - ef_bytes > max_values ||
       (values_->traits().fixed_size && rest - ef_bytes != max_values)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", frame.body.size(),
-                                                   " bytes does not fit ", m, " kept values"));
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": body of ", frame.body.size(), " bytes does not fit ", m, " kept values"));
   }
   std::vector<uint32_t> idx;
   FEDLGC_RETURN_IF_ERROR(EliasFanoDecode(frame.body.subspan(4, ef_bytes), m, frame.length, &idx));

@@ -28,10 +28,10 @@ class Parser {
 
  private:
   absl::Status Error(std::string_view what) const {
-    std::string found = pos_ < s_.size() ? StrCat("'", s_.substr(pos_, 1), "'")
-                                         : std::string("end of spec");
-    return absl::InvalidArgumentError(StrCat("codec spec \"", s_, "\": column ", pos_ + 1,
-                                                   ": ", what, ", found ", found));
+    std::string found =
+        pos_ < s_.size() ? StrCat("'", s_.substr(pos_, 1), "'") : std::string("end of spec");
+    return absl::InvalidArgumentError(
+        StrCat("codec spec \"", s_, "\": column ", pos_ + 1, ": ", what, ", found ", found));
   }
   void SkipSpace() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t')) ++pos_;
@@ -107,15 +107,15 @@ class Parser {
 
   absl::Status ParseNumber(SpecArg* arg) {
     size_t b = pos_;
-    while (pos_ < s_.size() &&
-           (IsNumberStart(s_[pos_]) || s_[pos_] == 'e' || s_[pos_] == 'E')) {
+    while (pos_ < s_.size() && (IsNumberStart(s_[pos_]) || s_[pos_] == 'e' || s_[pos_] == 'E')) {
       ++pos_;
     }
     std::string text(s_.substr(b, pos_ - b));
     double v = 0;
     const char* first = text.data();
     if (!text.empty() && text[0] == '+') ++first;
-    if (first != text.data() && first < text.data() + text.size() && (*first == '-' || *first == '+')) {
+    if (first != text.data() && first < text.data() + text.size() &&
+        (*first == '-' || *first == '+')) {
       pos_ = b;
       return Error("expected a number");
     }
@@ -139,8 +139,7 @@ class Parser {
 absl::StatusOr<SpecNode> ParseSpec(std::string_view text) {
   if (text.size() > kMaxSpecLength) {
     return absl::InvalidArgumentError(
-        StrCat("codec spec is ", text.size(), " characters long; the limit is ",
-                     kMaxSpecLength));
+        StrCat("codec spec is ", text.size(), " characters long; the limit is ", kMaxSpecLength));
   }
   return Parser(text).ParseTop();
 }

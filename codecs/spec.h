@@ -26,7 +26,7 @@ struct SpecArg {
   std::string key;  // empty for a positional argument
   bool is_number = false;
   double number = 0;
-  std::string text;               // the number as written, for messages
+  std::string text;                // the number as written, for messages
   std::unique_ptr<SpecNode> node;  // set when !is_number
   size_t column = 0;
 };

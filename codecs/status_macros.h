@@ -10,10 +10,10 @@
 #define FEDLGC_STATUS_CONCAT_(a, b) FEDLGC_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define FEDLGC_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::absl::Status fedlgc_status_ = (expr);           \
-    if (!fedlgc_status_.ok()) return fedlgc_status_;  \
+#define FEDLGC_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status fedlgc_status_ = (expr);          \
+    if (!fedlgc_status_.ok()) return fedlgc_status_; \
   } while (0)
 
 // `lhs = value of expr` when expr (an absl::StatusOr<T>) holds one, else returns its status.

@@ -18,8 +18,7 @@ inline void Append(std::string* out, const char* s) { out->append(s); }
 inline void Append(std::string* out, char c) { out->push_back(c); }
 inline void Append(std::string* out, bool b) { out->append(b ? "true" : "false"); }
 template <std::integral T>
-  requires(!std::same_as<T, char> && !std::same_as<T, bool>)
-void Append(std::string* out, T v) {
+requires(!std::same_as<T, char> && !std::same_as<T, bool>) void Append(std::string* out, T v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof(buf), v);
   out->append(buf, r.ptr);

@@ -7,12 +7,12 @@
 #include <limits>
 #include <vector>
 
-#include "codecs/str.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
+#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {
@@ -36,10 +36,10 @@ FEDLGC_MULTIVERSION void Ternarize(const float* x, size_t n, float bound, float 
 }  // namespace
 
 TernGrad::TernGrad(std::string spec, uint32_t bucket, float clip, bool shared)
-    : DenseCodec(std::move(spec), CodecTraits{.fixed_size = true,
-                                              .unbiased = clip == 0,
-                                              .stateful = false,
-                                              .block = bucket}),
+    : DenseCodec(
+          std::move(spec),
+          CodecTraits{
+              .fixed_size = true, .unbiased = clip == 0, .stateful = false, .block = bucket}),
       bucket_(bucket),
       clip_(clip),
       shared_(shared) {}
@@ -53,10 +53,10 @@ absl::StatusOr<std::unique_ptr<Codec>> TernGrad::Create(const SpecNode& node) {
   }
   FEDLGC_ASSIGN_OR_RETURN(double clip, params.Real("clip", 2.5, 0, 100));
   FEDLGC_ASSIGN_OR_RETURN(bool shared, params.Flag("shared", false));
-  return std::unique_ptr<Codec>(new TernGrad(
-      StrCat("terngrad/1(bucket=", bucket, ",clip=", FormatSpecNumber(clip),
-                   ",shared=", shared ? 1 : 0, ")"),
-      static_cast<uint32_t>(bucket), static_cast<float>(clip), shared));
+  return std::unique_ptr<Codec>(
+      new TernGrad(StrCat("terngrad/1(bucket=", bucket, ",clip=", FormatSpecNumber(clip),
+                          ",shared=", shared ? 1 : 0, ")"),
+                   static_cast<uint32_t>(bucket), static_cast<float>(clip), shared));
 }
 
 uint64_t TernGrad::MaxBodyBytes(uint64_t n) const {
@@ -84,7 +84,8 @@ float TernGrad::ClipBound(std::span<const float> x) const {
 float TernGrad::LocalScale(std::span<const float> values) const {
   float s = 0;
   for (size_t b = 0; b * bucket_ < values.size(); ++b) {
-    const auto x = values.subspan(b * bucket_, std::min<size_t>(bucket_, values.size() - b * bucket_));
+    const auto x =
+        values.subspan(b * bucket_, std::min<size_t>(bucket_, values.size() - b * bucket_));
     s = std::max(s, ClippedMaxAbs(x.data(), x.size(), ClipBound(x)));
   }
   return s;

@@ -15,10 +15,10 @@ namespace fedlgc::codecs {
 void TopKExact(std::span<const float> x, size_t k, std::vector<uint32_t>* idx);
 
 // Same result as TopKExact, found faster: a strided sample of max(1024, fraction*d)
-// magnitudes (runs of 16 from a seeded random offset) gives a threshold a little below the k-th largest, one pass over x keeps
-// the candidates above it (about 1.2k of them), and an exact selection among the
-// candidates cuts them to k. Falls back to TopKExact if the threshold was too high
-// several times in a row. `stats_passes`, when set, receives the number of passes.
+// magnitudes (runs of 16 from a seeded random offset) gives a threshold a little below the k-th
+// largest, one pass over x keeps the candidates above it (about 1.2k of them), and an exact
+// selection among the candidates cuts them to k. Falls back to TopKExact if the threshold was too
+// high several times in a row. `stats_passes`, when set, receives the number of passes.
 void TopKSampled(std::span<const float> x, size_t k, double fraction, uint64_t seed,
                  std::vector<uint32_t>* idx, int* stats_passes = nullptr);
 

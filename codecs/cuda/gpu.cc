@@ -63,10 +63,11 @@ absl::Status GpuDecodeUniform(std::span<const uint8_t> body, int bits, int s, ui
   }
   const size_t n = out.size();
   const size_t nb = (n + bucket - 1) / bucket;
-  const size_t code_bytes = (n / bucket) * PackedBytes(bucket, bits) + PackedBytes(n % bucket, bits);
+  const size_t code_bytes =
+      (n / bucket) * PackedBytes(bucket, bits) + PackedBytes(n % bucket, bits);
   if (body.size() != nb * 4 + code_bytes) {
-    return absl::InvalidArgumentError(StrCat("GPU decode: body of ", body.size(), " bytes for ", n,
-                                             " values"));
+    return absl::InvalidArgumentError(
+        StrCat("GPU decode: body of ", body.size(), " bytes for ", n, " values"));
   }
   // Norms are validated and turned into level steps on the host, exactly as the CPU does.
   std::vector<float> scales(nb);
@@ -83,16 +84,17 @@ absl::Status GpuDecodeUniform(std::span<const uint8_t> body, int bits, int s, ui
   for (const DeviceBuffer* b : {&d_codes, &d_scales, &d_out, &d_bad}) {
     if (absl::Status st = CudaStatus(b->status(), "cudaMalloc"); !st.ok()) return st;
   }
-  cudaError_t e = cudaMemcpy(d_codes.get<uint8_t>(), body.data() + nb * 4, code_bytes,
-                             cudaMemcpyHostToDevice);
+  cudaError_t e =
+      cudaMemcpy(d_codes.get<uint8_t>(), body.data() + nb * 4, code_bytes, cudaMemcpyHostToDevice);
   if (e == cudaSuccess) {
-    e = cudaMemcpy(d_scales.get<float>(), scales.data(), nb * sizeof(float), cudaMemcpyHostToDevice);
+    e = cudaMemcpy(d_scales.get<float>(), scales.data(), nb * sizeof(float),
+                   cudaMemcpyHostToDevice);
   }
   if (e == cudaSuccess) e = cudaMemset(d_bad.get<int>(), 0, sizeof(int));
   if (e == cudaSuccess) {
-    e = static_cast<cudaError_t>(cuda::LaunchDequantizeUniform(
-        d_codes.get<uint8_t>(), d_scales.get<float>(), n, bits, s, bucket, d_out.get<float>(),
-        d_bad.get<int>()));
+    e = static_cast<cudaError_t>(
+        cuda::LaunchDequantizeUniform(d_codes.get<uint8_t>(), d_scales.get<float>(), n, bits, s,
+                                      bucket, d_out.get<float>(), d_bad.get<int>()));
   }
   if (e == cudaSuccess) {
     e = cudaMemcpy(out.data(), d_out.get<float>(), n * sizeof(float), cudaMemcpyDeviceToHost);

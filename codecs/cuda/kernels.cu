@@ -7,9 +7,8 @@ namespace fedlgc::codecs::cuda {
 namespace {
 
 __global__ void DequantizeUniformKernel(const uint8_t* __restrict__ codes,
-                                        const float* __restrict__ scales, size_t n, int bits,
-                                        int s, uint32_t bucket, float* __restrict__ out,
-                                        int* bad_code) {
+                                        const float* __restrict__ scales, size_t n, int bits, int s,
+                                        uint32_t bucket, float* __restrict__ out, int* bad_code) {
   const size_t bucket_bytes = (static_cast<size_t>(bucket) * bits + 7) / 8;
   const float fs = static_cast<float>(s);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;

@@ -129,8 +129,8 @@ TEST_P(CodecProperty, DecodedValuesAreFiniteAndCloseForDenseCodecs) {
   }
   // Codecs with fine levels must not blow a vector up (TernGrad, sign, 2-bit QSGD and
   // scaled random-k have variance far above |x|^2 by design and are bounded elsewhere).
-  for (const char* fine : {"fp", "bf16", "natural", "topk", "qsgd(bits=4", "qsgd(bits=8",
-                           "nuqsgd", "natdither"}) {
+  for (const char* fine :
+       {"fp", "bf16", "natural", "topk", "qsgd(bits=4", "qsgd(bits=8", "nuqsgd", "natdither"}) {
     if (spec().rfind(fine, 0) == 0) {
       EXPECT_LT(err, 8 * testing::SquaredNorm(x)) << spec();
     }
@@ -139,7 +139,8 @@ TEST_P(CodecProperty, DecodedValuesAreFiniteAndCloseForDenseCodecs) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllCodecs, CodecProperty,
-    ::testing::Combine(::testing::ValuesIn(std::vector<std::string>(std::begin(kSpecs), std::end(kSpecs))),
+    ::testing::Combine(::testing::ValuesIn(std::vector<std::string>(std::begin(kSpecs),
+                                                                    std::end(kSpecs))),
                        ::testing::Values(size_t{1}, size_t{1000}, size_t{70001}),
                        ::testing::Values(uint64_t{1}, uint64_t{99})),
     [](const ::testing::TestParamInfo<Param>& info) {

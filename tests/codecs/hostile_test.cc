@@ -20,11 +20,20 @@ using testing::FixCrc;
 
 constexpr size_t kN = 700;
 
-const char* const kDecoders[] = {
-    "fp32", "fp16", "bf16", "qsgd(bits=4,bucket=64)", "qsgd(bits=8,elias=1,bucket=64)",
-    "nuqsgd(bits=3,bucket=64)", "natdither(s=5,bucket=64,elias=1)", "terngrad(bucket=64)",
-    "natural", "sign(bucket=64)", "topk(ratio=0.1)", "topk(ratio=0.1,values=qsgd(bits=4,bucket=8))",
-    "randk(ratio=0.2,values=qsgd(bits=8,elias=1,bucket=16))", "topk(ratio=0.05,values=natural)"};
+const char* const kDecoders[] = {"fp32",
+                                 "fp16",
+                                 "bf16",
+                                 "qsgd(bits=4,bucket=64)",
+                                 "qsgd(bits=8,elias=1,bucket=64)",
+                                 "nuqsgd(bits=3,bucket=64)",
+                                 "natdither(s=5,bucket=64,elias=1)",
+                                 "terngrad(bucket=64)",
+                                 "natural",
+                                 "sign(bucket=64)",
+                                 "topk(ratio=0.1)",
+                                 "topk(ratio=0.1,values=qsgd(bits=4,bucket=8))",
+                                 "randk(ratio=0.2,values=qsgd(bits=8,elias=1,bucket=16))",
+                                 "topk(ratio=0.05,values=natural)"};
 
 class Hostile : public ::testing::TestWithParam<const char*> {
  protected:
@@ -100,7 +109,7 @@ TEST_P(Hostile, RejectsOtherVersionsAndCodecs) {
 }
 
 TEST_P(Hostile, RejectsRangesOutsideTheVectorAndOversizedFrames) {
-  const size_t spec_len = frame_.size() - 40 - (frame_.size() - BodyOffset(frame_) - 4) ;
+  const size_t spec_len = frame_.size() - 40 - (frame_.size() - BodyOffset(frame_) - 4);
   const size_t dim_at = 8 + spec_len;
   auto with_u64 = [&](size_t at, uint64_t v) {
     std::string f = frame_;
@@ -142,9 +151,15 @@ TEST_P(Hostile, SurvivesRandomMutationsBehindAValidChecksum) {
     for (int e = 0; e < edits; ++e) {
       const size_t pos = body + rng() % (f.size() - body - 4);
       switch (rng() % 3) {
-        case 0: f[pos] ^= static_cast<char>(1u << (rng() % 8)); break;
-        case 1: f[pos] = static_cast<char>(rng()); break;
-        default: f[pos] = static_cast<char>((rng() & 1) ? 0xFF : 0x00); break;
+        case 0:
+          f[pos] ^= static_cast<char>(1u << (rng() % 8));
+          break;
+        case 1:
+          f[pos] = static_cast<char>(rng());
+          break;
+        default:
+          f[pos] = static_cast<char>((rng() & 1) ? 0xFF : 0x00);
+          break;
       }
     }
     FixCrc(&f);
@@ -170,7 +185,11 @@ TEST(HostileNonFinite, EveryFormatRefusesNaNAndInfinity) {
     size_t offset;  // into the body
     std::string bytes;
   };
-  auto f32 = [](float v) { std::string s(4, '\0'); std::memcpy(s.data(), &v, 4); return s; };
+  auto f32 = [](float v) {
+    std::string s(4, '\0');
+    std::memcpy(s.data(), &v, 4);
+    return s;
+  };
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   const Case cases[] = {
@@ -178,12 +197,12 @@ TEST(HostileNonFinite, EveryFormatRefusesNaNAndInfinity) {
       {"fp32", 0, f32(-inf)},
       {"fp16", 2, std::string("\x00\x7C", 2)},
       {"bf16", 4, std::string("\x80\x7F", 2)},
-      {"qsgd(bits=4,bucket=64)", 0, f32(nan)},            // the bucket norm
+      {"qsgd(bits=4,bucket=64)", 0, f32(nan)},  // the bucket norm
       {"qsgd(bits=4,bucket=64,elias=1)", 0, f32(inf)},
       {"terngrad(bucket=64)", 0, f32(inf)},
       {"sign(bucket=64)", 0, f32(nan)},
-      {"natural", 5, std::string("\xFF", 1)},               // exponent 255
-      {"qsgd(bits=4,bucket=64)", 0, f32(-1.0f)},          // negative norm
+      {"natural", 5, std::string("\xFF", 1)},     // exponent 255
+      {"qsgd(bits=4,bucket=64)", 0, f32(-1.0f)},  // negative norm
   };
   for (const Case& c : cases) {
     auto codec = testing::Make(c.spec);
@@ -198,13 +217,13 @@ TEST(HostileNonFinite, EveryFormatRefusesNaNAndInfinity) {
 }
 
 TEST(HostileNonFinite, EncodersRefuseNonFiniteInput) {
-  for (const char* spec : {"fp32", "fp16", "qsgd(bits=4)", "qsgd(bits=4,elias=1)",
-                           "qsgd(bits=4,norm=linf)", "natdither(s=4,norm=linf)",
-                           "nuqsgd(bits=3,norm=linf,elias=1)", "natural", "terngrad", "sign",
-                           "topk(ratio=0.1)", "ef(topk(ratio=0.1))", "ef(qsgd(norm=linf))"}) {
+  for (const char* spec :
+       {"fp32", "fp16", "qsgd(bits=4)", "qsgd(bits=4,elias=1)", "qsgd(bits=4,norm=linf)",
+        "natdither(s=4,norm=linf)", "nuqsgd(bits=3,norm=linf,elias=1)", "natural", "terngrad",
+        "sign", "topk(ratio=0.1)", "ef(topk(ratio=0.1))", "ef(qsgd(norm=linf))"}) {
     auto codec = testing::Make(spec);
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::infinity()}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       auto x = testing::GradientLike(1000, 1);
       x[777] = bad;
       std::vector<Frame> frames;

@@ -150,7 +150,8 @@ namespace {
 
 TEST(LevelQuantizerEdges, LargestNormDecodesFinite) {
   // norm / s * s rounds above FLT_MAX for s = 127 unless the step is rounded down.
-  for (const char* spec : {"qsgd(bits=8,bucket=8)", "qsgd(s=49,bucket=8)", "qsgd(bits=8,bucket=8,elias=1)"}) {
+  for (const char* spec :
+       {"qsgd(bits=8,bucket=8)", "qsgd(s=49,bucket=8)", "qsgd(bits=8,bucket=8,elias=1)"}) {
     auto codec = testing::Make(spec);
     const std::vector<float> x = {std::numeric_limits<float>::max(), 0, 0, 0, 0, 0, 0, 0};
     const auto y = testing::RoundTrip(*codec, x, 1);

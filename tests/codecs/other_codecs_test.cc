@@ -40,7 +40,8 @@ TEST(Natural, SecondMomentWithinNineEighths) {
   auto codec = testing::Make("natural");
   std::mt19937 rng(4);
   std::vector<float> x(4096);
-  for (float& v : x) v = std::ldexp(4.0f / 3.0f, static_cast<int>(rng() % 20) - 10) * ((rng() & 1) ? 1 : -1);
+  for (float& v : x)
+    v = std::ldexp(4.0f / 3.0f, static_cast<int>(rng() % 20) - 10) * ((rng() & 1) ? 1 : -1);
   const double xx = testing::SquaredNorm(x);
   constexpr int kTrials = 400;
   double sum = 0, sumsq = 0;

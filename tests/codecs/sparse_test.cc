@@ -105,9 +105,9 @@ TEST(EliasFano, RoundTripAndSizeNearTheBound) {
       EliasFanoEncode(idx, u, &code);
       ASSERT_EQ(code.size(), EliasFanoBytes(k, u)) << u << " " << k;
       std::vector<uint32_t> back;
-      ASSERT_TRUE(EliasFanoDecode({reinterpret_cast<const uint8_t*>(code.data()), code.size()}, k,
-                                  u, &back)
-                      .ok());
+      ASSERT_TRUE(
+          EliasFanoDecode({reinterpret_cast<const uint8_t*>(code.data()), code.size()}, k, u, &back)
+              .ok());
       EXPECT_EQ(back, idx);
       if (k >= 100 && k < u / 4) {
         // Within 2 bits per index (and 15%) of log2 C(u, k).
@@ -142,19 +142,22 @@ TEST(EliasFano, RejectsCorruptCodes) {
     }
   }
   // Too many indices for the universe.
-  EXPECT_FALSE(EliasFanoDecode(as_span(std::string(EliasFanoBytes(20, 10), '\xff')), 20, 10, &back).ok());
+  EXPECT_FALSE(
+      EliasFanoDecode(as_span(std::string(EliasFanoBytes(20, 10), '\xff')), 20, 10, &back).ok());
 }
 
 TEST(SparseCodec, PayloadWithinFifteenPercentOfTheBound) {
   const size_t d = 1 << 20;
   const auto x = testing::GradientLike(d, 4);
-  for (const char* spec : {"topk(ratio=0.01,values=qsgd(bits=8))", "topk(ratio=0.001)",
-                           "topk(ratio=0.01,values=qsgd(bits=4))", "randk(ratio=0.05,values=fp16)"}) {
+  for (const char* spec :
+       {"topk(ratio=0.01,values=qsgd(bits=8))", "topk(ratio=0.001)",
+        "topk(ratio=0.01,values=qsgd(bits=4))", "randk(ratio=0.05,values=fp16)"}) {
     auto codec = testing::Make(spec);
     std::vector<Frame> frames;
     testing::RoundTrip(*codec, x, 1, 0, &frames);
     const auto& sc = dynamic_cast<const SparseCodec&>(*codec);
-    const double body_bits = 8.0 * (frames[0].bytes.size() - FrameOverhead(codec->wire_spec().size()));
+    const double body_bits =
+        8.0 * (frames[0].bytes.size() - FrameOverhead(codec->wire_spec().size()));
     EXPECT_LE(body_bits, 1.15 * sc.BoundBits(d)) << spec;
   }
 }

@@ -97,12 +97,22 @@ TEST(Registry, PreciseErrors) {
 }
 
 TEST(Registry, CanonicalSpecsRoundTrip) {
-  const char* specs[] = {
-      "fp32", "fp16", "bf16", "qsgd(bits=4)", "qsgd(s=5, norm=linf, bucket=64)",
-      "qsgd(bits=8, elias=1)", "nuqsgd(bits=3)", "nuqsgd(s=5, p=0.3)", "natdither(s=6)",
-      "terngrad(bucket=256, clip=0)", "natural", "sign(scale=none)", "topk(ratio=0.001)",
-      "topk(k=100, values=qsgd(bits=8), sampled=1)", "randk(ratio=0.1, values=fp16)",
-      "ef(topk(ratio=0.01, values=qsgd(bits=8)))"};
+  const char* specs[] = {"fp32",
+                         "fp16",
+                         "bf16",
+                         "qsgd(bits=4)",
+                         "qsgd(s=5, norm=linf, bucket=64)",
+                         "qsgd(bits=8, elias=1)",
+                         "nuqsgd(bits=3)",
+                         "nuqsgd(s=5, p=0.3)",
+                         "natdither(s=6)",
+                         "terngrad(bucket=256, clip=0)",
+                         "natural",
+                         "sign(scale=none)",
+                         "topk(ratio=0.001)",
+                         "topk(k=100, values=qsgd(bits=8), sampled=1)",
+                         "randk(ratio=0.1, values=fp16)",
+                         "ef(topk(ratio=0.01, values=qsgd(bits=8)))"};
   for (const char* s : specs) {
     auto a = MakeCodec(s);
     ASSERT_TRUE(a.ok()) << s << ": " << a.status();

@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
         const int edits = 1 + static_cast<int>(rng() % 8);
         for (int e = 0; e < edits && !input.empty(); ++e) {
           const size_t pos = rng() % input.size();
-          input[pos] = (rng() & 1) ? static_cast<char>(rng()) : static_cast<char>(input[pos] ^ (1 << (rng() % 8)));
+          input[pos] = (rng() & 1) ? static_cast<char>(rng())
+                                   : static_cast<char>(input[pos] ^ (1 << (rng() % 8)));
         }
       }
     }

@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build ccache git pkg-config curl ca-certificates
   # the stack (TOOLCHAIN.md section 1)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libtorch-dev libssl-dev openssl
+  prometheus-cpp-dev libtorch-dev libssl-dev openssl zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data
   dataset-fashion-mnist

@@ -1,0 +1,34 @@
+// Splitting a dataset across clients: IID, Dirichlet(alpha) label skew (Hsu et al. 2019),
+// or k labels per client (McMahan et al. 2017's pathological non-IID). Deterministic for
+// a seed, so every process of a federation computes the same shards.
+#ifndef FEDLGC_CORE_PARTITION_H_
+#define FEDLGC_CORE_PARTITION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fedlgc::core {
+
+struct PartitionSpec {
+  enum class Kind { kIid, kDirichlet, kLabels };
+  Kind kind = Kind::kIid;
+  double alpha = 0.5;  // Dirichlet concentration
+  int labels = 2;      // labels per client
+
+  // "iid", "dirichlet(0.5)" / "dirichlet:0.5", "labels(2)" / "labels:2".
+  static absl::StatusOr<PartitionSpec> Parse(const std::string& text);
+  std::string ToString() const;
+};
+
+// Example indices of each of `clients` shards (each sorted). Every example goes to at
+// most one client; IID and Dirichlet use every example.
+std::vector<std::vector<uint32_t>> Partition(const std::vector<uint8_t>& labels, int classes,
+                                             int clients, const PartitionSpec& spec,
+                                             uint64_t seed);
+
+}  // namespace fedlgc::core
+
+#endif  // FEDLGC_CORE_PARTITION_H_

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -116,6 +117,20 @@ Dataset SyntheticImages(size_t n, uint64_t seed, float noise) {
     }
   }
   return d;
+}
+
+absl::StatusOr<Dataset> LoadNamedDataset(const std::string& name, const std::string& dir,
+                                         bool train, size_t limit) {
+  if (name == "fashion-mnist") return LoadFashionMnist(dir, train, limit);
+  if (name.rfind("synthetic:", 0) == 0) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(name.c_str() + 10, &end, 10);
+    if (*end == '\0' && n > 0 && n <= 10000000) {
+      return SyntheticImages(limit > 0 ? std::min<size_t>(limit, n) : n, train ? 11 : 12);
+    }
+  }
+  return absl::InvalidArgumentError(
+      StrCat("data set \"", name, "\": expected fashion-mnist or synthetic:N"));
 }
 
 }  // namespace fedlgc::core

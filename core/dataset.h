@@ -38,6 +38,11 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, siz
 // pattern; an example is its class pattern plus Gaussian noise, clipped to [0, 1].
 Dataset SyntheticImages(size_t n, uint64_t seed, float noise = 0.35f);
 
+// "fashion-mnist" (from `dir`; `limit` > 0 keeps the first examples) or "synthetic:N"
+// (N examples; the test split uses another seed than the train split).
+absl::StatusOr<Dataset> LoadNamedDataset(const std::string& name, const std::string& dir,
+                                         bool train, size_t limit = 0);
+
 }  // namespace fedlgc::core
 
 #endif  // FEDLGC_CORE_DATASET_H_

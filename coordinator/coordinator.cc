@@ -1,0 +1,253 @@
+// Coordinator process (see coordinator.h).
+#include "coordinator/coordinator.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "codecs/registry.h"
+#include "codecs/str.h"
+#include "coordinator/checkpoint.h"
+#include "coordinator/service.h"
+#include "core/atomic_file.h"
+#include "core/dataset.h"
+#include "core/model.h"
+#include "monitoring/metrics.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  auto f = core::ReadFileIfExists(path);
+  if (!f.ok()) return f.status();
+  if (!f->has_value()) return absl::NotFoundError(StrCat("cannot read ", path));
+  return std::move(**f);
+}
+
+}  // namespace
+
+absl::Status CoordinatorOptions::Validate() const {
+  if (rounds == 0) return absl::InvalidArgumentError("--rounds must be >= 1");
+  if (min_clients == 0) return absl::InvalidArgumentError("--min-clients must be >= 1");
+  if (!(fraction > 0 && fraction <= 1)) return absl::InvalidArgumentError("--fraction must be in (0, 1]");
+  if (!(round_timeout_s > 0)) return absl::InvalidArgumentError("--round-timeout must be > 0");
+  if (!(plan.lr > 0) || plan.batch_size == 0) return absl::InvalidArgumentError("lr and batch must be > 0");
+  if (plan.max_chunk_bytes < 1024 || plan.max_chunk_bytes > max_message_bytes - 1024) {
+    return absl::InvalidArgumentError(StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
+  }
+  if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
+  if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
+    return absl::InvalidArgumentError("mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
+  }
+  if (!(server_lr > 0) || server_momentum < 0 || server_momentum >= 1) {
+    return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
+  }
+  return absl::OkStatus();
+}
+
+std::string CoordinatorOptions::JobKey(uint64_t dim) const {
+  return StrCat(model, "/", dim, "/", codecs::MakeCodec(plan.codec).value()->wire_spec(), "/seed", init_seed);
+}
+
+Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
+
+Coordinator::~Coordinator() {
+  Stop();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
+  const CoordinatorOptions& o = c->options_;
+  core::SetTorchThreads(o.torch_threads);
+  auto model = core::Model::Create(o.model, o.init_seed);
+  if (!model.ok()) return model.status();
+  c->eval_model_ = std::move(model).value();
+  if (o.eval_every > 0) {
+    auto test = core::LoadNamedDataset(o.test_data, o.data_dir, false, o.eval_limit);
+    if (!test.ok()) return test.status();
+    c->test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
+  }
+  c->job_key_ = o.JobKey(c->eval_model_->dim());
+  EngineState state;
+  auto ckpt = ReadCheckpoint(o.state_dir, c->job_key_);
+  if (!ckpt.ok()) return ckpt.status();
+  if (ckpt->has_value()) {
+    state = std::move(**ckpt);
+    std::fprintf(stderr, "coordinator: resuming from %s at round %llu\n", CheckpointPath(o.state_dir).c_str(),
+                 static_cast<unsigned long long>(state.next_round));
+  } else {
+    state.model = c->eval_model_->GetFlat();
+  }
+  EngineOptions eo;
+  eo.plan = o.plan;
+  eo.server_lr = o.server_lr;
+  eo.server_momentum = o.server_momentum;
+  eo.seed = o.seed;
+  eo.frame_limits.max_frame_bytes = o.max_message_bytes;
+  c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
+  c->metrics_ = std::make_unique<monitoring::Metrics>();
+  JobInfo job{StrCat("fedlgc-", o.model), o.model, c->eval_model_->dim(), o.rounds, o.plan.codec};
+  c->service_ = std::make_unique<CoordinatorService>(c->engine_.get(), c->metrics_.get(), job, o.insecure);
+  c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
+  return c;
+}
+
+absl::Status Coordinator::Start() {
+  const CoordinatorOptions& o = options_;
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (o.insecure) {
+    std::fprintf(stderr,
+                 "coordinator: WARNING: --insecure: no TLS, clients are trusted to name themselves. "
+                 "Use only for local experiments.\n");
+    creds = grpc::InsecureServerCredentials();
+  } else {
+    auto ca = ReadText(o.tls_ca), cert = ReadText(o.tls_cert), key = ReadText(o.tls_key);
+    for (const auto* f : {&ca, &cert, &key}) {
+      if (!f->ok()) return f->status();
+    }
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = *ca;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(o.listen, creds, &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(o.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(o.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) return absl::UnavailableError(StrCat("cannot listen on ", o.listen));
+  if (!o.metrics_listen.empty()) {
+    if (absl::Status st = metrics_->Serve(o.metrics_listen); !st.ok()) return st;
+  }
+  metrics_->SetRound(engine_->current_round());
+  return absl::OkStatus();
+}
+
+int Coordinator::metrics_port() const { return metrics_->port(); }
+
+void Coordinator::WakeUp() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+void Coordinator::Stop() {
+  stop_ = true;
+  WakeUp();
+}
+
+std::vector<RoundReport> Coordinator::reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reports_;
+}
+
+absl::Status Coordinator::Run() {
+  while (!stop_ && engine_->current_round() <= options_.rounds) {
+    if (absl::Status st = RunRound(); !st.ok()) return st;
+  }
+  if (!stop_) {
+    service_->BroadcastDone(options_.rounds, static_cast<float>(last_accuracy_));
+    // Give clients a moment to read JobDone before the process exits.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stop_.load(); });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::RunRound() {
+  const CoordinatorOptions& o = options_;
+  // Quorum.
+  std::vector<std::string> connected;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      connected = service_->Connected();
+      lock.lock();
+      if (connected.size() >= o.min_clients) break;
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
+  if (stop_) return absl::OkStatus();
+  // Participants: a seeded sample of the connected clients.
+  std::sort(connected.begin(), connected.end());
+  std::mt19937_64 rng(o.seed ^ (engine_->current_round() * 0x9E3779B97F4A7C15ull));
+  std::shuffle(connected.begin(), connected.end(), rng);
+  const size_t want = std::max<size_t>(o.min_clients, static_cast<size_t>(std::ceil(o.fraction * connected.size())));
+  connected.resize(std::min(want, connected.size()));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.round_timeout_s * 1000));
+  service_->traffic().uplink_wire = 0;
+  service_->traffic().uplink_raw = 0;
+  service_->traffic().downlink = 0;
+  if (absl::Status st = engine_->OpenRound(connected, deadline); !st.ok()) return st;
+  const uint64_t round = engine_->current_round();
+  metrics_->SetRound(round);
+  for (const std::string& c : connected) service_->SendRoundStart(c);
+
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_ && Clock::now() < deadline && !engine_->AllComplete()) {
+      cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    }
+  }
+  if (stop_) return absl::OkStatus();
+  CommitResult commit = engine_->Commit();
+
+  RoundReport rep;
+  rep.round = commit.round;
+  rep.participants = commit.participants;
+  rep.stragglers = commit.stragglers;
+  rep.seconds = commit.seconds;
+  rep.uplink_bytes = service_->traffic().uplink_wire;
+  rep.raw_uplink_bytes = service_->traffic().uplink_raw;
+  rep.downlink_bytes = service_->traffic().downlink;
+  if (o.eval_every > 0 && (commit.round % o.eval_every == 0 || commit.round == o.rounds)) {
+    const std::vector<float> model = engine_->ModelVector();
+    if (absl::Status st = eval_model_->SetFlat(model); !st.ok()) return st;
+    auto ev = eval_model_->Evaluate(*test_data_);
+    if (!ev.ok()) return ev.status();
+    rep.accuracy = ev->accuracy;
+    rep.loss = ev->loss;
+    last_accuracy_ = ev->accuracy;
+    metrics_->SetGlobalEval(ev->accuracy, ev->loss);
+  }
+  if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok()) return st;
+  metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
+  if (rep.uplink_bytes > 0) {
+    metrics_->SetCompressionRatio(o.plan.codec, static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
+  }
+  for (const auto& [client, rc] : commit.receipts) {
+    protos::ServerEvent e;
+    auto* r = e.mutable_receipt();
+    r->set_round(rc.round);
+    r->set_update_id(rc.update_id);
+    r->set_chunk_count(rc.chunk_count);
+    for (uint32_t c : rc.counted) r->add_counted_chunks(c);
+    metrics_->AddChunks(client, "counted", rc.counted.size());
+    service_->Push(client, e);
+  }
+  // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
+  std::ofstream(o.state_dir + "/rounds.jsonl", std::ios::app)
+      << "{\"round\": " << rep.round << ", \"accuracy\": " << rep.accuracy << ", \"loss\": " << rep.loss
+      << ", \"uplink_bytes\": " << rep.uplink_bytes << ", \"raw_uplink_bytes\": " << rep.raw_uplink_bytes
+      << ", \"downlink_bytes\": " << rep.downlink_bytes << ", \"seconds\": " << rep.seconds
+      << ", \"participants\": " << rep.participants << ", \"stragglers\": " << rep.stragglers << "}\n";
+  std::fprintf(stderr, "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",
+               static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
+               static_cast<unsigned long long>(rep.uplink_bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  reports_.push_back(rep);
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,112 @@
+// The coordinator process: the round engine, the gRPC server (mTLS by default), the
+// metrics exposer, evaluation of the global model, checkpoints, and the loop that drives
+// rounds (quorum, participation fraction, deadline).
+#ifndef FEDLGC_COORDINATOR_COORDINATOR_H_
+#define FEDLGC_COORDINATOR_COORDINATOR_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/round_engine.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace fedlgc::core {
+class Model;
+struct Dataset;
+}  // namespace fedlgc::core
+
+namespace fedlgc::monitoring {
+class Metrics;
+}
+
+namespace fedlgc::coordinator {
+
+class CoordinatorService;
+
+struct CoordinatorOptions {
+  std::string listen = "127.0.0.1:0";
+  std::string metrics_listen = "127.0.0.1:0";  // empty: no exposer
+  std::string state_dir = "state/coordinator";
+  std::string model = "cnn";
+  uint64_t init_seed = 1;
+  uint32_t rounds = 20;
+  uint32_t min_clients = 1;       // quorum to open a round
+  double fraction = 1.0;          // of connected clients per round
+  double round_timeout_s = 300;   // deadline after opening
+  RoundPlan plan;
+  float server_lr = 1.0f;
+  float server_momentum = 0.0f;
+  uint32_t eval_every = 1;        // 0: never
+  size_t eval_limit = 0;          // test examples (0 = all)
+  std::string test_data = "fashion-mnist";  // or "synthetic:N"
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  // TLS: CA for client certificates, server certificate and key.
+  std::string tls_ca, tls_cert, tls_key;
+  bool insecure = false;
+  uint32_t max_message_bytes = 4 << 20;
+  uint64_t seed = 1;
+  int torch_threads = 1;
+
+  absl::Status Validate() const;
+  // Identifies the job in checkpoints: changing any of these makes a new job.
+  std::string JobKey(uint64_t dim) const;
+};
+
+struct RoundReport {
+  uint64_t round = 0;
+  double accuracy = -1, loss = -1;
+  uint64_t uplink_bytes = 0, raw_uplink_bytes = 0, downlink_bytes = 0;
+  double seconds = 0;
+  int participants = 0, stragglers = 0;
+};
+
+// Thread-safe: Run on one thread, Stop from any.
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
+  ~Coordinator();
+
+  // Starts the gRPC server and metrics. Loads the checkpoint if there is one.
+  absl::Status Start();
+  int port() const { return port_; }
+  int metrics_port() const;
+  // Drives rounds until `rounds` have committed or Stop() is called.
+  absl::Status Run();
+  void Stop();
+
+  RoundEngine& engine() { return *engine_; }
+  monitoring::Metrics& metrics() { return *metrics_; }
+  std::vector<RoundReport> reports() const;
+
+ private:
+  explicit Coordinator(CoordinatorOptions options);
+  absl::Status RunRound();
+  void WakeUp();
+
+  CoordinatorOptions options_;
+  std::unique_ptr<monitoring::Metrics> metrics_;
+  std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<core::Model> eval_model_;
+  std::unique_ptr<core::Dataset> test_data_;
+  std::string job_key_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RoundReport> reports_;
+  double last_accuracy_ = -1;
+};
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,85 @@
+// fedlgc-coordinator: runs the rounds of one federated training job.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "coordinator/coordinator.h"
+#include "core/flags.h"
+
+namespace {
+fedlgc::coordinator::Coordinator* g_coordinator = nullptr;
+void OnSignal(int) {
+  if (g_coordinator) g_coordinator->Stop();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  fedlgc::coordinator::CoordinatorOptions o;
+  std::string port_file;
+  fedlgc::core::Flags flags("fedlgc-coordinator", "Coordinates federated training rounds over gRPC (mTLS).");
+  flags.Add("listen", &o.listen, "gRPC address; port 0 picks a free one");
+  flags.Add("metrics-listen", &o.metrics_listen, "Prometheus exposer address; empty disables it");
+  flags.Add("port-file", &port_file, "write \"<grpc port> <metrics port>\" here once listening");
+  flags.Add("state-dir", &o.state_dir, "checkpoints and rounds.jsonl; a restart resumes from here");
+  flags.Add("model", &o.model, "cnn or mlp");
+  flags.Add("rounds", &o.rounds, "rounds to run");
+  flags.Add("min-clients", &o.min_clients, "connected clients needed to open a round");
+  flags.Add("fraction", &o.fraction, "share of connected clients asked per round");
+  flags.Add("round-timeout", &o.round_timeout_s, "seconds before a round closes with what arrived");
+  flags.Add("codec", &o.plan.codec, "codec spec for updates, e.g. 'ef(topk(ratio=0.01,values=qsgd(bits=8)))'");
+  flags.Add("local-epochs", &o.plan.local_epochs, "local epochs per round");
+  flags.Add("local-steps", &o.plan.local_steps, "local steps per round (overrides epochs when > 0)");
+  flags.Add("lr", &o.plan.lr, "client learning rate");
+  flags.Add("batch", &o.plan.batch_size, "client batch size");
+  flags.Add("chunk-bytes", &o.plan.max_chunk_bytes, "largest update chunk");
+  flags.Add("server-lr", &o.server_lr, "server learning rate (1 = FedAvg)");
+  flags.Add("server-momentum", &o.server_momentum, "server momentum");
+  flags.Add("eval-every", &o.eval_every, "evaluate every N rounds (0 = never)");
+  flags.Add("eval-limit", &o.eval_limit, "test examples used (0 = all)");
+  flags.Add("test-data", &o.test_data, "fashion-mnist or synthetic:N");
+  flags.Add("data-dir", &o.data_dir, "Fashion-MNIST folder");
+  flags.Add("tls-ca", &o.tls_ca, "CA certificate that signs client certificates");
+  flags.Add("tls-cert", &o.tls_cert, "server certificate");
+  flags.Add("tls-key", &o.tls_key, "server key");
+  flags.Add("insecure", &o.insecure, "plaintext, clients name themselves: local experiments only");
+  flags.Add("max-message-bytes", &o.max_message_bytes, "gRPC message size limit");
+  flags.Add("seed", &o.seed, "seed for participant sampling and client rounds");
+  flags.Add("init-seed", &o.init_seed, "seed of the initial model");
+  flags.Add("torch-threads", &o.torch_threads, "libtorch threads for evaluation");
+  if (auto st = flags.Parse(argc, argv); !st.ok()) {
+    std::fprintf(stderr, "fedlgc-coordinator: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Usage().c_str());
+    return 0;
+  }
+  auto c = fedlgc::coordinator::Coordinator::Create(o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "fedlgc-coordinator: %s\n", c.status().ToString().c_str());
+    return 1;
+  }
+  if (auto st = (*c)->Start(); !st.ok()) {
+    std::fprintf(stderr, "fedlgc-coordinator: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "fedlgc-coordinator: listening on port %d, metrics on %d\n", (*c)->port(),
+               (*c)->metrics_port());
+  if (!port_file.empty()) {
+    FILE* f = std::fopen((port_file + ".tmp").c_str(), "w");
+    if (f == nullptr) return 1;
+    std::fprintf(f, "%d %d\n", (*c)->port(), (*c)->metrics_port());
+    std::fclose(f);
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+  g_coordinator = c->get();
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto st = (*c)->Run();
+  g_coordinator = nullptr;
+  if (!st.ok()) {
+    std::fprintf(stderr, "fedlgc-coordinator: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

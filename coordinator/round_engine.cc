@@ -1,0 +1,291 @@
+// Round engine (see round_engine.h).
+#include "coordinator/round_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "codecs/crc32c.h"
+#include "codecs/registry.h"
+#include "codecs/rng.h"
+#include "codecs/str.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+// Reason label for a frame that failed to parse or decode.
+std::string ReasonFor(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kDataLoss: return "crc";
+    case absl::StatusCode::kResourceExhausted: return "oversized";
+    case absl::StatusCode::kOutOfRange: return "range";
+    case absl::StatusCode::kUnimplemented: return "version";
+    default: break;
+  }
+  const std::string m(st.message());
+  if (m.find("finite") != std::string::npos || m.find("invalid norm") != std::string::npos ||
+      m.find("invalid scale") != std::string::npos) {
+    return "nonfinite";
+  }
+  return "malformed";
+}
+
+ChunkResult Reject(absl::Status st, std::string reason) {
+  ChunkResult r;
+  r.status = std::move(st);
+  r.reason = std::move(reason);
+  return r;
+}
+
+}  // namespace
+
+RoundEngine::RoundEngine(EngineOptions options, EngineState state)
+    : options_(std::move(options)), state_(std::move(state)) {
+  auto codec = codecs::MakeCodec(options_.plan.codec);
+  // The coordinator validates the job options before building the engine.
+  decoder_ = codec.ok() ? std::move(codec).value() : nullptr;
+  if (state_.momentum.size() != state_.model.size()) state_.momentum.assign(state_.model.size(), 0.0f);
+  std::lock_guard<std::mutex> lock(mu_);
+  PublishModelLocked();
+}
+
+void RoundEngine::PublishModelLocked() {
+  auto blob = std::make_shared<ModelBlob>();
+  blob->version = state_.model_version;
+  blob->bytes.assign(reinterpret_cast<const char*>(state_.model.data()), state_.model.size() * 4);
+  blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+  blob_ = std::move(blob);
+}
+
+void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.clients[client_id] = num_samples;
+}
+
+absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants,
+                                    Clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
+  auto r = std::make_unique<Round>();
+  r->number = state_.next_round;
+  r->participants.insert(participants.begin(), participants.end());
+  r->sum.assign(state_.model.size(), 0.0);
+  r->weight.assign(state_.model.size(), 0.0f);
+  r->opened = Clock::now();
+  r->deadline = deadline;
+  round_ = std::move(r);
+  return absl::OkStatus();
+}
+
+bool RoundEngine::round_open() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return round_ != nullptr;
+}
+
+uint64_t RoundEngine::current_round() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return round_ ? round_->number : state_.next_round;
+}
+
+bool RoundEngine::IsParticipant(const std::string& client_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return round_ && round_->participants.count(client_id) != 0;
+}
+
+Clock::time_point RoundEngine::deadline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return round_ ? round_->deadline : Clock::time_point{};
+}
+
+uint64_t RoundEngine::RoundSeed(const std::string& client_id) const {
+  uint64_t h = codecs::Mix64(options_.seed ^ current_round());
+  for (char c : client_id) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
+  return h;
+}
+
+std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
+  std::vector<uint32_t> held;
+  for (uint32_t i = 0; i < u.held.size(); ++i) {
+    if (u.held[i]) held.push_back(i);
+  }
+  return held;
+}
+
+ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
+  if (decoder_ == nullptr) return Reject(absl::InternalError("no codec"), "codec");
+  uint64_t dim = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!round_ || c.round != round_->number) {
+      return Reject(absl::FailedPreconditionError(
+                        round_ ? StrCat("round ", c.round, " is not open; round ", round_->number, " is")
+                               : StrCat("round ", c.round, " is closed; no round is open")),
+                    "wrong_round");
+    }
+    if (round_->participants.count(c.client_id) == 0) {
+      return Reject(absl::PermissionDeniedError(
+                        StrCat("client ", c.client_id, " is not a participant of round ", c.round)),
+                    "not_participant");
+    }
+    auto it = round_->updates.find(c.client_id);
+    if (c.frame.empty()) {  // a query: report what is held
+      ChunkResult r;
+      if (it != round_->updates.end() && it->second.update_id == c.update_id) r.held = HeldList(it->second);
+      return r;
+    }
+    if (c.chunk_count == 0 || c.chunk_count > options_.max_chunks_per_update ||
+        c.chunk_index >= c.chunk_count) {
+      return Reject(absl::InvalidArgumentError(StrCat("chunk ", c.chunk_index, " of ", c.chunk_count,
+                                                      " is out of range")),
+                    "bad_chunk_index");
+    }
+    if (c.num_samples == 0) {
+      return Reject(absl::InvalidArgumentError("num_samples must be > 0"), "malformed");
+    }
+    if (it != round_->updates.end()) {
+      const Update& u = it->second;
+      if (u.update_id != c.update_id) {
+        return Reject(absl::FailedPreconditionError(
+                          StrCat("round ", c.round, " already holds update ", u.update_id, " from ",
+                                 c.client_id, "; update ", c.update_id, " refused")),
+                      "update_conflict");
+      }
+      if (u.chunk_count != c.chunk_count) {
+        return Reject(absl::InvalidArgumentError(StrCat("chunk count ", c.chunk_count,
+                                                        " differs from earlier chunks (", u.chunk_count, ")")),
+                      "bad_chunk_index");
+      }
+      if (u.held[c.chunk_index]) {
+        ChunkResult r;
+        r.duplicate = true;
+        r.reason = "duplicate";
+        r.held = HeldList(u);
+        return r;
+      }
+    }
+    dim = state_.model.size();
+  }
+
+  // Parse and decode outside the lock.
+  auto view = codecs::ParseFrame(c.frame, options_.frame_limits);
+  if (!view.ok()) return Reject(view.status(), ReasonFor(view.status()));
+  if (view->spec != decoder_->wire_spec()) {
+    return Reject(absl::InvalidArgumentError(StrCat("chunk encoded with \"", view->spec,
+                                                    "\"; this job uses \"", decoder_->wire_spec(), "\"")),
+                  "codec");
+  }
+  if (view->dim != dim) {
+    return Reject(absl::OutOfRangeError(StrCat("chunk is for ", view->dim, " coordinates; the model has ", dim)),
+                  "range");
+  }
+  std::vector<float> values(view->length);
+  if (absl::Status st = decoder_->Decode(*view, values); !st.ok()) return Reject(st, ReasonFor(st));
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!round_ || c.round != round_->number) {
+    return Reject(absl::FailedPreconditionError(StrCat("round ", c.round, " closed while decoding")),
+                  "wrong_round");
+  }
+  auto [it, inserted] = round_->updates.try_emplace(c.client_id);
+  Update& u = it->second;
+  if (inserted) {
+    u.update_id = c.update_id;
+    u.chunk_count = c.chunk_count;
+    u.held.assign(c.chunk_count, false);
+  } else if (u.update_id != c.update_id || u.chunk_count != c.chunk_count) {
+    return Reject(absl::FailedPreconditionError("a different update arrived concurrently"), "update_conflict");
+  }
+  ChunkResult r;
+  if (u.held[c.chunk_index]) {
+    r.duplicate = true;
+    r.reason = "duplicate";
+  } else {
+    const double w = static_cast<double>(c.num_samples);
+    double* sum = round_->sum.data() + view->begin;
+    float* weight = round_->weight.data() + view->begin;
+    for (size_t i = 0; i < values.size(); ++i) {
+      sum[i] += w * values[i];
+      weight[i] += static_cast<float>(w);
+    }
+    u.held[c.chunk_index] = true;
+    ++u.held_count;
+    r.coordinates = view->length;
+  }
+  r.held = HeldList(u);
+  return r;
+}
+
+bool RoundEngine::AllComplete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!round_) return false;
+  for (const std::string& p : round_->participants) {
+    auto it = round_->updates.find(p);
+    if (it == round_->updates.end() || it->second.held_count != it->second.chunk_count) return false;
+  }
+  return true;
+}
+
+CommitResult RoundEngine::Commit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CommitResult res;
+  if (!round_) return res;
+  Round& r = *round_;
+  res.round = r.number;
+  // Weighted mean per coordinate over the chunks that arrived; server SGD with momentum.
+  const float lr = options_.server_lr;
+  const float mu = options_.server_momentum;
+  for (size_t i = 0; i < state_.model.size(); ++i) {
+    const float delta = r.weight[i] > 0 ? static_cast<float>(r.sum[i] / r.weight[i]) : 0.0f;
+    state_.momentum[i] = mu * state_.momentum[i] + delta;
+    state_.model[i] += lr * state_.momentum[i];
+  }
+  for (const std::string& p : r.participants) {
+    Receipt rc;
+    rc.round = r.number;
+    auto it = r.updates.find(p);
+    if (it != r.updates.end()) {
+      rc.update_id = it->second.update_id;
+      rc.chunk_count = it->second.chunk_count;
+      rc.counted = HeldList(it->second);
+      if (!rc.counted.empty()) ++res.participants;
+      if (it->second.held_count != it->second.chunk_count) ++res.stragglers;
+    } else {
+      ++res.stragglers;
+    }
+    res.receipts[p] = rc;
+    state_.last_receipts[p] = rc;
+  }
+  res.seconds = std::chrono::duration<double>(Clock::now() - r.opened).count();
+  state_.next_round = r.number + 1;
+  state_.model_version += 1;
+  round_.reset();
+  PublishModelLocked();
+  return res;
+}
+
+std::shared_ptr<const ModelBlob> RoundEngine::model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return blob_;
+}
+
+std::vector<float> RoundEngine::ModelVector() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.model;
+}
+
+EngineState RoundEngine::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+std::map<std::string, uint64_t> RoundEngine::clients() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.clients;
+}
+
+std::map<std::string, Receipt> RoundEngine::last_receipts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.last_receipts;
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,160 @@
+// The round engine: the state of the federation between gRPC and the model. It opens
+// rounds, validates and decodes chunks as they arrive into a weighted sum with a weight
+// per coordinate (so a partial update counts for the ranges that arrived), knows which
+// chunks it holds, and commits a round by averaging and applying the server optimizer
+// (SGD with server lr and momentum; lr 1 without momentum is plain FedAvg).
+//
+// Thread-safe. No gRPC or protobuf here: the service translates messages.
+#ifndef FEDLGC_COORDINATOR_ROUND_ENGINE_H_
+#define FEDLGC_COORDINATOR_ROUND_ENGINE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "codecs/codec.h"
+
+namespace fedlgc::coordinator {
+
+using Clock = std::chrono::steady_clock;
+
+// What a client is asked to do in a round.
+struct RoundPlan {
+  std::string codec = "fp32";  // the job's codec spec (the client wraps it in ef())
+  uint32_t local_epochs = 1;
+  uint32_t local_steps = 0;
+  float lr = 0.05f;
+  uint32_t batch_size = 32;
+  uint32_t max_chunk_bytes = 256 * 1024;
+};
+
+struct EngineOptions {
+  RoundPlan plan;
+  float server_lr = 1.0f;
+  float server_momentum = 0.0f;
+  uint64_t max_chunks_per_update = 1 << 16;
+  codecs::FrameLimits frame_limits;
+  uint64_t seed = 1;
+};
+
+// The global model as served for download.
+struct ModelBlob {
+  uint64_t version = 0;
+  std::string bytes;  // little-endian float32
+  uint32_t crc32c = 0;
+};
+
+struct ChunkIn {
+  std::string client_id;
+  uint64_t round = 0;
+  uint64_t update_id = 0;
+  uint32_t chunk_index = 0;
+  uint32_t chunk_count = 0;
+  uint64_t num_samples = 0;
+  std::string_view frame;  // empty: a query for the receipt
+};
+
+struct ChunkResult {
+  absl::Status status;
+  std::string reason;          // rejection reason label when !status.ok()
+  bool duplicate = false;
+  uint64_t coordinates = 0;    // carried by this chunk (for raw byte accounting)
+  std::vector<uint32_t> held;  // all chunks of this update now held
+};
+
+struct Receipt {
+  uint64_t round = 0;
+  uint64_t update_id = 0;
+  uint32_t chunk_count = 0;
+  std::vector<uint32_t> counted;
+};
+
+struct CommitResult {
+  uint64_t round = 0;
+  int participants = 0;  // clients with at least one chunk counted
+  int stragglers = 0;    // planned participants whose update was not complete
+  double seconds = 0;
+  std::map<std::string, Receipt> receipts;
+};
+
+// Everything that survives a restart (see checkpoint.h).
+struct EngineState {
+  uint64_t next_round = 1;
+  uint64_t model_version = 0;
+  std::vector<float> model;
+  std::vector<float> momentum;
+  std::map<std::string, uint64_t> clients;          // id -> samples
+  std::map<std::string, Receipt> last_receipts;     // per client
+};
+
+class RoundEngine {
+ public:
+  RoundEngine(EngineOptions options, EngineState state);
+  RoundEngine(const RoundEngine&) = delete;
+  RoundEngine& operator=(const RoundEngine&) = delete;
+
+  void Register(const std::string& client_id, uint64_t num_samples);
+
+  // Opens round next_round with `participants`, closing at `deadline`. REQUIRES: no
+  // round is open.
+  absl::Status OpenRound(const std::vector<std::string>& participants, Clock::time_point deadline);
+  bool round_open() const;
+  uint64_t current_round() const;  // open round, or the next one to open
+  bool IsParticipant(const std::string& client_id) const;
+  Clock::time_point deadline() const;
+  // Per-client seed of the open round (codec randomness and data order).
+  uint64_t RoundSeed(const std::string& client_id) const;
+  const RoundPlan& plan() const { return options_.plan; }
+
+  // Validates, decodes and accumulates one chunk (or answers a query).
+  ChunkResult AcceptChunk(const ChunkIn& chunk);
+  // True when every participant has sent every chunk of its update.
+  bool AllComplete() const;
+
+  // Closes the open round: averages, applies the optimizer, bumps the model version.
+  CommitResult Commit();
+
+  std::shared_ptr<const ModelBlob> model() const;
+  std::vector<float> ModelVector() const;
+  EngineState Snapshot() const;
+  std::map<std::string, uint64_t> clients() const;
+  std::map<std::string, Receipt> last_receipts() const;
+
+ private:
+  struct Update {
+    uint64_t update_id = 0;
+    uint32_t chunk_count = 0;
+    std::vector<bool> held;
+    uint32_t held_count = 0;
+  };
+  struct Round {
+    uint64_t number = 0;
+    std::set<std::string> participants;
+    std::map<std::string, Update> updates;
+    std::vector<double> sum;
+    std::vector<float> weight;
+    Clock::time_point opened, deadline;
+  };
+
+  void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::vector<uint32_t> HeldList(const Update& u);
+
+  const EngineOptions options_;
+  std::unique_ptr<codecs::Codec> decoder_;  // the job codec's wire format; Decode is const
+  mutable std::mutex mu_;
+  EngineState state_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_ROUND_ENGINE_H_

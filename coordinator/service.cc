@@ -1,0 +1,359 @@
+// Reactors of the coordinator service (see service.h).
+#include "coordinator/service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "codecs/str.h"
+
+namespace fedlgc::coordinator {
+
+grpc::Status ToGrpc(const absl::Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
+}
+
+// Event stream of one client: queues server events and writes them one at a time;
+// heartbeats are read and dropped. Deletes itself in OnDone after unregistering.
+class EventsReactor final : public grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent> {
+ public:
+  EventsReactor(CoordinatorService* svc, std::string client) : svc_(svc), client_(std::move(client)) {}
+
+  void Begin() { StartRead(&in_); }
+
+  // Queues an event. Safe from any thread while registered with the service.
+  void Push(const protos::ServerEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    queue_.push_back(e);
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      StartRead(&in_);
+      return;
+    }
+    // The client closed its side or the stream broke.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!finished_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.pop_front();
+    if (!ok || finished_ || queue_.empty()) {
+      writing_ = false;
+      return;
+    }
+    StartWrite(&queue_.front());
+  }
+
+  void OnDone() override {
+    svc_->Unregister(client_, this);
+    delete this;
+  }
+
+ private:
+  CoordinatorService* const svc_;
+  const std::string client_;
+  protos::ClientEvent in_;
+  std::mutex mu_;
+  std::deque<protos::ServerEvent> queue_;
+  bool writing_ = false;
+  bool finished_ = false;
+};
+
+namespace {
+
+// Finishes a call at once with an error.
+template <typename Base>
+class ErrorReactor final : public Base {
+ public:
+  explicit ErrorReactor(const grpc::Status& st) { this->Finish(st); }
+  void OnDone() override { delete this; }
+};
+
+class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk> {
+ public:
+  static constexpr uint64_t kChunkBytes = 1 << 20;
+
+  DownloadReactor(CoordinatorService* svc, std::string client,
+                  std::shared_ptr<const ModelBlob> blob, uint64_t offset)
+      : svc_(svc), client_(std::move(client)), blob_(std::move(blob)), offset_(offset) {
+    if (offset_ > 0) svc_->metrics()->AddResume(client_, "download");
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "download stream broke"));
+      return;
+    }
+    const uint64_t n = out_.data().size();
+    svc_->metrics()->AddDownlink(client_, n, n);
+    svc_->traffic().downlink += n;
+    offset_ += n;
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    const uint64_t total = blob_->bytes.size();
+    if (offset_ >= total) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const uint64_t n = std::min(kChunkBytes, total - offset_);
+    out_.set_version(blob_->version);
+    out_.set_offset(offset_);
+    out_.set_total_bytes(total);
+    out_.set_crc32c(blob_->crc32c);
+    out_.set_data(blob_->bytes.data() + offset_, n);
+    StartWrite(&out_);
+  }
+
+  CoordinatorService* const svc_;
+  const std::string client_;
+  const std::shared_ptr<const ModelBlob> blob_;
+  uint64_t offset_;
+  protos::ModelChunk out_;
+};
+
+class UploadReactor final : public grpc::ServerReadReactor<protos::UpdateChunk> {
+ public:
+  UploadReactor(CoordinatorService* svc, std::string client, protos::UploadReceipt* receipt)
+      : svc_(svc), client_(std::move(client)), receipt_(receipt) {
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // end of the client's stream: answer with the receipt
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (!chunk_.client_id().empty() && chunk_.client_id() != client_) {
+      svc_->metrics()->AddRejected("identity");
+      Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          StrCat("this connection is ", client_, "; it cannot upload as ", chunk_.client_id())));
+      return;
+    }
+    ChunkIn in;
+    in.client_id = client_;
+    in.round = chunk_.round();
+    in.update_id = chunk_.update_id();
+    in.chunk_index = chunk_.chunk_index();
+    in.chunk_count = chunk_.chunk_count();
+    in.num_samples = chunk_.num_samples();
+    in.frame = chunk_.frame();
+    const auto start = std::chrono::steady_clock::now();
+    ChunkResult r = svc_->engine()->AcceptChunk(in);
+    if (!r.status.ok()) {
+      svc_->metrics()->AddRejected(r.reason);
+      Finish(ToGrpc(r.status));
+      return;
+    }
+    receipt_->set_round(in.round);
+    receipt_->set_update_id(in.update_id);
+    receipt_->clear_held_chunks();
+    for (uint32_t h : r.held) receipt_->add_held_chunks(h);
+    if (r.duplicate) {
+      svc_->metrics()->AddRejected("duplicate");
+      receipt_->set_duplicates(receipt_->duplicates() + 1);
+    } else if (!in.frame.empty()) {
+      const uint64_t wire = in.frame.size();
+      svc_->metrics()->ObserveDecodeSeconds(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      svc_->metrics()->AddUplink(client_, svc_->job().codec_label, wire, r.coordinates * 4);
+      svc_->traffic().uplink_wire += wire;
+      svc_->traffic().uplink_raw += r.coordinates * 4;
+      svc_->NotifyChunk();
+    }
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  CoordinatorService* const svc_;
+  const std::string client_;
+  protos::UploadReceipt* const receipt_;
+  protos::UpdateChunk chunk_;
+};
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(RoundEngine* engine, monitoring::Metrics* metrics, JobInfo job,
+                                       bool insecure)
+    : engine_(engine), metrics_(metrics), job_(std::move(job)), insecure_(insecure) {}
+
+CoordinatorService::~CoordinatorService() = default;
+
+absl::StatusOr<std::string> CoordinatorService::Identity(grpc::CallbackServerContext* ctx,
+                                                         const std::string& claimed) {
+  if (insecure_) {
+    if (claimed.empty()) return absl::InvalidArgumentError("--insecure: requests must name a client_id");
+    return claimed;
+  }
+  auto auth = ctx->auth_context();
+  const auto cn = auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
+  if (cn.empty()) {
+    metrics_->AddRejected("identity");
+    return absl::UnauthenticatedError("no client certificate: this coordinator requires mTLS");
+  }
+  std::string id(cn.front().data(), cn.front().size());
+  if (!claimed.empty() && claimed != id) {
+    metrics_->AddRejected("identity");
+    return absl::PermissionDeniedError(StrCat("certificate is for ", id, "; it cannot act as ", claimed));
+  }
+  return id;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx,
+                                                   const protos::JoinRequest* req, protos::JoinReply* reply) {
+  auto* reactor = ctx->DefaultReactor();
+  auto id = Identity(ctx, req->client_id());
+  if (!id.ok()) {
+    reactor->Finish(ToGrpc(id.status()));
+    return reactor;
+  }
+  if (req->num_samples() == 0) {
+    metrics_->AddRejected("malformed");
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be > 0"));
+    return reactor;
+  }
+  engine_->Register(*id, req->num_samples());
+  reply->set_job_id(job_.job_id);
+  reply->set_model(job_.model);
+  reply->set_dim(job_.dim);
+  reply->set_current_round(engine_->current_round());
+  reply->set_total_rounds(job_.total_rounds);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* CoordinatorService::Events(
+    grpc::CallbackServerContext* ctx) {
+  std::string claimed;
+  const auto& md = ctx->client_metadata();
+  if (auto it = md.find("fedlgc-client-id"); it != md.end()) claimed.assign(it->second.data(), it->second.size());
+  auto id = Identity(ctx, claimed);
+  if (!id.ok()) {
+    return new ErrorReactor<grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>>(ToGrpc(id.status()));
+  }
+  auto* r = new EventsReactor(this, *id);
+  OnEventsOpened(*id, r);
+  r->Begin();
+  return r;
+}
+
+void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor* r) {
+  bool resumed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    resumed = streams_.count(client) != 0;
+    streams_[client] = r;  // a newer stream replaces the old one
+  }
+  if (resumed) metrics_->AddResume(client, "events");
+  // Catch the client up: its last receipt, then the open round if it takes part.
+  const auto receipts = engine_->last_receipts();
+  if (auto it = receipts.find(client); it != receipts.end()) {
+    protos::ServerEvent e;
+    auto* rc = e.mutable_receipt();
+    rc->set_round(it->second.round);
+    rc->set_update_id(it->second.update_id);
+    rc->set_chunk_count(it->second.chunk_count);
+    for (uint32_t c : it->second.counted) rc->add_counted_chunks(c);
+    r->Push(e);
+  }
+  if (engine_->IsParticipant(client)) r->Push(RoundStartEvent(client));
+}
+
+void CoordinatorService::Unregister(const std::string& client, EventsReactor* r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(client);
+  if (it != streams_.end() && it->second == r) streams_.erase(it);
+}
+
+std::vector<std::string> CoordinatorService::Connected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, r] : streams_) out.push_back(id);
+  return out;
+}
+
+protos::ServerEvent CoordinatorService::RoundStartEvent(const std::string& client) const {
+  protos::ServerEvent e;
+  auto* s = e.mutable_round_start();
+  const RoundPlan& plan = engine_->plan();
+  s->set_round(engine_->current_round());
+  s->set_model_version(engine_->model()->version);
+  s->set_codec(plan.codec);
+  s->set_local_epochs(plan.local_epochs);
+  s->set_local_steps(plan.local_steps);
+  s->set_lr(plan.lr);
+  s->set_batch_size(plan.batch_size);
+  s->set_max_chunk_bytes(plan.max_chunk_bytes);
+  s->set_seed(engine_->RoundSeed(client));
+  const auto left = engine_->deadline() - Clock::now();
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
+  s->set_deadline_unix_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count());
+  return e;
+}
+
+bool CoordinatorService::Push(const std::string& client, const protos::ServerEvent& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(client);
+  if (it == streams_.end()) return false;
+  it->second->Push(event);
+  return true;
+}
+
+bool CoordinatorService::SendRoundStart(const std::string& client) {
+  return Push(client, RoundStartEvent(client));
+}
+
+void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
+  protos::ServerEvent e;
+  e.mutable_done()->set_rounds(rounds);
+  e.mutable_done()->set_final_accuracy(accuracy);
+  for (const std::string& c : Connected()) Push(c, e);
+}
+
+grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
+    grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) {
+  auto id = Identity(ctx, req->client_id());
+  if (!id.ok()) return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(ToGrpc(id.status()));
+  auto blob = engine_->model();
+  if (req->version() != blob->version) {
+    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        StrCat("model version ", req->version(), " is not served; the current version is ", blob->version)));
+  }
+  if (req->offset() > blob->bytes.size()) {
+    metrics_->AddRejected("range");
+    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
+        grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "offset past the end of the model"));
+  }
+  return new DownloadReactor(this, *id, std::move(blob), req->offset());
+}
+
+grpc::ServerReadReactor<protos::UpdateChunk>* CoordinatorService::UploadUpdate(
+    grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) {
+  std::string claimed;
+  const auto& md = ctx->client_metadata();
+  if (auto it = md.find("fedlgc-client-id"); it != md.end()) claimed.assign(it->second.data(), it->second.size());
+  auto id = Identity(ctx, claimed);
+  if (!id.ok()) return new ErrorReactor<grpc::ServerReadReactor<protos::UpdateChunk>>(ToGrpc(id.status()));
+  return new UploadReactor(this, *id, receipt);
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,95 @@
+// The gRPC face of the coordinator: a callback service whose reactors own their per-call
+// state and never block. Identity comes from the client certificate (mTLS); with
+// --insecure it is taken from the request and the coordinator says so at startup.
+// Every refusal becomes a gRPC status here, and only here, and a
+// fedlgc_rejected_total{reason} count.
+#ifndef FEDLGC_COORDINATOR_SERVICE_H_
+#define FEDLGC_COORDINATOR_SERVICE_H_
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "coordinator/round_engine.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc.grpc.pb.h"
+
+namespace fedlgc::coordinator {
+
+struct JobInfo {
+  std::string job_id;
+  std::string model;
+  uint64_t dim = 0;
+  uint32_t total_rounds = 0;
+  std::string codec_label;  // for metric labels
+};
+
+// Bytes moved while a round is open (reset by the driver when it opens one).
+struct RoundTraffic {
+  std::atomic<uint64_t> uplink_wire{0};
+  std::atomic<uint64_t> uplink_raw{0};
+  std::atomic<uint64_t> downlink{0};
+};
+
+class EventsReactor;
+
+// Thread-safe. `engine` and `metrics` must outlive the service.
+class CoordinatorService final : public protos::Coordinator::CallbackService {
+ public:
+  CoordinatorService(RoundEngine* engine, monitoring::Metrics* metrics, JobInfo job, bool insecure);
+  ~CoordinatorService() override;
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const protos::JoinRequest* req,
+                                 protos::JoinReply* reply) override;
+  grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* Events(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerWriteReactor<protos::ModelChunk>* DownloadModel(
+      grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) override;
+  grpc::ServerReadReactor<protos::UpdateChunk>* UploadUpdate(grpc::CallbackServerContext* ctx,
+                                                             protos::UploadReceipt* receipt) override;
+
+  // Clients with an open event stream.
+  std::vector<std::string> Connected() const;
+  // Sends the open round's start to a participant; false if it has no event stream.
+  bool SendRoundStart(const std::string& client);
+  bool Push(const std::string& client, const protos::ServerEvent& event);
+  // Sends JobDone to everyone connected.
+  void BroadcastDone(uint64_t rounds, float accuracy);
+
+  RoundTraffic& traffic() { return traffic_; }
+  // Set by the driver: a chunk arrived (wakes the round loop early).
+  void SetChunkCallback(std::function<void()> f) { on_chunk_ = std::move(f); }
+
+  // Called by reactors.
+  absl::StatusOr<std::string> Identity(grpc::CallbackServerContext* ctx, const std::string& claimed);
+  void Unregister(const std::string& client, EventsReactor* r);
+  void OnEventsOpened(const std::string& client, EventsReactor* r);
+  RoundEngine* engine() { return engine_; }
+  monitoring::Metrics* metrics() { return metrics_; }
+  const JobInfo& job() const { return job_; }
+  void NotifyChunk() {
+    if (on_chunk_) on_chunk_();
+  }
+
+ private:
+  protos::ServerEvent RoundStartEvent(const std::string& client) const;
+
+  RoundEngine* const engine_;
+  monitoring::Metrics* const metrics_;
+  const JobInfo job_;
+  const bool insecure_;
+  RoundTraffic traffic_;
+  std::function<void()> on_chunk_;
+  mutable std::mutex mu_;
+  std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
+};
+
+// The one place absl::Status becomes grpc::Status (the codes are numbered alike).
+grpc::Status ToGrpc(const absl::Status& st);
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_SERVICE_H_

@@ -1,0 +1,77 @@
+// Prometheus metrics of fedlgc: one registry and one exposer per process, metric
+// families built once, and the names shared by the coordinator, the clients, the
+// dashboard and the alert rules. Naming: fedlgc_<thing>_<unit>, `_total` for counters,
+// low-cardinality labels (client, codec, reason, direction).
+#ifndef FEDLGC_MONITORING_METRICS_H_
+#define FEDLGC_MONITORING_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace fedlgc::monitoring {
+
+// Thread-safe: prometheus-cpp metrics are atomic, family lookups lock internally.
+class Metrics {
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Starts the HTTP exposer on `address` ("127.0.0.1:0" picks a free port).
+  absl::Status Serve(const std::string& address);
+  // Port of the exposer; 0 before Serve.
+  int port() const;
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // Bytes on the wire and their fp32 equivalent (4 bytes per coordinate carried).
+  void AddUplink(const std::string& client, const std::string& codec, uint64_t wire, uint64_t raw);
+  void AddDownlink(const std::string& client, uint64_t wire, uint64_t raw);
+  // result: sent, retransmitted, counted, lost
+  void AddChunks(const std::string& client, const std::string& result, uint64_t n);
+  // stream: upload, download, events
+  void AddResume(const std::string& client, const std::string& stream);
+  void AddRejected(const std::string& reason);
+  void ObserveEncodeSeconds(double s);
+  void ObserveDecodeSeconds(double s);
+  void SetTrainLoss(const std::string& client, double loss);
+
+  // Coordinator-side round figures.
+  void SetRound(uint64_t round);
+  void ObserveRound(double seconds, int participants, int stragglers);
+  void SetGlobalEval(double accuracy, double loss);
+  void SetCompressionRatio(const std::string& codec, double ratio);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>& uplink_wire_;
+  prometheus::Family<prometheus::Counter>& uplink_raw_;
+  prometheus::Family<prometheus::Counter>& downlink_wire_;
+  prometheus::Family<prometheus::Counter>& downlink_raw_;
+  prometheus::Family<prometheus::Counter>& chunks_;
+  prometheus::Family<prometheus::Counter>& resumes_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Histogram>& encode_seconds_;
+  prometheus::Family<prometheus::Histogram>& decode_seconds_;
+  prometheus::Family<prometheus::Gauge>& train_loss_;
+  prometheus::Family<prometheus::Gauge>& round_;
+  prometheus::Family<prometheus::Histogram>& round_seconds_;
+  prometheus::Family<prometheus::Gauge>& participants_;
+  prometheus::Family<prometheus::Gauge>& stragglers_;
+  prometheus::Family<prometheus::Gauge>& accuracy_;
+  prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& ratio_;
+};
+
+}  // namespace fedlgc::monitoring
+
+#endif  // FEDLGC_MONITORING_METRICS_H_

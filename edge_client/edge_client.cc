@@ -1,0 +1,306 @@
+// Edge client (see edge_client.h).
+#include "edge_client/edge_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "codecs/error_feedback.h"
+#include "codecs/registry.h"
+#include "codecs/str.h"
+#include "core/atomic_file.h"
+#include "core/dataset.h"
+#include "core/model.h"
+#include "core/partition.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc.grpc.pb.h"
+
+namespace fedlgc::edge_client {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& st, std::string_view what) {
+  if (st.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      StrCat(what, ": ", st.error_message()));
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  auto f = core::ReadFileIfExists(path);
+  if (!f.ok()) return f.status();
+  if (!f->has_value()) return absl::NotFoundError(StrCat("cannot read ", path));
+  return std::move(**f);
+}
+
+}  // namespace
+
+absl::Status EdgeClientOptions::Validate() const {
+  if (client_id.empty() || client_id.size() > 64) return absl::InvalidArgumentError("--id must be 1-64 characters");
+  if (num_shards == 0 || shard >= num_shards) return absl::InvalidArgumentError("--shard must be < --num-shards");
+  if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
+    return absl::InvalidArgumentError("mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
+  }
+  if (auto p = core::PartitionSpec::Parse(partition); !p.ok()) return p.status();
+  return absl::OkStatus();
+}
+
+EdgeClient::EdgeClient(EdgeClientOptions options)
+    : options_(std::move(options)), rng_(std::random_device{}()) {}
+
+EdgeClient::~EdgeClient() = default;
+
+absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions options) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  std::unique_ptr<EdgeClient> c(new EdgeClient(std::move(options)));
+  const EdgeClientOptions& o = c->options_;
+  core::SetTorchThreads(o.torch_threads);
+  auto data = core::LoadNamedDataset(o.data, o.data_dir, true);
+  if (!data.ok()) return data.status();
+  c->data_ = std::make_unique<core::Dataset>(std::move(data).value());
+  const auto spec = core::PartitionSpec::Parse(o.partition).value();
+  c->shard_ = core::Partition(c->data_->labels, static_cast<int>(c->data_->classes),
+                              static_cast<int>(o.num_shards), spec, o.partition_seed)[o.shard];
+  if (c->shard_.empty()) return absl::FailedPreconditionError("this client's shard is empty");
+  c->metrics_ = std::make_unique<monitoring::Metrics>();
+  if (!o.metrics_listen.empty()) {
+    if (absl::Status st = c->metrics_->Serve(o.metrics_listen); !st.ok()) return st;
+  }
+  c->state_path_ = StrCat(o.state_dir, "/", o.client_id, ".state");
+  auto state = LoadClientState(c->state_path_);
+  if (!state.ok()) return state.status();
+  c->state_ = std::move(state).value();
+  return c;
+}
+
+int EdgeClient::metrics_port() const { return metrics_->port(); }
+
+void EdgeClient::Stop() {
+  stop_ = true;
+  if (grpc::ClientContext* ctx = events_ctx_.load()) ctx->TryCancel();
+}
+
+absl::Status EdgeClient::Persist() { return SaveClientState(state_path_, state_); }
+
+void EdgeClient::PrepareContext(grpc::ClientContext* ctx, double timeout_s) const {
+  ctx->AddMetadata("fedlgc-client-id", options_.client_id);
+  if (timeout_s > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  }
+}
+
+void EdgeClient::Backoff(int attempt) {
+  // Exponential with full jitter.
+  const double cap = std::min(options_.backoff_max_s, options_.backoff_initial_s * (1 << std::min(attempt, 10)));
+  std::uniform_real_distribution<double> u(0.5 * cap, cap);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(u(rng_) * 1000));
+  while (!stop_ && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+absl::Status EdgeClient::Connect() {
+  const EdgeClientOptions& o = options_;
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  grpc::ChannelArguments args;
+  if (o.insecure) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    auto ca = ReadText(o.tls_ca), cert = ReadText(o.tls_cert), key = ReadText(o.tls_key);
+    for (const auto* f : {&ca, &cert, &key}) {
+      if (!f->ok()) return f->status();
+    }
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *ca;
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+    creds = grpc::SslCredentials(ssl);
+    args.SetSslTargetNameOverride(o.tls_server_name);
+  }
+  args.SetMaxReceiveMessageSize(static_cast<int>(o.max_message_bytes));
+  args.SetMaxSendMessageSize(static_cast<int>(o.max_message_bytes));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(o.backoff_max_s * 1000));
+  channel_ = grpc::CreateCustomChannel(o.server, creds, args);
+  return absl::OkStatus();
+}
+
+absl::Status EdgeClient::Join() {
+  auto stub = protos::Coordinator::NewStub(channel_);
+  protos::JoinRequest req;
+  req.set_client_id(options_.client_id);
+  req.set_num_samples(shard_.size());
+  req.set_device("cpu");
+  protos::JoinReply reply;
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, 10);
+  const grpc::Status st = stub->Join(&ctx, req, &reply);
+  if (!st.ok()) return FromGrpc(st, "join");
+  if (!model_ || model_->name() != reply.model()) {
+    auto m = core::Model::Create(reply.model(), 0);
+    if (!m.ok()) return m.status();
+    model_ = std::move(m).value();
+  }
+  if (model_->dim() != reply.dim()) {
+    return absl::FailedPreconditionError(StrCat("the job's model has ", reply.dim(), " parameters; ",
+                                                reply.model(), " here has ", model_->dim()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EdgeClient::Run() {
+  if (absl::Status st = Connect(); !st.ok()) return st;
+  int attempt = 0;
+  while (!stop_) {
+    absl::Status st = Join();
+    if (st.ok()) {
+      bool done = false;
+      st = EventLoop(&done);
+      if (done) return absl::OkStatus();
+      if (st.ok()) attempt = 0;  // a clean end of stream: reconnect promptly
+    }
+    if (!st.ok()) {
+      if (absl::IsPermissionDenied(st) || absl::IsUnauthenticated(st) || absl::IsInvalidArgument(st) ||
+          absl::IsFailedPrecondition(st) || absl::IsDataLoss(st) || absl::IsInternal(st)) {
+        return st;
+      }
+      std::fprintf(stderr, "%s: %s; reconnecting\n", options_.client_id.c_str(), st.ToString().c_str());
+    }
+    if (options_.exit_after_rounds > 0 && rounds_uploaded_ >= options_.exit_after_rounds) return absl::OkStatus();
+    metrics_->AddResume(options_.client_id, "events");
+    Backoff(attempt++);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EdgeClient::EventLoop(bool* done) {
+  auto stub = protos::Coordinator::NewStub(channel_);
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, 0);
+  events_ctx_ = &ctx;
+  auto stream = stub->Events(&ctx);
+  protos::ServerEvent event;
+  absl::Status result;
+  while (!stop_ && stream->Read(&event)) {
+    if (event.has_receipt()) {
+      result = HandleReceipt(event.receipt());
+    } else if (event.has_round_start()) {
+      result = HandleRound(event.round_start());
+    } else if (event.has_done()) {
+      *done = true;
+      break;
+    }
+    if (!result.ok()) break;
+    if (options_.exit_after_rounds > 0 && rounds_uploaded_ >= options_.exit_after_rounds) break;
+  }
+  stream->WritesDone();
+  if (*done || !result.ok() || stop_ || rounds_uploaded_ >= options_.exit_after_rounds) ctx.TryCancel();
+  const grpc::Status st = stream->Finish();
+  events_ctx_ = nullptr;
+  if (!result.ok()) return result;
+  if (*done || stop_) return absl::OkStatus();
+  return FromGrpc(st, "event stream");
+}
+
+absl::Status EdgeClient::EnsureCodec(const std::string& spec) {
+  if (codec_ && codec_spec_ == spec) return absl::OkStatus();
+  // Every client keeps a residual: wrap the job codec in error feedback.
+  auto parsed = codecs::MakeCodec(spec);
+  if (!parsed.ok()) return parsed.status();
+  const std::string ef_spec = dynamic_cast<codecs::ErrorFeedback*>(parsed->get()) ? spec : StrCat("ef(", spec, ")");
+  auto made = codecs::MakeCodec(ef_spec);
+  if (!made.ok()) return made.status();
+  codec_.reset(static_cast<codecs::ErrorFeedback*>(made->release()));
+  codec_spec_ = spec;
+  if (state_.codec == spec && state_.residual.size() == model_->dim()) {
+    codec_->SetResidual(state_.residual);
+  } else {
+    state_.residual.clear();
+  }
+  state_.codec = spec;
+  return absl::OkStatus();
+}
+
+absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
+  if (!state_.pending || state_.pending->round != receipt.round()) return absl::OkStatus();
+  PendingUpdate& p = *state_.pending;
+  std::vector<bool> counted(p.frames.size(), false);
+  if (receipt.update_id() == p.update_id) {
+    for (uint32_t c : receipt.counted_chunks()) {
+      if (c < counted.size()) counted[c] = true;
+    }
+  }
+  if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
+  uint64_t lost = 0;
+  for (size_t i = 0; i < p.frames.size(); ++i) {
+    if (counted[i]) continue;
+    if (absl::Status st = codec_->Restore(p.frames[i]); !st.ok()) return st;
+    ++lost;
+  }
+  if (lost) metrics_->AddChunks(options_.client_id, "lost", lost);
+  state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  state_.pending.reset();
+  return Persist();
+}
+
+absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
+  const auto deadline = std::chrono::system_clock::time_point(std::chrono::milliseconds(start.deadline_unix_ms()));
+  if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
+  if (state_.pending && (state_.pending->round != start.round() ||
+                         state_.pending->model_version != start.model_version())) {
+    // An update whose round ended without a receipt reaching us: nothing of it counted
+    // as far as we can know, so all of it goes back into the residual.
+    for (const std::string& f : state_.pending->frames) {
+      if (absl::Status st = codec_->Restore(f); !st.ok()) return st;
+    }
+    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+    state_.pending.reset();
+  }
+  if (!state_.pending) {
+    auto weights = Download(start.model_version());
+    if (!weights.ok()) return absl::IsNotFound(weights.status()) ? absl::OkStatus() : weights.status();
+    if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
+    core::TrainOptions topts;
+    topts.epochs = static_cast<int>(start.local_epochs());
+    topts.steps = static_cast<int>(start.local_steps());
+    topts.lr = start.lr();
+    topts.batch_size = static_cast<int>(start.batch_size());
+    topts.seed = start.seed();
+    auto trained = model_->Train(*data_, shard_, topts);
+    if (!trained.ok()) return trained.status();
+    metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
+    std::vector<float> update = model_->GetFlat();
+    for (size_t i = 0; i < update.size(); ++i) update[i] -= (*weights)[i];
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<codecs::Frame> frames;
+    codecs::EncodeOptions eopts;
+    eopts.seed = start.seed();
+    eopts.max_frame_bytes = start.max_chunk_bytes();
+    if (absl::Status st = codec_->Encode(update, eopts, &frames); !st.ok()) return st;
+    metrics_->ObserveEncodeSeconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    PendingUpdate p;
+    p.round = start.round();
+    p.model_version = start.model_version();
+    p.update_id = rng_() | 1;
+    p.num_samples = shard_.size();
+    for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
+    state_.pending = std::move(p);
+    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+    if (absl::Status st = Persist(); !st.ok()) return st;
+  }
+  absl::Status st = Upload(deadline);
+  if (st.ok() || absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) {
+    // Done, or the round closed first: the receipt will say what counted.
+    ++rounds_uploaded_;
+    last_round_ = start.round();
+    return absl::OkStatus();
+  }
+  return st;
+}
+
+}  // namespace fedlgc::edge_client

@@ -1,0 +1,118 @@
+// An edge client: joins the coordinator, and for every round it is asked to take part
+// in downloads the global model (resuming by offset), trains on its shard, adds its
+// error-feedback residual to the update (new - old weights), encodes it with the job's
+// codec into self-contained chunks, and streams them, resuming after any disconnect with
+// backoff and jitter and resending only the chunks the coordinator does not hold.
+// Chunks the coordinator did not count go back into the residual. The residual and the
+// update in flight are persisted, so a restarted client loses nothing.
+#ifndef FEDLGC_EDGE_CLIENT_EDGE_CLIENT_H_
+#define FEDLGC_EDGE_CLIENT_EDGE_CLIENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "edge_client/client_state.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace fedlgc::codecs {
+class ErrorFeedback;
+}
+namespace fedlgc::core {
+class Model;
+struct Dataset;
+}  // namespace fedlgc::core
+namespace fedlgc::monitoring {
+class Metrics;
+}
+namespace fedlgc::protos {
+class RoundStart;
+class RoundReceipt;
+}  // namespace fedlgc::protos
+
+namespace fedlgc::edge_client {
+
+struct EdgeClientOptions {
+  std::string server = "127.0.0.1:50051";
+  std::string client_id = "client-0";
+  std::string state_dir = "state";
+  std::string tls_ca, tls_cert, tls_key;
+  std::string tls_server_name = "localhost";  // name in the coordinator's certificate
+  bool insecure = false;
+  std::string data = "fashion-mnist";  // or synthetic:N
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  uint32_t shard = 0;        // this client's shard index
+  uint32_t num_shards = 1;   // shards the training set is split into
+  std::string partition = "iid";
+  uint64_t partition_seed = 1;
+  int torch_threads = 1;
+  std::string metrics_listen;  // empty: no exposer
+  uint32_t max_message_bytes = 4 << 20;
+  double backoff_initial_s = 0.2;
+  double backoff_max_s = 5.0;
+  double call_timeout_s = 60;  // per upload/download attempt
+  // Stop after this many rounds were uploaded (0: run until the job is done). For tests.
+  uint32_t exit_after_rounds = 0;
+
+  absl::Status Validate() const;
+};
+
+// Not thread-safe except Stop().
+class EdgeClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<EdgeClient>> Create(EdgeClientOptions options);
+  ~EdgeClient();
+
+  // Runs until the coordinator says the job is done, Stop() is called, or a fatal error
+  // (bad credentials, refused identity).
+  absl::Status Run();
+  void Stop();
+
+  int metrics_port() const;
+  monitoring::Metrics& metrics() { return *metrics_; }
+  const ClientState& state() const { return state_; }
+
+ private:
+  explicit EdgeClient(EdgeClientOptions options);
+  absl::Status Connect();
+  absl::Status Join();
+  // Handles the event stream until it ends; returns OK when the job is done.
+  absl::Status EventLoop(bool* done);
+  absl::Status HandleRound(const protos::RoundStart& start);
+  absl::Status HandleReceipt(const protos::RoundReceipt& receipt);
+  absl::StatusOr<std::vector<float>> Download(uint64_t version);
+  // Uploads the pending update until the coordinator holds every chunk.
+  absl::Status Upload(std::chrono::system_clock::time_point deadline);
+  absl::Status EnsureCodec(const std::string& spec);
+  absl::Status Persist();
+  void PrepareContext(grpc::ClientContext* ctx, double timeout_s) const;
+  void Backoff(int attempt);
+
+  EdgeClientOptions options_;
+  std::unique_ptr<monitoring::Metrics> metrics_;
+  std::unique_ptr<core::Model> model_;
+  std::unique_ptr<core::Dataset> data_;
+  std::vector<uint32_t> shard_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<codecs::ErrorFeedback> codec_;
+  std::string codec_spec_;
+  ClientState state_;
+  std::string state_path_;
+  std::mt19937_64 rng_;
+  std::atomic<bool> stop_{false};
+  std::atomic<grpc::ClientContext*> events_ctx_{nullptr};
+  uint32_t rounds_uploaded_ = 0;
+  uint64_t last_round_ = 0;
+};
+
+}  // namespace fedlgc::edge_client
+
+#endif  // FEDLGC_EDGE_CLIENT_EDGE_CLIENT_H_

@@ -1,0 +1,143 @@
+// Resumable model download and chunked update upload of the edge client.
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <set>
+
+#include "codecs/crc32c.h"
+#include "codecs/str.h"
+#include "core/model.h"
+#include "edge_client/edge_client.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc.grpc.pb.h"
+
+namespace fedlgc::edge_client {
+namespace {
+
+bool Retryable(grpc::StatusCode c) {
+  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::CANCELLED ||
+         c == grpc::StatusCode::DEADLINE_EXCEEDED || c == grpc::StatusCode::UNKNOWN ||
+         c == grpc::StatusCode::INTERNAL || c == grpc::StatusCode::ABORTED ||
+         c == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
+absl::Status FromGrpc(const grpc::Status& st, std::string_view what) {
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), StrCat(what, ": ", st.error_message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> EdgeClient::Download(uint64_t version) {
+  auto stub = protos::Coordinator::NewStub(channel_);
+  std::string blob;
+  uint64_t total = 0;
+  uint32_t crc = 0;
+  for (int attempt = 0; !stop_; ++attempt) {
+    if (attempt > 0) {
+      metrics_->AddResume(options_.client_id, "download");
+      Backoff(attempt - 1);
+    }
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, options_.call_timeout_s);
+    protos::ModelRequest req;
+    req.set_client_id(options_.client_id);
+    req.set_version(version);
+    req.set_offset(blob.size());
+    auto reader = stub->DownloadModel(&ctx, req);
+    protos::ModelChunk chunk;
+    bool bad = false;
+    while (reader->Read(&chunk)) {
+      if (chunk.version() != version || chunk.offset() != blob.size() ||
+          chunk.total_bytes() > (uint64_t{4} << 30) || blob.size() + chunk.data().size() > chunk.total_bytes()) {
+        bad = true;
+        ctx.TryCancel();
+        break;
+      }
+      total = chunk.total_bytes();
+      crc = chunk.crc32c();
+      blob += chunk.data();
+      metrics_->AddDownlink(options_.client_id, chunk.data().size(), chunk.data().size());
+    }
+    const grpc::Status st = reader->Finish();
+    if (bad) return absl::DataLossError("model download: inconsistent chunks");
+    if (st.ok() && blob.size() == total) {
+      if (codecs::Crc32c(blob.data(), blob.size()) != crc) {
+        blob.clear();  // corrupted: start over
+        continue;
+      }
+      if (total != model_->dim() * 4) {
+        return absl::DataLossError(StrCat("model download: ", total, " bytes for ", model_->dim(), " parameters"));
+      }
+      std::vector<float> w(model_->dim());
+      std::memcpy(w.data(), blob.data(), blob.size());
+      return w;
+    }
+    if (!st.ok() && !Retryable(st.error_code())) return FromGrpc(st, "model download");
+  }
+  return absl::CancelledError("stopped");
+}
+
+absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) {
+  const PendingUpdate& p = *state_.pending;
+  auto stub = protos::Coordinator::NewStub(channel_);
+  std::set<uint32_t> held;
+  std::vector<int> sends(p.frames.size(), 0);
+  const std::string codec_label = state_.codec;
+  for (int attempt = 0; !stop_; ++attempt) {
+    if (std::chrono::system_clock::now() > deadline) {
+      return absl::DeadlineExceededError(StrCat("round ", p.round, " deadline passed during upload"));
+    }
+    if (attempt > 0) {
+      metrics_->AddResume(options_.client_id, "upload");
+      Backoff(attempt - 1);
+      // Ask what arrived before the break, so only the missing chunks are resent.
+      grpc::ClientContext qctx;
+      PrepareContext(&qctx, 10);
+      protos::UploadReceipt qreceipt;
+      auto q = stub->UploadUpdate(&qctx, &qreceipt);
+      protos::UpdateChunk query;
+      query.set_client_id(options_.client_id);
+      query.set_round(p.round);
+      query.set_update_id(p.update_id);
+      q->Write(query);
+      q->WritesDone();
+      const grpc::Status qs = q->Finish();
+      if (!qs.ok()) {
+        if (!Retryable(qs.error_code())) return FromGrpc(qs, "upload query");
+        continue;
+      }
+      held.insert(qreceipt.held_chunks().begin(), qreceipt.held_chunks().end());
+    }
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, options_.call_timeout_s);
+    protos::UploadReceipt receipt;
+    auto writer = stub->UploadUpdate(&ctx, &receipt);
+    protos::UpdateChunk chunk;
+    chunk.set_client_id(options_.client_id);
+    chunk.set_round(p.round);
+    chunk.set_update_id(p.update_id);
+    chunk.set_chunk_count(static_cast<uint32_t>(p.frames.size()));
+    chunk.set_num_samples(p.num_samples);
+    // Chunks go in index order: frames are ranges in coordinate order, so the front of
+    // the model (input layers, which the next forward pass needs first) leads.
+    for (uint32_t i = 0; i < p.frames.size() && !stop_; ++i) {
+      if (held.count(i)) continue;
+      chunk.set_chunk_index(i);
+      chunk.set_frame(p.frames[i]);
+      if (!writer->Write(chunk)) break;
+      metrics_->AddChunks(options_.client_id, sends[i]++ == 0 ? "sent" : "retransmitted", 1);
+      metrics_->AddUplink(options_.client_id, codec_label, p.frames[i].size(), 0);
+    }
+    writer->WritesDone();
+    const grpc::Status st = writer->Finish();
+    if (st.ok()) {
+      held.insert(receipt.held_chunks().begin(), receipt.held_chunks().end());
+      if (held.size() == p.frames.size()) return absl::OkStatus();
+      continue;
+    }
+    if (!Retryable(st.error_code())) return FromGrpc(st, "upload");
+  }
+  return absl::CancelledError("stopped");
+}
+
+}  // namespace fedlgc::edge_client

@@ -1,0 +1,275 @@
+// Fault proxy (see fault_proxy.h). Each direction of a connection is a pipeline of two
+// threads: a reader stamps every chunk with its release time (arrival + delay + jitter)
+// and a writer releases chunks no earlier than that and no faster than the rate cap, so
+// latency does not throttle throughput the way sleeping in a single loop would.
+#include "core/fault_proxy.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <random>
+
+#include "codecs/str.h"
+
+namespace fedlgc::core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool ParseDuration(const std::string& v, double* s) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const std::string unit(end);
+  if (end == v.c_str() || x < 0) return false;
+  if (unit == "ms") return *s = x / 1000, true;
+  if (unit == "s" || unit.empty()) return *s = x, true;
+  if (unit == "us") return *s = x / 1e6, true;
+  return false;
+}
+
+bool ParseRate(const std::string& v, double* bytes_per_s) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const std::string unit(end);
+  if (end == v.c_str() || x <= 0) return false;
+  double bits;
+  if (unit == "bit") bits = x;
+  else if (unit == "kbit") bits = x * 1e3;
+  else if (unit == "mbit") bits = x * 1e6;
+  else if (unit == "gbit") bits = x * 1e9;
+  else return false;
+  *bytes_per_s = bits / 8;
+  return true;
+}
+
+bool ParseBytes(const std::string& v, uint64_t* n) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const std::string unit(end);
+  if (end == v.c_str() || x < 0) return false;
+  double mult = 1;
+  if (unit == "k" || unit == "kb" || unit == "KB" || unit == "K") mult = 1024;
+  else if (unit == "m" || unit == "mb" || unit == "MB" || unit == "M") mult = 1024 * 1024;
+  else if (!unit.empty() && unit != "b" && unit != "B") return false;
+  *n = static_cast<uint64_t>(x * mult);
+  return true;
+}
+
+struct Chunk {
+  std::string data;
+  Clock::time_point release;
+};
+
+// One direction of a proxied connection.
+struct Pipe {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Chunk> queue;
+  bool eof = false;
+};
+
+}  // namespace
+
+absl::StatusOr<LinkSpec> LinkSpec::Parse(const std::string& text) {
+  LinkSpec s;
+  if (text.empty() || text == "none") return s;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return absl::InvalidArgumentError(StrCat("link \"", text, "\": expected key=value, got \"", item, "\""));
+    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    bool ok = false;
+    if (k == "delay") ok = ParseDuration(v, &s.delay_s);
+    else if (k == "jitter") ok = ParseDuration(v, &s.jitter_s);
+    else if (k == "rate") ok = ParseRate(v, &s.rate_bytes_per_s);
+    else if (k == "cut") {
+      char* end = nullptr;
+      s.cut_per_mib = std::strtod(v.c_str(), &end);
+      ok = *end == '\0' && s.cut_per_mib >= 0 && s.cut_per_mib <= 1;
+    } else if (k == "cut_after") {
+      ok = ParseBytes(v, &s.cut_after_bytes);
+    } else {
+      return absl::InvalidArgumentError(StrCat("link \"", text, "\": unknown key '", k,
+                                               "' (known: delay, jitter, rate, cut, cut_after)"));
+    }
+    if (!ok) return absl::InvalidArgumentError(StrCat("link \"", text, "\": bad value for ", k, ": '", v, "'"));
+  }
+  return s;
+}
+
+bool LinkSpec::trivial() const {
+  return delay_s == 0 && jitter_s == 0 && rate_bytes_per_s == 0 && cut_per_mib == 0 && cut_after_bytes == 0;
+}
+
+FaultProxy::FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed)
+    : host_(std::move(host)), target_port_(target_port), spec_(spec), seed_(seed) {}
+
+absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& target_host, int target_port,
+                                                              LinkSpec spec, uint64_t seed) {
+  std::unique_ptr<FaultProxy> p(new FaultProxy(target_host, target_port, spec, seed));
+  p->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (p->listen_fd_ < 0) return absl::InternalError("fault proxy: socket failed");
+  const int one = 1;
+  ::setsockopt(p->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(p->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(p->listen_fd_, 64) != 0) {
+    return absl::InternalError("fault proxy: bind/listen failed");
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(p->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  p->port_ = ntohs(addr.sin_port);
+  p->acceptor_ = std::thread([raw = p.get()] { raw->AcceptLoop(); });
+  return p;
+}
+
+FaultProxy::~FaultProxy() {
+  stop_ = true;
+  ::shutdown(listen_fd_, SHUT_RDWR);
+  ::close(listen_fd_);
+  if (acceptor_.joinable()) acceptor_.join();
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    workers.swap(workers_);
+  }
+  for (auto& t : workers) t.join();
+  for (int fd : fds_) ::close(fd);
+}
+
+void FaultProxy::AcceptLoop() {
+  while (!stop_) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stop_) return;
+      continue;
+    }
+    ++connections_;
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.push_back(fd);
+    workers_.emplace_back([this, fd] { Serve(fd); });
+  }
+}
+
+void FaultProxy::Serve(int cfd) {
+  const int tfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+  ::inet_pton(AF_INET, host_ == "localhost" ? "127.0.0.1" : host_.c_str(), &addr.sin_addr);
+  if (tfd < 0 || ::connect(tfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (tfd >= 0) ::close(tfd);
+    ::shutdown(cfd, SHUT_RDWR);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.push_back(tfd);
+  }
+  const int one = 1;
+  ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(tfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+
+  std::atomic<bool> dead{false};
+  std::atomic<uint64_t> carried{0};
+  const uint64_t conn = connections_;
+  auto cut = [&] {
+    if (!dead.exchange(true)) {
+      ::shutdown(cfd, SHUT_RDWR);
+      ::shutdown(tfd, SHUT_RDWR);
+    }
+  };
+  auto pump = [&](int src, int dst, std::atomic<uint64_t>* counter, uint64_t stream_seed) {
+    Pipe pipe;
+    std::mt19937_64 rng(stream_seed);
+    std::normal_distribution<double> jitter(0.0, spec_.jitter_s);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    std::thread writer([&] {
+      Clock::time_point next_free = Clock::now();
+      for (;;) {
+        Chunk c;
+        {
+          std::unique_lock<std::mutex> lock(pipe.mu);
+          pipe.cv.wait(lock, [&] { return !pipe.queue.empty() || pipe.eof; });
+          if (pipe.queue.empty()) break;
+          c = std::move(pipe.queue.front());
+          pipe.queue.pop_front();
+        }
+        std::this_thread::sleep_until(std::max(c.release, next_free));
+        if (spec_.rate_bytes_per_s > 0) {
+          next_free = std::max(Clock::now(), next_free) +
+                      std::chrono::nanoseconds(static_cast<int64_t>(c.data.size() * 1e9 / spec_.rate_bytes_per_s));
+        }
+        size_t off = 0;
+        while (off < c.data.size()) {
+          const ssize_t n = ::send(dst, c.data.data() + off, c.data.size() - off, MSG_NOSIGNAL);
+          if (n <= 0) {
+            cut();
+            return;
+          }
+          off += static_cast<size_t>(n);
+        }
+        *counter += c.data.size();
+      }
+    });
+    char buf[16384];
+    for (;;) {
+      // With a rate cap, read at most what the link carries in ~10 ms so cuts and
+      // delays apply at a fine grain.
+      size_t want = sizeof(buf);
+      if (spec_.rate_bytes_per_s > 0) {
+        want = std::clamp<size_t>(static_cast<size_t>(spec_.rate_bytes_per_s / 100), 512, sizeof(buf));
+      }
+      const ssize_t n = ::recv(src, buf, want, 0);
+      if (n <= 0) break;
+      const uint64_t total = carried += static_cast<uint64_t>(n);
+      bool do_cut = false;
+      if (spec_.cut_after_bytes > 0 && total >= spec_.cut_after_bytes && !cut_after_used_.exchange(true)) {
+        do_cut = true;
+      }
+      if (spec_.cut_per_mib > 0) {
+        const double p = 1 - std::pow(1 - spec_.cut_per_mib, static_cast<double>(n) / (1 << 20));
+        do_cut |= unit(rng) < p;
+      }
+      if (do_cut) {
+        ++cuts_;
+        cut();
+        break;
+      }
+      const double d = std::max(0.0, spec_.delay_s + (spec_.jitter_s > 0 ? jitter(rng) : 0.0));
+      {
+        std::lock_guard<std::mutex> lock(pipe.mu);
+        pipe.queue.push_back({std::string(buf, static_cast<size_t>(n)),
+                              Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(d * 1e9))});
+      }
+      pipe.cv.notify_one();
+    }
+    {
+      std::lock_guard<std::mutex> lock(pipe.mu);
+      pipe.eof = true;
+    }
+    pipe.cv.notify_one();
+    writer.join();
+    cut();  // one side ended: end the connection
+  };
+  std::thread down([&] { pump(tfd, cfd, &bytes_down_, seed_ ^ (conn * 2 + 1)); });
+  pump(cfd, tfd, &bytes_up_, seed_ ^ (conn * 2));
+  down.join();
+}
+
+}  // namespace fedlgc::core

@@ -1,0 +1,72 @@
+// A TCP fault proxy for loopback experiments and tests: it accepts on 127.0.0.1:0 and
+// forwards each connection to a target, adding one-way delay and jitter, a bandwidth cap,
+// and connection cuts (after N bytes, or with a probability per MiB sent). The kernel
+// here has no netem, so this is how fedlgc emulates a slow, lossy edge link.
+//
+// Link spec: comma-separated key=value, e.g. "delay=50ms,jitter=10ms,rate=10mbit,cut=0.05"
+//   delay, jitter   ms or s           added to every byte, each direction
+//   rate            kbit, mbit, gbit  cap per direction
+//   cut             probability that a connection is cut per MiB it carries
+//   cut_after       bytes (k, m suffixes) after which every connection is cut, once
+#ifndef FEDLGC_CORE_FAULT_PROXY_H_
+#define FEDLGC_CORE_FAULT_PROXY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fedlgc::core {
+
+struct LinkSpec {
+  double delay_s = 0;
+  double jitter_s = 0;
+  double rate_bytes_per_s = 0;  // 0: unlimited
+  double cut_per_mib = 0;
+  uint64_t cut_after_bytes = 0;  // 0: never; applies to the first connection(s) until one is cut
+
+  static absl::StatusOr<LinkSpec> Parse(const std::string& text);
+  bool trivial() const;
+};
+
+// Thread-safe. Threads stop and sockets close in the destructor.
+class FaultProxy {
+ public:
+  static absl::StatusOr<std::unique_ptr<FaultProxy>> Start(const std::string& target_host, int target_port,
+                                                           LinkSpec spec, uint64_t seed);
+  ~FaultProxy();
+  int port() const { return port_; }
+  uint64_t cuts() const { return cuts_; }
+  uint64_t connections() const { return connections_; }
+  // Bytes forwarded client->target and target->client.
+  uint64_t bytes_up() const { return bytes_up_; }
+  uint64_t bytes_down() const { return bytes_down_; }
+
+ private:
+  FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed);
+  void AcceptLoop();
+  void Serve(int client_fd);
+
+  const std::string host_;
+  const int target_port_;
+  const LinkSpec spec_;
+  const uint64_t seed_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cut_after_used_{false};
+  std::atomic<uint64_t> cuts_{0}, connections_{0}, bytes_up_{0}, bytes_down_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> workers_;
+  std::vector<int> fds_;
+};
+
+}  // namespace fedlgc::core
+
+#endif  // FEDLGC_CORE_FAULT_PROXY_H_

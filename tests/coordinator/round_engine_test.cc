@@ -1,0 +1,202 @@
+// Round engine and checkpoints: aggregation by ranges, idempotent chunks, every kind of
+// malformed chunk refused without touching the aggregate, server optimizer, restart.
+#include "coordinator/round_engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include "codecs/crc32c.h"
+#include "codecs/registry.h"
+#include "coordinator/checkpoint.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+constexpr size_t kDim = 1000;
+
+std::vector<std::string> Encode(const std::string& spec, const std::vector<float>& x, uint64_t max_bytes) {
+  auto codec = codecs::MakeCodec(spec).value();
+  std::vector<codecs::Frame> frames;
+  codecs::EncodeOptions o;
+  o.max_frame_bytes = max_bytes;
+  EXPECT_TRUE(codec->Encode(x, o, &frames).ok());
+  std::vector<std::string> out;
+  for (auto& f : frames) out.push_back(std::move(f.bytes));
+  return out;
+}
+
+std::unique_ptr<RoundEngine> MakeEngine(const std::string& codec = "fp32", float momentum = 0) {
+  EngineOptions o;
+  o.plan.codec = codec;
+  o.server_momentum = momentum;
+  EngineState s;
+  s.model.assign(kDim, 1.0f);
+  auto e = std::make_unique<RoundEngine>(o, s);
+  e->Register("a", 100);
+  e->Register("b", 300);
+  EXPECT_TRUE(e->OpenRound({"a", "b"}, Clock::now() + std::chrono::seconds(60)).ok());
+  return e;
+}
+
+ChunkIn Chunk(const std::string& client, const std::vector<std::string>& frames, uint32_t i,
+              uint64_t samples, uint64_t round = 1, uint64_t update = 7) {
+  ChunkIn c;
+  c.client_id = client;
+  c.round = round;
+  c.update_id = update;
+  c.chunk_index = i;
+  c.chunk_count = static_cast<uint32_t>(frames.size());
+  c.num_samples = samples;
+  c.frame = frames[i];
+  return c;
+}
+
+TEST(RoundEngine, WeightedMeanPerCoordinateWithPartialUpdates) {
+  auto e = MakeEngine();
+  const auto fa = Encode("fp32", std::vector<float>(kDim, 2.0f), 1500);  // ~350 coordinates per chunk
+  const auto fb = Encode("fp32", std::vector<float>(kDim, 6.0f), 1500);
+  ASSERT_GE(fa.size(), 3u);
+  for (uint32_t i = 0; i < fa.size(); ++i) ASSERT_TRUE(e->AcceptChunk(Chunk("a", fa, i, 100)).status.ok());
+  // b's first chunk is lost: its range gets a's update alone.
+  for (uint32_t i = 1; i < fb.size(); ++i) ASSERT_TRUE(e->AcceptChunk(Chunk("b", fb, i, 300, 1, 9)).status.ok());
+  EXPECT_FALSE(e->AllComplete());
+  const CommitResult r = e->Commit();
+  EXPECT_EQ(r.participants, 2);
+  EXPECT_EQ(r.stragglers, 1);
+  EXPECT_EQ(r.receipts.at("a").counted.size(), fa.size());
+  EXPECT_EQ(r.receipts.at("b").counted.front(), 1u);
+  auto view = codecs::ParseFrame(fb[0], codecs::FrameLimits{}).value();
+  const auto m = e->ModelVector();
+  for (size_t i = 0; i < kDim; ++i) {
+    const float expect = i < view.length ? 1.0f + 2.0f : 1.0f + (100 * 2.0f + 300 * 6.0f) / 400;
+    ASSERT_FLOAT_EQ(m[i], expect) << i;
+  }
+  EXPECT_EQ(e->model()->version, 1u);
+  EXPECT_EQ(e->current_round(), 2u);
+}
+
+TEST(RoundEngine, DuplicatesAreIdempotentAndQueriesReportHeld) {
+  auto e = MakeEngine();
+  const auto f = Encode("fp32", std::vector<float>(kDim, 4.0f), 1500);
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
+  const ChunkResult dup = e->AcceptChunk(Chunk("a", f, 0, 100));
+  EXPECT_TRUE(dup.status.ok());
+  EXPECT_TRUE(dup.duplicate);
+  ChunkIn q = Chunk("a", f, 0, 100);
+  q.frame = {};
+  EXPECT_EQ(e->AcceptChunk(q).held, std::vector<uint32_t>{0});
+  e->Commit();
+  auto view = codecs::ParseFrame(f[0], codecs::FrameLimits{}).value();
+  EXPECT_FLOAT_EQ(e->ModelVector()[0], 5.0f);  // once, not twice
+  EXPECT_FLOAT_EQ(e->ModelVector()[view.length], 1.0f);
+}
+
+TEST(RoundEngine, MalformedChunksAreRefusedAndLeaveTheAggregateAlone) {
+  auto e = MakeEngine("qsgd(bits=8,bucket=64)");
+  const std::vector<float> x(kDim, 0.5f);
+  const auto good = Encode("qsgd(bits=8,bucket=64)", x, 0);
+  auto with = [&](std::string frame) { return std::vector<std::string>{std::move(frame)}; };
+  auto fix_crc = [](std::string f) {
+    const uint32_t crc = codecs::Crc32c(f.data(), f.size() - 4);
+    std::memcpy(f.data() + f.size() - 4, &crc, 4);
+    return f;
+  };
+  std::string bad_crc = good[0];
+  bad_crc[60] ^= 1;
+  std::string nan_norm = good[0];
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan_norm.data() + nan_norm.size() - 4 - (kDim + 16 * 4), &nan, 4);  // first bucket norm
+  nan_norm = fix_crc(nan_norm);
+  const auto other_codec = Encode("qsgd(bits=4,bucket=64)", x, 0);
+  const auto other_dim = Encode("qsgd(bits=8,bucket=64)", std::vector<float>(kDim + 1, 0.5f), 0);
+  struct Case {
+    ChunkIn chunk;
+    std::string reason;
+  };
+  std::vector<std::vector<std::string>> keep;  // frames must outlive the chunks
+  auto add = [&](std::vector<std::string> frames, std::string reason, uint64_t round = 1,
+                 const std::string& client = "a") {
+    keep.push_back(std::move(frames));
+    return Case{Chunk(client, keep.back(), 0, 100, round), std::move(reason)};
+  };
+  std::vector<Case> cases;
+  cases.push_back(add(with(bad_crc), "crc"));
+  cases.push_back(add(with(nan_norm), "nonfinite"));
+  cases.push_back(add(other_codec, "codec"));
+  cases.push_back(add(other_dim, "range"));
+  cases.push_back(add(good, "wrong_round", 2));
+  cases.push_back(add(good, "not_participant", 1, "mallory"));
+  cases.push_back(add(with(good[0].substr(0, 100)), "malformed"));
+  Case bad_index = add(good, "bad_chunk_index");
+  bad_index.chunk.chunk_index = 5;
+  cases.push_back(bad_index);
+  for (const Case& c : cases) {
+    const ChunkResult r = e->AcceptChunk(c.chunk);
+    EXPECT_FALSE(r.status.ok()) << c.reason;
+    EXPECT_EQ(r.reason, c.reason) << r.status;
+  }
+  e->Commit();
+  for (float v : e->ModelVector()) ASSERT_EQ(v, 1.0f);  // nothing leaked into the aggregate
+}
+
+TEST(RoundEngine, ConflictingUpdatesAndClosedRounds) {
+  auto e = MakeEngine();
+  const auto f = Encode("fp32", std::vector<float>(kDim, 1.0f), 1500);
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100, 1, 7)).status.ok());
+  EXPECT_EQ(e->AcceptChunk(Chunk("a", f, 1, 100, 1, 8)).reason, "update_conflict");
+  e->Commit();
+  const ChunkResult late = e->AcceptChunk(Chunk("a", f, 1, 100, 1, 7));
+  EXPECT_EQ(late.reason, "wrong_round");
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RoundEngine, ServerMomentum) {
+  auto e = MakeEngine("fp32", 0.5f);
+  const auto f = Encode("fp32", std::vector<float>(kDim, 1.0f), 0);
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
+  e->Commit();  // m = 1, x = 2
+  ASSERT_TRUE(e->OpenRound({"a"}, Clock::now() + std::chrono::seconds(9)).ok());
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100, 2)).status.ok());
+  e->Commit();  // m = 0.5 + 1, x = 3.5
+  EXPECT_FLOAT_EQ(e->ModelVector()[3], 3.5f);
+}
+
+TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
+  const std::string dir = ::testing::TempDir() + "/ckpt_test";
+  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(ReadCheckpoint(dir, "job").value().has_value());
+  auto e = MakeEngine();
+  const auto f = Encode("fp32", std::vector<float>(kDim, 3.0f), 1500);
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
+  e->Commit();
+  ASSERT_TRUE(WriteCheckpoint(dir, "job", e->Snapshot()).ok());
+  auto back = ReadCheckpoint(dir, "job");
+  ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
+  const EngineState& s = **back;
+  EXPECT_EQ(s.next_round, 2u);
+  EXPECT_EQ(s.model, e->ModelVector());
+  EXPECT_EQ(s.clients.size(), 2u);
+  EXPECT_EQ(s.last_receipts.at("a").counted, std::vector<uint32_t>{0});
+  EXPECT_TRUE(s.last_receipts.at("b").counted.empty());
+  EXPECT_EQ(ReadCheckpoint(dir, "other").status().code(), absl::StatusCode::kFailedPrecondition);
+  // A flipped byte is refused, not half-loaded.
+  std::string bytes;
+  {
+    FILE* in = std::fopen(CheckpointPath(dir).c_str(), "rb");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), in)) > 0) bytes.append(buf, n);
+    std::fclose(in);
+  }
+  bytes[bytes.size() / 2] ^= 0x40;
+  FILE* out = std::fopen(CheckpointPath(dir).c_str(), "wb");
+  std::fwrite(bytes.data(), 1, bytes.size(), out);
+  std::fclose(out);
+  EXPECT_EQ(ReadCheckpoint(dir, "job").status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,297 @@
+// Whole federations on 127.0.0.1 with real mTLS: learning, a cut upload that resumes and
+// counts exactly once, a coordinator killed with SIGKILL and restarted, identity
+// enforcement, malformed chunks, and /metrics byte counters.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "codecs/registry.h"
+#include "core/atomic_file.h"
+#include "gtest/gtest.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace fedlgc::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// Runs a federation of `n` clients to the end; `proxy_link[i]` non-empty puts client i
+// behind a fault proxy. Returns the final model.
+struct RunResult {
+  std::vector<float> model;
+  std::vector<coordinator::RoundReport> reports;
+  double coordinator_uplink = 0, clients_uplink = 0, rejected_duplicates = 0;
+  double upload_resumes = 0;
+  uint64_t proxy_cuts = 0;
+};
+
+RunResult RunFederation(const std::string& name, int n, coordinator::CoordinatorOptions o,
+                        const std::vector<std::string>& proxy_link = {}) {
+  const std::string dir = FreshDir(name);
+  const std::string certs = MakeCerts(dir, n);
+  o = [&] {
+    auto d = CoordinatorDefaults(dir, certs);
+    d.model = o.model;
+    d.rounds = o.rounds;
+    d.min_clients = static_cast<uint32_t>(n);
+    d.plan = o.plan;
+    return d;
+  }();
+  InProcessCoordinator coord(o);
+  std::vector<std::unique_ptr<core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < n; ++i) {
+    int port = coord.port();
+    if (i < static_cast<int>(proxy_link.size()) && !proxy_link[i].empty()) {
+      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(), core::LinkSpec::Parse(proxy_link[i]).value(), i);
+      EXPECT_TRUE(p.ok());
+      port = (*p)->port();
+      proxies.push_back(std::move(p).value());
+    }
+    clients.push_back(std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, n, port)));
+  }
+  EXPECT_TRUE(coord.Wait(seconds(120))) << "federation did not finish";
+  EXPECT_TRUE(coord.result().ok()) << coord.result();
+  RunResult r;
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  // Client-side counters through the registry (clients run no exposer here).
+  for (auto& c : clients) {
+    for (const auto& fam : c->get().metrics().registry()->Collect()) {
+      for (const auto& m : fam.metric) {
+        if (fam.name == "fedlgc_uplink_wire_bytes_total") r.clients_uplink += m.counter.value;
+        if (fam.name == "fedlgc_stream_resumes_total") {
+          for (const auto& l : m.label) {
+            if (l.name == "stream" && l.value == "upload") r.upload_resumes += m.counter.value;
+          }
+        }
+      }
+    }
+  }
+  const std::string text = ScrapeMetrics(coord.get().metrics_port());
+  r.coordinator_uplink = SumMetric(text, "fedlgc_uplink_wire_bytes_total");
+  for (const auto& fam : coord.get().metrics().registry()->Collect()) {
+    if (fam.name != "fedlgc_rejected_total") continue;
+    for (const auto& m : fam.metric) {
+      for (const auto& l : m.label) {
+        if (l.value == "duplicate") r.rejected_duplicates += m.counter.value;
+      }
+    }
+  }
+  for (auto& p : proxies) r.proxy_cuts += p->cuts();
+  r.model = coord.get().engine().ModelVector();
+  r.reports = coord.get().reports();
+  return r;
+}
+
+// Largest |a - b| and the share of coordinates that differ at all.
+std::pair<double, double> Compare(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+    differ += a[i] != b[i];
+  }
+  return {worst, static_cast<double>(differ) / std::max<size_t>(1, a.size())};
+}
+
+TEST(Federation, ThreeClientsLearnOverMtlsAndMetricsAddUp) {
+  coordinator::CoordinatorOptions o;
+  o.model = "mlp";
+  o.rounds = 3;
+  o.plan.codec = "qsgd(bits=8)";
+  o.plan.local_steps = 20;
+  o.plan.max_chunk_bytes = 64 * 1024;
+  const RunResult r = RunFederation("learn", 3, o);
+  ASSERT_EQ(r.reports.size(), 3u);
+  for (const auto& rep : r.reports) {
+    EXPECT_EQ(rep.participants, 3);
+    EXPECT_GT(rep.uplink_bytes, 0u);
+    // 8-bit QSGD: about 4x fewer bytes than the fp32 coordinates it carries.
+    EXPECT_NEAR(static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes, 3.97, 0.05);
+  }
+  EXPECT_GT(r.reports.back().accuracy, 0.9);
+  EXPECT_LT(r.reports.back().loss, r.reports.front().loss + 1e-9);
+  // What /metrics shows equals what the clients sent.
+  EXPECT_GT(r.coordinator_uplink, 0);
+  EXPECT_EQ(r.coordinator_uplink, r.clients_uplink);
+}
+
+TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {
+  coordinator::CoordinatorOptions o;
+  o.model = "mlp";
+  o.rounds = 2;
+  o.plan.codec = "fp32";
+  o.plan.local_steps = 20;
+  o.plan.max_chunk_bytes = 32 * 1024;  // 20 chunks per update
+  const RunResult clean = RunFederation("cut_clean", 2, o);
+  // Client 0's link is cut once, after the model download (636 KB) and ~300 KB of upload.
+  const RunResult cut = RunFederation("cut_faulty", 2, o, {"cut_after=950k"});
+  EXPECT_EQ(cut.proxy_cuts, 1u);
+  EXPECT_GE(cut.upload_resumes, 1);
+  ASSERT_EQ(cut.model.size(), clean.model.size());
+  for (size_t i = 0; i < cut.reports.size(); ++i) {
+    EXPECT_EQ(cut.reports[i].participants, 2);
+    EXPECT_EQ(cut.reports[i].stragglers, 0);
+    // Every coordinate of both updates counted once: raw bytes = 2 x 4 x dim.
+    EXPECT_EQ(cut.reports[i].raw_uplink_bytes, 2u * 4 * cut.model.size());
+  }
+  // Same seeds, same data: the faulty run ends where the clean one does. Only the order
+  // of additions may differ between runs (chunks arrive in another order), which moves a
+  // float by at most an ulp; counting a chunk twice would move whole ranges.
+  const auto [worst, share] = Compare(cut.model, clean.model);
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_LT(share, 1e-3);
+}
+
+TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
+  const int n = 3;
+  const std::string dir = FreshDir("restart");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 4;
+  o.plan.local_steps = 150;
+  const int port = FreePort();
+  std::vector<std::string> argv = {
+      BinPath("fedlgc-coordinator"), "--listen=127.0.0.1:" + std::to_string(port), "--metrics-listen=",
+      "--state-dir=" + o.state_dir, "--model=" + o.model, "--rounds=" + std::to_string(o.rounds),
+      "--min-clients=3", "--test-data=" + o.test_data, "--codec=" + o.plan.codec,
+      "--local-steps=" + std::to_string(o.plan.local_steps),
+      "--chunk-bytes=" + std::to_string(o.plan.max_chunk_bytes), "--tls-ca=" + o.tls_ca,
+      "--tls-cert=" + o.tls_cert, "--tls-key=" + o.tls_key};
+  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, n, port)));
+  // Kill it as soon as round 1 is committed, while round 2 runs.
+  const std::string rounds_file = o.state_dir + "/rounds.jsonl";
+  const auto until = std::chrono::steady_clock::now() + seconds(60);
+  for (;;) {
+    auto f = core::ReadFileIfExists(rounds_file);
+    if (f.ok() && f->has_value() && !(*f)->empty()) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "round 1 never committed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
+  const auto committed = CheckpointModel(o.state_dir, o);
+  ASSERT_FALSE(committed.empty());
+  ChildProcess second(argv, dir + "/coordinator.log");
+  EXPECT_EQ(second.Wait(seconds(120)), 0) << "restarted coordinator did not finish";
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  const auto resumed = CheckpointModel(o.state_dir, o);
+  // The same job without the crash.
+  const std::string dir2 = FreshDir("restart_clean");
+  auto o2 = CoordinatorDefaults(dir2, certs);
+  o2.rounds = o.rounds;
+  o2.plan = o.plan;
+  {
+    InProcessCoordinator coord(o2);
+    std::vector<std::unique_ptr<ClientThread>> cs;
+    for (int i = 0; i < n; ++i) cs.push_back(std::make_unique<ClientThread>(ClientDefaults(dir2, certs, i, n, coord.port())));
+    ASSERT_TRUE(coord.Wait(seconds(120)));
+  }
+  const auto clean = CheckpointModel(o2.state_dir, o2);
+  const auto [worst, share] = Compare(resumed, clean);
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_LT(share, 1e-3);
+  // Round numbering went on from the checkpoint: four committed rounds in all.
+  auto log = core::ReadFileIfExists(rounds_file);
+  EXPECT_EQ(std::count((*log)->begin(), (*log)->end(), '\n'), 4);
+}
+
+class RawClient {
+ public:
+  RawClient(int port, const std::string& certs, const std::string& cert_name, bool tls = true) {
+    std::shared_ptr<grpc::ChannelCredentials> creds;
+    grpc::ChannelArguments args;
+    if (tls) {
+      grpc::SslCredentialsOptions ssl;
+      ssl.pem_root_certs = Read(certs + "/ca.pem");
+      if (!cert_name.empty()) {
+        ssl.pem_cert_chain = Read(certs + "/" + cert_name + ".pem");
+        ssl.pem_private_key = Read(certs + "/" + cert_name + ".key");
+      }
+      creds = grpc::SslCredentials(ssl);
+      args.SetSslTargetNameOverride("localhost");
+    } else {
+      creds = grpc::InsecureChannelCredentials();
+    }
+    stub_ = protos::Coordinator::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
+  }
+  static std::string Read(const std::string& path) { return **core::ReadFileIfExists(path); }
+  grpc::Status Join(const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    protos::JoinRequest req;
+    req.set_client_id(id);
+    req.set_num_samples(10);
+    protos::JoinReply reply;
+    return stub_->Join(&ctx, req, &reply);
+  }
+  grpc::Status Upload(const std::vector<protos::UpdateChunk>& chunks, protos::UploadReceipt* receipt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    auto w = stub_->UploadUpdate(&ctx, receipt);
+    for (const auto& c : chunks) {
+      if (!w->Write(c)) break;
+    }
+    w->WritesDone();
+    return w->Finish();
+  }
+  protos::Coordinator::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<protos::Coordinator::Stub> stub_;
+};
+
+TEST(Federation, ClientsWithoutOrWithSomeoneElsesCertificateAreRefused) {
+  const std::string dir = FreshDir("identity");
+  const std::string certs = MakeCerts(dir, 2);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.min_clients = 5;  // never opens a round
+  InProcessCoordinator coord(o);
+  EXPECT_TRUE(RawClient(coord.port(), certs, "client-0").Join("client-0").ok());
+  // No client certificate: the TLS handshake fails.
+  EXPECT_EQ(RawClient(coord.port(), certs, "").Join("client-0").error_code(), grpc::StatusCode::UNAVAILABLE);
+  // Plaintext against the mTLS port.
+  EXPECT_EQ(RawClient(coord.port(), certs, "", false).Join("client-0").error_code(), grpc::StatusCode::UNAVAILABLE);
+  // client-0's certificate claiming to be client-1.
+  const grpc::Status as_other = RawClient(coord.port(), certs, "client-0").Join("client-1");
+  EXPECT_EQ(as_other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(as_other.error_message().find("cannot act as client-1"), std::string::npos);
+  protos::UploadReceipt receipt;
+  protos::UpdateChunk c;
+  c.set_client_id("client-1");
+  c.set_round(1);
+  EXPECT_EQ(RawClient(coord.port(), certs, "client-0").Upload({c}, &receipt).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // A certificate from another CA.
+  const std::string other = MakeCerts(FreshDir("identity_other_ca"), 1);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = RawClient::Read(certs + "/ca.pem");
+  ssl.pem_cert_chain = RawClient::Read(other + "/client-0.pem");
+  ssl.pem_private_key = RawClient::Read(other + "/client-0.key");
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("localhost");
+  auto stub = protos::Coordinator::NewStub(
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(coord.port()), grpc::SslCredentials(ssl), args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+  protos::JoinRequest req;
+  req.set_client_id("client-0");
+  req.set_num_samples(1);
+  protos::JoinReply reply;
+  EXPECT_EQ(stub->Join(&ctx, req, &reply).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+}  // namespace
+}  // namespace fedlgc::testing

@@ -1,0 +1,212 @@
+// Integration test harness (see harness.h).
+#include "tests/integration/harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "coordinator/checkpoint.h"
+#include "core/model.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::testing {
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/fedlgc_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string MakeCerts(const std::string& dir, int clients) {
+  const std::string certs = dir + "/certs";
+  std::string cmd = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh " + certs;
+  for (int i = 0; i < clients; ++i) cmd += " client-" + std::to_string(i);
+  cmd += " >/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return certs;
+}
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir, const std::string& certs) {
+  coordinator::CoordinatorOptions o;
+  o.state_dir = dir + "/coordinator";
+  o.model = "mlp";
+  o.rounds = 3;
+  o.min_clients = 3;
+  o.round_timeout_s = 60;
+  o.test_data = "synthetic:500";
+  o.plan.codec = "fp32";
+  o.plan.local_steps = 20;
+  o.plan.max_chunk_bytes = 64 * 1024;
+  o.tls_ca = certs + "/ca.pem";
+  o.tls_cert = certs + "/server.pem";
+  o.tls_key = certs + "/server.key";
+  return o;
+}
+
+edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std::string& certs, int index,
+                                              int num_clients, int port) {
+  edge_client::EdgeClientOptions o;
+  o.server = "127.0.0.1:" + std::to_string(port);
+  o.client_id = "client-" + std::to_string(index);
+  o.state_dir = dir + "/clients";
+  o.tls_ca = certs + "/ca.pem";
+  o.tls_cert = certs + "/" + o.client_id + ".pem";
+  o.tls_key = certs + "/" + o.client_id + ".key";
+  o.data = "synthetic:3000";
+  o.shard = static_cast<uint32_t>(index);
+  o.num_shards = static_cast<uint32_t>(num_clients);
+  o.backoff_initial_s = 0.05;
+  o.backoff_max_s = 0.5;
+  return o;
+}
+
+InProcessCoordinator::InProcessCoordinator(coordinator::CoordinatorOptions options) {
+  auto c = coordinator::Coordinator::Create(std::move(options));
+  EXPECT_TRUE(c.ok()) << c.status();
+  c_ = std::move(c).value();
+  EXPECT_TRUE(c_->Start().ok());
+  thread_ = std::thread([this] {
+    result_ = c_->Run();
+    finished_ = true;
+  });
+}
+
+InProcessCoordinator::~InProcessCoordinator() {
+  c_->Stop();
+  thread_.join();
+}
+
+bool InProcessCoordinator::Wait(std::chrono::seconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!finished_ && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return finished_;
+}
+
+ClientThread::ClientThread(edge_client::EdgeClientOptions options) {
+  auto c = edge_client::EdgeClient::Create(std::move(options));
+  EXPECT_TRUE(c.ok()) << c.status();
+  client_ = std::move(c).value();
+  thread_ = std::thread([this] {
+    result_ = client_->Run();
+    finished_ = true;
+  });
+}
+
+ClientThread::~ClientThread() {
+  client_->Stop();
+  thread_.join();
+}
+
+bool ClientThread::Wait(std::chrono::seconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!finished_ && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return finished_;
+}
+
+ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log_path) {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void ChildProcess::Kill(int signal) {
+  if (pid_ > 0) ::kill(pid_, signal);
+}
+
+int ChildProcess::Wait(std::chrono::seconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+std::string BinPath(const std::string& name) { return std::string(FEDLGC_BIN_DIR) + "/" + name; }
+
+std::vector<float> CheckpointModel(const std::string& state_dir, const coordinator::CoordinatorOptions& o) {
+  auto m = core::Model::Create(o.model, o.init_seed).value();
+  auto s = coordinator::ReadCheckpoint(state_dir, o.JobKey(m->dim()));
+  EXPECT_TRUE(s.ok() && s->has_value()) << s.status();
+  return s.ok() && s->has_value() ? (*s)->model : std::vector<float>{};
+}
+
+std::string ScrapeMetrics(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    ::send(fd, req.data(), req.size(), 0);
+    char buf[8192];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+double SumMetric(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  double sum = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : '\0';
+    if (next != '{' && next != ' ') continue;
+    sum += std::strtod(line.substr(line.rfind(' ') + 1).c_str(), nullptr);
+  }
+  return sum;
+}
+
+}  // namespace fedlgc::testing

@@ -1,0 +1,96 @@
+// Test harness for whole federations on 127.0.0.1: certificates from
+// scripts/gen-certs.sh, a coordinator in-process or as a child process, edge clients as
+// threads (optionally behind a fault proxy), free ports read back, hard timeouts.
+#ifndef FEDLGC_TESTS_INTEGRATION_HARNESS_H_
+#define FEDLGC_TESTS_INTEGRATION_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/coordinator.h"
+#include "core/fault_proxy.h"
+#include "edge_client/edge_client.h"
+
+namespace fedlgc::testing {
+
+// A fresh folder under the test temp dir.
+std::string FreshDir(const std::string& name);
+
+// Certificates for `clients` (ids client-0..), made once per folder.
+std::string MakeCerts(const std::string& dir, int clients);
+
+// A free loopback TCP port (bound and released; racy only against other processes).
+int FreePort();
+
+coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir, const std::string& certs);
+edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std::string& certs, int index,
+                                              int num_clients, int port);
+
+// Runs an in-process coordinator on its own thread.
+class InProcessCoordinator {
+ public:
+  explicit InProcessCoordinator(coordinator::CoordinatorOptions options);
+  ~InProcessCoordinator();
+  int port() const { return c_->port(); }
+  coordinator::Coordinator& get() { return *c_; }
+  // Waits for Run() to return; false on timeout.
+  bool Wait(std::chrono::seconds timeout);
+  absl::Status result() const { return result_; }
+
+ private:
+  std::unique_ptr<coordinator::Coordinator> c_;
+  std::thread thread_;
+  std::atomic<bool> finished_{false};
+  absl::Status result_;
+};
+
+// Runs an edge client on its own thread.
+class ClientThread {
+ public:
+  explicit ClientThread(edge_client::EdgeClientOptions options);
+  ~ClientThread();
+  bool Wait(std::chrono::seconds timeout);
+  absl::Status result() const { return result_; }
+  edge_client::EdgeClient& get() { return *client_; }
+
+ private:
+  std::unique_ptr<edge_client::EdgeClient> client_;
+  std::thread thread_;
+  std::atomic<bool> finished_{false};
+  absl::Status result_;
+};
+
+// A child process; killed with SIGKILL in the destructor if still running.
+class ChildProcess {
+ public:
+  explicit ChildProcess(std::vector<std::string> argv, const std::string& log_path);
+  ~ChildProcess();
+  void Kill(int signal);
+  // Exit status, or -1 on timeout.
+  int Wait(std::chrono::seconds timeout);
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Path of a binary built next to this test.
+std::string BinPath(const std::string& name);
+
+// Reads the coordinator's final model from its checkpoint.
+std::vector<float> CheckpointModel(const std::string& state_dir, const coordinator::CoordinatorOptions& o);
+
+// GET http://127.0.0.1:port/metrics.
+std::string ScrapeMetrics(int port);
+// Sum of the samples of `name` in a Prometheus text exposition (all label sets).
+double SumMetric(const std::string& text, const std::string& name);
+
+}  // namespace fedlgc::testing
+
+#endif  // FEDLGC_TESTS_INTEGRATION_HARNESS_H_

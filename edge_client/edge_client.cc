@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
   std::unique_ptr<EdgeClient> c(new EdgeClient(std::move(options)));
   const EdgeClientOptions& o = c->options_;
   core::SetTorchThreads(o.torch_threads);
-  auto data = core::LoadNamedDataset(o.data, o.data_dir, true);
+  auto data = core::LoadNamedDataset(o.data, o.data_dir, true, o.train_limit);
   if (!data.ok()) return data.status();
   c->data_ = std::make_unique<core::Dataset>(std::move(data).value());
   const auto spec = core::PartitionSpec::Parse(o.partition).value();

@@ -49,6 +49,7 @@ struct EdgeClientOptions {
   bool insecure = false;
   std::string data = "fashion-mnist";  // or synthetic:N
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  size_t train_limit = 0;    // use the first N training examples (0 = all)
   uint32_t shard = 0;        // this client's shard index
   uint32_t num_shards = 1;   // shards the training set is split into
   std::string partition = "iid";

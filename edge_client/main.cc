@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   flags.Add("insecure", &o.insecure, "plaintext: local experiments only");
   flags.Add("data", &o.data, "fashion-mnist or synthetic:N");
   flags.Add("data-dir", &o.data_dir, "Fashion-MNIST folder");
+  flags.Add("train-limit", &o.train_limit, "use the first N training examples (0 = all)");
   flags.Add("shard", &o.shard, "this client's shard index");
   flags.Add("num-shards", &o.num_shards, "number of shards the training set is split into");
   flags.Add("partition", &o.partition, "iid, dirichlet(ALPHA) or labels(K)");

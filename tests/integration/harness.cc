@@ -128,47 +128,6 @@ bool ClientThread::Wait(std::chrono::seconds timeout) {
   return finished_;
 }
 
-ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log_path) {
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-}
-
-ChildProcess::~ChildProcess() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-}
-
-void ChildProcess::Kill(int signal) {
-  if (pid_ > 0) ::kill(pid_, signal);
-}
-
-int ChildProcess::Wait(std::chrono::seconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    int status = 0;
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return -1;
-}
-
 std::string BinPath(const std::string& name) { return std::string(FEDLGC_BIN_DIR) + "/" + name; }
 
 std::vector<float> CheckpointModel(const std::string& state_dir, const coordinator::CoordinatorOptions& o) {

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "coordinator/coordinator.h"
 #include "core/fault_proxy.h"
+#include "core/process.h"
 #include "edge_client/edge_client.h"
 
 namespace fedlgc::testing {
@@ -66,19 +67,7 @@ class ClientThread {
   absl::Status result_;
 };
 
-// A child process; killed with SIGKILL in the destructor if still running.
-class ChildProcess {
- public:
-  explicit ChildProcess(std::vector<std::string> argv, const std::string& log_path);
-  ~ChildProcess();
-  void Kill(int signal);
-  // Exit status, or -1 on timeout.
-  int Wait(std::chrono::seconds timeout);
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-};
+using core::ChildProcess;
 
 // Path of a binary built next to this test.
 std::string BinPath(const std::string& name);

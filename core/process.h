@@ -1,0 +1,35 @@
+// A child process started with fork/exec, its output appended to a log file. Used by
+// fedlgc-sim and the integration tests. Killed with SIGKILL if still running when
+// destroyed.
+#ifndef FEDLGC_CORE_PROCESS_H_
+#define FEDLGC_CORE_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace fedlgc::core {
+
+// Not thread-safe.
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> argv, const std::string& log_path);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  void Kill(int signal);
+  // Exit code (128 + signal when killed), or -1 on timeout.
+  int Wait(std::chrono::milliseconds timeout);
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+}  // namespace fedlgc::core
+
+#endif  // FEDLGC_CORE_PROCESS_H_

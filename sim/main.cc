@@ -1,0 +1,250 @@
+// fedlgc-sim: a whole federation on this machine. Makes certificates, starts a
+// coordinator and N edge clients as separate processes talking mTLS over 127.0.0.1
+// (optionally through a fault proxy per client), runs the rounds, prints a table per
+// round and writes a JSON report.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codecs/str.h"
+#include "core/atomic_file.h"
+#include "core/fault_proxy.h"
+#include "core/flags.h"
+#include "core/process.h"
+
+namespace {
+
+using fedlgc::StrCat;
+
+struct Row {
+  long round = 0;
+  double accuracy = -1, loss = -1, seconds = 0;
+  double uplink = 0, raw = 0, downlink = 0;
+  long participants = 0;
+};
+
+// Reads the numbers of one rounds.jsonl line (flat JSON written by the coordinator).
+double Field(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\": ";
+  const size_t p = line.find(k);
+  return p == std::string::npos ? 0 : std::strtod(line.c_str() + p + k.size(), nullptr);
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "fedlgc-sim: %s\n", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint32_t clients = 4, rounds = 8, local_epochs = 1, local_steps = 0, batch = 32, chunk_bytes = 256 * 1024;
+  uint64_t seed = 1, train_limit = 16000, eval_limit = 0;
+  float lr = 0.05f, server_lr = 1.0f;
+  double round_timeout = 600;
+  std::string mode = "fedavg", codec = "fp32", partition = "iid", link, report, model = "cnn";
+  std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string state_dir, bin_dir = SelfDir();
+  std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
+  int torch_threads = 1;
+  bool insecure = false, quiet = false;
+  fedlgc::core::Flags flags("fedlgc-sim",
+                            "Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.");
+  flags.Add("clients", &clients, "edge clients");
+  flags.Add("rounds", &rounds, "rounds");
+  flags.Add("mode", &mode, "aggregation mode: fedavg (lsgd and sgp arrive with their issue)");
+  flags.Add("codec", &codec, "codec spec for updates");
+  flags.Add("partition", &partition, "iid, dirichlet(ALPHA) or labels(K)");
+  flags.Add("local-epochs", &local_epochs, "local epochs per round");
+  flags.Add("local-steps", &local_steps, "local steps per round (overrides epochs when > 0)");
+  flags.Add("lr", &lr, "client learning rate");
+  flags.Add("server-lr", &server_lr, "server learning rate");
+  flags.Add("batch", &batch, "client batch size");
+  flags.Add("chunk-bytes", &chunk_bytes, "largest update chunk");
+  flags.Add("seed", &seed, "seed of the run (model init, partition, rounds)");
+  flags.Add("link", &link, "fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
+  flags.Add("report", &report, "write a JSON report here");
+  flags.Add("model", &model, "cnn or mlp");
+  flags.Add("data", &data, "fashion-mnist or synthetic:N");
+  flags.Add("data-dir", &data_dir, "Fashion-MNIST folder");
+  flags.Add("train-limit", &train_limit, "training examples split among clients (0 = all 60000)");
+  flags.Add("eval-limit", &eval_limit, "test examples for evaluation (0 = all)");
+  flags.Add("round-timeout", &round_timeout, "round deadline in seconds");
+  flags.Add("state-dir", &state_dir, "run folder (default: a new folder under /tmp)");
+  flags.Add("bin-dir", &bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
+  flags.Add("certs-script", &certs_script, "scripts/gen-certs.sh");
+  flags.Add("torch-threads", &torch_threads, "libtorch threads per process");
+  flags.Add("insecure", &insecure, "plaintext instead of mTLS");
+  flags.Add("quiet", &quiet, "print only the summary");
+  if (auto st = flags.Parse(argc, argv); !st.ok()) return Fail(std::string(st.message()));
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Usage().c_str());
+    return 0;
+  }
+  if (mode != "fedavg") return Fail(StrCat("--mode ", mode, " is not available yet; this build runs fedavg"));
+  if (clients == 0 || rounds == 0) return Fail("--clients and --rounds must be >= 1");
+  auto link_spec = fedlgc::core::LinkSpec::Parse(link);
+  if (!link_spec.ok()) return Fail(link_spec.status().ToString());
+
+  if (state_dir.empty()) {
+    char tmpl[] = "/tmp/fedlgc-sim-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return Fail("cannot make a run folder");
+    state_dir = tmpl;
+  }
+  std::filesystem::create_directories(state_dir);
+  const std::string certs = state_dir + "/certs";
+  std::string cmd = certs_script + " " + certs;
+  for (uint32_t i = 0; i < clients; ++i) cmd += StrCat(" client-", i);
+  cmd += " >/dev/null";
+  if (!insecure && std::system(cmd.c_str()) != 0) return Fail("certificate generation failed: " + cmd);
+
+  const std::string port_file = state_dir + "/coordinator.port";
+  std::vector<std::string> cargs = {
+      bin_dir + "/fedlgc-coordinator", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+      "--port-file=" + port_file, "--state-dir=" + state_dir + "/coordinator", "--model=" + model,
+      StrCat("--rounds=", rounds), StrCat("--min-clients=", clients), "--codec=" + codec,
+      StrCat("--local-epochs=", local_epochs), StrCat("--local-steps=", local_steps), StrCat("--lr=", lr),
+      StrCat("--server-lr=", server_lr), StrCat("--batch=", batch), StrCat("--chunk-bytes=", chunk_bytes),
+      StrCat("--round-timeout=", round_timeout), StrCat("--eval-limit=", eval_limit),
+      "--test-data=" + data, "--data-dir=" + data_dir, StrCat("--seed=", seed), StrCat("--init-seed=", seed),
+      StrCat("--torch-threads=", torch_threads)};
+  if (insecure) {
+    cargs.push_back("--insecure");
+  } else {
+    cargs.push_back("--tls-ca=" + certs + "/ca.pem");
+    cargs.push_back("--tls-cert=" + certs + "/server.pem");
+    cargs.push_back("--tls-key=" + certs + "/server.key");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  fedlgc::core::ChildProcess coordinator(cargs, state_dir + "/coordinator.log");
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    auto f = fedlgc::core::ReadFileIfExists(port_file);
+    if (f.ok() && f->has_value()) port = std::atoi((*f)->c_str());
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (coordinator.Wait(std::chrono::milliseconds(0)) >= 0) {
+      return Fail("the coordinator exited at startup; see " + state_dir + "/coordinator.log");
+    }
+  }
+  if (port == 0) return Fail("the coordinator did not start; see " + state_dir + "/coordinator.log");
+
+  std::vector<std::unique_ptr<fedlgc::core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<fedlgc::core::ChildProcess>> edges;
+  for (uint32_t i = 0; i < clients; ++i) {
+    int target = port;
+    if (!link_spec->trivial()) {
+      auto p = fedlgc::core::FaultProxy::Start("127.0.0.1", port, *link_spec, seed * 1000 + i);
+      if (!p.ok()) return Fail(p.status().ToString());
+      target = (*p)->port();
+      proxies.push_back(std::move(p).value());
+    }
+    const std::string id = StrCat("client-", i);
+    std::vector<std::string> eargs = {
+        bin_dir + "/fedlgc-edge", StrCat("--server=127.0.0.1:", target), "--id=" + id,
+        "--state-dir=" + state_dir + "/clients", "--data=" + data, "--data-dir=" + data_dir,
+        StrCat("--train-limit=", train_limit), StrCat("--shard=", i), StrCat("--num-shards=", clients),
+        "--partition=" + partition, StrCat("--partition-seed=", seed), StrCat("--torch-threads=", torch_threads)};
+    if (insecure) {
+      eargs.push_back("--insecure");
+    } else {
+      eargs.push_back("--tls-ca=" + certs + "/ca.pem");
+      eargs.push_back("--tls-cert=" + certs + "/" + id + ".pem");
+      eargs.push_back("--tls-key=" + certs + "/" + id + ".key");
+    }
+    edges.push_back(std::make_unique<fedlgc::core::ChildProcess>(eargs, state_dir + "/" + id + ".log"));
+  }
+  if (!quiet) {
+    std::printf("fedlgc-sim: %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n", clients, rounds,
+                codec.c_str(), partition.c_str(), link.empty() ? "direct" : link.c_str(), state_dir.c_str());
+    std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s\n", "round", "accuracy", "loss", "uplink B", "fp32 B",
+                "ratio", "downlink B", "seconds", "parts");
+  }
+  // Follow rounds.jsonl while the coordinator runs.
+  const std::string rounds_path = state_dir + "/coordinator/rounds.jsonl";
+  std::vector<Row> rows;
+  int code = -1;
+  for (;;) {
+    code = coordinator.Wait(std::chrono::milliseconds(200));
+    auto f = fedlgc::core::ReadFileIfExists(rounds_path);
+    if (f.ok() && f->has_value()) {
+      std::istringstream in(**f);
+      std::string line;
+      size_t i = 0;
+      while (std::getline(in, line)) {
+        if (i++ < rows.size()) continue;
+        Row r;
+        r.round = static_cast<long>(Field(line, "round"));
+        r.accuracy = Field(line, "accuracy");
+        r.loss = Field(line, "loss");
+        r.uplink = Field(line, "uplink_bytes");
+        r.raw = Field(line, "raw_uplink_bytes");
+        r.downlink = Field(line, "downlink_bytes");
+        r.seconds = Field(line, "seconds");
+        r.participants = static_cast<long>(Field(line, "participants"));
+        rows.push_back(r);
+        if (!quiet) {
+          std::printf("%5ld %9.4f %8.4f %13.0f %13.0f %7.1f %13.0f %8.1f %5ld\n", r.round, r.accuracy, r.loss,
+                      r.uplink, r.raw, r.uplink > 0 ? r.raw / r.uplink : 0.0, r.downlink, r.seconds,
+                      r.participants);
+          std::fflush(stdout);
+        }
+      }
+    }
+    if (code >= 0) break;
+  }
+  for (auto& e : edges) {
+    if (e->Wait(std::chrono::seconds(20)) < 0) e->Kill(SIGKILL);
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (code != 0) return Fail(StrCat("the coordinator failed (exit ", code, "); see ", state_dir, "/coordinator.log"));
+  double up = 0, raw = 0, down = 0;
+  for (const Row& r : rows) {
+    up += r.uplink;
+    raw += r.raw;
+    down += r.downlink;
+  }
+  const double final_acc = rows.empty() ? -1 : rows.back().accuracy;
+  uint64_t cuts = 0;
+  for (auto& p : proxies) cuts += p->cuts();
+  std::printf("final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B | %.1f s | %llu link cuts\n",
+              final_acc, up, raw, up > 0 ? raw / up : 0.0, down, wall, static_cast<unsigned long long>(cuts));
+  if (!report.empty()) {
+    std::ostringstream j;
+    j << "{\"config\": {\"clients\": " << clients << ", \"rounds\": " << rounds << ", \"mode\": \"" << mode
+      << "\", \"codec\": \"" << codec << "\", \"partition\": \"" << partition << "\", \"local_epochs\": "
+      << local_epochs << ", \"seed\": " << seed << ", \"link\": \"" << link << "\", \"model\": \"" << model
+      << "\", \"train_limit\": " << train_limit << "},\n \"rounds\": [";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      j << (i ? ",\n  " : "\n  ") << "{\"round\": " << r.round << ", \"accuracy\": " << r.accuracy
+        << ", \"loss\": " << r.loss << ", \"uplink_bytes\": " << static_cast<uint64_t>(r.uplink)
+        << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(r.raw) << ", \"downlink_bytes\": "
+        << static_cast<uint64_t>(r.downlink) << ", \"seconds\": " << r.seconds << ", \"participants\": "
+        << r.participants << "}";
+    }
+    j << "],\n \"summary\": {\"final_accuracy\": " << final_acc << ", \"uplink_bytes\": "
+      << static_cast<uint64_t>(up) << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(raw)
+      << ", \"downlink_bytes\": " << static_cast<uint64_t>(down) << ", \"compression_ratio\": "
+      << (up > 0 ? raw / up : 0) << ", \"wall_seconds\": " << wall << ", \"link_cuts\": " << cuts << "}}\n";
+    if (auto st = fedlgc::core::AtomicWriteFile(report, j.str()); !st.ok()) return Fail(st.ToString());
+    std::printf("report: %s\n", report.c_str());
+  }
+  return 0;
+}

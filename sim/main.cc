@@ -55,11 +55,11 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint32_t clients = 4, rounds = 8, local_epochs = 1, local_steps = 0, batch = 32, chunk_bytes = 256 * 1024;
-  uint64_t seed = 1, train_limit = 16000, eval_limit = 0;
+  uint32_t clients = 4, rounds = 12, local_epochs = 1, local_steps = 0, batch = 32, chunk_bytes = 256 * 1024;
+  uint64_t seed = 1, train_limit = 20000, eval_limit = 0;
   float lr = 0.05f, server_lr = 1.0f;
   double round_timeout = 600;
-  std::string mode = "fedavg", codec = "fp32", partition = "iid", link, report, model = "cnn";
+  std::string mode = "fedavg", codec = "qsgd(bits=8)", partition = "iid", link, report, model = "cnn";
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
   std::string state_dir, bin_dir = SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";

@@ -1,18 +1,20 @@
 // Error-feedback decorator (see error_feedback.h).
 #include "codecs/error_feedback.h"
 
+#include <algorithm>
+
 #include "codecs/params.h"
 #include "codecs/status_macros.h"
 #include "codecs/str.h"
 
 namespace fedlgc::codecs {
 
-ErrorFeedback::ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner)
-    : Codec(std::move(spec)), inner_(std::move(inner)) {}
+ErrorFeedback::ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner, bool feed_back_error)
+    : Codec(std::move(spec)), inner_(std::move(inner)), feed_back_error_(feed_back_error) {}
 
 absl::StatusOr<std::unique_ptr<Codec>> ErrorFeedback::Create(const SpecNode& node,
                                                              const Registry& registry) {
-  ParamReader params(node, {}, 1);
+  ParamReader params(node, {"error"}, 1);
   FEDLGC_RETURN_IF_ERROR(params.status());
   FEDLGC_ASSIGN_OR_RETURN(const SpecNode* inner_node, params.Positional(0));
   if (inner_node == nullptr) {
@@ -22,8 +24,9 @@ absl::StatusOr<std::unique_ptr<Codec>> ErrorFeedback::Create(const SpecNode& nod
   if (dynamic_cast<ErrorFeedback*>(inner.get()) != nullptr) {
     return absl::InvalidArgumentError("ef: error feedback nested in error feedback");
   }
-  std::string spec = StrCat("ef/1(", inner->spec(), ")");
-  return std::unique_ptr<Codec>(new ErrorFeedback(std::move(spec), std::move(inner)));
+  FEDLGC_ASSIGN_OR_RETURN(bool error, params.Flag("error", true));
+  std::string spec = StrCat("ef/1(", inner->spec(), error ? ")" : ",error=0)");
+  return std::unique_ptr<Codec>(new ErrorFeedback(std::move(spec), std::move(inner), error));
 }
 
 CodecTraits ErrorFeedback::traits() const {
@@ -44,6 +47,11 @@ absl::Status ErrorFeedback::Encode(std::span<const float> x, const EncodeOptions
   for (size_t i = 0; i < x.size(); ++i) scratch_[i] = x[i] + residual_[i];
   const size_t first = frames->size();
   FEDLGC_RETURN_IF_ERROR(inner_->Encode(scratch_, opts, frames));
+  if (!feed_back_error_) {
+    // The residual carried only restored frames; they are sent now.
+    std::fill(residual_.begin(), residual_.end(), 0.0f);
+    return absl::OkStatus();
+  }
   // The residual becomes (x + e) minus what the receiver will decode.
   recon_.resize(x.size());
   absl::Status st = DecodeAll(*inner_, std::span<const Frame>(*frames).subspan(first), recon_);

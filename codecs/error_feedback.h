@@ -3,7 +3,12 @@
 // input, sends C(x + e), and keeps e' = x + e - D(C(x + e)). So, exactly in real
 // arithmetic, the sum of what was sent plus the residual equals the sum of the inputs.
 //
-//   ef(inner)      e.g. ef(topk(ratio=0.01, values=qsgd(bits=8)))
+//   ef(inner)          e.g. ef(topk(ratio=0.01, values=qsgd(bits=8)))
+//   ef(inner, error=0) keeps only what Restore() gives back, not the compression error:
+//                      for unbiased codecs whose variance exceeds the input's norm (QSGD
+//                      with few levels), feeding the error back does not contract and the
+//                      residual grows without bound (Karimireddy et al. assume a
+//                      contractive compressor).
 //
 // Frames carry the inner codec's spec: error feedback is the sender's business and the
 // receiver decodes with the inner codec. Frames that never got counted (lost, late) go
@@ -25,7 +30,7 @@ class ErrorFeedback final : public Codec {
  public:
   static absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
                                                        const Registry& registry);
-  ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner);
+  ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner, bool feed_back_error = true);
 
   const std::string& wire_spec() const override { return inner_->wire_spec(); }
   CodecTraits traits() const override;
@@ -49,6 +54,7 @@ class ErrorFeedback final : public Codec {
 
  private:
   std::unique_ptr<Codec> inner_;
+  const bool feed_back_error_;
   std::vector<float> residual_;
   std::vector<float> scratch_;  // x + e of the current encode, or a restored frame
   std::vector<float> recon_;    // what the receiver decodes

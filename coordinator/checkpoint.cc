@@ -1,7 +1,8 @@
 // Checkpoint format (little-endian, CRC32C at the end, see core/atomic_file.h):
 //   u32 magic 'FLCK', u32 version 1, str job, u64 next_round, u64 model_version,
 //   floats model, floats momentum, u32 clients {str id, u64 samples},
-//   u32 receipts {str id, u64 round, u64 update_id, u32 chunk_count, u32 n, u32 counted[n]}
+//   u32 clients with receipts {str id, u32 k, k x {u64 round, u64 update_id, u32 chunk_count,
+//   u32 n, u32 counted[n]}}
 #include "coordinator/checkpoint.h"
 
 #include "codecs/str.h"
@@ -32,14 +33,17 @@ absl::Status WriteCheckpoint(const std::string& state_dir, const std::string& jo
     w.Str(id);
     w.U64(samples);
   }
-  w.U32(static_cast<uint32_t>(s.last_receipts.size()));
-  for (const auto& [id, r] : s.last_receipts) {
+  w.U32(static_cast<uint32_t>(s.receipts.size()));
+  for (const auto& [id, history] : s.receipts) {
     w.Str(id);
-    w.U64(r.round);
-    w.U64(r.update_id);
-    w.U32(r.chunk_count);
-    w.U32(static_cast<uint32_t>(r.counted.size()));
-    for (uint32_t c : r.counted) w.U32(c);
+    w.U32(static_cast<uint32_t>(history.size()));
+    for (const Receipt& r : history) {
+      w.U64(r.round);
+      w.U64(r.update_id);
+      w.U32(r.chunk_count);
+      w.U32(static_cast<uint32_t>(r.counted.size()));
+      for (uint32_t c : r.counted) w.U32(c);
+    }
   }
   return core::AtomicWriteFile(CheckpointPath(state_dir), w.Finish());
 }
@@ -80,17 +84,22 @@ absl::StatusOr<std::optional<EngineState>> ReadCheckpoint(const std::string& sta
   if (!r.U32(&n)) return corrupt();
   for (uint32_t i = 0; i < n; ++i) {
     std::string id;
-    Receipt rc;
-    uint32_t k;
-    if (!r.Str(&id, 256) || !r.U64(&rc.round) || !r.U64(&rc.update_id) || !r.U32(&rc.chunk_count) ||
-        !r.U32(&k) || k > rc.chunk_count) {
-      return corrupt();
+    uint32_t h;
+    if (!r.Str(&id, 256) || !r.U32(&h) || h > kReceiptHistory) return corrupt();
+    auto& history = s.receipts[id];
+    for (uint32_t j = 0; j < h; ++j) {
+      Receipt rc;
+      uint32_t k;
+      if (!r.U64(&rc.round) || !r.U64(&rc.update_id) || !r.U32(&rc.chunk_count) || !r.U32(&k) ||
+          k > rc.chunk_count) {
+        return corrupt();
+      }
+      rc.counted.resize(k);
+      for (uint32_t& c : rc.counted) {
+        if (!r.U32(&c)) return corrupt();
+      }
+      history.push_back(std::move(rc));
     }
-    rc.counted.resize(k);
-    for (uint32_t& c : rc.counted) {
-      if (!r.U32(&c)) return corrupt();
-    }
-    s.last_receipts[id] = std::move(rc);
   }
   if (!r.done() || s.momentum.size() != s.model.size()) return corrupt();
   return std::optional<EngineState>(std::move(s));

@@ -19,16 +19,6 @@
 #include "monitoring/metrics.h"
 
 namespace fedlgc::coordinator {
-namespace {
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  auto f = core::ReadFileIfExists(path);
-  if (!f.ok()) return f.status();
-  if (!f->has_value()) return absl::NotFoundError(StrCat("cannot read ", path));
-  return std::move(**f);
-}
-
-}  // namespace
 
 absl::Status CoordinatorOptions::Validate() const {
   if (rounds == 0) return absl::InvalidArgumentError("--rounds must be >= 1");
@@ -107,7 +97,7 @@ absl::Status Coordinator::Start() {
                  "Use only for local experiments.\n");
     creds = grpc::InsecureServerCredentials();
   } else {
-    auto ca = ReadText(o.tls_ca), cert = ReadText(o.tls_cert), key = ReadText(o.tls_key);
+    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert), key = core::ReadFile(o.tls_key);
     for (const auto* f : {&ca, &cert, &key}) {
       if (!f->ok()) return f->status();
     }
@@ -226,15 +216,12 @@ absl::Status Coordinator::RunRound() {
   if (rep.uplink_bytes > 0) {
     metrics_->SetCompressionRatio(o.plan.codec, static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
   }
+  // Receipts become visible only now that the checkpoint holding them is on disk: a
+  // client must never learn that a chunk counted in a round a crash could still undo.
+  engine_->PublishReceipts();
   for (const auto& [client, rc] : commit.receipts) {
-    protos::ServerEvent e;
-    auto* r = e.mutable_receipt();
-    r->set_round(rc.round);
-    r->set_update_id(rc.update_id);
-    r->set_chunk_count(rc.chunk_count);
-    for (uint32_t c : rc.counted) r->add_counted_chunks(c);
     metrics_->AddChunks(client, "counted", rc.counted.size());
-    service_->Push(client, e);
+    service_->Push(client, CoordinatorService::ReceiptEvent(rc));
   }
   // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
   std::ofstream(o.state_dir + "/rounds.jsonl", std::ios::app)

@@ -47,6 +47,7 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state)
   if (state_.momentum.size() != state_.model.size()) state_.momentum.assign(state_.model.size(), 0.0f);
   std::lock_guard<std::mutex> lock(mu_);
   PublishModelLocked();
+  published_receipts_ = state_.receipts;
 }
 
 void RoundEngine::PublishModelLocked() {
@@ -97,10 +98,17 @@ Clock::time_point RoundEngine::deadline() const {
   return round_ ? round_->deadline : Clock::time_point{};
 }
 
-uint64_t RoundEngine::RoundSeed(const std::string& client_id) const {
-  uint64_t h = codecs::Mix64(options_.seed ^ current_round());
+std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!round_ || round_->participants.count(client_id) == 0) return std::nullopt;
+  RoundInfo info;
+  info.round = round_->number;
+  info.model_version = state_.model_version;
+  info.deadline = round_->deadline;
+  uint64_t h = codecs::Mix64(options_.seed ^ round_->number);
   for (char c : client_id) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
-  return h;
+  info.seed = h;
+  return info;
 }
 
 std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
@@ -123,7 +131,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
                     "wrong_round");
     }
     if (round_->participants.count(c.client_id) == 0) {
-      return Reject(absl::PermissionDeniedError(
+      return Reject(absl::FailedPreconditionError(
                         StrCat("client ", c.client_id, " is not a participant of round ", c.round)),
                     "not_participant");
     }
@@ -249,11 +257,13 @@ CommitResult RoundEngine::Commit() {
       rc.counted = HeldList(it->second);
       if (!rc.counted.empty()) ++res.participants;
       if (it->second.held_count != it->second.chunk_count) ++res.stragglers;
+      auto& history = state_.receipts[p];
+      history.push_back(rc);
+      if (history.size() > kReceiptHistory) history.erase(history.begin());
     } else {
       ++res.stragglers;
     }
     res.receipts[p] = rc;
-    state_.last_receipts[p] = rc;
   }
   res.seconds = std::chrono::duration<double>(Clock::now() - r.opened).count();
   state_.next_round = r.number + 1;
@@ -283,9 +293,15 @@ std::map<std::string, uint64_t> RoundEngine::clients() const {
   return state_.clients;
 }
 
-std::map<std::string, Receipt> RoundEngine::last_receipts() const {
+std::vector<Receipt> RoundEngine::ReceiptsFor(const std::string& client_id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return state_.last_receipts;
+  auto it = published_receipts_.find(client_id);
+  return it == published_receipts_.end() ? std::vector<Receipt>{} : it->second;
+}
+
+void RoundEngine::PublishReceipts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  published_receipts_ = state_.receipts;
 }
 
 }  // namespace fedlgc::coordinator

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -92,7 +93,22 @@ struct EngineState {
   std::vector<float> model;
   std::vector<float> momentum;
   std::map<std::string, uint64_t> clients;          // id -> samples
-  std::map<std::string, Receipt> last_receipts;     // per client
+  // Recent receipts per client (oldest first), for clients that sent something in the
+  // round. A reconnecting client is sent them all and applies the one for its update in
+  // flight, so a receipt lost with a connection never makes it resend or re-absorb a
+  // counted update.
+  std::map<std::string, std::vector<Receipt>> receipts;
+};
+
+// How many receipts per client survive (in memory and in checkpoints).
+inline constexpr size_t kReceiptHistory = 16;
+
+// What a participant needs to start the open round, read under one lock.
+struct RoundInfo {
+  uint64_t round = 0;
+  uint64_t model_version = 0;
+  Clock::time_point deadline;
+  uint64_t seed = 0;
 };
 
 class RoundEngine {
@@ -110,8 +126,9 @@ class RoundEngine {
   uint64_t current_round() const;  // open round, or the next one to open
   bool IsParticipant(const std::string& client_id) const;
   Clock::time_point deadline() const;
-  // Per-client seed of the open round (codec randomness and data order).
-  uint64_t RoundSeed(const std::string& client_id) const;
+  // The open round as `client_id` should start it; nullopt when no round is open or the
+  // client does not take part. The seed (codec randomness, data order) is per client.
+  std::optional<RoundInfo> OpenRoundFor(const std::string& client_id) const;
   const RoundPlan& plan() const { return options_.plan; }
 
   // Validates, decodes and accumulates one chunk (or answers a query).
@@ -126,7 +143,9 @@ class RoundEngine {
   std::vector<float> ModelVector() const;
   EngineState Snapshot() const;
   std::map<std::string, uint64_t> clients() const;
-  std::map<std::string, Receipt> last_receipts() const;
+  // Receipts made visible by PublishReceipts (after the checkpoint that holds them).
+  std::vector<Receipt> ReceiptsFor(const std::string& client_id) const;
+  void PublishReceipts();
 
  private:
   struct Update {
@@ -153,6 +172,7 @@ class RoundEngine {
   EngineState state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<Receipt>> published_receipts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fedlgc::coordinator

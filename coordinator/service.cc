@@ -256,23 +256,20 @@ grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* CoordinatorSe
 void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor* r) {
   bool resumed = false;
   {
+    // Register and queue the catch-up under one lock, so nothing the driver pushes can
+    // overtake it: the client's recent receipts first, then the open round if it takes
+    // part, or the end of the job.
     std::lock_guard<std::mutex> lock(mu_);
     resumed = streams_.count(client) != 0;
     streams_[client] = r;  // a newer stream replaces the old one
+    for (const Receipt& rc : engine_->ReceiptsFor(client)) r->Push(ReceiptEvent(rc));
+    if (auto start = RoundStartEvent(client)) {
+      r->Push(*start);
+    } else if (done_) {
+      r->Push(done_event_);
+    }
   }
   if (resumed) metrics_->AddResume(client, "events");
-  // Catch the client up: its last receipt, then the open round if it takes part.
-  const auto receipts = engine_->last_receipts();
-  if (auto it = receipts.find(client); it != receipts.end()) {
-    protos::ServerEvent e;
-    auto* rc = e.mutable_receipt();
-    rc->set_round(it->second.round);
-    rc->set_update_id(it->second.update_id);
-    rc->set_chunk_count(it->second.chunk_count);
-    for (uint32_t c : it->second.counted) rc->add_counted_chunks(c);
-    r->Push(e);
-  }
-  if (engine_->IsParticipant(client)) r->Push(RoundStartEvent(client));
 }
 
 void CoordinatorService::Unregister(const std::string& client, EventsReactor* r) {
@@ -288,24 +285,36 @@ std::vector<std::string> CoordinatorService::Connected() const {
   return out;
 }
 
-protos::ServerEvent CoordinatorService::RoundStartEvent(const std::string& client) const {
+std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(const std::string& client) const {
+  const std::optional<RoundInfo> info = engine_->OpenRoundFor(client);
+  if (!info) return std::nullopt;
   protos::ServerEvent e;
   auto* s = e.mutable_round_start();
   const RoundPlan& plan = engine_->plan();
-  s->set_round(engine_->current_round());
-  s->set_model_version(engine_->model()->version);
+  s->set_round(info->round);
+  s->set_model_version(info->model_version);
   s->set_codec(plan.codec);
   s->set_local_epochs(plan.local_epochs);
   s->set_local_steps(plan.local_steps);
   s->set_lr(plan.lr);
   s->set_batch_size(plan.batch_size);
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
-  s->set_seed(engine_->RoundSeed(client));
-  const auto left = engine_->deadline() - Clock::now();
+  s->set_seed(info->seed);
+  const auto left = info->deadline - Clock::now();
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
   s->set_deadline_unix_ms(
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count());
+  return e;
+}
+
+protos::ServerEvent CoordinatorService::ReceiptEvent(const Receipt& rc) {
+  protos::ServerEvent e;
+  auto* r = e.mutable_receipt();
+  r->set_round(rc.round);
+  r->set_update_id(rc.update_id);
+  r->set_chunk_count(rc.chunk_count);
+  for (uint32_t c : rc.counted) r->add_counted_chunks(c);
   return e;
 }
 
@@ -318,14 +327,16 @@ bool CoordinatorService::Push(const std::string& client, const protos::ServerEve
 }
 
 bool CoordinatorService::SendRoundStart(const std::string& client) {
-  return Push(client, RoundStartEvent(client));
+  const auto e = RoundStartEvent(client);
+  return e && Push(client, *e);
 }
 
 void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
-  protos::ServerEvent e;
-  e.mutable_done()->set_rounds(rounds);
-  e.mutable_done()->set_final_accuracy(accuracy);
-  for (const std::string& c : Connected()) Push(c, e);
+  std::lock_guard<std::mutex> lock(mu_);
+  done_event_.mutable_done()->set_rounds(rounds);
+  done_event_.mutable_done()->set_final_accuracy(accuracy);
+  done_ = true;
+  for (const auto& [id, r] : streams_) r->Push(done_event_);
 }
 
 grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(

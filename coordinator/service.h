@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,9 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   // Sends the open round's start to a participant; false if it has no event stream.
   bool SendRoundStart(const std::string& client);
   bool Push(const std::string& client, const protos::ServerEvent& event);
-  // Sends JobDone to everyone connected.
+  // Sends JobDone to everyone connected, and to everyone who connects later.
   void BroadcastDone(uint64_t rounds, float accuracy);
+  static protos::ServerEvent ReceiptEvent(const Receipt& receipt);
 
   RoundTraffic& traffic() { return traffic_; }
   // Set by the driver: a chunk arrived (wakes the round loop early).
@@ -75,7 +77,7 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   }
 
  private:
-  protos::ServerEvent RoundStartEvent(const std::string& client) const;
+  std::optional<protos::ServerEvent> RoundStartEvent(const std::string& client) const;
 
   RoundEngine* const engine_;
   monitoring::Metrics* const metrics_;
@@ -85,6 +87,8 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   std::function<void()> on_chunk_;
   mutable std::mutex mu_;
   std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  protos::ServerEvent done_event_ ABSL_GUARDED_BY(mu_);
 };
 
 // The one place absl::Status becomes grpc::Status (the codes are numbered alike).

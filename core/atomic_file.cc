@@ -76,6 +76,13 @@ absl::StatusOr<std::optional<std::string>> ReadFileIfExists(const std::string& p
   return std::optional<std::string>(std::move(out));
 }
 
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  auto f = ReadFileIfExists(path);
+  if (!f.ok()) return f.status();
+  if (!f->has_value()) return absl::NotFoundError(StrCat("cannot read ", path, ": no such file"));
+  return std::move(**f);
+}
+
 std::string StateWriter::Finish() {
   const uint32_t crc = codecs::Crc32c(out_.data(), out_.size());
   Raw(&crc, 4);

@@ -22,6 +22,8 @@ namespace fedlgc::core {
 absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes);
 // The whole file; nullopt when it does not exist.
 absl::StatusOr<std::optional<std::string>> ReadFileIfExists(const std::string& path);
+// The whole file; NotFound when it does not exist.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Appends fixed-width little-endian values and length-prefixed blobs.
 class StateWriter {

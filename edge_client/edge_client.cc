@@ -1,5 +1,6 @@
 // Edge client (see edge_client.h).
 #include "edge_client/edge_client.h"
+#include "edge_client/grpc_status.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -18,22 +19,6 @@
 #include "protos/fedlgc.grpc.pb.h"
 
 namespace fedlgc::edge_client {
-namespace {
-
-absl::Status FromGrpc(const grpc::Status& st, std::string_view what) {
-  if (st.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                      StrCat(what, ": ", st.error_message()));
-}
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  auto f = core::ReadFileIfExists(path);
-  if (!f.ok()) return f.status();
-  if (!f->has_value()) return absl::NotFoundError(StrCat("cannot read ", path));
-  return std::move(**f);
-}
-
-}  // namespace
 
 absl::Status EdgeClientOptions::Validate() const {
   if (client_id.empty() || client_id.size() > 64) return absl::InvalidArgumentError("--id must be 1-64 characters");
@@ -77,7 +62,8 @@ int EdgeClient::metrics_port() const { return metrics_->port(); }
 
 void EdgeClient::Stop() {
   stop_ = true;
-  if (grpc::ClientContext* ctx = events_ctx_.load()) ctx->TryCancel();
+  std::lock_guard<std::mutex> lock(events_mu_);
+  if (events_ctx_ != nullptr) events_ctx_->TryCancel();
 }
 
 absl::Status EdgeClient::Persist() { return SaveClientState(state_path_, state_); }
@@ -107,7 +93,7 @@ absl::Status EdgeClient::Connect() {
   if (o.insecure) {
     creds = grpc::InsecureChannelCredentials();
   } else {
-    auto ca = ReadText(o.tls_ca), cert = ReadText(o.tls_cert), key = ReadText(o.tls_key);
+    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert), key = core::ReadFile(o.tls_key);
     for (const auto* f : {&ca, &cert, &key}) {
       if (!f->ok()) return f->status();
     }
@@ -145,6 +131,7 @@ absl::Status EdgeClient::Join() {
     if (!m.ok()) return m.status();
     model_ = std::move(m).value();
   }
+  job_over_ = reply.total_rounds() > 0 && reply.current_round() > reply.total_rounds();
   if (model_->dim() != reply.dim()) {
     return absl::FailedPreconditionError(StrCat("the job's model has ", reply.dim(), " parameters; ",
                                                 reply.model(), " here has ", model_->dim()));
@@ -157,6 +144,7 @@ absl::Status EdgeClient::Run() {
   int attempt = 0;
   while (!stop_) {
     absl::Status st = Join();
+    if (st.ok() && job_over_) return absl::OkStatus();
     if (st.ok()) {
       bool done = false;
       st = EventLoop(&done);
@@ -164,8 +152,9 @@ absl::Status EdgeClient::Run() {
       if (st.ok()) attempt = 0;  // a clean end of stream: reconnect promptly
     }
     if (!st.ok()) {
+      // What a retry cannot fix: identity, configuration, a job this client cannot run.
       if (absl::IsPermissionDenied(st) || absl::IsUnauthenticated(st) || absl::IsInvalidArgument(st) ||
-          absl::IsFailedPrecondition(st) || absl::IsDataLoss(st) || absl::IsInternal(st)) {
+          absl::IsFailedPrecondition(st)) {
         return st;
       }
       std::fprintf(stderr, "%s: %s; reconnecting\n", options_.client_id.c_str(), st.ToString().c_str());
@@ -181,7 +170,11 @@ absl::Status EdgeClient::EventLoop(bool* done) {
   auto stub = protos::Coordinator::NewStub(channel_);
   grpc::ClientContext ctx;
   PrepareContext(&ctx, 0);
-  events_ctx_ = &ctx;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    if (stop_) return absl::OkStatus();
+    events_ctx_ = &ctx;
+  }
   auto stream = stub->Events(&ctx);
   protos::ServerEvent event;
   absl::Status result;
@@ -198,9 +191,15 @@ absl::Status EdgeClient::EventLoop(bool* done) {
     if (options_.exit_after_rounds > 0 && rounds_uploaded_ >= options_.exit_after_rounds) break;
   }
   stream->WritesDone();
-  if (*done || !result.ok() || stop_ || rounds_uploaded_ >= options_.exit_after_rounds) ctx.TryCancel();
+  if (*done || !result.ok() || stop_ ||
+      (options_.exit_after_rounds > 0 && rounds_uploaded_ >= options_.exit_after_rounds)) {
+    ctx.TryCancel();
+  }
   const grpc::Status st = stream->Finish();
-  events_ctx_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    events_ctx_ = nullptr;
+  }
   if (!result.ok()) return result;
   if (*done || stop_) return absl::OkStatus();
   return FromGrpc(st, "event stream");
@@ -208,10 +207,15 @@ absl::Status EdgeClient::EventLoop(bool* done) {
 
 absl::Status EdgeClient::EnsureCodec(const std::string& spec) {
   if (codec_ && codec_spec_ == spec) return absl::OkStatus();
-  // Every client keeps a residual: wrap the job codec in error feedback.
+  // Every client keeps a residual. Biased codecs (top-k, sign) feed their compression
+  // error back; unbiased ones keep only chunks that did not count, because their error
+  // is noise with mean zero and feeding it back can grow without bound.
   auto parsed = codecs::MakeCodec(spec);
   if (!parsed.ok()) return parsed.status();
-  const std::string ef_spec = dynamic_cast<codecs::ErrorFeedback*>(parsed->get()) ? spec : StrCat("ef(", spec, ")");
+  std::string ef_spec = spec;
+  if (dynamic_cast<codecs::ErrorFeedback*>(parsed->get()) == nullptr) {
+    ef_spec = (*parsed)->traits().unbiased ? StrCat("ef(", spec, ",error=0)") : StrCat("ef(", spec, ")");
+  }
   auto made = codecs::MakeCodec(ef_spec);
   if (!made.ok()) return made.status();
   codec_.reset(static_cast<codecs::ErrorFeedback*>(made->release()));
@@ -261,8 +265,14 @@ absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
     state_.pending.reset();
   }
   if (!state_.pending) {
-    auto weights = Download(start.model_version());
-    if (!weights.ok()) return absl::IsNotFound(weights.status()) ? absl::OkStatus() : weights.status();
+    auto weights = Download(start.model_version(), deadline);
+    if (!weights.ok()) {
+      // The round moved on (another version is served) or ended: wait for the next one.
+      if (absl::IsNotFound(weights.status()) || absl::IsDeadlineExceeded(weights.status())) {
+        return absl::OkStatus();
+      }
+      return weights.status();
+    }
     if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
     core::TrainOptions topts;
     topts.epochs = static_cast<int>(start.local_epochs());

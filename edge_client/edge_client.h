@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -89,7 +90,8 @@ class EdgeClient {
   absl::Status EventLoop(bool* done);
   absl::Status HandleRound(const protos::RoundStart& start);
   absl::Status HandleReceipt(const protos::RoundReceipt& receipt);
-  absl::StatusOr<std::vector<float>> Download(uint64_t version);
+  // Gives up at `deadline` (the round's) with DeadlineExceeded.
+  absl::StatusOr<std::vector<float>> Download(uint64_t version, std::chrono::system_clock::time_point deadline);
   // Uploads the pending update until the coordinator holds every chunk.
   absl::Status Upload(std::chrono::system_clock::time_point deadline);
   absl::Status EnsureCodec(const std::string& spec);
@@ -109,7 +111,9 @@ class EdgeClient {
   std::string state_path_;
   std::mt19937_64 rng_;
   std::atomic<bool> stop_{false};
-  std::atomic<grpc::ClientContext*> events_ctx_{nullptr};
+  std::mutex events_mu_;                           // guards events_ctx_ against Stop()
+  grpc::ClientContext* events_ctx_ = nullptr;
+  bool job_over_ = false;                          // the coordinator has run every round
   uint32_t rounds_uploaded_ = 0;
   uint64_t last_round_ = 0;
 };

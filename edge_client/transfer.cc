@@ -8,6 +8,7 @@
 #include "codecs/str.h"
 #include "core/model.h"
 #include "edge_client/edge_client.h"
+#include "edge_client/grpc_status.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
 
@@ -21,18 +22,19 @@ bool Retryable(grpc::StatusCode c) {
          c == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
-absl::Status FromGrpc(const grpc::Status& st, std::string_view what) {
-  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), StrCat(what, ": ", st.error_message()));
-}
 
 }  // namespace
 
-absl::StatusOr<std::vector<float>> EdgeClient::Download(uint64_t version) {
+absl::StatusOr<std::vector<float>> EdgeClient::Download(uint64_t version,
+                                                        std::chrono::system_clock::time_point deadline) {
   auto stub = protos::Coordinator::NewStub(channel_);
   std::string blob;
   uint64_t total = 0;
   uint32_t crc = 0;
   for (int attempt = 0; !stop_; ++attempt) {
+    if (std::chrono::system_clock::now() > deadline) {
+      return absl::DeadlineExceededError(StrCat("round deadline passed while downloading model ", version));
+    }
     if (attempt > 0) {
       metrics_->AddResume(options_.client_id, "download");
       Backoff(attempt - 1);
@@ -106,6 +108,8 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
         if (!Retryable(qs.error_code())) return FromGrpc(qs, "upload query");
         continue;
       }
+      // The server's word replaces ours: after a coordinator restart it may hold less.
+      held.clear();
       held.insert(qreceipt.held_chunks().begin(), qreceipt.held_chunks().end());
     }
     grpc::ClientContext ctx;
@@ -131,6 +135,7 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
     writer->WritesDone();
     const grpc::Status st = writer->Finish();
     if (st.ok()) {
+      held.clear();
       held.insert(receipt.held_chunks().begin(), receipt.held_chunks().end());
       if (held.size() == p.frames.size()) return absl::OkStatus();
       continue;

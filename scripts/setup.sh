@@ -14,6 +14,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real data
   dataset-fashion-mnist
+  # network emulation for the lossy-link test
+  iproute2 nftables
   # fuzzing (libFuzzer) and sanitizers with clang
   clang libclang-rt-14-dev
 )

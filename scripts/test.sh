@@ -3,7 +3,7 @@
 #   1. Release build with warnings as errors, every ctest suite (GPU tests skip without a GPU).
 #   2. libFuzzer targets built with clang (ASan+UBSan), each run for a few seconds from
 #      seed frames.
-#   3. The codec tests again under ASan+UBSan (g++).
+#   3. The codec tests again under ASan+UBSan (g++; codecs only: no gRPC or libtorch).
 # Build folders: build/, build-fuzz/, build-asan/. JOBS overrides the parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ ctest --test-dir build -j"$JOBS" --output-on-failure
 echo "== 2/3 fuzzing the decoders (libFuzzer, ${FUZZ_SECONDS}s each)"
 if command -v clang++ >/dev/null; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DFEDLGC_FUZZ=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF >/dev/null
+    -DFEDLGC_FUZZ=ON -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF >/dev/null
   cmake --build build-fuzz -j"$JOBS"
   for fuzzer in build-fuzz/bin/fuzz_*; do
     name=$(basename "$fuzzer")
@@ -35,7 +35,7 @@ fi
 
 echo "== 3/3 codec tests under ASan+UBSan"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDLGC_SANITIZE=ON \
-  -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
+  -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
 cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -j"$JOBS" --output-on-failure -L codecs

@@ -113,3 +113,45 @@ TEST(ErrorFeedback, ResidualSurvivesARestartAndChecksDimensions) {
 
 }  // namespace
 }  // namespace fedlgc::codecs
+
+namespace fedlgc::codecs {
+namespace {
+
+TEST(ErrorFeedbackModes, ErrorFreeModeKeepsOnlyRestoredFrames) {
+  auto codec = testing::Make("ef(qsgd(bits=4,bucket=64),error=0)");
+  EXPECT_EQ(codec->spec(), "ef/1(qsgd/1(bits=4,bucket=64,norm=l2,elias=0),error=0)");
+  auto& ef = dynamic_cast<ErrorFeedback&>(*codec);
+  const auto x = testing::GradientLike(1000, 1);
+  std::vector<Frame> frames;
+  const auto sent = testing::RoundTrip(*codec, x, 1, 300, &frames);
+  for (float e : ef.residual()) ASSERT_EQ(e, 0.0f);  // the compression error is not kept
+  ASSERT_GE(frames.size(), 2u);
+  ASSERT_TRUE(ef.Restore(frames[1].bytes).ok());     // a lost chunk comes back whole
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool in_lost = i >= frames[1].begin && i < frames[1].begin + frames[1].length;
+    ASSERT_EQ(ef.residual()[i], in_lost ? sent[i] : 0.0f) << i;
+  }
+}
+
+TEST(ErrorFeedbackModes, FeedingBackANonContractiveErrorGrows) {
+  // QSGD with one level (ternary) on a bucket of 512 has E||Q(v) - v||^2 up to
+  // sqrt(512)/1 = 22x ||v||^2: not contractive, so e <- v + e - Q(v + e) blows up. This
+  // is why edge clients use error=0 around unbiased codecs.
+  auto full = testing::Make("ef(qsgd(s=1,bucket=512))");
+  auto kept = testing::Make("ef(qsgd(s=1,bucket=512),error=0)");
+  const auto x = testing::GradientLike(4096, 3);
+  for (int t = 0; t < 30; ++t) {
+    testing::RoundTrip(*full, x, t);
+    testing::RoundTrip(*kept, x, t);
+  }
+  auto norm2 = [](std::span<const float> v) {
+    double s = 0;
+    for (float f : v) s += double(f) * f;
+    return s;
+  };
+  EXPECT_GT(norm2(dynamic_cast<ErrorFeedback&>(*full).residual()), 10 * testing::SquaredNorm(x));
+  EXPECT_EQ(norm2(dynamic_cast<ErrorFeedback&>(*kept).residual()), 0.0);
+}
+
+}  // namespace
+}  // namespace fedlgc::codecs

@@ -179,8 +179,9 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   EXPECT_EQ(s.next_round, 2u);
   EXPECT_EQ(s.model, e->ModelVector());
   EXPECT_EQ(s.clients.size(), 2u);
-  EXPECT_EQ(s.last_receipts.at("a").counted, std::vector<uint32_t>{0});
-  EXPECT_TRUE(s.last_receipts.at("b").counted.empty());
+  ASSERT_EQ(s.receipts.at("a").size(), 1u);
+  EXPECT_EQ(s.receipts.at("a").back().counted, std::vector<uint32_t>{0});
+  EXPECT_EQ(s.receipts.count("b"), 0u) << "b sent nothing: no receipt to keep";
   EXPECT_EQ(ReadCheckpoint(dir, "other").status().code(), absl::StatusCode::kFailedPrecondition);
   // A flipped byte is refused, not half-loaded.
   std::string bytes;

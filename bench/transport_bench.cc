@@ -1,0 +1,195 @@
+// fedlgc-bench-transport: streams a 64 MB update as 256 KiB chunks over loopback gRPC
+// (plaintext and mTLS, the UploadUpdate rpc of the real protocol) and over a raw loopback
+// TCP socket, in the same run; prints throughput and the ratio to raw TCP (medians).
+//
+//   fedlgc-bench-transport [--mb 64] [--chunk-kb 256] [--reps 5] [--json FILE]
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/flags.h"
+#include "protos/fedlgc.grpc.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Receives UpdateChunk streams and counts their bytes: transport only, no decoding.
+class SinkService final : public fedlgc::protos::Coordinator::CallbackService {
+ public:
+  grpc::ServerReadReactor<fedlgc::protos::UpdateChunk>* UploadUpdate(
+      grpc::CallbackServerContext*, fedlgc::protos::UploadReceipt* receipt) override {
+    class Reactor final : public grpc::ServerReadReactor<fedlgc::protos::UpdateChunk> {
+     public:
+      Reactor(SinkService* s, fedlgc::protos::UploadReceipt* r) : s_(s), r_(r) { StartRead(&c_); }
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          r_->set_duplicates(0);
+          Finish(grpc::Status::OK);
+          return;
+        }
+        s_->bytes += c_.frame().size();
+        StartRead(&c_);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      SinkService* s_;
+      fedlgc::protos::UploadReceipt* r_;
+      fedlgc::protos::UpdateChunk c_;
+    };
+    return new Reactor(this, receipt);
+  }
+  std::atomic<uint64_t> bytes{0};
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double RawTcpSeconds(size_t total, size_t chunk) {
+  const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::listen(ls, 1);
+  socklen_t len = sizeof(a);
+  ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread server([ls, total] {
+    const int c = ::accept(ls, nullptr, nullptr);
+    std::vector<char> buf(1 << 20);
+    size_t got = 0;
+    while (got < total) {
+      const ssize_t n = ::recv(c, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    ::send(c, "k", 1, 0);
+    ::close(c);
+  });
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  std::string data(chunk, 'x');
+  const auto t0 = Clock::now();
+  for (size_t sent = 0; sent < total;) {
+    const ssize_t n = ::send(fd, data.data(), std::min(chunk, total - sent), 0);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  char ack;
+  ::recv(fd, &ack, 1, 0);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  ::close(fd);
+  server.join();
+  ::close(ls);
+  return s;
+}
+
+double GrpcSeconds(fedlgc::protos::Coordinator::Stub& stub, size_t total, size_t chunk) {
+  fedlgc::protos::UpdateChunk c;
+  c.set_client_id("bench");
+  c.set_frame(std::string(chunk, 'x'));
+  grpc::ClientContext ctx;
+  fedlgc::protos::UploadReceipt receipt;
+  const auto t0 = Clock::now();
+  auto w = stub.UploadUpdate(&ctx, &receipt);
+  for (size_t sent = 0; sent < total; sent += chunk) {
+    if (!w->Write(c)) break;
+  }
+  w->WritesDone();
+  const grpc::Status st = w->Finish();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!st.ok()) {
+    std::fprintf(stderr, "upload failed: %s\n", st.error_message().c_str());
+    std::exit(1);
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint32_t mb = 64, chunk_kb = 256, reps = 5;
+  std::string json;
+  fedlgc::core::Flags flags("fedlgc-bench-transport", "gRPC streaming vs raw TCP on loopback.");
+  flags.Add("mb", &mb, "megabytes per transfer");
+  flags.Add("chunk-kb", &chunk_kb, "chunk size in KiB");
+  flags.Add("reps", &reps, "repetitions (medians are reported)");
+  flags.Add("json", &json, "write results as JSON here");
+  if (auto st = flags.Parse(argc, argv); !st.ok() || flags.help_requested()) {
+    std::printf("%s", flags.Usage().c_str());
+    return st.ok() ? 0 : 2;
+  }
+  const size_t total = size_t{mb} << 20, chunk = size_t{chunk_kb} << 10;
+
+  // Certificates for the mTLS case.
+  char tmpl[] = "/tmp/fedlgc-bench-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string gen = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh " + dir + " bench >/dev/null";
+  if (std::system(gen.c_str()) != 0) return 1;
+  auto read = [&](const std::string& f) { return fedlgc::core::ReadFile(dir + "/" + f).value(); };
+
+  SinkService service;
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = read("ca.pem");
+  ssl.pem_key_cert_pairs.push_back({read("server.key"), read("server.pem")});
+  int plain_port = 0, tls_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &plain_port);
+  builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(ssl), &tls_port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  auto server = builder.BuildAndStart();
+
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(8 << 20);
+  auto plain = fedlgc::protos::Coordinator::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(plain_port), grpc::InsecureChannelCredentials(), args));
+  grpc::SslCredentialsOptions cssl;
+  cssl.pem_root_certs = read("ca.pem");
+  cssl.pem_cert_chain = read("bench.pem");
+  cssl.pem_private_key = read("bench.key");
+  grpc::ChannelArguments targs = args;
+  targs.SetSslTargetNameOverride("localhost");
+  auto tls = fedlgc::protos::Coordinator::NewStub(
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(tls_port), grpc::SslCredentials(cssl), targs));
+
+  GrpcSeconds(*plain, chunk * 4, chunk);  // warm up connections
+  GrpcSeconds(*tls, chunk * 4, chunk);
+  std::vector<double> raw, gp, gt;
+  for (uint32_t r = 0; r < reps; ++r) {
+    raw.push_back(RawTcpSeconds(total, chunk));
+    gp.push_back(GrpcSeconds(*plain, total, chunk));
+    gt.push_back(GrpcSeconds(*tls, total, chunk));
+  }
+  const double raw_gbps = total / Median(raw) / 1e9, plain_gbps = total / Median(gp) / 1e9,
+               tls_gbps = total / Median(gt) / 1e9;
+  std::printf("loopback, %u MB in %u KiB chunks, median of %u\n", mb, chunk_kb, reps);
+  std::printf("raw TCP        %7.3f GB/s\n", raw_gbps);
+  std::printf("gRPC plaintext %7.3f GB/s  (%.0f%% of raw TCP)\n", plain_gbps, 100 * plain_gbps / raw_gbps);
+  std::printf("gRPC mTLS      %7.3f GB/s  (%.0f%% of raw TCP)\n", tls_gbps, 100 * tls_gbps / raw_gbps);
+  if (!json.empty()) {
+    std::ofstream(json) << "{\"mb\": " << mb << ", \"chunk_kb\": " << chunk_kb << ", \"raw_tcp_gbps\": " << raw_gbps
+                        << ", \"grpc_plain_gbps\": " << plain_gbps << ", \"grpc_tls_gbps\": " << tls_gbps
+                        << ", \"plain_ratio\": " << plain_gbps / raw_gbps << ", \"tls_ratio\": " << tls_gbps / raw_gbps
+                        << "}\n";
+  }
+  server->Shutdown();
+  std::string rm = "rm -rf " + dir;
+  return std::system(rm.c_str()) == 0 ? 0 : 1;
+}

@@ -78,24 +78,9 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   return absl::OkStatus();
 }
 
-bool RoundEngine::round_open() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return round_ != nullptr;
-}
-
 uint64_t RoundEngine::current_round() const {
   std::lock_guard<std::mutex> lock(mu_);
   return round_ ? round_->number : state_.next_round;
-}
-
-bool RoundEngine::IsParticipant(const std::string& client_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return round_ && round_->participants.count(client_id) != 0;
-}
-
-Clock::time_point RoundEngine::deadline() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return round_ ? round_->deadline : Clock::time_point{};
 }
 
 std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id) const {
@@ -286,11 +271,6 @@ std::vector<float> RoundEngine::ModelVector() const {
 EngineState RoundEngine::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;
-}
-
-std::map<std::string, uint64_t> RoundEngine::clients() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_.clients;
 }
 
 std::vector<Receipt> RoundEngine::ReceiptsFor(const std::string& client_id) const {

@@ -122,10 +122,7 @@ class RoundEngine {
   // Opens round next_round with `participants`, closing at `deadline`. REQUIRES: no
   // round is open.
   absl::Status OpenRound(const std::vector<std::string>& participants, Clock::time_point deadline);
-  bool round_open() const;
   uint64_t current_round() const;  // open round, or the next one to open
-  bool IsParticipant(const std::string& client_id) const;
-  Clock::time_point deadline() const;
   // The open round as `client_id` should start it; nullopt when no round is open or the
   // client does not take part. The seed (codec randomness, data order) is per client.
   std::optional<RoundInfo> OpenRoundFor(const std::string& client_id) const;
@@ -142,7 +139,6 @@ class RoundEngine {
   std::shared_ptr<const ModelBlob> model() const;
   std::vector<float> ModelVector() const;
   EngineState Snapshot() const;
-  std::map<std::string, uint64_t> clients() const;
   // Receipts made visible by PublishReceipts (after the checkpoint that holds them).
   std::vector<Receipt> ReceiptsFor(const std::string& client_id) const;
   void PublishReceipts();

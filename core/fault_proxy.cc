@@ -194,7 +194,7 @@ void FaultProxy::Serve(int cfd) {
       ::shutdown(tfd, SHUT_RDWR);
     }
   };
-  auto pump = [&](int src, int dst, std::atomic<uint64_t>* counter, uint64_t stream_seed) {
+  auto pump = [&](int src, int dst, uint64_t stream_seed) {
     Pipe pipe;
     std::mt19937_64 rng(stream_seed);
     std::normal_distribution<double> jitter(0.0, spec_.jitter_s);
@@ -224,7 +224,6 @@ void FaultProxy::Serve(int cfd) {
           }
           off += static_cast<size_t>(n);
         }
-        *counter += c.data.size();
       }
     });
     char buf[16384];
@@ -267,8 +266,8 @@ void FaultProxy::Serve(int cfd) {
     writer.join();
     cut();  // one side ended: end the connection
   };
-  std::thread down([&] { pump(tfd, cfd, &bytes_down_, seed_ ^ (conn * 2 + 1)); });
-  pump(cfd, tfd, &bytes_up_, seed_ ^ (conn * 2));
+  std::thread down([&] { pump(tfd, cfd, seed_ ^ (conn * 2 + 1)); });
+  pump(cfd, tfd, seed_ ^ (conn * 2));
   down.join();
 }
 

@@ -7,7 +7,8 @@
 //   delay, jitter   ms or s           added to every byte, each direction
 //   rate            kbit, mbit, gbit  cap per direction
 //   cut             probability that a connection is cut per MiB it carries
-//   cut_after       bytes (k, m suffixes) after which every connection is cut, once
+//   cut_after       bytes (k, m suffixes, both directions counted) after which a connection
+//                   is cut; only the first connection to reach it is cut
 #ifndef FEDLGC_CORE_FAULT_PROXY_H_
 #define FEDLGC_CORE_FAULT_PROXY_H_
 
@@ -28,7 +29,7 @@ struct LinkSpec {
   double jitter_s = 0;
   double rate_bytes_per_s = 0;  // 0: unlimited
   double cut_per_mib = 0;
-  uint64_t cut_after_bytes = 0;  // 0: never; applies to the first connection(s) until one is cut
+  uint64_t cut_after_bytes = 0;  // 0: never; cuts the first connection that carries this many bytes
 
   static absl::StatusOr<LinkSpec> Parse(const std::string& text);
   bool trivial() const;
@@ -43,9 +44,6 @@ class FaultProxy {
   int port() const { return port_; }
   uint64_t cuts() const { return cuts_; }
   uint64_t connections() const { return connections_; }
-  // Bytes forwarded client->target and target->client.
-  uint64_t bytes_up() const { return bytes_up_; }
-  uint64_t bytes_down() const { return bytes_down_; }
 
  private:
   FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed);
@@ -60,7 +58,7 @@ class FaultProxy {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> cut_after_used_{false};
-  std::atomic<uint64_t> cuts_{0}, connections_{0}, bytes_up_{0}, bytes_down_{0};
+  std::atomic<uint64_t> cuts_{0}, connections_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> workers_;

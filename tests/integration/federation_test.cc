@@ -29,18 +29,22 @@ struct RunResult {
   uint64_t proxy_cuts = 0;
 };
 
-RunResult RunFederation(const std::string& name, int n, coordinator::CoordinatorOptions o,
+// The job settings a test varies; everything else comes from CoordinatorDefaults.
+struct Job {
+  std::string model = "mlp";
+  uint32_t rounds = 3;
+  coordinator::RoundPlan plan;
+};
+
+RunResult RunFederation(const std::string& name, int n, const Job& job,
                         const std::vector<std::string>& proxy_link = {}) {
   const std::string dir = FreshDir(name);
   const std::string certs = MakeCerts(dir, n);
-  o = [&] {
-    auto d = CoordinatorDefaults(dir, certs);
-    d.model = o.model;
-    d.rounds = o.rounds;
-    d.min_clients = static_cast<uint32_t>(n);
-    d.plan = o.plan;
-    return d;
-  }();
+  auto o = CoordinatorDefaults(dir, certs);
+  o.model = job.model;
+  o.rounds = job.rounds;
+  o.min_clients = static_cast<uint32_t>(n);
+  o.plan = job.plan;
   InProcessCoordinator coord(o);
   std::vector<std::unique_ptr<core::FaultProxy>> proxies;
   std::vector<std::unique_ptr<ClientThread>> clients;
@@ -102,9 +106,7 @@ std::pair<double, double> Compare(const std::vector<float>& a, const std::vector
 }
 
 TEST(Federation, ThreeClientsLearnOverMtlsAndMetricsAddUp) {
-  coordinator::CoordinatorOptions o;
-  o.model = "mlp";
-  o.rounds = 3;
+  Job o;
   o.plan.codec = "qsgd(bits=8)";
   o.plan.local_steps = 20;
   o.plan.max_chunk_bytes = 64 * 1024;
@@ -124,8 +126,7 @@ TEST(Federation, ThreeClientsLearnOverMtlsAndMetricsAddUp) {
 }
 
 TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {
-  coordinator::CoordinatorOptions o;
-  o.model = "mlp";
+  Job o;
   o.rounds = 2;
   o.plan.codec = "fp32";
   o.plan.local_steps = 20;

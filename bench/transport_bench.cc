@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
   // Certificates for the mTLS case.
   char tmpl[] = "/tmp/fedlgc-bench-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
-  const std::string gen = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh " + dir + " bench >/dev/null";
+  const std::string gen =
+      std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh " + dir + " bench >/dev/null";
   if (std::system(gen.c_str()) != 0) return 1;
   auto read = [&](const std::string& f) { return fedlgc::core::ReadFile(dir + "/" + f).value(); };
 
@@ -166,8 +167,8 @@ int main(int argc, char** argv) {
   cssl.pem_private_key = read("bench.key");
   grpc::ChannelArguments targs = args;
   targs.SetSslTargetNameOverride("localhost");
-  auto tls = fedlgc::protos::Coordinator::NewStub(
-      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(tls_port), grpc::SslCredentials(cssl), targs));
+  auto tls = fedlgc::protos::Coordinator::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(tls_port), grpc::SslCredentials(cssl), targs));
 
   GrpcSeconds(*plain, chunk * 4, chunk);  // warm up connections
   GrpcSeconds(*tls, chunk * 4, chunk);
@@ -181,13 +182,17 @@ int main(int argc, char** argv) {
                tls_gbps = total / Median(gt) / 1e9;
   std::printf("loopback, %u MB in %u KiB chunks, median of %u\n", mb, chunk_kb, reps);
   std::printf("raw TCP        %7.3f GB/s\n", raw_gbps);
-  std::printf("gRPC plaintext %7.3f GB/s  (%.0f%% of raw TCP)\n", plain_gbps, 100 * plain_gbps / raw_gbps);
-  std::printf("gRPC mTLS      %7.3f GB/s  (%.0f%% of raw TCP)\n", tls_gbps, 100 * tls_gbps / raw_gbps);
+  std::printf("gRPC plaintext %7.3f GB/s  (%.0f%% of raw TCP)\n", plain_gbps,
+              100 * plain_gbps / raw_gbps);
+  std::printf("gRPC mTLS      %7.3f GB/s  (%.0f%% of raw TCP)\n", tls_gbps,
+              100 * tls_gbps / raw_gbps);
   if (!json.empty()) {
-    std::ofstream(json) << "{\"mb\": " << mb << ", \"chunk_kb\": " << chunk_kb << ", \"raw_tcp_gbps\": " << raw_gbps
-                        << ", \"grpc_plain_gbps\": " << plain_gbps << ", \"grpc_tls_gbps\": " << tls_gbps
-                        << ", \"plain_ratio\": " << plain_gbps / raw_gbps << ", \"tls_ratio\": " << tls_gbps / raw_gbps
-                        << "}\n";
+    std::ofstream(json) << "{\"mb\": " << mb << ", \"chunk_kb\": " << chunk_kb
+                        << ", \"raw_tcp_gbps\": " << raw_gbps
+                        << ", \"grpc_plain_gbps\": " << plain_gbps
+                        << ", \"grpc_tls_gbps\": " << tls_gbps
+                        << ", \"plain_ratio\": " << plain_gbps / raw_gbps
+                        << ", \"tls_ratio\": " << tls_gbps / raw_gbps << "}\n";
   }
   server->Shutdown();
   std::string rm = "rm -rf " + dir;

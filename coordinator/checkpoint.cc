@@ -63,7 +63,8 @@ absl::StatusOr<std::optional<EngineState>> ReadCheckpoint(const std::string& sta
   EngineState s;
   if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic) return corrupt();
   if (version != kVersion) {
-    return absl::UnimplementedError(StrCat(path, ": checkpoint version ", version, " not supported"));
+    return absl::UnimplementedError(
+        StrCat(path, ": checkpoint version ", version, " not supported"));
   }
   if (!r.Str(&stored_job)) return corrupt();
   if (stored_job != job) {

@@ -23,15 +23,19 @@ namespace fedlgc::coordinator {
 absl::Status CoordinatorOptions::Validate() const {
   if (rounds == 0) return absl::InvalidArgumentError("--rounds must be >= 1");
   if (min_clients == 0) return absl::InvalidArgumentError("--min-clients must be >= 1");
-  if (!(fraction > 0 && fraction <= 1)) return absl::InvalidArgumentError("--fraction must be in (0, 1]");
+  if (!(fraction > 0 && fraction <= 1))
+    return absl::InvalidArgumentError("--fraction must be in (0, 1]");
   if (!(round_timeout_s > 0)) return absl::InvalidArgumentError("--round-timeout must be > 0");
-  if (!(plan.lr > 0) || plan.batch_size == 0) return absl::InvalidArgumentError("lr and batch must be > 0");
+  if (!(plan.lr > 0) || plan.batch_size == 0)
+    return absl::InvalidArgumentError("lr and batch must be > 0");
   if (plan.max_chunk_bytes < 1024 || plan.max_chunk_bytes > max_message_bytes - 1024) {
-    return absl::InvalidArgumentError(StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
+    return absl::InvalidArgumentError(
+        StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
   }
   if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
   if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
-    return absl::InvalidArgumentError("mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
+    return absl::InvalidArgumentError(
+        "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
   }
   if (!(server_lr > 0) || server_momentum < 0 || server_momentum >= 1) {
     return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
@@ -40,7 +44,8 @@ absl::Status CoordinatorOptions::Validate() const {
 }
 
 std::string CoordinatorOptions::JobKey(uint64_t dim) const {
-  return StrCat(model, "/", dim, "/", codecs::MakeCodec(plan.codec).value()->wire_spec(), "/seed", init_seed);
+  return StrCat(model, "/", dim, "/", codecs::MakeCodec(plan.codec).value()->wire_spec(), "/seed",
+                init_seed);
 }
 
 Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
@@ -69,7 +74,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   if (!ckpt.ok()) return ckpt.status();
   if (ckpt->has_value()) {
     state = std::move(**ckpt);
-    std::fprintf(stderr, "coordinator: resuming from %s at round %llu\n", CheckpointPath(o.state_dir).c_str(),
+    std::fprintf(stderr, "coordinator: resuming from %s at round %llu\n",
+                 CheckpointPath(o.state_dir).c_str(),
                  static_cast<unsigned long long>(state.next_round));
   } else {
     state.model = c->eval_model_->GetFlat();
@@ -83,7 +89,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
   JobInfo job{StrCat("fedlgc-", o.model), o.model, c->eval_model_->dim(), o.rounds, o.plan.codec};
-  c->service_ = std::make_unique<CoordinatorService>(c->engine_.get(), c->metrics_.get(), job, o.insecure);
+  c->service_ =
+      std::make_unique<CoordinatorService>(c->engine_.get(), c->metrics_.get(), job, o.insecure);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
   return c;
 }
@@ -92,16 +99,19 @@ absl::Status Coordinator::Start() {
   const CoordinatorOptions& o = options_;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (o.insecure) {
-    std::fprintf(stderr,
-                 "coordinator: WARNING: --insecure: no TLS, clients are trusted to name themselves. "
-                 "Use only for local experiments.\n");
+    std::fprintf(
+        stderr,
+        "coordinator: WARNING: --insecure: no TLS, clients are trusted to name themselves. "
+        "Use only for local experiments.\n");
     creds = grpc::InsecureServerCredentials();
   } else {
-    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert), key = core::ReadFile(o.tls_key);
+    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert),
+         key = core::ReadFile(o.tls_key);
     for (const auto* f : {&ca, &cert, &key}) {
       if (!f->ok()) return f->status();
     }
-    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    grpc::SslServerCredentialsOptions ssl(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     ssl.pem_root_certs = *ca;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     creds = grpc::SslServerCredentials(ssl);
@@ -173,9 +183,11 @@ absl::Status Coordinator::RunRound() {
   std::sort(connected.begin(), connected.end());
   std::mt19937_64 rng(o.seed ^ (engine_->current_round() * 0x9E3779B97F4A7C15ull));
   std::shuffle(connected.begin(), connected.end(), rng);
-  const size_t want = std::max<size_t>(o.min_clients, static_cast<size_t>(std::ceil(o.fraction * connected.size())));
+  const size_t want = std::max<size_t>(
+      o.min_clients, static_cast<size_t>(std::ceil(o.fraction * connected.size())));
   connected.resize(std::min(want, connected.size()));
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.round_timeout_s * 1000));
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.round_timeout_s * 1000));
   service_->traffic().uplink_wire = 0;
   service_->traffic().uplink_raw = 0;
   service_->traffic().downlink = 0;
@@ -211,10 +223,12 @@ absl::Status Coordinator::RunRound() {
     last_accuracy_ = ev->accuracy;
     metrics_->SetGlobalEval(ev->accuracy, ev->loss);
   }
-  if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok()) return st;
+  if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
+    return st;
   metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
   if (rep.uplink_bytes > 0) {
-    metrics_->SetCompressionRatio(o.plan.codec, static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
+    metrics_->SetCompressionRatio(o.plan.codec,
+                                  static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
   }
   // Receipts become visible only now that the checkpoint holding them is on disk: a
   // client must never learn that a chunk counted in a round a crash could still undo.
@@ -225,13 +239,17 @@ absl::Status Coordinator::RunRound() {
   }
   // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
   std::ofstream(o.state_dir + "/rounds.jsonl", std::ios::app)
-      << "{\"round\": " << rep.round << ", \"accuracy\": " << rep.accuracy << ", \"loss\": " << rep.loss
-      << ", \"uplink_bytes\": " << rep.uplink_bytes << ", \"raw_uplink_bytes\": " << rep.raw_uplink_bytes
+      << "{\"round\": " << rep.round << ", \"accuracy\": " << rep.accuracy
+      << ", \"loss\": " << rep.loss << ", \"uplink_bytes\": " << rep.uplink_bytes
+      << ", \"raw_uplink_bytes\": " << rep.raw_uplink_bytes
       << ", \"downlink_bytes\": " << rep.downlink_bytes << ", \"seconds\": " << rep.seconds
-      << ", \"participants\": " << rep.participants << ", \"stragglers\": " << rep.stragglers << "}\n";
-  std::fprintf(stderr, "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",
-               static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
-               static_cast<unsigned long long>(rep.uplink_bytes));
+      << ", \"participants\": " << rep.participants << ", \"stragglers\": " << rep.stragglers
+      << "}\n";
+  std::fprintf(
+      stderr,
+      "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",
+      static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
+      static_cast<unsigned long long>(rep.uplink_bytes));
   std::lock_guard<std::mutex> lock(mu_);
   reports_.push_back(rep);
   return absl::OkStatus();

@@ -38,14 +38,14 @@ struct CoordinatorOptions {
   std::string model = "cnn";
   uint64_t init_seed = 1;
   uint32_t rounds = 20;
-  uint32_t min_clients = 1;       // quorum to open a round
-  double fraction = 1.0;          // of connected clients per round
-  double round_timeout_s = 300;   // deadline after opening
+  uint32_t min_clients = 1;      // quorum to open a round
+  double fraction = 1.0;         // of connected clients per round
+  double round_timeout_s = 300;  // deadline after opening
   RoundPlan plan;
   float server_lr = 1.0f;
   float server_momentum = 0.0f;
-  uint32_t eval_every = 1;        // 0: never
-  size_t eval_limit = 0;          // test examples (0 = all)
+  uint32_t eval_every = 1;                  // 0: never
+  size_t eval_limit = 0;                    // test examples (0 = all)
   std::string test_data = "fashion-mnist";  // or "synthetic:N"
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   // TLS: CA for client certificates, server certificate and key.

@@ -16,7 +16,8 @@ void OnSignal(int) {
 int main(int argc, char** argv) {
   fedlgc::coordinator::CoordinatorOptions o;
   std::string port_file;
-  fedlgc::core::Flags flags("fedlgc-coordinator", "Coordinates federated training rounds over gRPC (mTLS).");
+  fedlgc::core::Flags flags("fedlgc-coordinator",
+                            "Coordinates federated training rounds over gRPC (mTLS).");
   flags.Add("listen", &o.listen, "gRPC address; port 0 picks a free one");
   flags.Add("metrics-listen", &o.metrics_listen, "Prometheus exposer address; empty disables it");
   flags.Add("port-file", &port_file, "write \"<grpc port> <metrics port>\" here once listening");
@@ -26,9 +27,11 @@ int main(int argc, char** argv) {
   flags.Add("min-clients", &o.min_clients, "connected clients needed to open a round");
   flags.Add("fraction", &o.fraction, "share of connected clients asked per round");
   flags.Add("round-timeout", &o.round_timeout_s, "seconds before a round closes with what arrived");
-  flags.Add("codec", &o.plan.codec, "codec spec for updates, e.g. 'ef(topk(ratio=0.01,values=qsgd(bits=8)))'");
+  flags.Add("codec", &o.plan.codec,
+            "codec spec for updates, e.g. 'ef(topk(ratio=0.01,values=qsgd(bits=8)))'");
   flags.Add("local-epochs", &o.plan.local_epochs, "local epochs per round");
-  flags.Add("local-steps", &o.plan.local_steps, "local steps per round (overrides epochs when > 0)");
+  flags.Add("local-steps", &o.plan.local_steps,
+            "local steps per round (overrides epochs when > 0)");
   flags.Add("lr", &o.plan.lr, "client learning rate");
   flags.Add("batch", &o.plan.batch_size, "client batch size");
   flags.Add("chunk-bytes", &o.plan.max_chunk_bytes, "largest update chunk");

@@ -16,11 +16,16 @@ namespace {
 // Reason label for a frame that failed to parse or decode.
 std::string ReasonFor(const absl::Status& st) {
   switch (st.code()) {
-    case absl::StatusCode::kDataLoss: return "crc";
-    case absl::StatusCode::kResourceExhausted: return "oversized";
-    case absl::StatusCode::kOutOfRange: return "range";
-    case absl::StatusCode::kUnimplemented: return "version";
-    default: break;
+    case absl::StatusCode::kDataLoss:
+      return "crc";
+    case absl::StatusCode::kResourceExhausted:
+      return "oversized";
+    case absl::StatusCode::kOutOfRange:
+      return "range";
+    case absl::StatusCode::kUnimplemented:
+      return "version";
+    default:
+      break;
   }
   const std::string m(st.message());
   if (m.find("finite") != std::string::npos || m.find("invalid norm") != std::string::npos ||
@@ -44,7 +49,8 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state)
   auto codec = codecs::MakeCodec(options_.plan.codec);
   // The coordinator validates the job options before building the engine.
   decoder_ = codec.ok() ? std::move(codec).value() : nullptr;
-  if (state_.momentum.size() != state_.model.size()) state_.momentum.assign(state_.model.size(), 0.0f);
+  if (state_.momentum.size() != state_.model.size())
+    state_.momentum.assign(state_.model.size(), 0.0f);
   std::lock_guard<std::mutex> lock(mu_);
   PublishModelLocked();
   published_receipts_ = state_.receipts;
@@ -110,10 +116,11 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!round_ || c.round != round_->number) {
-      return Reject(absl::FailedPreconditionError(
-                        round_ ? StrCat("round ", c.round, " is not open; round ", round_->number, " is")
-                               : StrCat("round ", c.round, " is closed; no round is open")),
-                    "wrong_round");
+      return Reject(
+          absl::FailedPreconditionError(
+              round_ ? StrCat("round ", c.round, " is not open; round ", round_->number, " is")
+                     : StrCat("round ", c.round, " is closed; no round is open")),
+          "wrong_round");
     }
     if (round_->participants.count(c.client_id) == 0) {
       return Reject(absl::FailedPreconditionError(
@@ -123,13 +130,14 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
     auto it = round_->updates.find(c.client_id);
     if (c.frame.empty()) {  // a query: report what is held
       ChunkResult r;
-      if (it != round_->updates.end() && it->second.update_id == c.update_id) r.held = HeldList(it->second);
+      if (it != round_->updates.end() && it->second.update_id == c.update_id)
+        r.held = HeldList(it->second);
       return r;
     }
     if (c.chunk_count == 0 || c.chunk_count > options_.max_chunks_per_update ||
         c.chunk_index >= c.chunk_count) {
-      return Reject(absl::InvalidArgumentError(StrCat("chunk ", c.chunk_index, " of ", c.chunk_count,
-                                                      " is out of range")),
+      return Reject(absl::InvalidArgumentError(
+                        StrCat("chunk ", c.chunk_index, " of ", c.chunk_count, " is out of range")),
                     "bad_chunk_index");
     }
     if (c.num_samples == 0) {
@@ -145,7 +153,8 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
       }
       if (u.chunk_count != c.chunk_count) {
         return Reject(absl::InvalidArgumentError(StrCat("chunk count ", c.chunk_count,
-                                                        " differs from earlier chunks (", u.chunk_count, ")")),
+                                                        " differs from earlier chunks (",
+                                                        u.chunk_count, ")")),
                       "bad_chunk_index");
       }
       if (u.held[c.chunk_index]) {
@@ -163,12 +172,14 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
   auto view = codecs::ParseFrame(c.frame, options_.frame_limits);
   if (!view.ok()) return Reject(view.status(), ReasonFor(view.status()));
   if (view->spec != decoder_->wire_spec()) {
-    return Reject(absl::InvalidArgumentError(StrCat("chunk encoded with \"", view->spec,
-                                                    "\"; this job uses \"", decoder_->wire_spec(), "\"")),
-                  "codec");
+    return Reject(
+        absl::InvalidArgumentError(StrCat("chunk encoded with \"", view->spec,
+                                          "\"; this job uses \"", decoder_->wire_spec(), "\"")),
+        "codec");
   }
   if (view->dim != dim) {
-    return Reject(absl::OutOfRangeError(StrCat("chunk is for ", view->dim, " coordinates; the model has ", dim)),
+    return Reject(absl::OutOfRangeError(
+                      StrCat("chunk is for ", view->dim, " coordinates; the model has ", dim)),
                   "range");
   }
   std::vector<float> values(view->length);
@@ -176,8 +187,9 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
 
   std::lock_guard<std::mutex> lock(mu_);
   if (!round_ || c.round != round_->number) {
-    return Reject(absl::FailedPreconditionError(StrCat("round ", c.round, " closed while decoding")),
-                  "wrong_round");
+    return Reject(
+        absl::FailedPreconditionError(StrCat("round ", c.round, " closed while decoding")),
+        "wrong_round");
   }
   auto [it, inserted] = round_->updates.try_emplace(c.client_id);
   Update& u = it->second;
@@ -186,7 +198,8 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
     u.chunk_count = c.chunk_count;
     u.held.assign(c.chunk_count, false);
   } else if (u.update_id != c.update_id || u.chunk_count != c.chunk_count) {
-    return Reject(absl::FailedPreconditionError("a different update arrived concurrently"), "update_conflict");
+    return Reject(absl::FailedPreconditionError("a different update arrived concurrently"),
+                  "update_conflict");
   }
   ChunkResult r;
   if (u.held[c.chunk_index]) {
@@ -213,7 +226,8 @@ bool RoundEngine::AllComplete() const {
   if (!round_) return false;
   for (const std::string& p : round_->participants) {
     auto it = round_->updates.find(p);
-    if (it == round_->updates.end() || it->second.held_count != it->second.chunk_count) return false;
+    if (it == round_->updates.end() || it->second.held_count != it->second.chunk_count)
+      return false;
   }
   return true;
 }

@@ -65,7 +65,7 @@ struct ChunkIn {
 
 struct ChunkResult {
   absl::Status status;
-  std::string reason;          // rejection reason label when !status.ok()
+  std::string reason;  // rejection reason label when !status.ok()
   bool duplicate = false;
   uint64_t coordinates = 0;    // carried by this chunk (for raw byte accounting)
   std::vector<uint32_t> held;  // all chunks of this update now held
@@ -92,7 +92,7 @@ struct EngineState {
   uint64_t model_version = 0;
   std::vector<float> model;
   std::vector<float> momentum;
-  std::map<std::string, uint64_t> clients;          // id -> samples
+  std::map<std::string, uint64_t> clients;  // id -> samples
   // Recent receipts per client (oldest first), for clients that sent something in the
   // round. A reconnecting client is sent them all and applies the one for its update in
   // flight, so a receipt lost with a connection never makes it resend or re-absorb a

@@ -16,9 +16,11 @@ grpc::Status ToGrpc(const absl::Status& st) {
 
 // Event stream of one client: queues server events and writes them one at a time;
 // heartbeats are read and dropped. Deletes itself in OnDone after unregistering.
-class EventsReactor final : public grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent> {
+class EventsReactor final
+    : public grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent> {
  public:
-  EventsReactor(CoordinatorService* svc, std::string client) : svc_(svc), client_(std::move(client)) {}
+  EventsReactor(CoordinatorService* svc, std::string client)
+      : svc_(svc), client_(std::move(client)) {}
 
   void Begin() { StartRead(&in_); }
 
@@ -141,8 +143,9 @@ class UploadReactor final : public grpc::ServerReadReactor<protos::UpdateChunk> 
     }
     if (!chunk_.client_id().empty() && chunk_.client_id() != client_) {
       svc_->metrics()->AddRejected("identity");
-      Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                          StrCat("this connection is ", client_, "; it cannot upload as ", chunk_.client_id())));
+      Finish(grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          StrCat("this connection is ", client_, "; it cannot upload as ", chunk_.client_id())));
       return;
     }
     ChunkIn in;
@@ -189,8 +192,8 @@ class UploadReactor final : public grpc::ServerReadReactor<protos::UpdateChunk> 
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(RoundEngine* engine, monitoring::Metrics* metrics, JobInfo job,
-                                       bool insecure)
+CoordinatorService::CoordinatorService(RoundEngine* engine, monitoring::Metrics* metrics,
+                                       JobInfo job, bool insecure)
     : engine_(engine), metrics_(metrics), job_(std::move(job)), insecure_(insecure) {}
 
 CoordinatorService::~CoordinatorService() = default;
@@ -198,11 +201,13 @@ CoordinatorService::~CoordinatorService() = default;
 absl::StatusOr<std::string> CoordinatorService::Identity(grpc::CallbackServerContext* ctx,
                                                          const std::string& claimed) {
   if (insecure_) {
-    if (claimed.empty()) return absl::InvalidArgumentError("--insecure: requests must name a client_id");
+    if (claimed.empty())
+      return absl::InvalidArgumentError("--insecure: requests must name a client_id");
     return claimed;
   }
   auto auth = ctx->auth_context();
-  const auto cn = auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
+  const auto cn =
+      auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
   if (cn.empty()) {
     metrics_->AddRejected("identity");
     return absl::UnauthenticatedError("no client certificate: this coordinator requires mTLS");
@@ -210,13 +215,15 @@ absl::StatusOr<std::string> CoordinatorService::Identity(grpc::CallbackServerCon
   std::string id(cn.front().data(), cn.front().size());
   if (!claimed.empty() && claimed != id) {
     metrics_->AddRejected("identity");
-    return absl::PermissionDeniedError(StrCat("certificate is for ", id, "; it cannot act as ", claimed));
+    return absl::PermissionDeniedError(
+        StrCat("certificate is for ", id, "; it cannot act as ", claimed));
   }
   return id;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx,
-                                                   const protos::JoinRequest* req, protos::JoinReply* reply) {
+                                                   const protos::JoinRequest* req,
+                                                   protos::JoinReply* reply) {
   auto* reactor = ctx->DefaultReactor();
   auto id = Identity(ctx, req->client_id());
   if (!id.ok()) {
@@ -242,10 +249,12 @@ grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* CoordinatorSe
     grpc::CallbackServerContext* ctx) {
   std::string claimed;
   const auto& md = ctx->client_metadata();
-  if (auto it = md.find("fedlgc-client-id"); it != md.end()) claimed.assign(it->second.data(), it->second.size());
+  if (auto it = md.find("fedlgc-client-id"); it != md.end())
+    claimed.assign(it->second.data(), it->second.size());
   auto id = Identity(ctx, claimed);
   if (!id.ok()) {
-    return new ErrorReactor<grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>>(ToGrpc(id.status()));
+    return new ErrorReactor<grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>>(
+        ToGrpc(id.status()));
   }
   auto* r = new EventsReactor(this, *id);
   OnEventsOpened(*id, r);
@@ -285,7 +294,8 @@ std::vector<std::string> CoordinatorService::Connected() const {
   return out;
 }
 
-std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(const std::string& client) const {
+std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
+    const std::string& client) const {
   const std::optional<RoundInfo> info = engine_->OpenRoundFor(client);
   if (!info) return std::nullopt;
   protos::ServerEvent e;
@@ -342,12 +352,14 @@ void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
 grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
     grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) {
   auto id = Identity(ctx, req->client_id());
-  if (!id.ok()) return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(ToGrpc(id.status()));
+  if (!id.ok())
+    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(ToGrpc(id.status()));
   auto blob = engine_->model();
   if (req->version() != blob->version) {
-    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(grpc::Status(
-        grpc::StatusCode::NOT_FOUND,
-        StrCat("model version ", req->version(), " is not served; the current version is ", blob->version)));
+    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     StrCat("model version ", req->version(),
+                            " is not served; the current version is ", blob->version)));
   }
   if (req->offset() > blob->bytes.size()) {
     metrics_->AddRejected("range");
@@ -361,9 +373,11 @@ grpc::ServerReadReactor<protos::UpdateChunk>* CoordinatorService::UploadUpdate(
     grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) {
   std::string claimed;
   const auto& md = ctx->client_metadata();
-  if (auto it = md.find("fedlgc-client-id"); it != md.end()) claimed.assign(it->second.data(), it->second.size());
+  if (auto it = md.find("fedlgc-client-id"); it != md.end())
+    claimed.assign(it->second.data(), it->second.size());
   auto id = Identity(ctx, claimed);
-  if (!id.ok()) return new ErrorReactor<grpc::ServerReadReactor<protos::UpdateChunk>>(ToGrpc(id.status()));
+  if (!id.ok())
+    return new ErrorReactor<grpc::ServerReadReactor<protos::UpdateChunk>>(ToGrpc(id.status()));
   return new UploadReactor(this, *id, receipt);
 }
 

@@ -49,8 +49,8 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerWriteReactor<protos::ModelChunk>* DownloadModel(
       grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) override;
-  grpc::ServerReadReactor<protos::UpdateChunk>* UploadUpdate(grpc::CallbackServerContext* ctx,
-                                                             protos::UploadReceipt* receipt) override;
+  grpc::ServerReadReactor<protos::UpdateChunk>* UploadUpdate(
+      grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) override;
 
   // Clients with an open event stream.
   std::vector<std::string> Connected() const;
@@ -66,7 +66,8 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   void SetChunkCallback(std::function<void()> f) { on_chunk_ = std::move(f); }
 
   // Called by reactors.
-  absl::StatusOr<std::string> Identity(grpc::CallbackServerContext* ctx, const std::string& claimed);
+  absl::StatusOr<std::string> Identity(grpc::CallbackServerContext* ctx,
+                                       const std::string& claimed);
   void Unregister(const std::string& client, EventsReactor* r);
   void OnEventsOpened(const std::string& client, EventsReactor* r);
   RoundEngine* engine() { return engine_; }

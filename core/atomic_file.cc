@@ -25,7 +25,8 @@ absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec) return absl::InternalError(StrCat("create ", p.parent_path().string(), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(StrCat("create ", p.parent_path().string(), ": ", ec.message()));
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("open", tmp);

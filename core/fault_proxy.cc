@@ -41,11 +41,16 @@ bool ParseRate(const std::string& v, double* bytes_per_s) {
   const std::string unit(end);
   if (end == v.c_str() || x <= 0) return false;
   double bits;
-  if (unit == "bit") bits = x;
-  else if (unit == "kbit") bits = x * 1e3;
-  else if (unit == "mbit") bits = x * 1e6;
-  else if (unit == "gbit") bits = x * 1e9;
-  else return false;
+  if (unit == "bit")
+    bits = x;
+  else if (unit == "kbit")
+    bits = x * 1e3;
+  else if (unit == "mbit")
+    bits = x * 1e6;
+  else if (unit == "gbit")
+    bits = x * 1e9;
+  else
+    return false;
   *bytes_per_s = bits / 8;
   return true;
 }
@@ -56,9 +61,12 @@ bool ParseBytes(const std::string& v, uint64_t* n) {
   const std::string unit(end);
   if (end == v.c_str() || x < 0) return false;
   double mult = 1;
-  if (unit == "k" || unit == "kb" || unit == "KB" || unit == "K") mult = 1024;
-  else if (unit == "m" || unit == "mb" || unit == "MB" || unit == "M") mult = 1024 * 1024;
-  else if (!unit.empty() && unit != "b" && unit != "B") return false;
+  if (unit == "k" || unit == "kb" || unit == "KB" || unit == "K")
+    mult = 1024;
+  else if (unit == "m" || unit == "mb" || unit == "MB" || unit == "M")
+    mult = 1024 * 1024;
+  else if (!unit.empty() && unit != "b" && unit != "B")
+    return false;
   *n = static_cast<uint64_t>(x * mult);
   return true;
 }
@@ -84,15 +92,21 @@ absl::StatusOr<LinkSpec> LinkSpec::Parse(const std::string& text) {
   size_t pos = 0;
   while (pos <= text.size()) {
     const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? text.size() + 1 : comma + 1;
     const size_t eq = item.find('=');
-    if (eq == std::string::npos) return absl::InvalidArgumentError(StrCat("link \"", text, "\": expected key=value, got \"", item, "\""));
+    if (eq == std::string::npos)
+      return absl::InvalidArgumentError(
+          StrCat("link \"", text, "\": expected key=value, got \"", item, "\""));
     const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
     bool ok = false;
-    if (k == "delay") ok = ParseDuration(v, &s.delay_s);
-    else if (k == "jitter") ok = ParseDuration(v, &s.jitter_s);
-    else if (k == "rate") ok = ParseRate(v, &s.rate_bytes_per_s);
+    if (k == "delay")
+      ok = ParseDuration(v, &s.delay_s);
+    else if (k == "jitter")
+      ok = ParseDuration(v, &s.jitter_s);
+    else if (k == "rate")
+      ok = ParseRate(v, &s.rate_bytes_per_s);
     else if (k == "cut") {
       char* end = nullptr;
       s.cut_per_mib = std::strtod(v.c_str(), &end);
@@ -103,20 +117,24 @@ absl::StatusOr<LinkSpec> LinkSpec::Parse(const std::string& text) {
       return absl::InvalidArgumentError(StrCat("link \"", text, "\": unknown key '", k,
                                                "' (known: delay, jitter, rate, cut, cut_after)"));
     }
-    if (!ok) return absl::InvalidArgumentError(StrCat("link \"", text, "\": bad value for ", k, ": '", v, "'"));
+    if (!ok)
+      return absl::InvalidArgumentError(
+          StrCat("link \"", text, "\": bad value for ", k, ": '", v, "'"));
   }
   return s;
 }
 
 bool LinkSpec::trivial() const {
-  return delay_s == 0 && jitter_s == 0 && rate_bytes_per_s == 0 && cut_per_mib == 0 && cut_after_bytes == 0;
+  return delay_s == 0 && jitter_s == 0 && rate_bytes_per_s == 0 && cut_per_mib == 0 &&
+         cut_after_bytes == 0;
 }
 
 FaultProxy::FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed)
     : host_(std::move(host)), target_port_(target_port), spec_(spec), seed_(seed) {}
 
-absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& target_host, int target_port,
-                                                              LinkSpec spec, uint64_t seed) {
+absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& target_host,
+                                                              int target_port, LinkSpec spec,
+                                                              uint64_t seed) {
   std::unique_ptr<FaultProxy> p(new FaultProxy(target_host, target_port, spec, seed));
   p->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (p->listen_fd_ < 0) return absl::InternalError("fault proxy: socket failed");
@@ -213,7 +231,8 @@ void FaultProxy::Serve(int cfd) {
         std::this_thread::sleep_until(std::max(c.release, next_free));
         if (spec_.rate_bytes_per_s > 0) {
           next_free = std::max(Clock::now(), next_free) +
-                      std::chrono::nanoseconds(static_cast<int64_t>(c.data.size() * 1e9 / spec_.rate_bytes_per_s));
+                      std::chrono::nanoseconds(
+                          static_cast<int64_t>(c.data.size() * 1e9 / spec_.rate_bytes_per_s));
         }
         size_t off = 0;
         while (off < c.data.size()) {
@@ -232,13 +251,15 @@ void FaultProxy::Serve(int cfd) {
       // delays apply at a fine grain.
       size_t want = sizeof(buf);
       if (spec_.rate_bytes_per_s > 0) {
-        want = std::clamp<size_t>(static_cast<size_t>(spec_.rate_bytes_per_s / 100), 512, sizeof(buf));
+        want =
+            std::clamp<size_t>(static_cast<size_t>(spec_.rate_bytes_per_s / 100), 512, sizeof(buf));
       }
       const ssize_t n = ::recv(src, buf, want, 0);
       if (n <= 0) break;
       const uint64_t total = carried += static_cast<uint64_t>(n);
       bool do_cut = false;
-      if (spec_.cut_after_bytes > 0 && total >= spec_.cut_after_bytes && !cut_after_used_.exchange(true)) {
+      if (spec_.cut_after_bytes > 0 && total >= spec_.cut_after_bytes &&
+          !cut_after_used_.exchange(true)) {
         do_cut = true;
       }
       if (spec_.cut_per_mib > 0) {
@@ -253,8 +274,9 @@ void FaultProxy::Serve(int cfd) {
       const double d = std::max(0.0, spec_.delay_s + (spec_.jitter_s > 0 ? jitter(rng) : 0.0));
       {
         std::lock_guard<std::mutex> lock(pipe.mu);
-        pipe.queue.push_back({std::string(buf, static_cast<size_t>(n)),
-                              Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(d * 1e9))});
+        pipe.queue.push_back(
+            {std::string(buf, static_cast<size_t>(n)),
+             Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(d * 1e9))});
       }
       pipe.cv.notify_one();
     }

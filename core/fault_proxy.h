@@ -38,8 +38,9 @@ struct LinkSpec {
 // Thread-safe. Threads stop and sockets close in the destructor.
 class FaultProxy {
  public:
-  static absl::StatusOr<std::unique_ptr<FaultProxy>> Start(const std::string& target_host, int target_port,
-                                                           LinkSpec spec, uint64_t seed);
+  static absl::StatusOr<std::unique_ptr<FaultProxy>> Start(const std::string& target_host,
+                                                           int target_port, LinkSpec spec,
+                                                           uint64_t seed);
   ~FaultProxy();
   int port() const { return port_; }
   uint64_t cuts() const { return cuts_; }

@@ -34,7 +34,10 @@ std::string Show(const T& v) {
 }  // namespace
 
 void Flags::Add(const std::string& name, std::string* v, const std::string& help) {
-  AddFlag({name, help, *v, false, [v](const std::string& s) { *v = s; return true; }});
+  AddFlag({name, help, *v, false, [v](const std::string& s) {
+             *v = s;
+             return true;
+           }});
 }
 void Flags::Add(const std::string& name, bool* v, const std::string& help) {
   AddFlag({name, help, *v ? "true" : "false", true, [v](const std::string& s) {
@@ -66,7 +69,8 @@ absl::Status Flags::Parse(int argc, char** argv) {
       help_ = true;
       return absl::OkStatus();
     }
-    if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(StrCat("unexpected argument '", a, "'"));
+    if (a.rfind("--", 0) != 0)
+      return absl::InvalidArgumentError(StrCat("unexpected argument '", a, "'"));
     a = a.substr(2);
     std::string value;
     bool has_value = false;
@@ -79,7 +83,8 @@ absl::Status Flags::Parse(int argc, char** argv) {
     for (Flag& f : flags_) {
       if (f.name == a) flag = &f;
     }
-    if (flag == nullptr) return absl::InvalidArgumentError(StrCat("unknown flag --", a, " (see --help)"));
+    if (flag == nullptr)
+      return absl::InvalidArgumentError(StrCat("unknown flag --", a, " (see --help)"));
     if (!has_value && !flag->is_bool) {
       if (i + 1 >= argc) return absl::InvalidArgumentError(StrCat("--", a, " needs a value"));
       value = argv[++i];
@@ -94,8 +99,8 @@ absl::Status Flags::Parse(int argc, char** argv) {
 std::string Flags::Usage() const {
   std::string out = StrCat("usage: ", program_, " [flags]\n", summary_, "\n\nflags:\n");
   for (const Flag& f : flags_) {
-    StrAppend(&out, "  --", f.name, f.is_bool ? "" : "=VALUE", "\n      ", f.help, " (default: ",
-              f.def.empty() ? "\"\"" : f.def, ")\n");
+    StrAppend(&out, "  --", f.name, f.is_bool ? "" : "=VALUE", "\n      ", f.help,
+              " (default: ", f.def.empty() ? "\"\"" : f.def, ")\n");
   }
   return out;
 }

@@ -16,8 +16,10 @@ namespace {
 
 struct CnnImpl : torch::nn::Module {
   CnnImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)))),
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)))),
         fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128))),
         fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
   torch::Tensor forward(torch::Tensor x) {
@@ -34,7 +36,9 @@ struct MlpImpl : torch::nn::Module {
   MlpImpl()
       : fc1(register_module("fc1", torch::nn::Linear(28 * 28, 200))),
         fc2(register_module("fc2", torch::nn::Linear(200, 10))) {}
-  torch::Tensor forward(torch::Tensor x) { return fc2->forward(torch::relu(fc1->forward(x.flatten(1)))); }
+  torch::Tensor forward(torch::Tensor x) {
+    return fc2->forward(torch::relu(fc1->forward(x.flatten(1))));
+  }
   torch::nn::Linear fc1, fc2;
 };
 
@@ -70,7 +74,8 @@ class TorchModel final : public Model {
     size_t off = 0;
     torch::NoGradGuard guard;
     for (torch::Tensor& p : net_->parameters()) {
-      torch::Tensor src = torch::from_blob(const_cast<float*>(flat.data() + off), p.sizes(), torch::kFloat32);
+      torch::Tensor src =
+          torch::from_blob(const_cast<float*>(flat.data() + off), p.sizes(), torch::kFloat32);
       p.copy_(src);
       off += static_cast<size_t>(p.numel());
     }
@@ -129,7 +134,8 @@ class TorchModel final : public Model {
     for (int e = 0; e < epochs && r.steps < max_steps && !order.empty(); ++e) {
       std::shuffle(order.begin(), order.end(), rng);
       for (size_t b = 0; b < order.size() && r.steps < max_steps; b += bs) {
-        auto [x, y] = Batch(data, std::span<const uint32_t>(order).subspan(b, std::min(bs, order.size() - b)));
+        auto [x, y] = Batch(
+            data, std::span<const uint32_t>(order).subspan(b, std::min(bs, order.size() - b)));
         sgd.zero_grad();
         torch::Tensor logits = net_->forward(x);
         torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
@@ -143,7 +149,8 @@ class TorchModel final : public Model {
       }
     }
     r.mean_loss = r.steps ? total / static_cast<double>(r.steps) : 0;
-    r.running_loss = last.empty() ? 0 : std::accumulate(last.begin(), last.end(), 0.0) / last.size();
+    r.running_loss =
+        last.empty() ? 0 : std::accumulate(last.begin(), last.end(), 0.0) / last.size();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return r;
   }
@@ -158,11 +165,13 @@ class TorchModel final : public Model {
     double loss = 0;
     size_t correct = 0;
     for (size_t b = 0; b < n; b += 1000) {
-      auto [x, y] = Batch(data, std::span<const uint32_t>(idx).subspan(b, std::min<size_t>(1000, n - b)));
+      auto [x, y] =
+          Batch(data, std::span<const uint32_t>(idx).subspan(b, std::min<size_t>(1000, n - b)));
       torch::Tensor logits = net_->forward(x);
-      loss += torch::nn::functional::cross_entropy(
-                  logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                  .item<double>();
+      loss +=
+          torch::nn::functional::cross_entropy(
+              logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+              .item<double>();
       correct += static_cast<size_t>(logits.argmax(1).eq(y).sum().item<int64_t>());
     }
     r.examples = n;

@@ -17,12 +17,12 @@
 namespace fedlgc::core {
 
 struct TrainOptions {
-  int epochs = 1;       // passes over the shard (ignored when steps > 0)
-  int steps = 0;        // mini-batch steps, when > 0
+  int epochs = 1;  // passes over the shard (ignored when steps > 0)
+  int steps = 0;   // mini-batch steps, when > 0
   float lr = 0.05f;
   float momentum = 0.9f;
   int batch_size = 32;
-  uint64_t seed = 0;    // shuffling order
+  uint64_t seed = 0;  // shuffling order
 };
 
 struct TrainResult {
@@ -51,8 +51,7 @@ class Model {
   virtual absl::Status SetFlat(std::span<const float> flat) = 0;
 
   // Trains on data[indices] starting from the current weights.
-  virtual absl::StatusOr<TrainResult> Train(const Dataset& data,
-                                            std::span<const uint32_t> indices,
+  virtual absl::StatusOr<TrainResult> Train(const Dataset& data, std::span<const uint32_t> indices,
                                             const TrainOptions& opts) = 0;
   // Loss and accuracy over the first `limit` examples (0 = all).
   virtual absl::StatusOr<EvalResult> Evaluate(const Dataset& data, size_t limit = 0) = 0;

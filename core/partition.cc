@@ -43,9 +43,12 @@ absl::StatusOr<PartitionSpec> PartitionSpec::Parse(const std::string& text) {
 
 std::string PartitionSpec::ToString() const {
   switch (kind) {
-    case Kind::kIid: return "iid";
-    case Kind::kDirichlet: return StrCat("dirichlet(", alpha, ")");
-    case Kind::kLabels: return StrCat("labels(", labels, ")");
+    case Kind::kIid:
+      return "iid";
+    case Kind::kDirichlet:
+      return StrCat("dirichlet(", alpha, ")");
+    case Kind::kLabels:
+      return StrCat("labels(", labels, ")");
   }
   return "?";
 }
@@ -78,9 +81,9 @@ std::vector<std::vector<uint32_t>> Partition(const std::vector<uint8_t>& labels,
         double acc = 0;
         for (int c = 0; c < clients; ++c) {
           acc += p[c] / sum;
-          const size_t end = c + 1 == clients
-                                 ? members.size()
-                                 : std::min(members.size(), static_cast<size_t>(acc * members.size()));
+          const size_t end = c + 1 == clients ? members.size()
+                                              : std::min(members.size(),
+                                                         static_cast<size_t>(acc * members.size()));
           for (size_t i = start; i < end; ++i) shards[c].push_back(members[i]);
           start = std::max(start, end);
         }
@@ -103,7 +106,8 @@ std::vector<std::vector<uint32_t>> Partition(const std::vector<uint8_t>& labels,
       for (int k = 0; k < classes; ++k) {
         const auto& h = holders[k];
         if (h.empty()) continue;
-        for (size_t i = 0; i < by_class[k].size(); ++i) shards[h[i % h.size()]].push_back(by_class[k][i]);
+        for (size_t i = 0; i < by_class[k].size(); ++i)
+          shards[h[i % h.size()]].push_back(by_class[k][i]);
       }
       break;
     }

@@ -26,8 +26,7 @@ struct PartitionSpec {
 // Example indices of each of `clients` shards (each sorted). Every example goes to at
 // most one client; IID and Dirichlet use every example.
 std::vector<std::vector<uint32_t>> Partition(const std::vector<uint8_t>& labels, int classes,
-                                             int clients, const PartitionSpec& spec,
-                                             uint64_t seed);
+                                             int clients, const PartitionSpec& spec, uint64_t seed);
 
 }  // namespace fedlgc::core
 

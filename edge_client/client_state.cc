@@ -41,13 +41,14 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
   core::StateReader& r = *reader;
   auto corrupt = [&] { return absl::DataLossError(StrCat(path, ": malformed client state")); };
   uint32_t magic, version, has;
-  if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic || version != kVersion) return corrupt();
+  if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic || version != kVersion)
+    return corrupt();
   if (!r.Str(&s.codec) || !r.Floats(&s.residual) || !r.U32(&has)) return corrupt();
   if (has) {
     PendingUpdate p;
     uint32_t n;
-    if (!r.U64(&p.round) || !r.U64(&p.model_version) || !r.U64(&p.update_id) || !r.U64(&p.num_samples) ||
-        !r.U32(&n) || n > (1u << 20)) {
+    if (!r.U64(&p.round) || !r.U64(&p.model_version) || !r.U64(&p.update_id) ||
+        !r.U64(&p.num_samples) || !r.U32(&n) || n > (1u << 20)) {
       return corrupt();
     }
     p.frames.resize(n);

@@ -23,8 +23,8 @@ struct PendingUpdate {
 };
 
 struct ClientState {
-  std::string codec;             // spec the residual belongs to
-  std::vector<float> residual;   // error-feedback residual (empty before the first round)
+  std::string codec;            // spec the residual belongs to
+  std::vector<float> residual;  // error-feedback residual (empty before the first round)
   std::optional<PendingUpdate> pending;
 };
 

@@ -1,6 +1,5 @@
 // Edge client (see edge_client.h).
 #include "edge_client/edge_client.h"
-#include "edge_client/grpc_status.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -15,16 +14,20 @@
 #include "core/dataset.h"
 #include "core/model.h"
 #include "core/partition.h"
+#include "edge_client/grpc_status.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
 
 namespace fedlgc::edge_client {
 
 absl::Status EdgeClientOptions::Validate() const {
-  if (client_id.empty() || client_id.size() > 64) return absl::InvalidArgumentError("--id must be 1-64 characters");
-  if (num_shards == 0 || shard >= num_shards) return absl::InvalidArgumentError("--shard must be < --num-shards");
+  if (client_id.empty() || client_id.size() > 64)
+    return absl::InvalidArgumentError("--id must be 1-64 characters");
+  if (num_shards == 0 || shard >= num_shards)
+    return absl::InvalidArgumentError("--shard must be < --num-shards");
   if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
-    return absl::InvalidArgumentError("mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
+    return absl::InvalidArgumentError(
+        "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
   }
   if (auto p = core::PartitionSpec::Parse(partition); !p.ok()) return p.status();
   return absl::OkStatus();
@@ -78,9 +81,11 @@ void EdgeClient::PrepareContext(grpc::ClientContext* ctx, double timeout_s) cons
 
 void EdgeClient::Backoff(int attempt) {
   // Exponential with full jitter.
-  const double cap = std::min(options_.backoff_max_s, options_.backoff_initial_s * (1 << std::min(attempt, 10)));
+  const double cap =
+      std::min(options_.backoff_max_s, options_.backoff_initial_s * (1 << std::min(attempt, 10)));
   std::uniform_real_distribution<double> u(0.5 * cap, cap);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(u(rng_) * 1000));
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(u(rng_) * 1000));
   while (!stop_ && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -93,7 +98,8 @@ absl::Status EdgeClient::Connect() {
   if (o.insecure) {
     creds = grpc::InsecureChannelCredentials();
   } else {
-    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert), key = core::ReadFile(o.tls_key);
+    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert),
+         key = core::ReadFile(o.tls_key);
     for (const auto* f : {&ca, &cert, &key}) {
       if (!f->ok()) return f->status();
     }
@@ -133,8 +139,9 @@ absl::Status EdgeClient::Join() {
   }
   job_over_ = reply.total_rounds() > 0 && reply.current_round() > reply.total_rounds();
   if (model_->dim() != reply.dim()) {
-    return absl::FailedPreconditionError(StrCat("the job's model has ", reply.dim(), " parameters; ",
-                                                reply.model(), " here has ", model_->dim()));
+    return absl::FailedPreconditionError(StrCat("the job's model has ", reply.dim(),
+                                                " parameters; ", reply.model(), " here has ",
+                                                model_->dim()));
   }
   return absl::OkStatus();
 }
@@ -153,13 +160,15 @@ absl::Status EdgeClient::Run() {
     }
     if (!st.ok()) {
       // What a retry cannot fix: identity, configuration, a job this client cannot run.
-      if (absl::IsPermissionDenied(st) || absl::IsUnauthenticated(st) || absl::IsInvalidArgument(st) ||
-          absl::IsFailedPrecondition(st)) {
+      if (absl::IsPermissionDenied(st) || absl::IsUnauthenticated(st) ||
+          absl::IsInvalidArgument(st) || absl::IsFailedPrecondition(st)) {
         return st;
       }
-      std::fprintf(stderr, "%s: %s; reconnecting\n", options_.client_id.c_str(), st.ToString().c_str());
+      std::fprintf(stderr, "%s: %s; reconnecting\n", options_.client_id.c_str(),
+                   st.ToString().c_str());
     }
-    if (options_.exit_after_rounds > 0 && rounds_uploaded_ >= options_.exit_after_rounds) return absl::OkStatus();
+    if (options_.exit_after_rounds > 0 && rounds_uploaded_ >= options_.exit_after_rounds)
+      return absl::OkStatus();
     metrics_->AddResume(options_.client_id, "events");
     Backoff(attempt++);
   }
@@ -214,7 +223,8 @@ absl::Status EdgeClient::EnsureCodec(const std::string& spec) {
   if (!parsed.ok()) return parsed.status();
   std::string ef_spec = spec;
   if (dynamic_cast<codecs::ErrorFeedback*>(parsed->get()) == nullptr) {
-    ef_spec = (*parsed)->traits().unbiased ? StrCat("ef(", spec, ",error=0)") : StrCat("ef(", spec, ")");
+    ef_spec =
+        (*parsed)->traits().unbiased ? StrCat("ef(", spec, ",error=0)") : StrCat("ef(", spec, ")");
   }
   auto made = codecs::MakeCodec(ef_spec);
   if (!made.ok()) return made.status();
@@ -252,7 +262,8 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
 }
 
 absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
-  const auto deadline = std::chrono::system_clock::time_point(std::chrono::milliseconds(start.deadline_unix_ms()));
+  const auto deadline =
+      std::chrono::system_clock::time_point(std::chrono::milliseconds(start.deadline_unix_ms()));
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
   if (state_.pending && (state_.pending->round != start.round() ||
                          state_.pending->model_version != start.model_version())) {
@@ -291,7 +302,8 @@ absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
     eopts.seed = start.seed();
     eopts.max_frame_bytes = start.max_chunk_bytes();
     if (absl::Status st = codec_->Encode(update, eopts, &frames); !st.ok()) return st;
-    metrics_->ObserveEncodeSeconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    metrics_->ObserveEncodeSeconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     PendingUpdate p;
     p.round = start.round();
     p.model_version = start.model_version();

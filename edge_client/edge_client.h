@@ -50,9 +50,9 @@ struct EdgeClientOptions {
   bool insecure = false;
   std::string data = "fashion-mnist";  // or synthetic:N
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  size_t train_limit = 0;    // use the first N training examples (0 = all)
-  uint32_t shard = 0;        // this client's shard index
-  uint32_t num_shards = 1;   // shards the training set is split into
+  size_t train_limit = 0;   // use the first N training examples (0 = all)
+  uint32_t shard = 0;       // this client's shard index
+  uint32_t num_shards = 1;  // shards the training set is split into
   std::string partition = "iid";
   uint64_t partition_seed = 1;
   int torch_threads = 1;
@@ -91,7 +91,8 @@ class EdgeClient {
   absl::Status HandleRound(const protos::RoundStart& start);
   absl::Status HandleReceipt(const protos::RoundReceipt& receipt);
   // Gives up at `deadline` (the round's) with DeadlineExceeded.
-  absl::StatusOr<std::vector<float>> Download(uint64_t version, std::chrono::system_clock::time_point deadline);
+  absl::StatusOr<std::vector<float>> Download(uint64_t version,
+                                              std::chrono::system_clock::time_point deadline);
   // Uploads the pending update until the coordinator holds every chunk.
   absl::Status Upload(std::chrono::system_clock::time_point deadline);
   absl::Status EnsureCodec(const std::string& spec);
@@ -111,9 +112,9 @@ class EdgeClient {
   std::string state_path_;
   std::mt19937_64 rng_;
   std::atomic<bool> stop_{false};
-  std::mutex events_mu_;                           // guards events_ctx_ against Stop()
+  std::mutex events_mu_;  // guards events_ctx_ against Stop()
   grpc::ClientContext* events_ctx_ = nullptr;
-  bool job_over_ = false;                          // the coordinator has run every round
+  bool job_over_ = false;  // the coordinator has run every round
   uint32_t rounds_uploaded_ = 0;
   uint64_t last_round_ = 0;
 };

@@ -14,7 +14,8 @@ namespace fedlgc::edge_client {
 // The codes are numbered alike; `what` names the call in the message.
 inline absl::Status FromGrpc(const grpc::Status& st, std::string_view what) {
   if (st.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), StrCat(what, ": ", st.error_message()));
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      StrCat(what, ": ", st.error_message()));
 }
 
 }  // namespace fedlgc::edge_client

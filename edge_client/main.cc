@@ -14,14 +14,16 @@ void OnSignal(int) {
 
 int main(int argc, char** argv) {
   fedlgc::edge_client::EdgeClientOptions o;
-  fedlgc::core::Flags flags("fedlgc-edge", "Trains locally and streams compressed updates to a fedlgc coordinator.");
+  fedlgc::core::Flags flags(
+      "fedlgc-edge", "Trains locally and streams compressed updates to a fedlgc coordinator.");
   flags.Add("server", &o.server, "coordinator address host:port");
   flags.Add("id", &o.client_id, "client id (the CN of its certificate under mTLS)");
   flags.Add("state-dir", &o.state_dir, "where the residual and the update in flight are kept");
   flags.Add("tls-ca", &o.tls_ca, "CA certificate of the coordinator");
   flags.Add("tls-cert", &o.tls_cert, "this client's certificate");
   flags.Add("tls-key", &o.tls_key, "this client's key");
-  flags.Add("tls-server-name", &o.tls_server_name, "name to verify in the coordinator's certificate");
+  flags.Add("tls-server-name", &o.tls_server_name,
+            "name to verify in the coordinator's certificate");
   flags.Add("insecure", &o.insecure, "plaintext: local experiments only");
   flags.Add("data", &o.data, "fashion-mnist or synthetic:N");
   flags.Add("data-dir", &o.data_dir, "Fashion-MNIST folder");
@@ -34,7 +36,8 @@ int main(int argc, char** argv) {
   flags.Add("metrics-listen", &o.metrics_listen, "Prometheus exposer address; empty disables it");
   flags.Add("max-message-bytes", &o.max_message_bytes, "gRPC message size limit");
   flags.Add("backoff-max", &o.backoff_max_s, "longest reconnect backoff in seconds");
-  flags.Add("exit-after-rounds", &o.exit_after_rounds, "exit after uploading this many rounds (0: run to the end)");
+  flags.Add("exit-after-rounds", &o.exit_after_rounds,
+            "exit after uploading this many rounds (0: run to the end)");
   if (auto st = flags.Parse(argc, argv); !st.ok()) {
     std::fprintf(stderr, "fedlgc-edge: %s\n", std::string(st.message()).c_str());
     return 2;
@@ -45,7 +48,8 @@ int main(int argc, char** argv) {
   }
   auto c = fedlgc::edge_client::EdgeClient::Create(o);
   if (!c.ok()) {
-    std::fprintf(stderr, "fedlgc-edge %s: %s\n", o.client_id.c_str(), c.status().ToString().c_str());
+    std::fprintf(stderr, "fedlgc-edge %s: %s\n", o.client_id.c_str(),
+                 c.status().ToString().c_str());
     return 1;
   }
   g_client = c->get();

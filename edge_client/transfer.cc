@@ -22,18 +22,18 @@ bool Retryable(grpc::StatusCode c) {
          c == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
-
 }  // namespace
 
-absl::StatusOr<std::vector<float>> EdgeClient::Download(uint64_t version,
-                                                        std::chrono::system_clock::time_point deadline) {
+absl::StatusOr<std::vector<float>> EdgeClient::Download(
+    uint64_t version, std::chrono::system_clock::time_point deadline) {
   auto stub = protos::Coordinator::NewStub(channel_);
   std::string blob;
   uint64_t total = 0;
   uint32_t crc = 0;
   for (int attempt = 0; !stop_; ++attempt) {
     if (std::chrono::system_clock::now() > deadline) {
-      return absl::DeadlineExceededError(StrCat("round deadline passed while downloading model ", version));
+      return absl::DeadlineExceededError(
+          StrCat("round deadline passed while downloading model ", version));
     }
     if (attempt > 0) {
       metrics_->AddResume(options_.client_id, "download");
@@ -50,7 +50,8 @@ absl::StatusOr<std::vector<float>> EdgeClient::Download(uint64_t version,
     bool bad = false;
     while (reader->Read(&chunk)) {
       if (chunk.version() != version || chunk.offset() != blob.size() ||
-          chunk.total_bytes() > (uint64_t{4} << 30) || blob.size() + chunk.data().size() > chunk.total_bytes()) {
+          chunk.total_bytes() > (uint64_t{4} << 30) ||
+          blob.size() + chunk.data().size() > chunk.total_bytes()) {
         bad = true;
         ctx.TryCancel();
         break;
@@ -68,7 +69,8 @@ absl::StatusOr<std::vector<float>> EdgeClient::Download(uint64_t version,
         continue;
       }
       if (total != model_->dim() * 4) {
-        return absl::DataLossError(StrCat("model download: ", total, " bytes for ", model_->dim(), " parameters"));
+        return absl::DataLossError(
+            StrCat("model download: ", total, " bytes for ", model_->dim(), " parameters"));
       }
       std::vector<float> w(model_->dim());
       std::memcpy(w.data(), blob.data(), blob.size());
@@ -87,7 +89,8 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
   const std::string codec_label = state_.codec;
   for (int attempt = 0; !stop_; ++attempt) {
     if (std::chrono::system_clock::now() > deadline) {
-      return absl::DeadlineExceededError(StrCat("round ", p.round, " deadline passed during upload"));
+      return absl::DeadlineExceededError(
+          StrCat("round ", p.round, " deadline passed during upload"));
     }
     if (attempt > 0) {
       metrics_->AddResume(options_.client_id, "upload");

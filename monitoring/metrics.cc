@@ -13,45 +13,79 @@ using prometheus::BuildHistogram;
 using prometheus::Histogram;
 
 Histogram::BucketBoundaries SecondsBuckets() {
-  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+          0.5,    1,     2.5,    5,     10,   30,    60,   120};
 }
 
 }  // namespace
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      uplink_wire_(BuildCounter().Name("fedlgc_uplink_wire_bytes_total")
-                       .Help("Update bytes sent by clients, as framed on the wire").Register(*registry_)),
-      uplink_raw_(BuildCounter().Name("fedlgc_uplink_raw_bytes_total")
-                      .Help("fp32-equivalent bytes of the coordinates those updates carried").Register(*registry_)),
-      downlink_wire_(BuildCounter().Name("fedlgc_downlink_wire_bytes_total")
-                         .Help("Model bytes sent to clients").Register(*registry_)),
-      downlink_raw_(BuildCounter().Name("fedlgc_downlink_raw_bytes_total")
-                        .Help("fp32-equivalent bytes of the models sent to clients").Register(*registry_)),
-      chunks_(BuildCounter().Name("fedlgc_chunks_total")
-                  .Help("Update chunks by result: sent, retransmitted, counted, lost").Register(*registry_)),
-      resumes_(BuildCounter().Name("fedlgc_stream_resumes_total")
-                   .Help("Streams resumed after a disconnect, by stream").Register(*registry_)),
-      rejected_(BuildCounter().Name("fedlgc_rejected_total")
-                    .Help("Chunks or requests refused, by reason").Register(*registry_)),
-      encode_seconds_(BuildHistogram().Name("fedlgc_encode_seconds")
-                          .Help("Time to encode one update").Register(*registry_)),
-      decode_seconds_(BuildHistogram().Name("fedlgc_decode_seconds")
-                          .Help("Time to validate and decode one chunk").Register(*registry_)),
-      train_loss_(BuildGauge().Name("fedlgc_train_loss")
-                      .Help("Running training loss (mean of the last 10 batches)").Register(*registry_)),
+      uplink_wire_(BuildCounter()
+                       .Name("fedlgc_uplink_wire_bytes_total")
+                       .Help("Update bytes sent by clients, as framed on the wire")
+                       .Register(*registry_)),
+      uplink_raw_(BuildCounter()
+                      .Name("fedlgc_uplink_raw_bytes_total")
+                      .Help("fp32-equivalent bytes of the coordinates those updates carried")
+                      .Register(*registry_)),
+      downlink_wire_(BuildCounter()
+                         .Name("fedlgc_downlink_wire_bytes_total")
+                         .Help("Model bytes sent to clients")
+                         .Register(*registry_)),
+      downlink_raw_(BuildCounter()
+                        .Name("fedlgc_downlink_raw_bytes_total")
+                        .Help("fp32-equivalent bytes of the models sent to clients")
+                        .Register(*registry_)),
+      chunks_(BuildCounter()
+                  .Name("fedlgc_chunks_total")
+                  .Help("Update chunks by result: sent, retransmitted, counted, lost")
+                  .Register(*registry_)),
+      resumes_(BuildCounter()
+                   .Name("fedlgc_stream_resumes_total")
+                   .Help("Streams resumed after a disconnect, by stream")
+                   .Register(*registry_)),
+      rejected_(BuildCounter()
+                    .Name("fedlgc_rejected_total")
+                    .Help("Chunks or requests refused, by reason")
+                    .Register(*registry_)),
+      encode_seconds_(BuildHistogram()
+                          .Name("fedlgc_encode_seconds")
+                          .Help("Time to encode one update")
+                          .Register(*registry_)),
+      decode_seconds_(BuildHistogram()
+                          .Name("fedlgc_decode_seconds")
+                          .Help("Time to validate and decode one chunk")
+                          .Register(*registry_)),
+      train_loss_(BuildGauge()
+                      .Name("fedlgc_train_loss")
+                      .Help("Running training loss (mean of the last 10 batches)")
+                      .Register(*registry_)),
       round_(BuildGauge().Name("fedlgc_round").Help("Current round").Register(*registry_)),
-      round_seconds_(BuildHistogram().Name("fedlgc_round_duration_seconds")
-                         .Help("Wall time from round start to commit").Register(*registry_)),
-      participants_(BuildGauge().Name("fedlgc_round_participants")
-                        .Help("Clients whose chunks counted in the last round").Register(*registry_)),
-      stragglers_(BuildGauge().Name("fedlgc_round_stragglers")
-                      .Help("Participants whose update was incomplete at the close").Register(*registry_)),
-      accuracy_(BuildGauge().Name("fedlgc_global_accuracy")
-                    .Help("Test accuracy of the global model").Register(*registry_)),
-      loss_(BuildGauge().Name("fedlgc_global_loss").Help("Test loss of the global model").Register(*registry_)),
-      ratio_(BuildGauge().Name("fedlgc_compression_ratio")
-                 .Help("Raw fp32 bytes over wire bytes of the last round, by codec").Register(*registry_)) {}
+      round_seconds_(BuildHistogram()
+                         .Name("fedlgc_round_duration_seconds")
+                         .Help("Wall time from round start to commit")
+                         .Register(*registry_)),
+      participants_(BuildGauge()
+                        .Name("fedlgc_round_participants")
+                        .Help("Clients whose chunks counted in the last round")
+                        .Register(*registry_)),
+      stragglers_(BuildGauge()
+                      .Name("fedlgc_round_stragglers")
+                      .Help("Participants whose update was incomplete at the close")
+                      .Register(*registry_)),
+      accuracy_(BuildGauge()
+                    .Name("fedlgc_global_accuracy")
+                    .Help("Test accuracy of the global model")
+                    .Register(*registry_)),
+      loss_(BuildGauge()
+                .Name("fedlgc_global_loss")
+                .Help("Test loss of the global model")
+                .Register(*registry_)),
+      ratio_(BuildGauge()
+                 .Name("fedlgc_compression_ratio")
+                 .Help("Raw fp32 bytes over wire bytes of the last round, by codec")
+                 .Register(*registry_)) {}
 
 absl::Status Metrics::Serve(const std::string& address) {
   try {
@@ -88,10 +122,16 @@ void Metrics::AddResume(const std::string& client, const std::string& stream) {
   resumes_.Add({{"client", client}, {"stream", stream}}).Increment();
 }
 
-void Metrics::AddRejected(const std::string& reason) { rejected_.Add({{"reason", reason}}).Increment(); }
+void Metrics::AddRejected(const std::string& reason) {
+  rejected_.Add({{"reason", reason}}).Increment();
+}
 
-void Metrics::ObserveEncodeSeconds(double s) { encode_seconds_.Add({}, SecondsBuckets()).Observe(s); }
-void Metrics::ObserveDecodeSeconds(double s) { decode_seconds_.Add({}, SecondsBuckets()).Observe(s); }
+void Metrics::ObserveEncodeSeconds(double s) {
+  encode_seconds_.Add({}, SecondsBuckets()).Observe(s);
+}
+void Metrics::ObserveDecodeSeconds(double s) {
+  decode_seconds_.Add({}, SecondsBuckets()).Observe(s);
+}
 
 void Metrics::SetTrainLoss(const std::string& client, double loss) {
   train_loss_.Add({{"client", client}}).Set(loss);

@@ -55,18 +55,20 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint32_t clients = 4, rounds = 12, local_epochs = 1, local_steps = 0, batch = 32, chunk_bytes = 256 * 1024;
+  uint32_t clients = 4, rounds = 12, local_epochs = 1, local_steps = 0, batch = 32,
+           chunk_bytes = 256 * 1024;
   uint64_t seed = 1, train_limit = 20000, eval_limit = 0;
   float lr = 0.05f, server_lr = 1.0f;
   double round_timeout = 600;
-  std::string mode = "fedavg", codec = "qsgd(bits=8)", partition = "iid", link, report, model = "cnn";
+  std::string mode = "fedavg", codec = "qsgd(bits=8)", partition = "iid", link, report,
+              model = "cnn";
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
   std::string state_dir, bin_dir = SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
   int torch_threads = 1;
   bool insecure = false, quiet = false;
-  fedlgc::core::Flags flags("fedlgc-sim",
-                            "Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.");
+  fedlgc::core::Flags flags(
+      "fedlgc-sim", "Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.");
   flags.Add("clients", &clients, "edge clients");
   flags.Add("rounds", &rounds, "rounds");
   flags.Add("mode", &mode, "aggregation mode: fedavg (lsgd and sgp arrive with their issue)");
@@ -98,7 +100,8 @@ int main(int argc, char** argv) {
     std::printf("%s", flags.Usage().c_str());
     return 0;
   }
-  if (mode != "fedavg") return Fail(StrCat("--mode ", mode, " is not available yet; this build runs fedavg"));
+  if (mode != "fedavg")
+    return Fail(StrCat("--mode ", mode, " is not available yet; this build runs fedavg"));
   if (clients == 0 || rounds == 0) return Fail("--clients and --rounds must be >= 1");
   auto link_spec = fedlgc::core::LinkSpec::Parse(link);
   if (!link_spec.ok()) return Fail(link_spec.status().ToString());
@@ -113,18 +116,32 @@ int main(int argc, char** argv) {
   std::string cmd = certs_script + " " + certs;
   for (uint32_t i = 0; i < clients; ++i) cmd += StrCat(" client-", i);
   cmd += " >/dev/null";
-  if (!insecure && std::system(cmd.c_str()) != 0) return Fail("certificate generation failed: " + cmd);
+  if (!insecure && std::system(cmd.c_str()) != 0)
+    return Fail("certificate generation failed: " + cmd);
 
   const std::string port_file = state_dir + "/coordinator.port";
-  std::vector<std::string> cargs = {
-      bin_dir + "/fedlgc-coordinator", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-      "--port-file=" + port_file, "--state-dir=" + state_dir + "/coordinator", "--model=" + model,
-      StrCat("--rounds=", rounds), StrCat("--min-clients=", clients), "--codec=" + codec,
-      StrCat("--local-epochs=", local_epochs), StrCat("--local-steps=", local_steps), StrCat("--lr=", lr),
-      StrCat("--server-lr=", server_lr), StrCat("--batch=", batch), StrCat("--chunk-bytes=", chunk_bytes),
-      StrCat("--round-timeout=", round_timeout), StrCat("--eval-limit=", eval_limit),
-      "--test-data=" + data, "--data-dir=" + data_dir, StrCat("--seed=", seed), StrCat("--init-seed=", seed),
-      StrCat("--torch-threads=", torch_threads)};
+  std::vector<std::string> cargs = {bin_dir + "/fedlgc-coordinator",
+                                    "--listen=127.0.0.1:0",
+                                    "--metrics-listen=127.0.0.1:0",
+                                    "--port-file=" + port_file,
+                                    "--state-dir=" + state_dir + "/coordinator",
+                                    "--model=" + model,
+                                    StrCat("--rounds=", rounds),
+                                    StrCat("--min-clients=", clients),
+                                    "--codec=" + codec,
+                                    StrCat("--local-epochs=", local_epochs),
+                                    StrCat("--local-steps=", local_steps),
+                                    StrCat("--lr=", lr),
+                                    StrCat("--server-lr=", server_lr),
+                                    StrCat("--batch=", batch),
+                                    StrCat("--chunk-bytes=", chunk_bytes),
+                                    StrCat("--round-timeout=", round_timeout),
+                                    StrCat("--eval-limit=", eval_limit),
+                                    "--test-data=" + data,
+                                    "--data-dir=" + data_dir,
+                                    StrCat("--seed=", seed),
+                                    StrCat("--init-seed=", seed),
+                                    StrCat("--torch-threads=", torch_threads)};
   if (insecure) {
     cargs.push_back("--insecure");
   } else {
@@ -143,7 +160,8 @@ int main(int argc, char** argv) {
       return Fail("the coordinator exited at startup; see " + state_dir + "/coordinator.log");
     }
   }
-  if (port == 0) return Fail("the coordinator did not start; see " + state_dir + "/coordinator.log");
+  if (port == 0)
+    return Fail("the coordinator did not start; see " + state_dir + "/coordinator.log");
 
   std::vector<std::unique_ptr<fedlgc::core::FaultProxy>> proxies;
   std::vector<std::unique_ptr<fedlgc::core::ChildProcess>> edges;
@@ -156,11 +174,18 @@ int main(int argc, char** argv) {
       proxies.push_back(std::move(p).value());
     }
     const std::string id = StrCat("client-", i);
-    std::vector<std::string> eargs = {
-        bin_dir + "/fedlgc-edge", StrCat("--server=127.0.0.1:", target), "--id=" + id,
-        "--state-dir=" + state_dir + "/clients", "--data=" + data, "--data-dir=" + data_dir,
-        StrCat("--train-limit=", train_limit), StrCat("--shard=", i), StrCat("--num-shards=", clients),
-        "--partition=" + partition, StrCat("--partition-seed=", seed), StrCat("--torch-threads=", torch_threads)};
+    std::vector<std::string> eargs = {bin_dir + "/fedlgc-edge",
+                                      StrCat("--server=127.0.0.1:", target),
+                                      "--id=" + id,
+                                      "--state-dir=" + state_dir + "/clients",
+                                      "--data=" + data,
+                                      "--data-dir=" + data_dir,
+                                      StrCat("--train-limit=", train_limit),
+                                      StrCat("--shard=", i),
+                                      StrCat("--num-shards=", clients),
+                                      "--partition=" + partition,
+                                      StrCat("--partition-seed=", seed),
+                                      StrCat("--torch-threads=", torch_threads)};
     if (insecure) {
       eargs.push_back("--insecure");
     } else {
@@ -168,13 +193,15 @@ int main(int argc, char** argv) {
       eargs.push_back("--tls-cert=" + certs + "/" + id + ".pem");
       eargs.push_back("--tls-key=" + certs + "/" + id + ".key");
     }
-    edges.push_back(std::make_unique<fedlgc::core::ChildProcess>(eargs, state_dir + "/" + id + ".log"));
+    edges.push_back(
+        std::make_unique<fedlgc::core::ChildProcess>(eargs, state_dir + "/" + id + ".log"));
   }
   if (!quiet) {
-    std::printf("fedlgc-sim: %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n", clients, rounds,
-                codec.c_str(), partition.c_str(), link.empty() ? "direct" : link.c_str(), state_dir.c_str());
-    std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s\n", "round", "accuracy", "loss", "uplink B", "fp32 B",
-                "ratio", "downlink B", "seconds", "parts");
+    std::printf("fedlgc-sim: %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n",
+                clients, rounds, codec.c_str(), partition.c_str(),
+                link.empty() ? "direct" : link.c_str(), state_dir.c_str());
+    std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s\n", "round", "accuracy", "loss", "uplink B",
+                "fp32 B", "ratio", "downlink B", "seconds", "parts");
   }
   // Follow rounds.jsonl while the coordinator runs.
   const std::string rounds_path = state_dir + "/coordinator/rounds.jsonl";
@@ -200,9 +227,9 @@ int main(int argc, char** argv) {
         r.participants = static_cast<long>(Field(line, "participants"));
         rows.push_back(r);
         if (!quiet) {
-          std::printf("%5ld %9.4f %8.4f %13.0f %13.0f %7.1f %13.0f %8.1f %5ld\n", r.round, r.accuracy, r.loss,
-                      r.uplink, r.raw, r.uplink > 0 ? r.raw / r.uplink : 0.0, r.downlink, r.seconds,
-                      r.participants);
+          std::printf("%5ld %9.4f %8.4f %13.0f %13.0f %7.1f %13.0f %8.1f %5ld\n", r.round,
+                      r.accuracy, r.loss, r.uplink, r.raw, r.uplink > 0 ? r.raw / r.uplink : 0.0,
+                      r.downlink, r.seconds, r.participants);
           std::fflush(stdout);
         }
       }
@@ -212,8 +239,11 @@ int main(int argc, char** argv) {
   for (auto& e : edges) {
     if (e->Wait(std::chrono::seconds(20)) < 0) e->Kill(SIGKILL);
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (code != 0) return Fail(StrCat("the coordinator failed (exit ", code, "); see ", state_dir, "/coordinator.log"));
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (code != 0)
+    return Fail(
+        StrCat("the coordinator failed (exit ", code, "); see ", state_dir, "/coordinator.log"));
   double up = 0, raw = 0, down = 0;
   for (const Row& r : rows) {
     up += r.uplink;
@@ -223,27 +253,34 @@ int main(int argc, char** argv) {
   const double final_acc = rows.empty() ? -1 : rows.back().accuracy;
   uint64_t cuts = 0;
   for (auto& p : proxies) cuts += p->cuts();
-  std::printf("final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B | %.1f s | %llu link cuts\n",
-              final_acc, up, raw, up > 0 ? raw / up : 0.0, down, wall, static_cast<unsigned long long>(cuts));
+  std::printf(
+      "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B | %.1f s | "
+      "%llu link cuts\n",
+      final_acc, up, raw, up > 0 ? raw / up : 0.0, down, wall,
+      static_cast<unsigned long long>(cuts));
   if (!report.empty()) {
     std::ostringstream j;
-    j << "{\"config\": {\"clients\": " << clients << ", \"rounds\": " << rounds << ", \"mode\": \"" << mode
-      << "\", \"codec\": \"" << codec << "\", \"partition\": \"" << partition << "\", \"local_epochs\": "
-      << local_epochs << ", \"seed\": " << seed << ", \"link\": \"" << link << "\", \"model\": \"" << model
-      << "\", \"train_limit\": " << train_limit << "},\n \"rounds\": [";
+    j << "{\"config\": {\"clients\": " << clients << ", \"rounds\": " << rounds << ", \"mode\": \""
+      << mode << "\", \"codec\": \"" << codec << "\", \"partition\": \"" << partition
+      << "\", \"local_epochs\": " << local_epochs << ", \"seed\": " << seed << ", \"link\": \""
+      << link << "\", \"model\": \"" << model << "\", \"train_limit\": " << train_limit
+      << "},\n \"rounds\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       j << (i ? ",\n  " : "\n  ") << "{\"round\": " << r.round << ", \"accuracy\": " << r.accuracy
         << ", \"loss\": " << r.loss << ", \"uplink_bytes\": " << static_cast<uint64_t>(r.uplink)
-        << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(r.raw) << ", \"downlink_bytes\": "
-        << static_cast<uint64_t>(r.downlink) << ", \"seconds\": " << r.seconds << ", \"participants\": "
-        << r.participants << "}";
+        << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(r.raw)
+        << ", \"downlink_bytes\": " << static_cast<uint64_t>(r.downlink)
+        << ", \"seconds\": " << r.seconds << ", \"participants\": " << r.participants << "}";
     }
-    j << "],\n \"summary\": {\"final_accuracy\": " << final_acc << ", \"uplink_bytes\": "
-      << static_cast<uint64_t>(up) << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(raw)
-      << ", \"downlink_bytes\": " << static_cast<uint64_t>(down) << ", \"compression_ratio\": "
-      << (up > 0 ? raw / up : 0) << ", \"wall_seconds\": " << wall << ", \"link_cuts\": " << cuts << "}}\n";
-    if (auto st = fedlgc::core::AtomicWriteFile(report, j.str()); !st.ok()) return Fail(st.ToString());
+    j << "],\n \"summary\": {\"final_accuracy\": " << final_acc
+      << ", \"uplink_bytes\": " << static_cast<uint64_t>(up)
+      << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(raw)
+      << ", \"downlink_bytes\": " << static_cast<uint64_t>(down)
+      << ", \"compression_ratio\": " << (up > 0 ? raw / up : 0) << ", \"wall_seconds\": " << wall
+      << ", \"link_cuts\": " << cuts << "}}\n";
+    if (auto st = fedlgc::core::AtomicWriteFile(report, j.str()); !st.ok())
+      return Fail(st.ToString());
     std::printf("report: %s\n", report.c_str());
   }
   return 0;

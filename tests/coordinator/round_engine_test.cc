@@ -17,7 +17,8 @@ namespace {
 
 constexpr size_t kDim = 1000;
 
-std::vector<std::string> Encode(const std::string& spec, const std::vector<float>& x, uint64_t max_bytes) {
+std::vector<std::string> Encode(const std::string& spec, const std::vector<float>& x,
+                                uint64_t max_bytes) {
   auto codec = codecs::MakeCodec(spec).value();
   std::vector<codecs::Frame> frames;
   codecs::EncodeOptions o;
@@ -56,12 +57,15 @@ ChunkIn Chunk(const std::string& client, const std::vector<std::string>& frames,
 
 TEST(RoundEngine, WeightedMeanPerCoordinateWithPartialUpdates) {
   auto e = MakeEngine();
-  const auto fa = Encode("fp32", std::vector<float>(kDim, 2.0f), 1500);  // ~350 coordinates per chunk
+  const auto fa =
+      Encode("fp32", std::vector<float>(kDim, 2.0f), 1500);  // ~350 coordinates per chunk
   const auto fb = Encode("fp32", std::vector<float>(kDim, 6.0f), 1500);
   ASSERT_GE(fa.size(), 3u);
-  for (uint32_t i = 0; i < fa.size(); ++i) ASSERT_TRUE(e->AcceptChunk(Chunk("a", fa, i, 100)).status.ok());
+  for (uint32_t i = 0; i < fa.size(); ++i)
+    ASSERT_TRUE(e->AcceptChunk(Chunk("a", fa, i, 100)).status.ok());
   // b's first chunk is lost: its range gets a's update alone.
-  for (uint32_t i = 1; i < fb.size(); ++i) ASSERT_TRUE(e->AcceptChunk(Chunk("b", fb, i, 300, 1, 9)).status.ok());
+  for (uint32_t i = 1; i < fb.size(); ++i)
+    ASSERT_TRUE(e->AcceptChunk(Chunk("b", fb, i, 300, 1, 9)).status.ok());
   EXPECT_FALSE(e->AllComplete());
   const CommitResult r = e->Commit();
   EXPECT_EQ(r.participants, 2);
@@ -108,7 +112,8 @@ TEST(RoundEngine, MalformedChunksAreRefusedAndLeaveTheAggregateAlone) {
   bad_crc[60] ^= 1;
   std::string nan_norm = good[0];
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(nan_norm.data() + nan_norm.size() - 4 - (kDim + 16 * 4), &nan, 4);  // first bucket norm
+  std::memcpy(nan_norm.data() + nan_norm.size() - 4 - (kDim + 16 * 4), &nan,
+              4);  // first bucket norm
   nan_norm = fix_crc(nan_norm);
   const auto other_codec = Encode("qsgd(bits=4,bucket=64)", x, 0);
   const auto other_dim = Encode("qsgd(bits=8,bucket=64)", std::vector<float>(kDim + 1, 0.5f), 0);

@@ -60,7 +60,8 @@ TEST(Partition, LabelsPerClient) {
 TEST(Partition, DirichletSkewGrowsAsAlphaShrinks) {
   const auto labels = Labels(20000);
   auto skew = [&](double alpha) {
-    const auto shards = Partition(labels, 10, 10, PartitionSpec{PartitionSpec::Kind::kDirichlet, alpha, 0}, 5);
+    const auto shards =
+        Partition(labels, 10, 10, PartitionSpec{PartitionSpec::Kind::kDirichlet, alpha, 0}, 5);
     size_t total = 0;
     double dominant = 0;  // mean share of each client's most frequent class
     for (const auto& s : shards) {

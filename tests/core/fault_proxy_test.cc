@@ -70,7 +70,8 @@ size_t RoundTrip(int fd, size_t n) {
     std::string data(n, 'x');
     size_t off = 0;
     while (off < n) {
-      const ssize_t w = ::send(fd, data.data() + off, std::min<size_t>(n - off, 16384), MSG_NOSIGNAL);
+      const ssize_t w =
+          ::send(fd, data.data() + off, std::min<size_t>(n - off, 16384), MSG_NOSIGNAL);
       if (w <= 0) return;
       off += static_cast<size_t>(w);
     }

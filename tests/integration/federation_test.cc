@@ -51,7 +51,8 @@ RunResult RunFederation(const std::string& name, int n, const Job& job,
   for (int i = 0; i < n; ++i) {
     int port = coord.port();
     if (i < static_cast<int>(proxy_link.size()) && !proxy_link[i].empty()) {
-      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(), core::LinkSpec::Parse(proxy_link[i]).value(), i);
+      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(),
+                                       core::LinkSpec::Parse(proxy_link[i]).value(), i);
       EXPECT_TRUE(p.ok());
       port = (*p)->port();
       proxies.push_back(std::move(p).value());
@@ -159,13 +160,20 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   o.rounds = 4;
   o.plan.local_steps = 150;
   const int port = FreePort();
-  std::vector<std::string> argv = {
-      BinPath("fedlgc-coordinator"), "--listen=127.0.0.1:" + std::to_string(port), "--metrics-listen=",
-      "--state-dir=" + o.state_dir, "--model=" + o.model, "--rounds=" + std::to_string(o.rounds),
-      "--min-clients=3", "--test-data=" + o.test_data, "--codec=" + o.plan.codec,
-      "--local-steps=" + std::to_string(o.plan.local_steps),
-      "--chunk-bytes=" + std::to_string(o.plan.max_chunk_bytes), "--tls-ca=" + o.tls_ca,
-      "--tls-cert=" + o.tls_cert, "--tls-key=" + o.tls_key};
+  std::vector<std::string> argv = {BinPath("fedlgc-coordinator"),
+                                   "--listen=127.0.0.1:" + std::to_string(port),
+                                   "--metrics-listen=",
+                                   "--state-dir=" + o.state_dir,
+                                   "--model=" + o.model,
+                                   "--rounds=" + std::to_string(o.rounds),
+                                   "--min-clients=3",
+                                   "--test-data=" + o.test_data,
+                                   "--codec=" + o.plan.codec,
+                                   "--local-steps=" + std::to_string(o.plan.local_steps),
+                                   "--chunk-bytes=" + std::to_string(o.plan.max_chunk_bytes),
+                                   "--tls-ca=" + o.tls_ca,
+                                   "--tls-cert=" + o.tls_cert,
+                                   "--tls-key=" + o.tls_key};
   auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
   // The clients are processes too: gRPC clients in this process stall on connections to a
   // server this process forked (seen with gRPC 1.51), and real clients are processes.
@@ -173,10 +181,11 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   for (int i = 0; i < n; ++i) {
     const auto c = ClientDefaults(dir, certs, i, n, port);
     clients.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{BinPath("fedlgc-edge"), "--server=" + c.server, "--id=" + c.client_id,
-                                 "--state-dir=" + c.state_dir, "--tls-ca=" + c.tls_ca, "--tls-cert=" + c.tls_cert,
-                                 "--tls-key=" + c.tls_key, "--data=" + c.data, "--shard=" + std::to_string(i),
-                                 "--num-shards=" + std::to_string(n), "--backoff-max=0.5"},
+        std::vector<std::string>{
+            BinPath("fedlgc-edge"), "--server=" + c.server, "--id=" + c.client_id,
+            "--state-dir=" + c.state_dir, "--tls-ca=" + c.tls_ca, "--tls-cert=" + c.tls_cert,
+            "--tls-key=" + c.tls_key, "--data=" + c.data, "--shard=" + std::to_string(i),
+            "--num-shards=" + std::to_string(n), "--backoff-max=0.5"},
         dir + "/" + c.client_id + ".log"));
   }
   // Kill it as soon as round 1 is committed, while round 2 runs.
@@ -204,7 +213,8 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   {
     InProcessCoordinator coord(o2);
     std::vector<std::unique_ptr<ClientThread>> cs;
-    for (int i = 0; i < n; ++i) cs.push_back(std::make_unique<ClientThread>(ClientDefaults(dir2, certs, i, n, coord.port())));
+    for (int i = 0; i < n; ++i)
+      cs.push_back(std::make_unique<ClientThread>(ClientDefaults(dir2, certs, i, n, coord.port())));
     ASSERT_TRUE(coord.Wait(seconds(120)));
   }
   const auto clean = CheckpointModel(o2.state_dir, o2);
@@ -233,7 +243,8 @@ class RawClient {
     } else {
       creds = grpc::InsecureChannelCredentials();
     }
-    stub_ = protos::Coordinator::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
+    stub_ = protos::Coordinator::NewStub(
+        grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
   }
   static std::string Read(const std::string& path) { return **core::ReadFileIfExists(path); }
   grpc::Status Join(const std::string& id) {
@@ -245,7 +256,8 @@ class RawClient {
     protos::JoinReply reply;
     return stub_->Join(&ctx, req, &reply);
   }
-  grpc::Status Upload(const std::vector<protos::UpdateChunk>& chunks, protos::UploadReceipt* receipt) {
+  grpc::Status Upload(const std::vector<protos::UpdateChunk>& chunks,
+                      protos::UploadReceipt* receipt) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
     auto w = stub_->UploadUpdate(&ctx, receipt);
@@ -269,9 +281,11 @@ TEST(Federation, ClientsWithoutOrWithSomeoneElsesCertificateAreRefused) {
   InProcessCoordinator coord(o);
   EXPECT_TRUE(RawClient(coord.port(), certs, "client-0").Join("client-0").ok());
   // No client certificate: the TLS handshake fails.
-  EXPECT_EQ(RawClient(coord.port(), certs, "").Join("client-0").error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(RawClient(coord.port(), certs, "").Join("client-0").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
   // Plaintext against the mTLS port.
-  EXPECT_EQ(RawClient(coord.port(), certs, "", false).Join("client-0").error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(RawClient(coord.port(), certs, "", false).Join("client-0").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
   // client-0's certificate claiming to be client-1.
   const grpc::Status as_other = RawClient(coord.port(), certs, "client-0").Join("client-1");
   EXPECT_EQ(as_other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -290,8 +304,8 @@ TEST(Federation, ClientsWithoutOrWithSomeoneElsesCertificateAreRefused) {
   ssl.pem_private_key = RawClient::Read(other + "/client-0.key");
   grpc::ChannelArguments args;
   args.SetSslTargetNameOverride("localhost");
-  auto stub = protos::Coordinator::NewStub(
-      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(coord.port()), grpc::SslCredentials(ssl), args));
+  auto stub = protos::Coordinator::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(coord.port()), grpc::SslCredentials(ssl), args));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
   protos::JoinRequest req;

@@ -47,7 +47,8 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir, const std::string& certs) {
+coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir,
+                                                    const std::string& certs) {
   coordinator::CoordinatorOptions o;
   o.state_dir = dir + "/coordinator";
   o.model = "mlp";
@@ -64,8 +65,8 @@ coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir, cons
   return o;
 }
 
-edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std::string& certs, int index,
-                                              int num_clients, int port) {
+edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std::string& certs,
+                                              int index, int num_clients, int port) {
   edge_client::EdgeClientOptions o;
   o.server = "127.0.0.1:" + std::to_string(port);
   o.client_id = "client-" + std::to_string(index);
@@ -130,7 +131,8 @@ bool ClientThread::Wait(std::chrono::seconds timeout) {
 
 std::string BinPath(const std::string& name) { return std::string(FEDLGC_BIN_DIR) + "/" + name; }
 
-std::vector<float> CheckpointModel(const std::string& state_dir, const coordinator::CoordinatorOptions& o) {
+std::vector<float> CheckpointModel(const std::string& state_dir,
+                                   const coordinator::CoordinatorOptions& o) {
   auto m = core::Model::Create(o.model, o.init_seed).value();
   auto s = coordinator::ReadCheckpoint(state_dir, o.JobKey(m->dim()));
   EXPECT_TRUE(s.ok() && s->has_value()) << s.status();

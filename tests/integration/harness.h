@@ -29,9 +29,10 @@ std::string MakeCerts(const std::string& dir, int clients);
 // A free loopback TCP port (bound and released; racy only against other processes).
 int FreePort();
 
-coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir, const std::string& certs);
-edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std::string& certs, int index,
-                                              int num_clients, int port);
+coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir,
+                                                    const std::string& certs);
+edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std::string& certs,
+                                              int index, int num_clients, int port);
 
 // Runs an in-process coordinator on its own thread.
 class InProcessCoordinator {
@@ -73,7 +74,8 @@ using core::ChildProcess;
 std::string BinPath(const std::string& name);
 
 // Reads the coordinator's final model from its checkpoint.
-std::vector<float> CheckpointModel(const std::string& state_dir, const coordinator::CoordinatorOptions& o);
+std::vector<float> CheckpointModel(const std::string& state_dir,
+                                   const coordinator::CoordinatorOptions& o);
 
 // GET http://127.0.0.1:port/metrics.
 std::string ScrapeMetrics(int port);

@@ -49,8 +49,8 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   ssl.pem_private_key = **core::ReadFileIfExists(certs + "/client-0.key");
   grpc::ChannelArguments args;
   args.SetSslTargetNameOverride("localhost");
-  auto stub = protos::Coordinator::NewStub(
-      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(coord.port()), grpc::SslCredentials(ssl), args));
+  auto stub = protos::Coordinator::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(coord.port()), grpc::SslCredentials(ssl), args));
   {
     grpc::ClientContext ctx;
     protos::JoinRequest req;
@@ -103,7 +103,8 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   EXPECT_EQ(wr.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(wr.error_message().find("is not open"), std::string::npos) << wr.error_message();
 
-  EXPECT_EQ(upload(chunk(Frame(o.plan.codec, dim + 5, 0.01f))).error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_EQ(upload(chunk(Frame(o.plan.codec, dim + 5, 0.01f))).error_code(),
+            grpc::StatusCode::OUT_OF_RANGE);
 
   std::string nan_norm = good;
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -120,7 +121,8 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   EXPECT_EQ(upload(bad_index).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   // Past the 4 MiB message limit: refused by gRPC before any decoding.
-  EXPECT_EQ(upload(chunk(std::string(5 << 20, 'x'))).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(upload(chunk(std::string(5 << 20, 'x'))).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
 
   // A good chunk, the same chunk again (idempotent), then the update's last chunk, which
   // completes the round. Both chunks carry the same full-range frame, so the weighted
@@ -148,9 +150,12 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   for (size_t i = 0; i < dim; ++i) ASSERT_NEAR(after[i] - before[i], expected[i], 1e-6) << i;
 
   const std::string text = ScrapeMetrics(coord.get().metrics_port());
-  for (const char* reason : {"crc", "wrong_round", "range", "nonfinite", "codec", "bad_chunk_index", "duplicate"}) {
-    EXPECT_NE(text.find(std::string("fedlgc_rejected_total{reason=\"") + reason + "\"} 1"), std::string::npos)
-        << reason << "\n" << text.substr(0, 3000);
+  for (const char* reason :
+       {"crc", "wrong_round", "range", "nonfinite", "codec", "bad_chunk_index", "duplicate"}) {
+    EXPECT_NE(text.find(std::string("fedlgc_rejected_total{reason=\"") + reason + "\"} 1"),
+              std::string::npos)
+        << reason << "\n"
+        << text.substr(0, 3000);
   }
 }
 

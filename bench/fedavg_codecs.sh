@@ -1,35 +1,40 @@
 #!/usr/bin/env bash
 # Fashion-MNIST FedAvg with each codec under the same seed: 8 clients IID, 20 rounds,
 # 1 local epoch, the full training set. Prints a markdown table and writes one JSON
-# report per codec into OUT (default build/bench-fedavg). About 7-8 minutes per codec
-# on the 2-core build machine.
+# report per codec into OUT (default build/bench-fedavg). About 9-10 minutes per codec
+# on the 2-core build machine; ONLY=<name> runs one (e.g. ONLY=topk1_ef_q8_warm).
 #   bench/fedavg_codecs.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/bench-fedavg}
 shift || true
 mkdir -p "$out"
-codecs=(
-  "fp32"
-  "fp16"
-  "qsgd(bits=8)"
-  "qsgd(bits=4)"
-  "topk(ratio=0.01,values=qsgd(bits=8))"
-)
-names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8)
+topk="topk(ratio=0.01,values=qsgd(bits=8))"
+# DGC-style sparsity warm-up: rounds 1-3 send 10%, 5%, 2%, then 1% (residuals carry over).
+warm="topk(ratio=0.1,values=qsgd(bits=8));topk(ratio=0.05,values=qsgd(bits=8))"
+warm="$warm;topk(ratio=0.02,values=qsgd(bits=8))"
+codecs=("fp32" "fp16" "qsgd(bits=8)" "qsgd(bits=4)" "$topk" "$topk")
+warmups=("" "" "" "" "" "$warm")
+names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8 topk1_ef_q8_warm)
 for i in "${!codecs[@]}"; do
+  if [ -n "${ONLY:-}" ] && [ "$ONLY" != "${names[$i]}" ]; then continue; fi
   ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed 1 \
-    --codec "${codecs[$i]}" --quiet --report "$out/${names[$i]}.json" "$@" | tail -1
+    --codec "${codecs[$i]}" --codec-warmup "${warmups[$i]}" --quiet \
+    --report "$out/${names[$i]}.json" "$@" | tail -1
 done
 python3 - "$out" "${names[@]}" <<'PY'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
-runs = {n: json.load(open(f"{out}/{n}.json")) for n in names}
+import os
+runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
+names = [n for n in names if n in runs]
 base = runs[names[0]]["summary"]
-print("| codec (client adds error feedback) | final accuracy | uplink bytes | fewer bytes than fp32 | wall s |")
-print("|---|---|---|---|---|")
+print("| codec (client adds error feedback) | warm-up rounds | final accuracy | uplink bytes | fewer bytes than fp32 | wall s |")
+print("|---|---|---|---|---|---|")
 for n in names:
     s, c = runs[n]["summary"], runs[n]["config"]
-    print(f"| `{c['codec']}` | {100*s['final_accuracy']:.2f}% | {s['uplink_bytes']:,} | "
+    w = c.get("codec_warmup", "")
+    w = ", ".join(x.split(",")[0].replace("topk(ratio=", "") for x in w.split(";")) if w else ""
+    print(f"| `{c['codec']}` | {w} | {100*s['final_accuracy']:.2f}% | {s['uplink_bytes']:,} | "
           f"{base['uplink_bytes']/s['uplink_bytes']:.1f}x | {s['wall_seconds']:.0f} |")
 PY

@@ -77,4 +77,23 @@ absl::Status ErrorFeedback::Restore(std::string_view frame_bytes) {
   return absl::OkStatus();
 }
 
+absl::Status ErrorFeedback::RestoreAny(std::string_view frame_bytes) {
+  FrameLimits limits;
+  limits.max_dim = std::max<uint64_t>(limits.max_dim, residual_.size());
+  limits.max_frame_bytes = ~uint64_t{0};
+  FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(frame_bytes, limits));
+  if (view.spec == wire_spec()) return Restore(frame_bytes);
+  if (residual_.empty()) residual_.assign(view.dim, 0.0f);
+  if (view.dim != residual_.size()) {
+    return absl::InvalidArgumentError(
+        StrCat("ef: frame for ", view.dim, " coordinates; the residual has ", residual_.size()));
+  }
+  // Frames name their codec with its canonical spec, which the registry parses back.
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(view.spec));
+  scratch_.assign(view.length, 0.0f);
+  FEDLGC_RETURN_IF_ERROR(codec->Decode(view, scratch_));
+  for (uint64_t i = 0; i < view.length; ++i) residual_[view.begin + i] += scratch_[i];
+  return absl::OkStatus();
+}
+
 }  // namespace fedlgc::codecs

@@ -44,6 +44,9 @@ class ErrorFeedback final : public Codec {
   // Adds the decoded content of a frame this codec produced back into the residual
   // (for a frame the receiver did not count).
   absl::Status Restore(std::string_view frame_bytes);
+  // Like Restore, for a frame of any codec with this dimension (e.g. one encoded before
+  // the job switched codecs after its warm-up rounds).
+  absl::Status RestoreAny(std::string_view frame_bytes);
 
   // The residual; empty before the first Encode.
   std::span<const float> residual() const { return residual_; }

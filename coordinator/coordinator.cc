@@ -33,10 +33,17 @@ absl::Status CoordinatorOptions::Validate() const {
         StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
   }
   if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
+  for (const std::string& spec : plan.warmup_codecs) {
+    if (auto c = codecs::MakeCodec(spec); !c.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("--codec-warmup: ", std::string(c.status().message())));
+    }
+  }
   if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
     return absl::InvalidArgumentError(
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
   }
+  if (!(ratio_target >= 0)) return absl::InvalidArgumentError("--ratio-target must be >= 0");
   if (!(server_lr > 0) || server_momentum < 0 || server_momentum >= 1) {
     return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
   }
@@ -44,8 +51,12 @@ absl::Status CoordinatorOptions::Validate() const {
 }
 
 std::string CoordinatorOptions::JobKey(uint64_t dim) const {
-  return StrCat(model, "/", dim, "/", codecs::MakeCodec(plan.codec).value()->wire_spec(), "/seed",
-                init_seed);
+  std::string key = StrCat(model, "/", dim, "/", codecs::MakeCodec(plan.codec).value()->wire_spec(),
+                           "/seed", init_seed);
+  for (const std::string& spec : plan.warmup_codecs) {
+    StrAppend(&key, "/warmup:", codecs::MakeCodec(spec).value()->wire_spec());
+  }
+  return key;
 }
 
 Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
@@ -88,7 +99,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
-  JobInfo job{StrCat("fedlgc-", o.model), o.model, c->eval_model_->dim(), o.rounds, o.plan.codec};
+  JobInfo job{StrCat("fedlgc-", o.model), o.model, c->eval_model_->dim(), o.rounds};
   c->service_ =
       std::make_unique<CoordinatorService>(c->engine_.get(), c->metrics_.get(), job, o.insecure);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
@@ -131,6 +142,9 @@ absl::Status Coordinator::Start() {
     if (absl::Status st = metrics_->Serve(o.metrics_listen); !st.ok()) return st;
   }
   metrics_->SetRound(engine_->current_round());
+  metrics_->InitRejectReasons();
+  metrics_->SetRoundDeadline(o.round_timeout_s);
+  if (o.ratio_target > 0) metrics_->SetCompressionRatioTarget(o.ratio_target);
   return absl::OkStatus();
 }
 
@@ -203,6 +217,7 @@ absl::Status Coordinator::RunRound() {
     }
   }
   if (stop_) return absl::OkStatus();
+  const bool hit_deadline = !engine_->AllComplete();
   CommitResult commit = engine_->Commit();
 
   RoundReport rep;
@@ -226,8 +241,12 @@ absl::Status Coordinator::RunRound() {
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;
   metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
+  metrics_->CountRound(hit_deadline);
+  metrics_->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
+  metrics_->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
+  metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
   if (rep.uplink_bytes > 0) {
-    metrics_->SetCompressionRatio(o.plan.codec,
+    metrics_->SetCompressionRatio(o.plan.CodecFor(commit.round),
                                   static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
   }
   // Receipts become visible only now that the checkpoint holding them is on disk: a
@@ -235,6 +254,7 @@ absl::Status Coordinator::RunRound() {
   engine_->PublishReceipts();
   for (const auto& [client, rc] : commit.receipts) {
     metrics_->AddChunks(client, "counted", rc.counted.size());
+    if (!rc.counted.empty()) metrics_->SetClientLastRound(client, commit.round);
     service_->Push(client, CoordinatorService::ReceiptEvent(rc));
   }
   // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.

@@ -1,4 +1,5 @@
 // fedlgc-coordinator: runs the rounds of one federated training job.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -15,7 +16,7 @@ void OnSignal(int) {
 
 int main(int argc, char** argv) {
   fedlgc::coordinator::CoordinatorOptions o;
-  std::string port_file;
+  std::string port_file, warmup;
   fedlgc::core::Flags flags("fedlgc-coordinator",
                             "Coordinates federated training rounds over gRPC (mTLS).");
   flags.Add("listen", &o.listen, "gRPC address; port 0 picks a free one");
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   flags.Add("round-timeout", &o.round_timeout_s, "seconds before a round closes with what arrived");
   flags.Add("codec", &o.plan.codec,
             "codec spec for updates, e.g. 'ef(topk(ratio=0.01,values=qsgd(bits=8)))'");
+  flags.Add("codec-warmup", &warmup,
+            "';'-separated codec specs for rounds 1, 2, ... before --codec takes over");
   flags.Add("local-epochs", &o.plan.local_epochs, "local epochs per round");
   flags.Add("local-steps", &o.plan.local_steps,
             "local steps per round (overrides epochs when > 0)");
@@ -37,6 +40,8 @@ int main(int argc, char** argv) {
   flags.Add("chunk-bytes", &o.plan.max_chunk_bytes, "largest update chunk");
   flags.Add("server-lr", &o.server_lr, "server learning rate (1 = FedAvg)");
   flags.Add("server-momentum", &o.server_momentum, "server momentum");
+  flags.Add("ratio-target", &o.ratio_target,
+            "compression ratio the job should reach; exported for alerting (0: none)");
   flags.Add("eval-every", &o.eval_every, "evaluate every N rounds (0 = never)");
   flags.Add("eval-limit", &o.eval_limit, "test examples used (0 = all)");
   flags.Add("test-data", &o.test_data, "fashion-mnist or synthetic:N");
@@ -56,6 +61,11 @@ int main(int argc, char** argv) {
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
     return 0;
+  }
+  for (size_t begin = 0; begin < warmup.size();) {
+    const size_t end = std::min(warmup.find(';', begin), warmup.size());
+    if (end > begin) o.plan.warmup_codecs.push_back(warmup.substr(begin, end - begin));
+    begin = end + 1;
   }
   auto c = fedlgc::coordinator::Coordinator::Create(o);
   if (!c.ok()) {

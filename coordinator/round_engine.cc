@@ -46,9 +46,14 @@ ChunkResult Reject(absl::Status st, std::string reason) {
 
 RoundEngine::RoundEngine(EngineOptions options, EngineState state)
     : options_(std::move(options)), state_(std::move(state)) {
-  auto codec = codecs::MakeCodec(options_.plan.codec);
   // The coordinator validates the job options before building the engine.
-  decoder_ = codec.ok() ? std::move(codec).value() : nullptr;
+  std::vector<std::string> specs = options_.plan.warmup_codecs;
+  specs.push_back(options_.plan.codec);
+  for (const std::string& spec : specs) {
+    if (decoders_.count(spec)) continue;
+    if (auto codec = codecs::MakeCodec(spec); codec.ok())
+      decoders_[spec] = std::move(codec).value();
+  }
   if (state_.momentum.size() != state_.model.size())
     state_.momentum.assign(state_.model.size(), 0.0f);
   std::lock_guard<std::mutex> lock(mu_);
@@ -62,6 +67,11 @@ void RoundEngine::PublishModelLocked() {
   blob->bytes.assign(reinterpret_cast<const char*>(state_.model.data()), state_.model.size() * 4);
   blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
   blob_ = std::move(blob);
+}
+
+const codecs::Codec* RoundEngine::DecoderFor(uint64_t round) const {
+  auto it = decoders_.find(options_.plan.CodecFor(round));
+  return it == decoders_.end() ? nullptr : it->second.get();
 }
 
 void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
@@ -99,6 +109,7 @@ std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id)
   uint64_t h = codecs::Mix64(options_.seed ^ round_->number);
   for (char c : client_id) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
   info.seed = h;
+  info.codec = options_.plan.CodecFor(round_->number);
   return info;
 }
 
@@ -111,8 +122,8 @@ std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
 }
 
 ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
-  if (decoder_ == nullptr) return Reject(absl::InternalError("no codec"), "codec");
   uint64_t dim = 0;
+  const codecs::Codec* decoder = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!round_ || c.round != round_->number) {
@@ -166,15 +177,17 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
       }
     }
     dim = state_.model.size();
+    decoder = DecoderFor(round_->number);
   }
+  if (decoder == nullptr) return Reject(absl::InternalError("no codec"), "codec");
 
   // Parse and decode outside the lock.
   auto view = codecs::ParseFrame(c.frame, options_.frame_limits);
   if (!view.ok()) return Reject(view.status(), ReasonFor(view.status()));
-  if (view->spec != decoder_->wire_spec()) {
+  if (view->spec != decoder->wire_spec()) {
     return Reject(
         absl::InvalidArgumentError(StrCat("chunk encoded with \"", view->spec,
-                                          "\"; this job uses \"", decoder_->wire_spec(), "\"")),
+                                          "\"; this round uses \"", decoder->wire_spec(), "\"")),
         "codec");
   }
   if (view->dim != dim) {
@@ -183,7 +196,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
                   "range");
   }
   std::vector<float> values(view->length);
-  if (absl::Status st = decoder_->Decode(*view, values); !st.ok()) return Reject(st, ReasonFor(st));
+  if (absl::Status st = decoder->Decode(*view, values); !st.ok()) return Reject(st, ReasonFor(st));
 
   std::lock_guard<std::mutex> lock(mu_);
   if (!round_ || c.round != round_->number) {
@@ -218,6 +231,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
     r.coordinates = view->length;
   }
   r.held = HeldList(u);
+  r.codec = options_.plan.CodecFor(c.round);
   return r;
 }
 

@@ -30,11 +30,18 @@ using Clock = std::chrono::steady_clock;
 // What a client is asked to do in a round.
 struct RoundPlan {
   std::string codec = "fp32";  // the job's codec spec (the client wraps it in ef())
+  // Codecs for rounds 1, 2, ... before `codec` takes over (e.g. a denser top-k while the
+  // model moves fast, as in DGC's sparsity warm-up). Residuals carry across the switch.
+  std::vector<std::string> warmup_codecs;
   uint32_t local_epochs = 1;
   uint32_t local_steps = 0;
   float lr = 0.05f;
   uint32_t batch_size = 32;
   uint32_t max_chunk_bytes = 256 * 1024;
+
+  const std::string& CodecFor(uint64_t round) const {
+    return round >= 1 && round - 1 < warmup_codecs.size() ? warmup_codecs[round - 1] : codec;
+  }
 };
 
 struct EngineOptions {
@@ -69,6 +76,7 @@ struct ChunkResult {
   bool duplicate = false;
   uint64_t coordinates = 0;    // carried by this chunk (for raw byte accounting)
   std::vector<uint32_t> held;  // all chunks of this update now held
+  std::string codec;           // the round's codec spec (metric label)
 };
 
 struct Receipt {
@@ -109,6 +117,7 @@ struct RoundInfo {
   uint64_t model_version = 0;
   Clock::time_point deadline;
   uint64_t seed = 0;
+  std::string codec;  // the round's codec spec
 };
 
 class RoundEngine {
@@ -163,7 +172,10 @@ class RoundEngine {
   static std::vector<uint32_t> HeldList(const Update& u);
 
   const EngineOptions options_;
-  std::unique_ptr<codecs::Codec> decoder_;  // the job codec's wire format; Decode is const
+  // One decoder per distinct codec of the plan (warm-up codecs, then the job codec);
+  // Decode is const, so chunks decode outside the lock.
+  const codecs::Codec* DecoderFor(uint64_t round) const;
+  std::map<std::string, std::unique_ptr<codecs::Codec>> decoders_;
   mutable std::mutex mu_;
   EngineState state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);

@@ -174,7 +174,7 @@ class UploadReactor final : public grpc::ServerReadReactor<protos::UpdateChunk> 
       const uint64_t wire = in.frame.size();
       svc_->metrics()->ObserveDecodeSeconds(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      svc_->metrics()->AddUplink(client_, svc_->job().codec_label, wire, r.coordinates * 4);
+      svc_->metrics()->AddUplink(client_, r.codec, wire, r.coordinates * 4);
       svc_->traffic().uplink_wire += wire;
       svc_->traffic().uplink_raw += r.coordinates * 4;
       svc_->NotifyChunk();
@@ -236,6 +236,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
     return reactor;
   }
   engine_->Register(*id, req->num_samples());
+  metrics_->JoinClient(*id, engine_->current_round());
   reply->set_job_id(job_.job_id);
   reply->set_model(job_.model);
   reply->set_dim(job_.dim);
@@ -303,7 +304,7 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   const RoundPlan& plan = engine_->plan();
   s->set_round(info->round);
   s->set_model_version(info->model_version);
-  s->set_codec(plan.codec);
+  s->set_codec(info->codec);
   s->set_local_epochs(plan.local_epochs);
   s->set_local_steps(plan.local_steps);
   s->set_lr(plan.lr);

@@ -25,7 +25,6 @@ struct JobInfo {
   std::string model;
   uint64_t dim = 0;
   uint32_t total_rounds = 0;
-  std::string codec_label;  // for metric labels
 };
 
 // Bytes moved while a round is open (reset by the driver when it opens one).

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "codecs/str.h"
@@ -45,13 +46,16 @@ struct MlpImpl : torch::nn::Module {
 template <typename Net>
 class TorchModel final : public Model {
  public:
-  TorchModel(std::string name, uint64_t seed) : name_(std::move(name)) {
+  TorchModel(std::string name, uint64_t seed, torch::Device device)
+      : name_(std::move(name)), device_(device) {
     torch::manual_seed(seed);
-    net_ = std::make_shared<Net>();
+    net_ = std::make_shared<Net>();  // initialised on the CPU: the same weights everywhere
+    net_->to(device_);
     for (const torch::Tensor& p : net_->parameters()) dim_ += static_cast<size_t>(p.numel());
   }
 
   const std::string& name() const override { return name_; }
+  std::string device() const override { return device_.str(); }
   size_t dim() const override { return dim_; }
 
   std::vector<float> GetFlat() const override {
@@ -59,7 +63,7 @@ class TorchModel final : public Model {
     size_t off = 0;
     torch::NoGradGuard guard;
     for (const torch::Tensor& p : net_->parameters()) {
-      torch::Tensor c = p.contiguous();
+      torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
       std::memcpy(flat.data() + off, c.data_ptr<float>(), c.numel() * sizeof(float));
       off += static_cast<size_t>(c.numel());
     }
@@ -100,9 +104,10 @@ class TorchModel final : public Model {
   }
 
  private:
-  // Copies the examples at idx[begin, end) into a [b, 1, rows, cols] batch.
+  // Copies the examples at idx[begin, end) into a [b, 1, rows, cols] batch on the device.
   static std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& data,
-                                                       std::span<const uint32_t> idx) {
+                                                       std::span<const uint32_t> idx,
+                                                       const torch::Device& device) {
     auto x = torch::empty({static_cast<int64_t>(idx.size()), 1, static_cast<int64_t>(data.rows),
                            static_cast<int64_t>(data.cols)},
                           torch::kFloat32);
@@ -114,7 +119,8 @@ class TorchModel final : public Model {
       std::memcpy(xp + i * data.pixels(), img.data(), data.pixels() * sizeof(float));
       yp[i] = data.labels[idx[i]];
     }
-    return {x, y};
+    if (device.is_cpu()) return {x, y};
+    return {x.to(device), y.to(device)};
   }
 
   TrainResult TrainImpl(const Dataset& data, std::span<const uint32_t> indices,
@@ -134,8 +140,9 @@ class TorchModel final : public Model {
     for (int e = 0; e < epochs && r.steps < max_steps && !order.empty(); ++e) {
       std::shuffle(order.begin(), order.end(), rng);
       for (size_t b = 0; b < order.size() && r.steps < max_steps; b += bs) {
-        auto [x, y] = Batch(
-            data, std::span<const uint32_t>(order).subspan(b, std::min(bs, order.size() - b)));
+        auto [x, y] =
+            Batch(data, std::span<const uint32_t>(order).subspan(b, std::min(bs, order.size() - b)),
+                  device_);
         sgd.zero_grad();
         torch::Tensor logits = net_->forward(x);
         torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
@@ -165,8 +172,8 @@ class TorchModel final : public Model {
     double loss = 0;
     size_t correct = 0;
     for (size_t b = 0; b < n; b += 1000) {
-      auto [x, y] =
-          Batch(data, std::span<const uint32_t>(idx).subspan(b, std::min<size_t>(1000, n - b)));
+      auto [x, y] = Batch(
+          data, std::span<const uint32_t>(idx).subspan(b, std::min<size_t>(1000, n - b)), device_);
       torch::Tensor logits = net_->forward(x);
       loss +=
           torch::nn::functional::cross_entropy(
@@ -181,16 +188,39 @@ class TorchModel final : public Model {
   }
 
   std::string name_;
+  torch::Device device_;
   std::shared_ptr<Net> net_;
   size_t dim_ = 0;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(const std::string& name, uint64_t seed) {
+bool CudaAvailable() { return torch::cuda::is_available(); }
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const std::string& name, uint64_t seed,
+                                                     const std::string& device) {
   try {
-    if (name == "cnn") return std::unique_ptr<Model>(new TorchModel<CnnImpl>(name, seed));
-    if (name == "mlp") return std::unique_ptr<Model>(new TorchModel<MlpImpl>(name, seed));
+    std::optional<torch::Device> dev;
+    if (device == "auto") {
+      dev = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device("cpu");
+    } else if (device == "cpu" || device.rfind("cuda", 0) == 0) {
+      dev = torch::Device(device);
+      if (dev->is_cuda() && !torch::cuda::is_available()) {
+        return absl::FailedPreconditionError(
+            StrCat("device ", device,
+                   ": this libtorch has no CUDA or no GPU is visible (use --device=cpu or auto)"));
+      }
+      if (dev->is_cuda() && dev->has_index() &&
+          dev->index() >= static_cast<int>(torch::cuda::device_count())) {
+        return absl::FailedPreconditionError(
+            StrCat("device ", device, ": only ", torch::cuda::device_count(), " GPUs"));
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat("unknown device '", device, "' (known: cpu, cuda, cuda:N, auto)"));
+    }
+    if (name == "cnn") return std::unique_ptr<Model>(new TorchModel<CnnImpl>(name, seed, *dev));
+    if (name == "mlp") return std::unique_ptr<Model>(new TorchModel<MlpImpl>(name, seed, *dev));
   } catch (const std::exception& e) {
     return absl::InternalError(StrCat("model ", name, ": ", e.what()));
   }

@@ -41,11 +41,15 @@ struct EvalResult {
 // Not thread-safe; one per trainer thread.
 class Model {
  public:
-  // `name`: "cnn" or "mlp". Weights are initialised from `seed` (same seed, same weights).
-  static absl::StatusOr<std::unique_ptr<Model>> Create(const std::string& name, uint64_t seed);
+  // `name`: "cnn" or "mlp". Weights are initialised from `seed` (same seed, same weights,
+  // on any device). `device`: "cpu", "cuda", "cuda:N", or "auto" (CUDA when the libtorch in
+  // use has it and a GPU is visible, else the CPU); an unavailable device is an error.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const std::string& name, uint64_t seed,
+                                                       const std::string& device = "cpu");
   virtual ~Model() = default;
 
   virtual const std::string& name() const = 0;
+  virtual std::string device() const = 0;  // where it trains, e.g. "cpu" or "cuda:0"
   virtual size_t dim() const = 0;
   virtual std::vector<float> GetFlat() const = 0;
   virtual absl::Status SetFlat(std::span<const float> flat) = 0;
@@ -56,6 +60,9 @@ class Model {
   // Loss and accuracy over the first `limit` examples (0 = all).
   virtual absl::StatusOr<EvalResult> Evaluate(const Dataset& data, size_t limit = 0) = 0;
 };
+
+// True when the libtorch in use was built with CUDA and sees a GPU.
+bool CudaAvailable();
 
 // Intra-op threads for libtorch in this process (libtorch defaults to 1 here).
 void SetTorchThreads(int n);

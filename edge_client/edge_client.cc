@@ -50,7 +50,12 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
   c->shard_ = core::Partition(c->data_->labels, static_cast<int>(c->data_->classes),
                               static_cast<int>(o.num_shards), spec, o.partition_seed)[o.shard];
   if (c->shard_.empty()) return absl::FailedPreconditionError("this client's shard is empty");
+  // Resolve the device now, so a wrong --device fails at start rather than at join.
+  auto probe = core::Model::Create("mlp", 0, o.device);
+  if (!probe.ok()) return probe.status();
+  c->device_ = (*probe)->device();
   c->metrics_ = std::make_unique<monitoring::Metrics>();
+  c->metrics_->InitClient(o.client_id);
   if (!o.metrics_listen.empty()) {
     if (absl::Status st = c->metrics_->Serve(o.metrics_listen); !st.ok()) return st;
   }
@@ -126,14 +131,14 @@ absl::Status EdgeClient::Join() {
   protos::JoinRequest req;
   req.set_client_id(options_.client_id);
   req.set_num_samples(shard_.size());
-  req.set_device("cpu");
+  req.set_device(device_);
   protos::JoinReply reply;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, 10);
   const grpc::Status st = stub->Join(&ctx, req, &reply);
   if (!st.ok()) return FromGrpc(st, "join");
   if (!model_ || model_->name() != reply.model()) {
-    auto m = core::Model::Create(reply.model(), 0);
+    auto m = core::Model::Create(reply.model(), 0, device_);
     if (!m.ok()) return m.status();
     model_ = std::move(m).value();
   }
@@ -230,7 +235,8 @@ absl::Status EdgeClient::EnsureCodec(const std::string& spec) {
   if (!made.ok()) return made.status();
   codec_.reset(static_cast<codecs::ErrorFeedback*>(made->release()));
   codec_spec_ = spec;
-  if (state_.codec == spec && state_.residual.size() == model_->dim()) {
+  // The residual is plain coordinates: it carries over when the job switches codecs.
+  if (state_.residual.size() == model_->dim()) {
     codec_->SetResidual(state_.residual);
   } else {
     state_.residual.clear();
@@ -252,7 +258,7 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
   uint64_t lost = 0;
   for (size_t i = 0; i < p.frames.size(); ++i) {
     if (counted[i]) continue;
-    if (absl::Status st = codec_->Restore(p.frames[i]); !st.ok()) return st;
+    if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
     ++lost;
   }
   if (lost) metrics_->AddChunks(options_.client_id, "lost", lost);
@@ -270,7 +276,7 @@ absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
     // An update whose round ended without a receipt reaching us: nothing of it counted
     // as far as we can know, so all of it goes back into the residual.
     for (const std::string& f : state_.pending->frames) {
-      if (absl::Status st = codec_->Restore(f); !st.ok()) return st;
+      if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
     }
     state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
     state_.pending.reset();

@@ -54,6 +54,7 @@ struct EdgeClientOptions {
   uint32_t shard = 0;       // this client's shard index
   uint32_t num_shards = 1;  // shards the training set is split into
   std::string partition = "iid";
+  std::string device = "auto";  // cpu, cuda, cuda:N or auto (CUDA when available)
   uint64_t partition_seed = 1;
   int torch_threads = 1;
   std::string metrics_listen;  // empty: no exposer
@@ -108,6 +109,7 @@ class EdgeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<codecs::ErrorFeedback> codec_;
   std::string codec_spec_;
+  std::string device_;  // resolved --device, e.g. "cpu" or "cuda:0"
   ClientState state_;
   std::string state_path_;
   std::mt19937_64 rng_;

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   flags.Add("partition", &o.partition, "iid, dirichlet(ALPHA) or labels(K)");
   flags.Add("partition-seed", &o.partition_seed, "seed of the split (same on every client)");
   flags.Add("torch-threads", &o.torch_threads, "libtorch threads");
+  flags.Add("device", &o.device, "cpu, cuda, cuda:N or auto (CUDA when libtorch and a GPU allow)");
   flags.Add("metrics-listen", &o.metrics_listen, "Prometheus exposer address; empty disables it");
   flags.Add("max-message-bytes", &o.max_message_bytes, "gRPC message size limit");
   flags.Add("backoff-max", &o.backoff_max_s, "longest reconnect backoff in seconds");

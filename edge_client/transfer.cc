@@ -5,6 +5,7 @@
 #include <set>
 
 #include "codecs/crc32c.h"
+#include "codecs/frame.h"
 #include "codecs/str.h"
 #include "core/model.h"
 #include "edge_client/edge_client.h"
@@ -87,6 +88,13 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
   std::set<uint32_t> held;
   std::vector<int> sends(p.frames.size(), 0);
   const std::string codec_label = state_.codec;
+  // fp32-equivalent bytes of each frame: 4 per coordinate of its range.
+  std::vector<uint64_t> raw(p.frames.size(), 0);
+  codecs::FrameLimits limits;
+  limits.max_frame_bytes = ~uint64_t{0};
+  for (size_t i = 0; i < p.frames.size(); ++i) {
+    if (auto view = codecs::ParseFrame(p.frames[i], limits); view.ok()) raw[i] = view->length * 4;
+  }
   for (int attempt = 0; !stop_; ++attempt) {
     if (std::chrono::system_clock::now() > deadline) {
       return absl::DeadlineExceededError(
@@ -133,7 +141,7 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
       chunk.set_frame(p.frames[i]);
       if (!writer->Write(chunk)) break;
       metrics_->AddChunks(options_.client_id, sends[i]++ == 0 ? "sent" : "retransmitted", 1);
-      metrics_->AddUplink(options_.client_id, codec_label, p.frames[i].size(), 0);
+      metrics_->AddUplink(options_.client_id, codec_label, p.frames[i].size(), raw[i]);
     }
     writer->WritesDone();
     const grpc::Status st = writer->Finish();

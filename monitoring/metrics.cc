@@ -85,7 +85,27 @@ Metrics::Metrics()
       ratio_(BuildGauge()
                  .Name("fedlgc_compression_ratio")
                  .Help("Raw fp32 bytes over wire bytes of the last round, by codec")
-                 .Register(*registry_)) {}
+                 .Register(*registry_)),
+      ratio_target_(BuildGauge()
+                        .Name("fedlgc_compression_ratio_target")
+                        .Help("Compression ratio the job is expected to reach (--ratio-target)")
+                        .Register(*registry_)),
+      rounds_(BuildCounter()
+                  .Name("fedlgc_rounds_total")
+                  .Help("Committed rounds by how they closed: complete or deadline")
+                  .Register(*registry_)),
+      deadline_(BuildGauge()
+                    .Name("fedlgc_round_deadline_seconds")
+                    .Help("Seconds a round may stay open (--round-timeout)")
+                    .Register(*registry_)),
+      round_bytes_(BuildGauge()
+                       .Name("fedlgc_round_bytes")
+                       .Help("Bytes of the last committed round by direction and kind (wire, raw)")
+                       .Register(*registry_)),
+      client_last_round_(BuildGauge()
+                             .Name("fedlgc_client_last_round")
+                             .Help("Last round in which a chunk of the client counted")
+                             .Register(*registry_)) {}
 
 absl::Status Metrics::Serve(const std::string& address) {
   try {
@@ -151,7 +171,52 @@ void Metrics::SetGlobalEval(double accuracy, double loss) {
 }
 
 void Metrics::SetCompressionRatio(const std::string& codec, double ratio) {
-  ratio_.Add({{"codec", codec}}).Set(ratio);
+  std::lock_guard<std::mutex> lock(ratio_mu_);
+  if (ratio_gauge_ != nullptr && ratio_codec_ != codec) ratio_.Remove(ratio_gauge_);
+  ratio_gauge_ = &ratio_.Add({{"codec", codec}});
+  ratio_codec_ = codec;
+  ratio_gauge_->Set(ratio);
+}
+
+void Metrics::SetCompressionRatioTarget(double target) { ratio_target_.Add({}).Set(target); }
+
+void Metrics::CountRound(bool hit_deadline) {
+  rounds_.Add({{"closed", hit_deadline ? "deadline" : "complete"}}).Increment();
+}
+
+void Metrics::SetRoundDeadline(double seconds) { deadline_.Add({}).Set(seconds); }
+
+void Metrics::SetRoundBytes(const std::string& direction, const std::string& kind, double bytes) {
+  round_bytes_.Add({{"direction", direction}, {"kind", kind}}).Set(bytes);
+}
+
+void Metrics::SetClientLastRound(const std::string& client, uint64_t round) {
+  client_last_round_.Add({{"client", client}}).Set(static_cast<double>(round));
+}
+
+void Metrics::JoinClient(const std::string& client, uint64_t current_round) {
+  InitClient(client);
+  if (!client_last_round_.Has({{"client", client}})) {
+    SetClientLastRound(client, current_round > 0 ? current_round - 1 : 0);
+  }
+}
+
+void Metrics::InitClient(const std::string& client) {
+  for (const char* result : {"sent", "retransmitted", "counted", "lost"}) {
+    chunks_.Add({{"client", client}, {"result", result}});
+  }
+  for (const char* stream : {"upload", "download", "events"}) {
+    resumes_.Add({{"client", client}, {"stream", stream}});
+  }
+}
+
+void Metrics::InitRejectReasons() {
+  for (const char* reason :
+       {"crc", "oversized", "range", "version", "nonfinite", "malformed", "codec", "wrong_round",
+        "not_participant", "duplicate", "update_conflict", "bad_chunk_index", "identity"}) {
+    rejected_.Add({{"reason", reason}});
+  }
+  for (const char* closed : {"complete", "deadline"}) rounds_.Add({{"closed", closed}});
 }
 
 }  // namespace fedlgc::monitoring

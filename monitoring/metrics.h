@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -48,7 +49,23 @@ class Metrics {
   void SetRound(uint64_t round);
   void ObserveRound(double seconds, int participants, int stragglers);
   void SetGlobalEval(double accuracy, double loss);
+  // The ratio of the round's codec; the series of an earlier codec (warm-up) is removed
+  // so alerts and panels see only the codec in use.
   void SetCompressionRatio(const std::string& codec, double ratio);
+  void SetCompressionRatioTarget(double target);
+  // Rounds by how they closed: "complete" (every participant done) or "deadline".
+  void CountRound(bool hit_deadline);
+  void SetRoundDeadline(double seconds);
+  // Bytes of the last committed round by direction (uplink, downlink) and kind (wire, raw).
+  void SetRoundBytes(const std::string& direction, const std::string& kind, double bytes);
+  // Last round in which a chunk of `client` counted. At join, the round before the
+  // current one, unless this process has seen the client already.
+  void SetClientLastRound(const std::string& client, uint64_t round);
+  void JoinClient(const std::string& client, uint64_t current_round);
+  // Creates the zero-valued series of a client (chunks, resumes) and of every rejection
+  // reason, so dashboards and alerts see 0 rather than no data before the first event.
+  void InitClient(const std::string& client);
+  void InitRejectReasons();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -70,6 +87,14 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& accuracy_;
   prometheus::Family<prometheus::Gauge>& loss_;
   prometheus::Family<prometheus::Gauge>& ratio_;
+  prometheus::Family<prometheus::Gauge>& ratio_target_;
+  prometheus::Family<prometheus::Counter>& rounds_;
+  prometheus::Family<prometheus::Gauge>& deadline_;
+  prometheus::Family<prometheus::Gauge>& round_bytes_;
+  prometheus::Family<prometheus::Gauge>& client_last_round_;
+  std::mutex ratio_mu_;
+  prometheus::Gauge* ratio_gauge_ = nullptr;  // guarded by ratio_mu_
+  std::string ratio_codec_;                   // guarded by ratio_mu_
 };
 
 }  // namespace fedlgc::monitoring

@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   uint64_t seed = 1, train_limit = 20000, eval_limit = 0;
   float lr = 0.05f, server_lr = 1.0f;
   double round_timeout = 600;
-  std::string mode = "fedavg", codec = "qsgd(bits=8)", partition = "iid", link, report,
-              model = "cnn";
+  std::string mode = "fedavg", codec = "qsgd(bits=8)", codec_warmup, partition = "iid", link,
+              report, model = "cnn";
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
   std::string state_dir, bin_dir = SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   flags.Add("rounds", &rounds, "rounds");
   flags.Add("mode", &mode, "aggregation mode: fedavg (lsgd and sgp arrive with their issue)");
   flags.Add("codec", &codec, "codec spec for updates");
+  flags.Add("codec-warmup", &codec_warmup,
+            "';'-separated codec specs for rounds 1, 2, ... before --codec takes over");
   flags.Add("partition", &partition, "iid, dirichlet(ALPHA) or labels(K)");
   flags.Add("local-epochs", &local_epochs, "local epochs per round");
   flags.Add("local-steps", &local_steps, "local steps per round (overrides epochs when > 0)");
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
                                     StrCat("--rounds=", rounds),
                                     StrCat("--min-clients=", clients),
                                     "--codec=" + codec,
+                                    "--codec-warmup=" + codec_warmup,
                                     StrCat("--local-epochs=", local_epochs),
                                     StrCat("--local-steps=", local_steps),
                                     StrCat("--lr=", lr),
@@ -261,10 +264,10 @@ int main(int argc, char** argv) {
   if (!report.empty()) {
     std::ostringstream j;
     j << "{\"config\": {\"clients\": " << clients << ", \"rounds\": " << rounds << ", \"mode\": \""
-      << mode << "\", \"codec\": \"" << codec << "\", \"partition\": \"" << partition
-      << "\", \"local_epochs\": " << local_epochs << ", \"seed\": " << seed << ", \"link\": \""
-      << link << "\", \"model\": \"" << model << "\", \"train_limit\": " << train_limit
-      << "},\n \"rounds\": [";
+      << mode << "\", \"codec\": \"" << codec << "\", \"codec_warmup\": \"" << codec_warmup
+      << "\", \"partition\": \"" << partition << "\", \"local_epochs\": " << local_epochs
+      << ", \"seed\": " << seed << ", \"link\": \"" << link << "\", \"model\": \"" << model
+      << "\", \"train_limit\": " << train_limit << "},\n \"rounds\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       j << (i ? ",\n  " : "\n  ") << "{\"round\": " << r.round << ", \"accuracy\": " << r.accuracy

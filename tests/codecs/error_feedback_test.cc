@@ -109,6 +109,17 @@ TEST(ErrorFeedback, ResidualSurvivesARestartAndChecksDimensions) {
   std::vector<Frame> of;
   testing::RoundTrip(*other, x, 1, 0, &of);
   EXPECT_FALSE(efa.Restore(of[0].bytes).ok());
+  // RestoreAny takes it (a frame from before a codec switch) and adds exactly what it
+  // decodes to; a frame of another dimension is still refused.
+  std::vector<float> before(efa.residual().begin(), efa.residual().end());
+  ASSERT_TRUE(efa.RestoreAny(of[0].bytes).ok());
+  std::vector<float> decoded(x.size(), 0.0f);
+  ASSERT_TRUE(DecodeAll(*other, of, decoded).ok());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(efa.residual()[i], before[i] + decoded[i]) << i;
+  std::vector<Frame> small;
+  testing::RoundTrip(*other, Dyadic(500, 3), 1, 0, &small);
+  EXPECT_FALSE(efa.RestoreAny(small[0].bytes).ok());
+  EXPECT_TRUE(efa.RestoreAny(fa[0].bytes).ok());  // its own frames as with Restore
 }
 
 }  // namespace
@@ -126,7 +137,7 @@ TEST(ErrorFeedbackModes, ErrorFreeModeKeepsOnlyRestoredFrames) {
   const auto sent = testing::RoundTrip(*codec, x, 1, 300, &frames);
   for (float e : ef.residual()) ASSERT_EQ(e, 0.0f);  // the compression error is not kept
   ASSERT_GE(frames.size(), 2u);
-  ASSERT_TRUE(ef.Restore(frames[1].bytes).ok());     // a lost chunk comes back whole
+  ASSERT_TRUE(ef.Restore(frames[1].bytes).ok());  // a lost chunk comes back whole
   for (size_t i = 0; i < x.size(); ++i) {
     const bool in_lost = i >= frames[1].begin && i < frames[1].begin + frames[1].length;
     ASSERT_EQ(ef.residual()[i], in_lost ? sent[i] : 0.0f) << i;

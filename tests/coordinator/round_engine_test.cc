@@ -169,6 +169,38 @@ TEST(RoundEngine, ServerMomentum) {
   EXPECT_FLOAT_EQ(e->ModelVector()[3], 3.5f);
 }
 
+TEST(RoundEngine, WarmupCodecsThenTheJobCodec) {
+  EngineOptions o;
+  o.plan.codec = "topk(ratio=0.1)";
+  o.plan.warmup_codecs = {"fp32", "topk(ratio=0.5)"};
+  EngineState s;
+  s.model.assign(kDim, 0.0f);
+  RoundEngine e(o, s);
+  e.Register("a", 100);
+  const std::vector<float> x(kDim, 1.0f);
+  const std::vector<std::string> specs = {"fp32", "topk(ratio=0.5)", "topk(ratio=0.1)",
+                                          "topk(ratio=0.1)"};
+  for (uint64_t round = 1; round <= specs.size(); ++round) {
+    ASSERT_TRUE(e.OpenRound({"a"}, Clock::now() + std::chrono::seconds(9)).ok());
+    EXPECT_EQ(e.OpenRoundFor("a")->codec, specs[round - 1]);
+    // The other plan codecs are refused with a clear status; the round's own counts.
+    for (const std::string other : {"fp32", "topk(ratio=0.5)", "topk(ratio=0.1)"}) {
+      if (other == specs[round - 1]) continue;
+      const ChunkResult r = e.AcceptChunk(Chunk("a", Encode(other, x, 0), 0, 100, round));
+      EXPECT_EQ(r.reason, "codec") << round << " " << other;
+    }
+    const ChunkResult ok = e.AcceptChunk(Chunk("a", Encode(specs[round - 1], x, 0), 0, 100, round));
+    ASSERT_TRUE(ok.status.ok()) << ok.status;
+    EXPECT_EQ(ok.codec, specs[round - 1]);
+    e.Commit();
+  }
+  // Every coordinate of x is 1: fp32 adds 1 everywhere, top-k adds 1 at k coordinates.
+  const auto m = e.ModelVector();
+  double total = 0;
+  for (float v : m) total += v;
+  EXPECT_DOUBLE_EQ(total, kDim * 1.0 + kDim * 0.5 + 2 * kDim * 0.1);
+}
+
 TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   const std::string dir = ::testing::TempDir() + "/ckpt_test";
   std::filesystem::remove_all(dir);

@@ -121,5 +121,38 @@ TEST(Model, TrainingLearnsTheSyntheticTask) {
   EXPECT_EQ(model->Train(train, idx, opts)->steps, 5);
 }
 
+TEST(Model, DevicesResolveOrFailClearly) {
+  EXPECT_EQ(Model::Create("mlp", 1, "cpu").value()->device(), "cpu");
+  EXPECT_EQ(Model::Create("mlp", 1, "auto").value()->device(), CudaAvailable() ? "cuda:0" : "cpu");
+  auto tpu = Model::Create("mlp", 1, "tpu");
+  EXPECT_EQ(tpu.status().code(), absl::StatusCode::kInvalidArgument);
+  if (!CudaAvailable()) {
+    auto cuda = Model::Create("mlp", 1, "cuda");
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(cuda.status().message().find("no CUDA"), std::string_view::npos);
+  }
+}
+
+// Training on the GPU gives the weights of the same seed and a model that learns, and
+// the flat weights travel between devices exactly. Skips where libtorch has no CUDA.
+TEST(Model, TrainsOnCudaWhenAvailable) {
+  if (!CudaAvailable()) GTEST_SKIP() << "libtorch here has no CUDA or no GPU is visible";
+  auto gpu = Model::Create("mlp", 3, "cuda").value();
+  auto cpu = Model::Create("mlp", 3, "cpu").value();
+  EXPECT_EQ(gpu->GetFlat(), cpu->GetFlat());
+  std::vector<float> w = cpu->GetFlat();
+  for (float& v : w) v *= 0.25f;
+  ASSERT_TRUE(gpu->SetFlat(w).ok());
+  EXPECT_EQ(gpu->GetFlat(), w);
+  ASSERT_TRUE(gpu->SetFlat(cpu->GetFlat()).ok());
+  const Dataset train = SyntheticImages(2000, 1), test = SyntheticImages(500, 2);
+  std::vector<uint32_t> idx(train.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  TrainOptions opts;
+  opts.epochs = 2;
+  ASSERT_TRUE(gpu->Train(train, idx, opts).ok());
+  EXPECT_GT(gpu->Evaluate(test)->accuracy, 0.9);
+}
+
 }  // namespace
 }  // namespace fedlgc::core

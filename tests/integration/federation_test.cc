@@ -25,6 +25,7 @@ struct RunResult {
   std::vector<float> model;
   std::vector<coordinator::RoundReport> reports;
   double coordinator_uplink = 0, clients_uplink = 0, rejected_duplicates = 0;
+  double coordinator_raw = 0, clients_raw = 0;
   double upload_resumes = 0;
   uint64_t proxy_cuts = 0;
 };
@@ -71,6 +72,7 @@ RunResult RunFederation(const std::string& name, int n, const Job& job,
     for (const auto& fam : c->get().metrics().registry()->Collect()) {
       for (const auto& m : fam.metric) {
         if (fam.name == "fedlgc_uplink_wire_bytes_total") r.clients_uplink += m.counter.value;
+        if (fam.name == "fedlgc_uplink_raw_bytes_total") r.clients_raw += m.counter.value;
         if (fam.name == "fedlgc_stream_resumes_total") {
           for (const auto& l : m.label) {
             if (l.name == "stream" && l.value == "upload") r.upload_resumes += m.counter.value;
@@ -81,6 +83,7 @@ RunResult RunFederation(const std::string& name, int n, const Job& job,
   }
   const std::string text = ScrapeMetrics(coord.get().metrics_port());
   r.coordinator_uplink = SumMetric(text, "fedlgc_uplink_wire_bytes_total");
+  r.coordinator_raw = SumMetric(text, "fedlgc_uplink_raw_bytes_total");
   for (const auto& fam : coord.get().metrics().registry()->Collect()) {
     if (fam.name != "fedlgc_rejected_total") continue;
     for (const auto& m : fam.metric) {
@@ -124,6 +127,27 @@ TEST(Federation, ThreeClientsLearnOverMtlsAndMetricsAddUp) {
   // What /metrics shows equals what the clients sent.
   EXPECT_GT(r.coordinator_uplink, 0);
   EXPECT_EQ(r.coordinator_uplink, r.clients_uplink);
+}
+
+TEST(Federation, WarmupCodecsThenTheJobCodec) {
+  Job o;
+  o.rounds = 3;
+  o.plan.codec = "topk(ratio=0.05)";
+  o.plan.warmup_codecs = {"fp32"};
+  o.plan.local_steps = 20;
+  const RunResult r = RunFederation("warmup", 2, o);
+  ASSERT_EQ(r.reports.size(), 3u);
+  // Round 1 in fp32 (frame headers only on top), then top-5% with its indices.
+  EXPECT_NEAR(static_cast<double>(r.reports[0].raw_uplink_bytes) / r.reports[0].uplink_bytes, 1.0,
+              0.01);
+  for (size_t i = 1; i < r.reports.size(); ++i) {
+    EXPECT_EQ(r.reports[i].participants, 2);
+    EXPECT_GT(static_cast<double>(r.reports[i].raw_uplink_bytes) / r.reports[i].uplink_bytes, 8.0);
+  }
+  EXPECT_GT(r.reports.back().accuracy, 0.8);
+  // Both sides count the same wire and fp32-equivalent bytes.
+  EXPECT_EQ(r.coordinator_uplink, r.clients_uplink);
+  EXPECT_EQ(r.coordinator_raw, r.clients_raw);
 }
 
 TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {

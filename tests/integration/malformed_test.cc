@@ -114,7 +114,7 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
 
   const grpc::Status codec = upload(chunk(Frame("qsgd(bits=4,bucket=64)", dim, 0.01f)));
   EXPECT_EQ(codec.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(codec.error_message().find("this job uses"), std::string::npos);
+  EXPECT_NE(codec.error_message().find("this round uses"), std::string::npos);
 
   auto bad_index = chunk(good);
   bad_index.set_chunk_index(3);

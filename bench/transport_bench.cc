@@ -1,11 +1,14 @@
 // fedlgc-bench-transport: streams a 64 MB update as 256 KiB chunks over loopback gRPC
-// (plaintext and mTLS, the UploadUpdate rpc of the real protocol) and over a raw loopback
-// TCP socket, in the same run; prints throughput and the ratio to raw TCP (medians).
+// (plaintext and mTLS, the UploadUpdate rpc of the real protocol), over a raw loopback TCP
+// socket, and over raw TLS 1.3 with the same certificates (OpenSSL, mutual
+// authentication), in the same run; prints throughput and the ratios (medians).
 //
 //   fedlgc-bench-transport [--mb 64] [--chunk-kb 256] [--reps 5] [--json FILE]
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -61,15 +64,90 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double RawTcpSeconds(size_t total, size_t chunk) {
+// A listening loopback socket; its address in *a.
+int Listen(sockaddr_in* a) {
   const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  *a = sockaddr_in{};
+  a->sin_family = AF_INET;
+  a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(ls, reinterpret_cast<sockaddr*>(a), sizeof(*a));
   ::listen(ls, 1);
-  socklen_t len = sizeof(a);
-  ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  socklen_t len = sizeof(*a);
+  ::getsockname(ls, reinterpret_cast<sockaddr*>(a), &len);
+  return ls;
+}
+
+[[noreturn]] void SslDie(const char* what) {
+  std::fprintf(stderr, "%s: %s\n", what, ERR_error_string(ERR_get_error(), nullptr));
+  std::exit(1);
+}
+
+// Raw TLS 1.3 with mutual authentication and the federation's certificates: what any
+// TLS transport pays for encryption on this machine.
+double RawTlsSeconds(const std::string& dir, size_t total, size_t chunk) {
+  auto make_ctx = [&](bool server, const std::string& name) {
+    SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+    if (ctx == nullptr) SslDie("SSL_CTX_new");
+    SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+    if (SSL_CTX_use_certificate_file(ctx, (dir + "/" + name + ".pem").c_str(), SSL_FILETYPE_PEM) !=
+            1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, (dir + "/" + name + ".key").c_str(), SSL_FILETYPE_PEM) !=
+            1 ||
+        SSL_CTX_load_verify_locations(ctx, (dir + "/ca.pem").c_str(), nullptr) != 1) {
+      SslDie("certificates");
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    return ctx;
+  };
+  SSL_CTX* sctx = make_ctx(true, "server");
+  SSL_CTX* cctx = make_ctx(false, "bench");
+  sockaddr_in a;
+  const int ls = Listen(&a);
+  std::thread server([&] {
+    const int c = ::accept(ls, nullptr, nullptr);
+    SSL* ssl = SSL_new(sctx);
+    SSL_set_fd(ssl, c);
+    if (SSL_accept(ssl) != 1) SslDie("SSL_accept");
+    std::vector<char> buf(1 << 20);
+    size_t got = 0;
+    while (got < total) {
+      const int n = SSL_read(ssl, buf.data(), static_cast<int>(buf.size()));
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    SSL_write(ssl, "k", 1);
+    SSL_shutdown(ssl);
+    SSL_free(ssl);
+    ::close(c);
+  });
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  SSL* ssl = SSL_new(cctx);
+  SSL_set_fd(ssl, fd);
+  SSL_set_tlsext_host_name(ssl, "localhost");
+  if (SSL_connect(ssl) != 1) SslDie("SSL_connect");
+  std::string data(chunk, 'x');
+  const auto t0 = Clock::now();
+  for (size_t sent = 0; sent < total;) {
+    const int n = SSL_write(ssl, data.data(), static_cast<int>(std::min(chunk, total - sent)));
+    if (n <= 0) SslDie("SSL_write");
+    sent += static_cast<size_t>(n);
+  }
+  char ack;
+  SSL_read(ssl, &ack, 1);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  SSL_free(ssl);
+  ::close(fd);
+  server.join();
+  ::close(ls);
+  SSL_CTX_free(sctx);
+  SSL_CTX_free(cctx);
+  return s;
+}
+
+double RawTcpSeconds(size_t total, size_t chunk) {
+  sockaddr_in a;
+  const int ls = Listen(&a);
   std::thread server([ls, total] {
     const int c = ::accept(ls, nullptr, nullptr);
     std::vector<char> buf(1 << 20);
@@ -172,27 +250,32 @@ int main(int argc, char** argv) {
 
   GrpcSeconds(*plain, chunk * 4, chunk);  // warm up connections
   GrpcSeconds(*tls, chunk * 4, chunk);
-  std::vector<double> raw, gp, gt;
+  std::vector<double> raw, rtls, gp, gt;
   for (uint32_t r = 0; r < reps; ++r) {
     raw.push_back(RawTcpSeconds(total, chunk));
+    rtls.push_back(RawTlsSeconds(dir, total, chunk));
     gp.push_back(GrpcSeconds(*plain, total, chunk));
     gt.push_back(GrpcSeconds(*tls, total, chunk));
   }
   const double raw_gbps = total / Median(raw) / 1e9, plain_gbps = total / Median(gp) / 1e9,
-               tls_gbps = total / Median(gt) / 1e9;
+               tls_gbps = total / Median(gt) / 1e9, raw_tls_gbps = total / Median(rtls) / 1e9;
   std::printf("loopback, %u MB in %u KiB chunks, median of %u\n", mb, chunk_kb, reps);
   std::printf("raw TCP        %7.3f GB/s\n", raw_gbps);
   std::printf("gRPC plaintext %7.3f GB/s  (%.0f%% of raw TCP)\n", plain_gbps,
               100 * plain_gbps / raw_gbps);
-  std::printf("gRPC mTLS      %7.3f GB/s  (%.0f%% of raw TCP)\n", tls_gbps,
-              100 * tls_gbps / raw_gbps);
+  std::printf("raw TLS 1.3    %7.3f GB/s  (%.0f%% of raw TCP)\n", raw_tls_gbps,
+              100 * raw_tls_gbps / raw_gbps);
+  std::printf("gRPC mTLS      %7.3f GB/s  (%.0f%% of raw TCP, %.0f%% of raw TLS)\n", tls_gbps,
+              100 * tls_gbps / raw_gbps, 100 * tls_gbps / raw_tls_gbps);
   if (!json.empty()) {
     std::ofstream(json) << "{\"mb\": " << mb << ", \"chunk_kb\": " << chunk_kb
                         << ", \"raw_tcp_gbps\": " << raw_gbps
                         << ", \"grpc_plain_gbps\": " << plain_gbps
                         << ", \"grpc_tls_gbps\": " << tls_gbps
+                        << ", \"raw_tls_gbps\": " << raw_tls_gbps
                         << ", \"plain_ratio\": " << plain_gbps / raw_gbps
-                        << ", \"tls_ratio\": " << tls_gbps / raw_gbps << "}\n";
+                        << ", \"tls_ratio\": " << tls_gbps / raw_gbps
+                        << ", \"tls_vs_raw_tls\": " << tls_gbps / raw_tls_gbps << "}\n";
   }
   server->Shutdown();
   std::string rm = "rm -rf " + dir;

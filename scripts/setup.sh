@@ -1,24 +1,51 @@
 #!/usr/bin/env bash
-# Installs every Debian package fedlgc needs to build, test and benchmark. Idempotent:
-# when everything is already installed it changes nothing and skips `apt-get update`.
-# Run as root (or with sudo) on Debian 12. The CUDA toolkit is not an apt package here:
-# CMake builds the CUDA kernels when it finds nvcc, and skips them otherwise.
+# Installs the Debian packages fedlgc needs. Idempotent: when everything is already
+# installed it changes nothing and skips `apt-get update`. Run as root (or with sudo) on
+# Debian 12. The CUDA toolkit is not an apt package here: CMake builds the CUDA kernels
+# when it finds nvcc, and skips them otherwise.
+#
+#   scripts/setup.sh            everything: build, tests, benchmarks, deployment checks
+#   scripts/setup.sh build      what building the binaries needs (docker build stage)
+#   scripts/setup.sh build-nolibtorch   the same without Debian's libtorch (CUDA image,
+#                               which brings a CUDA build of libtorch instead)
+#   scripts/setup.sh runtime    shared libraries and data the binaries need to run
 set -euo pipefail
 
-packages=(
-  # toolchain
-  build-essential cmake ninja-build ccache git pkg-config curl ca-certificates
-  # the stack (TOOLCHAIN.md section 1)
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libtorch-dev libssl-dev openssl zlib1g-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  # real data
-  dataset-fashion-mnist
+profile=${1:-all}
+
+toolchain=(build-essential cmake ninja-build ccache git pkg-config curl ca-certificates)
+# the stack (TOOLCHAIN.md section 1), without libtorch
+stack=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  prometheus-cpp-dev libssl-dev openssl zlib1g-dev)
+tests=(libgtest-dev libgmock-dev libbenchmark-dev python3
   # network emulation for the lossy-link test
   iproute2 nftables
   # fuzzing (libFuzzer) and sanitizers with clang
-  clang libclang-rt-14-dev
-)
+  clang libclang-rt-14-dev)
+# static checks of docker/ and the Prometheus integration test
+# (npm comes from apt unless a node installation already provides it)
+deployment=(docker-compose prometheus yamllint)
+data=(dataset-fashion-mnist)
+runtime=(libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-pull1.0
+  libprometheus-cpp-core1.0 libtorch1.13 libssl3 zlib1g curl ca-certificates)
+
+case "$profile" in
+  all) packages=("${toolchain[@]}" "${stack[@]}" libtorch-dev "${tests[@]}" "${deployment[@]}"
+    "${data[@]}") ;;
+  build) packages=("${toolchain[@]}" "${stack[@]}" libtorch-dev) ;;
+  build-nolibtorch) packages=("${toolchain[@]}" "${stack[@]}") ;;
+  runtime) packages=("${runtime[@]}" "${data[@]}") ;;
+  *)
+    echo "usage: $0 [all|build|build-nolibtorch|runtime]" >&2
+    exit 2
+    ;;
+esac
+
+# npm linters for Dockerfiles and compose files, pinned (TOOLCHAIN.md section 6).
+npm_tools=(dockerfilelint@1.8.0 dclint@3.1.0)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,14 +54,23 @@ for p in "${packages[@]}"; do
   fi
 done
 
+if [ "$profile" = all ] && ! command -v npm >/dev/null; then missing+=(npm); fi
+
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+  echo "setup: all ${#packages[@]} packages of profile '$profile' already installed"
+else
+  echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ "$profile" = all ]; then
+  for t in "${npm_tools[@]}"; do
+    if ! npm ls -g --depth=0 "$t" >/dev/null 2>&1; then
+      echo "setup: npm install -g $t"
+      $SUDO npm install -g --no-audit --no-fund --loglevel=error "$t" >/dev/null
+    fi
+  done
+fi
 echo "setup: done"

@@ -44,6 +44,7 @@ absl::Status CoordinatorOptions::Validate() const {
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
   }
   if (!(ratio_target >= 0)) return absl::InvalidArgumentError("--ratio-target must be >= 0");
+  if (!(linger_s >= 0)) return absl::InvalidArgumentError("--linger must be >= 0");
   if (!(server_lr > 0) || server_momentum < 0 || server_momentum >= 1) {
     return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
   }
@@ -143,6 +144,7 @@ absl::Status Coordinator::Start() {
   }
   metrics_->SetRound(engine_->current_round());
   metrics_->InitRejectReasons();
+  metrics_->SetJobFinished(false);
   metrics_->SetRoundDeadline(o.round_timeout_s);
   if (o.ratio_target > 0) metrics_->SetCompressionRatioTarget(o.ratio_target);
   return absl::OkStatus();
@@ -171,9 +173,13 @@ absl::Status Coordinator::Run() {
   }
   if (!stop_) {
     service_->BroadcastDone(options_.rounds, static_cast<float>(last_accuracy_));
-    // Give clients a moment to read JobDone before the process exits.
+    metrics_->SetJobFinished(true);
+    // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
+    // the job finished, before the process exits.
+    const auto wait = std::chrono::milliseconds(
+        std::max<int64_t>(500, static_cast<int64_t>(options_.linger_s * 1000)));
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stop_.load(); });
+    cv_.wait_for(lock, wait, [&] { return stop_.load(); });
   }
   return absl::OkStatus();
 }

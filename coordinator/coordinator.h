@@ -45,6 +45,7 @@ struct CoordinatorOptions {
   float server_lr = 1.0f;
   float server_momentum = 0.0f;
   double ratio_target = 0;                  // exported for the compression-ratio alert; 0: none
+  double linger_s = 0;                      // seconds to keep serving /metrics after the last round
   uint32_t eval_every = 1;                  // 0: never
   size_t eval_limit = 0;                    // test examples (0 = all)
   std::string test_data = "fashion-mnist";  // or "synthetic:N"

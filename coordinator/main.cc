@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   flags.Add("chunk-bytes", &o.plan.max_chunk_bytes, "largest update chunk");
   flags.Add("server-lr", &o.server_lr, "server learning rate (1 = FedAvg)");
   flags.Add("server-momentum", &o.server_momentum, "server momentum");
+  flags.Add("linger", &o.linger_s,
+            "seconds to keep serving /metrics after the last round (for a last scrape)");
   flags.Add("ratio-target", &o.ratio_target,
             "compression ratio the job should reach; exported for alerting (0: none)");
   flags.Add("eval-every", &o.eval_every, "evaluate every N rounds (0 = never)");

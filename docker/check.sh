@@ -27,7 +27,7 @@ yamllint -d '{extends: relaxed, rules: {line-length: {max: 120}}}' \
 
 echo "-- docker-compose config"
 for overlay in "" docker-compose.lossy.yml docker-compose.gpu.yml; do
-  docker-compose -f docker-compose.yml ${overlay:+-f "$overlay"} config -q ||
+  FEDLGC_CLIENTS=4 FEDLGC_GPU_SHARD=3 docker-compose -f docker-compose.yml ${overlay:+-f "$overlay"} config -q ||
     fail "docker-compose config: docker-compose.yml ${overlay}"
 done
 # A generated federation: 5 CPU clients on lossy links and 2 GPU ones, in a copy.

@@ -5,7 +5,8 @@
 #   - docker/docker-compose.edges.yml with every edge client (edge-1..N, edge-gpu-1..M),
 #     each with its shard of the training set and its certificate;
 #   - docker/prometheus/targets/edges.json, so Prometheus scrapes them all;
-#   - docker/.env with FEDLGC_CLIENTS (the coordinator's quorum and the shard count).
+#   - docker/.env with FEDLGC_CLIENTS (the coordinator's quorum and the shard count) and
+#     FEDLGC_GPU_SHARD (the shard of edge-gpu-1 in docker-compose.gpu.yml).
 #
 #   docker/gen-edges.sh N [--gpu M] [--lossy]
 #   docker-compose -f docker/docker-compose.yml -f docker/docker-compose.edges.yml up --build
@@ -36,15 +37,17 @@ ids=()
 for i in $(seq 1 "$n"); do ids+=("edge-$i"); done
 for i in $(seq 1 "$gpus"); do ids+=("edge-gpu-$i"); done
 
-SERVER_SANS=${SERVER_SANS:-DNS:coordinator} ../scripts/gen-certs.sh certs "${ids[@]}" >/dev/null
-# The containers run as uid 10001: as root, hand the keys to it; otherwise they stay
-# private to you and the containers cannot read them, so say so.
+SERVER_SANS=${SERVER_SANS:-DNS:coordinator} ../scripts/gen-certs.sh certs "${ids[@]}"
+# The containers run as uid 10001: as root, hand their keys to it (never the CA's key,
+# which stays with whoever signs identities); otherwise say which chown to run.
+keys=(certs/server.key)
+for id in "${ids[@]}"; do keys+=("certs/$id.key"); done
 if [ "$(id -u)" -eq 0 ]; then
-  chown 10001:10001 certs/*.key
-  chmod 0400 certs/*.key
+  chown 10001:10001 "${keys[@]}"
+  chmod 0400 "${keys[@]}"
 else
-  echo "gen-edges: not root: run 'sudo chown 10001:10001 docker/certs/*.key' so the" \
-    "containers (uid 10001) can read their keys" >&2
+  echo "gen-edges: not root: run 'sudo chown 10001:10001 ${keys[*]/#/docker/}' (in the" \
+    "repository root) so the containers (uid 10001) can read their keys" >&2
 fi
 
 {
@@ -72,7 +75,7 @@ fi
       echo "      - \${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}:/data/fashion-mnist:ro"
     if [ $gpu = 0 ] && [ $lossy = 1 ]; then
       echo "    environment:"
-      echo "      LINK_RATE: \"\${LINK_RATE:-10mbit}\""
+      echo "      LINK_RATE: \"\${LINK_RATE-10mbit}\""
       echo "      LINK_LOSS: \"\${LINK_LOSS:-2}\""
     fi
     echo "    networks: [fedlgc]"
@@ -104,6 +107,7 @@ fi
 
 targets=$(printf '"%s:9464", ' "${ids[@]}")
 printf '[{"targets": [%s], "labels": {"role": "edge"}}]\n' "${targets%, }" >prometheus/targets/edges.json
-printf 'FEDLGC_CLIENTS=%s\n' "$total" >.env
+# FEDLGC_GPU_SHARD: the shard of docker-compose.gpu.yml's client (gen-edges.sh 3 --gpu 1).
+printf 'FEDLGC_CLIENTS=%s\nFEDLGC_GPU_SHARD=%s\n' "$total" "$n" >.env
 echo "gen-edges: $n CPU + $gpus GPU clients: docker/docker-compose.edges.yml," \
   "docker/prometheus/targets/edges.json, docker/.env, certificates in docker/certs"

@@ -105,7 +105,11 @@ Metrics::Metrics()
       client_last_round_(BuildGauge()
                              .Name("fedlgc_client_last_round")
                              .Help("Last round in which a chunk of the client counted")
-                             .Register(*registry_)) {}
+                             .Register(*registry_)),
+      job_finished_(BuildGauge()
+                        .Name("fedlgc_job_finished")
+                        .Help("1 once the coordinator has run the job's last round")
+                        .Register(*registry_)) {}
 
 absl::Status Metrics::Serve(const std::string& address) {
   try {
@@ -179,6 +183,8 @@ void Metrics::SetCompressionRatio(const std::string& codec, double ratio) {
 }
 
 void Metrics::SetCompressionRatioTarget(double target) { ratio_target_.Add({}).Set(target); }
+
+void Metrics::SetJobFinished(bool finished) { job_finished_.Add({}).Set(finished ? 1 : 0); }
 
 void Metrics::CountRound(bool hit_deadline) {
   rounds_.Add({{"closed", hit_deadline ? "deadline" : "complete"}}).Increment();

@@ -53,6 +53,8 @@ class Metrics {
   // so alerts and panels see only the codec in use.
   void SetCompressionRatio(const std::string& codec, double ratio);
   void SetCompressionRatioTarget(double target);
+  // 1 once the coordinator has run its last round (the CoordinatorDown alert stays quiet).
+  void SetJobFinished(bool finished);
   // Rounds by how they closed: "complete" (every participant done) or "deadline".
   void CountRound(bool hit_deadline);
   void SetRoundDeadline(double seconds);
@@ -92,6 +94,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& deadline_;
   prometheus::Family<prometheus::Gauge>& round_bytes_;
   prometheus::Family<prometheus::Gauge>& client_last_round_;
+  prometheus::Family<prometheus::Gauge>& job_finished_;
   std::mutex ratio_mu_;
   prometheus::Gauge* ratio_gauge_ = nullptr;  // guarded by ratio_mu_
   std::string ratio_codec_;                   // guarded by ratio_mu_

@@ -176,6 +176,85 @@ TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {
   EXPECT_LT(share, 1e-3);
 }
 
+// An edge client as a child process, with the options the in-process clients get.
+std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,
+                                        int n, int port) {
+  const auto c = ClientDefaults(dir, certs, i, n, port);
+  return std::make_unique<ChildProcess>(
+      std::vector<std::string>{
+          BinPath("fedlgc-edge"), "--server=" + c.server, "--id=" + c.client_id,
+          "--state-dir=" + c.state_dir, "--tls-ca=" + c.tls_ca, "--tls-cert=" + c.tls_cert,
+          "--tls-key=" + c.tls_key, "--data=" + c.data, "--shard=" + std::to_string(i),
+          "--num-shards=" + std::to_string(n), "--backoff-max=0.5"},
+      dir + "/" + c.client_id + ".log");
+}
+
+// The coordinator's count of a client's uplink bytes so far.
+double UplinkBytesOf(coordinator::Coordinator& coord, const std::string& client) {
+  double bytes = 0;
+  for (const auto& fam : coord.metrics().registry()->Collect()) {
+    if (fam.name != "fedlgc_uplink_wire_bytes_total") continue;
+    for (const auto& m : fam.metric) {
+      for (const auto& l : m.label) {
+        if (l.name == "client" && l.value == client) bytes += m.counter.value;
+      }
+    }
+  }
+  return bytes;
+}
+
+TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
+  const int n = 2;
+  Job job;
+  job.rounds = 2;
+  job.plan.codec = "fp32";
+  job.plan.local_steps = 20;
+  job.plan.max_chunk_bytes = 32 * 1024;  // 20 chunks per update
+  const RunResult clean = RunFederation("client_kill_clean", n, job);
+
+  const std::string dir = FreshDir("client_kill");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = job.rounds;
+  o.min_clients = n;
+  o.plan = job.plan;
+  InProcessCoordinator coord(o);
+  // Client 0 sits behind a 4 Mbit/s link, so its upload takes more than a second.
+  auto proxy = core::FaultProxy::Start("127.0.0.1", coord.port(),
+                                       core::LinkSpec::Parse("rate=4mbit").value(), 0);
+  ASSERT_TRUE(proxy.ok());
+  auto victim = SpawnEdge(dir, certs, 0, n, (*proxy)->port());
+  auto other = SpawnEdge(dir, certs, 1, n, coord.port());
+  // SIGKILL client 0 once the first chunks of its round-1 update have arrived.
+  const auto until = std::chrono::steady_clock::now() + seconds(60);
+  while (UplinkBytesOf(coord.get(), "client-0") == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "client 0 never uploaded";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  victim->Kill(SIGKILL);
+  EXPECT_EQ(victim->Wait(seconds(10)), 128 + SIGKILL);
+  const double before = UplinkBytesOf(coord.get(), "client-0");
+  EXPECT_LT(before, 4.0 * 160000) << "the whole update arrived before the kill";
+  // The same client restarts from its state file and resends only what is missing.
+  auto restarted = SpawnEdge(dir, certs, 0, n, (*proxy)->port());
+  ASSERT_TRUE(coord.Wait(seconds(120)));
+  EXPECT_EQ(restarted->Wait(seconds(30)), 0);
+  EXPECT_EQ(other->Wait(seconds(30)), 0);
+  const auto reports = coord.get().reports();
+  ASSERT_EQ(reports.size(), 2u);
+  const size_t dim = clean.model.size();
+  for (const auto& rep : reports) {
+    EXPECT_EQ(rep.participants, n);
+    EXPECT_EQ(rep.stragglers, 0);
+    EXPECT_EQ(rep.raw_uplink_bytes, uint64_t{4} * dim * n);  // every coordinate once
+  }
+  // Same seeds and data: the run ends on the clean run's model (up to the order in which
+  // chunks were added).
+  const auto [worst, share] = Compare(coord.get().engine().ModelVector(), clean.model);
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_LT(share, 1e-3);
+}
+
 TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   const int n = 3;
   const std::string dir = FreshDir("restart");
@@ -202,16 +281,7 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   // The clients are processes too: gRPC clients in this process stall on connections to a
   // server this process forked (seen with gRPC 1.51), and real clients are processes.
   std::vector<std::unique_ptr<ChildProcess>> clients;
-  for (int i = 0; i < n; ++i) {
-    const auto c = ClientDefaults(dir, certs, i, n, port);
-    clients.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{
-            BinPath("fedlgc-edge"), "--server=" + c.server, "--id=" + c.client_id,
-            "--state-dir=" + c.state_dir, "--tls-ca=" + c.tls_ca, "--tls-cert=" + c.tls_cert,
-            "--tls-key=" + c.tls_key, "--data=" + c.data, "--shard=" + std::to_string(i),
-            "--num-shards=" + std::to_string(n), "--backoff-max=0.5"},
-        dir + "/" + c.client_id + ".log"));
-  }
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
   // Kill it as soon as round 1 is committed, while round 2 runs.
   const std::string rounds_file = o.state_dir + "/rounds.jsonl";
   const auto until = std::chrono::steady_clock::now() + seconds(60);

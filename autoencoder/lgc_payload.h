@@ -1,0 +1,65 @@
+// What LGC clients send in compressed rounds (ALGORITHMS.md section 1, DESIGN.md "LGC"),
+// without libtorch: the common support, the innovation, the payload bodies and the error
+// feedback rule. The autoencoder (autoencoder.h) turns supports' values into latents at
+// the leader and latents plus innovations back into values at the coordinator.
+//
+// Support: the leader's k largest-magnitude coordinates of its update u (+ residual),
+// ordered by value ascending: the order the autoencoder reads (a monotone signal).
+// Innovation of a client on a support: its k_inn largest-magnitude values there, as a
+// vector of length L = |support| in support order, zero elsewhere.
+//
+// Leader body: u32 L, u8 index_bits, L indices in support order at index_bits each
+// (ceil(log2 dim): an ordered support costs ~log2 dim bits per entry whatever the code),
+// u32 latent_bytes, the latent through a dense codec of the codec library (e.g. 4- or
+// 8-bit QSGD), then the innovation. Innovation: u32 count, positions at ceil(log2 L) bits
+// each (ascending), fp32 values.
+#ifndef FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_
+#define FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codecs/dense_codec.h"
+
+namespace fedlgc::autoencoder {
+
+// The k largest |u| coordinates (ties to the lower index), ordered by u ascending (ties by
+// index). k is clamped to u.size().
+std::vector<uint32_t> SelectSupport(std::span<const float> u, size_t k);
+
+// u at `support`, in support order.
+std::vector<float> Gather(std::span<const float> u, std::span<const uint32_t> support);
+
+// The innovation: the k_inn largest |u[support[j]]| kept at their positions j, zeros
+// elsewhere (length support.size()).
+std::vector<float> Innovation(std::span<const float> u, std::span<const uint32_t> support,
+                              size_t k_inn);
+
+// Error feedback of LGC-PS: the support counts as sent (the coordinator rebuilds those
+// values from the latent), everything else stays. `u` is update + old residual; the new
+// residual is u with the support zeroed, so sent + residual == u exactly.
+std::vector<float> ResidualAfter(std::span<const float> u, std::span<const uint32_t> support);
+
+struct LeaderPayload {
+  std::vector<uint32_t> support;  // in support order
+  std::vector<float> latent;      // as the encoder produced it (encode) or decoded
+  std::vector<float> innovation;  // length support.size()
+};
+
+absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
+                                         const codecs::DenseCodec& latent_codec, uint64_t seed);
+// Refuses truncated or trailing bytes, indices >= dim or repeated, a latent of another
+// size than `latent_size`, non-finite values.
+absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64_t dim,
+                                           const codecs::DenseCodec& latent_codec,
+                                           size_t latent_size);
+
+absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation);
+absl::StatusOr<std::vector<float>> DecodeInnovation(std::span<const uint8_t> body, size_t length);
+
+}  // namespace fedlgc::autoencoder
+
+#endif  // FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_

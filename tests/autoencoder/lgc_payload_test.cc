@@ -1,0 +1,183 @@
+// LGC payloads: the support is the top-k by magnitude in ascending value order, error
+// feedback conserves the update exactly, bodies round-trip (indices and innovation exactly,
+// the latent within its quantizer's error) with exact sizes, and hostile bodies are refused.
+#include "autoencoder/lgc_payload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "codecs/registry.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::autoencoder {
+namespace {
+
+std::vector<float> Gaussian(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g;
+  std::vector<float> v(n);
+  for (float& x : v) x = g(rng);
+  return v;
+}
+
+std::unique_ptr<codecs::DenseCodec> LatentCodec(const std::string& spec) {
+  auto c = codecs::MakeCodec(spec).value();
+  return std::unique_ptr<codecs::DenseCodec>(dynamic_cast<codecs::DenseCodec*>(c.release()));
+}
+
+TEST(LgcPayload, SupportIsTopKByMagnitudeInAscendingOrder) {
+  const auto u = Gaussian(5000, 1);
+  const auto s = SelectSupport(u, 50);
+  ASSERT_EQ(s.size(), 50u);
+  std::vector<float> mags;
+  for (float x : u) mags.push_back(std::fabs(x));
+  std::nth_element(mags.begin(), mags.begin() + 49, mags.end(), std::greater<float>());
+  const float threshold = mags[49];
+  std::set<uint32_t> unique(s.begin(), s.end());
+  EXPECT_EQ(unique.size(), 50u);
+  for (size_t j = 0; j < s.size(); ++j) {
+    EXPECT_GE(std::fabs(u[s[j]]), threshold);
+    if (j > 0) {
+      EXPECT_LE(u[s[j - 1]], u[s[j]]) << "not ascending at " << j;
+    }
+  }
+  EXPECT_EQ(SelectSupport(u, 9999).size(), u.size());
+}
+
+TEST(LgcPayload, ErrorFeedbackConservesTheUpdateExactly) {
+  // Over rounds: sum of what was sent + the last residual == sum of the updates, exactly
+  // (dyadic values: every sum is exact in float).
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int> q(-64, 64);
+  std::vector<float> residual(1000, 0.0f), sent_total(1000, 0.0f), update_total(1000, 0.0f);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<float> u(1000);
+    for (size_t i = 0; i < u.size(); ++i) {
+      const float g = static_cast<float>(q(rng)) / 64.0f;
+      update_total[i] += g;
+      u[i] = g + residual[i];
+    }
+    const auto support = SelectSupport(u, 30);
+    const auto values = Gather(u, support);
+    for (size_t j = 0; j < support.size(); ++j) sent_total[support[j]] += values[j];
+    residual = ResidualAfter(u, support);
+    for (size_t i = 0; i < u.size(); ++i) {
+      float sent_here = 0;
+      for (size_t j = 0; j < support.size(); ++j)
+        if (support[j] == i) sent_here = values[j];
+      ASSERT_EQ(sent_here + residual[i], u[i]);
+    }
+  }
+  for (size_t i = 0; i < residual.size(); ++i)
+    EXPECT_EQ(sent_total[i] + residual[i], update_total[i]);
+}
+
+TEST(LgcPayload, InnovationKeepsTheLargestValuesOnTheSupport) {
+  const auto u = Gaussian(2000, 5);
+  const auto support = SelectSupport(u, 100);
+  const auto inn = Innovation(u, support, 7);
+  ASSERT_EQ(inn.size(), 100u);
+  EXPECT_EQ(std::count_if(inn.begin(), inn.end(), [](float v) { return v != 0; }), 7);
+  const auto v = Gather(u, support);
+  // Ascending order: the largest magnitudes sit at the two ends of the support.
+  float smallest_kept = INFINITY, largest_dropped = 0;
+  for (size_t j = 0; j < v.size(); ++j) {
+    if (inn[j] != 0) {
+      EXPECT_EQ(inn[j], v[j]);
+      smallest_kept = std::min(smallest_kept, std::fabs(v[j]));
+    } else {
+      largest_dropped = std::max(largest_dropped, std::fabs(v[j]));
+    }
+  }
+  EXPECT_GE(smallest_kept, largest_dropped);
+}
+
+TEST(LgcPayload, LeaderBodyRoundTripsWithExactSize) {
+  constexpr uint64_t kDim = 215000;
+  const auto u = Gaussian(kDim, 9);
+  LeaderPayload p;
+  p.support = SelectSupport(u, 2150);
+  p.innovation = Innovation(u, p.support, 21);
+  p.latent = Gaussian(4 * 133, 11);
+  for (const std::string spec : {"qsgd(bits=8,bucket=64)", "qsgd(bits=4,bucket=64)"}) {
+    auto codec = LatentCodec(spec);
+    auto body = EncodeLeader(p, kDim, *codec, 42);
+    ASSERT_TRUE(body.ok()) << body.status();
+    // 4 + 1 + 2150 indices at 18 bits + 4 + latent + 4 + 21 positions at 12 bits + 21 floats
+    const size_t expect = 4 + 1 + (2150 * 18 + 7) / 8 + 4 + codec->MaxBodyBytes(p.latent.size()) +
+                          4 + (21 * 12 + 7) / 8 + 21 * 4;
+    EXPECT_EQ(body->size(), expect) << spec;
+    const auto bytes =
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body->data()), body->size());
+    auto back = DecodeLeader(bytes, kDim, *codec, p.latent.size());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->support, p.support);
+    EXPECT_EQ(back->innovation, p.innovation);
+    // QSGD on buckets of 64: each value within its bucket's L2 norm / levels.
+    const double levels = spec.find("bits=8") != std::string::npos ? 127 : 7;
+    for (size_t b = 0; b < p.latent.size(); b += 64) {
+      double norm = 0;
+      for (size_t i = b; i < std::min(b + 64, p.latent.size()); ++i)
+        norm += p.latent[i] * p.latent[i];
+      norm = std::sqrt(norm);
+      for (size_t i = b; i < std::min(b + 64, p.latent.size()); ++i) {
+        EXPECT_LE(std::fabs(back->latent[i] - p.latent[i]), norm / levels * 1.0001 + 1e-6)
+            << spec << i;
+      }
+    }
+  }
+}
+
+TEST(LgcPayload, HostileBodiesAreRefused) {
+  constexpr uint64_t kDim = 5000;
+  const auto u = Gaussian(kDim, 13);
+  LeaderPayload p;
+  p.support = SelectSupport(u, 100);
+  p.innovation = Innovation(u, p.support, 5);
+  p.latent = Gaussian(4 * 5, 17);
+  auto codec = LatentCodec("qsgd(bits=8,bucket=64)");
+  const std::string body = EncodeLeader(p, kDim, *codec, 1).value();
+  auto view = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  for (size_t n = 0; n < body.size(); ++n) {
+    EXPECT_FALSE(DecodeLeader(view(body.substr(0, n)), kDim, *codec, 20).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeLeader(view(body + "x"), kDim, *codec, 20).ok());
+  EXPECT_FALSE(DecodeLeader(view(body), kDim, *codec, 21).ok()) << "latent size";
+  EXPECT_FALSE(DecodeLeader(view(body), kDim * 4, *codec, 20).ok()) << "index width";
+  // Repeated and out-of-range indices.
+  LeaderPayload dup = p;
+  dup.support[1] = dup.support[0];
+  EXPECT_FALSE(
+      DecodeLeader(view(EncodeLeader(dup, kDim, *codec, 1).value()), kDim, *codec, 20).ok());
+  LeaderPayload far = p;
+  far.support[0] = kDim + 3;
+  EXPECT_FALSE(EncodeLeader(far, kDim, *codec, 1).ok());
+  // Random single-byte mutations: refused or decoded to a well-formed payload, never a crash.
+  std::mt19937_64 rng(7);
+  for (int t = 0; t < 2000; ++t) {
+    std::string m = body;
+    m[rng() % m.size()] ^= static_cast<char>(1 + rng() % 255);
+    auto r = DecodeLeader(view(m), kDim, *codec, 20);
+    if (r.ok()) {
+      EXPECT_EQ(r->support.size(), r->innovation.size());
+      for (uint32_t i : r->support) EXPECT_LT(i, kDim);
+      for (float v : r->latent) EXPECT_TRUE(std::isfinite(v));
+    }
+  }
+  // Follower bodies: the innovation alone.
+  const std::string inn = EncodeInnovation(p.innovation).value();
+  EXPECT_EQ(DecodeInnovation(view(inn), 100).value(), p.innovation);
+  for (size_t n = 0; n < inn.size(); ++n)
+    EXPECT_FALSE(DecodeInnovation(view(inn.substr(0, n)), 100).ok());
+  EXPECT_FALSE(DecodeInnovation(view(inn), 3).ok()) << "positions beyond the support";
+  std::vector<float> nan(100, 0.0f);
+  nan[3] = NAN;
+  EXPECT_FALSE(EncodeInnovation(nan).ok());
+}
+
+}  // namespace
+}  // namespace fedlgc::autoencoder

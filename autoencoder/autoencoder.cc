@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 
+#include "autoencoder/byte_io.h"
 #include "codecs/crc32c.h"
 #include "codecs/rng.h"
 #include "codecs/str.h"
@@ -73,50 +74,21 @@ struct DecoderImpl : nn::Module {
 };
 TORCH_MODULE(Decoder);
 
-// Little-endian scalar appends and reads for the weight format.
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-class Reader {
- public:
-  explicit Reader(std::string_view b) : b_(b) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (b_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, b_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool GetBytes(size_t n, std::string_view* out) {
-    if (b_.size() - pos_ < n) return false;
-    *out = b_.substr(pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool done() const { return pos_ == b_.size(); }
-
- private:
-  std::string_view b_;
-  size_t pos_ = 0;
-};
-
 // Appends a module's parameters: count, then per tensor its name, element count and floats.
 void PutModule(std::string* out, const nn::Module& m) {
   const auto params = m.named_parameters(/*recurse=*/true);
-  Put<uint32_t>(out, static_cast<uint32_t>(params.size()));
+  PutScalar<uint32_t>(out, static_cast<uint32_t>(params.size()));
   for (const auto& p : params) {
-    Put<uint32_t>(out, static_cast<uint32_t>(p.key().size()));
+    PutScalar<uint32_t>(out, static_cast<uint32_t>(p.key().size()));
     out->append(p.key());
     torch::Tensor t = p.value().detach().to(torch::kCPU).contiguous();
-    Put<uint64_t>(out, static_cast<uint64_t>(t.numel()));
+    PutScalar<uint64_t>(out, static_cast<uint64_t>(t.numel()));
     out->append(reinterpret_cast<const char*>(t.data_ptr<float>()), t.numel() * sizeof(float));
   }
 }
 
 // Reads what PutModule wrote into CPU tensors, checking names and sizes against `m`.
-absl::StatusOr<std::vector<torch::Tensor>> GetModule(Reader* r, const nn::Module& m) {
+absl::StatusOr<std::vector<torch::Tensor>> GetModule(ByteReader* r, const nn::Module& m) {
   const auto params = m.named_parameters(true);
   uint32_t count = 0;
   if (!r->Get(&count)) return absl::DataLossError("autoencoder weights: truncated");
@@ -127,17 +99,18 @@ absl::StatusOr<std::vector<torch::Tensor>> GetModule(Reader* r, const nn::Module
   std::vector<torch::Tensor> out;
   for (const auto& p : params) {
     uint32_t name_len = 0;
-    std::string_view name;
+    std::span<const uint8_t> name_bytes;
     uint64_t numel = 0;
-    std::string_view data;
-    if (!r->Get(&name_len) || !r->GetBytes(name_len, &name) || !r->Get(&numel)) {
+    std::span<const uint8_t> data;
+    if (!r->Get(&name_len) || !r->Take(name_len, &name_bytes) || !r->Get(&numel)) {
       return absl::DataLossError("autoencoder weights: truncated");
     }
+    const std::string name(name_bytes.begin(), name_bytes.end());
     if (name != p.key() || numel != static_cast<uint64_t>(p.value().numel())) {
       return absl::InvalidArgumentError(
-          StrCat("autoencoder weights: tensor ", std::string(name), " does not match ", p.key()));
+          StrCat("autoencoder weights: tensor ", name, " does not match ", p.key()));
     }
-    if (!r->GetBytes(numel * sizeof(float), &data)) {
+    if (!r->Take(numel * sizeof(float), &data)) {
       return absl::DataLossError("autoencoder weights: truncated");
     }
     torch::Tensor t = torch::empty(p.value().sizes(), torch::kFloat32);
@@ -186,11 +159,11 @@ absl::StatusOr<std::string_view> OpenEnvelope(std::string_view bytes, uint32_t k
 
 std::string Seal(uint32_t kind, int64_t length, const std::string& body) {
   std::string out(kMagic, 4);
-  Put<uint32_t>(&out, kFormatVersion);
-  Put<uint32_t>(&out, kind);
-  Put<int64_t>(&out, length);
+  PutScalar<uint32_t>(&out, kFormatVersion);
+  PutScalar<uint32_t>(&out, kind);
+  PutScalar<int64_t>(&out, length);
   out += body;
-  Put<uint32_t>(&out, codecs::Crc32c(out.data(), out.size()));
+  PutScalar<uint32_t>(&out, codecs::Crc32c(out.data(), out.size()));
   return out;
 }
 
@@ -300,7 +273,7 @@ class TorchAutoencoder final : public Autoencoder {
       return absl::InvalidArgumentError(
           StrCat("autoencoder weights: for length ", length, "; this one has ", length_));
     }
-    Reader r(*body);
+    ByteReader r(*body);
     auto values = GetModule(&r, *encoder_);
     if (!values.ok()) return values.status();
     if (!r.done()) return absl::InvalidArgumentError("autoencoder weights: trailing bytes");
@@ -311,9 +284,9 @@ class TorchAutoencoder final : public Autoencoder {
   std::string Serialize() const override {
     std::string body;
     PutModule(&body, *encoder_);
-    Put<uint32_t>(&body, static_cast<uint32_t>(decoders_.size()));
+    PutScalar<uint32_t>(&body, static_cast<uint32_t>(decoders_.size()));
     for (const auto& [client, d] : decoders_) {
-      Put<uint32_t>(&body, static_cast<uint32_t>(client.size()));
+      PutScalar<uint32_t>(&body, static_cast<uint32_t>(client.size()));
       body += client;
       PutModule(&body, *d);
     }
@@ -322,7 +295,7 @@ class TorchAutoencoder final : public Autoencoder {
 
   // Reads Serialize's output into this (fresh) autoencoder.
   absl::Status LoadFull(std::string_view body) {
-    Reader r(body);
+    ByteReader r(body);
     auto enc = GetModule(&r, *encoder_);
     if (!enc.ok()) return enc.status();
     Assign(*encoder_, *enc);
@@ -330,11 +303,11 @@ class TorchAutoencoder final : public Autoencoder {
     if (!r.Get(&n)) return absl::DataLossError("autoencoder weights: truncated");
     for (uint32_t i = 0; i < n; ++i) {
       uint32_t len = 0;
-      std::string_view client;
-      if (!r.Get(&len) || !r.GetBytes(len, &client)) {
+      std::span<const uint8_t> client;
+      if (!r.Get(&len) || !r.Take(len, &client)) {
         return absl::DataLossError("autoencoder weights: truncated");
       }
-      Decoder& d = DecoderOf(std::string(client));
+      Decoder& d = DecoderOf(std::string(client.begin(), client.end()));
       auto dec = GetModule(&r, *d);
       if (!dec.ok()) return dec.status();
       Assign(*d, *dec);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "autoencoder/byte_io.h"
 #include "codecs/bit_io.h"
 #include "codecs/str.h"
 
@@ -15,34 +16,6 @@ namespace {
 
 // Bits that hold any value below n (at least 1).
 int BitsFor(uint64_t n) { return n <= 2 ? 1 : 64 - std::countl_zero(n - 1); }
-
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-class Cursor {
- public:
-  explicit Cursor(std::span<const uint8_t> b) : b_(b) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (b_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, b_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool Take(size_t n, std::span<const uint8_t>* out) {
-    if (b_.size() - pos_ < n) return false;
-    *out = b_.subspan(pos_, n);
-    pos_ += n;
-    return true;
-  }
-  std::span<const uint8_t> rest() const { return b_.subspan(pos_); }
-
- private:
-  std::span<const uint8_t> b_;
-  size_t pos_ = 0;
-};
 
 absl::Status Truncated(const char* what) {
   return absl::InvalidArgumentError(StrCat("lgc payload: truncated ", what));
@@ -56,7 +29,7 @@ void PutPacked(std::string* out, std::span<const uint64_t> values, int bits) {
   *out += packed;
 }
 
-bool GetPacked(Cursor* c, size_t n, int bits, std::vector<uint64_t>* out) {
+bool GetPacked(ByteReader* c, size_t n, int bits, std::vector<uint64_t>* out) {
   std::span<const uint8_t> bytes;
   if (!c->Take((n * static_cast<size_t>(bits) + 7) / 8, &bytes)) return false;
   codecs::BitReader r(bytes);
@@ -76,12 +49,12 @@ void AppendInnovation(std::span<const float> innovation, std::string* out) {
       vals.push_back(innovation[j]);
     }
   }
-  Put<uint32_t>(out, static_cast<uint32_t>(pos.size()));
+  PutScalar<uint32_t>(out, static_cast<uint32_t>(pos.size()));
   PutPacked(out, pos, BitsFor(innovation.size()));
   out->append(reinterpret_cast<const char*>(vals.data()), vals.size() * sizeof(float));
 }
 
-absl::StatusOr<std::vector<float>> ReadInnovation(Cursor* c, size_t length) {
+absl::StatusOr<std::vector<float>> ReadInnovation(ByteReader* c, size_t length) {
   uint32_t count = 0;
   if (!c->Get(&count)) return Truncated("innovation count");
   if (count > length) {
@@ -160,9 +133,9 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
     if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: non-finite innovation");
   }
   std::string out;
-  Put<uint32_t>(&out, static_cast<uint32_t>(p.support.size()));
+  PutScalar<uint32_t>(&out, static_cast<uint32_t>(p.support.size()));
   const int index_bits = BitsFor(dim);
-  Put<uint8_t>(&out, static_cast<uint8_t>(index_bits));
+  PutScalar<uint8_t>(&out, static_cast<uint8_t>(index_bits));
   std::vector<uint64_t> idx(p.support.begin(), p.support.end());
   for (uint64_t i : idx) {
     if (i >= dim) return absl::InvalidArgumentError("lgc payload: support index out of range");
@@ -172,7 +145,7 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
   codecs::BodyContext ctx;
   ctx.seed = seed;
   if (absl::Status st = latent_codec.EncodeBody(p.latent, ctx, &latent); !st.ok()) return st;
-  Put<uint32_t>(&out, static_cast<uint32_t>(latent.size()));
+  PutScalar<uint32_t>(&out, static_cast<uint32_t>(latent.size()));
   out += latent;
   AppendInnovation(p.innovation, &out);
   return out;
@@ -181,7 +154,7 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
 absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64_t dim,
                                            const codecs::DenseCodec& latent_codec,
                                            size_t latent_size) {
-  Cursor c(body);
+  ByteReader c(body);
   uint32_t length = 0;
   uint8_t index_bits = 0;
   if (!c.Get(&length) || !c.Get(&index_bits)) return Truncated("header");
@@ -210,7 +183,7 @@ absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64
   if (absl::Status st = latent_codec.DecodeBody(latent, p.latent); !st.ok()) return st;
   auto inn = ReadInnovation(&c, length);
   if (!inn.ok()) return inn.status();
-  if (!c.rest().empty()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
+  if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
   p.innovation = std::move(inn).value();
   return p;
 }
@@ -225,10 +198,10 @@ absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation) 
 }
 
 absl::StatusOr<std::vector<float>> DecodeInnovation(std::span<const uint8_t> body, size_t length) {
-  Cursor c(body);
+  ByteReader c(body);
   auto inn = ReadInnovation(&c, length);
   if (!inn.ok()) return inn.status();
-  if (!c.rest().empty()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
+  if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
   return inn;
 }
 

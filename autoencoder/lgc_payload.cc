@@ -105,7 +105,10 @@ std::vector<float> Gather(std::span<const float> u, std::span<const uint32_t> su
 
 std::vector<float> Innovation(std::span<const float> u, std::span<const uint32_t> support,
                               size_t k_inn) {
-  const std::vector<float> v = Gather(u, support);
+  return InnovationOfValues(Gather(u, support), k_inn);
+}
+
+std::vector<float> InnovationOfValues(std::span<const float> v, size_t k_inn) {
   k_inn = std::min(k_inn, v.size());
   std::vector<uint32_t> pos(v.size());
   std::iota(pos.begin(), pos.end(), 0u);

@@ -37,6 +37,8 @@ std::vector<float> Gather(std::span<const float> u, std::span<const uint32_t> su
 // elsewhere (length support.size()).
 std::vector<float> Innovation(std::span<const float> u, std::span<const uint32_t> support,
                               size_t k_inn);
+// The same from the values on the support (v = Gather(u, support)).
+std::vector<float> InnovationOfValues(std::span<const float> v, size_t k_inn);
 
 // Error feedback of LGC-PS: the support counts as sent (the coordinator rebuilds those
 // values from the latent), everything else stays. `u` is update + old residual; the new

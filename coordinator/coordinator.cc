@@ -9,6 +9,8 @@
 #include <fstream>
 #include <random>
 
+#include "autoencoder/lgc_plan.h"
+#include "codecs/crc32c.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "coordinator/checkpoint.h"
@@ -32,7 +34,14 @@ absl::Status CoordinatorOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
   }
-  if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
+  auto lgc = autoencoder::ParseLgcSpec(plan.codec);
+  if (!lgc.ok()) return lgc.status();
+  if (!lgc->has_value()) {
+    if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
+  } else if (plan.warmup_codecs.empty()) {
+    return absl::InvalidArgumentError(
+        "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
+  }
   for (const std::string& spec : plan.warmup_codecs) {
     if (auto c = codecs::MakeCodec(spec); !c.ok()) {
       return absl::InvalidArgumentError(
@@ -52,7 +61,8 @@ absl::Status CoordinatorOptions::Validate() const {
 }
 
 std::string CoordinatorOptions::JobKey(uint64_t dim) const {
-  std::string key = StrCat(model, "/", dim, "/", codecs::MakeCodec(plan.codec).value()->wire_spec(),
+  auto codec = codecs::MakeCodec(plan.codec);
+  std::string key = StrCat(model, "/", dim, "/", codec.ok() ? (*codec)->wire_spec() : plan.codec,
                            "/seed", init_seed);
   for (const std::string& spec : plan.warmup_codecs) {
     StrAppend(&key, "/warmup:", codecs::MakeCodec(spec).value()->wire_spec());
@@ -104,6 +114,17 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->service_ =
       std::make_unique<CoordinatorService>(c->engine_.get(), c->metrics_.get(), job, o.insecure);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
+  if (auto lgc = autoencoder::ParseLgcSpec(o.plan.codec); lgc.ok() && lgc->has_value()) {
+    const uint64_t next = c->engine_->current_round();
+    auto d = LgcDriver::Create(**lgc, o.plan.warmup_codecs.size(), c->eval_model_->dim(),
+                               o.state_dir, next - 1, o.init_seed, o.ae_device);
+    if (!d.ok()) return d.status();
+    c->lgc_ = std::move(d).value();
+    c->service_->SetRoundDecorator(
+        [cp = c.get()](const std::string& client, protos::RoundStart* s) {
+          cp->DecorateRoundStart(client, s);
+        });
+  }
   return c;
 }
 
@@ -184,6 +205,39 @@ absl::Status Coordinator::Run() {
   return absl::OkStatus();
 }
 
+std::string Coordinator::ChooseLeader(const std::vector<std::string>& participants,
+                                      const std::set<std::string>& tried) const {
+  std::vector<std::string> open;
+  for (const std::string& p : participants) {
+    if (!tried.count(p)) open.push_back(p);
+  }
+  if (open.empty()) return "";
+  if (!options_.lgc_leader.empty() &&
+      std::find(open.begin(), open.end(), options_.lgc_leader) != open.end()) {
+    return options_.lgc_leader;
+  }
+  std::sort(open.begin(), open.end());
+  std::string best = open.front();
+  double best_bps = service_->LinkBytesPerSecond(best);
+  for (const std::string& p : open) {
+    const double bps = service_->LinkBytesPerSecond(p);
+    if (bps > best_bps) {
+      best = p;
+      best_bps = bps;
+    }
+  }
+  return best;
+}
+
+void Coordinator::DecorateRoundStart(const std::string& client, protos::RoundStart* s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lgc_round_.round != s->round() || lgc_round_.stage < 2) return;
+  s->set_lgc_stage(static_cast<uint32_t>(lgc_round_.stage));
+  s->set_lgc_support(lgc_round_.support);
+  s->set_lgc_leader(client == lgc_round_.leader);
+  if (lgc_round_.stage == 3) s->set_lgc_encoder_version(LgcDriver::kEncoderVersion);
+}
+
 absl::Status Coordinator::RunRound() {
   const CoordinatorOptions& o = options_;
   // Quorum.
@@ -211,22 +265,94 @@ absl::Status Coordinator::RunRound() {
   service_->traffic().uplink_wire = 0;
   service_->traffic().uplink_raw = 0;
   service_->traffic().downlink = 0;
-  if (absl::Status st = engine_->OpenRound(connected, deadline); !st.ok()) return st;
   const uint64_t round = engine_->current_round();
+  const int stage = lgc_ ? lgc_->Stage(round) : 0;
+  RoundEngine::PayloadValidator validator;
+  std::set<std::string> tried;
+  std::string leader;
+  if (stage >= 2) {
+    leader = ChooseLeader(connected, tried);
+    tried.insert(leader);
+    validator = [this, round](const std::string&, std::string_view spec,
+                              std::span<const uint8_t> body) {
+      return lgc_->Validate(round, spec, body);
+    };
+    if (stage == 3 && !encoder_published_) {
+      auto blob = std::make_shared<ModelBlob>();
+      blob->version = LgcDriver::kEncoderVersion;
+      blob->bytes = lgc_->EncoderBytes();
+      blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+      service_->SetEncoderBlob(std::move(blob));
+      encoder_published_ = true;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    lgc_round_ = {round, stage, leader, lgc_->SupportBytes()};
+  }
+  std::vector<float> before;
+  if (stage == 1) before = engine_->ModelVector();
+  if (absl::Status st = engine_->OpenRound(connected, deadline, validator); !st.ok()) return st;
   metrics_->SetRound(round);
   for (const std::string& c : connected) service_->SendRoundStart(c);
 
+  const auto opened = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_ && Clock::now() < deadline && !engine_->AllComplete()) {
       cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+      if (stage != 3) continue;
+      // A compressed round needs its leader's latent: when the leader has gone, or has
+      // not delivered by half the round's time, the next best participant leads.
+      lock.unlock();
+      const auto payloads = engine_->Payloads();
+      const auto live = service_->Connected();
+      const bool delivered =
+          payloads.count(leader) && payloads.at(leader).spec == autoencoder::kLeaderSpec;
+      const bool gone = std::find(live.begin(), live.end(), leader) == live.end();
+      const bool late = Clock::now() - opened > (deadline - opened) / 2;
+      std::string next;
+      if (!delivered && (gone || late)) {
+        std::vector<std::string> candidates;
+        for (const std::string& c : connected) {
+          if (std::find(live.begin(), live.end(), c) != live.end()) candidates.push_back(c);
+        }
+        next = ChooseLeader(candidates, tried);
+      }
+      lock.lock();
+      if (!next.empty()) {
+        tried.insert(next);
+        leader = next;
+        lgc_round_.leader = next;
+        lock.unlock();
+        protos::ServerEvent e;
+        e.mutable_promote()->set_round(round);
+        e.mutable_promote()->set_encoder_version(LgcDriver::kEncoderVersion);
+        service_->Push(next, e);
+        std::fprintf(stderr, "coordinator: round %llu: leader %s promoted\n",
+                     static_cast<unsigned long long>(round), next.c_str());
+        lock.lock();
+      }
     }
   }
   if (stop_) return absl::OkStatus();
   const bool hit_deadline = !engine_->AllComplete();
-  CommitResult commit = engine_->Commit();
-
+  CommitResult commit;
   RoundReport rep;
+  rep.lgc_stage = lgc_ ? (stage == 0 ? 1 : stage) : 0;
+  if (stage >= 2) {
+    engine_->Freeze();
+    const auto t0 = Clock::now();
+    auto outcome = lgc_->Aggregate(round, leader, engine_->Payloads());
+    if (!outcome.ok()) return outcome.status();
+    rep.ae_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    rep.ae_reconstruction = outcome->ae_reconstruction;
+    rep.ae_similarity = outcome->ae_similarity;
+    rep.lgc_leader = leader;
+    commit = engine_->CommitWith(outcome->delta, outcome->counted);
+  } else {
+    commit = engine_->Commit();
+    if (lgc_) lgc_->ObservePlainRound(before, engine_->ModelVector());
+  }
+
   rep.round = commit.round;
   rep.participants = commit.participants;
   rep.stragglers = commit.stragglers;
@@ -243,6 +369,10 @@ absl::Status Coordinator::RunRound() {
     rep.loss = ev->loss;
     last_accuracy_ = ev->accuracy;
     metrics_->SetGlobalEval(ev->accuracy, ev->loss);
+  }
+  // The LGC state of this round goes first: a restart loads the one of the checkpoint.
+  if (lgc_) {
+    if (absl::Status st = lgc_->Save(commit.round); !st.ok()) return st;
   }
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;
@@ -270,6 +400,9 @@ absl::Status Coordinator::RunRound() {
       << ", \"raw_uplink_bytes\": " << rep.raw_uplink_bytes
       << ", \"downlink_bytes\": " << rep.downlink_bytes << ", \"seconds\": " << rep.seconds
       << ", \"participants\": " << rep.participants << ", \"stragglers\": " << rep.stragglers
+      << ", \"lgc_stage\": " << rep.lgc_stage << ", \"lgc_leader\": \"" << rep.lgc_leader
+      << "\", \"ae_reconstruction\": " << rep.ae_reconstruction
+      << ", \"ae_similarity\": " << rep.ae_similarity << ", \"ae_seconds\": " << rep.ae_seconds
       << "}\n";
   std::fprintf(
       stderr,

@@ -8,11 +8,14 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/lgc_driver.h"
 #include "coordinator/round_engine.h"
+#include "protos/fedlgc.pb.h"
 
 namespace grpc {
 class Server;
@@ -44,10 +47,12 @@ struct CoordinatorOptions {
   RoundPlan plan;
   float server_lr = 1.0f;
   float server_momentum = 0.0f;
-  double ratio_target = 0;                  // exported for the compression-ratio alert; 0: none
-  double linger_s = 0;                      // seconds to keep serving /metrics after the last round
-  uint32_t eval_every = 1;                  // 0: never
-  size_t eval_limit = 0;                    // test examples (0 = all)
+  double ratio_target = 0;         // exported for the compression-ratio alert; 0: none
+  std::string lgc_leader;          // LGC jobs: the leader client; empty: the best measured link
+  std::string ae_device = "auto";  // where the LGC autoencoder trains
+  double linger_s = 0;             // seconds to keep serving /metrics after the last round
+  uint32_t eval_every = 1;         // 0: never
+  size_t eval_limit = 0;           // test examples (0 = all)
   std::string test_data = "fashion-mnist";  // or "synthetic:N"
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   // TLS: CA for client certificates, server certificate and key.
@@ -68,6 +73,10 @@ struct RoundReport {
   uint64_t uplink_bytes = 0, raw_uplink_bytes = 0, downlink_bytes = 0;
   double seconds = 0;
   int participants = 0, stragglers = 0;
+  int lgc_stage = 0;  // LGC jobs: 1 warm-up, 2 autoencoder training, 3 compressed
+  std::string lgc_leader;
+  double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: the step's losses
+  double ae_seconds = 0;                              // stage 2: time of the step
 };
 
 // Thread-safe: Run on one thread, Stop from any.
@@ -92,6 +101,11 @@ class Coordinator {
   explicit Coordinator(CoordinatorOptions options);
   absl::Status RunRound();
   void WakeUp();
+  // LGC: the leader among `participants` (--lgc-leader, else the best measured link),
+  // skipping `tried`; empty when none is left.
+  std::string ChooseLeader(const std::vector<std::string>& participants,
+                           const std::set<std::string>& tried) const;
+  void DecorateRoundStart(const std::string& client, protos::RoundStart* s);
 
   CoordinatorOptions options_;
   std::unique_ptr<monitoring::Metrics> metrics_;
@@ -107,6 +121,16 @@ class Coordinator {
   std::condition_variable cv_;
   std::vector<RoundReport> reports_;
   double last_accuracy_ = -1;
+  // LGC jobs only.
+  std::unique_ptr<LgcDriver> lgc_;
+  struct LgcRound {
+    uint64_t round = 0;
+    int stage = 0;
+    std::string leader;
+    std::string support;  // bytes for RoundStart
+  };
+  LgcRound lgc_round_;  // guarded by mu_
+  bool encoder_published_ = false;
 };
 
 }  // namespace fedlgc::coordinator

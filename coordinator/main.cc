@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   flags.Add("chunk-bytes", &o.plan.max_chunk_bytes, "largest update chunk");
   flags.Add("server-lr", &o.server_lr, "server learning rate (1 = FedAvg)");
   flags.Add("server-momentum", &o.server_momentum, "server momentum");
+  flags.Add("lgc-leader", &o.lgc_leader,
+            "LGC jobs: the leader client (default: the best measured link)");
+  flags.Add("ae-device", &o.ae_device, "LGC jobs: where the autoencoder trains (cpu, cuda, auto)");
   flags.Add("linger", &o.linger_s,
             "seconds to keep serving /metrics after the last round (for a last scrape)");
   flags.Add("ratio-target", &o.ratio_target,

@@ -80,7 +80,7 @@ void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
 }
 
 absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants,
-                                    Clock::time_point deadline) {
+                                    Clock::time_point deadline, PayloadValidator validator) {
   std::lock_guard<std::mutex> lock(mu_);
   if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
   auto r = std::make_unique<Round>();
@@ -90,6 +90,7 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   r->weight.assign(state_.model.size(), 0.0f);
   r->opened = Clock::now();
   r->deadline = deadline;
+  r->validator = std::move(validator);
   round_ = std::move(r);
   return absl::OkStatus();
 }
@@ -121,7 +122,27 @@ std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
   return held;
 }
 
+std::optional<ChunkResult> RoundEngine::ParticipantOrQuery(const ChunkIn& c) const {
+  if (round_->participants.count(c.client_id) == 0) {
+    return Reject(absl::FailedPreconditionError(
+                      StrCat("client ", c.client_id, " is not a participant of round ", c.round)),
+                  "not_participant");
+  }
+  if (!c.frame.empty()) return std::nullopt;
+  ChunkResult r;  // a query: report what is held
+  auto it = round_->updates.find(c.client_id);
+  if (it != round_->updates.end() && it->second.update_id == c.update_id) {
+    r.held = HeldList(it->second);
+  }
+  return r;
+}
+
 ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
+  const bool payload_mode = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return round_ && round_->validator && c.round == round_->number;
+  }();
+  if (payload_mode) return AcceptPayload(c);
   uint64_t dim = 0;
   const codecs::Codec* decoder = nullptr;
   {
@@ -133,18 +154,8 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
                      : StrCat("round ", c.round, " is closed; no round is open")),
           "wrong_round");
     }
-    if (round_->participants.count(c.client_id) == 0) {
-      return Reject(absl::FailedPreconditionError(
-                        StrCat("client ", c.client_id, " is not a participant of round ", c.round)),
-                    "not_participant");
-    }
+    if (auto early = ParticipantOrQuery(c)) return *early;
     auto it = round_->updates.find(c.client_id);
-    if (c.frame.empty()) {  // a query: report what is held
-      ChunkResult r;
-      if (it != round_->updates.end() && it->second.update_id == c.update_id)
-        r.held = HeldList(it->second);
-      return r;
-    }
     if (c.chunk_count == 0 || c.chunk_count > options_.max_chunks_per_update ||
         c.chunk_index >= c.chunk_count) {
       return Reject(absl::InvalidArgumentError(
@@ -248,16 +259,33 @@ bool RoundEngine::AllComplete() const {
 
 CommitResult RoundEngine::Commit() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!round_) return CommitResult{};
+  // Weighted mean per coordinate over the chunks that arrived.
+  const Round& r = *round_;
+  std::vector<float> delta(state_.model.size());
+  for (size_t i = 0; i < delta.size(); ++i) {
+    delta[i] = r.weight[i] > 0 ? static_cast<float>(r.sum[i] / r.weight[i]) : 0.0f;
+  }
+  return Close(delta, [](const std::string&) { return true; });
+}
+
+CommitResult RoundEngine::CommitWith(std::span<const float> delta,
+                                     const std::set<std::string>& counted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!round_) return CommitResult{};
+  return Close(delta, [&](const std::string& c) { return counted.count(c) > 0; });
+}
+
+CommitResult RoundEngine::Close(std::span<const float> delta,
+                                const std::function<bool(const std::string&)>& counted) {
   CommitResult res;
-  if (!round_) return res;
   Round& r = *round_;
   res.round = r.number;
-  // Weighted mean per coordinate over the chunks that arrived; server SGD with momentum.
+  // Server SGD with momentum.
   const float lr = options_.server_lr;
   const float mu = options_.server_momentum;
   for (size_t i = 0; i < state_.model.size(); ++i) {
-    const float delta = r.weight[i] > 0 ? static_cast<float>(r.sum[i] / r.weight[i]) : 0.0f;
-    state_.momentum[i] = mu * state_.momentum[i] + delta;
+    state_.momentum[i] = mu * state_.momentum[i] + delta[i];
     state_.model[i] += lr * state_.momentum[i];
   }
   for (const std::string& p : r.participants) {
@@ -267,9 +295,9 @@ CommitResult RoundEngine::Commit() {
     if (it != r.updates.end()) {
       rc.update_id = it->second.update_id;
       rc.chunk_count = it->second.chunk_count;
-      rc.counted = HeldList(it->second);
+      if (counted(p)) rc.counted = HeldList(it->second);
       if (!rc.counted.empty()) ++res.participants;
-      if (it->second.held_count != it->second.chunk_count) ++res.stragglers;
+      if (it->second.held_count != it->second.chunk_count || rc.counted.empty()) ++res.stragglers;
       auto& history = state_.receipts[p];
       history.push_back(rc);
       if (history.size() > kReceiptHistory) history.erase(history.begin());
@@ -284,6 +312,80 @@ CommitResult RoundEngine::Commit() {
   round_.reset();
   PublishModelLocked();
   return res;
+}
+
+void RoundEngine::Freeze() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (round_) round_->frozen = true;
+}
+
+std::map<std::string, RoundEngine::Payload> RoundEngine::Payloads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, Payload> out;
+  if (!round_) return out;
+  for (const auto& [client, u] : round_->updates) {
+    if (u.held_count == u.chunk_count) out[client] = u.payload;
+  }
+  return out;
+}
+
+ChunkResult RoundEngine::AcceptPayload(const ChunkIn& c) {
+  PayloadValidator validator;
+  uint64_t dim = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!round_ || c.round != round_->number || round_->frozen) {
+      return Reject(absl::FailedPreconditionError(StrCat("round ", c.round, " is not open")),
+                    "wrong_round");
+    }
+    if (auto early = ParticipantOrQuery(c)) return *early;
+    auto it = round_->updates.find(c.client_id);
+    if (c.chunk_count != 1 || c.chunk_index != 0) {
+      return Reject(absl::InvalidArgumentError("an LGC update is one chunk"), "bad_chunk_index");
+    }
+    if (c.num_samples == 0) {
+      return Reject(absl::InvalidArgumentError("num_samples must be > 0"), "malformed");
+    }
+    if (it != round_->updates.end() && it->second.update_id == c.update_id) {
+      ChunkResult r;
+      r.duplicate = true;
+      r.reason = "duplicate";
+      r.held = HeldList(it->second);
+      return r;
+    }
+    validator = round_->validator;
+    dim = state_.model.size();
+  }
+  auto view = codecs::ParseFrame(c.frame, options_.frame_limits);
+  if (!view.ok()) return Reject(view.status(), ReasonFor(view.status()));
+  if (view->dim != dim || view->begin != 0 || view->length != dim) {
+    return Reject(absl::OutOfRangeError(
+                      StrCat("an LGC frame covers the whole model (", dim, " coordinates)")),
+                  "range");
+  }
+  if (absl::Status st = validator(c.client_id, view->spec, view->body); !st.ok()) {
+    return Reject(
+        st, absl::IsInvalidArgument(st) && st.message().find("codec") == 0 ? "codec" : "malformed");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!round_ || c.round != round_->number || round_->frozen) {
+    return Reject(absl::FailedPreconditionError(StrCat("round ", c.round, " closed meanwhile")),
+                  "wrong_round");
+  }
+  // A new update replaces an earlier one (a promoted leader resends as leader).
+  Update& u = round_->updates[c.client_id];
+  u.update_id = c.update_id;
+  u.chunk_count = 1;
+  u.held.assign(1, true);
+  u.held_count = 1;
+  u.payload.spec = std::string(view->spec);
+  u.payload.body.assign(reinterpret_cast<const char*>(view->body.data()), view->body.size());
+  u.payload.num_samples = c.num_samples;
+  ChunkResult r;
+  r.coordinates = view->length;
+  r.held = {0};
+  r.codec = options_.plan.CodecFor(c.round);
+  return r;
 }
 
 std::shared_ptr<const ModelBlob> RoundEngine::model() const {

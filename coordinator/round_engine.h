@@ -10,11 +10,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -129,8 +131,13 @@ class RoundEngine {
   void Register(const std::string& client_id, uint64_t num_samples);
 
   // Opens round next_round with `participants`, closing at `deadline`. REQUIRES: no
-  // round is open.
-  absl::Status OpenRound(const std::vector<std::string>& participants, Clock::time_point deadline);
+  // round is open. In payload mode (LGC rounds) chunks are not decoded: each client sends
+  // one frame whose body `validator` checks and the engine keeps for the driver, which
+  // aggregates them itself (CommitWith); a client's new update replaces its earlier one.
+  using PayloadValidator = std::function<absl::Status(
+      const std::string& client, std::string_view spec, std::span<const uint8_t> body)>;
+  absl::Status OpenRound(const std::vector<std::string>& participants, Clock::time_point deadline,
+                         PayloadValidator validator = nullptr);
   uint64_t current_round() const;  // open round, or the next one to open
   // The open round as `client_id` should start it; nullopt when no round is open or the
   // client does not take part. The seed (codec randomness, data order) is per client.
@@ -145,6 +152,19 @@ class RoundEngine {
   // Closes the open round: averages, applies the optimizer, bumps the model version.
   CommitResult Commit();
 
+  // Payload mode: the frames held so far (client -> spec, body, FedAvg weight).
+  struct Payload {
+    std::string spec;
+    std::string body;
+    uint64_t num_samples = 0;
+  };
+  std::map<std::string, Payload> Payloads() const;
+  // Payload mode: refuses further chunks of the open round (the driver aggregates now).
+  void Freeze();
+  // Payload mode: closes the round applying `delta` (the driver's aggregate) through the
+  // optimizer; the updates of `counted` clients count, the others get empty receipts.
+  CommitResult CommitWith(std::span<const float> delta, const std::set<std::string>& counted);
+
   std::shared_ptr<const ModelBlob> model() const;
   std::vector<float> ModelVector() const;
   EngineState Snapshot() const;
@@ -158,6 +178,7 @@ class RoundEngine {
     uint32_t chunk_count = 0;
     std::vector<bool> held;
     uint32_t held_count = 0;
+    Payload payload;  // payload mode
   };
   struct Round {
     uint64_t number = 0;
@@ -166,9 +187,21 @@ class RoundEngine {
     std::vector<double> sum;
     std::vector<float> weight;
     Clock::time_point opened, deadline;
+    PayloadValidator validator;  // set: payload mode
+    bool frozen = false;
   };
 
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ChunkResult AcceptPayload(const ChunkIn& c);
+  // A refusal for a non-participant, or the answer to a query (empty frame); nullopt
+  // for a chunk to accept. REQUIRES: the round is open, mu_ held.
+  std::optional<ChunkResult> ParticipantOrQuery(const ChunkIn& c) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies a mean update, writes receipts (counted(client) says whether a held update
+  // counts) and closes the round.
+  CommitResult Close(std::span<const float> delta,
+                     const std::function<bool(const std::string&)>& counted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::vector<uint32_t> HeldList(const Update& u);
 
   const EngineOptions options_;

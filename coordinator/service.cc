@@ -88,8 +88,13 @@ class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk
   static constexpr uint64_t kChunkBytes = 1 << 20;
 
   DownloadReactor(CoordinatorService* svc, std::string client,
-                  std::shared_ptr<const ModelBlob> blob, uint64_t offset)
-      : svc_(svc), client_(std::move(client)), blob_(std::move(blob)), offset_(offset) {
+                  std::shared_ptr<const ModelBlob> blob, uint64_t offset, bool measure)
+      : svc_(svc),
+        client_(std::move(client)),
+        blob_(std::move(blob)),
+        offset_(offset),
+        measure_(measure && offset == 0),
+        start_(std::chrono::steady_clock::now()) {
     if (offset_ > 0) svc_->metrics()->AddResume(client_, "download");
     Next();
   }
@@ -110,6 +115,11 @@ class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk
   void Next() {
     const uint64_t total = blob_->bytes.size();
     if (offset_ >= total) {
+      if (measure_) {
+        svc_->RecordDownload(
+            client_, total,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+      }
       Finish(grpc::Status::OK);
       return;
     }
@@ -126,6 +136,8 @@ class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk
   const std::string client_;
   const std::shared_ptr<const ModelBlob> blob_;
   uint64_t offset_;
+  const bool measure_;  // a whole model download: its time measures the link
+  const std::chrono::steady_clock::time_point start_;
   protos::ModelChunk out_;
 };
 
@@ -310,6 +322,7 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   s->set_lr(plan.lr);
   s->set_batch_size(plan.batch_size);
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
+  if (decorate_) decorate_(client, s);
   s->set_seed(info->seed);
   const auto left = info->deadline - Clock::now();
   const auto deadline = std::chrono::system_clock::now() +
@@ -350,12 +363,45 @@ void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
   for (const auto& [id, r] : streams_) r->Push(done_event_);
 }
 
+void CoordinatorService::SetEncoderBlob(std::shared_ptr<const ModelBlob> blob) {
+  std::lock_guard<std::mutex> lock(mu_);
+  encoder_ = std::move(blob);
+}
+
+double CoordinatorService::LinkBytesPerSecond(const std::string& client) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = link_bps_.find(client);
+  return it == link_bps_.end() ? 0.0 : it->second;
+}
+
+void CoordinatorService::RecordDownload(const std::string& client, uint64_t bytes, double seconds) {
+  if (!(seconds > 0)) return;
+  const double bps = static_cast<double>(bytes) / seconds;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, fresh] = link_bps_.try_emplace(client, bps);
+  if (!fresh) it->second = 0.5 * it->second + 0.5 * bps;
+}
+
 grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
     grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) {
   auto id = Identity(ctx, req->client_id());
   if (!id.ok())
     return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(ToGrpc(id.status()));
-  auto blob = engine_->model();
+  std::shared_ptr<const ModelBlob> blob;
+  if (req->blob() == "encoder") {
+    std::lock_guard<std::mutex> lock(mu_);
+    blob = encoder_;
+    if (!blob) {
+      return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
+          grpc::Status(grpc::StatusCode::NOT_FOUND, "no LGC encoder is served"));
+    }
+  } else if (req->blob().empty()) {
+    blob = engine_->model();
+  } else {
+    metrics_->AddRejected("malformed");
+    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT, StrCat("unknown blob '", req->blob(), "'")));
+  }
   if (req->version() != blob->version) {
     return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
         grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -367,7 +413,7 @@ grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
     return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
         grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "offset past the end of the model"));
   }
-  return new DownloadReactor(this, *id, std::move(blob), req->offset());
+  return new DownloadReactor(this, *id, std::move(blob), req->offset(), req->blob().empty());
 }
 
 grpc::ServerReadReactor<protos::UpdateChunk>* CoordinatorService::UploadUpdate(

@@ -63,6 +63,16 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   RoundTraffic& traffic() { return traffic_; }
   // Set by the driver: a chunk arrived (wakes the round loop early).
   void SetChunkCallback(std::function<void()> f) { on_chunk_ = std::move(f); }
+  // Set by the driver before serving: adds mode fields (LGC) to a client's RoundStart.
+  void SetRoundDecorator(std::function<void(const std::string&, protos::RoundStart*)> f) {
+    decorate_ = std::move(f);
+  }
+  // The LGC encoder served by DownloadModel with blob "encoder".
+  void SetEncoderBlob(std::shared_ptr<const ModelBlob> blob);
+  // Measured downlink throughput of a client (bytes/s of its last full model download,
+  // smoothed); 0 when unknown.
+  double LinkBytesPerSecond(const std::string& client) const;
+  void RecordDownload(const std::string& client, uint64_t bytes, double seconds);
 
   // Called by reactors.
   absl::StatusOr<std::string> Identity(grpc::CallbackServerContext* ctx,
@@ -85,7 +95,10 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   const bool insecure_;
   RoundTraffic traffic_;
   std::function<void()> on_chunk_;
+  std::function<void(const std::string&, protos::RoundStart*)> decorate_;
   mutable std::mutex mu_;
+  std::shared_ptr<const ModelBlob> encoder_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> link_bps_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   protos::ServerEvent done_event_ ABSL_GUARDED_BY(mu_);

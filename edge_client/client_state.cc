@@ -1,7 +1,10 @@
-// Client state file: u32 magic 'FLCS', u32 version 1, str codec, floats residual,
-// u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n],
-// CRC32C (core/atomic_file.h).
+// Client state file: u32 magic 'FLCS', u32 version 2, str codec, floats residual,
+// u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
+// u32 lgc_stage, str lgc_support (u32 each), floats lgc_values], CRC32C
+// (core/atomic_file.h). Version 1 files (no LGC fields) still load.
 #include "edge_client/client_state.h"
+
+#include <cstring>
 
 #include "codecs/str.h"
 #include "core/atomic_file.h"
@@ -9,7 +12,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -27,6 +30,10 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
     w.U64(p.num_samples);
     w.U32(static_cast<uint32_t>(p.frames.size()));
     for (const std::string& f : p.frames) w.Str(f);
+    w.U32(p.lgc_stage);
+    w.Str(std::string_view(reinterpret_cast<const char*>(p.lgc_support.data()),
+                           p.lgc_support.size() * 4));
+    w.Floats(p.lgc_values);
   }
   return core::AtomicWriteFile(path, w.Finish());
 }
@@ -41,7 +48,7 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
   core::StateReader& r = *reader;
   auto corrupt = [&] { return absl::DataLossError(StrCat(path, ": malformed client state")); };
   uint32_t magic, version, has;
-  if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic || version != kVersion)
+  if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic || version < 1 || version > kVersion)
     return corrupt();
   if (!r.Str(&s.codec) || !r.Floats(&s.residual) || !r.U32(&has)) return corrupt();
   if (has) {
@@ -54,6 +61,16 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
     p.frames.resize(n);
     for (std::string& f : p.frames) {
       if (!r.Str(&f, 64u << 20)) return corrupt();
+    }
+    if (version >= 2) {
+      std::string support;
+      if (!r.U32(&p.lgc_stage) || !r.Str(&support, 1u << 30) || support.size() % 4 != 0 ||
+          !r.Floats(&p.lgc_values)) {
+        return corrupt();
+      }
+      p.lgc_support.resize(support.size() / 4);
+      std::memcpy(p.lgc_support.data(), support.data(), support.size());
+      if (p.lgc_values.size() != p.lgc_support.size()) return corrupt();
     }
     s.pending = std::move(p);
   }

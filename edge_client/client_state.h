@@ -20,6 +20,11 @@ struct PendingUpdate {
   uint64_t update_id = 0;
   uint64_t num_samples = 0;
   std::vector<std::string> frames;  // chunk i is frames[i]
+  // LGC rounds: the stage, the round's support and the values sent on it (restored into
+  // the residual when the update does not count). lgc_stage 0: a codec update.
+  uint32_t lgc_stage = 0;
+  std::vector<uint32_t> lgc_support;
+  std::vector<float> lgc_values;
 };
 
 struct ClientState {

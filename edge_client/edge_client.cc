@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
+#include "autoencoder/lgc_payload.h"
+#include "codecs/dense_codec.h"
 #include "codecs/error_feedback.h"
+#include "codecs/frame.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/atomic_file.h"
@@ -151,11 +155,22 @@ absl::Status EdgeClient::Join() {
   return absl::OkStatus();
 }
 
+bool EdgeClient::RefreshChannelIfDown() {
+  if (channel_ && channel_->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE) return false;
+  return Connect().ok();
+}
+
 absl::Status EdgeClient::Run() {
   if (absl::Status st = Connect(); !st.ok()) return st;
   int attempt = 0;
   while (!stop_) {
     absl::Status st = Join();
+    if (absl::IsUnavailable(st)) {
+      // A fresh channel: gRPC's own reconnect schedule for a channel whose connects have
+      // failed can leave it down for up to ~20 s after the coordinator is back (measured
+      // here with gRPC 1.51), however often we retry on it.
+      if (absl::Status c = Connect(); !c.ok()) return c;
+    }
     if (st.ok() && job_over_) return absl::OkStatus();
     if (st.ok()) {
       bool done = false;
@@ -197,6 +212,8 @@ absl::Status EdgeClient::EventLoop(bool* done) {
       result = HandleReceipt(event.receipt());
     } else if (event.has_round_start()) {
       result = HandleRound(event.round_start());
+    } else if (event.has_promote()) {
+      result = HandleLgcPromote(event.promote());
     } else if (event.has_done()) {
       *done = true;
       break;
@@ -254,60 +271,68 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
       if (c < counted.size()) counted[c] = true;
     }
   }
-  if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
   uint64_t lost = 0;
-  for (size_t i = 0; i < p.frames.size(); ++i) {
-    if (counted[i]) continue;
-    if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
-    ++lost;
+  if (p.lgc_stage > 0) {
+    // One chunk: it counted or the whole update goes back.
+    if (!counted[0]) {
+      if (absl::Status st = RestorePending(p); !st.ok()) return st;
+      lost = 1;
+    }
+  } else {
+    if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
+    for (size_t i = 0; i < p.frames.size(); ++i) {
+      if (counted[i]) continue;
+      if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
+      ++lost;
+    }
+    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
   }
   if (lost) metrics_->AddChunks(options_.client_id, "lost", lost);
-  state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
   state_.pending.reset();
   return Persist();
+}
+
+absl::Status EdgeClient::RestorePending(const PendingUpdate& p) {
+  if (p.lgc_stage > 0) {
+    if (state_.residual.size() != model_->dim()) state_.residual.assign(model_->dim(), 0.0f);
+    for (size_t j = 0; j < p.lgc_support.size(); ++j) {
+      state_.residual[p.lgc_support[j]] += p.lgc_values[j];
+    }
+    // A codec used again later starts from this residual.
+    if (codec_) codec_->SetResidual(state_.residual);
+    return absl::OkStatus();
+  }
+  if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
+  for (const std::string& f : p.frames) {
+    if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
+  }
+  state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  return absl::OkStatus();
 }
 
 absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
   const auto deadline =
       std::chrono::system_clock::time_point(std::chrono::milliseconds(start.deadline_unix_ms()));
-  if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
+  round_deadline_ = deadline;
   if (state_.pending && (state_.pending->round != start.round() ||
                          state_.pending->model_version != start.model_version())) {
     // An update whose round ended without a receipt reaching us: nothing of it counted
     // as far as we can know, so all of it goes back into the residual.
-    for (const std::string& f : state_.pending->frames) {
-      if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
-    }
-    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+    if (absl::Status st = RestorePending(*state_.pending); !st.ok()) return st;
     state_.pending.reset();
   }
+  if (start.lgc_stage() >= 2) return HandleLgcRound(start);
+  if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
   if (!state_.pending) {
-    auto weights = Download(start.model_version(), deadline);
-    if (!weights.ok()) {
-      // The round moved on (another version is served) or ended: wait for the next one.
-      if (absl::IsNotFound(weights.status()) || absl::IsDeadlineExceeded(weights.status())) {
-        return absl::OkStatus();
-      }
-      return weights.status();
-    }
-    if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
-    core::TrainOptions topts;
-    topts.epochs = static_cast<int>(start.local_epochs());
-    topts.steps = static_cast<int>(start.local_steps());
-    topts.lr = start.lr();
-    topts.batch_size = static_cast<int>(start.batch_size());
-    topts.seed = start.seed();
-    auto trained = model_->Train(*data_, shard_, topts);
-    if (!trained.ok()) return trained.status();
-    metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
-    std::vector<float> update = model_->GetFlat();
-    for (size_t i = 0; i < update.size(); ++i) update[i] -= (*weights)[i];
+    auto update = TrainRound(start, deadline);
+    if (!update.ok()) return update.status();
+    if (update->empty()) return absl::OkStatus();  // the round moved on
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<codecs::Frame> frames;
     codecs::EncodeOptions eopts;
     eopts.seed = start.seed();
     eopts.max_frame_bytes = start.max_chunk_bytes();
-    if (absl::Status st = codec_->Encode(update, eopts, &frames); !st.ok()) return st;
+    if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
     metrics_->ObserveEncodeSeconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     PendingUpdate p;
@@ -320,14 +345,177 @@ absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
     state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
     if (absl::Status st = Persist(); !st.ok()) return st;
   }
+  return UploadPending(start.round(), deadline);
+}
+
+absl::Status EdgeClient::UploadPending(uint64_t round,
+                                       std::chrono::system_clock::time_point deadline) {
   absl::Status st = Upload(deadline);
   if (st.ok() || absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) {
     // Done, or the round closed first: the receipt will say what counted.
     ++rounds_uploaded_;
-    last_round_ = start.round();
+    last_round_ = round;
     return absl::OkStatus();
   }
   return st;
+}
+
+absl::StatusOr<std::vector<float>> EdgeClient::TrainRound(
+    const protos::RoundStart& start, std::chrono::system_clock::time_point deadline) {
+  auto weights = Download(start.model_version(), deadline);
+  if (!weights.ok()) {
+    // The round moved on (another version is served) or ended: wait for the next one.
+    if (absl::IsNotFound(weights.status()) || absl::IsDeadlineExceeded(weights.status())) {
+      return std::vector<float>();
+    }
+    return weights.status();
+  }
+  if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
+  core::TrainOptions topts;
+  topts.epochs = static_cast<int>(start.local_epochs());
+  topts.steps = static_cast<int>(start.local_steps());
+  topts.lr = start.lr();
+  topts.batch_size = static_cast<int>(start.batch_size());
+  topts.seed = start.seed();
+  auto trained = model_->Train(*data_, shard_, topts);
+  if (!trained.ok()) return trained.status();
+  metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
+  last_train_seconds_ = trained->seconds;
+  std::vector<float> update = model_->GetFlat();
+  for (size_t i = 0; i < update.size(); ++i) update[i] -= (*weights)[i];
+  return update;
+}
+
+absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
+  if (lgc_spec_ != start.codec()) {
+    auto plan = autoencoder::ParseLgcSpec(start.codec());
+    if (!plan.ok()) return plan.status();
+    if (!plan->has_value()) {
+      return absl::InvalidArgumentError(StrCat("an LGC round with codec ", start.codec()));
+    }
+    lgc_plan_ = **plan;
+    lgc_spec_ = start.codec();
+  }
+  const std::string& sb = start.lgc_support();
+  if (sb.empty() || sb.size() % 4 != 0) {
+    return absl::InvalidArgumentError("LGC round without a support");
+  }
+  if (!state_.pending) {
+    std::vector<uint32_t> support(sb.size() / 4);
+    std::memcpy(support.data(), sb.data(), sb.size());
+    for (uint32_t i : support) {
+      if (i >= model_->dim()) return absl::InvalidArgumentError("LGC support out of range");
+    }
+    auto update = TrainRound(start, round_deadline_);
+    if (!update.ok()) return update.status();
+    if (update->empty()) return absl::OkStatus();
+    // u = update + residual; the support counts as sent, the rest stays in the residual.
+    std::vector<float>& u = *update;
+    if (state_.residual.size() == u.size()) {
+      for (size_t i = 0; i < u.size(); ++i) u[i] += state_.residual[i];
+    }
+    PendingUpdate p;
+    p.round = start.round();
+    p.model_version = start.model_version();
+    p.update_id = rng_() | 1;
+    p.num_samples = shard_.size();
+    p.lgc_stage = start.lgc_stage();
+    p.lgc_values = autoencoder::Gather(u, support);
+    p.lgc_support = std::move(support);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto frame = LgcFrame(p.lgc_stage, start.lgc_leader(), start.lgc_encoder_version(), u, p,
+                          round_deadline_);
+    if (!frame.ok()) {
+      if (absl::IsDeadlineExceeded(frame.status())) return absl::OkStatus();
+      return frame.status();
+    }
+    metrics_->ObserveEncodeSeconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    p.frames = {std::move(frame).value()};
+    state_.residual = autoencoder::ResidualAfter(u, p.lgc_support);
+    if (codec_) codec_->SetResidual(state_.residual);
+    state_.pending = std::move(p);
+    if (absl::Status st = Persist(); !st.ok()) return st;
+  }
+  return UploadPending(start.round(), round_deadline_);
+}
+
+absl::Status EdgeClient::HandleLgcPromote(const protos::LgcPromote& promote) {
+  if (!state_.pending || state_.pending->round != promote.round() ||
+      state_.pending->lgc_stage != 3 || !lgc_plan_) {
+    return absl::OkStatus();  // nothing of that round here
+  }
+  PendingUpdate& p = *state_.pending;
+  // u again: the residual plus what was taken out for the support.
+  std::vector<float> u = state_.residual;
+  for (size_t j = 0; j < p.lgc_support.size(); ++j) u[p.lgc_support[j]] += p.lgc_values[j];
+  auto frame = LgcFrame(3, true, promote.encoder_version(), u, p, round_deadline_);
+  if (!frame.ok()) {
+    if (absl::IsDeadlineExceeded(frame.status())) return absl::OkStatus();
+    return frame.status();
+  }
+  p.frames = {std::move(frame).value()};
+  p.update_id = rng_() | 1;
+  if (absl::Status st = Persist(); !st.ok()) return st;
+  std::fprintf(stderr, "%s: leading LGC round %llu\n", options_.client_id.c_str(),
+               static_cast<unsigned long long>(promote.round()));
+  return UploadPending(promote.round(), round_deadline_);
+}
+
+absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
+                                                 uint64_t encoder_version, std::span<const float> u,
+                                                 const PendingUpdate& p,
+                                                 std::chrono::system_clock::time_point deadline) {
+  const size_t k = p.lgc_support.size();
+  const size_t k_inn = lgc_plan_->InnovationSize(k);
+  std::string body;
+  std::string_view spec;
+  if (leader) {
+    spec = autoencoder::kLeaderSpec;
+    autoencoder::LeaderPayload lp;
+    lp.support = autoencoder::SelectSupport(u, k);  // the next round's support
+    auto latent_codec = codecs::MakeCodec(stage == 2 ? "fp32" : lgc_plan_->latent);
+    if (!latent_codec.ok()) return latent_codec.status();
+    if (stage == 2) {
+      lp.latent = p.lgc_values;
+      lp.innovation.assign(k, 0.0f);
+    } else {
+      if (!encoder_ || encoder_version_ != encoder_version ||
+          encoder_->length() != static_cast<int64_t>(k)) {
+        auto bytes = DownloadBlob("encoder", encoder_version, deadline);
+        if (!bytes.ok()) return bytes.status();
+        autoencoder::AeOptions ao;
+        ao.device = device_;
+        auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), ao);
+        if (!ae.ok()) return ae.status();
+        if (absl::Status st = (*ae)->LoadEncoder(*bytes); !st.ok()) return st;
+        encoder_ = std::move(ae).value();
+        encoder_version_ = encoder_version;
+      }
+      auto latent = encoder_->Encode(p.lgc_values);
+      if (!latent.ok()) return latent.status();
+      lp.latent = std::move(latent).value();
+      lp.innovation = autoencoder::InnovationOfValues(p.lgc_values, k_inn);
+    }
+    auto encoded = autoencoder::EncodeLeader(
+        lp, model_->dim(), static_cast<const codecs::DenseCodec&>(**latent_codec), p.round);
+    if (!encoded.ok()) return encoded.status();
+    body = std::move(encoded).value();
+  } else if (stage == 2) {
+    spec = autoencoder::kValuesSpec;
+    body.assign(reinterpret_cast<const char*>(p.lgc_values.data()), p.lgc_values.size() * 4);
+  } else {
+    spec = autoencoder::kInnovationSpec;
+    auto encoded =
+        autoencoder::EncodeInnovation(autoencoder::InnovationOfValues(p.lgc_values, k_inn));
+    if (!encoded.ok()) return encoded.status();
+    body = std::move(encoded).value();
+  }
+  std::string frame;
+  const size_t offset = codecs::BeginFrame(spec, model_->dim(), 0, model_->dim(), &frame);
+  frame += body;
+  codecs::FinishFrame(offset, &frame);
+  return frame;
 }
 
 }  // namespace fedlgc::edge_client

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autoencoder/autoencoder.h"
+#include "autoencoder/lgc_plan.h"
 #include "edge_client/client_state.h"
 
 namespace grpc {
@@ -36,6 +38,7 @@ class Metrics;
 }
 namespace fedlgc::protos {
 class RoundStart;
+class LgcPromote;
 class RoundReceipt;
 }  // namespace fedlgc::protos
 
@@ -86,14 +89,35 @@ class EdgeClient {
  private:
   explicit EdgeClient(EdgeClientOptions options);
   absl::Status Connect();
+  // A new channel when the current one is in TRANSIENT_FAILURE (gRPC's own reconnect
+  // schedule can keep it down ~20 s after the coordinator is back); true if replaced.
+  bool RefreshChannelIfDown();
   absl::Status Join();
   // Handles the event stream until it ends; returns OK when the job is done.
   absl::Status EventLoop(bool* done);
   absl::Status HandleRound(const protos::RoundStart& start);
+  // LGC rounds (stage 2 or 3): values on the round's support, as leader or follower.
+  absl::Status HandleLgcRound(const protos::RoundStart& start);
+  // This client leads the LGC round it has an update for now: resend as leader.
+  absl::Status HandleLgcPromote(const protos::LgcPromote& promote);
+  // The frame of an LGC update: `u` the update plus residual, `values` u on the support.
+  absl::StatusOr<std::string> LgcFrame(uint32_t stage, bool leader, uint64_t encoder_version,
+                                       std::span<const float> u, const PendingUpdate& p,
+                                       std::chrono::system_clock::time_point deadline);
+  // Downloads the round's model and trains on it: the update (new - old weights), or an
+  // empty vector when the round moved on meanwhile.
+  absl::StatusOr<std::vector<float>> TrainRound(const protos::RoundStart& start,
+                                                std::chrono::system_clock::time_point deadline);
+  absl::Status UploadPending(uint64_t round, std::chrono::system_clock::time_point deadline);
+  // Adds an update that did not count back into the residual.
+  absl::Status RestorePending(const PendingUpdate& p);
   absl::Status HandleReceipt(const protos::RoundReceipt& receipt);
   // Gives up at `deadline` (the round's) with DeadlineExceeded.
   absl::StatusOr<std::vector<float>> Download(uint64_t version,
                                               std::chrono::system_clock::time_point deadline);
+  // A blob served by DownloadModel ("" the model, "encoder" the LGC encoder), resumable.
+  absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
+                                           std::chrono::system_clock::time_point deadline);
   // Uploads the pending update until the coordinator holds every chunk.
   absl::Status Upload(std::chrono::system_clock::time_point deadline);
   absl::Status EnsureCodec(const std::string& spec);
@@ -110,6 +134,13 @@ class EdgeClient {
   std::unique_ptr<codecs::ErrorFeedback> codec_;
   std::string codec_spec_;
   std::string device_;  // resolved --device, e.g. "cpu" or "cuda:0"
+  // LGC: the job's plan, the encoder (leaders only) and the open round's deadline.
+  std::string lgc_spec_;
+  std::optional<autoencoder::LgcPlan> lgc_plan_;
+  std::unique_ptr<autoencoder::Autoencoder> encoder_;
+  uint64_t encoder_version_ = 0;
+  std::chrono::system_clock::time_point round_deadline_;
+  double last_train_seconds_ = 0;
   ClientState state_;
   std::string state_path_;
   std::mt19937_64 rng_;

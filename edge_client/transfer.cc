@@ -27,6 +27,20 @@ bool Retryable(grpc::StatusCode c) {
 
 absl::StatusOr<std::vector<float>> EdgeClient::Download(
     uint64_t version, std::chrono::system_clock::time_point deadline) {
+  auto blob = DownloadBlob("", version, deadline);
+  if (!blob.ok()) return blob.status();
+  if (blob->size() != model_->dim() * 4) {
+    return absl::DataLossError(
+        StrCat("model download: ", blob->size(), " bytes for ", model_->dim(), " parameters"));
+  }
+  std::vector<float> w(model_->dim());
+  std::memcpy(w.data(), blob->data(), blob->size());
+  return w;
+}
+
+absl::StatusOr<std::string> EdgeClient::DownloadBlob(
+    const std::string& name, uint64_t version, std::chrono::system_clock::time_point deadline) {
+  const char* what = name.empty() ? "model" : name.c_str();
   auto stub = protos::Coordinator::NewStub(channel_);
   std::string blob;
   uint64_t total = 0;
@@ -34,11 +48,12 @@ absl::StatusOr<std::vector<float>> EdgeClient::Download(
   for (int attempt = 0; !stop_; ++attempt) {
     if (std::chrono::system_clock::now() > deadline) {
       return absl::DeadlineExceededError(
-          StrCat("round deadline passed while downloading model ", version));
+          StrCat("round deadline passed while downloading ", what, " ", version));
     }
     if (attempt > 0) {
       metrics_->AddResume(options_.client_id, "download");
       Backoff(attempt - 1);
+      if (RefreshChannelIfDown()) stub = protos::Coordinator::NewStub(channel_);
     }
     grpc::ClientContext ctx;
     PrepareContext(&ctx, options_.call_timeout_s);
@@ -46,6 +61,7 @@ absl::StatusOr<std::vector<float>> EdgeClient::Download(
     req.set_client_id(options_.client_id);
     req.set_version(version);
     req.set_offset(blob.size());
+    req.set_blob(name);
     auto reader = stub->DownloadModel(&ctx, req);
     protos::ModelChunk chunk;
     bool bad = false;
@@ -63,21 +79,17 @@ absl::StatusOr<std::vector<float>> EdgeClient::Download(
       metrics_->AddDownlink(options_.client_id, chunk.data().size(), chunk.data().size());
     }
     const grpc::Status st = reader->Finish();
-    if (bad) return absl::DataLossError("model download: inconsistent chunks");
+    if (bad) return absl::DataLossError(StrCat(what, " download: inconsistent chunks"));
     if (st.ok() && blob.size() == total) {
       if (codecs::Crc32c(blob.data(), blob.size()) != crc) {
         blob.clear();  // corrupted: start over
         continue;
       }
-      if (total != model_->dim() * 4) {
-        return absl::DataLossError(
-            StrCat("model download: ", total, " bytes for ", model_->dim(), " parameters"));
-      }
-      std::vector<float> w(model_->dim());
-      std::memcpy(w.data(), blob.data(), blob.size());
-      return w;
+      return blob;
     }
-    if (!st.ok() && !Retryable(st.error_code())) return FromGrpc(st, "model download");
+    if (!st.ok() && !Retryable(st.error_code())) {
+      return FromGrpc(st, StrCat(what, " download"));
+    }
   }
   return absl::CancelledError("stopped");
 }
@@ -103,6 +115,7 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
     if (attempt > 0) {
       metrics_->AddResume(options_.client_id, "upload");
       Backoff(attempt - 1);
+      if (RefreshChannelIfDown()) stub = protos::Coordinator::NewStub(channel_);
       // Ask what arrived before the break, so only the missing chunks are resent.
       grpc::ClientContext qctx;
       PrepareContext(&qctx, 10);

@@ -176,19 +176,6 @@ TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {
   EXPECT_LT(share, 1e-3);
 }
 
-// An edge client as a child process, with the options the in-process clients get.
-std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,
-                                        int n, int port) {
-  const auto c = ClientDefaults(dir, certs, i, n, port);
-  return std::make_unique<ChildProcess>(
-      std::vector<std::string>{
-          BinPath("fedlgc-edge"), "--server=" + c.server, "--id=" + c.client_id,
-          "--state-dir=" + c.state_dir, "--tls-ca=" + c.tls_ca, "--tls-cert=" + c.tls_cert,
-          "--tls-key=" + c.tls_key, "--data=" + c.data, "--shard=" + std::to_string(i),
-          "--num-shards=" + std::to_string(n), "--backoff-max=0.5"},
-      dir + "/" + c.client_id + ".log");
-}
-
 // The coordinator's count of a client's uplink bytes so far.
 double UplinkBytesOf(coordinator::Coordinator& coord, const std::string& client) {
   double bytes = 0;

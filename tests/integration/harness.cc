@@ -170,4 +170,22 @@ double SumMetric(const std::string& text, const std::string& name) {
   return sum;
 }
 
+std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,
+                                        int n, int port, const std::vector<std::string>& extra) {
+  const auto c = ClientDefaults(dir, certs, i, n, port);
+  std::vector<std::string> argv = {BinPath("fedlgc-edge"),
+                                   "--server=" + c.server,
+                                   "--id=" + c.client_id,
+                                   "--state-dir=" + c.state_dir,
+                                   "--tls-ca=" + c.tls_ca,
+                                   "--tls-cert=" + c.tls_cert,
+                                   "--tls-key=" + c.tls_key,
+                                   "--data=" + c.data,
+                                   "--shard=" + std::to_string(i),
+                                   "--num-shards=" + std::to_string(n),
+                                   "--backoff-max=0.5"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<ChildProcess>(argv, dir + "/" + c.client_id + ".log");
+}
+
 }  // namespace fedlgc::testing

@@ -73,6 +73,12 @@ using core::ChildProcess;
 // Path of a binary built next to this test.
 std::string BinPath(const std::string& name);
 
+// Edge client `i` of `n` as a child process, with the options the in-process clients get
+// (ClientDefaults) plus `extra` flags; its log in dir/client-<i>.log.
+std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,
+                                        int n, int port,
+                                        const std::vector<std::string>& extra = {});
+
 // Reads the coordinator's final model from its checkpoint.
 std::vector<float> CheckpointModel(const std::string& state_dir,
                                    const coordinator::CoordinatorOptions& o);

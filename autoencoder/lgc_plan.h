@@ -1,0 +1,59 @@
+// An LGC job's codec spec and its stages (ALGORITHMS.md section 1, DESIGN.md "LGC"):
+//
+//   lgc(ratio=0.01, innovation=0.01, latent=qsgd(bits=8,bucket=64), train=5,
+//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001)
+//
+// ratio: support size k = ceil(ratio * dim); innovation: k_inn = ceil(innovation * k);
+// latent: a dense codec of the codec library for the latent; train: rounds of stage 2;
+// ae_steps: autoencoder steps per training round, over the batches of the last 8 rounds
+// (newest first): with a few dozen rounds, one step per round would leave it untrained.
+// Stage 1 is the job's --codec-warmup rounds (any codec), stage 2 the next `train`
+// rounds (every client sends its values on the support; the coordinator averages them
+// and takes one autoencoder step), stage 3 the rest (the leader sends the latent of its
+// values, everyone their innovation; the coordinator decodes each client).
+//
+// The support of a round is the leader's top-k from the round before (sent back with its
+// payload), or the top-k of the last aggregate when no leader payload arrived. One round
+// of lag buys single-phase rounds: no client waits for the leader before it can send.
+#ifndef FEDLGC_AUTOENCODER_LGC_PLAN_H_
+#define FEDLGC_AUTOENCODER_LGC_PLAN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace fedlgc::autoencoder {
+
+struct LgcPlan {
+  double ratio = 0.01;
+  double innovation = 0.01;
+  std::string latent = "qsgd/1(bits=8,bucket=64,norm=l2,elias=0)";  // canonical spec
+  uint32_t train_rounds = 5;
+  uint32_t ae_steps = 20;
+  std::string ae_optimizer = "adam";
+  double ae_lr = 1e-3;
+
+  uint64_t SupportSize(uint64_t dim) const;
+  uint64_t InnovationSize(uint64_t support) const;
+};
+
+// nullopt when `spec` is not an lgc(...) spec; an error when it is one but malformed.
+absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec);
+
+// Stage of `round` (from 1) with `warmup` warm-up rounds: 1, 2 or 3.
+inline int LgcStage(const LgcPlan& plan, uint64_t round, uint64_t warmup) {
+  if (round <= warmup) return 1;
+  return round <= warmup + plan.train_rounds ? 2 : 3;
+}
+
+// Frame specs of LGC payloads (the frame's range is the whole model).
+inline constexpr std::string_view kLeaderSpec = "lgc-leader/1";
+inline constexpr std::string_view kValuesSpec = "lgc-values/1";
+inline constexpr std::string_view kInnovationSpec = "lgc-innovation/1";
+
+}  // namespace fedlgc::autoencoder
+
+#endif  // FEDLGC_AUTOENCODER_LGC_PLAN_H_

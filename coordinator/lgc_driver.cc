@@ -1,0 +1,242 @@
+// The coordinator's side of an LGC job (see lgc_driver.h).
+#include "coordinator/lgc_driver.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "autoencoder/lgc_payload.h"
+#include "codecs/registry.h"
+#include "codecs/str.h"
+#include "core/atomic_file.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+constexpr uint32_t kMagic = 0x53474C46;  // "FLGS"
+constexpr uint32_t kVersion = 1;
+
+std::string StatePath(const std::string& dir, uint64_t round) {
+  return StrCat(dir, "/lgc-", round, ".bin");
+}
+
+std::unique_ptr<codecs::DenseCodec> Dense(const std::string& spec) {
+  auto c = codecs::MakeCodec(spec);
+  if (!c.ok()) return nullptr;
+  return std::unique_ptr<codecs::DenseCodec>(dynamic_cast<codecs::DenseCodec*>(c->release()));
+}
+
+absl::StatusOr<std::vector<float>> Floats(std::span<const uint8_t> body, uint64_t n) {
+  if (body.size() != n * 4) {
+    return absl::InvalidArgumentError(
+        StrCat("lgc values: ", body.size(), " bytes for ", n, " values"));
+  }
+  std::vector<float> v(n);
+  std::memcpy(v.data(), body.data(), body.size());
+  for (float x : v) {
+    if (!std::isfinite(x)) return absl::InvalidArgumentError("lgc values: not finite");
+  }
+  return v;
+}
+
+}  // namespace
+
+LgcDriver::LgcDriver(autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim,
+                     std::string state_dir, autoencoder::AeOptions ae_options)
+    : plan_(std::move(plan)),
+      warmup_(warmup),
+      dim_(dim),
+      k_(plan_.SupportSize(dim)),
+      k_inn_(plan_.InnovationSize(k_)),
+      state_dir_(std::move(state_dir)),
+      ae_options_(std::move(ae_options)) {}
+
+absl::StatusOr<std::unique_ptr<LgcDriver>> LgcDriver::Create(autoencoder::LgcPlan plan,
+                                                             uint64_t warmup, uint64_t dim,
+                                                             std::string state_dir,
+                                                             uint64_t committed_round,
+                                                             uint64_t seed, std::string device) {
+  if (warmup == 0) {
+    return absl::InvalidArgumentError(
+        "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
+  }
+  autoencoder::AeOptions ao;
+  ao.optimizer = plan.ae_optimizer;
+  ao.lr = plan.ae_lr;
+  ao.seed = seed;
+  ao.device = std::move(device);
+  std::unique_ptr<LgcDriver> d(
+      new LgcDriver(std::move(plan), warmup, dim, std::move(state_dir), ao));
+  if (d->k_ < autoencoder::kMinLength) {
+    return absl::InvalidArgumentError(StrCat("lgc: a support of ", d->k_,
+                                             " values is below the autoencoder's minimum of ",
+                                             autoencoder::kMinLength));
+  }
+  d->latent_codec_ = Dense(d->plan_.latent);
+  d->fp32_ = Dense("fp32");
+  if (!d->latent_codec_ || !d->fp32_) return absl::InternalError("lgc: codecs unavailable");
+  auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(d->k_), d->ae_options_);
+  if (!ae.ok()) return ae.status();
+  d->ae_ = std::move(ae).value();
+  if (committed_round > 0) {
+    if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
+  }
+  return d;
+}
+
+std::string LgcDriver::SupportBytes() const {
+  return std::string(reinterpret_cast<const char*>(support_.data()), support_.size() * 4);
+}
+
+absl::Status LgcDriver::Validate(uint64_t round, std::string_view spec,
+                                 std::span<const uint8_t> body) const {
+  const int stage = Stage(round);
+  if (spec == autoencoder::kLeaderSpec) {
+    const size_t latent = stage == 2 ? k_ : static_cast<size_t>(ae_->latent_size());
+    const codecs::DenseCodec& codec = stage == 2 ? *fp32_ : *latent_codec_;
+    auto p = autoencoder::DecodeLeader(body, dim_, codec, latent);
+    if (!p.ok()) return p.status();
+    if (p->support.size() != k_) {
+      return absl::InvalidArgumentError(
+          StrCat("lgc: next support of ", p->support.size(), " indices, expected ", k_));
+    }
+    return absl::OkStatus();
+  }
+  if (stage == 2 && spec == autoencoder::kValuesSpec) return Floats(body, k_).status();
+  if (stage == 3 && spec == autoencoder::kInnovationSpec) {
+    return autoencoder::DecodeInnovation(body, k_).status();
+  }
+  return absl::InvalidArgumentError(
+      StrCat("codec: a stage-", stage, " LGC round does not take \"", spec, "\" frames"));
+}
+
+absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
+    uint64_t round, const std::string& leader,
+    const std::map<std::string, RoundEngine::Payload>& payloads) {
+  const int stage = Stage(round);
+  Outcome out;
+  out.delta.assign(dim_, 0.0f);
+  // Per client: its values on the support (stage 2) or its innovation (stage 3).
+  struct Item {
+    std::string client;
+    uint64_t samples;
+    std::vector<float> v;
+  };
+  std::vector<Item> items;
+  std::vector<float> latent;
+  std::vector<uint32_t> next_support;
+  for (const auto& [client, p] : payloads) {
+    const auto body =
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
+    if (p.spec == autoencoder::kLeaderSpec) {
+      const size_t n = stage == 2 ? k_ : static_cast<size_t>(ae_->latent_size());
+      auto lp = autoencoder::DecodeLeader(body, dim_, stage == 2 ? *fp32_ : *latent_codec_, n);
+      if (!lp.ok()) continue;  // validated on arrival; cannot happen
+      if (stage == 2) {
+        items.push_back({client, p.num_samples, std::move(lp->latent)});
+      } else {
+        items.push_back({client, p.num_samples, std::move(lp->innovation)});
+      }
+      // The round's leader (or, without its payload, any leader payload) gives the latent
+      // and the next support.
+      if (client == leader || next_support.empty()) {
+        next_support = std::move(lp->support);
+        if (stage == 3) latent = std::move(lp->latent);
+      }
+    } else if (stage == 2) {
+      auto v = Floats(body, k_);
+      if (v.ok()) items.push_back({client, p.num_samples, std::move(v).value()});
+    } else {
+      auto inn = autoencoder::DecodeInnovation(body, k_);
+      if (inn.ok()) items.push_back({client, p.num_samples, std::move(inn).value()});
+    }
+  }
+  if (stage == 3) {
+    if (latent.empty()) return out;  // no latent: nothing decodes, every client keeps its update
+    out.latent = true;
+    for (Item& it : items) {
+      auto v = ae_->Decode(it.client, latent, it.v);
+      if (!v.ok()) return v.status();
+      it.v = std::move(v).value();
+    }
+  }
+  double total = 0;
+  std::vector<double> sum(k_, 0.0);
+  for (const Item& it : items) {
+    total += static_cast<double>(it.samples);
+    for (uint64_t j = 0; j < k_; ++j) sum[j] += static_cast<double>(it.samples) * it.v[j];
+    out.counted.insert(it.client);
+  }
+  if (total > 0) {
+    for (uint64_t j = 0; j < k_; ++j) out.delta[support_[j]] = static_cast<float>(sum[j] / total);
+  }
+  if (stage == 2 && items.size() >= 2) {
+    std::vector<autoencoder::Sample> batch;
+    for (const Item& it : items) {
+      batch.push_back({it.client, it.v, autoencoder::InnovationOfValues(it.v, k_inn_)});
+    }
+    replay_.push_front(std::move(batch));
+    if (replay_.size() > 8) replay_.pop_back();
+    for (uint32_t s = 0; s < plan_.ae_steps; ++s) {
+      auto losses = ae_->TrainStep(replay_[s % replay_.size()], ae_steps_++);
+      if (!losses.ok()) return losses.status();
+      if (s == 0) {  // the losses on this round's batch before training on it
+        out.ae_reconstruction = losses->reconstruction;
+        out.ae_similarity = losses->similarity;
+      }
+    }
+  }
+  if (next_support.size() == k_) support_ = std::move(next_support);
+  return out;
+}
+
+void LgcDriver::ObservePlainRound(std::span<const float> before, std::span<const float> after) {
+  std::vector<float> change(dim_);
+  for (uint64_t i = 0; i < dim_; ++i) change[i] = after[i] - before[i];
+  support_ = autoencoder::SelectSupport(change, k_);
+}
+
+absl::Status LgcDriver::Save(uint64_t round) const {
+  core::StateWriter w;
+  w.U32(kMagic);
+  w.U32(kVersion);
+  w.U64(round);
+  w.U64(ae_steps_);
+  w.Str(SupportBytes());
+  w.Str(ae_->Serialize());
+  if (absl::Status st = core::AtomicWriteFile(StatePath(state_dir_, round), w.Finish()); !st.ok())
+    return st;
+  std::error_code ec;
+  for (uint64_t old = round >= 2 ? round - 2 : 0; old > 0; --old) {
+    if (!std::filesystem::remove(StatePath(state_dir_, old), ec)) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LgcDriver::Load(uint64_t round) {
+  const std::string path = StatePath(state_dir_, round);
+  auto bytes = core::ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  auto reader = core::StateReader::Open(*bytes, path);
+  if (!reader.ok()) return reader.status();
+  core::StateReader& r = *reader;
+  uint32_t magic, version;
+  uint64_t saved_round;
+  std::string support, ae;
+  if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic || version != kVersion ||
+      !r.U64(&saved_round) || !r.U64(&ae_steps_) || !r.Str(&support, 64u << 20) ||
+      !r.Str(&ae, 1u << 30) || !r.done() || saved_round != round || support.size() != k_ * 4) {
+    return absl::DataLossError(StrCat(path, ": malformed LGC state"));
+  }
+  support_.resize(k_);
+  std::memcpy(support_.data(), support.data(), support.size());
+  for (uint32_t i : support_) {
+    if (i >= dim_) return absl::DataLossError(StrCat(path, ": support out of range"));
+  }
+  auto restored = autoencoder::Autoencoder::Deserialize(ae, ae_options_);
+  if (!restored.ok()) return restored.status();
+  ae_ = std::move(restored).value();
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,83 @@
+// The coordinator's side of an LGC job (autoencoder/lgc_plan.h): the support of each
+// round, the autoencoder and its online training, validation and aggregation of the
+// clients' payloads, and the state that survives a restart (lgc-<round>.bin in the state
+// folder, written before the round's checkpoint; the one of the checkpoint's round is
+// loaded on restart).
+#ifndef FEDLGC_COORDINATOR_LGC_DRIVER_H_
+#define FEDLGC_COORDINATOR_LGC_DRIVER_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autoencoder/autoencoder.h"
+#include "autoencoder/lgc_plan.h"
+#include "codecs/dense_codec.h"
+#include "coordinator/round_engine.h"
+
+namespace fedlgc::coordinator {
+
+class LgcDriver {
+ public:
+  // `warmup`: the job's warm-up rounds (at least 1: their aggregate seeds the first
+  // support). Loads the state of `committed_round` when it is > 0.
+  static absl::StatusOr<std::unique_ptr<LgcDriver>> Create(autoencoder::LgcPlan plan,
+                                                           uint64_t warmup, uint64_t dim,
+                                                           std::string state_dir,
+                                                           uint64_t committed_round, uint64_t seed,
+                                                           std::string device);
+
+  int Stage(uint64_t round) const { return autoencoder::LgcStage(plan_, round, warmup_); }
+  uint64_t k() const { return k_; }
+  uint64_t k_innovation() const { return k_inn_; }
+  // The support of the next round, u32 little-endian in support order.
+  std::string SupportBytes() const;
+  static constexpr uint64_t kEncoderVersion = 1;
+  // The frozen encoder for stage 3 (version kEncoderVersion).
+  std::string EncoderBytes() const { return ae_->SerializeEncoder(); }
+
+  // Checks a payload of `round`: structure, sizes, finite values.
+  absl::Status Validate(uint64_t round, std::string_view spec, std::span<const uint8_t> body) const;
+
+  struct Outcome {
+    std::vector<float> delta;  // the mean update (zero off the support)
+    std::set<std::string> counted;
+    bool latent = false;                                // stage 3: a leader latent was there
+    double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: losses of the step
+  };
+  // Aggregates the payloads of a stage-2 or stage-3 round (leader: the round's leader
+  // now) and moves the support on; stage 2 takes one autoencoder step.
+  absl::StatusOr<Outcome> Aggregate(uint64_t round, const std::string& leader,
+                                    const std::map<std::string, RoundEngine::Payload>& payloads);
+  // After a stage-1 round: the next support is the top-k of the model's change.
+  void ObservePlainRound(std::span<const float> before, std::span<const float> after);
+
+  // Writes lgc-<round>.bin atomically and removes states older than round - 1.
+  absl::Status Save(uint64_t round) const;
+
+ private:
+  LgcDriver(autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
+            autoencoder::AeOptions ae_options);
+  absl::Status Load(uint64_t round);
+
+  const autoencoder::LgcPlan plan_;
+  const uint64_t warmup_, dim_, k_, k_inn_;
+  const std::string state_dir_;
+  const autoencoder::AeOptions ae_options_;
+  std::unique_ptr<codecs::DenseCodec> latent_codec_, fp32_;
+  std::unique_ptr<autoencoder::Autoencoder> ae_;
+  std::vector<uint32_t> support_;  // of the next round
+  uint64_t ae_steps_ = 0;
+  // Training batches of recent rounds (not kept across restarts), newest first.
+  std::deque<std::vector<autoencoder::Sample>> replay_;
+};
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_LGC_DRIVER_H_

@@ -1,0 +1,169 @@
+// LGC over the real service (mTLS, processes): a job passes through its three stages
+// (warm-up, autoencoder training, compressed), also when the coordinator is SIGKILLed
+// during the training stage and restarted; and a compressed round whose leader vanishes
+// completes under a promoted leader.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+
+namespace fedlgc::testing {
+namespace {
+
+using std::chrono::seconds;
+
+struct Line {
+  uint64_t round = 0;
+  int stage = 0, participants = 0;
+  uint64_t uplink = 0, raw = 0;
+  double accuracy = 0;
+  std::string leader;
+};
+
+// Reads the fields the tests need from rounds.jsonl (one flat JSON object per line).
+std::vector<Line> ReadRounds(const std::string& state_dir) {
+  std::vector<Line> out;
+  std::ifstream in(state_dir + "/rounds.jsonl");
+  std::string l;
+  auto num = [](const std::string& s, const std::string& key) {
+    const size_t p = s.find("\"" + key + "\": ");
+    return p == std::string::npos ? -1.0 : std::stod(s.substr(p + key.size() + 4));
+  };
+  while (std::getline(in, l)) {
+    Line x;
+    x.round = static_cast<uint64_t>(num(l, "round"));
+    x.stage = static_cast<int>(num(l, "lgc_stage"));
+    x.participants = static_cast<int>(num(l, "participants"));
+    x.uplink = static_cast<uint64_t>(num(l, "uplink_bytes"));
+    x.raw = static_cast<uint64_t>(num(l, "raw_uplink_bytes"));
+    x.accuracy = num(l, "accuracy");
+    const size_t p = l.find("\"lgc_leader\": \"");
+    if (p != std::string::npos) x.leader = l.substr(p + 15, l.find('"', p + 15) - p - 15);
+    out.push_back(x);
+  }
+  return out;
+}
+
+size_t CountRounds(const std::string& state_dir) {
+  auto f = core::ReadFileIfExists(state_dir + "/rounds.jsonl");
+  if (!f.ok() || !f->has_value()) return 0;
+  return static_cast<size_t>(std::count((*f)->begin(), (*f)->end(), '\n'));
+}
+
+void WaitForRounds(const std::string& state_dir, size_t n) {
+  const auto until = std::chrono::steady_clock::now() + seconds(120);
+  while (CountRounds(state_dir) < n) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "round " << n << " never committed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::vector<std::string> CoordinatorArgs(const coordinator::CoordinatorOptions& o, int port,
+                                         uint32_t min_clients, const std::string& extra = "") {
+  std::vector<std::string> argv = {BinPath("fedlgc-coordinator"),
+                                   "--listen=127.0.0.1:" + std::to_string(port),
+                                   "--metrics-listen=",
+                                   "--state-dir=" + o.state_dir,
+                                   "--model=mlp",
+                                   "--rounds=" + std::to_string(o.rounds),
+                                   "--min-clients=" + std::to_string(min_clients),
+                                   "--test-data=" + o.test_data,
+                                   "--codec-warmup=fp32",
+                                   "--codec=lgc(ratio=0.01,train=3,ae_steps=5)",
+                                   "--local-steps=20",
+                                   "--round-timeout=60",
+                                   "--tls-ca=" + o.tls_ca,
+                                   "--tls-cert=" + o.tls_cert,
+                                   "--tls-key=" + o.tls_key};
+  if (!extra.empty()) argv.push_back(extra);
+  return argv;
+}
+
+TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
+  const int n = 3;
+  const std::string dir = FreshDir("lgc_stages");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 7;  // 1 warm-up, 3 training, 3 compressed
+  const int port = FreePort();
+  const auto argv = CoordinatorArgs(o, port, n);
+  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  // Kill it once the first training round has committed, while the second runs.
+  WaitForRounds(o.state_dir, 2);
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
+  ChildProcess second(argv, dir + "/coordinator.log");
+  EXPECT_EQ(second.Wait(seconds(180)), 0) << "restarted coordinator did not finish";
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+
+  const auto lines = ReadRounds(o.state_dir);
+  ASSERT_EQ(lines.size(), 7u);
+  const std::vector<int> stages = {1, 2, 2, 2, 3, 3, 3};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].round, i + 1);
+    EXPECT_EQ(lines[i].stage, stages[i]) << "round " << i + 1;
+    EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
+    if (stages[i] >= 2) {
+      EXPECT_FALSE(lines[i].leader.empty());
+    }
+  }
+  // Stage 2 sends 1% of the values in fp32 (plus frame headers and the leader's next
+  // support): ~90x fewer bytes than fp32; stage 3 only innovations and one latent.
+  const double stage1 = double(lines[0].raw) / lines[0].uplink;
+  const double stage2 = double(lines[2].raw) / lines[2].uplink;
+  const double stage3 = double(lines[5].raw) / lines[5].uplink;
+  EXPECT_LT(stage1, 1.01);
+  EXPECT_GT(stage2, 50);
+  EXPECT_GT(stage3, 3 * stage2);
+  // The model still learns the synthetic task through the compressed rounds.
+  EXPECT_GT(lines.back().accuracy, 0.8);
+  // The LGC state of the last rounds is on disk (older ones are pruned).
+  EXPECT_TRUE(std::filesystem::exists(o.state_dir + "/lgc-7.bin"));
+  EXPECT_FALSE(std::filesystem::exists(o.state_dir + "/lgc-4.bin"));
+}
+
+TEST(Lgc, ACompressedRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
+  const int n = 3;
+  const std::string dir = FreshDir("lgc_promote");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 6;  // 1 warm-up, 3 training, 2 compressed
+  const int port = FreePort();
+  auto argv = CoordinatorArgs(o, port, 2, "--lgc-leader=client-0");
+  argv.push_back("--round-timeout=20");  // the vanished leader's round closes at its deadline
+  ChildProcess coord(argv, dir + "/coordinator.log");
+  // client-0, the configured leader, sits behind a slow link: it is still downloading
+  // when it is killed at the start of the first compressed round.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto proxy =
+      core::FaultProxy::Start("127.0.0.1", port, core::LinkSpec::Parse("rate=2mbit").value(), 0);
+  ASSERT_TRUE(proxy.ok());
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  clients.push_back(SpawnEdge(dir, certs, 0, n, (*proxy)->port()));
+  for (int i = 1; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  WaitForRounds(o.state_dir, 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  clients[0]->Kill(SIGKILL);
+  EXPECT_EQ(coord.Wait(seconds(180)), 0) << "the job did not finish";
+  for (int i = 1; i < n; ++i) EXPECT_EQ(clients[i]->Wait(seconds(30)), 0);
+  const auto lines = ReadRounds(o.state_dir);
+  ASSERT_EQ(lines.size(), 6u);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(lines[i].leader, "client-0") << "round " << i + 1;
+  EXPECT_EQ(lines[4].stage, 3);
+  EXPECT_NE(lines[4].leader, "client-0");
+  EXPECT_EQ(lines[4].participants, 2);  // both survivors decoded with the new leader's latent
+  EXPECT_EQ(lines[5].participants, 2);
+  auto log = core::ReadFileIfExists(dir + "/coordinator.log");
+  ASSERT_TRUE(log.ok() && log->has_value());
+  EXPECT_NE((*log)->find("round 5: leader client-"), std::string::npos) << "no promotion logged";
+}
+
+}  // namespace
+}  // namespace fedlgc::testing

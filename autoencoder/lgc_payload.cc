@@ -40,7 +40,8 @@ bool GetPacked(ByteReader* c, size_t n, int bits, std::vector<uint64_t>* out) {
   return true;
 }
 
-void AppendInnovation(std::span<const float> innovation, std::string* out) {
+void AppendInnovation(std::span<const float> innovation, float scale, std::string* out) {
+  PutScalar<float>(out, scale);
   std::vector<uint64_t> pos;
   std::vector<float> vals;
   for (size_t j = 0; j < innovation.size(); ++j) {
@@ -54,7 +55,17 @@ void AppendInnovation(std::span<const float> innovation, std::string* out) {
   out->append(reinterpret_cast<const char*>(vals.data()), vals.size() * sizeof(float));
 }
 
-absl::StatusOr<std::vector<float>> ReadInnovation(ByteReader* c, size_t length) {
+absl::Status CheckScale(float scale) {
+  if (!std::isfinite(scale) || !(scale > 0)) {
+    return absl::InvalidArgumentError("lgc payload: scale not finite and positive");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
+  InnovationPart part;
+  if (!c->Get(&part.scale)) return Truncated("innovation scale");
+  if (absl::Status st = CheckScale(part.scale); !st.ok()) return st;
   uint32_t count = 0;
   if (!c->Get(&count)) return Truncated("innovation count");
   if (count > length) {
@@ -77,10 +88,18 @@ absl::StatusOr<std::vector<float>> ReadInnovation(ByteReader* c, size_t length) 
     }
     out[pos[i]] = v;
   }
-  return out;
+  part.innovation = std::move(out);
+  return part;
 }
 
 }  // namespace
+
+float RmsScale(std::span<const float> values) {
+  double ss = 0;
+  for (float v : values) ss += static_cast<double>(v) * v;
+  const double rms = values.empty() ? 0 : std::sqrt(ss / static_cast<double>(values.size()));
+  return std::isfinite(rms) && rms > 0 ? static_cast<float>(rms) : 1.0f;
+}
 
 std::vector<uint32_t> SelectSupport(std::span<const float> u, size_t k) {
   k = std::min(k, u.size());
@@ -135,6 +154,7 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
   for (float v : p.innovation) {
     if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: non-finite innovation");
   }
+  if (absl::Status st = CheckScale(p.scale); !st.ok()) return st;
   std::string out;
   PutScalar<uint32_t>(&out, static_cast<uint32_t>(p.support.size()));
   const int index_bits = BitsFor(dim);
@@ -150,7 +170,7 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
   if (absl::Status st = latent_codec.EncodeBody(p.latent, ctx, &latent); !st.ok()) return st;
   PutScalar<uint32_t>(&out, static_cast<uint32_t>(latent.size()));
   out += latent;
-  AppendInnovation(p.innovation, &out);
+  AppendInnovation(p.innovation, p.scale, &out);
   return out;
 }
 
@@ -187,20 +207,22 @@ absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64
   auto inn = ReadInnovation(&c, length);
   if (!inn.ok()) return inn.status();
   if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
-  p.innovation = std::move(inn).value();
+  p.innovation = std::move(inn->innovation);
+  p.scale = inn->scale;
   return p;
 }
 
-absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation) {
+absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation, float scale) {
   for (float v : innovation) {
     if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: non-finite innovation");
   }
+  if (absl::Status st = CheckScale(scale); !st.ok()) return st;
   std::string out;
-  AppendInnovation(innovation, &out);
+  AppendInnovation(innovation, scale, &out);
   return out;
 }
 
-absl::StatusOr<std::vector<float>> DecodeInnovation(std::span<const uint8_t> body, size_t length) {
+absl::StatusOr<InnovationPart> DecodeInnovation(std::span<const uint8_t> body, size_t length) {
   ByteReader c(body);
   auto inn = ReadInnovation(&c, length);
   if (!inn.ok()) return inn.status();

@@ -11,8 +11,9 @@
 // Leader body: u32 L, u8 index_bits, L indices in support order at index_bits each
 // (ceil(log2 dim): an ordered support costs ~log2 dim bits per entry whatever the code),
 // u32 latent_bytes, the latent through a dense codec of the codec library (e.g. 4- or
-// 8-bit QSGD), then the innovation. Innovation: u32 count, positions at ceil(log2 L) bits
-// each (ascending), fp32 values.
+// 8-bit QSGD), then the innovation. Innovation: f32 scale (the RMS of the client's values
+// on the support: the autoencoder works on values divided by it), u32 count, positions at
+// ceil(log2 L) bits each (ascending), fp32 values.
 #ifndef FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_
 #define FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_
 
@@ -45,10 +46,19 @@ std::vector<float> InnovationOfValues(std::span<const float> v, size_t k_inn);
 // residual is u with the support zeroed, so sent + residual == u exactly.
 std::vector<float> ResidualAfter(std::span<const float> u, std::span<const uint32_t> support);
 
+// The RMS of `values` (1 when it is 0 or not finite): the autoencoder's input scale.
+float RmsScale(std::span<const float> values);
+
 struct LeaderPayload {
   std::vector<uint32_t> support;  // in support order
   std::vector<float> latent;      // as the encoder produced it (encode) or decoded
   std::vector<float> innovation;  // length support.size()
+  float scale = 1.0f;             // RmsScale of the leader's values
+};
+
+struct InnovationPart {
+  float scale = 1.0f;
+  std::vector<float> innovation;
 };
 
 absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
@@ -59,8 +69,8 @@ absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64
                                            const codecs::DenseCodec& latent_codec,
                                            size_t latent_size);
 
-absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation);
-absl::StatusOr<std::vector<float>> DecodeInnovation(std::span<const uint8_t> body, size_t length);
+absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation, float scale);
+absl::StatusOr<InnovationPart> DecodeInnovation(std::span<const uint8_t> body, size_t length);
 
 }  // namespace fedlgc::autoencoder
 

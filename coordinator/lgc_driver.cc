@@ -120,7 +120,8 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
   struct Item {
     std::string client;
     uint64_t samples;
-    std::vector<float> v;
+    std::vector<float> v;  // values (stage 2) or innovation (stage 3)
+    float scale = 1.0f;    // stage 3: the client's RMS of its values
   };
   std::vector<Item> items;
   std::vector<float> latent;
@@ -135,7 +136,7 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
       if (stage == 2) {
         items.push_back({client, p.num_samples, std::move(lp->latent)});
       } else {
-        items.push_back({client, p.num_samples, std::move(lp->innovation)});
+        items.push_back({client, p.num_samples, std::move(lp->innovation), lp->scale});
       }
       // The round's leader (or, without its payload, any leader payload) gives the latent
       // and the next support.
@@ -148,16 +149,22 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
       if (v.ok()) items.push_back({client, p.num_samples, std::move(v).value()});
     } else {
       auto inn = autoencoder::DecodeInnovation(body, k_);
-      if (inn.ok()) items.push_back({client, p.num_samples, std::move(inn).value()});
+      if (inn.ok()) {
+        items.push_back({client, p.num_samples, std::move(inn->innovation), inn->scale});
+      }
     }
   }
   if (stage == 3) {
     if (latent.empty()) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
+    // The autoencoder works on values divided by their RMS: the decoder gets the client's
+    // innovation at that scale and its output is scaled back.
     for (Item& it : items) {
+      for (float& x : it.v) x /= it.scale;
       auto v = ae_->Decode(it.client, latent, it.v);
       if (!v.ok()) return v.status();
       it.v = std::move(v).value();
+      for (float& x : it.v) x *= it.scale;
     }
   }
   double total = 0;
@@ -173,7 +180,11 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
   if (stage == 2 && items.size() >= 2) {
     std::vector<autoencoder::Sample> batch;
     for (const Item& it : items) {
-      batch.push_back({it.client, it.v, autoencoder::InnovationOfValues(it.v, k_inn_)});
+      std::vector<float> v = it.v;
+      const float scale = autoencoder::RmsScale(v);
+      for (float& x : v) x /= scale;
+      std::vector<float> inn = autoencoder::InnovationOfValues(v, k_inn_);
+      batch.push_back({it.client, std::move(v), std::move(inn)});
     }
     replay_.push_front(std::move(batch));
     if (replay_.size() > 8) replay_.pop_back();

@@ -492,7 +492,10 @@ absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
         encoder_ = std::move(ae).value();
         encoder_version_ = encoder_version;
       }
-      auto latent = encoder_->Encode(p.lgc_values);
+      lp.scale = autoencoder::RmsScale(p.lgc_values);
+      std::vector<float> normalized = p.lgc_values;
+      for (float& x : normalized) x /= lp.scale;
+      auto latent = encoder_->Encode(normalized);
       if (!latent.ok()) return latent.status();
       lp.latent = std::move(latent).value();
       lp.innovation = autoencoder::InnovationOfValues(p.lgc_values, k_inn);
@@ -506,8 +509,8 @@ absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
     body.assign(reinterpret_cast<const char*>(p.lgc_values.data()), p.lgc_values.size() * 4);
   } else {
     spec = autoencoder::kInnovationSpec;
-    auto encoded =
-        autoencoder::EncodeInnovation(autoencoder::InnovationOfValues(p.lgc_values, k_inn));
+    auto encoded = autoencoder::EncodeInnovation(
+        autoencoder::InnovationOfValues(p.lgc_values, k_inn), autoencoder::RmsScale(p.lgc_values));
     if (!encoded.ok()) return encoded.status();
     body = std::move(encoded).value();
   }

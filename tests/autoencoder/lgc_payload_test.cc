@@ -74,6 +74,12 @@ TEST(LgcPayload, ErrorFeedbackConservesTheUpdateExactly) {
     EXPECT_EQ(sent_total[i] + residual[i], update_total[i]);
 }
 
+TEST(LgcPayload, RmsScale) {
+  EXPECT_FLOAT_EQ(RmsScale(std::vector<float>{3, -4, 0, 0}), 2.5f);
+  EXPECT_EQ(RmsScale(std::vector<float>(5, 0.0f)), 1.0f);
+  EXPECT_EQ(RmsScale({}), 1.0f);
+}
+
 TEST(LgcPayload, InnovationKeepsTheLargestValuesOnTheSupport) {
   const auto u = Gaussian(2000, 5);
   const auto support = SelectSupport(u, 100);
@@ -101,13 +107,15 @@ TEST(LgcPayload, LeaderBodyRoundTripsWithExactSize) {
   p.support = SelectSupport(u, 2150);
   p.innovation = Innovation(u, p.support, 21);
   p.latent = Gaussian(4 * 133, 11);
+  p.scale = RmsScale(Gather(u, p.support));
   for (const std::string spec : {"qsgd(bits=8,bucket=64)", "qsgd(bits=4,bucket=64)"}) {
     auto codec = LatentCodec(spec);
     auto body = EncodeLeader(p, kDim, *codec, 42);
     ASSERT_TRUE(body.ok()) << body.status();
-    // 4 + 1 + 2150 indices at 18 bits + 4 + latent + 4 + 21 positions at 12 bits + 21 floats
+    // 4 + 1 + 2150 indices at 18 bits + 4 + latent + scale + 4 + 21 positions at 12 bits
+    // + 21 floats
     const size_t expect = 4 + 1 + (2150 * 18 + 7) / 8 + 4 + codec->MaxBodyBytes(p.latent.size()) +
-                          4 + (21 * 12 + 7) / 8 + 21 * 4;
+                          4 + 4 + (21 * 12 + 7) / 8 + 21 * 4;
     EXPECT_EQ(body->size(), expect) << spec;
     const auto bytes =
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body->data()), body->size());
@@ -115,6 +123,7 @@ TEST(LgcPayload, LeaderBodyRoundTripsWithExactSize) {
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(back->support, p.support);
     EXPECT_EQ(back->innovation, p.innovation);
+    EXPECT_EQ(back->scale, p.scale);
     // QSGD on buckets of 64: each value within its bucket's L2 norm / levels.
     const double levels = spec.find("bits=8") != std::string::npos ? 127 : 7;
     for (size_t b = 0; b < p.latent.size(); b += 64) {
@@ -169,14 +178,17 @@ TEST(LgcPayload, HostileBodiesAreRefused) {
     }
   }
   // Follower bodies: the innovation alone.
-  const std::string inn = EncodeInnovation(p.innovation).value();
-  EXPECT_EQ(DecodeInnovation(view(inn), 100).value(), p.innovation);
+  const std::string inn = EncodeInnovation(p.innovation, 0.25f).value();
+  EXPECT_EQ(DecodeInnovation(view(inn), 100)->innovation, p.innovation);
+  EXPECT_EQ(DecodeInnovation(view(inn), 100)->scale, 0.25f);
+  EXPECT_FALSE(EncodeInnovation(p.innovation, 0.0f).ok());
+  EXPECT_FALSE(EncodeInnovation(p.innovation, NAN).ok());
   for (size_t n = 0; n < inn.size(); ++n)
     EXPECT_FALSE(DecodeInnovation(view(inn.substr(0, n)), 100).ok());
   EXPECT_FALSE(DecodeInnovation(view(inn), 3).ok()) << "positions beyond the support";
   std::vector<float> nan(100, 0.0f);
   nan[3] = NAN;
-  EXPECT_FALSE(EncodeInnovation(nan).ok());
+  EXPECT_FALSE(EncodeInnovation(nan, 1.0f).ok());
 }
 
 }  // namespace

@@ -155,7 +155,9 @@ absl::Status Coordinator::Start() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(o.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(o.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  // 20 s: a host busy training (8 clients on 2 cores here) can take more than 5 s to
+  // answer a ping, and a dropped event stream costs a reconnect and a leader promotion.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server_ = builder.BuildAndStart();
@@ -295,6 +297,7 @@ absl::Status Coordinator::RunRound() {
   for (const std::string& c : connected) service_->SendRoundStart(c);
 
   const auto opened = Clock::now();
+  auto leader_seen = opened;
   {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_ && Clock::now() < deadline && !engine_->AllComplete()) {
@@ -307,7 +310,11 @@ absl::Status Coordinator::RunRound() {
       const auto live = service_->Connected();
       const bool delivered =
           payloads.count(leader) && payloads.at(leader).spec == autoencoder::kLeaderSpec;
-      const bool gone = std::find(live.begin(), live.end(), leader) == live.end();
+      // Gone: no event stream for 3 s (a reconnecting client is briefly absent).
+      if (std::find(live.begin(), live.end(), leader) != live.end()) {
+        leader_seen = Clock::now();
+      }
+      const bool gone = Clock::now() - leader_seen > std::chrono::seconds(3);
       const bool late = Clock::now() - opened > (deadline - opened) / 2;
       std::string next;
       if (!delivered && (gone || late)) {
@@ -321,6 +328,7 @@ absl::Status Coordinator::RunRound() {
       if (!next.empty()) {
         tried.insert(next);
         leader = next;
+        leader_seen = Clock::now();
         lgc_round_.leader = next;
         lock.unlock();
         protos::ServerEvent e;

@@ -228,6 +228,12 @@ std::string Coordinator::ChooseLeader(const std::vector<std::string>& participan
       best_bps = bps;
     }
   }
+  // Keep the last leader while its link is at least half as good as the best: every new
+  // leader downloads the encoder, and measured links jitter.
+  if (!last_leader_.empty() && std::find(open.begin(), open.end(), last_leader_) != open.end() &&
+      service_->LinkBytesPerSecond(last_leader_) >= 0.5 * best_bps) {
+    return last_leader_;
+  }
   return best;
 }
 
@@ -355,6 +361,7 @@ absl::Status Coordinator::RunRound() {
     rep.ae_reconstruction = outcome->ae_reconstruction;
     rep.ae_similarity = outcome->ae_similarity;
     rep.lgc_leader = leader;
+    last_leader_ = leader;
     commit = engine_->CommitWith(outcome->delta, outcome->counted);
   } else {
     commit = engine_->Commit();

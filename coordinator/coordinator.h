@@ -131,6 +131,7 @@ class Coordinator {
   };
   LgcRound lgc_round_;  // guarded by mu_
   bool encoder_published_ = false;
+  std::string last_leader_;  // the leader of the last LGC round
 };
 
 }  // namespace fedlgc::coordinator

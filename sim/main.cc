@@ -32,6 +32,8 @@ struct Row {
   double accuracy = -1, loss = -1, seconds = 0;
   double uplink = 0, raw = 0, downlink = 0;
   long participants = 0;
+  long lgc_stage = 0;     // LGC jobs: 1 warm-up, 2 autoencoder training, 3 compressed
+  double ae_seconds = 0;  // LGC: the round's autoencoder training time
 };
 
 // Reads the numbers of one rounds.jsonl line (flat JSON written by the coordinator).
@@ -228,6 +230,8 @@ int main(int argc, char** argv) {
         r.downlink = Field(line, "downlink_bytes");
         r.seconds = Field(line, "seconds");
         r.participants = static_cast<long>(Field(line, "participants"));
+        r.lgc_stage = static_cast<long>(Field(line, "lgc_stage"));
+        r.ae_seconds = Field(line, "ae_seconds");
         rows.push_back(r);
         if (!quiet) {
           std::printf("%5ld %9.4f %8.4f %13.0f %13.0f %7.1f %13.0f %8.1f %5ld\n", r.round,
@@ -274,7 +278,8 @@ int main(int argc, char** argv) {
         << ", \"loss\": " << r.loss << ", \"uplink_bytes\": " << static_cast<uint64_t>(r.uplink)
         << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(r.raw)
         << ", \"downlink_bytes\": " << static_cast<uint64_t>(r.downlink)
-        << ", \"seconds\": " << r.seconds << ", \"participants\": " << r.participants << "}";
+        << ", \"seconds\": " << r.seconds << ", \"participants\": " << r.participants
+        << ", \"lgc_stage\": " << r.lgc_stage << ", \"ae_seconds\": " << r.ae_seconds << "}";
     }
     j << "],\n \"summary\": {\"final_accuracy\": " << final_acc
       << ", \"uplink_bytes\": " << static_cast<uint64_t>(up)

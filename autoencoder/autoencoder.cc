@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "autoencoder/byte_io.h"
-#include "codecs/crc32c.h"
+#include "autoencoder/envelope.h"
 #include "codecs/rng.h"
 #include "codecs/str.h"
 
@@ -16,11 +16,6 @@ namespace fedlgc::autoencoder {
 namespace {
 
 namespace nn = torch::nn;
-
-constexpr char kMagic[4] = {'F', 'L', 'A', 'E'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr uint32_t kKindEncoder = 1;
-constexpr uint32_t kKindFull = 2;
 
 torch::Tensor Leaky(const torch::Tensor& x) { return torch::leaky_relu(x, 0.01); }
 
@@ -127,44 +122,6 @@ void Assign(nn::Module& m, const std::vector<torch::Tensor>& values) {
   torch::NoGradGuard guard;
   auto params = m.parameters(true);
   for (size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
-}
-
-// Checks magic, version, kind, length and checksum; returns the body after the header.
-absl::StatusOr<std::string_view> OpenEnvelope(std::string_view bytes, uint32_t kind,
-                                              int64_t* length) {
-  constexpr size_t kHeader = 4 + 4 + 4 + 8;
-  if (bytes.size() < kHeader + 4) return absl::DataLossError("autoencoder weights: truncated");
-  uint32_t crc = 0;
-  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
-  if (crc != codecs::Crc32c(bytes.data(), bytes.size() - 4)) {
-    return absl::DataLossError("autoencoder weights: checksum mismatch");
-  }
-  if (std::memcmp(bytes.data(), kMagic, 4) != 0) {
-    return absl::InvalidArgumentError("autoencoder weights: not FLAE data");
-  }
-  uint32_t version = 0, got_kind = 0;
-  std::memcpy(&version, bytes.data() + 4, 4);
-  std::memcpy(&got_kind, bytes.data() + 8, 4);
-  std::memcpy(length, bytes.data() + 12, 8);
-  if (version != kFormatVersion) {
-    return absl::UnimplementedError(StrCat("autoencoder weights: format version ", version,
-                                           "; this build reads ", kFormatVersion));
-  }
-  if (got_kind != kind) {
-    return absl::InvalidArgumentError(
-        StrCat("autoencoder weights: kind ", got_kind, ", expected ", kind));
-  }
-  return bytes.substr(kHeader, bytes.size() - kHeader - 4);
-}
-
-std::string Seal(uint32_t kind, int64_t length, const std::string& body) {
-  std::string out(kMagic, 4);
-  PutScalar<uint32_t>(&out, kFormatVersion);
-  PutScalar<uint32_t>(&out, kind);
-  PutScalar<int64_t>(&out, length);
-  out += body;
-  PutScalar<uint32_t>(&out, codecs::Crc32c(out.data(), out.size()));
-  return out;
 }
 
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& device) {

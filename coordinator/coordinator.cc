@@ -34,8 +34,21 @@ absl::Status CoordinatorOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
   }
+  if (mode != "fedavg" && mode != "lsgd" && mode != "sgp")
+    return absl::InvalidArgumentError(StrCat("--mode must be fedavg, lsgd or sgp, not ", mode));
   auto lgc = autoencoder::ParseLgcSpec(plan.codec);
   if (!lgc.ok()) return lgc.status();
+  if (mode != "fedavg") {
+    if (lgc->has_value())
+      return absl::InvalidArgumentError(StrCat("lgc(...) runs with --mode fedavg, not ", mode));
+    if (server_lr != 1.0f || server_momentum != 0.0f) {
+      return absl::InvalidArgumentError(
+          StrCat("--server-lr and --server-momentum apply to --mode fedavg, not ", mode));
+    }
+    if (mode == "lsgd") {
+      if (absl::Status st = lsgd.Validate(); !st.ok()) return st;
+    }
+  }
   if (!lgc->has_value()) {
     if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
   } else if (plan.warmup_codecs.empty()) {
@@ -64,6 +77,7 @@ std::string CoordinatorOptions::JobKey(uint64_t dim) const {
   auto codec = codecs::MakeCodec(plan.codec);
   std::string key = StrCat(model, "/", dim, "/", codec.ok() ? (*codec)->wire_spec() : plan.codec,
                            "/seed", init_seed);
+  if (mode != "fedavg") StrAppend(&key, "/mode:", mode);
   for (const std::string& spec : plan.warmup_codecs) {
     StrAppend(&key, "/warmup:", codecs::MakeCodec(spec).value()->wire_spec());
   }
@@ -104,16 +118,52 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   }
   EngineOptions eo;
   eo.plan = o.plan;
+  if (o.mode == "lsgd") eo.plan.local_steps = o.lsgd.steps_per_round();
   eo.server_lr = o.server_lr;
   eo.server_momentum = o.server_momentum;
   eo.seed = o.seed;
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
-  JobInfo job{StrCat("fedlgc-", o.model), o.model, c->eval_model_->dim(), o.rounds};
+  JobInfo job{StrCat("fedlgc-", o.model), o.model, c->eval_model_->dim(), o.rounds, o.mode};
   c->service_ =
       std::make_unique<CoordinatorService>(c->engine_.get(), c->metrics_.get(), job, o.insecure);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
+  if (o.mode == "lsgd") {
+    auto d = LsgdDriver::Create(o.lsgd, c->eval_model_->GetFlat(), o.state_dir,
+                                c->engine_->current_round() - 1);
+    if (!d.ok()) return d.status();
+    c->lsgd_ = std::move(d).value();
+    LsgdDriver* lsgd = c->lsgd_.get();
+    c->service_->SetReportHandler(
+        [lsgd](const std::string& client, const protos::ProgressReport& report) {
+          return lsgd->AcceptReport(client, report);
+        });
+    c->service_->SetBlobProvider([lsgd](const std::string&, const std::string& name,
+                                        uint64_t version) { return lsgd->Blob(name, version); });
+    c->service_->SetRoundDecorator(
+        [lsgd](const std::string& client, protos::RoundStart* s) { lsgd->Decorate(client, s); });
+  }
+  if (o.mode == "sgp") {
+    auto d = SgpDriver::Create(o.sgp_reference, c->eval_model_->dim(), o.state_dir,
+                               c->engine_->current_round() - 1);
+    if (!d.ok()) return d.status();
+    c->sgp_ = std::move(d).value();
+    SgpDriver* sgp = c->sgp_.get();
+    c->service_->SetBlobProvider(
+        [sgp](const std::string& client, const std::string& name, uint64_t version) {
+          return name == "inbox" ? sgp->Inbox(client, version) : nullptr;
+        });
+    c->service_->SetInboxAppliedCallback(
+        [sgp](const std::string& client, uint64_t round) { sgp->InboxApplied(client, round); });
+    c->service_->SetReportHandler(
+        [sgp](const std::string& client, const protos::ProgressReport& report) {
+          sgp->InboxApplied(client, report.inbox_applied());
+          return absl::OkStatus();
+        });
+    c->service_->SetRoundDecorator(
+        [sgp](const std::string& client, protos::RoundStart* s) { sgp->Decorate(client, s); });
+  }
   if (auto lgc = autoencoder::ParseLgcSpec(o.plan.codec); lgc.ok() && lgc->has_value()) {
     const uint64_t next = c->engine_->current_round();
     auto d = LgcDriver::Create(**lgc, o.plan.warmup_codecs.size(), c->eval_model_->dim(),
@@ -207,45 +257,6 @@ absl::Status Coordinator::Run() {
   return absl::OkStatus();
 }
 
-std::string Coordinator::ChooseLeader(const std::vector<std::string>& participants,
-                                      const std::set<std::string>& tried) const {
-  std::vector<std::string> open;
-  for (const std::string& p : participants) {
-    if (!tried.count(p)) open.push_back(p);
-  }
-  if (open.empty()) return "";
-  if (!options_.lgc_leader.empty() &&
-      std::find(open.begin(), open.end(), options_.lgc_leader) != open.end()) {
-    return options_.lgc_leader;
-  }
-  std::sort(open.begin(), open.end());
-  std::string best = open.front();
-  double best_bps = service_->LinkBytesPerSecond(best);
-  for (const std::string& p : open) {
-    const double bps = service_->LinkBytesPerSecond(p);
-    if (bps > best_bps) {
-      best = p;
-      best_bps = bps;
-    }
-  }
-  // Keep the last leader while its link is at least half as good as the best: every new
-  // leader downloads the encoder, and measured links jitter.
-  if (!last_leader_.empty() && std::find(open.begin(), open.end(), last_leader_) != open.end() &&
-      service_->LinkBytesPerSecond(last_leader_) >= 0.5 * best_bps) {
-    return last_leader_;
-  }
-  return best;
-}
-
-void Coordinator::DecorateRoundStart(const std::string& client, protos::RoundStart* s) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (lgc_round_.round != s->round() || lgc_round_.stage < 2) return;
-  s->set_lgc_stage(static_cast<uint32_t>(lgc_round_.stage));
-  s->set_lgc_support(lgc_round_.support);
-  s->set_lgc_leader(client == lgc_round_.leader);
-  if (lgc_round_.stage == 3) s->set_lgc_encoder_version(LgcDriver::kEncoderVersion);
-}
-
 absl::Status Coordinator::RunRound() {
   const CoordinatorOptions& o = options_;
   // Quorum.
@@ -273,101 +284,42 @@ absl::Status Coordinator::RunRound() {
   service_->traffic().uplink_wire = 0;
   service_->traffic().uplink_raw = 0;
   service_->traffic().downlink = 0;
-  const uint64_t round = engine_->current_round();
-  const int stage = lgc_ ? lgc_->Stage(round) : 0;
-  RoundEngine::PayloadValidator validator;
-  std::set<std::string> tried;
-  std::string leader;
-  if (stage >= 2) {
-    leader = ChooseLeader(connected, tried);
-    tried.insert(leader);
-    validator = [this, round](const std::string&, std::string_view spec,
-                              std::span<const uint8_t> body) {
-      return lgc_->Validate(round, spec, body);
-    };
-    if (stage == 3 && !encoder_published_) {
-      auto blob = std::make_shared<ModelBlob>();
-      blob->version = LgcDriver::kEncoderVersion;
-      blob->bytes = lgc_->EncoderBytes();
-      blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
-      service_->SetEncoderBlob(std::move(blob));
-      encoder_published_ = true;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    lgc_round_ = {round, stage, leader, lgc_->SupportBytes()};
-  }
-  std::vector<float> before;
-  if (stage == 1) before = engine_->ModelVector();
-  if (absl::Status st = engine_->OpenRound(connected, deadline, validator); !st.ok()) return st;
-  metrics_->SetRound(round);
-  for (const std::string& c : connected) service_->SendRoundStart(c);
-
-  const auto opened = Clock::now();
-  auto leader_seen = opened;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_ && Clock::now() < deadline && !engine_->AllComplete()) {
-      cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
-      if (stage != 3) continue;
-      // A compressed round needs its leader's latent: when the leader has gone, or has
-      // not delivered by half the round's time, the next best participant leads.
-      lock.unlock();
-      const auto payloads = engine_->Payloads();
-      const auto live = service_->Connected();
-      const bool delivered =
-          payloads.count(leader) && payloads.at(leader).spec == autoencoder::kLeaderSpec;
-      // Gone: no event stream for 3 s (a reconnecting client is briefly absent).
-      if (std::find(live.begin(), live.end(), leader) != live.end()) {
-        leader_seen = Clock::now();
-      }
-      const bool gone = Clock::now() - leader_seen > std::chrono::seconds(3);
-      const bool late = Clock::now() - opened > (deadline - opened) / 2;
-      std::string next;
-      if (!delivered && (gone || late)) {
-        std::vector<std::string> candidates;
-        for (const std::string& c : connected) {
-          if (std::find(live.begin(), live.end(), c) != live.end()) candidates.push_back(c);
-        }
-        next = ChooseLeader(candidates, tried);
-      }
-      lock.lock();
-      if (!next.empty()) {
-        tried.insert(next);
-        leader = next;
-        leader_seen = Clock::now();
-        lgc_round_.leader = next;
-        lock.unlock();
-        protos::ServerEvent e;
-        e.mutable_promote()->set_round(round);
-        e.mutable_promote()->set_encoder_version(LgcDriver::kEncoderVersion);
-        service_->Push(next, e);
-        std::fprintf(stderr, "coordinator: round %llu: leader %s promoted\n",
-                     static_cast<unsigned long long>(round), next.c_str());
-        lock.lock();
-      }
-    }
-  }
-  if (stop_) return absl::OkStatus();
-  const bool hit_deadline = !engine_->AllComplete();
   CommitResult commit;
   RoundReport rep;
-  rep.lgc_stage = lgc_ ? (stage == 0 ? 1 : stage) : 0;
-  if (stage >= 2) {
-    engine_->Freeze();
-    const auto t0 = Clock::now();
-    auto outcome = lgc_->Aggregate(round, leader, engine_->Payloads());
-    if (!outcome.ok()) return outcome.status();
-    rep.ae_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    rep.ae_reconstruction = outcome->ae_reconstruction;
-    rep.ae_similarity = outcome->ae_similarity;
-    rep.lgc_leader = leader;
-    last_leader_ = leader;
-    commit = engine_->CommitWith(outcome->delta, outcome->counted);
-  } else {
-    commit = engine_->Commit();
-    if (lgc_) lgc_->ObservePlainRound(before, engine_->ModelVector());
-  }
+  absl::Status st = lsgd_  ? RunLsgdRound(connected, deadline, &commit, &rep)
+                    : sgp_ ? RunSgpRound(connected, deadline, &commit, &rep)
+                           : RunFedAvgRound(connected, deadline, &commit, &rep);
+  if (!st.ok() || stop_) return st;
+  return FinishRound(commit, std::move(rep));
+}
 
+void Coordinator::WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
+                            const std::function<void()>& tick) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_ && Clock::now() < deadline && !done()) {
+    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    if (tick) {
+      lock.unlock();
+      tick();
+      lock.lock();
+    }
+  }
+}
+
+std::set<std::string> Coordinator::Vanished(const std::set<std::string>& watched,
+                                            Clock::time_point since) {
+  const auto now = Clock::now();
+  std::set<std::string> gone;
+  for (const std::string& c : watched) {
+    // Neither an event stream nor a call for 3 s (a client busy uploading through a cut
+    // link has no event stream until it is done, but its chunks keep arriving).
+    if (now - std::max(since, service_->LastSeen(c)) > std::chrono::seconds(3)) gone.insert(c);
+  }
+  return gone;
+}
+
+absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport rep) {
+  const CoordinatorOptions& o = options_;
   rep.round = commit.round;
   rep.participants = commit.participants;
   rep.stragglers = commit.stragglers;
@@ -389,10 +341,16 @@ absl::Status Coordinator::RunRound() {
   if (lgc_) {
     if (absl::Status st = lgc_->Save(commit.round); !st.ok()) return st;
   }
+  if (lsgd_) {
+    if (absl::Status st = lsgd_->Save(commit.round); !st.ok()) return st;
+  }
+  if (sgp_) {
+    if (absl::Status st = sgp_->Save(commit.round); !st.ok()) return st;
+  }
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;
   metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
-  metrics_->CountRound(hit_deadline);
+  metrics_->CountRound(rep.hit_deadline);
   metrics_->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
   metrics_->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
   metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
@@ -418,7 +376,8 @@ absl::Status Coordinator::RunRound() {
       << ", \"lgc_stage\": " << rep.lgc_stage << ", \"lgc_leader\": \"" << rep.lgc_leader
       << "\", \"ae_reconstruction\": " << rep.ae_reconstruction
       << ", \"ae_similarity\": " << rep.ae_similarity << ", \"ae_seconds\": " << rep.ae_seconds
-      << "}\n";
+      << ", \"mode\": \"" << o.mode << "\", \"lsgd_leader\": \"" << rep.lsgd_leader
+      << "\", \"sgp_consensus_distance\": " << rep.sgp_consensus_distance << "}\n";
   std::fprintf(
       stderr,
       "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -14,7 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/lgc_driver.h"
+#include "coordinator/lsgd_driver.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/sgp_driver.h"
 #include "protos/fedlgc.pb.h"
 
 namespace grpc {
@@ -45,6 +49,9 @@ struct CoordinatorOptions {
   double fraction = 1.0;         // of connected clients per round
   double round_timeout_s = 300;  // deadline after opening
   RoundPlan plan;
+  std::string mode = "fedavg";  // "fedavg", "lsgd" or "sgp"
+  LsgdOptions lsgd;
+  bool sgp_reference = true;  // SGP: code shares relative to the round's network mean
   float server_lr = 1.0f;
   float server_momentum = 0.0f;
   double ratio_target = 0;         // exported for the compression-ratio alert; 0: none
@@ -77,6 +84,10 @@ struct RoundReport {
   std::string lgc_leader;
   double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: the step's losses
   double ae_seconds = 0;                              // stage 2: time of the step
+  std::string lsgd_leader;                            // LSGD: the global leader
+  std::map<std::string, double> lsgd_losses;          // LSGD: the reported running losses
+  double sgp_consensus_distance = -1;                 // SGP
+  bool hit_deadline = false;
 };
 
 // Thread-safe: Run on one thread, Stop from any.
@@ -94,12 +105,31 @@ class Coordinator {
   void Stop();
 
   RoundEngine& engine() { return *engine_; }
+  SgpDriver* sgp() { return sgp_.get(); }     // SGP jobs only
+  LsgdDriver* lsgd() { return lsgd_.get(); }  // LSGD jobs only
   monitoring::Metrics& metrics() { return *metrics_; }
   std::vector<RoundReport> reports() const;
 
  private:
   explicit Coordinator(CoordinatorOptions options);
   absl::Status RunRound();
+  // One round of each mode, from opening to the engine's commit (coordinator_modes.cc
+  // for LSGD and SGP). On Stop() they return OK with nothing committed.
+  absl::Status RunFedAvgRound(const std::vector<std::string>& participants,
+                              Clock::time_point deadline, CommitResult* commit, RoundReport* rep);
+  absl::Status RunLsgdRound(const std::vector<std::string>& participants,
+                            Clock::time_point deadline, CommitResult* commit, RoundReport* rep);
+  absl::Status RunSgpRound(const std::vector<std::string>& participants, Clock::time_point deadline,
+                           CommitResult* commit, RoundReport* rep);
+  // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
+  absl::Status FinishRound(const CommitResult& commit, RoundReport rep);
+  // Waits on cv_ until `done` or the deadline or Stop(), calling `tick` every 100 ms
+  // without the lock.
+  void WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
+                 const std::function<void()>& tick = nullptr);
+  // Clients with neither an event stream nor a call for 3 s, counting from `since` at
+  // the earliest (a reconnect is briefly absent).
+  std::set<std::string> Vanished(const std::set<std::string>& watched, Clock::time_point since);
   void WakeUp();
   // LGC: the leader among `participants` (--lgc-leader, else the best measured link),
   // skipping `tried`; empty when none is left.
@@ -132,6 +162,8 @@ class Coordinator {
   LgcRound lgc_round_;  // guarded by mu_
   bool encoder_published_ = false;
   std::string last_leader_;  // the leader of the last LGC round
+  std::unique_ptr<LsgdDriver> lsgd_;
+  std::unique_ptr<SgpDriver> sgp_;
 };
 
 }  // namespace fedlgc::coordinator

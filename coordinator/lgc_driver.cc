@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 
 #include "autoencoder/lgc_payload.h"
 #include "codecs/registry.h"
@@ -17,7 +16,7 @@ constexpr uint32_t kMagic = 0x53474C46;  // "FLGS"
 constexpr uint32_t kVersion = 1;
 
 std::string StatePath(const std::string& dir, uint64_t round) {
-  return StrCat(dir, "/lgc-", round, ".bin");
+  return core::RoundStatePath(dir, "lgc", round);
 }
 
 std::unique_ptr<codecs::DenseCodec> Dense(const std::string& spec) {
@@ -208,35 +207,22 @@ void LgcDriver::ObservePlainRound(std::span<const float> before, std::span<const
 }
 
 absl::Status LgcDriver::Save(uint64_t round) const {
-  core::StateWriter w;
-  w.U32(kMagic);
-  w.U32(kVersion);
-  w.U64(round);
+  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
   w.U64(ae_steps_);
   w.Str(SupportBytes());
   w.Str(ae_->Serialize());
-  if (absl::Status st = core::AtomicWriteFile(StatePath(state_dir_, round), w.Finish()); !st.ok())
-    return st;
-  std::error_code ec;
-  for (uint64_t old = round >= 2 ? round - 2 : 0; old > 0; --old) {
-    if (!std::filesystem::remove(StatePath(state_dir_, old), ec)) break;
-  }
-  return absl::OkStatus();
+  return core::SaveRoundState(state_dir_, "lgc", round, w.Finish());
 }
 
 absl::Status LgcDriver::Load(uint64_t round) {
   const std::string path = StatePath(state_dir_, round);
-  auto bytes = core::ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
-  auto reader = core::StateReader::Open(*bytes, path);
+  std::string bytes;
+  auto reader = core::ReadRoundState(state_dir_, "lgc", round, kMagic, kVersion, &bytes);
   if (!reader.ok()) return reader.status();
   core::StateReader& r = *reader;
-  uint32_t magic, version;
-  uint64_t saved_round;
   std::string support, ae;
-  if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic || version != kVersion ||
-      !r.U64(&saved_round) || !r.U64(&ae_steps_) || !r.Str(&support, 64u << 20) ||
-      !r.Str(&ae, 1u << 30) || !r.done() || saved_round != round || support.size() != k_ * 4) {
+  if (!r.U64(&ae_steps_) || !r.Str(&support, 64u << 20) || !r.Str(&ae, 1u << 30) || !r.done() ||
+      support.size() != k_ * 4) {
     return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   }
   support_.resize(k_);

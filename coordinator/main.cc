@@ -38,6 +38,20 @@ int main(int argc, char** argv) {
   flags.Add("lr", &o.plan.lr, "client learning rate");
   flags.Add("batch", &o.plan.batch_size, "client batch size");
   flags.Add("chunk-bytes", &o.plan.max_chunk_bytes, "largest update chunk");
+  flags.Add("mode", &o.mode, "aggregation: fedavg, lsgd (leader pull) or sgp (push-sum gossip)");
+  flags.Add("lsgd-pull", &o.lsgd.pull, "LSGD: pull strength c towards the group leader");
+  flags.Add("lsgd-global-pull", &o.lsgd.global_pull,
+            "LSGD: pull strength towards the global leader");
+  flags.Add("lsgd-period", &o.lsgd.period,
+            "LSGD: local steps between group pulls (one round with groups)");
+  flags.Add("lsgd-global-period", &o.lsgd.global_period,
+            "LSGD: local steps between global pulls (one round with a single group)");
+  std::string lsgd_groups;
+  flags.Add("lsgd-groups", &lsgd_groups, "LSGD: groups of client ids, e.g. 'a,b;c,d'");
+  flags.Add("lsgd-group-size", &o.lsgd.group_size,
+            "LSGD: form groups of this size from measured round trips (0: one group)");
+  flags.Add("sgp-reference", &o.sgp_reference,
+            "SGP: code shares relative to the round's network mean (false: the whole share)");
   flags.Add("server-lr", &o.server_lr, "server learning rate (1 = FedAvg)");
   flags.Add("server-momentum", &o.server_momentum, "server momentum");
   flags.Add("lgc-leader", &o.lgc_leader,
@@ -72,6 +86,13 @@ int main(int argc, char** argv) {
     if (end > begin) o.plan.warmup_codecs.push_back(warmup.substr(begin, end - begin));
     begin = end + 1;
   }
+  auto groups = fedlgc::coordinator::ParseLsgdGroups(lsgd_groups);
+  if (!groups.ok()) {
+    std::fprintf(stderr, "fedlgc-coordinator: %s\n",
+                 std::string(groups.status().message()).c_str());
+    return 2;
+  }
+  o.lsgd.groups = std::move(groups).value();
   auto c = fedlgc::coordinator::Coordinator::Create(o);
   if (!c.ok()) {
     std::fprintf(stderr, "fedlgc-coordinator: %s\n", c.status().ToString().c_str());

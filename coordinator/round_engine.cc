@@ -11,10 +11,8 @@
 #include "codecs/str.h"
 
 namespace fedlgc::coordinator {
-namespace {
-
 // Reason label for a frame that failed to parse or decode.
-std::string ReasonFor(const absl::Status& st) {
+std::string RoundEngine::ReasonFor(const absl::Status& st) {
   switch (st.code()) {
     case absl::StatusCode::kDataLoss:
       return "crc";
@@ -35,14 +33,12 @@ std::string ReasonFor(const absl::Status& st) {
   return "malformed";
 }
 
-ChunkResult Reject(absl::Status st, std::string reason) {
+ChunkResult RoundEngine::Reject(absl::Status st, std::string reason) {
   ChunkResult r;
   r.status = std::move(st);
   r.reason = std::move(reason);
   return r;
 }
-
-}  // namespace
 
 RoundEngine::RoundEngine(EngineOptions options, EngineState state)
     : options_(std::move(options)), state_(std::move(state)) {
@@ -80,19 +76,33 @@ void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
 }
 
 absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants,
-                                    Clock::time_point deadline, PayloadValidator validator) {
+                                    Clock::time_point deadline, RoundMode mode) {
   std::lock_guard<std::mutex> lock(mu_);
   if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
   auto r = std::make_unique<Round>();
   r->number = state_.next_round;
   r->participants.insert(participants.begin(), participants.end());
-  r->sum.assign(state_.model.size(), 0.0);
-  r->weight.assign(state_.model.size(), 0.0f);
+  r->uploaders = r->participants;
+  r->separate = mode.separate || mode.gossip;
+  r->gossip = mode.gossip;
+  if (!r->separate) {
+    r->sum.assign(state_.model.size(), 0.0);
+    r->weight.assign(state_.model.size(), 0.0f);
+  }
   r->opened = Clock::now();
   r->deadline = deadline;
-  r->validator = std::move(validator);
+  r->validator = std::move(mode.validator);
   round_ = std::move(r);
   return absl::OkStatus();
+}
+
+void RoundEngine::SetUploaders(const std::set<std::string>& uploaders) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!round_) return;
+  round_->uploaders.clear();
+  for (const std::string& u : uploaders) {
+    if (round_->participants.count(u)) round_->uploaders.insert(u);
+  }
 }
 
 uint64_t RoundEngine::current_round() const {
@@ -126,6 +136,17 @@ std::optional<ChunkResult> RoundEngine::ParticipantOrQuery(const ChunkIn& c) con
   if (round_->participants.count(c.client_id) == 0) {
     return Reject(absl::FailedPreconditionError(
                       StrCat("client ", c.client_id, " is not a participant of round ", c.round)),
+                  "not_participant");
+  }
+  if (c.gossip != round_->gossip) {
+    return Reject(absl::InvalidArgumentError(
+                      round_->gossip ? StrCat("round ", c.round, " takes push-sum shares (Gossip)")
+                                     : StrCat("round ", c.round, " takes no push-sum shares")),
+                  "malformed");
+  }
+  if (!c.frame.empty() && round_->uploaders.count(c.client_id) == 0) {
+    return Reject(absl::FailedPreconditionError(
+                      StrCat("client ", c.client_id, " has nothing to upload in round ", c.round)),
                   "not_participant");
   }
   if (!c.frame.empty()) return std::nullopt;
@@ -165,8 +186,27 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
     if (c.num_samples == 0) {
       return Reject(absl::InvalidArgumentError("num_samples must be > 0"), "malformed");
     }
+    if (c.gossip) {
+      // A push-sum weight share is p w: positive, and at most everything (w <= n).
+      if (!(c.weight_share > 0) ||
+          !(c.weight_share <= static_cast<double>(state_.clients.size() + 1))) {
+        return Reject(absl::InvalidArgumentError(
+                          StrCat("push-sum weight share ", c.weight_share, " is out of range")),
+                      "nonfinite");
+      }
+      if (c.reference_version != state_.model_version) {
+        return Reject(absl::InvalidArgumentError(StrCat("share coded against model ",
+                                                        c.reference_version, "; round ", c.round,
+                                                        " uses model ", state_.model_version)),
+                      "malformed");
+      }
+    }
     if (it != round_->updates.end()) {
       const Update& u = it->second;
+      if (c.gossip && u.update_id == c.update_id && u.separate.weight_share != c.weight_share) {
+        return Reject(absl::InvalidArgumentError("weight share differs from earlier chunks"),
+                      "bad_chunk_index");
+      }
       if (u.update_id != c.update_id) {
         return Reject(absl::FailedPreconditionError(
                           StrCat("round ", c.round, " already holds update ", u.update_id, " from ",
@@ -221,6 +261,12 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
     u.update_id = c.update_id;
     u.chunk_count = c.chunk_count;
     u.held.assign(c.chunk_count, false);
+    if (round_->separate) {
+      u.separate.values.assign(dim, 0.0f);
+      u.separate.num_samples = c.num_samples;
+      u.separate.weight_share = c.weight_share;
+      u.separate.reference_version = c.reference_version;
+    }
   } else if (u.update_id != c.update_id || u.chunk_count != c.chunk_count) {
     return Reject(absl::FailedPreconditionError("a different update arrived concurrently"),
                   "update_conflict");
@@ -229,6 +275,12 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
   if (u.held[c.chunk_index]) {
     r.duplicate = true;
     r.reason = "duplicate";
+  } else if (round_->separate) {
+    std::copy(values.begin(), values.end(), u.separate.values.begin() + view->begin);
+    u.held[c.chunk_index] = true;
+    ++u.held_count;
+    u.separate.complete = u.held_count == u.chunk_count;
+    r.coordinates = view->length;
   } else {
     const double w = static_cast<double>(c.num_samples);
     double* sum = round_->sum.data() + view->begin;
@@ -249,7 +301,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
 bool RoundEngine::AllComplete() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!round_) return false;
-  for (const std::string& p : round_->participants) {
+  for (const std::string& p : round_->uploaders) {
     auto it = round_->updates.find(p);
     if (it == round_->updates.end() || it->second.held_count != it->second.chunk_count)
       return false;
@@ -277,16 +329,21 @@ CommitResult RoundEngine::CommitWith(std::span<const float> delta,
 }
 
 CommitResult RoundEngine::Close(std::span<const float> delta,
-                                const std::function<bool(const std::string&)>& counted) {
+                                const std::function<bool(const std::string&)>& counted,
+                                std::vector<float>* set) {
   CommitResult res;
   Round& r = *round_;
   res.round = r.number;
-  // Server SGD with momentum.
-  const float lr = options_.server_lr;
-  const float mu = options_.server_momentum;
-  for (size_t i = 0; i < state_.model.size(); ++i) {
-    state_.momentum[i] = mu * state_.momentum[i] + delta[i];
-    state_.model[i] += lr * state_.momentum[i];
+  if (set != nullptr) {
+    state_.model = std::move(*set);
+  } else {
+    // Server SGD with momentum.
+    const float lr = options_.server_lr;
+    const float mu = options_.server_momentum;
+    for (size_t i = 0; i < state_.model.size(); ++i) {
+      state_.momentum[i] = mu * state_.momentum[i] + delta[i];
+      state_.model[i] += lr * state_.momentum[i];
+    }
   }
   for (const std::string& p : r.participants) {
     Receipt rc;
@@ -301,7 +358,7 @@ CommitResult RoundEngine::Close(std::span<const float> delta,
       auto& history = state_.receipts[p];
       history.push_back(rc);
       if (history.size() > kReceiptHistory) history.erase(history.begin());
-    } else {
+    } else if (r.uploaders.count(p)) {
       ++res.stragglers;
     }
     res.receipts[p] = rc;
@@ -312,80 +369,6 @@ CommitResult RoundEngine::Close(std::span<const float> delta,
   round_.reset();
   PublishModelLocked();
   return res;
-}
-
-void RoundEngine::Freeze() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (round_) round_->frozen = true;
-}
-
-std::map<std::string, RoundEngine::Payload> RoundEngine::Payloads() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::string, Payload> out;
-  if (!round_) return out;
-  for (const auto& [client, u] : round_->updates) {
-    if (u.held_count == u.chunk_count) out[client] = u.payload;
-  }
-  return out;
-}
-
-ChunkResult RoundEngine::AcceptPayload(const ChunkIn& c) {
-  PayloadValidator validator;
-  uint64_t dim = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!round_ || c.round != round_->number || round_->frozen) {
-      return Reject(absl::FailedPreconditionError(StrCat("round ", c.round, " is not open")),
-                    "wrong_round");
-    }
-    if (auto early = ParticipantOrQuery(c)) return *early;
-    auto it = round_->updates.find(c.client_id);
-    if (c.chunk_count != 1 || c.chunk_index != 0) {
-      return Reject(absl::InvalidArgumentError("an LGC update is one chunk"), "bad_chunk_index");
-    }
-    if (c.num_samples == 0) {
-      return Reject(absl::InvalidArgumentError("num_samples must be > 0"), "malformed");
-    }
-    if (it != round_->updates.end() && it->second.update_id == c.update_id) {
-      ChunkResult r;
-      r.duplicate = true;
-      r.reason = "duplicate";
-      r.held = HeldList(it->second);
-      return r;
-    }
-    validator = round_->validator;
-    dim = state_.model.size();
-  }
-  auto view = codecs::ParseFrame(c.frame, options_.frame_limits);
-  if (!view.ok()) return Reject(view.status(), ReasonFor(view.status()));
-  if (view->dim != dim || view->begin != 0 || view->length != dim) {
-    return Reject(absl::OutOfRangeError(
-                      StrCat("an LGC frame covers the whole model (", dim, " coordinates)")),
-                  "range");
-  }
-  if (absl::Status st = validator(c.client_id, view->spec, view->body); !st.ok()) {
-    return Reject(
-        st, absl::IsInvalidArgument(st) && st.message().find("codec") == 0 ? "codec" : "malformed");
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!round_ || c.round != round_->number || round_->frozen) {
-    return Reject(absl::FailedPreconditionError(StrCat("round ", c.round, " closed meanwhile")),
-                  "wrong_round");
-  }
-  // A new update replaces an earlier one (a promoted leader resends as leader).
-  Update& u = round_->updates[c.client_id];
-  u.update_id = c.update_id;
-  u.chunk_count = 1;
-  u.held.assign(1, true);
-  u.held_count = 1;
-  u.payload.spec = std::string(view->spec);
-  u.payload.body.assign(reinterpret_cast<const char*>(view->body.data()), view->body.size());
-  u.payload.num_samples = c.num_samples;
-  ChunkResult r;
-  r.coordinates = view->length;
-  r.held = {0};
-  r.codec = options_.plan.CodecFor(c.round);
-  return r;
 }
 
 std::shared_ptr<const ModelBlob> RoundEngine::model() const {

@@ -70,6 +70,10 @@ struct ChunkIn {
   uint32_t chunk_count = 0;
   uint64_t num_samples = 0;
   std::string_view frame;  // empty: a query for the receipt
+  // SGP shares (Gossip): the push-sum weight share and the reference model version.
+  bool gossip = false;
+  double weight_share = 0;
+  uint64_t reference_version = 0;
 };
 
 struct ChunkResult {
@@ -122,8 +126,18 @@ struct RoundInfo {
   std::string codec;  // the round's codec spec
 };
 
+// How a round takes its updates (see RoundEngine::OpenRound).
+using PayloadValidator = std::function<absl::Status(
+    const std::string& client, std::string_view spec, std::span<const uint8_t> body)>;
+struct RoundMode {
+  PayloadValidator validator;
+  bool separate = false;
+  bool gossip = false;  // SGP: chunks come through Gossip with a push-sum weight share
+};
+
 class RoundEngine {
  public:
+  using PayloadValidator = coordinator::PayloadValidator;
   RoundEngine(EngineOptions options, EngineState state);
   RoundEngine(const RoundEngine&) = delete;
   RoundEngine& operator=(const RoundEngine&) = delete;
@@ -131,13 +145,16 @@ class RoundEngine {
   void Register(const std::string& client_id, uint64_t num_samples);
 
   // Opens round next_round with `participants`, closing at `deadline`. REQUIRES: no
-  // round is open. In payload mode (LGC rounds) chunks are not decoded: each client sends
-  // one frame whose body `validator` checks and the engine keeps for the driver, which
-  // aggregates them itself (CommitWith); a client's new update replaces its earlier one.
-  using PayloadValidator = std::function<absl::Status(
-      const std::string& client, std::string_view spec, std::span<const uint8_t> body)>;
+  // round is open. In payload mode (LGC rounds, `validator` set) chunks are not decoded:
+  // each client sends one frame whose body `validator` checks and the engine keeps for the
+  // driver, which aggregates them itself (CommitWith); a client's new update replaces its
+  // earlier one. In separate mode (LSGD, SGP) each client's decoded update is kept apart
+  // for the driver (Separate) instead of being summed.
   absl::Status OpenRound(const std::vector<std::string>& participants, Clock::time_point deadline,
-                         PayloadValidator validator = nullptr);
+                         RoundMode mode = {});
+  // The participants whose updates the round waits for (default: all of them). Others'
+  // chunks are refused. LSGD: only the leaders upload.
+  void SetUploaders(const std::set<std::string>& uploaders);
   uint64_t current_round() const;  // open round, or the next one to open
   // The open round as `client_id` should start it; nullopt when no round is open or the
   // client does not take part. The seed (codec randomness, data order) is per client.
@@ -165,6 +182,19 @@ class RoundEngine {
   // optimizer; the updates of `counted` clients count, the others get empty receipts.
   CommitResult CommitWith(std::span<const float> delta, const std::set<std::string>& counted);
 
+  // Separate mode: each client's decoded update so far.
+  struct SeparateUpdate {
+    std::vector<float> values;  // zero where no chunk arrived
+    bool complete = false;
+    uint64_t num_samples = 0;
+    double weight_share = 0;  // SGP
+    uint64_t reference_version = 0;
+  };
+  std::map<std::string, SeparateUpdate> Separate() const;
+  // Separate mode: closes the round with `model` as the new model (no optimizer); the
+  // updates of `counted` clients count, the others get empty receipts.
+  CommitResult CommitModel(std::vector<float> model, const std::set<std::string>& counted);
+
   std::shared_ptr<const ModelBlob> model() const;
   std::vector<float> ModelVector() const;
   EngineState Snapshot() const;
@@ -178,7 +208,8 @@ class RoundEngine {
     uint32_t chunk_count = 0;
     std::vector<bool> held;
     uint32_t held_count = 0;
-    Payload payload;  // payload mode
+    Payload payload;          // payload mode
+    SeparateUpdate separate;  // separate mode
   };
   struct Round {
     uint64_t number = 0;
@@ -188,20 +219,26 @@ class RoundEngine {
     std::vector<float> weight;
     Clock::time_point opened, deadline;
     PayloadValidator validator;  // set: payload mode
+    bool separate = false, gossip = false;
+    std::set<std::string> uploaders;
     bool frozen = false;
   };
 
+  // A refused chunk, and the reason label of a frame that failed to parse or decode.
+  static ChunkResult Reject(absl::Status st, std::string reason);
+  static std::string ReasonFor(const absl::Status& st);
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ChunkResult AcceptPayload(const ChunkIn& c);
   // A refusal for a non-participant, or the answer to a query (empty frame); nullopt
   // for a chunk to accept. REQUIRES: the round is open, mu_ held.
   std::optional<ChunkResult> ParticipantOrQuery(const ChunkIn& c) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies a mean update, writes receipts (counted(client) says whether a held update
-  // counts) and closes the round.
+  // Applies a mean update through the optimizer (or, with `set`, replaces the model by
+  // *set), writes receipts (counted(client) says whether a held update counts) and closes
+  // the round.
   CommitResult Close(std::span<const float> delta,
-                     const std::function<bool(const std::string&)>& counted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     const std::function<bool(const std::string&)>& counted,
+                     std::vector<float>* set = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::vector<uint32_t> HeldList(const Update& u);
 
   const EngineOptions options_;

@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "codecs/str.h"
+#include "coordinator/upload_reactor.h"
 
 namespace fedlgc::coordinator {
 
@@ -75,14 +76,6 @@ class EventsReactor final
 
 namespace {
 
-// Finishes a call at once with an error.
-template <typename Base>
-class ErrorReactor final : public Base {
- public:
-  explicit ErrorReactor(const grpc::Status& st) { this->Finish(st); }
-  void OnDone() override { delete this; }
-};
-
 class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk> {
  public:
   static constexpr uint64_t kChunkBytes = 1 << 20;
@@ -103,6 +96,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "download stream broke"));
       return;
     }
+    svc_->Touch(client_);
     const uint64_t n = out_.data().size();
     svc_->metrics()->AddDownlink(client_, n, n);
     svc_->traffic().downlink += n;
@@ -141,67 +135,6 @@ class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk
   protos::ModelChunk out_;
 };
 
-class UploadReactor final : public grpc::ServerReadReactor<protos::UpdateChunk> {
- public:
-  UploadReactor(CoordinatorService* svc, std::string client, protos::UploadReceipt* receipt)
-      : svc_(svc), client_(std::move(client)), receipt_(receipt) {
-    StartRead(&chunk_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // end of the client's stream: answer with the receipt
-      Finish(grpc::Status::OK);
-      return;
-    }
-    if (!chunk_.client_id().empty() && chunk_.client_id() != client_) {
-      svc_->metrics()->AddRejected("identity");
-      Finish(grpc::Status(
-          grpc::StatusCode::PERMISSION_DENIED,
-          StrCat("this connection is ", client_, "; it cannot upload as ", chunk_.client_id())));
-      return;
-    }
-    ChunkIn in;
-    in.client_id = client_;
-    in.round = chunk_.round();
-    in.update_id = chunk_.update_id();
-    in.chunk_index = chunk_.chunk_index();
-    in.chunk_count = chunk_.chunk_count();
-    in.num_samples = chunk_.num_samples();
-    in.frame = chunk_.frame();
-    const auto start = std::chrono::steady_clock::now();
-    ChunkResult r = svc_->engine()->AcceptChunk(in);
-    if (!r.status.ok()) {
-      svc_->metrics()->AddRejected(r.reason);
-      Finish(ToGrpc(r.status));
-      return;
-    }
-    receipt_->set_round(in.round);
-    receipt_->set_update_id(in.update_id);
-    receipt_->clear_held_chunks();
-    for (uint32_t h : r.held) receipt_->add_held_chunks(h);
-    if (r.duplicate) {
-      svc_->metrics()->AddRejected("duplicate");
-      receipt_->set_duplicates(receipt_->duplicates() + 1);
-    } else if (!in.frame.empty()) {
-      const uint64_t wire = in.frame.size();
-      svc_->metrics()->ObserveDecodeSeconds(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      svc_->metrics()->AddUplink(client_, r.codec, wire, r.coordinates * 4);
-      svc_->traffic().uplink_wire += wire;
-      svc_->traffic().uplink_raw += r.coordinates * 4;
-      svc_->NotifyChunk();
-    }
-    StartRead(&chunk_);
-  }
-  void OnDone() override { delete this; }
-
- private:
-  CoordinatorService* const svc_;
-  const std::string client_;
-  protos::UploadReceipt* const receipt_;
-  protos::UpdateChunk chunk_;
-};
-
 }  // namespace
 
 CoordinatorService::CoordinatorService(RoundEngine* engine, monitoring::Metrics* metrics,
@@ -233,6 +166,14 @@ absl::StatusOr<std::string> CoordinatorService::Identity(grpc::CallbackServerCon
   return id;
 }
 
+absl::StatusOr<std::string> CoordinatorService::StreamIdentity(grpc::CallbackServerContext* ctx) {
+  std::string claimed;
+  const auto& md = ctx->client_metadata();
+  if (auto it = md.find("fedlgc-client-id"); it != md.end())
+    claimed.assign(it->second.data(), it->second.size());
+  return Identity(ctx, claimed);
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx,
                                                    const protos::JoinRequest* req,
                                                    protos::JoinReply* reply) {
@@ -254,17 +195,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   reply->set_dim(job_.dim);
   reply->set_current_round(engine_->current_round());
   reply->set_total_rounds(job_.total_rounds);
+  reply->set_mode(job_.mode);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* CoordinatorService::Events(
     grpc::CallbackServerContext* ctx) {
-  std::string claimed;
-  const auto& md = ctx->client_metadata();
-  if (auto it = md.find("fedlgc-client-id"); it != md.end())
-    claimed.assign(it->second.data(), it->second.size());
-  auto id = Identity(ctx, claimed);
+  auto id = StreamIdentity(ctx);
   if (!id.ok()) {
     return new ErrorReactor<grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>>(
         ToGrpc(id.status()));
@@ -305,6 +243,18 @@ std::vector<std::string> CoordinatorService::Connected() const {
   std::vector<std::string> out;
   for (const auto& [id, r] : streams_) out.push_back(id);
   return out;
+}
+
+void CoordinatorService::Touch(const std::string& client) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_call_[client] = Clock::now();
+}
+
+Clock::time_point CoordinatorService::LastSeen(const std::string& client) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_.count(client)) return Clock::now();
+  auto it = last_call_.find(client);
+  return it == last_call_.end() ? Clock::time_point() : it->second;
 }
 
 std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
@@ -397,6 +347,11 @@ grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
     }
   } else if (req->blob().empty()) {
     blob = engine_->model();
+  } else if (blobs_ && (blob = blobs_(*id, req->blob(), req->version()))) {
+  } else if (blobs_ && (req->blob() == "inbox" || req->blob().rfind("group:", 0) == 0)) {
+    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     StrCat(req->blob(), " ", req->version(), " is not served to ", *id)));
   } else {
     metrics_->AddRejected("malformed");
     return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(grpc::Status(
@@ -418,14 +373,10 @@ grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
 
 grpc::ServerReadReactor<protos::UpdateChunk>* CoordinatorService::UploadUpdate(
     grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) {
-  std::string claimed;
-  const auto& md = ctx->client_metadata();
-  if (auto it = md.find("fedlgc-client-id"); it != md.end())
-    claimed.assign(it->second.data(), it->second.size());
-  auto id = Identity(ctx, claimed);
+  auto id = StreamIdentity(ctx);
   if (!id.ok())
     return new ErrorReactor<grpc::ServerReadReactor<protos::UpdateChunk>>(ToGrpc(id.status()));
-  return new UploadReactor(this, *id, receipt);
+  return new UploadReactor<protos::UpdateChunk>(this, *id, receipt);
 }
 
 }  // namespace fedlgc::coordinator

@@ -25,6 +25,7 @@ struct JobInfo {
   std::string model;
   uint64_t dim = 0;
   uint32_t total_rounds = 0;
+  std::string mode = "fedavg";
 };
 
 // Bytes moved while a round is open (reset by the driver when it opens one).
@@ -50,9 +51,19 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
       grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) override;
   grpc::ServerReadReactor<protos::UpdateChunk>* UploadUpdate(
       grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) override;
+  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx,
+                                   const protos::ProgressReport* req,
+                                   protos::ReportAck* ack) override;
+  grpc::ServerReadReactor<protos::GossipChunk>* Gossip(grpc::CallbackServerContext* ctx,
+                                                       protos::UploadReceipt* receipt) override;
 
   // Clients with an open event stream.
   std::vector<std::string> Connected() const;
+  // A client's call arrived or progressed (a chunk, a report, a download) now.
+  void Touch(const std::string& client);
+  // When the client last had an open event stream or a call in progress; the epoch when
+  // never.
+  Clock::time_point LastSeen(const std::string& client) const;
   // Sends the open round's start to a participant; false if it has no event stream.
   bool SendRoundStart(const std::string& client);
   bool Push(const std::string& client, const protos::ServerEvent& event);
@@ -67,6 +78,22 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   void SetRoundDecorator(std::function<void(const std::string&, protos::RoundStart*)> f) {
     decorate_ = std::move(f);
   }
+  // Set by the LSGD/SGP driver before serving: the blob `name` (other than "" and
+  // "encoder") of `version` for `client`, or nullptr when it is not served.
+  using BlobProvider = std::function<std::shared_ptr<const ModelBlob>(
+      const std::string& client, const std::string& name, uint64_t version)>;
+  void SetBlobProvider(BlobProvider f) { blobs_ = std::move(f); }
+  // Set by the LSGD driver before serving: takes a client's report (an error refuses it).
+  using ReportHandler =
+      std::function<absl::Status(const std::string& client, const protos::ProgressReport&)>;
+  void SetReportHandler(ReportHandler f) { on_report_ = std::move(f); }
+  // Set by the SGP driver before serving: a sender has applied its inbox up to a round.
+  void SetInboxAppliedCallback(std::function<void(const std::string&, uint64_t)> f) {
+    on_inbox_applied_ = std::move(f);
+  }
+  void NotifyInboxApplied(const std::string& client, uint64_t round) {
+    if (on_inbox_applied_) on_inbox_applied_(client, round);
+  }
   // The LGC encoder served by DownloadModel with blob "encoder".
   void SetEncoderBlob(std::shared_ptr<const ModelBlob> blob);
   // Measured downlink throughput of a client (bytes/s of its last full model download,
@@ -77,6 +104,8 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   // Called by reactors.
   absl::StatusOr<std::string> Identity(grpc::CallbackServerContext* ctx,
                                        const std::string& claimed);
+  // Identity of a streaming call, whose claim travels as fedlgc-client-id metadata.
+  absl::StatusOr<std::string> StreamIdentity(grpc::CallbackServerContext* ctx);
   void Unregister(const std::string& client, EventsReactor* r);
   void OnEventsOpened(const std::string& client, EventsReactor* r);
   RoundEngine* engine() { return engine_; }
@@ -96,10 +125,14 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   RoundTraffic traffic_;
   std::function<void()> on_chunk_;
   std::function<void(const std::string&, protos::RoundStart*)> decorate_;
+  BlobProvider blobs_;
+  ReportHandler on_report_;
+  std::function<void(const std::string&, uint64_t)> on_inbox_applied_;
   mutable std::mutex mu_;
   std::shared_ptr<const ModelBlob> encoder_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> link_bps_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Clock::time_point> last_call_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   protos::ServerEvent done_event_ ABSL_GUARDED_BY(mu_);
 };

@@ -21,6 +21,48 @@ absl::Status Errno(std::string_view what, const std::string& path) {
 
 }  // namespace
 
+std::string RoundStatePath(const std::string& dir, std::string_view prefix, uint64_t round) {
+  return StrCat(dir, "/", prefix, "-", round, ".bin");
+}
+
+absl::Status SaveRoundState(const std::string& dir, std::string_view prefix, uint64_t round,
+                            std::string_view bytes) {
+  if (absl::Status st = AtomicWriteFile(RoundStatePath(dir, prefix, round), bytes); !st.ok())
+    return st;
+  std::error_code ec;
+  for (uint64_t old = round >= 2 ? round - 2 : 0; old > 0; --old) {
+    if (!std::filesystem::remove(RoundStatePath(dir, prefix, old), ec)) break;
+  }
+  return absl::OkStatus();
+}
+
+StateWriter BeginRoundState(uint32_t magic, uint32_t version, uint64_t round) {
+  StateWriter w;
+  w.U32(magic);
+  w.U32(version);
+  w.U64(round);
+  return w;
+}
+
+absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_view prefix,
+                                           uint64_t round, uint32_t magic, uint32_t version,
+                                           std::string* bytes) {
+  const std::string path = RoundStatePath(dir, prefix, round);
+  auto read = ReadFile(path);
+  if (!read.ok()) return read.status();
+  *bytes = std::move(read).value();
+  auto reader = StateReader::Open(*bytes, path);
+  if (!reader.ok()) return reader.status();
+  uint32_t m, v;
+  uint64_t r;
+  if (!reader->U32(&m) || !reader->U32(&v) || !reader->U64(&r) || m != magic || v != version ||
+      r != round) {
+    return absl::DataLossError(
+        StrCat(path, ": not the ", prefix, " state (version ", version, ") of round ", round));
+  }
+  return reader;
+}
+
 absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes) {
   const std::filesystem::path p(path);
   std::error_code ec;

@@ -25,11 +25,19 @@ absl::StatusOr<std::optional<std::string>> ReadFileIfExists(const std::string& p
 // The whole file; NotFound when it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// A driver's state as of a committed round, next to the checkpoint that names the round:
+// <dir>/<prefix>-<round>.bin. Saving round r removes the files of rounds before r - 1 (the
+// checkpoint of r - 1 may still be the one on disk when a crash comes).
+std::string RoundStatePath(const std::string& dir, std::string_view prefix, uint64_t round);
+absl::Status SaveRoundState(const std::string& dir, std::string_view prefix, uint64_t round,
+                            std::string_view bytes);
+
 // Appends fixed-width little-endian values and length-prefixed blobs.
 class StateWriter {
  public:
   void U32(uint32_t v) { Raw(&v, 4); }
   void U64(uint64_t v) { Raw(&v, 8); }
+  void F64(double v) { Raw(&v, 8); }
   void Str(std::string_view s) {
     U32(static_cast<uint32_t>(s.size()));
     out_.append(s);
@@ -53,6 +61,7 @@ class StateReader {
   static absl::StatusOr<StateReader> Open(std::string_view bytes, std::string_view what);
   bool U32(uint32_t* v) { return Raw(v, 4); }
   bool U64(uint64_t* v) { return Raw(v, 8); }
+  bool F64(double* v) { return Raw(v, 8); }
   bool Str(std::string* s, size_t max = 1 << 20);
   bool Floats(std::vector<float>* v, size_t max = size_t{1} << 31);
   bool done() const { return pos_ == data_.size(); }
@@ -68,6 +77,14 @@ class StateReader {
   std::string_view data_;
   size_t pos_ = 0;
 };
+
+// A round state file starts with u32 magic, u32 version, u64 round. The writer of one,
+// and the reader of <dir>/<prefix>-<round>.bin: reads it into *bytes, checks the CRC,
+// magic, version and round, and returns a reader (viewing *bytes) past them.
+StateWriter BeginRoundState(uint32_t magic, uint32_t version, uint64_t round);
+absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_view prefix,
+                                           uint64_t round, uint32_t magic, uint32_t version,
+                                           std::string* bytes);
 
 }  // namespace fedlgc::core
 

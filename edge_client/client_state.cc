@@ -1,7 +1,9 @@
-// Client state file: u32 magic 'FLCS', u32 version 2, str codec, floats residual,
+// Client state file: u32 magic 'FLCS', u32 version 3, str codec, floats residual,
 // u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
-// u32 lgc_stage, str lgc_support (u32 each), floats lgc_values], CRC32C
-// (core/atomic_file.h). Version 1 files (no LGC fields) still load.
+// u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 gossip], then the local
+// model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
+// floats contributed, f64 share_pw, floats share; CRC32C (core/atomic_file.h). Version 1 files
+// (no LGC fields) and version 2 files (no gossip flag, no local model) still load.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -12,7 +14,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -34,7 +36,18 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
     w.Str(std::string_view(reinterpret_cast<const char*>(p.lgc_support.data()),
                            p.lgc_support.size() * 4));
     w.Floats(p.lgc_values);
+    w.U32(p.gossip ? 1 : 0);
   }
+  const LocalModel& m = s.local;
+  w.Floats(m.x);
+  w.F64(m.w);
+  w.U64(m.trained_round);
+  w.U64(m.pulled_round);
+  w.F64(m.loss);
+  w.U64(m.inbox_applied);
+  w.Floats(m.contributed);
+  w.F64(m.share_pw);
+  w.Floats(m.share);
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -72,7 +85,19 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
       std::memcpy(p.lgc_support.data(), support.data(), support.size());
       if (p.lgc_values.size() != p.lgc_support.size()) return corrupt();
     }
+    uint32_t gossip = 0;
+    if (version >= 3 && !r.U32(&gossip)) return corrupt();
+    p.gossip = gossip != 0;
     s.pending = std::move(p);
+  }
+  if (version >= 3) {
+    LocalModel& m = s.local;
+    if (!r.Floats(&m.x) || !r.F64(&m.w) || !r.U64(&m.trained_round) || !r.U64(&m.pulled_round) ||
+        !r.F64(&m.loss) || !r.U64(&m.inbox_applied) || !r.Floats(&m.contributed) ||
+        !r.F64(&m.share_pw) || !r.Floats(&m.share)) {
+      return corrupt();
+    }
+    if (!(m.w > 0) || (!m.share.empty() && m.share.size() != m.x.size())) return corrupt();
   }
   if (!r.done()) return corrupt();
   return s;

@@ -1,7 +1,7 @@
-// What an edge client must not lose across a restart: its error-feedback residual and
-// the update it is uploading (its frames, so a resumed upload sends the very same bytes
-// and the coordinator's receipts refer to them). Written atomically after every encode
-// and every receipt.
+// What an edge client must not lose across a restart: its error-feedback residual, the
+// update it is uploading (its frames, so a resumed upload sends the very same bytes and
+// the coordinator's receipts refer to them) and, in LSGD and SGP jobs, its own model.
+// Written atomically after every encode, receipt, pull, mixing step and local period.
 #ifndef FEDLGC_EDGE_CLIENT_CLIENT_STATE_H_
 #define FEDLGC_EDGE_CLIENT_CLIENT_STATE_H_
 
@@ -25,12 +25,33 @@ struct PendingUpdate {
   uint32_t lgc_stage = 0;
   std::vector<uint32_t> lgc_support;
   std::vector<float> lgc_values;
+  // SGP: a push-sum share (sent through Gossip; ClientState::local holds what it moves).
+  bool gossip = false;
+};
+
+// LSGD and SGP: the model the client keeps between rounds, and where it stands.
+struct LocalModel {
+  std::vector<float> x;        // empty: not started (the first round downloads one)
+  double w = 1;                // SGP: push-sum weight; the client trains on x / w
+  uint64_t trained_round = 0;  // last round whose local period ran
+  uint64_t pulled_round = 0;   // LSGD: last round whose pulls were applied
+  double loss = 0;             // LSGD: running loss after trained_round
+  uint64_t inbox_applied = 0;  // SGP: last round whose relayed shares were added
+  // SGP: what this client brought into the network: the model it started from plus every
+  // change local training made to x. Push-sum conserves the sum of x, so over all clients
+  // and the coordinator's mailboxes, sum of x = sum of contributed.
+  std::vector<float> contributed;
+  // SGP: the share in flight (its frames are the pending update): given up once its
+  // receipt says it was delivered.
+  double share_pw = 0;
+  std::vector<float> share;
 };
 
 struct ClientState {
   std::string codec;            // spec the residual belongs to
   std::vector<float> residual;  // error-feedback residual (empty before the first round)
   std::optional<PendingUpdate> pending;
+  LocalModel local;
 };
 
 absl::Status SaveClientState(const std::string& path, const ClientState& state);

@@ -137,8 +137,12 @@ absl::Status EdgeClient::Join() {
   protos::JoinReply reply;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, 10);
+  const auto t0 = std::chrono::steady_clock::now();
   const grpc::Status st = stub->Join(&ctx, req, &reply);
   if (!st.ok()) return FromGrpc(st, "join");
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (min_rtt_ms_ == 0 || ms < min_rtt_ms_) min_rtt_ms_ = ms;
   if (!model_ || model_->name() != reply.model()) {
     auto m = core::Model::Create(reply.model(), 0, device_);
     if (!m.ok()) return m.status();
@@ -169,7 +173,13 @@ absl::Status EdgeClient::Run() {
       // here with gRPC 1.51), however often we retry on it.
       if (absl::Status c = Connect(); !c.ok()) return c;
     }
-    if (st.ok() && job_over_) return absl::OkStatus();
+    if (st.ok() && job_over_) {
+      // The job is over, but receipts of the last round may still wait for us (an SGP
+      // share that was delivered must be given up): read them once, then stop.
+      bool done = false;
+      (void)EventLoop(&done);
+      return absl::OkStatus();
+    }
     if (st.ok()) {
       bool done = false;
       st = EventLoop(&done);
@@ -212,6 +222,8 @@ absl::Status EdgeClient::EventLoop(bool* done) {
       result = HandleRound(event.round_start());
     } else if (event.has_promote()) {
       result = HandleLgcPromote(event.promote());
+    } else if (event.has_lead()) {
+      result = HandleLsgdLead(event.lead());
     } else if (event.has_done()) {
       *done = true;
       break;
@@ -262,6 +274,7 @@ absl::Status EdgeClient::EnsureCodec(const std::string& spec) {
 
 absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
   if (!state_.pending || state_.pending->round != receipt.round()) return absl::OkStatus();
+  if (state_.pending->gossip) return HandleShareReceipt(receipt);
   PendingUpdate& p = *state_.pending;
   std::vector<bool> counted(p.frames.size(), false);
   if (receipt.update_id() == p.update_id) {
@@ -309,6 +322,8 @@ absl::Status EdgeClient::RestorePending(const PendingUpdate& p) {
 }
 
 absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
+  if (start.mode() == "lsgd") return HandleLsgdRound(start);
+  if (start.mode() == "sgp") return HandleSgpRound(start);
   const auto deadline =
       std::chrono::system_clock::time_point(std::chrono::milliseconds(start.deadline_unix_ms()));
   round_deadline_ = deadline;
@@ -368,6 +383,14 @@ absl::StatusOr<std::vector<float>> EdgeClient::TrainRound(
     }
     return weights.status();
   }
+  std::vector<float> update = *weights;
+  if (auto loss = TrainLocal(start, &update); !loss.ok()) return loss.status();
+  for (size_t i = 0; i < update.size(); ++i) update[i] -= (*weights)[i];
+  return update;
+}
+
+absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
+                                              std::vector<float>* weights) {
   if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
   core::TrainOptions topts;
   topts.epochs = static_cast<int>(start.local_epochs());
@@ -379,9 +402,8 @@ absl::StatusOr<std::vector<float>> EdgeClient::TrainRound(
   if (!trained.ok()) return trained.status();
   metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
   last_train_seconds_ = trained->seconds;
-  std::vector<float> update = model_->GetFlat();
-  for (size_t i = 0; i < update.size(); ++i) update[i] -= (*weights)[i];
-  return update;
+  *weights = model_->GetFlat();
+  return trained->running_loss;
 }
 
 }  // namespace fedlgc::edge_client

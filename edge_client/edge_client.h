@@ -27,8 +27,9 @@ class ClientContext;
 }  // namespace grpc
 
 namespace fedlgc::codecs {
+class Codec;
 class ErrorFeedback;
-}
+}  // namespace fedlgc::codecs
 namespace fedlgc::core {
 class Model;
 struct Dataset;
@@ -39,6 +40,7 @@ class Metrics;
 namespace fedlgc::protos {
 class RoundStart;
 class LgcPromote;
+class LsgdLead;
 class RoundReceipt;
 }  // namespace fedlgc::protos
 
@@ -112,14 +114,32 @@ class EdgeClient {
   // Adds an update that did not count back into the residual.
   absl::Status RestorePending(const PendingUpdate& p);
   absl::Status HandleReceipt(const protos::RoundReceipt& receipt);
+  // LSGD and SGP rounds (modes_client.cc): the client's own model trains a local period.
+  absl::Status HandleLsgdRound(const protos::RoundStart& start);
+  // This client leads its LSGD group: upload its model minus the group's reference.
+  absl::Status HandleLsgdLead(const protos::LsgdLead& lead);
+  absl::Status HandleSgpRound(const protos::RoundStart& start);
+  // The receipt of a push-sum share: give it up when it was delivered.
+  absl::Status HandleShareReceipt(const protos::RoundReceipt& receipt);
+  // The local model: downloaded on the first round (false: the round moved on).
+  absl::StatusOr<bool> EnsureLocalModel(const protos::RoundStart& start);
+  // Trains the local period on `weights` in place; returns the running loss.
+  absl::StatusOr<double> TrainLocal(const protos::RoundStart& start, std::vector<float>* weights);
+  // Sends a progress report (LSGD: the running loss; SGP: the mail added) until the
+  // coordinator has it or the round is over.
+  absl::Status ReportProgress(uint64_t round, double loss, uint64_t inbox_applied = 0);
+  absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version);
   // Gives up at `deadline` (the round's) with DeadlineExceeded.
   absl::StatusOr<std::vector<float>> Download(uint64_t version,
                                               std::chrono::system_clock::time_point deadline);
   // A blob served by DownloadModel ("" the model, "encoder" the LGC encoder), resumable.
   absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
                                            std::chrono::system_clock::time_point deadline);
-  // Uploads the pending update until the coordinator holds every chunk.
+  // Uploads the pending update until the coordinator holds every chunk (through Gossip
+  // for a push-sum share).
   absl::Status Upload(std::chrono::system_clock::time_point deadline);
+  template <typename Msg>
+  absl::Status UploadAs(std::chrono::system_clock::time_point deadline);
   absl::Status EnsureCodec(const std::string& spec);
   absl::Status Persist();
   void PrepareContext(grpc::ClientContext* ctx, double timeout_s) const;
@@ -141,6 +161,15 @@ class EdgeClient {
   uint64_t encoder_version_ = 0;
   std::chrono::system_clock::time_point round_deadline_;
   double last_train_seconds_ = 0;
+  // LSGD and SGP: what a lead request or a share needs from the round's start.
+  struct ModeRound {
+    uint64_t round = 0, model_version = 0, seed = 0;
+    std::string codec;
+    uint32_t max_chunk_bytes = 0;
+  };
+  ModeRound mode_round_;
+  std::unique_ptr<codecs::Codec> share_codec_;  // SGP: plain codec (the sender keeps the loss)
+  double min_rtt_ms_ = 0;                       // smallest round trip of a unary call
   ClientState state_;
   std::string state_path_;
   std::mt19937_64 rng_;

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <set>
+#include <type_traits>
 
 #include "codecs/crc32c.h"
 #include "codecs/frame.h"
@@ -22,6 +23,26 @@ bool Retryable(grpc::StatusCode c) {
          c == grpc::StatusCode::INTERNAL || c == grpc::StatusCode::ABORTED ||
          c == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
+
+// The two upload calls: UploadUpdate for updates, Gossip for push-sum shares.
+template <typename Msg>
+struct Wire;
+template <>
+struct Wire<protos::UpdateChunk> {
+  static auto Open(protos::Coordinator::Stub* stub, grpc::ClientContext* ctx,
+                   protos::UploadReceipt* receipt) {
+    return stub->UploadUpdate(ctx, receipt);
+  }
+  static protos::UpdateChunk* Chunk(protos::UpdateChunk* m) { return m; }
+};
+template <>
+struct Wire<protos::GossipChunk> {
+  static auto Open(protos::Coordinator::Stub* stub, grpc::ClientContext* ctx,
+                   protos::UploadReceipt* receipt) {
+    return stub->Gossip(ctx, receipt);
+  }
+  static protos::UpdateChunk* Chunk(protos::GossipChunk* m) { return m->mutable_chunk(); }
+};
 
 }  // namespace
 
@@ -95,7 +116,22 @@ absl::StatusOr<std::string> EdgeClient::DownloadBlob(
 }
 
 absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) {
+  return state_.pending->gossip ? UploadAs<protos::GossipChunk>(deadline)
+                                : UploadAs<protos::UpdateChunk>(deadline);
+}
+
+template <typename Msg>
+absl::Status EdgeClient::UploadAs(std::chrono::system_clock::time_point deadline) {
   const PendingUpdate& p = *state_.pending;
+  const auto fresh = [&] {
+    Msg m;
+    if constexpr (std::is_same_v<Msg, protos::GossipChunk>) {
+      m.set_weight(state_.local.share_pw);
+      m.set_reference_version(p.model_version);
+      m.set_inbox_applied(state_.local.inbox_applied);
+    }
+    return m;
+  };
   auto stub = protos::Coordinator::NewStub(channel_);
   std::set<uint32_t> held;
   std::vector<int> sends(p.frames.size(), 0);
@@ -120,11 +156,11 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
       grpc::ClientContext qctx;
       PrepareContext(&qctx, 10);
       protos::UploadReceipt qreceipt;
-      auto q = stub->UploadUpdate(&qctx, &qreceipt);
-      protos::UpdateChunk query;
-      query.set_client_id(options_.client_id);
-      query.set_round(p.round);
-      query.set_update_id(p.update_id);
+      auto q = Wire<Msg>::Open(stub.get(), &qctx, &qreceipt);
+      Msg query = fresh();
+      Wire<Msg>::Chunk(&query)->set_client_id(options_.client_id);
+      Wire<Msg>::Chunk(&query)->set_round(p.round);
+      Wire<Msg>::Chunk(&query)->set_update_id(p.update_id);
       q->Write(query);
       q->WritesDone();
       const grpc::Status qs = q->Finish();
@@ -139,8 +175,9 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
     grpc::ClientContext ctx;
     PrepareContext(&ctx, options_.call_timeout_s);
     protos::UploadReceipt receipt;
-    auto writer = stub->UploadUpdate(&ctx, &receipt);
-    protos::UpdateChunk chunk;
+    auto writer = Wire<Msg>::Open(stub.get(), &ctx, &receipt);
+    Msg msg = fresh();
+    protos::UpdateChunk& chunk = *Wire<Msg>::Chunk(&msg);
     chunk.set_client_id(options_.client_id);
     chunk.set_round(p.round);
     chunk.set_update_id(p.update_id);
@@ -152,7 +189,7 @@ absl::Status EdgeClient::Upload(std::chrono::system_clock::time_point deadline) 
       if (held.count(i)) continue;
       chunk.set_chunk_index(i);
       chunk.set_frame(p.frames[i]);
-      if (!writer->Write(chunk)) break;
+      if (!writer->Write(msg)) break;
       metrics_->AddChunks(options_.client_id, sends[i]++ == 0 ? "sent" : "retransmitted", 1);
       metrics_->AddUplink(options_.client_id, codec_label, p.frames[i].size(), raw[i]);
     }

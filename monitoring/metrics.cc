@@ -106,6 +106,16 @@ Metrics::Metrics()
                              .Name("fedlgc_client_last_round")
                              .Help("Last round in which a chunk of the client counted")
                              .Register(*registry_)),
+      lsgd_leader_(BuildGauge()
+                       .Name("fedlgc_lsgd_leader")
+                       .Help("LSGD: 1 for the global leader (whose model is the run's), else 0")
+                       .Register(*registry_)),
+      sgp_consensus_distance_(
+          BuildGauge()
+              .Name("fedlgc_sgp_consensus_distance")
+              .Help("SGP: root mean squared distance of the clients' de-biased models to their "
+                    "mean, from the last round's shares")
+              .Register(*registry_)),
       job_finished_(BuildGauge()
                         .Name("fedlgc_job_finished")
                         .Help("1 once the coordinator has run the job's last round")
@@ -198,6 +208,14 @@ void Metrics::SetRoundBytes(const std::string& direction, const std::string& kin
 
 void Metrics::SetClientLastRound(const std::string& client, uint64_t round) {
   client_last_round_.Add({{"client", client}}).Set(static_cast<double>(round));
+}
+
+void Metrics::SetLsgdLeader(const std::string& client, bool leader) {
+  lsgd_leader_.Add({{"client", client}}).Set(leader ? 1.0 : 0.0);
+}
+
+void Metrics::SetSgpConsensusDistance(double distance) {
+  sgp_consensus_distance_.Add({}).Set(distance);
 }
 
 void Metrics::JoinClient(const std::string& client, uint64_t current_round) {

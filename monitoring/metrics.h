@@ -63,6 +63,10 @@ class Metrics {
   // Last round in which a chunk of `client` counted. At join, the round before the
   // current one, unless this process has seen the client already.
   void SetClientLastRound(const std::string& client, uint64_t round);
+  // LSGD: 1 for the client whose model is the run's model (the global leader), else 0.
+  void SetLsgdLeader(const std::string& client, bool leader);
+  // SGP: sqrt(mean over senders of ||z_i - zbar||^2) of the round's shares.
+  void SetSgpConsensusDistance(double distance);
   void JoinClient(const std::string& client, uint64_t current_round);
   // Creates the zero-valued series of a client (chunks, resumes) and of every rejection
   // reason, so dashboards and alerts see 0 rather than no data before the first event.
@@ -94,6 +98,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& deadline_;
   prometheus::Family<prometheus::Gauge>& round_bytes_;
   prometheus::Family<prometheus::Gauge>& client_last_round_;
+  prometheus::Family<prometheus::Gauge>& lsgd_leader_;
+  prometheus::Family<prometheus::Gauge>& sgp_consensus_distance_;
   prometheus::Family<prometheus::Gauge>& job_finished_;
   std::mutex ratio_mu_;
   prometheus::Gauge* ratio_gauge_ = nullptr;  // guarded by ratio_mu_

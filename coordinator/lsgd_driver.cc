@@ -1,0 +1,378 @@
+// LSGD at the coordinator (see lsgd_driver.h).
+#include "coordinator/lsgd_driver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "codecs/crc32c.h"
+#include "codecs/str.h"
+#include "core/atomic_file.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+constexpr uint32_t kMagic = 0x4C534744;  // "LSGD"
+constexpr uint32_t kVersion = 1;
+
+std::vector<std::string> Split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t end = s.find(sep, start);
+    out.emplace_back(s.substr(start, end == std::string_view::npos ? s.npos : end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
+absl::Status LsgdOptions::Validate() const {
+  if (!(pull > 0 && pull <= 1) || !(global_pull > 0 && global_pull <= 1)) {
+    return absl::InvalidArgumentError("--lsgd-pull and --lsgd-global-pull must be in (0, 1]");
+  }
+  if (period == 0 || global_period == 0 || global_period % period != 0) {
+    return absl::InvalidArgumentError("--lsgd-period must be > 0 and divide --lsgd-global-period");
+  }
+  if (!groups.empty() && group_size > 0) {
+    return absl::InvalidArgumentError("give --lsgd-groups or --lsgd-group-size, not both");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<std::string>>> ParseLsgdGroups(std::string_view spec) {
+  std::vector<std::vector<std::string>> groups;
+  if (spec.empty()) return groups;
+  std::set<std::string> seen;
+  for (const std::string& g : Split(spec, ';')) {
+    std::vector<std::string> members;
+    for (const std::string& c : Split(g, ',')) {
+      if (c.empty())
+        return absl::InvalidArgumentError(StrCat("--lsgd-groups: empty client in '", spec, "'"));
+      if (!seen.insert(c).second) {
+        return absl::InvalidArgumentError(StrCat("--lsgd-groups: ", c, " is in two groups"));
+      }
+      members.push_back(c);
+    }
+    groups.push_back(std::move(members));
+  }
+  return groups;
+}
+
+std::vector<std::vector<std::string>> GroupsByLatency(const std::map<std::string, double>& rtt_ms,
+                                                      size_t size) {
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [c, rtt] : rtt_ms) order.emplace_back(rtt, c);
+  std::sort(order.begin(), order.end());
+  std::vector<std::vector<std::string>> groups;
+  size = std::max<size_t>(size, 1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i % size == 0) groups.emplace_back();
+    groups.back().push_back(order[i].second);
+  }
+  if (groups.size() >= 2 && groups.back().size() == 1 && size > 1) {
+    groups[groups.size() - 2].push_back(groups.back().front());
+    groups.pop_back();
+  }
+  return groups;
+}
+
+LsgdDriver::LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir)
+    : options_(std::move(options)),
+      initial_(std::move(initial)),
+      state_dir_(std::move(state_dir)) {}
+
+absl::StatusOr<std::unique_ptr<LsgdDriver>> LsgdDriver::Create(LsgdOptions options,
+                                                               std::vector<float> initial,
+                                                               std::string state_dir,
+                                                               uint64_t committed_round) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  std::unique_ptr<LsgdDriver> d(
+      new LsgdDriver(std::move(options), std::move(initial), std::move(state_dir)));
+  if (committed_round > 0) {
+    if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
+  } else {
+    std::lock_guard<std::mutex> lock(d->mu_);
+    if (!d->options_.groups.empty()) {
+      d->FormGroupsLocked(d->options_.groups);
+    } else if (d->options_.group_size == 0) {
+      d->FormGroupsLocked({{}});  // one group of everyone
+    }
+  }
+  return d;
+}
+
+bool LsgdDriver::IsGlobalRound(uint64_t round) const {
+  if (!options_.multi_group()) return true;
+  return round % (options_.global_period / options_.period) == 0;
+}
+
+void LsgdDriver::FormGroupsLocked(const std::vector<std::vector<std::string>>& groups) {
+  refs_.assign(groups.size(), initial_);
+  ref_versions_.assign(groups.size(), 0);
+  blobs_.assign(groups.size(), nullptr);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const std::string& c : groups[g]) group_of_[c] = g;
+    PublishLocked(g);
+  }
+}
+
+void LsgdDriver::PublishLocked(size_t g) {
+  auto blob = std::make_shared<ModelBlob>();
+  blob->version = ref_versions_[g];
+  blob->bytes.assign(reinterpret_cast<const char*>(refs_[g].data()), refs_[g].size() * 4);
+  blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+  blobs_[g] = std::move(blob);
+}
+
+size_t LsgdDriver::GroupOfLocked(const std::string& client) {
+  if (auto it = group_of_.find(client); it != group_of_.end()) return it->second;
+  // A newcomer: the group whose mean round trip is nearest its own, else the smallest.
+  std::vector<double> sum(refs_.size(), 0.0);
+  std::vector<size_t> count(refs_.size(), 0), known(refs_.size(), 0);
+  for (const auto& [c, g] : group_of_) {
+    ++count[g];
+    if (auto r = rtt_ms_.find(c); r != rtt_ms_.end()) {
+      sum[g] += r->second;
+      ++known[g];
+    }
+  }
+  size_t best = 0;
+  const auto mine = rtt_ms_.find(client);
+  double best_score = std::numeric_limits<double>::infinity();
+  for (size_t g = 0; g < refs_.size(); ++g) {
+    const double score = mine != rtt_ms_.end() && known[g] > 0
+                             ? std::fabs(sum[g] / known[g] - mine->second)
+                             : static_cast<double>(count[g]);
+    if (score < best_score) {
+      best_score = score;
+      best = g;
+    }
+  }
+  group_of_[client] = best;
+  return best;
+}
+
+void LsgdDriver::BeginRound(uint64_t round, const std::vector<std::string>& participants) {
+  std::lock_guard<std::mutex> lock(mu_);
+  round_ = round;
+  participants_ = std::set<std::string>(participants.begin(), participants.end());
+  losses_.clear();
+}
+
+absl::Status LsgdDriver::AcceptReport(const std::string& client,
+                                      const protos::ProgressReport& report) {
+  if (!std::isfinite(report.loss()) || !(report.rtt_ms() >= 0) || !std::isfinite(report.rtt_ms())) {
+    return absl::InvalidArgumentError(StrCat("report of ", client, ": loss ", report.loss(),
+                                             " and rtt ", report.rtt_ms(),
+                                             " ms must be finite (rtt >= 0)"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (report.round() != round_ || !participants_.count(client)) {
+    return absl::FailedPreconditionError(
+        StrCat("round ", report.round(), " takes no report from ", client));
+  }
+  losses_[client] = report.loss();
+  if (report.rtt_ms() > 0) {
+    auto [it, fresh] = rtt_ms_.try_emplace(client, report.rtt_ms());
+    if (!fresh) it->second = std::min(it->second, report.rtt_ms());
+  }
+  return absl::OkStatus();
+}
+
+bool LsgdDriver::AllReported() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return losses_.size() == participants_.size();
+}
+
+size_t LsgdDriver::reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return losses_.size();
+}
+
+std::map<std::string, double> LsgdDriver::Losses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return losses_;
+}
+
+size_t LsgdDriver::group_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refs_.size();
+}
+
+std::map<std::string, size_t> LsgdDriver::Groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return group_of_;
+}
+
+LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::string>& live,
+                                       const std::set<std::string>& exclude) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (refs_.empty()) {
+    std::map<std::string, double> rtt;
+    for (const auto& [c, loss] : losses_) {
+      auto it = rtt_ms_.find(c);
+      rtt[c] = it == rtt_ms_.end() ? 0.0 : it->second;
+    }
+    FormGroupsLocked(GroupsByLatency(rtt, options_.group_size));
+    if (refs_.empty()) FormGroupsLocked({{}});
+  }
+  Election e;
+  e.global = IsGlobalRound(round);
+  std::map<size_t, double> best_loss;
+  double global_best = std::numeric_limits<double>::infinity();
+  for (const auto& [client, loss] : losses_) {  // ordered by id: ties go to the smaller
+    if (!live.count(client) || exclude.count(client)) continue;
+    const size_t g = GroupOfLocked(client);
+    auto it = best_loss.find(g);
+    if (it == best_loss.end() || loss < it->second) {
+      best_loss[g] = loss;
+      e.leaders[g] = client;
+    }
+    if (loss < global_best) {
+      global_best = loss;
+      e.best = client;
+    }
+  }
+  return e;
+}
+
+protos::LsgdLead LsgdDriver::LeadFor(uint64_t round, const std::string& leader) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  protos::LsgdLead lead;
+  lead.set_round(round);
+  auto it = group_of_.find(leader);
+  const size_t g = it == group_of_.end() ? 0 : it->second;
+  lead.set_reference_blob(StrCat("group:", g));
+  lead.set_reference_version(g < ref_versions_.size() ? ref_versions_[g] : 0);
+  return lead;
+}
+
+std::vector<float> LsgdDriver::Commit(
+    uint64_t round, const Election& election,
+    const std::map<std::string, RoundEngine::SeparateUpdate>& updates,
+    std::set<std::string>* counted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pulled_leaders_.clear();
+  for (const auto& [g, leader] : election.leaders) {
+    auto it = updates.find(leader);
+    if (it == updates.end() || !it->second.complete || g >= refs_.size()) continue;
+    std::vector<float>& ref = refs_[g];
+    const std::vector<float>& delta = it->second.values;
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += delta[i];
+    ref_versions_[g] = round;
+    PublishLocked(g);
+    pulled_leaders_[g] = leader;
+    counted->insert(leader);
+  }
+  // The global pull goes to the best leader's group, whose reference just took its model.
+  pull_global_ = election.global && !election.best.empty() && counted->count(election.best);
+  if (!election.best.empty()) global_leader_ = election.best;
+  auto g = group_of_.find(global_leader_);
+  if (g != group_of_.end() && g->second < refs_.size()) return refs_[g->second];
+  return refs_.empty() ? initial_ : refs_.front();
+}
+
+void LsgdDriver::Decorate(const std::string& client, protos::RoundStart* s) {
+  s->set_mode("lsgd");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (refs_.empty()) return;
+  const size_t g = GroupOfLocked(client);
+  auto add = [&](size_t group, double strength) {
+    protos::Pull* p = s->add_pulls();
+    p->set_blob(StrCat("group:", group));
+    p->set_version(ref_versions_[group]);
+    p->set_strength(static_cast<float>(strength));
+  };
+  if (options_.multi_group()) {
+    auto it = pulled_leaders_.find(g);
+    if (it != pulled_leaders_.end() && it->second != client) add(g, options_.pull);
+  }
+  if (pull_global_ && client != global_leader_)
+    add(group_of_.at(global_leader_), options_.global_pull);
+}
+
+std::shared_ptr<const ModelBlob> LsgdDriver::Blob(const std::string& name, uint64_t version) const {
+  if (name.rfind("group:", 0) != 0) return nullptr;
+  const std::string num = name.substr(6);
+  if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos)
+    return nullptr;
+  const size_t g = std::stoul(num);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (g >= blobs_.size() || blobs_[g]->version != version) return nullptr;
+  return blobs_[g];
+}
+
+absl::Status LsgdDriver::Save(uint64_t round) const {
+  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
+  std::lock_guard<std::mutex> lock(mu_);
+  w.U64(refs_.size());
+  for (size_t g = 0; g < refs_.size(); ++g) {
+    w.U64(ref_versions_[g]);
+    w.Floats(refs_[g]);
+  }
+  w.U64(group_of_.size());
+  for (const auto& [c, g] : group_of_) {
+    w.Str(c);
+    w.U64(g);
+  }
+  w.U64(rtt_ms_.size());
+  for (const auto& [c, rtt] : rtt_ms_) {
+    w.Str(c);
+    w.F64(rtt);
+  }
+  w.U64(pulled_leaders_.size());
+  for (const auto& [g, c] : pulled_leaders_) {
+    w.U64(g);
+    w.Str(c);
+  }
+  w.U32(pull_global_ ? 1 : 0);
+  w.Str(global_leader_);
+  return core::SaveRoundState(state_dir_, "lsgd", round, w.Finish());
+}
+
+absl::Status LsgdDriver::Load(uint64_t round) {
+  const std::string path = core::RoundStatePath(state_dir_, "lsgd", round);
+  std::string bytes;
+  auto reader = core::ReadRoundState(state_dir_, "lsgd", round, kMagic, kVersion, &bytes);
+  if (!reader.ok()) return reader.status();
+  core::StateReader& r = *reader;
+  const auto bad = [&] { return absl::DataLossError(StrCat(path, ": malformed LSGD state")); };
+  uint32_t global;
+  uint64_t groups, n;
+  if (!r.U64(&groups) || groups > (1u << 16)) return bad();
+  std::lock_guard<std::mutex> lock(mu_);
+  refs_.assign(groups, {});
+  ref_versions_.assign(groups, 0);
+  blobs_.assign(groups, nullptr);
+  for (size_t g = 0; g < groups; ++g) {
+    if (!r.U64(&ref_versions_[g]) || !r.Floats(&refs_[g]) || refs_[g].size() != initial_.size())
+      return bad();
+    PublishLocked(g);
+  }
+  std::string c;
+  uint64_t g;
+  double rtt;
+  if (!r.U64(&n)) return bad();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!r.Str(&c) || !r.U64(&g) || g >= groups) return bad();
+    group_of_[c] = g;
+  }
+  if (!r.U64(&n)) return bad();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!r.Str(&c) || !r.F64(&rtt)) return bad();
+    rtt_ms_[c] = rtt;
+  }
+  if (!r.U64(&n)) return bad();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!r.U64(&g) || !r.Str(&c) || g >= groups) return bad();
+    pulled_leaders_[g] = c;
+  }
+  if (!r.U32(&global) || !r.Str(&global_leader_) || !r.done()) return bad();
+  pull_global_ = global != 0;
+  if (pull_global_ && !group_of_.count(global_leader_)) return bad();
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,271 @@
+// The edge client in LSGD and SGP jobs, where it keeps its own model between rounds
+// (see edge_client.h, coordinator/lsgd_driver.h and coordinator/sgp_driver.h).
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "codecs/codec.h"
+#include "codecs/error_feedback.h"
+#include "codecs/registry.h"
+#include "codecs/str.h"
+#include "core/mixing.h"
+#include "core/model.h"
+#include "edge_client/edge_client.h"
+#include "edge_client/grpc_status.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc.grpc.pb.h"
+
+namespace fedlgc::edge_client {
+namespace {
+
+std::chrono::system_clock::time_point DeadlineOf(const protos::RoundStart& start) {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(start.deadline_unix_ms()));
+}
+
+// A download or report that cannot finish because the round moved on or ended.
+bool RoundOver(const absl::Status& st) {
+  return absl::IsNotFound(st) || absl::IsDeadlineExceeded(st) || absl::IsFailedPrecondition(st);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string& blob,
+                                                              uint64_t version) {
+  auto bytes = DownloadBlob(blob, version, round_deadline_);
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() != model_->dim() * 4) {
+    return absl::DataLossError(
+        StrCat(blob, " ", version, ": ", bytes->size(), " bytes for ", model_->dim(), " floats"));
+  }
+  std::vector<float> v(model_->dim());
+  std::memcpy(v.data(), bytes->data(), bytes->size());
+  return v;
+}
+
+absl::StatusOr<bool> EdgeClient::EnsureLocalModel(const protos::RoundStart& start) {
+  round_deadline_ = DeadlineOf(start);
+  mode_round_ = {start.round(), start.model_version(), start.seed(), start.codec(),
+                 start.max_chunk_bytes()};
+  LocalModel& m = state_.local;
+  if (!m.x.empty() && m.x.size() == model_->dim()) return true;
+  auto x = Download(start.model_version(), round_deadline_);
+  if (!x.ok()) {
+    if (RoundOver(x.status())) return false;
+    return x.status();
+  }
+  m = LocalModel();
+  m.x = std::move(x).value();
+  m.contributed = m.x;
+  // A fresh model is the run's model: the pulls of this round are already in it.
+  m.pulled_round = start.round();
+  if (absl::Status st = Persist(); !st.ok()) return st;
+  return true;
+}
+
+// ---- LSGD ----
+
+absl::Status EdgeClient::HandleLsgdRound(const protos::RoundStart& start) {
+  if (state_.pending && state_.pending->round != start.round()) {
+    // A leader upload whose receipt never came: as far as we know it did not count.
+    if (absl::Status st = RestorePending(*state_.pending); !st.ok()) return st;
+    state_.pending.reset();
+  }
+  auto ready = EnsureLocalModel(start);
+  if (!ready.ok() || !*ready) return ready.status();
+  LocalModel& m = state_.local;
+  if (m.pulled_round < start.round()) {
+    for (const protos::Pull& pull : start.pulls()) {
+      if (!(pull.strength() > 0 && pull.strength() <= 1)) {
+        return absl::InvalidArgumentError(StrCat("pull strength ", pull.strength()));
+      }
+      auto leader = DownloadFloats(pull.blob(), pull.version());
+      if (!leader.ok()) return RoundOver(leader.status()) ? absl::OkStatus() : leader.status();
+      core::Pull(m.x, *leader, pull.strength());
+    }
+    m.pulled_round = start.round();
+    if (absl::Status st = Persist(); !st.ok()) return st;
+  }
+  if (m.trained_round < start.round()) {
+    auto loss = TrainLocal(start, &m.x);
+    if (!loss.ok()) return loss.status();
+    m.loss = *loss;
+    m.trained_round = start.round();
+    if (absl::Status st = Persist(); !st.ok()) return st;
+  }
+  if (absl::Status st = ReportProgress(start.round(), m.loss); !st.ok()) return st;
+  // Elected again after a reconnect: the upload is pending already.
+  if (state_.pending && state_.pending->round == start.round())
+    return UploadPending(start.round(), round_deadline_);
+  return absl::OkStatus();
+}
+
+absl::Status EdgeClient::ReportProgress(uint64_t round, double loss, uint64_t inbox_applied) {
+  auto stub = protos::Coordinator::NewStub(channel_);
+  for (int attempt = 0; !stop_; ++attempt) {
+    if (std::chrono::system_clock::now() > round_deadline_) return absl::OkStatus();
+    if (attempt > 0) {
+      Backoff(attempt - 1);
+      if (RefreshChannelIfDown()) stub = protos::Coordinator::NewStub(channel_);
+    }
+    protos::ProgressReport req;
+    req.set_client_id(options_.client_id);
+    req.set_round(round);
+    req.set_loss(loss);
+    req.set_rtt_ms(min_rtt_ms_);
+    req.set_inbox_applied(inbox_applied);
+    protos::ReportAck ack;
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, 10);
+    const auto t0 = std::chrono::steady_clock::now();
+    const grpc::Status st = stub->Report(&ctx, req, &ack);
+    if (st.ok()) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (min_rtt_ms_ == 0 || ms < min_rtt_ms_) min_rtt_ms_ = ms;
+      return absl::OkStatus();
+    }
+    const absl::Status as = FromGrpc(st, "report");
+    if (absl::IsFailedPrecondition(as)) return absl::OkStatus();  // the round moved on
+    if (absl::IsInvalidArgument(as) || absl::IsPermissionDenied(as)) return as;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EdgeClient::HandleLsgdLead(const protos::LsgdLead& lead) {
+  LocalModel& m = state_.local;
+  if (lead.round() != m.trained_round || lead.round() != mode_round_.round) {
+    return absl::OkStatus();  // stale
+  }
+  if (!state_.pending || state_.pending->round != lead.round()) {
+    auto ref = DownloadFloats(lead.reference_blob(), lead.reference_version());
+    if (!ref.ok()) return RoundOver(ref.status()) ? absl::OkStatus() : ref.status();
+    if (absl::Status st = EnsureCodec(mode_round_.codec); !st.ok()) return st;
+    std::vector<float> delta(m.x.size());
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = m.x[i] - (*ref)[i];
+    std::vector<codecs::Frame> frames;
+    codecs::EncodeOptions eopts;
+    eopts.seed = mode_round_.seed;
+    eopts.max_frame_bytes = mode_round_.max_chunk_bytes;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (absl::Status st = codec_->Encode(delta, eopts, &frames); !st.ok()) return st;
+    metrics_->ObserveEncodeSeconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    PendingUpdate p;
+    p.round = lead.round();
+    p.model_version = mode_round_.model_version;
+    p.update_id = rng_() | 1;
+    p.num_samples = shard_.size();
+    for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
+    state_.pending = std::move(p);
+    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+    if (absl::Status st = Persist(); !st.ok()) return st;
+  }
+  return UploadPending(lead.round(), round_deadline_);
+}
+
+// ---- SGP ----
+
+absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
+  LocalModel& m = state_.local;
+  if (state_.pending && state_.pending->round != start.round()) {
+    // A share whose receipt never came was not delivered: the sender keeps it (it never
+    // left x).
+    state_.pending.reset();
+    m.share.clear();
+    m.share_pw = 0;
+    if (absl::Status st = Persist(); !st.ok()) return st;
+  }
+  auto ready = EnsureLocalModel(start);
+  if (!ready.ok() || !*ready) return ready.status();
+  // Shares relayed to us in earlier rounds, each added once.
+  for (uint64_t round : start.sgp_inbox_rounds()) {
+    if (round <= m.inbox_applied) continue;
+    auto bytes = DownloadBlob("inbox", round, round_deadline_);
+    if (!bytes.ok()) return RoundOver(bytes.status()) ? absl::OkStatus() : bytes.status();
+    double w = 0;
+    if (bytes->size() != 8 + m.x.size() * 4) {
+      return absl::DataLossError(StrCat("inbox ", round, ": ", bytes->size(), " bytes"));
+    }
+    std::memcpy(&w, bytes->data(), 8);
+    if (!(w > 0) || !std::isfinite(w)) return absl::DataLossError(StrCat("inbox weight ", w));
+    std::vector<float> x(m.x.size());
+    std::memcpy(x.data(), bytes->data() + 8, x.size() * 4);
+    for (size_t i = 0; i < x.size(); ++i) m.x[i] += x[i];
+    m.w += w;
+    m.inbox_applied = round;
+    if (absl::Status st = Persist(); !st.ok()) return st;
+    // Tell the relay now, so that the mail does not outlive us if we die training.
+    if (absl::Status st = ReportProgress(start.round(), 0, m.inbox_applied); !st.ok()) return st;
+  }
+  if (!state_.pending) {
+    if (m.trained_round < start.round()) {
+      // Train on z = x / w; the step lands on the numerator as w (z' - z).
+      std::vector<float> z = core::Debias(m.x, m.w);
+      const std::vector<float> before = m.x;
+      auto loss = TrainLocal(start, &z);
+      if (!loss.ok()) return loss.status();
+      if (m.contributed.size() != m.x.size()) m.contributed = before;
+      for (size_t i = 0; i < m.x.size(); ++i) {
+        m.x[i] = static_cast<float>(m.w * z[i]);
+        m.contributed[i] += m.x[i] - before[i];
+      }
+      m.loss = *loss;
+      m.trained_round = start.round();
+      if (absl::Status st = Persist(); !st.ok()) return st;
+    }
+    if (!(start.sgp_share() < 1)) return absl::OkStatus();  // alone: keeps everything
+    std::vector<float> reference;
+    if (start.sgp_reference()) {
+      auto ref = Download(start.model_version(), round_deadline_);
+      if (!ref.ok()) return RoundOver(ref.status()) ? absl::OkStatus() : ref.status();
+      reference = std::move(ref).value();
+    }
+    if (!share_codec_ || share_codec_->spec() != start.codec()) {
+      auto c = codecs::MakeCodec(start.codec());
+      if (!c.ok()) return c.status();
+      share_codec_ = std::move(c).value();
+    }
+    codecs::EncodeOptions eopts;
+    eopts.seed = start.seed();
+    eopts.max_frame_bytes = start.max_chunk_bytes();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto share = core::MakeShare(m.x, m.w, start.sgp_share(), reference, *share_codec_, eopts);
+    if (!share.ok()) return share.status();
+    metrics_->ObserveEncodeSeconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    PendingUpdate p;
+    p.round = start.round();
+    p.model_version = start.model_version();
+    p.update_id = rng_() | 1;
+    p.num_samples = shard_.size();
+    p.frames = std::move(share->frames);
+    p.gossip = true;
+    state_.pending = std::move(p);
+    state_.codec = start.codec();
+    m.share = std::move(share->full);
+    m.share_pw = share->pw;
+    if (absl::Status st = Persist(); !st.ok()) return st;
+  }
+  return UploadPending(start.round(), round_deadline_);
+}
+
+absl::Status EdgeClient::HandleShareReceipt(const protos::RoundReceipt& receipt) {
+  const PendingUpdate& p = *state_.pending;
+  LocalModel& m = state_.local;
+  // Delivered means every chunk counted; the coordinator delivers whole shares only.
+  const bool delivered = receipt.update_id() == p.update_id &&
+                         receipt.counted_chunks_size() == static_cast<int>(p.frames.size());
+  if (delivered && m.share.size() == m.x.size()) {
+    for (size_t i = 0; i < m.x.size(); ++i) m.x[i] -= m.share[i];
+    m.w -= m.share_pw;
+  } else {
+    metrics_->AddChunks(options_.client_id, "lost", p.frames.size());
+  }
+  state_.pending.reset();
+  m.share.clear();
+  m.share_pw = 0;
+  return Persist();
+}
+
+}  // namespace fedlgc::edge_client

@@ -1,0 +1,255 @@
+// The decentralised modes over the real service with 4 clients: LSGD (configured and
+// latency-formed groups) and SGP (push-sum through the coordinator's relay, with a lossy
+// codec, a cut link and a client killed mid-run), checking the oracles of ALGORITHMS.md
+// sections 2 and 3 on what the processes hold at the end.
+#include <signal.h>
+
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+#include "core/model.h"
+#include "edge_client/client_state.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+
+namespace fedlgc::testing {
+namespace {
+
+using std::chrono::seconds;
+
+struct ModeRun {
+  std::string dir, certs;
+  coordinator::CoordinatorOptions options;
+  std::vector<coordinator::RoundReport> reports;
+  std::vector<float> model;
+  std::map<std::string, size_t> groups;          // LSGD
+  std::pair<std::vector<double>, double> mail;   // SGP
+  std::vector<edge_client::ClientState> states;  // each client's, at the end
+  std::string metrics;
+};
+
+coordinator::CoordinatorOptions ModeOptions(const std::string& dir, const std::string& certs,
+                                            const std::string& mode, int n) {
+  auto o = CoordinatorDefaults(dir, certs);
+  o.mode = mode;
+  o.min_clients = static_cast<uint32_t>(n);
+  o.rounds = 4;
+  o.plan.local_steps = 20;
+  o.lsgd.period = 10;
+  o.lsgd.global_period = 20;
+  return o;
+}
+
+// Runs `o` with n in-process clients (client i behind a fault proxy with links[i] when
+// given) and collects what the coordinator and the clients hold at the end.
+ModeRun RunMode(const std::string& dir, const std::string& certs, coordinator::CoordinatorOptions o,
+                int n, const std::vector<std::string>& links = {}) {
+  ModeRun r;
+  r.dir = dir;
+  r.certs = certs;
+  r.options = o;
+  InProcessCoordinator coord(o);
+  std::vector<std::unique_ptr<core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < n; ++i) {
+    int port = coord.port();
+    if (i < static_cast<int>(links.size()) && !links[i].empty()) {
+      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(),
+                                       core::LinkSpec::Parse(links[i]).value(), i);
+      EXPECT_TRUE(p.ok());
+      port = (*p)->port();
+      proxies.push_back(std::move(p).value());
+    }
+    clients.push_back(std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, n, port)));
+  }
+  EXPECT_TRUE(coord.Wait(seconds(180))) << "the job did not finish";
+  EXPECT_TRUE(coord.result().ok()) << coord.result();
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  r.reports = coord.get().reports();
+  r.model = coord.get().engine().ModelVector();
+  if (auto* l = coord.get().lsgd()) r.groups = l->Groups();
+  if (auto* s = coord.get().sgp()) r.mail = s->MailTotals();
+  r.metrics = ScrapeMetrics(coord.get().metrics_port());
+  for (int i = 0; i < n; ++i) {
+    auto st = edge_client::LoadClientState(dir + "/clients/client-" + std::to_string(i) + ".state");
+    EXPECT_TRUE(st.ok()) << st.status();
+    r.states.push_back(st.ok() ? std::move(st).value() : edge_client::ClientState{});
+  }
+  return r;
+}
+
+double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+  return worst;
+}
+
+TEST(Lsgd, TwoConfiguredGroupsElectTheArgminAndTheRunsModelIsTheGlobalLeaders) {
+  const std::string dir = FreshDir("lsgd-groups");
+  const std::string certs = MakeCerts(dir, 4);
+  auto o = ModeOptions(dir, certs, "lsgd", 4);
+  o.lsgd.groups = {{"client-0", "client-1"}, {"client-2", "client-3"}};
+  const ModeRun r = RunMode(dir, certs, o, 4);
+  ASSERT_EQ(r.reports.size(), 4u);
+  const size_t dim = r.model.size();
+  for (const auto& rep : r.reports) {
+    ASSERT_EQ(rep.lsgd_losses.size(), 4u) << "round " << rep.round;
+    // The global leader is the argmin of the reported running losses.
+    auto best = std::min_element(rep.lsgd_losses.begin(), rep.lsgd_losses.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    EXPECT_EQ(rep.lsgd_leader, best->first) << "round " << rep.round;
+    // Only the two group leaders upload: two models' worth of fp32 coordinates.
+    EXPECT_EQ(rep.raw_uplink_bytes, 2 * dim * 4) << "round " << rep.round;
+    EXPECT_EQ(rep.participants, 2) << "round " << rep.round;
+  }
+  // The run's model is the last global leader's (its group's reference took its model).
+  const std::string leader = r.reports.back().lsgd_leader;
+  const int li = leader.back() - '0';
+  EXPECT_LT(MaxAbsDiff(r.model, r.states[li].local.x), 1e-5);
+  // Everyone trained every round and applied the pulls it was sent.
+  for (const auto& s : r.states) {
+    EXPECT_EQ(s.local.trained_round, 4u);
+    EXPECT_EQ(s.local.pulled_round, 4u);
+  }
+  // The others are different models (each keeps its own), pulled towards the leaders.
+  for (int i = 0; i < 4; ++i) {
+    if (i != li) {
+      EXPECT_GT(MaxAbsDiff(r.model, r.states[i].local.x), 1e-4);
+    }
+  }
+  EXPECT_GT(r.reports.back().accuracy, 0.8);
+  EXPECT_EQ(SumMetric(r.metrics, "fedlgc_lsgd_leader"), 1.0);
+}
+
+TEST(Lsgd, GroupsFormFromMeasuredLatencyAndQsgdCarriesTheLeaders) {
+  const std::string dir = FreshDir("lsgd-latency");
+  const std::string certs = MakeCerts(dir, 4);
+  auto o = ModeOptions(dir, certs, "lsgd", 4);
+  o.lsgd.group_size = 2;
+  o.plan.codec = "qsgd(bits=4)";
+  // Clients 2 and 3 sit behind 40 ms links; 0 and 1 are local.
+  const ModeRun r = RunMode(dir, certs, o, 4, {"", "", "delay=40ms", "delay=40ms"});
+  ASSERT_EQ(r.reports.size(), 4u);
+  ASSERT_EQ(r.groups.size(), 4u);
+  EXPECT_EQ(r.groups.at("client-0"), r.groups.at("client-1"));
+  EXPECT_EQ(r.groups.at("client-2"), r.groups.at("client-3"));
+  EXPECT_NE(r.groups.at("client-0"), r.groups.at("client-2"));
+  for (const auto& rep : r.reports) {
+    EXPECT_EQ(rep.participants, 2) << "round " << rep.round;
+    // 4-bit QSGD: about 7-8x fewer bytes than fp32.
+    EXPECT_GT(static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes, 6.0);
+  }
+  EXPECT_GT(r.reports.back().accuracy, 0.75);
+}
+
+// Push-sum conserves mass: over the clients and the coordinator's mailboxes, the sum of
+// w is the number of clients and the sum of x is what the clients brought in (their
+// starting models plus every local training step).
+void ExpectConserved(const ModeRun& r, int n, double tolerance) {
+  std::vector<double> x = r.mail.first, brought(x.size(), 0.0);
+  double w = r.mail.second;
+  for (const auto& s : r.states) {
+    ASSERT_EQ(s.local.x.size(), x.size());
+    ASSERT_EQ(s.local.contributed.size(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] += s.local.x[i];
+      brought[i] += s.local.contributed[i];
+    }
+    w += s.local.w;
+  }
+  EXPECT_NEAR(w, n, 1e-9);
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - brought[i]));
+  std::printf("conservation: max |sum x - sum brought| = %.3g over %zu coordinates\n", worst,
+              x.size());
+  EXPECT_LT(worst, tolerance);
+}
+
+TEST(Sgp, PushSumOverTheRelayConservesMassAndLearns) {
+  const std::string dir = FreshDir("sgp-fp32");
+  const std::string certs = MakeCerts(dir, 4);
+  auto o = ModeOptions(dir, certs, "sgp", 4);
+  const ModeRun r = RunMode(dir, certs, o, 4);
+  ASSERT_EQ(r.reports.size(), 4u);
+  for (const auto& rep : r.reports) {
+    EXPECT_EQ(rep.participants, 4) << "round " << rep.round;
+    EXPECT_GE(rep.sgp_consensus_distance, 0) << "round " << rep.round;
+    // Each client pushes half of its model: one model's fp32 coordinates each.
+    EXPECT_EQ(rep.raw_uplink_bytes, 4 * r.model.size() * 4);
+  }
+  for (const auto& s : r.states) {
+    EXPECT_EQ(s.local.trained_round, 4u);
+    EXPECT_FALSE(s.pending.has_value());
+  }
+  ExpectConserved(r, 4, 1e-4);
+  EXPECT_GT(r.reports.back().accuracy, 0.8);
+  EXPECT_GT(SumMetric(r.metrics, "fedlgc_sgp_consensus_distance"), 0);
+}
+
+TEST(Sgp, LossyCodecAndACutLinkStillConserveMass) {
+  const std::string dir = FreshDir("sgp-qsgd");
+  const std::string certs = MakeCerts(dir, 4);
+  auto o = ModeOptions(dir, certs, "sgp", 4);
+  o.plan.codec = "qsgd(bits=4)";
+  o.plan.max_chunk_bytes = 16 * 1024;
+  o.rounds = 5;
+  // Client 1's connections are cut (30% chance per MiB): transfers resume.
+  const ModeRun r = RunMode(dir, certs, o, 4, {"", "cut=0.3"});
+  ASSERT_EQ(r.reports.size(), 5u);
+  int delivered = 0;
+  for (const auto& rep : r.reports) delivered += rep.participants;
+  std::printf("%d of 20 shares delivered\n", delivered);
+  ExpectConserved(r, 4, 1e-4);
+  EXPECT_GT(r.reports.back().accuracy, 0.75);
+}
+
+TEST(Sgp, AClientKilledMidRunStallsNobodyAndMassIsConserved) {
+  const std::string dir = FreshDir("sgp-kill");
+  const std::string certs = MakeCerts(dir, 4);
+  auto o = ModeOptions(dir, certs, "sgp", 4);
+  o.plan.codec = "qsgd(bits=4)";
+  o.rounds = 6;
+  o.min_clients = 3;  // the job goes on without the victim
+  ModeRun r;
+  r.options = o;
+  InProcessCoordinator coord(o);
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(SpawnEdge(dir, certs, i, 4, coord.port()));
+  const auto until = std::chrono::steady_clock::now() + seconds(120);
+  while (coord.get().reports().size() < 2) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "two rounds did not commit";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  clients[3]->Kill(SIGKILL);
+  EXPECT_EQ(clients[3]->Wait(seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(coord.Wait(seconds(180)));
+  r.reports = coord.get().reports();
+  ASSERT_EQ(r.reports.size(), 6u);
+  for (size_t i = 2; i < r.reports.size(); ++i) {
+    // Nobody waits for the victim: no round runs into its 60 s deadline.
+    EXPECT_LT(r.reports[i].seconds, 20) << "round " << r.reports[i].round;
+    EXPECT_FALSE(r.reports[i].hit_deadline);
+  }
+  // The last rounds mix the three that are left, every share delivered.
+  EXPECT_EQ(r.reports.back().participants, 3);
+  // The victim comes back after the end, learns which of its shares were delivered, and
+  // stops; what was relayed to it meanwhile waits in its mailbox.
+  clients[3] = SpawnEdge(dir, certs, 3, 4, coord.port());
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(60)), 0);
+  r.mail = coord.get().sgp()->MailTotals();
+  for (int i = 0; i < 4; ++i) {
+    auto st = edge_client::LoadClientState(dir + "/clients/client-" + std::to_string(i) + ".state");
+    ASSERT_TRUE(st.ok()) << st.status();
+    r.states.push_back(std::move(st).value());
+  }
+  EXPECT_LT(r.states[3].local.trained_round, 6u);
+  ExpectConserved(r, 4, 1e-4);
+  EXPECT_GT(r.reports.back().accuracy, 0.75);
+}
+
+}  // namespace
+}  // namespace fedlgc::testing

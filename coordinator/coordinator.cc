@@ -158,8 +158,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
         [sgp](const std::string& client, uint64_t round) { sgp->InboxApplied(client, round); });
     c->service_->SetReportHandler(
         [sgp](const std::string& client, const protos::ProgressReport& report) {
-          sgp->InboxApplied(client, report.inbox_applied());
-          return absl::OkStatus();
+          return sgp->AcceptReport(client, report);
         });
     c->service_->SetRoundDecorator(
         [sgp](const std::string& client, protos::RoundStart* s) { sgp->Decorate(client, s); });

@@ -2,6 +2,7 @@
 #include "coordinator/sgp_driver.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "codecs/crc32c.h"
@@ -33,6 +34,7 @@ void SgpDriver::BeginRound(uint64_t round, std::vector<std::string> participants
   round_ = round;
   participants_ = std::move(participants);
   peer_.clear();
+  distance_sq_.clear();
   const size_t n = participants_.size();
   for (size_t k = 0; k < n && n >= 2; ++k) {
     peer_[participants_[k]] = participants_[core::ExponentialPeer(k, n, round)];
@@ -94,7 +96,11 @@ SgpDriver::Outcome SgpDriver::Commit(
     weights.push_back(u.weight_share);
   }
   for (const std::string& peer : touched) Seal(round, &mail_[peer][round]);
-  if (full.size() >= 2) {
+  if (!distance_sq_.empty()) {
+    double sum_sq = 0;
+    for (const auto& [c, d] : distance_sq_) sum_sq += d;
+    out.consensus_distance = std::sqrt(sum_sq / static_cast<double>(distance_sq_.size()));
+  } else if (full.size() >= 2) {
     std::vector<std::span<const float>> views(full.begin(), full.end());
     out.consensus_distance = core::ConsensusDistance(views, weights);
   }
@@ -129,6 +135,21 @@ void SgpDriver::InboxApplied(const std::string& client, uint64_t round) {
   if (it == mail_.end()) return;
   it->second.erase(it->second.begin(), it->second.upper_bound(round));
   if (it->second.empty()) mail_.erase(it);
+}
+
+absl::Status SgpDriver::AcceptReport(const std::string& client,
+                                     const protos::ProgressReport& report) {
+  const double d = report.distance_sq();
+  if (std::isnan(d) || std::isinf(d)) {
+    return absl::InvalidArgumentError(StrCat("report of ", client, ": distance ", d));
+  }
+  InboxApplied(client, report.inbox_applied());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (d >= 0 && report.round() == round_ &&
+      std::find(participants_.begin(), participants_.end(), client) != participants_.end()) {
+    distance_sq_[client] = d;
+  }
+  return absl::OkStatus();
 }
 
 std::pair<std::vector<double>, double> SgpDriver::MailTotals() const {

@@ -60,6 +60,8 @@ class SgpDriver {
   std::shared_ptr<const ModelBlob> Inbox(const std::string& client, uint64_t round) const;
   // The client has added its mail up to `round`: it is dropped here.
   void InboxApplied(const std::string& client, uint64_t round);
+  // A client's report: its mail added, and its squared distance to the round's model.
+  absl::Status AcceptReport(const std::string& client, const protos::ProgressReport& report);
   // What the mailboxes hold: sum of x (as doubles) and of w. For conservation checks.
   std::pair<std::vector<double>, double> MailTotals() const;
 
@@ -83,6 +85,7 @@ class SgpDriver {
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> participants_ ABSL_GUARDED_BY(mu_);  // sorted
   std::map<std::string, std::string> peer_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> distance_sq_ ABSL_GUARDED_BY(mu_);  // this round's reports
   std::map<std::string, std::map<uint64_t, Mail>> mail_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -127,7 +127,8 @@ class EdgeClient {
   absl::StatusOr<double> TrainLocal(const protos::RoundStart& start, std::vector<float>* weights);
   // Sends a progress report (LSGD: the running loss; SGP: the mail added) until the
   // coordinator has it or the round is over.
-  absl::Status ReportProgress(uint64_t round, double loss, uint64_t inbox_applied = 0);
+  absl::Status ReportProgress(uint64_t round, double loss, uint64_t inbox_applied = 0,
+                              double distance_sq = -1);
   absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version);
   // Gives up at `deadline` (the round's) with DeadlineExceeded.
   absl::StatusOr<std::vector<float>> Download(uint64_t version,

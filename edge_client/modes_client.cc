@@ -100,7 +100,8 @@ absl::Status EdgeClient::HandleLsgdRound(const protos::RoundStart& start) {
   return absl::OkStatus();
 }
 
-absl::Status EdgeClient::ReportProgress(uint64_t round, double loss, uint64_t inbox_applied) {
+absl::Status EdgeClient::ReportProgress(uint64_t round, double loss, uint64_t inbox_applied,
+                                        double distance_sq) {
   auto stub = protos::Coordinator::NewStub(channel_);
   for (int attempt = 0; !stop_; ++attempt) {
     if (std::chrono::system_clock::now() > round_deadline_) return absl::OkStatus();
@@ -114,6 +115,7 @@ absl::Status EdgeClient::ReportProgress(uint64_t round, double loss, uint64_t in
     req.set_loss(loss);
     req.set_rtt_ms(min_rtt_ms_);
     req.set_inbox_applied(inbox_applied);
+    req.set_distance_sq(distance_sq);
     protos::ReportAck ack;
     grpc::ClientContext ctx;
     PrepareContext(&ctx, 10);
@@ -195,13 +197,30 @@ absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
     m.w += w;
     m.inbox_applied = round;
     if (absl::Status st = Persist(); !st.ok()) return st;
-    // Tell the relay now, so that the mail does not outlive us if we die training.
-    if (absl::Status st = ReportProgress(start.round(), 0, m.inbox_applied); !st.ok()) return st;
   }
   if (!state_.pending) {
+    std::vector<float> reference;
+    if (start.sgp_reference() && start.sgp_share() < 1) {
+      auto ref = Download(start.model_version(), round_deadline_);
+      if (!ref.ok()) return RoundOver(ref.status()) ? absl::OkStatus() : ref.status();
+      reference = std::move(ref).value();
+    }
     if (m.trained_round < start.round()) {
-      // Train on z = x / w; the step lands on the numerator as w (z' - z).
       std::vector<float> z = core::Debias(m.x, m.w);
+      // One report per round: the mail added (so the relay drops it before we could die
+      // training) and, against the network mean, how far this model is from consensus.
+      double distance_sq = -1;
+      if (!reference.empty()) {
+        distance_sq = 0;
+        for (size_t i = 0; i < z.size(); ++i) {
+          distance_sq += (double(z[i]) - reference[i]) * (double(z[i]) - reference[i]);
+        }
+      }
+      if (absl::Status st = ReportProgress(start.round(), m.loss, m.inbox_applied, distance_sq);
+          !st.ok()) {
+        return st;
+      }
+      // Train on z = x / w; the step lands on the numerator as w (z' - z).
       const std::vector<float> before = m.x;
       auto loss = TrainLocal(start, &z);
       if (!loss.ok()) return loss.status();
@@ -215,12 +234,6 @@ absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
       if (absl::Status st = Persist(); !st.ok()) return st;
     }
     if (!(start.sgp_share() < 1)) return absl::OkStatus();  // alone: keeps everything
-    std::vector<float> reference;
-    if (start.sgp_reference()) {
-      auto ref = Download(start.model_version(), round_deadline_);
-      if (!ref.ok()) return RoundOver(ref.status()) ? absl::OkStatus() : ref.status();
-      reference = std::move(ref).value();
-    }
     if (!share_codec_ || share_codec_->spec() != start.codec()) {
       auto c = codecs::MakeCodec(start.codec());
       if (!c.ok()) return c.status();

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,10 +20,13 @@
 #include <vector>
 
 #include "codecs/str.h"
+#include "coordinator/sgp_driver.h"
 #include "core/atomic_file.h"
 #include "core/fault_proxy.h"
 #include "core/flags.h"
+#include "core/model.h"
 #include "core/process.h"
+#include "edge_client/client_state.h"
 
 namespace {
 
@@ -34,6 +39,8 @@ struct Row {
   long participants = 0;
   long lgc_stage = 0;     // LGC jobs: 1 warm-up, 2 autoencoder training, 3 compressed
   double ae_seconds = 0;  // LGC: the round's autoencoder training time
+  std::string lsgd_leader;
+  double consensus = -1;  // SGP
 };
 
 // Reads the numbers of one rounds.jsonl line (flat JSON written by the coordinator).
@@ -41,6 +48,65 @@ double Field(const std::string& line, const std::string& key) {
   const std::string k = "\"" + key + "\": ";
   const size_t p = line.find(k);
   return p == std::string::npos ? 0 : std::strtod(line.c_str() + p + k.size(), nullptr);
+}
+
+std::string StrField(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\": \"";
+  const size_t p = line.find(k);
+  if (p == std::string::npos) return "";
+  const size_t e = line.find('"', p + k.size());
+  return line.substr(p + k.size(), e == std::string::npos ? std::string::npos : e - p - k.size());
+}
+
+// SGP: push-sum conserves mass. Sums x and w over the clients' state files and the
+// coordinator's mailboxes, and compares with what the clients brought in (the initial
+// model each, plus every local training step). Prints the check; false when it fails.
+bool CheckSgpMass(const std::string& state_dir, uint32_t clients, uint32_t rounds,
+                  const std::string& model, uint64_t seed, std::ostringstream* json) {
+  auto x0 = fedlgc::core::Model::Create(model, seed);
+  if (!x0.ok()) return false;
+  const std::vector<float> initial = (*x0)->GetFlat();
+  const size_t d = initial.size();
+  auto relay = fedlgc::coordinator::SgpDriver::Create(true, d, state_dir + "/coordinator", rounds);
+  if (!relay.ok()) {
+    std::fprintf(stderr, "fedlgc-sim: %s\n", relay.status().ToString().c_str());
+    return false;
+  }
+  auto [x, w] = (*relay)->MailTotals();
+  std::vector<double> brought(d, 0.0);
+  for (uint32_t i = 0; i < clients; ++i) {
+    auto st =
+        fedlgc::edge_client::LoadClientState(StrCat(state_dir, "/clients/client-", i, ".state"));
+    if (!st.ok() || st->local.x.size() != d || st->local.contributed.size() != d) {
+      std::fprintf(stderr, "fedlgc-sim: client-%u has no SGP state\n", i);
+      return false;
+    }
+    for (size_t k = 0; k < d; ++k) {
+      x[k] += st->local.x[k];
+      brought[k] += st->local.contributed[k];
+    }
+    w += st->local.w;
+  }
+  double worst = 0, start_norm = 0, steps_norm = 0, sum_norm = 0;
+  for (size_t k = 0; k < d; ++k) {
+    const double start = clients * double(initial[k]);
+    worst = std::max(worst, std::fabs(x[k] - brought[k]));
+    start_norm += start * start;
+    steps_norm += (brought[k] - start) * (brought[k] - start);
+    sum_norm += x[k] * x[k];
+  }
+  start_norm = std::sqrt(start_norm);
+  steps_norm = std::sqrt(steps_norm);
+  sum_norm = std::sqrt(sum_norm);
+  const bool ok = worst < 1e-3 && std::fabs(w - clients) < 1e-9;
+  std::printf(
+      "SGP mass: |sum x| %.4f = |start + applied steps| (|start| %.4f, |steps| %.4f): largest "
+      "coordinate gap %.3g; sum w %.12g for %u clients: %s\n",
+      sum_norm, start_norm, steps_norm, worst, w, clients, ok ? "conserved" : "NOT CONSERVED");
+  *json << ", \"sgp_mass\": {\"sum_x_norm\": " << sum_norm << ", \"start_norm\": " << start_norm
+        << ", \"steps_norm\": " << steps_norm << ", \"max_gap\": " << worst << ", \"sum_w\": " << w
+        << ", \"conserved\": " << (ok ? "true" : "false") << "}";
+  return ok;
 }
 
 std::string SelfDir() {
@@ -73,7 +139,18 @@ int main(int argc, char** argv) {
       "fedlgc-sim", "Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.");
   flags.Add("clients", &clients, "edge clients");
   flags.Add("rounds", &rounds, "rounds");
-  flags.Add("mode", &mode, "aggregation mode: fedavg (lsgd and sgp arrive with their issue)");
+  flags.Add("mode", &mode, "aggregation mode: fedavg, lsgd or sgp");
+  std::string lsgd_groups;
+  double lsgd_pull = 0.1, lsgd_global_pull = 0.1;
+  uint32_t lsgd_period = 64, lsgd_global_period = 128, lsgd_group_size = 0;
+  bool sgp_reference = true;
+  flags.Add("lsgd-pull", &lsgd_pull, "LSGD: pull towards the group leader");
+  flags.Add("lsgd-global-pull", &lsgd_global_pull, "LSGD: pull towards the global leader");
+  flags.Add("lsgd-period", &lsgd_period, "LSGD: local steps between group pulls");
+  flags.Add("lsgd-global-period", &lsgd_global_period, "LSGD: local steps between global pulls");
+  flags.Add("lsgd-groups", &lsgd_groups, "LSGD: groups, e.g. 'client-0,client-1;client-2'");
+  flags.Add("lsgd-group-size", &lsgd_group_size, "LSGD: groups of this size by latency");
+  flags.Add("sgp-reference", &sgp_reference, "SGP: code shares relative to the network mean");
   flags.Add("codec", &codec, "codec spec for updates");
   flags.Add("codec-warmup", &codec_warmup,
             "';'-separated codec specs for rounds 1, 2, ... before --codec takes over");
@@ -104,8 +181,6 @@ int main(int argc, char** argv) {
     std::printf("%s", flags.Usage().c_str());
     return 0;
   }
-  if (mode != "fedavg")
-    return Fail(StrCat("--mode ", mode, " is not available yet; this build runs fedavg"));
   if (clients == 0 || rounds == 0) return Fail("--clients and --rounds must be >= 1");
   auto link_spec = fedlgc::core::LinkSpec::Parse(link);
   if (!link_spec.ok()) return Fail(link_spec.status().ToString());
@@ -124,29 +199,22 @@ int main(int argc, char** argv) {
     return Fail("certificate generation failed: " + cmd);
 
   const std::string port_file = state_dir + "/coordinator.port";
-  std::vector<std::string> cargs = {bin_dir + "/fedlgc-coordinator",
-                                    "--listen=127.0.0.1:0",
-                                    "--metrics-listen=127.0.0.1:0",
-                                    "--port-file=" + port_file,
-                                    "--state-dir=" + state_dir + "/coordinator",
-                                    "--model=" + model,
-                                    StrCat("--rounds=", rounds),
-                                    StrCat("--min-clients=", clients),
-                                    "--codec=" + codec,
-                                    "--codec-warmup=" + codec_warmup,
-                                    StrCat("--local-epochs=", local_epochs),
-                                    StrCat("--local-steps=", local_steps),
-                                    StrCat("--lr=", lr),
-                                    StrCat("--server-lr=", server_lr),
-                                    StrCat("--batch=", batch),
-                                    StrCat("--chunk-bytes=", chunk_bytes),
-                                    StrCat("--round-timeout=", round_timeout),
-                                    StrCat("--eval-limit=", eval_limit),
-                                    "--test-data=" + data,
-                                    "--data-dir=" + data_dir,
-                                    StrCat("--seed=", seed),
-                                    StrCat("--init-seed=", seed),
-                                    StrCat("--torch-threads=", torch_threads)};
+  std::vector<std::string> cargs = {
+      bin_dir + "/fedlgc-coordinator", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+      "--port-file=" + port_file, "--state-dir=" + state_dir + "/coordinator", "--model=" + model,
+      StrCat("--rounds=", rounds), StrCat("--min-clients=", clients), "--codec=" + codec,
+      "--codec-warmup=" + codec_warmup, StrCat("--local-epochs=", local_epochs),
+      StrCat("--local-steps=", local_steps), StrCat("--lr=", lr), StrCat("--server-lr=", server_lr),
+      StrCat("--batch=", batch), StrCat("--chunk-bytes=", chunk_bytes),
+      StrCat("--round-timeout=", round_timeout), StrCat("--eval-limit=", eval_limit),
+      "--test-data=" + data, "--data-dir=" + data_dir, StrCat("--seed=", seed),
+      StrCat("--init-seed=", seed), StrCat("--torch-threads=", torch_threads), "--mode=" + mode,
+      StrCat("--lsgd-pull=", lsgd_pull), StrCat("--lsgd-global-pull=", lsgd_global_pull),
+      StrCat("--lsgd-period=", lsgd_period), StrCat("--lsgd-global-period=", lsgd_global_period),
+      "--lsgd-groups=" + lsgd_groups, StrCat("--lsgd-group-size=", lsgd_group_size),
+      StrCat("--sgp-reference=", sgp_reference ? "true" : "false"),
+      // Clients that reconnect late still read their last receipts.
+      "--linger=2"};
   if (insecure) {
     cargs.push_back("--insecure");
   } else {
@@ -202,11 +270,14 @@ int main(int argc, char** argv) {
         std::make_unique<fedlgc::core::ChildProcess>(eargs, state_dir + "/" + id + ".log"));
   }
   if (!quiet) {
-    std::printf("fedlgc-sim: %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n",
-                clients, rounds, codec.c_str(), partition.c_str(),
+    std::printf("fedlgc-sim: %s, %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n",
+                mode.c_str(), clients, rounds, codec.c_str(), partition.c_str(),
                 link.empty() ? "direct" : link.c_str(), state_dir.c_str());
-    std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s\n", "round", "accuracy", "loss", "uplink B",
-                "fp32 B", "ratio", "downlink B", "seconds", "parts");
+    std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s %s\n", "round", "accuracy", "loss",
+                "uplink B", "fp32 B", "ratio", "downlink B", "seconds", "parts",
+                mode == "lsgd"  ? "leader"
+                : mode == "sgp" ? "consensus"
+                                : "");
   }
   // Follow rounds.jsonl while the coordinator runs.
   const std::string rounds_path = state_dir + "/coordinator/rounds.jsonl";
@@ -232,11 +303,16 @@ int main(int argc, char** argv) {
         r.participants = static_cast<long>(Field(line, "participants"));
         r.lgc_stage = static_cast<long>(Field(line, "lgc_stage"));
         r.ae_seconds = Field(line, "ae_seconds");
+        r.lsgd_leader = StrField(line, "lsgd_leader");
+        r.consensus = Field(line, "sgp_consensus_distance");
         rows.push_back(r);
         if (!quiet) {
-          std::printf("%5ld %9.4f %8.4f %13.0f %13.0f %7.1f %13.0f %8.1f %5ld\n", r.round,
+          const std::string extra = mode == "lsgd"  ? r.lsgd_leader
+                                    : mode == "sgp" ? StrCat(r.consensus)
+                                                    : std::string();
+          std::printf("%5ld %9.4f %8.4f %13.0f %13.0f %7.1f %13.0f %8.1f %5ld %s\n", r.round,
                       r.accuracy, r.loss, r.uplink, r.raw, r.uplink > 0 ? r.raw / r.uplink : 0.0,
-                      r.downlink, r.seconds, r.participants);
+                      r.downlink, r.seconds, r.participants, extra.c_str());
           std::fflush(stdout);
         }
       }
@@ -265,6 +341,10 @@ int main(int argc, char** argv) {
       "%llu link cuts\n",
       final_acc, up, raw, up > 0 ? raw / up : 0.0, down, wall,
       static_cast<unsigned long long>(cuts));
+  if (mode == "sgp" && report.empty()) {
+    std::ostringstream ignored;
+    if (!CheckSgpMass(state_dir, clients, rounds, model, seed, &ignored)) return 1;
+  }
   if (!report.empty()) {
     std::ostringstream j;
     j << "{\"config\": {\"clients\": " << clients << ", \"rounds\": " << rounds << ", \"mode\": \""
@@ -279,17 +359,21 @@ int main(int argc, char** argv) {
         << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(r.raw)
         << ", \"downlink_bytes\": " << static_cast<uint64_t>(r.downlink)
         << ", \"seconds\": " << r.seconds << ", \"participants\": " << r.participants
-        << ", \"lgc_stage\": " << r.lgc_stage << ", \"ae_seconds\": " << r.ae_seconds << "}";
+        << ", \"lgc_stage\": " << r.lgc_stage << ", \"ae_seconds\": " << r.ae_seconds
+        << ", \"lsgd_leader\": \"" << r.lsgd_leader
+        << "\", \"sgp_consensus_distance\": " << r.consensus << "}";
     }
     j << "],\n \"summary\": {\"final_accuracy\": " << final_acc
       << ", \"uplink_bytes\": " << static_cast<uint64_t>(up)
       << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(raw)
       << ", \"downlink_bytes\": " << static_cast<uint64_t>(down)
       << ", \"compression_ratio\": " << (up > 0 ? raw / up : 0) << ", \"wall_seconds\": " << wall
-      << ", \"link_cuts\": " << cuts << "}}\n";
+      << ", \"link_cuts\": " << cuts << "}";
+    if (mode == "sgp" && !CheckSgpMass(state_dir, clients, rounds, model, seed, &j)) code = 1;
+    j << "}\n";
     if (auto st = fedlgc::core::AtomicWriteFile(report, j.str()); !st.ok())
       return Fail(st.ToString());
     std::printf("report: %s\n", report.c_str());
   }
-  return 0;
+  return code;
 }

@@ -145,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
         [lsgd](const std::string& client, protos::RoundStart* s) { lsgd->Decorate(client, s); });
   }
   if (o.mode == "sgp") {
-    auto d = SgpDriver::Create(o.sgp_reference, c->eval_model_->dim(), o.state_dir,
+    auto d = SgpDriver::Create(o.sgp_reference, o.sgp_overlap, c->eval_model_->dim(), o.state_dir,
                                c->engine_->current_round() - 1);
     if (!d.ok()) return d.status();
     c->sgp_ = std::move(d).value();

@@ -52,6 +52,7 @@ struct CoordinatorOptions {
   std::string mode = "fedavg";  // "fedavg", "lsgd" or "sgp"
   LsgdOptions lsgd;
   bool sgp_reference = true;  // SGP: code shares relative to the round's network mean
+  uint32_t sgp_overlap = 0;   // SGP: 1 lets clients train their next period while a share travels
   float server_lr = 1.0f;
   float server_momentum = 0.0f;
   double ratio_target = 0;         // exported for the compression-ratio alert; 0: none

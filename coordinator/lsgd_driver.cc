@@ -159,6 +159,7 @@ void LsgdDriver::BeginRound(uint64_t round, const std::vector<std::string>& part
   round_ = round;
   participants_ = std::set<std::string>(participants.begin(), participants.end());
   losses_.clear();
+  leaders_.clear();
 }
 
 absl::Status LsgdDriver::AcceptReport(const std::string& client,
@@ -209,15 +210,34 @@ std::map<std::string, size_t> LsgdDriver::Groups() const {
 LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::string>& live,
                                        const std::set<std::string>& exclude) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (refs_.empty()) {
+  if (options_.group_size > 0) {
     std::map<std::string, double> rtt;
     for (const auto& [c, loss] : losses_) {
       auto it = rtt_ms_.find(c);
       rtt[c] = it == rtt_ms_.end() ? 0.0 : it->second;
     }
-    FormGroupsLocked(GroupsByLatency(rtt, options_.group_size));
-    if (refs_.empty()) FormGroupsLocked({{}});
+    for (const auto& [c, g] : group_of_) {
+      if (auto it = rtt_ms_.find(c); it != rtt_ms_.end()) rtt[c] = it->second;
+    }
+    auto groups = GroupsByLatency(rtt, options_.group_size);
+    if (groups.size() > refs_.size()) {
+      // More clients than the groups were formed for: form them again. Every group
+      // starts from the run's model (the last global leader's group reference).
+      std::vector<float> start = initial_;
+      if (auto it = group_of_.find(global_leader_); it != group_of_.end())
+        start = refs_[it->second];
+      group_of_.clear();
+      FormGroupsLocked(groups);
+      for (auto& ref : refs_) ref = start;
+      for (size_t g = 0; g < refs_.size(); ++g) {
+        ref_versions_[g] = round;  // a new reference: new clients must not pull stale ones
+        PublishLocked(g);
+      }
+      pulled_leaders_.clear();
+      pull_global_ = false;
+    }
   }
+  if (refs_.empty()) FormGroupsLocked({{}});
   Election e;
   e.global = IsGlobalRound(round);
   std::map<size_t, double> best_loss;
@@ -235,11 +255,17 @@ LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::strin
       e.best = client;
     }
   }
+  leaders_.clear();
+  for (const auto& [g, leader] : e.leaders) leaders_.insert(leader);
   return e;
 }
 
 protos::LsgdLead LsgdDriver::LeadFor(uint64_t round, const std::string& leader) const {
   std::lock_guard<std::mutex> lock(mu_);
+  return LeadForLocked(round, leader);
+}
+
+protos::LsgdLead LsgdDriver::LeadForLocked(uint64_t round, const std::string& leader) const {
   protos::LsgdLead lead;
   lead.set_round(round);
   auto it = group_of_.find(leader);
@@ -291,6 +317,8 @@ void LsgdDriver::Decorate(const std::string& client, protos::RoundStart* s) {
   }
   if (pull_global_ && client != global_leader_)
     add(group_of_.at(global_leader_), options_.global_pull);
+  if (leaders_.count(client) && s->round() == round_)
+    *s->mutable_lead() = LeadForLocked(round_, client);
 }
 
 std::shared_ptr<const ModelBlob> LsgdDriver::Blob(const std::string& name, uint64_t version) const {

@@ -76,11 +76,16 @@ class LsgdDriver {
     bool global = false;                    // a global round
   };
   // Per group, the reporter with the lowest loss among `live` clients not in `exclude`
-  // (ties: the smaller id). Forms the latency groups on first use.
+  // (ties: the smaller id); they are the round's leaders (Decorate tells them so). With
+  // --lsgd-group-size, (re)forms the latency groups whenever the clients with a measured
+  // round trip would make more groups than there are (a new group starts from the run's
+  // model).
   Election Elect(uint64_t round, const std::set<std::string>& live,
                  const std::set<std::string>& exclude);
   // What `leader` is asked to upload against.
   protos::LsgdLead LeadFor(uint64_t round, const std::string& leader) const;
+  protos::LsgdLead LeadForLocked(uint64_t round, const std::string& leader) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves each group's reference by its leader's decoded update when it is complete;
   // those leaders go into *counted. Returns the run's model: the reference of the global
   // leader's group.
@@ -88,7 +93,8 @@ class LsgdDriver {
                             const std::map<std::string, RoundEngine::SeparateUpdate>& updates,
                             std::set<std::string>* counted);
 
-  // Mode fields of a client's RoundStart: the pulls the last commit asks of it.
+  // Mode fields of a client's RoundStart: the pulls the last commit asks of it, and the
+  // lead request when it leads the open round (a leader that reconnects learns it again).
   void Decorate(const std::string& client, protos::RoundStart* s);
   // "group:<g>" at its current version; nullptr otherwise.
   std::shared_ptr<const ModelBlob> Blob(const std::string& name, uint64_t version) const;
@@ -120,6 +126,7 @@ class LsgdDriver {
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> participants_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> losses_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> leaders_ ABSL_GUARDED_BY(mu_);  // of the open round
   // The last commit: the leaders whose update counted, and the global pull.
   std::map<size_t, std::string> pulled_leaders_ ABSL_GUARDED_BY(mu_);
   bool pull_global_ ABSL_GUARDED_BY(mu_) = false;

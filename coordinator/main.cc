@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
             "LSGD: form groups of this size from measured round trips (0: one group)");
   flags.Add("sgp-reference", &o.sgp_reference,
             "SGP: code shares relative to the round's network mean (false: the whole share)");
+  flags.Add("sgp-overlap", &o.sgp_overlap,
+            "SGP: 1 lets a client train its next period while its share travels (gossip one "
+            "round behind), 0 waits");
   flags.Add("server-lr", &o.server_lr, "server learning rate (1 = FedAvg)");
   flags.Add("server-momentum", &o.server_momentum, "server momentum");
   flags.Add("lgc-leader", &o.lgc_leader,

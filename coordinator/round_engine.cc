@@ -117,9 +117,13 @@ std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id)
   info.round = round_->number;
   info.model_version = state_.model_version;
   info.deadline = round_->deadline;
-  uint64_t h = codecs::Mix64(options_.seed ^ round_->number);
-  for (char c : client_id) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
-  info.seed = h;
+  const auto seed_of = [&](uint64_t round) {
+    uint64_t h = codecs::Mix64(options_.seed ^ round);
+    for (char c : client_id) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
+    return h;
+  };
+  info.seed = seed_of(round_->number);
+  info.next_seed = seed_of(round_->number + 1);
   info.codec = options_.plan.CodecFor(round_->number);
   return info;
 }

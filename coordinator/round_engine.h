@@ -123,7 +123,8 @@ struct RoundInfo {
   uint64_t model_version = 0;
   Clock::time_point deadline;
   uint64_t seed = 0;
-  std::string codec;  // the round's codec spec
+  uint64_t next_seed = 0;  // the client's seed of the next round (SGP overlap)
+  std::string codec;       // the round's codec spec
 };
 
 // How a round takes its updates (see RoundEngine::OpenRound).

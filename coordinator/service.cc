@@ -274,6 +274,7 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
   if (decorate_) decorate_(client, s);
   s->set_seed(info->seed);
+  s->set_next_seed(info->next_seed);
   const auto left = info->deadline - Clock::now();
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(left);

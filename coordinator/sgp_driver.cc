@@ -18,10 +18,14 @@ constexpr uint32_t kVersion = 1;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SgpDriver>> SgpDriver::Create(bool reference, size_t dim,
-                                                             std::string state_dir,
+absl::StatusOr<std::unique_ptr<SgpDriver>> SgpDriver::Create(bool reference, uint32_t overlap,
+                                                             size_t dim, std::string state_dir,
                                                              uint64_t committed_round) {
-  std::unique_ptr<SgpDriver> d(new SgpDriver(reference, dim, std::move(state_dir)));
+  if (overlap > 1) {
+    return absl::InvalidArgumentError(StrCat(
+        "--sgp-overlap ", overlap, ": 0, or 1 (the next period trains while a share travels)"));
+  }
+  std::unique_ptr<SgpDriver> d(new SgpDriver(reference, overlap, dim, std::move(state_dir)));
   if (committed_round > 0) {
     if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
   }
@@ -81,7 +85,10 @@ SgpDriver::Outcome SgpDriver::Commit(
     std::vector<float> f(dim_);
     core::ReconstructShare(u.values, u.weight_share,
                            reference_ ? reference : std::span<const float>(), f);
-    if (live.count(peer)) {
+    auto box = mail_.find(peer);
+    const bool full_box =
+        box != mail_.end() && box->second.size() >= kMaxMailRounds && !box->second.count(round);
+    if (live.count(peer) && !full_box) {
       Mail& mail = mail_[peer][round];
       if (mail.x.empty()) mail.x.assign(dim_, 0.0f);
       for (size_t i = 0; i < dim_; ++i) mail.x[i] += f[i];
@@ -116,6 +123,7 @@ void SgpDriver::Decorate(const std::string& client, protos::RoundStart* s) const
   std::lock_guard<std::mutex> lock(mu_);
   s->set_sgp_share(peer_.count(client) ? 0.5 : 1.0);
   s->set_sgp_reference(reference_);
+  s->set_sgp_overlap(overlap_);
   if (auto it = mail_.find(client); it != mail_.end()) {
     for (const auto& [round, mail] : it->second) s->add_sgp_inbox_rounds(round);
   }

@@ -33,9 +33,14 @@ namespace fedlgc::coordinator {
 
 class SgpDriver {
  public:
+  // A receiver with this many rounds of mail it has not acknowledged gets no more: its
+  // senders keep their shares (bounds what a client that never fetches can pin here).
+  static constexpr size_t kMaxMailRounds = 8;
+
   // Loads the state of `committed_round` from `state_dir` when it is > 0.
-  static absl::StatusOr<std::unique_ptr<SgpDriver>> Create(bool reference, size_t dim,
-                                                           std::string state_dir,
+  // `overlap`: 0, or 1 to let clients train their next period while a share travels.
+  static absl::StatusOr<std::unique_ptr<SgpDriver>> Create(bool reference, uint32_t overlap,
+                                                           size_t dim, std::string state_dir,
                                                            uint64_t committed_round);
 
   // Assigns the out-peers of `round` over `participants` (any order; sorted here).
@@ -68,8 +73,8 @@ class SgpDriver {
   absl::Status Save(uint64_t round) const;
 
  private:
-  SgpDriver(bool reference, size_t dim, std::string state_dir)
-      : reference_(reference), dim_(dim), state_dir_(std::move(state_dir)) {}
+  SgpDriver(bool reference, uint32_t overlap, size_t dim, std::string state_dir)
+      : reference_(reference), overlap_(overlap), dim_(dim), state_dir_(std::move(state_dir)) {}
   absl::Status Load(uint64_t round);
   struct Mail {
     double w = 0;
@@ -79,6 +84,7 @@ class SgpDriver {
   static void Seal(uint64_t round, Mail* mail);
 
   const bool reference_;
+  const uint32_t overlap_;
   const size_t dim_;
   const std::string state_dir_;
   mutable std::mutex mu_;

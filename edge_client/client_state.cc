@@ -1,9 +1,11 @@
-// Client state file: u32 magic 'FLCS', u32 version 3, str codec, floats residual,
+// Client state file: u32 magic 'FLCS', u32 version 4, str codec, floats residual,
 // u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
-// u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 gossip], then the local
+// u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 flags (1 gossip share,
+// 2 LSGD lead)], then the local
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
 // floats contributed, f64 share_pw, floats share; CRC32C (core/atomic_file.h). Version 1 files
-// (no LGC fields) and version 2 files (no gossip flag, no local model) still load.
+// (no LGC fields), version 2 files (no flags, no local model) and version 3 files (whose
+// share in flight was still inside x and w) still load.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -14,7 +16,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -36,7 +38,7 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
     w.Str(std::string_view(reinterpret_cast<const char*>(p.lgc_support.data()),
                            p.lgc_support.size() * 4));
     w.Floats(p.lgc_values);
-    w.U32(p.gossip ? 1 : 0);
+    w.U32((p.gossip ? 1u : 0u) | (p.lead ? 2u : 0u));
   }
   const LocalModel& m = s.local;
   w.Floats(m.x);
@@ -85,9 +87,10 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
       std::memcpy(p.lgc_support.data(), support.data(), support.size());
       if (p.lgc_values.size() != p.lgc_support.size()) return corrupt();
     }
-    uint32_t gossip = 0;
-    if (version >= 3 && !r.U32(&gossip)) return corrupt();
-    p.gossip = gossip != 0;
+    uint32_t flags = 0;
+    if (version >= 3 && !r.U32(&flags)) return corrupt();
+    p.gossip = (flags & 1) != 0;
+    p.lead = (flags & 2) != 0;
     s.pending = std::move(p);
   }
   if (version >= 3) {
@@ -98,6 +101,11 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
       return corrupt();
     }
     if (!(m.w > 0) || (!m.share.empty() && m.share.size() != m.x.size())) return corrupt();
+    if (version == 3 && s.pending && s.pending->gossip && !m.share.empty()) {
+      // Version 3 kept a share in flight inside x and w until its receipt came.
+      for (size_t i = 0; i < m.x.size(); ++i) m.x[i] -= m.share[i];
+      m.w -= m.share_pw;
+    }
   }
   if (!r.done()) return corrupt();
   return s;

@@ -25,8 +25,12 @@ struct PendingUpdate {
   uint32_t lgc_stage = 0;
   std::vector<uint32_t> lgc_support;
   std::vector<float> lgc_values;
-  // SGP: a push-sum share (sent through Gossip; ClientState::local holds what it moves).
+  // SGP: a push-sum share (sent through Gossip; ClientState::local holds what it moves,
+  // already taken out of x and w until a receipt says it was not delivered).
   bool gossip = false;
+  // LSGD: a leader's model minus its group's reference, coded without error feedback (the
+  // reference holds what the coordinator decoded, so the next upload carries the error).
+  bool lead = false;
 };
 
 // LSGD and SGP: the model the client keeps between rounds, and where it stands.

@@ -38,7 +38,10 @@ absl::Status EdgeClientOptions::Validate() const {
 EdgeClient::EdgeClient(EdgeClientOptions options)
     : options_(std::move(options)), rng_(std::random_device{}()) {}
 
-EdgeClient::~EdgeClient() = default;
+EdgeClient::~EdgeClient() {
+  Stop();
+  JoinShareUpload();
+}
 
 absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions options) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
@@ -149,6 +152,7 @@ absl::Status EdgeClient::Join() {
     model_ = std::move(m).value();
   }
   job_over_ = reply.total_rounds() > 0 && reply.current_round() > reply.total_rounds();
+  total_rounds_ = reply.total_rounds();
   if (model_->dim() != reply.dim()) {
     return absl::FailedPreconditionError(StrCat("the job's model has ", reply.dim(),
                                                 " parameters; ", reply.model(), " here has ",
@@ -166,6 +170,7 @@ absl::Status EdgeClient::Run() {
   if (absl::Status st = Connect(); !st.ok()) return st;
   int attempt = 0;
   while (!stop_) {
+    JoinShareUpload();  // nothing touches the channel while a share uploads
     absl::Status st = Join();
     if (absl::IsUnavailable(st)) {
       // A fresh channel: gRPC's own reconnect schedule for a channel whose connects have
@@ -183,6 +188,7 @@ absl::Status EdgeClient::Run() {
     if (st.ok()) {
       bool done = false;
       st = EventLoop(&done);
+      JoinShareUpload();  // before any backoff: the upload thread shares rng_ and the channel
       if (done) return absl::OkStatus();
       if (st.ok()) attempt = 0;  // a clean end of stream: reconnect promptly
     }
@@ -216,6 +222,7 @@ absl::Status EdgeClient::EventLoop(bool* done) {
   protos::ServerEvent event;
   absl::Status result;
   while (!stop_ && stream->Read(&event)) {
+    JoinShareUpload();  // an SGP share travelling beside training has arrived by now
     if (event.has_receipt()) {
       result = HandleReceipt(event.receipt());
     } else if (event.has_round_start()) {
@@ -275,6 +282,10 @@ absl::Status EdgeClient::EnsureCodec(const std::string& spec) {
 absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
   if (!state_.pending || state_.pending->round != receipt.round()) return absl::OkStatus();
   if (state_.pending->gossip) return HandleShareReceipt(receipt);
+  if (state_.pending->lead) {  // nothing to restore (see PendingUpdate::lead)
+    state_.pending.reset();
+    return Persist();
+  }
   PendingUpdate& p = *state_.pending;
   std::vector<bool> counted(p.frames.size(), false);
   if (receipt.update_id() == p.update_id) {
@@ -303,7 +314,17 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
   return Persist();
 }
 
+PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {
+  PendingUpdate p;
+  p.round = round;
+  p.model_version = model_version;
+  p.update_id = rng_() | 1;
+  p.num_samples = shard_.size();
+  return p;
+}
+
 absl::Status EdgeClient::RestorePending(const PendingUpdate& p) {
+  if (p.lead) return absl::OkStatus();  // see PendingUpdate::lead
   if (p.lgc_stage > 0) {
     if (state_.residual.size() != model_->dim()) state_.residual.assign(model_->dim(), 0.0f);
     for (size_t j = 0; j < p.lgc_support.size(); ++j) {
@@ -348,11 +369,7 @@ absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
     if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
     metrics_->ObserveEncodeSeconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    PendingUpdate p;
-    p.round = start.round();
-    p.model_version = start.model_version();
-    p.update_id = rng_() | 1;
-    p.num_samples = shard_.size();
+    PendingUpdate p = NewPending(start.round(), start.model_version());
     for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
     state_.pending = std::move(p);
     state_.residual.assign(codec_->residual().begin(), codec_->residual().end());

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -111,6 +112,8 @@ class EdgeClient {
   absl::StatusOr<std::vector<float>> TrainRound(const protos::RoundStart& start,
                                                 std::chrono::system_clock::time_point deadline);
   absl::Status UploadPending(uint64_t round, std::chrono::system_clock::time_point deadline);
+  // An update in flight for `round`, with a fresh update id and this shard's weight.
+  PendingUpdate NewPending(uint64_t round, uint64_t model_version);
   // Adds an update that did not count back into the residual.
   absl::Status RestorePending(const PendingUpdate& p);
   absl::Status HandleReceipt(const protos::RoundReceipt& receipt);
@@ -119,8 +122,14 @@ class EdgeClient {
   // This client leads its LSGD group: upload its model minus the group's reference.
   absl::Status HandleLsgdLead(const protos::LsgdLead& lead);
   absl::Status HandleSgpRound(const protos::RoundStart& start);
-  // The receipt of a push-sum share: give it up when it was delivered.
+  // The receipt of a push-sum share: take it back when it was not delivered.
   absl::Status HandleShareReceipt(const protos::RoundReceipt& receipt);
+  // The share in flight was not delivered: back into x and w.
+  void ReabsorbShare();
+  // SGP: one local period on x / w, recorded as `round`'s.
+  absl::Status TrainSgpPeriod(const protos::RoundStart& start, uint64_t round, uint64_t seed);
+  // SGP overlap: waits for the share upload running beside training.
+  void JoinShareUpload();
   // The local model: downloaded on the first round (false: the round moved on).
   absl::StatusOr<bool> EnsureLocalModel(const protos::RoundStart& start);
   // Trains the local period on `weights` in place; returns the running loss.
@@ -130,6 +139,9 @@ class EdgeClient {
   absl::Status ReportProgress(uint64_t round, double loss, uint64_t inbox_applied = 0,
                               double distance_sq = -1);
   absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version);
+  // The job's codec without error feedback: an SGP sender keeps what the codec loses, and
+  // an LSGD leader's next upload (model minus reference) carries it.
+  absl::StatusOr<codecs::Codec*> PlainCodec(const std::string& spec);
   // Gives up at `deadline` (the round's) with DeadlineExceeded.
   absl::StatusOr<std::vector<float>> Download(uint64_t version,
                                               std::chrono::system_clock::time_point deadline);
@@ -169,8 +181,15 @@ class EdgeClient {
     uint32_t max_chunk_bytes = 0;
   };
   ModeRound mode_round_;
-  std::unique_ptr<codecs::Codec> share_codec_;  // SGP: plain codec (the sender keeps the loss)
-  double min_rtt_ms_ = 0;                       // smallest round trip of a unary call
+  // LSGD leads and SGP shares: a codec without error feedback (see PlainCodec).
+  std::unique_ptr<codecs::Codec> plain_codec_;
+  std::string plain_codec_spec_;
+  double min_rtt_ms_ = 0;  // smallest round trip of a unary call
+  // SGP overlap: the share's upload, running while the next period trains. Until it is
+  // joined the main thread leaves the pending share, the channel and rng_ to it.
+  std::thread share_upload_;
+  uint64_t share_upload_round_ = 0;
+  uint64_t total_rounds_ = 0;  // of the job, from Join
   ClientState state_;
   std::string state_path_;
   std::mt19937_64 rng_;

@@ -44,11 +44,7 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
     if (state_.residual.size() == u.size()) {
       for (size_t i = 0; i < u.size(); ++i) u[i] += state_.residual[i];
     }
-    PendingUpdate p;
-    p.round = start.round();
-    p.model_version = start.model_version();
-    p.update_id = rng_() | 1;
-    p.num_samples = shard_.size();
+    PendingUpdate p = NewPending(start.round(), start.model_version());
     p.lgc_stage = start.lgc_stage();
     p.lgc_values = autoencoder::Gather(u, support);
     p.lgc_support = std::move(support);

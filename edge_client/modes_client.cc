@@ -43,6 +43,16 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string&
   return v;
 }
 
+absl::StatusOr<codecs::Codec*> EdgeClient::PlainCodec(const std::string& spec) {
+  if (!plain_codec_ || plain_codec_spec_ != spec) {
+    auto c = codecs::MakeCodec(spec);
+    if (!c.ok()) return c.status();
+    plain_codec_ = std::move(c).value();
+    plain_codec_spec_ = spec;
+  }
+  return plain_codec_.get();
+}
+
 absl::StatusOr<bool> EdgeClient::EnsureLocalModel(const protos::RoundStart& start) {
   round_deadline_ = DeadlineOf(start);
   mode_round_ = {start.round(), start.model_version(), start.seed(), start.codec(),
@@ -67,9 +77,10 @@ absl::StatusOr<bool> EdgeClient::EnsureLocalModel(const protos::RoundStart& star
 
 absl::Status EdgeClient::HandleLsgdRound(const protos::RoundStart& start) {
   if (state_.pending && state_.pending->round != start.round()) {
-    // A leader upload whose receipt never came: as far as we know it did not count.
-    if (absl::Status st = RestorePending(*state_.pending); !st.ok()) return st;
+    // A leader upload whose receipt never came. Nothing goes back: the next lead sends
+    // its model minus the reference, which holds exactly what the coordinator decoded.
     state_.pending.reset();
+    if (absl::Status st = Persist(); !st.ok()) return st;
   }
   auto ready = EnsureLocalModel(start);
   if (!ready.ok() || !*ready) return ready.status();
@@ -94,14 +105,19 @@ absl::Status EdgeClient::HandleLsgdRound(const protos::RoundStart& start) {
     if (absl::Status st = Persist(); !st.ok()) return st;
   }
   if (absl::Status st = ReportProgress(start.round(), m.loss); !st.ok()) return st;
-  // Elected again after a reconnect: the upload is pending already.
-  if (state_.pending && state_.pending->round == start.round())
-    return UploadPending(start.round(), round_deadline_);
+  // Elected before this start reached us (after a reconnect): lead now.
+  if (start.has_lead()) return HandleLsgdLead(start.lead());
   return absl::OkStatus();
 }
 
 absl::Status EdgeClient::ReportProgress(uint64_t round, double loss, uint64_t inbox_applied,
                                         double distance_sq) {
+  // A diverged model reports nothing to elect it by; the mail ack still goes.
+  if (!std::isfinite(loss)) {
+    if (inbox_applied == 0) return absl::OkStatus();
+    loss = 0;
+  }
+  if (!std::isfinite(distance_sq)) distance_sq = -1;
   auto stub = protos::Coordinator::NewStub(channel_);
   for (int attempt = 0; !stop_; ++attempt) {
     if (std::chrono::system_clock::now() > round_deadline_) return absl::OkStatus();
@@ -142,7 +158,8 @@ absl::Status EdgeClient::HandleLsgdLead(const protos::LsgdLead& lead) {
   if (!state_.pending || state_.pending->round != lead.round()) {
     auto ref = DownloadFloats(lead.reference_blob(), lead.reference_version());
     if (!ref.ok()) return RoundOver(ref.status()) ? absl::OkStatus() : ref.status();
-    if (absl::Status st = EnsureCodec(mode_round_.codec); !st.ok()) return st;
+    auto codec = PlainCodec(mode_round_.codec);
+    if (!codec.ok()) return codec.status();
     std::vector<float> delta(m.x.size());
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = m.x[i] - (*ref)[i];
     std::vector<codecs::Frame> frames;
@@ -150,17 +167,13 @@ absl::Status EdgeClient::HandleLsgdLead(const protos::LsgdLead& lead) {
     eopts.seed = mode_round_.seed;
     eopts.max_frame_bytes = mode_round_.max_chunk_bytes;
     const auto t0 = std::chrono::steady_clock::now();
-    if (absl::Status st = codec_->Encode(delta, eopts, &frames); !st.ok()) return st;
+    if (absl::Status st = (*codec)->Encode(delta, eopts, &frames); !st.ok()) return st;
     metrics_->ObserveEncodeSeconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    PendingUpdate p;
-    p.round = lead.round();
-    p.model_version = mode_round_.model_version;
-    p.update_id = rng_() | 1;
-    p.num_samples = shard_.size();
+    PendingUpdate p = NewPending(lead.round(), mode_round_.model_version);
     for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
+    p.lead = true;
     state_.pending = std::move(p);
-    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
     if (absl::Status st = Persist(); !st.ok()) return st;
   }
   return UploadPending(lead.round(), round_deadline_);
@@ -168,14 +181,52 @@ absl::Status EdgeClient::HandleLsgdLead(const protos::LsgdLead& lead) {
 
 // ---- SGP ----
 
+void EdgeClient::ReabsorbShare() {
+  LocalModel& m = state_.local;
+  if (m.share.size() == m.x.size()) {
+    for (size_t i = 0; i < m.x.size(); ++i) m.x[i] += m.share[i];
+    m.w += m.share_pw;
+  }
+  if (state_.pending)
+    metrics_->AddChunks(options_.client_id, "lost", state_.pending->frames.size());
+  state_.pending.reset();
+  m.share.clear();
+  m.share_pw = 0;
+}
+
+void EdgeClient::JoinShareUpload() {
+  if (!share_upload_.joinable()) return;
+  share_upload_.join();
+  ++rounds_uploaded_;
+  last_round_ = share_upload_round_;
+}
+
+absl::Status EdgeClient::TrainSgpPeriod(const protos::RoundStart& start, uint64_t round,
+                                        uint64_t seed) {
+  LocalModel& m = state_.local;
+  // Train on z = x / w; the step lands on the numerator as w (z' - z).
+  protos::RoundStart period = start;
+  period.set_seed(seed);
+  std::vector<float> z = core::Debias(m.x, m.w);
+  const std::vector<float> before = m.x;
+  auto loss = TrainLocal(period, &z);
+  if (!loss.ok()) return loss.status();
+  if (m.contributed.size() != m.x.size()) m.contributed = before;
+  for (size_t i = 0; i < m.x.size(); ++i) {
+    m.x[i] = static_cast<float>(m.w * z[i]);
+    m.contributed[i] += m.x[i] - before[i];
+  }
+  m.loss = *loss;
+  m.trained_round = round;
+  return Persist();
+}
+
 absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
+  JoinShareUpload();
   LocalModel& m = state_.local;
   if (state_.pending && state_.pending->round != start.round()) {
-    // A share whose receipt never came was not delivered: the sender keeps it (it never
-    // left x).
-    state_.pending.reset();
-    m.share.clear();
-    m.share_pw = 0;
+    // A share whose receipt never came was not delivered: its sender takes it back.
+    ReabsorbShare();
     if (absl::Status st = Persist(); !st.ok()) return st;
   }
   auto ready = EnsureLocalModel(start);
@@ -198,86 +249,82 @@ absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
     m.inbox_applied = round;
     if (absl::Status st = Persist(); !st.ok()) return st;
   }
+  const bool sends = start.sgp_share() < 1;
   if (!state_.pending) {
     std::vector<float> reference;
-    if (start.sgp_reference() && start.sgp_share() < 1) {
+    if (start.sgp_reference() && sends) {
       auto ref = Download(start.model_version(), round_deadline_);
       if (!ref.ok()) return RoundOver(ref.status()) ? absl::OkStatus() : ref.status();
       reference = std::move(ref).value();
     }
+    // One report per round: the mail added (so the relay drops it before we could die
+    // training) and, against the network mean, how far this model is from consensus.
+    double distance_sq = -1;
+    if (!reference.empty()) {
+      const std::vector<float> z = core::Debias(m.x, m.w);
+      distance_sq = 0;
+      for (size_t i = 0; i < z.size(); ++i) {
+        distance_sq += (double(z[i]) - reference[i]) * (double(z[i]) - reference[i]);
+      }
+    }
+    if (absl::Status st = ReportProgress(start.round(), m.loss, m.inbox_applied, distance_sq);
+        !st.ok()) {
+      return st;
+    }
     if (m.trained_round < start.round()) {
-      std::vector<float> z = core::Debias(m.x, m.w);
-      // One report per round: the mail added (so the relay drops it before we could die
-      // training) and, against the network mean, how far this model is from consensus.
-      double distance_sq = -1;
-      if (!reference.empty()) {
-        distance_sq = 0;
-        for (size_t i = 0; i < z.size(); ++i) {
-          distance_sq += (double(z[i]) - reference[i]) * (double(z[i]) - reference[i]);
-        }
-      }
-      if (absl::Status st = ReportProgress(start.round(), m.loss, m.inbox_applied, distance_sq);
-          !st.ok()) {
-        return st;
-      }
-      // Train on z = x / w; the step lands on the numerator as w (z' - z).
-      const std::vector<float> before = m.x;
-      auto loss = TrainLocal(start, &z);
-      if (!loss.ok()) return loss.status();
-      if (m.contributed.size() != m.x.size()) m.contributed = before;
-      for (size_t i = 0; i < m.x.size(); ++i) {
-        m.x[i] = static_cast<float>(m.w * z[i]);
-        m.contributed[i] += m.x[i] - before[i];
-      }
-      m.loss = *loss;
-      m.trained_round = start.round();
+      if (absl::Status st = TrainSgpPeriod(start, start.round(), start.seed()); !st.ok()) return st;
+    }
+    if (sends) {
+      auto codec = PlainCodec(start.codec());
+      if (!codec.ok()) return codec.status();
+      codecs::EncodeOptions eopts;
+      eopts.seed = start.seed();
+      eopts.max_frame_bytes = start.max_chunk_bytes();
+      const auto t0 = std::chrono::steady_clock::now();
+      auto share = core::MakeShare(m.x, m.w, start.sgp_share(), reference, **codec, eopts);
+      if (!share.ok()) return share.status();
+      metrics_->ObserveEncodeSeconds(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      PendingUpdate p = NewPending(start.round(), start.model_version());
+      p.frames = std::move(share->frames);
+      p.gossip = true;
+      state_.pending = std::move(p);
+      state_.codec = start.codec();
+      // The share leaves x now; it comes back if its receipt says it was not delivered.
+      for (size_t i = 0; i < m.x.size(); ++i) m.x[i] -= share->full[i];
+      m.w -= share->pw;
+      m.share = std::move(share->full);
+      m.share_pw = share->pw;
       if (absl::Status st = Persist(); !st.ok()) return st;
     }
-    if (!(start.sgp_share() < 1)) return absl::OkStatus();  // alone: keeps everything
-    if (!share_codec_ || share_codec_->spec() != start.codec()) {
-      auto c = codecs::MakeCodec(start.codec());
-      if (!c.ok()) return c.status();
-      share_codec_ = std::move(c).value();
-    }
-    codecs::EncodeOptions eopts;
-    eopts.seed = start.seed();
-    eopts.max_frame_bytes = start.max_chunk_bytes();
-    const auto t0 = std::chrono::steady_clock::now();
-    auto share = core::MakeShare(m.x, m.w, start.sgp_share(), reference, *share_codec_, eopts);
-    if (!share.ok()) return share.status();
-    metrics_->ObserveEncodeSeconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    PendingUpdate p;
-    p.round = start.round();
-    p.model_version = start.model_version();
-    p.update_id = rng_() | 1;
-    p.num_samples = shard_.size();
-    p.frames = std::move(share->frames);
-    p.gossip = true;
-    state_.pending = std::move(p);
-    state_.codec = start.codec();
-    m.share = std::move(share->full);
-    m.share_pw = share->pw;
-    if (absl::Status st = Persist(); !st.ok()) return st;
   }
-  return UploadPending(start.round(), round_deadline_);
+  // Overlap: the next local period trains while the share travels (gossip one round
+  // behind: the next period does not see this round's mail). Not after the last round.
+  const bool ahead = start.sgp_overlap() > 0 && m.trained_round == start.round() &&
+                     (total_rounds_ == 0 || start.round() < total_rounds_);
+  if (!state_.pending) {
+    if (ahead) return TrainSgpPeriod(start, start.round() + 1, start.next_seed());
+    return absl::OkStatus();
+  }
+  if (!ahead) return UploadPending(start.round(), round_deadline_);
+  share_upload_round_ = start.round();
+  const auto deadline = round_deadline_;
+  share_upload_ = std::thread([this, deadline] { (void)Upload(deadline); });
+  return TrainSgpPeriod(start, start.round() + 1, start.next_seed());
 }
 
 absl::Status EdgeClient::HandleShareReceipt(const protos::RoundReceipt& receipt) {
   const PendingUpdate& p = *state_.pending;
-  LocalModel& m = state_.local;
   // Delivered means every chunk counted; the coordinator delivers whole shares only.
   const bool delivered = receipt.update_id() == p.update_id &&
                          receipt.counted_chunks_size() == static_cast<int>(p.frames.size());
-  if (delivered && m.share.size() == m.x.size()) {
-    for (size_t i = 0; i < m.x.size(); ++i) m.x[i] -= m.share[i];
-    m.w -= m.share_pw;
+  if (delivered) {
+    state_.pending.reset();
+    state_.local.share.clear();
+    state_.local.share_pw = 0;
   } else {
-    metrics_->AddChunks(options_.client_id, "lost", p.frames.size());
+    ReabsorbShare();
   }
-  state_.pending.reset();
-  m.share.clear();
-  m.share_pw = 0;
   return Persist();
 }
 

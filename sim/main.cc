@@ -67,7 +67,8 @@ bool CheckSgpMass(const std::string& state_dir, uint32_t clients, uint32_t round
   if (!x0.ok()) return false;
   const std::vector<float> initial = (*x0)->GetFlat();
   const size_t d = initial.size();
-  auto relay = fedlgc::coordinator::SgpDriver::Create(true, d, state_dir + "/coordinator", rounds);
+  auto relay =
+      fedlgc::coordinator::SgpDriver::Create(true, 0, d, state_dir + "/coordinator", rounds);
   if (!relay.ok()) {
     std::fprintf(stderr, "fedlgc-sim: %s\n", relay.status().ToString().c_str());
     return false;
@@ -86,6 +87,10 @@ bool CheckSgpMass(const std::string& state_dir, uint32_t clients, uint32_t round
       brought[k] += st->local.contributed[k];
     }
     w += st->local.w;
+    if (st->pending && st->pending->gossip && st->local.share.size() == d) {  // in flight
+      for (size_t k = 0; k < d; ++k) x[k] += st->local.share[k];
+      w += st->local.share_pw;
+    }
   }
   double worst = 0, start_norm = 0, steps_norm = 0, sum_norm = 0;
   for (size_t k = 0; k < d; ++k) {
@@ -151,6 +156,8 @@ int main(int argc, char** argv) {
   flags.Add("lsgd-groups", &lsgd_groups, "LSGD: groups, e.g. 'client-0,client-1;client-2'");
   flags.Add("lsgd-group-size", &lsgd_group_size, "LSGD: groups of this size by latency");
   flags.Add("sgp-reference", &sgp_reference, "SGP: code shares relative to the network mean");
+  uint32_t sgp_overlap = 0;
+  flags.Add("sgp-overlap", &sgp_overlap, "SGP: 1 trains the next period while a share travels");
   flags.Add("codec", &codec, "codec spec for updates");
   flags.Add("codec-warmup", &codec_warmup,
             "';'-separated codec specs for rounds 1, 2, ... before --codec takes over");
@@ -213,6 +220,7 @@ int main(int argc, char** argv) {
       StrCat("--lsgd-period=", lsgd_period), StrCat("--lsgd-global-period=", lsgd_global_period),
       "--lsgd-groups=" + lsgd_groups, StrCat("--lsgd-group-size=", lsgd_group_size),
       StrCat("--sgp-reference=", sgp_reference ? "true" : "false"),
+      StrCat("--sgp-overlap=", sgp_overlap),
       // Clients that reconnect late still read their last receipts.
       "--linger=2"};
   if (insecure) {

@@ -232,7 +232,7 @@ TEST(Lsgd, GroupsByLatencyAndStateSurviveARestart) {
 
 TEST(Sgp, DeliversCompleteSharesToLiveReceiversAndTheMeanIsTheRunsModel) {
   const std::string dir = TempDir("sgp");
-  auto d = SgpDriver::Create(true, kDim, dir, 0).value();
+  auto d = SgpDriver::Create(true, 0, kDim, dir, 0).value();
   d->BeginRound(1, {"c", "a", "b", "d"});
   EXPECT_EQ(d->PeerOf("a"), "b");  // round 1: +1 in id order
   EXPECT_EQ(d->PeerOf("d"), "a");
@@ -265,7 +265,7 @@ TEST(Sgp, DeliversCompleteSharesToLiveReceiversAndTheMeanIsTheRunsModel) {
   ASSERT_EQ(s.sgp_inbox_rounds_size(), 1);
   // Mail survives a restart, and goes once it is applied.
   ASSERT_TRUE(d->Save(1).ok());
-  auto back = SgpDriver::Create(true, kDim, dir, 1).value();
+  auto back = SgpDriver::Create(true, 0, kDim, dir, 1).value();
   EXPECT_EQ(back->MailTotals(), d->MailTotals());
   EXPECT_DOUBLE_EQ(back->MailTotals().second, 1.0);
   back->InboxApplied("c", 1);

@@ -132,6 +132,12 @@ def main():
                 expr = t["expr"].replace("$__rate_interval", RATE_INTERVAL).replace("$client", ".*")
                 r = query(expr)
                 checked += 1
+                if r and r["status"] == "success" and not r["data"]["result"] and \
+                        ("(LSGD jobs)" in panel["title"] or "(SGP jobs)" in panel["title"]):
+                    # Another mode's panel: this FedAvg job exports no such series. The
+                    # integration tests check those metrics in LSGD and SGP jobs.
+                    print(f"ok   {panel['title']} [{t['refId']}]: valid, empty in a FedAvg job")
+                    continue
                 if not r or r["status"] != "success" or not r["data"]["result"]:
                     failures.append(f"'{panel['title']}' {t['refId']}: {expr} -> {r}")
                     continue

@@ -177,19 +177,6 @@ TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {
 }
 
 // The coordinator's count of a client's uplink bytes so far.
-double UplinkBytesOf(coordinator::Coordinator& coord, const std::string& client) {
-  double bytes = 0;
-  for (const auto& fam : coord.metrics().registry()->Collect()) {
-    if (fam.name != "fedlgc_uplink_wire_bytes_total") continue;
-    for (const auto& m : fam.metric) {
-      for (const auto& l : m.label) {
-        if (l.name == "client" && l.value == client) bytes += m.counter.value;
-      }
-    }
-  }
-  return bytes;
-}
-
 TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
   const int n = 2;
   Job job;

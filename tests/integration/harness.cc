@@ -16,6 +16,7 @@
 #include "coordinator/checkpoint.h"
 #include "core/model.h"
 #include "gtest/gtest.h"
+#include "monitoring/metrics.h"
 
 namespace fedlgc::testing {
 
@@ -186,6 +187,19 @@ std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::strin
                                    "--backoff-max=0.5"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return std::make_unique<ChildProcess>(argv, dir + "/" + c.client_id + ".log");
+}
+
+double UplinkBytesOf(coordinator::Coordinator& coord, const std::string& client) {
+  double bytes = 0;
+  for (const auto& fam : coord.metrics().registry()->Collect()) {
+    if (fam.name != "fedlgc_uplink_wire_bytes_total") continue;
+    for (const auto& m : fam.metric) {
+      for (const auto& l : m.label) {
+        if (l.name == "client" && l.value == client) bytes += m.counter.value;
+      }
+    }
+  }
+  return bytes;
 }
 
 }  // namespace fedlgc::testing

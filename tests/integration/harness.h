@@ -85,6 +85,8 @@ std::vector<float> CheckpointModel(const std::string& state_dir,
 
 // GET http://127.0.0.1:port/metrics.
 std::string ScrapeMetrics(int port);
+// Uplink wire bytes the coordinator has counted from `client`.
+double UplinkBytesOf(coordinator::Coordinator& coord, const std::string& client);
 // Sum of the samples of `name` in a Prometheus text exposition (all label sets).
 double SumMetric(const std::string& text, const std::string& name);
 

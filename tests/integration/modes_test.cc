@@ -146,6 +146,58 @@ TEST(Lsgd, GroupsFormFromMeasuredLatencyAndQsgdCarriesTheLeaders) {
   EXPECT_GT(r.reports.back().accuracy, 0.75);
 }
 
+TEST(Lsgd, ALeaderKilledMidUploadIsReplacedByTheNextBestOfItsGroup) {
+  const std::string dir = FreshDir("lsgd-kill");
+  const std::string certs = MakeCerts(dir, 4);
+  auto o = ModeOptions(dir, certs, "lsgd", 4);
+  o.lsgd.groups = {{"client-0", "client-1"}, {"client-2", "client-3"}};
+  o.rounds = 3;
+  o.min_clients = 3;  // the job goes on without the victim
+  o.plan.max_chunk_bytes = 32 * 1024;
+  InProcessCoordinator coord(o);
+  // Group 0 sits behind 4 Mbit/s links: its leader's upload (636 KB) takes over a second.
+  std::vector<std::unique_ptr<core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < 4; ++i) {
+    int port = coord.port();
+    if (i < 2) {
+      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(),
+                                       core::LinkSpec::Parse("rate=4mbit").value(), i);
+      ASSERT_TRUE(p.ok());
+      port = (*p)->port();
+      proxies.push_back(std::move(p).value());
+    }
+    clients.push_back(SpawnEdge(dir, certs, i, 4, port));
+  }
+  // Kill group 0's leader once the first chunks of its upload have arrived.
+  const auto until = std::chrono::steady_clock::now() + seconds(60);
+  int victim = -1;
+  while (victim < 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "group 0 never uploaded";
+    for (int i = 0; i < 2; ++i) {
+      if (UplinkBytesOf(coord.get(), "client-" + std::to_string(i)) > 0) victim = i;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  clients[victim]->Kill(SIGKILL);
+  EXPECT_EQ(clients[victim]->Wait(seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(coord.Wait(seconds(180)));
+  const auto reports = coord.get().reports();
+  ASSERT_EQ(reports.size(), 3u);
+  const std::string other = "client-" + std::to_string(1 - victim);
+  // Round 1 closed without waiting for its deadline, with both groups' models: the other
+  // member of group 0 took over.
+  EXPECT_FALSE(reports[0].hit_deadline);
+  EXPECT_LT(reports[0].seconds, 30);
+  EXPECT_EQ(reports[0].participants, 2);
+  EXPECT_GT(UplinkBytesOf(coord.get(), other), 0);
+  for (int i = 0; i < 4; ++i) {
+    if (i != victim) {
+      EXPECT_EQ(clients[i]->Wait(seconds(60)), 0) << i;
+    }
+  }
+}
+
 // Push-sum conserves mass: over the clients and the coordinator's mailboxes, the sum of
 // w is the number of clients and the sum of x is what the clients brought in (their
 // starting models plus every local training step).
@@ -160,6 +212,10 @@ void ExpectConserved(const ModeRun& r, int n, double tolerance) {
       brought[i] += s.local.contributed[i];
     }
     w += s.local.w;
+    if (s.pending && s.pending->gossip) {  // a share still in flight
+      for (size_t i = 0; i < x.size(); ++i) x[i] += s.local.share[i];
+      w += s.local.share_pw;
+    }
   }
   EXPECT_NEAR(w, n, 1e-9);
   double worst = 0;
@@ -203,6 +259,26 @@ TEST(Sgp, LossyCodecAndACutLinkStillConserveMass) {
   int delivered = 0;
   for (const auto& rep : r.reports) delivered += rep.participants;
   std::printf("%d of 20 shares delivered\n", delivered);
+  ExpectConserved(r, 4, 1e-4);
+  EXPECT_GT(r.reports.back().accuracy, 0.75);
+}
+
+TEST(Sgp, OverlapTrainsTheNextPeriodWhileTheShareTravels) {
+  const std::string dir = FreshDir("sgp-overlap");
+  const std::string certs = MakeCerts(dir, 4);
+  auto o = ModeOptions(dir, certs, "sgp", 4);
+  o.sgp_overlap = 1;
+  o.plan.codec = "qsgd(bits=8)";
+  // Slow links: each share (about 160 KB) takes a quarter of a second to arrive.
+  const ModeRun r =
+      RunMode(dir, certs, o, 4, {"rate=5mbit", "rate=5mbit", "rate=5mbit", "rate=5mbit"});
+  ASSERT_EQ(r.reports.size(), 4u);
+  for (const auto& rep : r.reports) {
+    EXPECT_EQ(rep.participants, 4) << "round " << rep.round;
+    EXPECT_FALSE(rep.hit_deadline);
+  }
+  // One local period per round, none after the last.
+  for (const auto& s : r.states) EXPECT_EQ(s.local.trained_round, 4u);
   ExpectConserved(r, 4, 1e-4);
   EXPECT_GT(r.reports.back().accuracy, 0.75);
 }

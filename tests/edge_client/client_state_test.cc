@@ -1,0 +1,114 @@
+// The edge client's state file: everything round-trips, and older versions load with
+// their meaning kept (a version 3 share in flight was still inside x and w).
+#include "edge_client/client_state.h"
+
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::edge_client {
+namespace {
+
+std::string Path(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/client-state";
+  std::filesystem::create_directories(dir);
+  return dir + "/" + name;
+}
+
+ClientState Sample() {
+  ClientState s;
+  s.codec = "qsgd(bits=4)";
+  s.residual = {0.5f, -1.0f, 2.0f};
+  PendingUpdate p;
+  p.round = 7;
+  p.model_version = 6;
+  p.update_id = 99;
+  p.num_samples = 10;
+  p.frames = {"abc", "de"};
+  p.gossip = true;
+  s.pending = p;
+  s.local.x = {1.0f, 2.0f, 3.0f};
+  s.local.w = 0.5;
+  s.local.trained_round = 7;
+  s.local.pulled_round = 6;
+  s.local.loss = 0.25;
+  s.local.inbox_applied = 5;
+  s.local.contributed = {3.0f, 3.0f, 3.0f};
+  s.local.share_pw = 0.5;
+  s.local.share = {1.0f, 2.0f, 3.0f};
+  return s;
+}
+
+TEST(ClientState, RoundTripsEveryField) {
+  const std::string path = Path("v4.state");
+  ClientState s = Sample();
+  s.pending->lead = true;
+  ASSERT_TRUE(SaveClientState(path, s).ok());
+  auto back = LoadClientState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->codec, s.codec);
+  EXPECT_EQ(back->residual, s.residual);
+  ASSERT_TRUE(back->pending.has_value());
+  EXPECT_EQ(back->pending->frames, s.pending->frames);
+  EXPECT_TRUE(back->pending->gossip);
+  EXPECT_TRUE(back->pending->lead);
+  EXPECT_EQ(back->local.x, s.local.x);
+  EXPECT_EQ(back->local.w, s.local.w);
+  EXPECT_EQ(back->local.trained_round, 7u);
+  EXPECT_EQ(back->local.pulled_round, 6u);
+  EXPECT_EQ(back->local.inbox_applied, 5u);
+  EXPECT_EQ(back->local.contributed, s.local.contributed);
+  EXPECT_EQ(back->local.share, s.local.share);
+  EXPECT_EQ(back->local.share_pw, 0.5);
+}
+
+TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
+  // Version 3 wrote the same fields, with the gossip flag, and x still held the share.
+  const ClientState s = Sample();
+  core::StateWriter w;
+  w.U32(0x53434C46);
+  w.U32(3);
+  w.Str(s.codec);
+  w.Floats(s.residual);
+  w.U32(1);
+  w.U64(s.pending->round);
+  w.U64(s.pending->model_version);
+  w.U64(s.pending->update_id);
+  w.U64(s.pending->num_samples);
+  w.U32(2);
+  w.Str("abc");
+  w.Str("de");
+  w.U32(0);
+  w.Str("");
+  w.Floats(std::vector<float>{});
+  w.U32(1);  // gossip
+  w.Floats(s.local.x);
+  w.F64(1.0);  // w before giving up the share
+  w.U64(7);
+  w.U64(6);
+  w.F64(0.25);
+  w.U64(5);
+  w.Floats(s.local.contributed);
+  w.F64(0.5);
+  w.Floats(s.local.share);
+  const std::string path = Path("v3.state");
+  ASSERT_TRUE(core::AtomicWriteFile(path, w.Finish()).ok());
+  auto back = LoadClientState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->local.x, (std::vector<float>{0.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(back->local.w, 0.5);
+  EXPECT_TRUE(back->pending->gossip);
+}
+
+TEST(ClientState, ACorruptedFileIsRefused) {
+  const std::string path = Path("bad.state");
+  ASSERT_TRUE(SaveClientState(path, Sample()).ok());
+  auto bytes = core::ReadFile(path).value();
+  bytes[bytes.size() / 2] ^= 0x40;
+  ASSERT_TRUE(core::AtomicWriteFile(path, bytes).ok());
+  EXPECT_FALSE(LoadClientState(path).ok());
+}
+
+}  // namespace
+}  // namespace fedlgc::edge_client

@@ -9,6 +9,7 @@
 #include "codecs/registry.h"
 #include "codecs/rng.h"
 #include "codecs/str.h"
+#include "core/mixing.h"
 
 namespace fedlgc::coordinator {
 // Reason label for a frame that failed to parse or decode.
@@ -190,6 +191,11 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
     if (c.num_samples == 0) {
       return Reject(absl::InvalidArgumentError("num_samples must be > 0"), "malformed");
     }
+    if (!(c.scale > 0 && c.scale <= 16)) {
+      return Reject(
+          absl::InvalidArgumentError(StrCat("chunk scale ", c.scale, " is not in (0, 16]")),
+          "nonfinite");
+    }
     if (c.gossip) {
       // A push-sum weight share is p w: positive, and at most everything (w <= n).
       if (!(c.weight_share > 0) ||
@@ -252,6 +258,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
   }
   std::vector<float> values(view->length);
   if (absl::Status st = decoder->Decode(*view, values); !st.ok()) return Reject(st, ReasonFor(st));
+  if (c.scale != 1.0f) core::ScaleInPlace(values, c.scale);
 
   std::lock_guard<std::mutex> lock(mu_);
   if (!round_ || c.round != round_->number) {

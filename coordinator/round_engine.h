@@ -70,6 +70,7 @@ struct ChunkIn {
   uint32_t chunk_count = 0;
   uint64_t num_samples = 0;
   std::string_view frame;  // empty: a query for the receipt
+  float scale = 1;         // the decoded values are multiplied by this (in (0, 16])
   // SGP shares (Gossip): the push-sum weight share and the reference model version.
   bool gossip = false;
   double weight_share = 0;

@@ -53,6 +53,7 @@ class UploadReactor final : public grpc::ServerReadReactor<Msg> {
     in.chunk_count = chunk.chunk_count();
     in.num_samples = chunk.num_samples();
     in.frame = chunk.frame();
+    in.scale = chunk.scale() == 0 ? 1.0f : chunk.scale();
     if constexpr (std::is_same_v<Msg, protos::GossipChunk>) {
       in.gossip = true;
       in.weight_share = msg_.weight();

@@ -48,6 +48,36 @@ void ShareResidual(std::span<const float> x, double p, double w, std::span<const
   }
 }
 
+void ScaleInPlace(std::span<float> values, float scale) {
+  for (float& v : values) v *= scale;
+}
+
+absl::StatusOr<ScaledFrames> EncodeScaled(std::span<const float> target, codecs::Codec& codec,
+                                          const codecs::EncodeOptions& opts) {
+  std::vector<codecs::Frame> frames;
+  if (absl::Status st = codec.Encode(target, opts, &frames); !st.ok()) return st;
+  ScaledFrames out;
+  out.decoded.assign(target.size(), 0.0f);
+  codecs::FrameLimits limits;
+  limits.max_frame_bytes = ~uint64_t{0};
+  for (codecs::Frame& f : frames) {
+    auto view = codecs::ParseFrame(f.bytes, limits);
+    if (!view.ok()) return view.status();
+    std::span<float> d = std::span<float>(out.decoded).subspan(view->begin, view->length);
+    if (absl::Status st = codec.Decode(*view, d); !st.ok()) return st;
+    double dot = 0, norm = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      dot += double(d[i]) * target[view->begin + i];
+      norm += double(d[i]) * d[i];
+    }
+    const float scale = norm > 0 && dot > 0 ? static_cast<float>(dot / norm) : 1.0f;
+    ScaleInPlace(d, scale);
+    out.scales.push_back(scale);
+    out.frames.push_back(std::move(f.bytes));
+  }
+  return out;
+}
+
 absl::StatusOr<Share> MakeShare(std::span<const float> x, double w, double p,
                                 std::span<const float> reference, codecs::Codec& codec,
                                 const codecs::EncodeOptions& opts) {
@@ -59,31 +89,31 @@ absl::StatusOr<Share> MakeShare(std::span<const float> x, double w, double p,
   }
   std::vector<float> residual(x.size());
   ShareResidual(x, p, w, reference, residual);
-  std::vector<codecs::Frame> frames;
-  if (absl::Status st = codec.Encode(residual, opts, &frames); !st.ok()) return st;
+  auto scaled = EncodeScaled(residual, codec, opts);
+  if (!scaled.ok()) return scaled.status();
   Share share;
   share.pw = p * w;
-  for (codecs::Frame& f : frames) share.frames.push_back(std::move(f.bytes));
-  std::vector<float> decoded(x.size(), 0.0f);
-  if (absl::Status st = DecodeFrames(codec, share.frames, decoded); !st.ok()) return st;
+  share.frames = std::move(scaled->frames);
+  share.scales = std::move(scaled->scales);
   share.full.resize(x.size());
-  ReconstructShare(decoded, share.pw, reference, share.full);
+  ReconstructShare(scaled->decoded, share.pw, reference, share.full);
   return share;
 }
 
 absl::Status DecodeFrames(const codecs::Codec& codec, const std::vector<std::string>& frames,
-                          std::span<float> out) {
+                          std::span<const float> scales, std::span<float> out) {
   codecs::FrameLimits limits;
   limits.max_frame_bytes = ~uint64_t{0};
   std::fill(out.begin(), out.end(), 0.0f);
-  for (const std::string& f : frames) {
-    auto view = codecs::ParseFrame(f, limits);
+  for (size_t k = 0; k < frames.size(); ++k) {
+    auto view = codecs::ParseFrame(frames[k], limits);
     if (!view.ok()) return view.status();
     if (view->dim != out.size() || view->begin + view->length > out.size()) {
       return absl::OutOfRangeError("share frame does not fit the model");
     }
-    if (absl::Status st = codec.Decode(*view, out.subspan(view->begin, view->length)); !st.ok())
-      return st;
+    std::span<float> d = out.subspan(view->begin, view->length);
+    if (absl::Status st = codec.Decode(*view, d); !st.ok()) return st;
+    if (k < scales.size()) ScaleInPlace(d, scales[k]);
   }
   return absl::OkStatus();
 }

@@ -51,22 +51,41 @@ void ReconstructShare(std::span<const float> decoded, double pw, std::span<const
 void ShareResidual(std::span<const float> x, double p, double w, std::span<const float> reference,
                    std::span<float> out);
 
-// One push-sum share: its frames (the wire chunks), its push-sum weight p w, and `full`,
-// the vector the receiver adds and the sender subtracts once delivery is acknowledged.
+// A lossy message of `target`: its frames and, per frame, the scale that brings the decoded
+// frame closest to the target, <D, v> / |D|^2 (least squares; 1 when D is zero). An
+// unbiased codec's decoding D = v + noise overshoots on average by the noise; scaled, the
+// error |v - s D|^2 = |v|^2 (1 - cos^2(v, D)) never exceeds |v|^2, so a receiver that adds
+// s D comes closer to v than with D or with nothing, whatever the codec (for top-k, s = 1).
+// `decoded` holds the scaled decoding, as a receiver computes it.
+struct ScaledFrames {
+  std::vector<std::string> frames;
+  std::vector<float> scales;  // one per frame
+  std::vector<float> decoded;
+};
+absl::StatusOr<ScaledFrames> EncodeScaled(std::span<const float> target, codecs::Codec& codec,
+                                          const codecs::EncodeOptions& opts);
+// The one multiply both ends use to scale a decoded frame.
+void ScaleInPlace(std::span<float> values, float scale);
+
+// One push-sum share: its frames (the wire chunks) with their scales, its push-sum weight
+// p w, and `full`, the vector the receiver adds and the sender gives up.
 struct Share {
   double pw = 0;
   std::vector<std::string> frames;
+  std::vector<float> scales;
   std::vector<float> full;
 };
 
 // Encodes p (x - w reference) with `codec` (no error feedback: the sender keeps what the
-// codec loses) and decodes the frames back, as the relay will, into `full`.
+// codec loses), scaled per frame (EncodeScaled), and decodes the frames back, as the relay
+// will, into `full`.
 absl::StatusOr<Share> MakeShare(std::span<const float> x, double w, double p,
                                 std::span<const float> reference, codecs::Codec& codec,
                                 const codecs::EncodeOptions& opts);
-// Decodes frames of a dim-coordinate vector into `out` (zero where no frame covers).
+// Decodes frames of a dim-coordinate vector into `out` (zero where no frame covers), each
+// frame times its scale (`scales` empty: 1).
 absl::Status DecodeFrames(const codecs::Codec& codec, const std::vector<std::string>& frames,
-                          std::span<float> out);
+                          std::span<const float> scales, std::span<float> out);
 
 // z = x / w.
 std::vector<float> Debias(std::span<const float> x, double w);

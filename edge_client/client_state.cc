@@ -1,7 +1,7 @@
 // Client state file: u32 magic 'FLCS', u32 version 4, str codec, floats residual,
 // u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
 // u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 flags (1 gossip share,
-// 2 LSGD lead)], then the local
+// 2 LSGD lead), floats scales], then the local
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
 // floats contributed, f64 share_pw, floats share; CRC32C (core/atomic_file.h). Version 1 files
 // (no LGC fields), version 2 files (no flags, no local model) and version 3 files (whose
@@ -39,6 +39,7 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
                            p.lgc_support.size() * 4));
     w.Floats(p.lgc_values);
     w.U32((p.gossip ? 1u : 0u) | (p.lead ? 2u : 0u));
+    w.Floats(p.scales);
   }
   const LocalModel& m = s.local;
   w.Floats(m.x);
@@ -91,6 +92,10 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
     if (version >= 3 && !r.U32(&flags)) return corrupt();
     p.gossip = (flags & 1) != 0;
     p.lead = (flags & 2) != 0;
+    if (version >= 4 &&
+        (!r.Floats(&p.scales) || (!p.scales.empty() && p.scales.size() != p.frames.size()))) {
+      return corrupt();
+    }
     s.pending = std::move(p);
   }
   if (version >= 3) {

@@ -20,6 +20,7 @@ struct PendingUpdate {
   uint64_t update_id = 0;
   uint64_t num_samples = 0;
   std::vector<std::string> frames;  // chunk i is frames[i]
+  std::vector<float> scales;        // LSGD leads and SGP shares: chunk i's scale (empty: 1)
   // LGC rounds: the stage, the round's support and the values sent on it (restored into
   // the residual when the update does not count). lgc_stage 0: a codec update.
   uint32_t lgc_stage = 0;

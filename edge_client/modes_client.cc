@@ -162,16 +162,17 @@ absl::Status EdgeClient::HandleLsgdLead(const protos::LsgdLead& lead) {
     if (!codec.ok()) return codec.status();
     std::vector<float> delta(m.x.size());
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = m.x[i] - (*ref)[i];
-    std::vector<codecs::Frame> frames;
     codecs::EncodeOptions eopts;
     eopts.seed = mode_round_.seed;
     eopts.max_frame_bytes = mode_round_.max_chunk_bytes;
     const auto t0 = std::chrono::steady_clock::now();
-    if (absl::Status st = (*codec)->Encode(delta, eopts, &frames); !st.ok()) return st;
+    auto scaled = core::EncodeScaled(delta, **codec, eopts);
+    if (!scaled.ok()) return scaled.status();
     metrics_->ObserveEncodeSeconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     PendingUpdate p = NewPending(lead.round(), mode_round_.model_version);
-    for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
+    p.frames = std::move(scaled->frames);
+    p.scales = std::move(scaled->scales);
     p.lead = true;
     state_.pending = std::move(p);
     if (absl::Status st = Persist(); !st.ok()) return st;
@@ -287,6 +288,7 @@ absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       PendingUpdate p = NewPending(start.round(), start.model_version());
       p.frames = std::move(share->frames);
+      p.scales = std::move(share->scales);
       p.gossip = true;
       state_.pending = std::move(p);
       state_.codec = start.codec();

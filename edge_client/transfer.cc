@@ -189,6 +189,7 @@ absl::Status EdgeClient::UploadAs(std::chrono::system_clock::time_point deadline
       if (held.count(i)) continue;
       chunk.set_chunk_index(i);
       chunk.set_frame(p.frames[i]);
+      chunk.set_scale(i < p.scales.size() ? p.scales[i] : 0.0f);
       if (!writer->Write(msg)) break;
       metrics_->AddChunks(options_.client_id, sends[i]++ == 0 ? "sent" : "retransmitted", 1);
       metrics_->AddUplink(options_.client_id, codec_label, p.frames[i].size(), raw[i]);

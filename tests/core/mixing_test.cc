@@ -95,7 +95,7 @@ struct Network {
       const size_t to = live[ExponentialPeer(k, n, round)];
       // The receiver decodes the frames itself, as the relay does.
       std::vector<float> got(x[0].size());
-      ASSERT_TRUE(DecodeFrames(codec, shares[k].frames, got).ok());
+      ASSERT_TRUE(DecodeFrames(codec, shares[k].frames, shares[k].scales, got).ok());
       std::vector<float> full(got.size());
       ReconstructShare(got, shares[k].pw, reference, full);
       ASSERT_EQ(full, shares[k].full) << "sender and receiver disagree on the share";
@@ -207,6 +207,35 @@ TEST(PushSumTest, ReferenceMakesTheLossyShareCloser) {
   std::vector<float> exact(x.size());
   for (size_t i = 0; i < x.size(); ++i) exact[i] = 0.5f * x[i];
   EXPECT_LT(Distance(with.full, exact) * 20, Distance(without.full, exact));
+}
+
+TEST(EncodeScaledTest, TheScaledDecodingIsNeverFartherThanTheTargetAndBeatsTheRawOne) {
+  std::mt19937_64 rng(9);
+  const std::vector<float> v = RandomVector(20000, rng);
+  const std::vector<float> zero(v.size(), 0.0f);
+  codecs::EncodeOptions opts;
+  opts.max_frame_bytes = 4096;
+  for (const char* spec : {"qsgd(bits=4)", "qsgd(bits=2)", "terngrad"}) {
+    auto codec = codecs::MakeCodec(spec).value();
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      opts.seed = seed;
+      auto scaled = EncodeScaled(v, *codec, opts).value();
+      std::vector<float> raw(v.size());
+      ASSERT_TRUE(DecodeFrames(*codec, scaled.frames, {}, raw).ok());
+      const double err = Distance(scaled.decoded, v), raw_err = Distance(raw, v);
+      EXPECT_LT(err, Distance(zero, v)) << spec;  // contractive, unlike the raw decoding
+      EXPECT_LT(err, raw_err) << spec;
+      for (float s : scaled.scales) EXPECT_LT(s, 1.0f) << spec;  // unbiased: shrink
+      // The receiver's decoding with the scales is the sender's, bit for bit.
+      std::vector<float> again(v.size());
+      ASSERT_TRUE(DecodeFrames(*codec, scaled.frames, scaled.scales, again).ok());
+      EXPECT_EQ(again, scaled.decoded) << spec;
+    }
+  }
+  // Top-k decodes a projection: its best scale is 1.
+  auto topk = codecs::MakeCodec("topk(ratio=0.05)").value();
+  auto scaled = EncodeScaled(v, *topk, opts).value();
+  for (float s : scaled.scales) EXPECT_FLOAT_EQ(s, 1.0f);
 }
 
 TEST(PushSumTest, RefusesBadShares) {

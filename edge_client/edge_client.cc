@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "codecs/error_feedback.h"
@@ -314,6 +315,15 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
   return Persist();
 }
 
+void EdgeClient::ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_->ObserveEncodeSeconds(seconds);
+  std::ofstream(StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl"), std::ios::app)
+      << "{\"round\": " << round << ", \"train_seconds\": " << last_train_seconds_
+      << ", \"encode_seconds\": " << seconds << "}\n";
+}
+
 PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {
   PendingUpdate p;
   p.round = round;
@@ -367,8 +377,7 @@ absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {
     eopts.seed = start.seed();
     eopts.max_frame_bytes = start.max_chunk_bytes();
     if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
-    metrics_->ObserveEncodeSeconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ObserveEncode(start.round(), t0);
     PendingUpdate p = NewPending(start.round(), start.model_version());
     for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
     state_.pending = std::move(p);

@@ -107,11 +107,18 @@ class EdgeClient {
   absl::StatusOr<std::string> LgcFrame(uint32_t stage, bool leader, uint64_t encoder_version,
                                        std::span<const float> u, const PendingUpdate& p,
                                        std::chrono::system_clock::time_point deadline);
+  // The LGC encoder of `version` for supports of k values, downloaded unless held.
+  absl::Status EnsureEncoder(uint64_t version, size_t k,
+                             std::chrono::system_clock::time_point deadline);
   // Downloads the round's model and trains on it: the update (new - old weights), or an
   // empty vector when the round moved on meanwhile.
   absl::StatusOr<std::vector<float>> TrainRound(const protos::RoundStart& start,
                                                 std::chrono::system_clock::time_point deadline);
   absl::Status UploadPending(uint64_t round, std::chrono::system_clock::time_point deadline);
+  // Records an encode that began at t0 for `round`: the histogram, and one line in
+  // <state_dir>/<id>.rounds.jsonl with the round's local training and encode seconds (what
+  // fedlgc-sim reports as the encode share of training time).
+  void ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0);
   // An update in flight for `round`, with a fresh update id and this shard's weight.
   PendingUpdate NewPending(uint64_t round, uint64_t model_version);
   // Adds an update that did not count back into the residual.

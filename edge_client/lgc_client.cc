@@ -48,6 +48,13 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
     p.lgc_stage = start.lgc_stage();
     p.lgc_values = autoencoder::Gather(u, support);
     p.lgc_support = std::move(support);
+    if (p.lgc_stage == 3 && start.lgc_leader()) {
+      // Fetched before the clock starts: the encode time is the encoder's, not the link's.
+      const absl::Status st =
+          EnsureEncoder(start.lgc_encoder_version(), p.lgc_support.size(), round_deadline_);
+      if (absl::IsDeadlineExceeded(st)) return absl::OkStatus();
+      if (!st.ok()) return st;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     auto frame = LgcFrame(p.lgc_stage, start.lgc_leader(), start.lgc_encoder_version(), u, p,
                           round_deadline_);
@@ -55,8 +62,7 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
       if (absl::IsDeadlineExceeded(frame.status())) return absl::OkStatus();
       return frame.status();
     }
-    metrics_->ObserveEncodeSeconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ObserveEncode(start.round(), t0);
     p.frames = {std::move(frame).value()};
     state_.residual = autoencoder::ResidualAfter(u, p.lgc_support);
     if (codec_) codec_->SetResidual(state_.residual);
@@ -88,6 +94,22 @@ absl::Status EdgeClient::HandleLgcPromote(const protos::LgcPromote& promote) {
   return UploadPending(promote.round(), round_deadline_);
 }
 
+absl::Status EdgeClient::EnsureEncoder(uint64_t version, size_t k,
+                                       std::chrono::system_clock::time_point deadline) {
+  if (encoder_ && encoder_version_ == version && encoder_->length() == static_cast<int64_t>(k))
+    return absl::OkStatus();
+  auto bytes = DownloadBlob("encoder", version, deadline);
+  if (!bytes.ok()) return bytes.status();
+  autoencoder::AeOptions ao;
+  ao.device = device_;
+  auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), ao);
+  if (!ae.ok()) return ae.status();
+  if (absl::Status st = (*ae)->LoadEncoder(*bytes); !st.ok()) return st;
+  encoder_ = std::move(ae).value();
+  encoder_version_ = version;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
                                                  uint64_t encoder_version, std::span<const float> u,
                                                  const PendingUpdate& p,
@@ -106,18 +128,7 @@ absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
       lp.latent = p.lgc_values;
       lp.innovation.assign(k, 0.0f);
     } else {
-      if (!encoder_ || encoder_version_ != encoder_version ||
-          encoder_->length() != static_cast<int64_t>(k)) {
-        auto bytes = DownloadBlob("encoder", encoder_version, deadline);
-        if (!bytes.ok()) return bytes.status();
-        autoencoder::AeOptions ao;
-        ao.device = device_;
-        auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), ao);
-        if (!ae.ok()) return ae.status();
-        if (absl::Status st = (*ae)->LoadEncoder(*bytes); !st.ok()) return st;
-        encoder_ = std::move(ae).value();
-        encoder_version_ = encoder_version;
-      }
+      if (absl::Status st = EnsureEncoder(encoder_version, k, deadline); !st.ok()) return st;
       lp.scale = autoencoder::RmsScale(p.lgc_values);
       std::vector<float> normalized = p.lgc_values;
       for (float& x : normalized) x /= lp.scale;

@@ -168,8 +168,7 @@ absl::Status EdgeClient::HandleLsgdLead(const protos::LsgdLead& lead) {
     const auto t0 = std::chrono::steady_clock::now();
     auto scaled = core::EncodeScaled(delta, **codec, eopts);
     if (!scaled.ok()) return scaled.status();
-    metrics_->ObserveEncodeSeconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ObserveEncode(lead.round(), t0);
     PendingUpdate p = NewPending(lead.round(), mode_round_.model_version);
     p.frames = std::move(scaled->frames);
     p.scales = std::move(scaled->scales);
@@ -284,8 +283,7 @@ absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
       const auto t0 = std::chrono::steady_clock::now();
       auto share = core::MakeShare(m.x, m.w, start.sgp_share(), reference, **codec, eopts);
       if (!share.ok()) return share.status();
-      metrics_->ObserveEncodeSeconds(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      ObserveEncode(start.round(), t0);
       PendingUpdate p = NewPending(start.round(), start.model_version());
       p.frames = std::move(share->frames);
       p.scales = std::move(share->scales);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -112,6 +113,32 @@ bool CheckSgpMass(const std::string& state_dir, uint32_t clients, uint32_t round
         << ", \"steps_norm\": " << steps_norm << ", \"max_gap\": " << worst << ", \"sum_w\": " << w
         << ", \"conserved\": " << (ok ? "true" : "false") << "}";
   return ok;
+}
+
+// The clients' encode and local training seconds per round (<id>.rounds.jsonl, written by
+// each edge client): per round the largest encode / train ratio over the clients, and the
+// total encode over the total training time.
+struct EncodeShare {
+  std::map<long, double> worst;  // round -> max over clients of encode / train
+  double total_encode = 0, total_train = 0;
+};
+
+EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
+  EncodeShare e;
+  for (uint32_t i = 0; i < clients; ++i) {
+    auto f = fedlgc::core::ReadFileIfExists(StrCat(dir, "/client-", i, ".rounds.jsonl"));
+    if (!f.ok() || !f->has_value()) continue;
+    std::istringstream in(**f);
+    std::string line;
+    while (std::getline(in, line)) {
+      const long round = static_cast<long>(Field(line, "round"));
+      const double train = Field(line, "train_seconds"), enc = Field(line, "encode_seconds");
+      e.total_encode += enc;
+      e.total_train += train;
+      if (train > 0) e.worst[round] = std::max(e.worst[round], enc / train);
+    }
+  }
+  return e;
 }
 
 std::string SelfDir() {
@@ -342,13 +369,19 @@ int main(int argc, char** argv) {
     down += r.downlink;
   }
   const double final_acc = rows.empty() ? -1 : rows.back().accuracy;
+  const EncodeShare share = ReadEncodeShare(state_dir + "/clients", clients);
+  std::vector<double> worst;
+  for (const auto& [round, w] : share.worst) worst.push_back(w);
+  std::sort(worst.begin(), worst.end());
+  const double worst_median = worst.empty() ? -1 : worst[worst.size() / 2];
+  const double total_share = share.total_train > 0 ? share.total_encode / share.total_train : -1;
   uint64_t cuts = 0;
   for (auto& p : proxies) cuts += p->cuts();
   std::printf(
       "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B | %.1f s | "
-      "%llu link cuts\n",
+      "%llu link cuts | encode %.2f%% of local training (worst client, median round %.2f%%)\n",
       final_acc, up, raw, up > 0 ? raw / up : 0.0, down, wall,
-      static_cast<unsigned long long>(cuts));
+      static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
   if (mode == "sgp" && report.empty()) {
     std::ostringstream ignored;
     if (!CheckSgpMass(state_dir, clients, rounds, model, seed, &ignored)) return 1;
@@ -376,7 +409,8 @@ int main(int argc, char** argv) {
       << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(raw)
       << ", \"downlink_bytes\": " << static_cast<uint64_t>(down)
       << ", \"compression_ratio\": " << (up > 0 ? raw / up : 0) << ", \"wall_seconds\": " << wall
-      << ", \"link_cuts\": " << cuts << "}";
+      << ", \"link_cuts\": " << cuts << ", \"encode_share_of_training\": " << total_share
+      << ", \"encode_share_worst_client_median\": " << worst_median << "}";
     if (mode == "sgp" && !CheckSgpMass(state_dir, clients, rounds, model, seed, &j)) code = 1;
     j << "}\n";
     if (auto st = fedlgc::core::AtomicWriteFile(report, j.str()); !st.ok())

@@ -310,6 +310,7 @@ absl::Status EdgeClient::HandleSgpRound(const protos::RoundStart& start) {
   share_upload_round_ = start.round();
   const auto deadline = round_deadline_;
   share_upload_ = std::thread([this, deadline] { (void)Upload(deadline); });
+  metrics_->AddOverlappedPeriod(options_.client_id);
   return TrainSgpPeriod(start, start.round() + 1, start.next_seed());
 }
 

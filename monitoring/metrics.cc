@@ -116,6 +116,11 @@ Metrics::Metrics()
               .Help("SGP: root mean squared distance of the clients' de-biased models to their "
                     "mean, from the last round's shares")
               .Register(*registry_)),
+      overlapped_periods_(BuildCounter()
+                              .Name("fedlgc_sgp_overlapped_periods_total")
+                              .Help("SGP with overlap: local periods trained while the client's "
+                                    "last share was uploading")
+                              .Register(*registry_)),
       job_finished_(BuildGauge()
                         .Name("fedlgc_job_finished")
                         .Help("1 once the coordinator has run the job's last round")
@@ -212,6 +217,10 @@ void Metrics::SetClientLastRound(const std::string& client, uint64_t round) {
 
 void Metrics::SetLsgdLeader(const std::string& client, bool leader) {
   lsgd_leader_.Add({{"client", client}}).Set(leader ? 1.0 : 0.0);
+}
+
+void Metrics::AddOverlappedPeriod(const std::string& client) {
+  overlapped_periods_.Add({{"client", client}}).Increment();
 }
 
 void Metrics::SetSgpConsensusDistance(double distance) {

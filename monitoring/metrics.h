@@ -67,6 +67,8 @@ class Metrics {
   void SetLsgdLeader(const std::string& client, bool leader);
   // SGP: sqrt(mean over senders of ||z_i - zbar||^2) of the round's shares.
   void SetSgpConsensusDistance(double distance);
+  // SGP with overlap (client side): a local period trained while the last share uploaded.
+  void AddOverlappedPeriod(const std::string& client);
   void JoinClient(const std::string& client, uint64_t current_round);
   // Creates the zero-valued series of a client (chunks, resumes) and of every rejection
   // reason, so dashboards and alerts see 0 rather than no data before the first event.
@@ -100,6 +102,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& client_last_round_;
   prometheus::Family<prometheus::Gauge>& lsgd_leader_;
   prometheus::Family<prometheus::Gauge>& sgp_consensus_distance_;
+  prometheus::Family<prometheus::Counter>& overlapped_periods_;
   prometheus::Family<prometheus::Gauge>& job_finished_;
   std::mutex ratio_mu_;
   prometheus::Gauge* ratio_gauge_ = nullptr;  // guarded by ratio_mu_

@@ -11,6 +11,7 @@
 #include "core/model.h"
 #include "edge_client/client_state.h"
 #include "gtest/gtest.h"
+#include "monitoring/metrics.h"
 #include "tests/integration/harness.h"
 
 namespace fedlgc::testing {
@@ -27,6 +28,7 @@ struct ModeRun {
   std::pair<std::vector<double>, double> mail;   // SGP
   std::vector<edge_client::ClientState> states;  // each client's, at the end
   std::string metrics;
+  double overlapped_periods = 0;  // clients' fedlgc_sgp_overlapped_periods_total
 };
 
 coordinator::CoordinatorOptions ModeOptions(const std::string& dir, const std::string& certs,
@@ -68,6 +70,10 @@ ModeRun RunMode(const std::string& dir, const std::string& certs, coordinator::C
   for (auto& c : clients) {
     EXPECT_TRUE(c->Wait(seconds(30)));
     EXPECT_TRUE(c->result().ok()) << c->result();
+    for (const auto& fam : c->get().metrics().registry()->Collect()) {
+      if (fam.name != "fedlgc_sgp_overlapped_periods_total") continue;
+      for (const auto& m : fam.metric) r.overlapped_periods += m.counter.value;
+    }
   }
   r.reports = coord.get().reports();
   r.model = coord.get().engine().ModelVector();
@@ -277,8 +283,10 @@ TEST(Sgp, OverlapTrainsTheNextPeriodWhileTheShareTravels) {
     EXPECT_EQ(rep.participants, 4) << "round " << rep.round;
     EXPECT_FALSE(rep.hit_deadline);
   }
-  // One local period per round, none after the last.
+  // One local period per round, none after the last; those of rounds 2-4 trained while the
+  // share of the round before was uploading (3 per client).
   for (const auto& s : r.states) EXPECT_EQ(s.local.trained_round, 4u);
+  EXPECT_EQ(r.overlapped_periods, 4 * 3);
   ExpectConserved(r, 4, 1e-4);
   EXPECT_GT(r.reports.back().accuracy, 0.75);
 }

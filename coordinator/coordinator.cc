@@ -292,6 +292,18 @@ absl::Status Coordinator::RunRound() {
   return FinishRound(commit, std::move(rep));
 }
 
+absl::Status Coordinator::StartRound(const std::vector<std::string>& participants,
+                                     Clock::time_point deadline, RoundMode mode,
+                                     const std::set<std::string>* uploaders) {
+  const uint64_t round = engine_->current_round();
+  if (absl::Status st = engine_->OpenRound(participants, deadline, std::move(mode)); !st.ok())
+    return st;
+  if (uploaders != nullptr) engine_->SetUploaders(*uploaders);
+  metrics_->SetRound(round);
+  for (const std::string& c : participants) service_->SendRoundStart(c);
+  return absl::OkStatus();
+}
+
 void Coordinator::WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
                             const std::function<void()>& tick) {
   std::unique_lock<std::mutex> lock(mu_);

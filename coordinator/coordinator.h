@@ -122,6 +122,10 @@ class Coordinator {
                             Clock::time_point deadline, CommitResult* commit, RoundReport* rep);
   absl::Status RunSgpRound(const std::vector<std::string>& participants, Clock::time_point deadline,
                            CommitResult* commit, RoundReport* rep);
+  // Opens the engine's next round for `participants` (`uploaders` when given, else all of
+  // them, send updates) and sends each its RoundStart.
+  absl::Status StartRound(const std::vector<std::string>& participants, Clock::time_point deadline,
+                          RoundMode mode, const std::set<std::string>* uploaders = nullptr);
   // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
   absl::Status FinishRound(const CommitResult& commit, RoundReport rep);
   // Waits on cv_ until `done` or the deadline or Stop(), calling `tick` every 100 ms

@@ -78,10 +78,8 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
   }
   std::vector<float> before;
   if (stage == 1) before = engine_->ModelVector();
-  if (absl::Status st = engine_->OpenRound(connected, deadline, {.validator = validator}); !st.ok())
+  if (absl::Status st = StartRound(connected, deadline, {.validator = validator}); !st.ok())
     return st;
-  metrics_->SetRound(round);
-  for (const std::string& c : connected) service_->SendRoundStart(c);
 
   const auto opened = Clock::now();
   auto leader_seen = opened;

@@ -15,11 +15,9 @@ absl::Status Coordinator::RunLsgdRound(const std::vector<std::string>& participa
                                        RoundReport* rep) {
   const uint64_t round = engine_->current_round();
   lsgd_->BeginRound(round, participants);
-  if (absl::Status st = engine_->OpenRound(participants, deadline, {.separate = true}); !st.ok())
+  const std::set<std::string> nobody;  // until elected
+  if (absl::Status st = StartRound(participants, deadline, {.separate = true}, &nobody); !st.ok())
     return st;
-  engine_->SetUploaders({});  // nobody uploads until elected
-  metrics_->SetRound(round);
-  for (const std::string& c : participants) service_->SendRoundStart(c);
 
   // Reports: everyone, or what arrived by half the round's time.
   const auto opened = Clock::now();
@@ -87,13 +85,10 @@ absl::Status Coordinator::RunSgpRound(const std::vector<std::string>& participan
                                       RoundReport* rep) {
   const uint64_t round = engine_->current_round();
   sgp_->BeginRound(round, participants);
-  if (absl::Status st = engine_->OpenRound(participants, deadline, {.gossip = true}); !st.ok())
-    return st;
-  engine_->SetUploaders(sgp_->Senders());
-  metrics_->SetRound(round);
-  for (const std::string& c : participants) service_->SendRoundStart(c);
   // A sender that vanishes is not waited for: the round closes without its share.
   std::set<std::string> waiting = sgp_->Senders();
+  if (absl::Status st = StartRound(participants, deadline, {.gossip = true}, &waiting); !st.ok())
+    return st;
   const auto opened = Clock::now();
   WaitUntil(
       deadline, [&] { return engine_->AllComplete(); },

@@ -144,9 +144,7 @@ absl::Status EdgeClient::Join() {
   const auto t0 = std::chrono::steady_clock::now();
   const grpc::Status st = stub->Join(&ctx, req, &reply);
   if (!st.ok()) return FromGrpc(st, "join");
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (min_rtt_ms_ == 0 || ms < min_rtt_ms_) min_rtt_ms_ = ms;
+  NoteRoundTrip(t0);
   if (!model_ || model_->name() != reply.model()) {
     auto m = core::Model::Create(reply.model(), 0, device_);
     if (!m.ok()) return m.status();
@@ -322,6 +320,12 @@ void EdgeClient::ObserveEncode(uint64_t round, std::chrono::steady_clock::time_p
   std::ofstream(StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl"), std::ios::app)
       << "{\"round\": " << round << ", \"train_seconds\": " << last_train_seconds_
       << ", \"encode_seconds\": " << seconds << "}\n";
+}
+
+void EdgeClient::NoteRoundTrip(std::chrono::steady_clock::time_point t0) {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (min_rtt_ms_ == 0 || ms < min_rtt_ms_) min_rtt_ms_ = ms;
 }
 
 PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {

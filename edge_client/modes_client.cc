@@ -138,9 +138,7 @@ absl::Status EdgeClient::ReportProgress(uint64_t round, double loss, uint64_t in
     const auto t0 = std::chrono::steady_clock::now();
     const grpc::Status st = stub->Report(&ctx, req, &ack);
     if (st.ok()) {
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (min_rtt_ms_ == 0 || ms < min_rtt_ms_) min_rtt_ms_ = ms;
+      NoteRoundTrip(t0);
       return absl::OkStatus();
     }
     const absl::Status as = FromGrpc(st, "report");

@@ -33,35 +33,39 @@ for codec in fp32 "qsgd(bits=4)"; do
     --lsgd-period 235 --lsgd-global-period 470 "$@"
   run "sgp_$tag" --mode sgp --codec "$codec" "$@"
 done
+# Two references for LSGD, whose run model is one client's SGD chain: LSGD with the
+# period of Teng et al. (64 steps, global 128) over the same local steps (73 x 64), and
+# a single client on the whole training set for the same 20 x 235 steps.
+run lsgd_fp32_p64 --mode lsgd --codec fp32 --lsgd-groups "$groups" --rounds 73 \
+  --local-steps 64 --lsgd-period 64 --lsgd-global-period 128 "$@"
+run single_fp32 --mode fedavg --codec fp32 --clients 1 "$@"
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-names = ["fedavg_fp32", "lsgd_fp32", "sgp_fp32", "fedavg_qsgd4", "lsgd_qsgd4", "sgp_qsgd4"]
+names = ["fedavg_fp32", "lsgd_fp32", "sgp_fp32", "fedavg_qsgd4", "lsgd_qsgd4", "sgp_qsgd4",
+         "lsgd_fp32_p64", "single_fp32"]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
 if not runs:
     sys.exit(0)
 base = runs.get("fedavg_fp32", next(iter(runs.values())))["summary"]["final_accuracy"]
-print("| mode | codec | final accuracy | vs fedavg fp32 | best | uplink bytes | downlink bytes | wall s |")
-print("|---|---|---|---|---|---|---|---|")
+print("| run | mode | codec | final accuracy | vs fedavg fp32 | best | uplink bytes | downlink bytes | wall s |")
+print("|---|---|---|---|---|---|---|---|---|")
 for n in names:
     if n not in runs:
         continue
     s, c, rs = runs[n]["summary"], runs[n]["config"], runs[n]["rounds"]
     best = max(r["accuracy"] for r in rs)
-    print(f"| {c['mode']} | `{c['codec']}` | {100*s['final_accuracy']:.2f}% | "
+    print(f"| {n} | {c['mode']} | `{c['codec']}` | {100*s['final_accuracy']:.2f}% | "
           f"{100*(s['final_accuracy']-base):+.2f} pt | {100*best:.2f}% | {s['uplink_bytes']:,} | "
           f"{s['downlink_bytes']:,} | {s['wall_seconds']:.0f} |")
 print()
-print("accuracy per round:")
-print("| round | " + " | ".join(n for n in names if n in runs) + " |")
-print("|---|" + "---|" * len(runs))
-rounds = max(len(r["rounds"]) for r in runs.values())
-for i in range(rounds):
-    cells = []
-    for n in names:
-        if n in runs:
-            rs = runs[n]["rounds"]
-            cells.append(f"{100*rs[i]['accuracy']:.2f}" if i < len(rs) else "")
+print("accuracy per round (the 20-round runs):")
+per_round = [n for n in names if n in runs and len(runs[n]["rounds"]) <= 20]
+print("| round | " + " | ".join(per_round) + " |")
+print("|---|" + "---|" * len(per_round))
+for i in range(max(len(runs[n]["rounds"]) for n in per_round)):
+    cells = [f"{100*runs[n]['rounds'][i]['accuracy']:.2f}" if i < len(runs[n]["rounds"]) else ""
+             for n in per_round]
     print(f"| {i+1} | " + " | ".join(cells) + " |")
 for n in ("sgp_fp32", "sgp_qsgd4"):
     if n in runs:

@@ -79,7 +79,9 @@ ChunkResult RoundEngine::AcceptPayload(const ChunkIn& c) {
     return Reject(absl::FailedPreconditionError(StrCat("round ", c.round, " closed meanwhile")),
                   "wrong_round");
   }
-  // A new update replaces an earlier one (a promoted leader resends as leader).
+  // A new update replaces an earlier one (a promoted leader resends as leader): its
+  // bytes travelled again, but the model it stands for is counted once.
+  const bool replaces = round_->updates.count(c.client_id) > 0;
   Update& u = round_->updates[c.client_id];
   u.update_id = c.update_id;
   u.chunk_count = 1;
@@ -89,7 +91,7 @@ ChunkResult RoundEngine::AcceptPayload(const ChunkIn& c) {
   u.payload.body.assign(reinterpret_cast<const char*>(view->body.data()), view->body.size());
   u.payload.num_samples = c.num_samples;
   ChunkResult r;
-  r.coordinates = view->length;
+  r.coordinates = replaces ? 0 : view->length;
   r.held = {0};
   r.codec = options_.plan.CodecFor(c.round);
   return r;

@@ -160,6 +160,9 @@ TEST(Lgc, ACompressedRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
   EXPECT_NE(lines[4].leader, "client-0");
   EXPECT_EQ(lines[4].participants, 2);  // both survivors decoded with the new leader's latent
   EXPECT_EQ(lines[5].participants, 2);
+  // Raw bytes count each survivor's model once, also the one that sent twice (as a
+  // follower, then as the promoted leader).
+  EXPECT_EQ(lines[4].raw, lines[5].raw);
   auto log = core::ReadFileIfExists(dir + "/coordinator.log");
   ASSERT_TRUE(log.ok() && log->has_value());
   EXPECT_NE((*log)->find("round 5: leader client-"), std::string::npos) << "no promotion logged";

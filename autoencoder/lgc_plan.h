@@ -1,12 +1,15 @@
 // An LGC job's codec spec and its stages (ALGORITHMS.md section 1, DESIGN.md "LGC"):
 //
 //   lgc(ratio=0.01, innovation=0.01, latent=qsgd(bits=8,bucket=64), train=5,
-//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001)
+//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0)
 //
 // ratio: support size k = ceil(ratio * dim); innovation: k_inn = ceil(innovation * k);
 // latent: a dense codec of the codec library for the latent; train: rounds of stage 2;
 // ae_steps: autoencoder steps per training round, over the batches of the last 8 rounds
 // (newest first): with a few dozen rounds, one step per round would leave it untrained.
+// echo=1: in stage 3 each client fetches the coordinator's reconstruction of its values
+// (blob "lgc-echo", k floats of downlink) and logs its relative error |v - echo| / |v| (a
+// diagnostic: error feedback stays the rule of ALGORITHMS.md, the support counts as sent).
 // Stage 1 is the job's --codec-warmup rounds (any codec), stage 2 the next `train`
 // rounds (every client sends its values on the support; the coordinator averages them
 // and takes one autoencoder step), stage 3 the rest (the leader sends the latent of its
@@ -35,6 +38,7 @@ struct LgcPlan {
   uint32_t ae_steps = 20;
   std::string ae_optimizer = "adam";
   double ae_lr = 1e-3;
+  bool echo = false;
 
   uint64_t SupportSize(uint64_t dim) const;
   uint64_t InnovationSize(uint64_t support) const;

@@ -3,7 +3,8 @@
 # 1 local epoch, the full training set, seed 1 (the setup of bench/fedavg_codecs.sh, whose
 # fp32 and top-k reports it reuses when they exist). LGC runs warm up one round with
 # top-10% (8-bit values), train the autoencoder for 6 rounds, then compress; one run with
-# 8-bit and one with 4-bit latents. Prints a markdown table; ~9 minutes per run on the
+# 8-bit and one with 4-bit latents, both with echo=1 (each client measures how well the
+# coordinator rebuilt its update). Prints a markdown table; ~9 minutes per run on the
 # 2-core build machine.
 #   bench/lgc.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
@@ -19,15 +20,16 @@ run() {  # name codec warmup
 warm="topk(ratio=0.1,values=qsgd(bits=8))"
 run fp32 fp32 "" "$@"
 run topk1_ef_q8 "topk(ratio=0.01,values=qsgd(bits=8))" "" "$@"
-run lgc_q8 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=8,bucket=64))" "$warm" "$@"
-run lgc_q4 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=4,bucket=64))" "$warm" "$@"
+run lgc_q8 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=8,bucket=64),echo=1)" "$warm" "$@"
+run lgc_q4 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=4,bucket=64),echo=1)" "$warm" "$@"
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 names = ["fp32", "topk1_ef_q8", "lgc_q8", "lgc_q4"]
 base = json.load(open(f"{out}/fp32.json"))["summary"]["uplink_bytes"]
-print("| run | final accuracy | uplink bytes | fewer than fp32 | compressed rounds | AE training s | wall s |")
-print("|---|---|---|---|---|---|---|")
+print("| run | final accuracy | uplink bytes | fewer than fp32 | compressed rounds | AE training s | "
+      "reconstruction error, leader / followers | wall s |")
+print("|---|---|---|---|---|---|---|---|")
 for n in names:
     if not os.path.exists(f"{out}/{n}.json"):
         continue
@@ -38,6 +40,10 @@ for n in names:
     if s3:
         per_round = f"{sum(r['raw_uplink_bytes'] for r in s3) / sum(r['uplink_bytes'] for r in s3):.0f}x"
         ae = f"{sum(r.get('ae_seconds', 0) for r in rs):.0f}"
+    err = ""
+    if s.get("lgc_leader_error_median", -1) >= 0:
+        err = f"{s['lgc_leader_error_median']:.3f} / {s['lgc_follower_error_median']:.3f}"
     print(f"| {n} | {100 * s['final_accuracy']:.2f}% | {s['uplink_bytes']:,} | "
-          f"{base / s['uplink_bytes']:.0f}x | {per_round} | {ae} | {s['wall_seconds']:.0f} |")
+          f"{base / s['uplink_bytes']:.0f}x | {per_round} | {ae} | {err} | "
+          f"{s['wall_seconds']:.0f} |")
 PY

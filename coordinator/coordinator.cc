@@ -169,6 +169,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
                                o.state_dir, next - 1, o.init_seed, o.ae_device);
     if (!d.ok()) return d.status();
     c->lgc_ = std::move(d).value();
+    c->service_->SetBlobProvider([lgc = c->lgc_.get()](const std::string& client,
+                                                       const std::string& name, uint64_t version) {
+      return name == "lgc-echo" ? lgc->Echo(client, version) : nullptr;
+    });
     c->service_->SetRoundDecorator(
         [cp = c.get()](const std::string& client, protos::RoundStart* s) {
           cp->DecorateRoundStart(client, s);
@@ -386,8 +390,10 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
       << ", \"participants\": " << rep.participants << ", \"stragglers\": " << rep.stragglers
       << ", \"lgc_stage\": " << rep.lgc_stage << ", \"lgc_leader\": \"" << rep.lgc_leader
       << "\", \"ae_reconstruction\": " << rep.ae_reconstruction
-      << ", \"ae_similarity\": " << rep.ae_similarity << ", \"ae_seconds\": " << rep.ae_seconds
-      << ", \"mode\": \"" << o.mode << "\", \"lsgd_leader\": \"" << rep.lsgd_leader
+      << ", \"ae_similarity\": " << rep.ae_similarity
+      << ", \"lgc_values_cosine\": " << rep.lgc_values_cosine
+      << ", \"ae_seconds\": " << rep.ae_seconds << ", \"mode\": \"" << o.mode
+      << "\", \"lsgd_leader\": \"" << rep.lsgd_leader
       << "\", \"sgp_consensus_distance\": " << rep.sgp_consensus_distance << "}\n";
   std::fprintf(
       stderr,

@@ -84,6 +84,7 @@ struct RoundReport {
   int lgc_stage = 0;  // LGC jobs: 1 warm-up, 2 autoencoder training, 3 compressed
   std::string lgc_leader;
   double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: the step's losses
+  double lgc_values_cosine = -2;                      // stage 2 (see LgcDriver::Outcome)
   double ae_seconds = 0;                              // stage 2: time of the step
   std::string lsgd_leader;                            // LSGD: the global leader
   std::map<std::string, double> lsgd_losses;          // LSGD: the reported running losses

@@ -139,6 +139,7 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
     rep.ae_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     rep.ae_reconstruction = outcome->ae_reconstruction;
     rep.ae_similarity = outcome->ae_similarity;
+    rep.lgc_values_cosine = outcome->values_cosine;
     rep.lgc_leader = leader;
     last_leader_ = leader;
     commit = engine_->CommitWith(outcome->delta, outcome->counted);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "autoencoder/lgc_payload.h"
+#include "codecs/crc32c.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/atomic_file.h"
@@ -13,7 +14,7 @@ namespace fedlgc::coordinator {
 namespace {
 
 constexpr uint32_t kMagic = 0x53474C46;  // "FLGS"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;         // 2 adds the echoes; 1 still loads
 
 std::string StatePath(const std::string& dir, uint64_t round) {
   return core::RoundStatePath(dir, "lgc", round);
@@ -165,6 +166,15 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
       it.v = std::move(v).value();
       for (float& x : it.v) x *= it.scale;
     }
+    std::lock_guard<std::mutex> lock(echo_mu_);
+    for (const Item& it : items) {
+      if (!plan_.echo) break;
+      auto blob = std::make_shared<ModelBlob>();
+      blob->version = round;
+      blob->bytes.assign(reinterpret_cast<const char*>(it.v.data()), it.v.size() * 4);
+      blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+      echoes_[it.client] = std::move(blob);
+    }
   }
   double total = 0;
   std::vector<double> sum(k_, 0.0);
@@ -177,6 +187,23 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     for (uint64_t j = 0; j < k_; ++j) out.delta[support_[j]] = static_cast<float>(sum[j] / total);
   }
   if (stage == 2 && items.size() >= 2) {
+    double cos_sum = 0;
+    size_t pairs = 0;
+    for (size_t a = 0; a < items.size(); ++a) {
+      for (size_t b = a + 1; b < items.size(); ++b) {
+        double ab = 0, aa = 0, bb = 0;
+        for (uint64_t j = 0; j < k_; ++j) {
+          ab += double(items[a].v[j]) * items[b].v[j];
+          aa += double(items[a].v[j]) * items[a].v[j];
+          bb += double(items[b].v[j]) * items[b].v[j];
+        }
+        if (aa > 0 && bb > 0) {
+          cos_sum += ab / std::sqrt(aa * bb);
+          ++pairs;
+        }
+      }
+    }
+    if (pairs > 0) out.values_cosine = cos_sum / static_cast<double>(pairs);
     std::vector<autoencoder::Sample> batch;
     for (const Item& it : items) {
       std::vector<float> v = it.v;
@@ -200,6 +227,13 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
   return out;
 }
 
+std::shared_ptr<const ModelBlob> LgcDriver::Echo(const std::string& client, uint64_t round) const {
+  std::lock_guard<std::mutex> lock(echo_mu_);
+  auto it = echoes_.find(client);
+  if (it == echoes_.end() || it->second->version != round) return nullptr;
+  return it->second;
+}
+
 void LgcDriver::ObservePlainRound(std::span<const float> before, std::span<const float> after) {
   std::vector<float> change(dim_);
   for (uint64_t i = 0; i < dim_; ++i) change[i] = after[i] - before[i];
@@ -211,6 +245,13 @@ absl::Status LgcDriver::Save(uint64_t round) const {
   w.U64(ae_steps_);
   w.Str(SupportBytes());
   w.Str(ae_->Serialize());
+  std::lock_guard<std::mutex> lock(echo_mu_);
+  w.U32(static_cast<uint32_t>(echoes_.size()));
+  for (const auto& [client, blob] : echoes_) {
+    w.Str(client);
+    w.U64(blob->version);
+    w.Str(blob->bytes);
+  }
   return core::SaveRoundState(state_dir_, "lgc", round, w.Finish());
 }
 
@@ -218,10 +259,16 @@ absl::Status LgcDriver::Load(uint64_t round) {
   const std::string path = StatePath(state_dir_, round);
   std::string bytes;
   auto reader = core::ReadRoundState(state_dir_, "lgc", round, kMagic, kVersion, &bytes);
-  if (!reader.ok()) return reader.status();
+  bool echoes = true;
+  if (!reader.ok()) {  // a version 1 state: the same without echoes
+    auto v1 = core::ReadRoundState(state_dir_, "lgc", round, kMagic, 1, &bytes);
+    if (!v1.ok()) return reader.status();
+    reader = std::move(v1);
+    echoes = false;
+  }
   core::StateReader& r = *reader;
   std::string support, ae;
-  if (!r.U64(&ae_steps_) || !r.Str(&support, 64u << 20) || !r.Str(&ae, 1u << 30) || !r.done() ||
+  if (!r.U64(&ae_steps_) || !r.Str(&support, 64u << 20) || !r.Str(&ae, 1u << 30) ||
       support.size() != k_ * 4) {
     return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   }
@@ -230,6 +277,21 @@ absl::Status LgcDriver::Load(uint64_t round) {
   for (uint32_t i : support_) {
     if (i >= dim_) return absl::DataLossError(StrCat(path, ": support out of range"));
   }
+  uint32_t n = 0;
+  if (echoes && !r.U32(&n)) return absl::DataLossError(StrCat(path, ": malformed LGC echoes"));
+  std::lock_guard<std::mutex> lock(echo_mu_);
+  echoes_.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string client;
+    auto blob = std::make_shared<ModelBlob>();
+    if (!r.Str(&client) || !r.U64(&blob->version) || !r.Str(&blob->bytes, 64u << 20) ||
+        blob->bytes.size() != k_ * 4) {
+      return absl::DataLossError(StrCat(path, ": malformed LGC echoes"));
+    }
+    blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+    echoes_[client] = std::move(blob);
+  }
+  if (!r.done()) return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   auto restored = autoencoder::Autoencoder::Deserialize(ae, ae_options_);
   if (!restored.ok()) return restored.status();
   ae_ = std::move(restored).value();

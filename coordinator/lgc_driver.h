@@ -2,7 +2,7 @@
 // round, the autoencoder and its online training, validation and aggregation of the
 // clients' payloads, and the state that survives a restart (lgc-<round>.bin in the state
 // folder, written before the round's checkpoint; the one of the checkpoint's round is
-// loaded on restart).
+// loaded on restart), with each client's last reconstruction (its echo).
 #ifndef FEDLGC_COORDINATOR_LGC_DRIVER_H_
 #define FEDLGC_COORDINATOR_LGC_DRIVER_H_
 
@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -50,11 +51,19 @@ class LgcDriver {
     std::set<std::string> counted;
     bool latent = false;                                // stage 3: a leader latent was there
     double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: losses of the step
+    // Stage 2: the mean cosine similarity of two clients' values on the support (-2 with
+    // fewer than two clients): how much of one client's values another's latent can carry.
+    double values_cosine = -2;
   };
   // Aggregates the payloads of a stage-2 or stage-3 round (leader: the round's leader
   // now) and moves the support on; stage 2 takes one autoencoder step.
   absl::StatusOr<Outcome> Aggregate(uint64_t round, const std::string& leader,
                                     const std::map<std::string, RoundEngine::Payload>& payloads);
+  // Stage 3: `client`'s reconstruction of its values in its last counted round, in support
+  // order (float32), as blob "lgc-echo" of that round; nullptr when not kept. The client
+  // puts what the autoencoder missed back into its residual. Thread-safe.
+  std::shared_ptr<const ModelBlob> Echo(const std::string& client, uint64_t round) const;
+
   // After a stage-1 round: the next support is the top-k of the model's change.
   void ObservePlainRound(std::span<const float> before, std::span<const float> after);
 
@@ -74,6 +83,8 @@ class LgcDriver {
   std::unique_ptr<autoencoder::Autoencoder> ae_;
   std::vector<uint32_t> support_;  // of the next round
   uint64_t ae_steps_ = 0;
+  mutable std::mutex echo_mu_;
+  std::map<std::string, std::shared_ptr<const ModelBlob>> echoes_;  // version = round
   // Training batches of recent rounds (not kept across restarts), newest first.
   std::deque<std::vector<autoencoder::Sample>> replay_;
 };

@@ -78,7 +78,7 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   void SetRoundDecorator(std::function<void(const std::string&, protos::RoundStart*)> f) {
     decorate_ = std::move(f);
   }
-  // Set by the LSGD/SGP driver before serving: the blob `name` (other than "" and
+  // Set by the LSGD/SGP/LGC driver before serving: the blob `name` (other than "" and
   // "encoder") of `version` for `client`, or nullptr when it is not served.
   using BlobProvider = std::function<std::shared_ptr<const ModelBlob>(
       const std::string& client, const std::string& name, uint64_t version)>;

@@ -52,11 +52,21 @@ struct LocalModel {
   std::vector<float> share;
 };
 
+// LGC stage 3 with echo=1: the values of a counted update, kept until the coordinator's
+// reconstruction of them (its "echo") is fetched and compared. round 0: none.
+struct LgcEcho {
+  uint64_t round = 0;
+  std::vector<uint32_t> support;
+  std::vector<float> values;
+  bool leader = false;  // sent as the round's leader
+};
+
 struct ClientState {
   std::string codec;            // spec the residual belongs to
   std::vector<float> residual;  // error-feedback residual (empty before the first round)
   std::optional<PendingUpdate> pending;
   LocalModel local;
+  LgcEcho lgc_echo;
 };
 
 absl::Status SaveClientState(const std::string& path, const ClientState& state);

@@ -101,6 +101,8 @@ class EdgeClient {
   absl::Status HandleRound(const protos::RoundStart& start);
   // LGC rounds (stage 2 or 3): values on the round's support, as leader or follower.
   absl::Status HandleLgcRound(const protos::RoundStart& start);
+  // Fetches the echo of state_.lgc_echo and logs its relative error.
+  absl::Status MeasureLgcEcho();
   // This client leads the LGC round it has an update for now: resend as leader.
   absl::Status HandleLgcPromote(const protos::LgcPromote& promote);
   // The frame of an LGC update: `u` the update plus residual, `values` u on the support.

@@ -1,7 +1,10 @@
 // The LGC path of the edge client (see edge_client.h and autoencoder/lgc_plan.h): values
 // on the round's support, leader and follower payloads, promotion, error feedback.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "autoencoder/lgc_payload.h"
 #include "codecs/dense_codec.h"
@@ -31,6 +34,7 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
     return absl::InvalidArgumentError("LGC round without a support");
   }
   if (!state_.pending) {
+    if (absl::Status st = MeasureLgcEcho(); !st.ok()) return st;
     std::vector<uint32_t> support(sb.size() / 4);
     std::memcpy(support.data(), sb.data(), sb.size());
     for (uint32_t i : support) {
@@ -70,6 +74,40 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
     if (absl::Status st = Persist(); !st.ok()) return st;
   }
   return UploadPending(start.round(), round_deadline_);
+}
+
+// How well the coordinator rebuilt this client's last counted stage-3 values: |v - echo| /
+// |v| goes to the client's rounds.jsonl (and its log). Measured, not fed back: putting
+// v - echo back into the residual (exact error feedback through the autoencoder) made the
+// runs diverge (README, "LGC"). An echo the coordinator no longer keeps is skipped.
+absl::Status EdgeClient::MeasureLgcEcho() {
+  LgcEcho& e = state_.lgc_echo;
+  if (e.round == 0) return absl::OkStatus();
+  auto bytes = DownloadBlob("lgc-echo", e.round, round_deadline_);
+  if (absl::IsDeadlineExceeded(bytes.status())) return absl::OkStatus();  // next round
+  if (bytes.ok() && bytes->size() == e.values.size() * 4) {
+    std::vector<float> echo(e.values.size());
+    std::memcpy(echo.data(), bytes->data(), bytes->size());
+    double vv = 0, ee = 0;
+    for (size_t j = 0; j < echo.size(); ++j) {
+      vv += double(e.values[j]) * e.values[j];
+      ee += (double(e.values[j]) - echo[j]) * (double(e.values[j]) - echo[j]);
+    }
+    const double rel = std::sqrt(ee / std::max(vv, 1e-30));
+    std::fprintf(stderr, "%s: round %llu: LGC reconstruction error %.3f (%s)\n",
+                 options_.client_id.c_str(), static_cast<unsigned long long>(e.round), rel,
+                 e.leader ? "leader" : "follower");
+    if (std::isfinite(rel)) {
+      std::ofstream(StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl"),
+                    std::ios::app)
+          << "{\"round\": " << e.round << ", \"lgc_relative_error\": " << rel
+          << ", \"lgc_leader\": " << (e.leader ? 1 : 0) << "}\n";
+    }
+  } else if (!bytes.ok() && !absl::IsNotFound(bytes.status())) {
+    return bytes.status();
+  }
+  e = LgcEcho();
+  return Persist();
 }
 
 absl::Status EdgeClient::HandleLgcPromote(const protos::LgcPromote& promote) {

@@ -40,6 +40,7 @@ struct Row {
   long participants = 0;
   long lgc_stage = 0;     // LGC jobs: 1 warm-up, 2 autoencoder training, 3 compressed
   double ae_seconds = 0;  // LGC: the round's autoencoder training time
+  double ae_reconstruction = -1, values_cosine = -2;  // LGC stage 2 (see rounds.jsonl)
   std::string lsgd_leader;
   double consensus = -1;  // SGP
 };
@@ -117,11 +118,19 @@ bool CheckSgpMass(const std::string& state_dir, uint32_t clients, uint32_t round
 
 // The clients' encode and local training seconds per round (<id>.rounds.jsonl, written by
 // each edge client): per round the largest encode / train ratio over the clients, and the
-// total encode over the total training time.
+// total encode over the total training time; in LGC jobs with echo=1, the relative error
+// of the coordinator's reconstruction of each leader and follower update.
 struct EncodeShare {
   std::map<long, double> worst;  // round -> max over clients of encode / train
   double total_encode = 0, total_train = 0;
+  std::vector<double> leader_error, follower_error;
 };
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
   EncodeShare e;
@@ -132,6 +141,11 @@ EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
     std::string line;
     while (std::getline(in, line)) {
       const long round = static_cast<long>(Field(line, "round"));
+      if (line.find("lgc_relative_error") != std::string::npos) {
+        (Field(line, "lgc_leader") > 0 ? e.leader_error : e.follower_error)
+            .push_back(Field(line, "lgc_relative_error"));
+        continue;
+      }
       const double train = Field(line, "train_seconds"), enc = Field(line, "encode_seconds");
       e.total_encode += enc;
       e.total_train += train;
@@ -338,6 +352,8 @@ int main(int argc, char** argv) {
         r.participants = static_cast<long>(Field(line, "participants"));
         r.lgc_stage = static_cast<long>(Field(line, "lgc_stage"));
         r.ae_seconds = Field(line, "ae_seconds");
+        r.ae_reconstruction = Field(line, "ae_reconstruction");
+        r.values_cosine = Field(line, "lgc_values_cosine");
         r.lsgd_leader = StrField(line, "lsgd_leader");
         r.consensus = Field(line, "sgp_consensus_distance");
         rows.push_back(r);
@@ -372,8 +388,7 @@ int main(int argc, char** argv) {
   const EncodeShare share = ReadEncodeShare(state_dir + "/clients", clients);
   std::vector<double> worst;
   for (const auto& [round, w] : share.worst) worst.push_back(w);
-  std::sort(worst.begin(), worst.end());
-  const double worst_median = worst.empty() ? -1 : worst[worst.size() / 2];
+  const double worst_median = Median(worst);
   const double total_share = share.total_train > 0 ? share.total_encode / share.total_train : -1;
   uint64_t cuts = 0;
   for (auto& p : proxies) cuts += p->cuts();
@@ -382,6 +397,14 @@ int main(int argc, char** argv) {
       "%llu link cuts | encode %.2f%% of local training (worst client, median round %.2f%%)\n",
       final_acc, up, raw, up > 0 ? raw / up : 0.0, down, wall,
       static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
+  const double leader_error = Median(share.leader_error);
+  const double follower_error = Median(share.follower_error);
+  if (leader_error >= 0 || follower_error >= 0) {
+    std::printf(
+        "LGC reconstruction error |v - decoded| / |v|, median: leader %.3f (%zu updates), "
+        "followers %.3f (%zu updates)\n",
+        leader_error, share.leader_error.size(), follower_error, share.follower_error.size());
+  }
   if (mode == "sgp" && report.empty()) {
     std::ostringstream ignored;
     if (!CheckSgpMass(state_dir, clients, rounds, model, seed, &ignored)) return 1;
@@ -401,8 +424,9 @@ int main(int argc, char** argv) {
         << ", \"downlink_bytes\": " << static_cast<uint64_t>(r.downlink)
         << ", \"seconds\": " << r.seconds << ", \"participants\": " << r.participants
         << ", \"lgc_stage\": " << r.lgc_stage << ", \"ae_seconds\": " << r.ae_seconds
-        << ", \"lsgd_leader\": \"" << r.lsgd_leader
-        << "\", \"sgp_consensus_distance\": " << r.consensus << "}";
+        << ", \"ae_reconstruction\": " << r.ae_reconstruction
+        << ", \"lgc_values_cosine\": " << r.values_cosine << ", \"lsgd_leader\": \""
+        << r.lsgd_leader << "\", \"sgp_consensus_distance\": " << r.consensus << "}";
     }
     j << "],\n \"summary\": {\"final_accuracy\": " << final_acc
       << ", \"uplink_bytes\": " << static_cast<uint64_t>(up)
@@ -410,7 +434,9 @@ int main(int argc, char** argv) {
       << ", \"downlink_bytes\": " << static_cast<uint64_t>(down)
       << ", \"compression_ratio\": " << (up > 0 ? raw / up : 0) << ", \"wall_seconds\": " << wall
       << ", \"link_cuts\": " << cuts << ", \"encode_share_of_training\": " << total_share
-      << ", \"encode_share_worst_client_median\": " << worst_median << "}";
+      << ", \"encode_share_worst_client_median\": " << worst_median
+      << ", \"lgc_leader_error_median\": " << leader_error
+      << ", \"lgc_follower_error_median\": " << follower_error << "}";
     if (mode == "sgp" && !CheckSgpMass(state_dir, clients, rounds, model, seed, &j)) code = 1;
     j << "}\n";
     if (auto st = fedlgc::core::AtomicWriteFile(report, j.str()); !st.ok())

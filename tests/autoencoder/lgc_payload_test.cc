@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "autoencoder/lgc_plan.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"
 
@@ -189,6 +190,35 @@ TEST(LgcPayload, HostileBodiesAreRefused) {
   std::vector<float> nan(100, 0.0f);
   nan[3] = NAN;
   EXPECT_FALSE(EncodeInnovation(nan, 1.0f).ok());
+}
+
+TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
+  auto plain = ParseLgcSpec("qsgd(bits=4)");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->has_value());
+  auto d = ParseLgcSpec("lgc");
+  ASSERT_TRUE(d.ok() && d->has_value()) << d.status();
+  EXPECT_EQ((*d)->ratio, 0.01);
+  EXPECT_EQ((*d)->train_rounds, 5u);
+  EXPECT_FALSE((*d)->echo);
+  EXPECT_EQ((*d)->SupportSize(215370), 2154u);
+  EXPECT_EQ((*d)->InnovationSize(2154), 22u);
+  auto p = ParseLgcSpec(
+      "lgc(ratio=0.05,innovation=0.02,train=6,ae_steps=3,ae_optimizer=sgd,"
+      "ae_lr=0.01,echo=1,latent=qsgd(bits=4,bucket=64))");
+  ASSERT_TRUE(p.ok() && p->has_value()) << p.status();
+  EXPECT_EQ((*p)->ratio, 0.05);
+  EXPECT_EQ((*p)->innovation, 0.02);
+  EXPECT_EQ((*p)->train_rounds, 6u);
+  EXPECT_EQ((*p)->ae_steps, 3u);
+  EXPECT_EQ((*p)->ae_optimizer, "sgd");
+  EXPECT_TRUE((*p)->echo);
+  EXPECT_NE((*p)->latent.find("bits=4"), std::string::npos) << (*p)->latent;
+  for (const char* bad :
+       {"lgc(echo=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(train=0)", "lgc(ae_optimizer=rmsprop)",
+        "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
+    EXPECT_FALSE(ParseLgcSpec(bad).ok()) << bad;
+  }
 }
 
 }  // namespace

@@ -37,11 +37,15 @@ ClientState Sample() {
   s.local.contributed = {3.0f, 3.0f, 3.0f};
   s.local.share_pw = 0.5;
   s.local.share = {1.0f, 2.0f, 3.0f};
+  s.lgc_echo.round = 6;
+  s.lgc_echo.support = {2, 0};
+  s.lgc_echo.values = {-0.25f, 4.0f};
+  s.lgc_echo.leader = true;
   return s;
 }
 
 TEST(ClientState, RoundTripsEveryField) {
-  const std::string path = Path("v4.state");
+  const std::string path = Path("v5.state");
   ClientState s = Sample();
   s.pending->lead = true;
   ASSERT_TRUE(SaveClientState(path, s).ok());
@@ -61,6 +65,10 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_EQ(back->local.contributed, s.local.contributed);
   EXPECT_EQ(back->local.share, s.local.share);
   EXPECT_EQ(back->local.share_pw, 0.5);
+  EXPECT_EQ(back->lgc_echo.round, 6u);
+  EXPECT_EQ(back->lgc_echo.support, s.lgc_echo.support);
+  EXPECT_EQ(back->lgc_echo.values, s.lgc_echo.values);
+  EXPECT_TRUE(back->lgc_echo.leader);
 }
 
 TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
@@ -99,6 +107,7 @@ TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
   EXPECT_EQ(back->local.x, (std::vector<float>{0.0f, 0.0f, 0.0f}));
   EXPECT_EQ(back->local.w, 0.5);
   EXPECT_TRUE(back->pending->gossip);
+  EXPECT_EQ(back->lgc_echo.round, 0u);  // no echo before version 5
 }
 
 TEST(ClientState, ACorruptedFileIsRefused) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -91,7 +92,10 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   auto o = CoordinatorDefaults(dir, certs);
   o.rounds = 7;  // 1 warm-up, 3 training, 3 compressed
   const int port = FreePort();
-  const auto argv = CoordinatorArgs(o, port, n);
+  auto argv = CoordinatorArgs(o, port, n);
+  for (std::string& a : argv) {  // clients measure the coordinator's reconstructions
+    if (a.rfind("--codec=lgc", 0) == 0) a = "--codec=lgc(ratio=0.01,train=3,ae_steps=5,echo=1)";
+  }
   auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
   std::vector<std::unique_ptr<ChildProcess>> clients;
   for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
@@ -124,6 +128,25 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   EXPECT_GT(stage3, 3 * stage2);
   // The model still learns the synthetic task through the compressed rounds.
   EXPECT_GT(lines.back().accuracy, 0.8);
+  // echo=1: in rounds 6 and 7 each client fetched the reconstruction of its update of the
+  // round before and logged its relative error (a leader's and two followers' per round).
+  std::map<uint64_t, int> leaders, followers;
+  for (int i = 0; i < n; ++i) {
+    std::ifstream in(dir + "/clients/client-" + std::to_string(i) + ".rounds.jsonl");
+    std::string l;
+    while (std::getline(in, l)) {
+      const size_t e = l.find("\"lgc_relative_error\": ");
+      if (e == std::string::npos) continue;
+      const double rel = std::stod(l.substr(e + 22));
+      EXPECT_TRUE(rel >= 0 && rel < 10) << l;
+      const uint64_t round = std::stoull(l.substr(l.find("\"round\": ") + 9));
+      ++(l.find("\"lgc_leader\": 1") != std::string::npos ? leaders : followers)[round];
+    }
+  }
+  for (uint64_t r : {5, 6}) {
+    EXPECT_EQ(leaders[r], 1) << "round " << r;
+    EXPECT_EQ(followers[r], n - 1) << "round " << r;
+  }
   // The LGC state of the last rounds is on disk (older ones are pruned).
   EXPECT_TRUE(std::filesystem::exists(o.state_dir + "/lgc-7.bin"));
   EXPECT_FALSE(std::filesystem::exists(o.state_dir + "/lgc-4.bin"));

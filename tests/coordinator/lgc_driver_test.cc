@@ -1,0 +1,175 @@
+// The coordinator's LGC driver without gRPC: a training round reports how alike the
+// clients' values are; in a compressed round each client's echo is the reconstruction the
+// round's mean was made of, only the round it belongs to serves it, it survives a
+// restart, and without echo=1 it keeps none.
+#include "coordinator/lgc_driver.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "autoencoder/lgc_payload.h"
+#include "codecs/registry.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+constexpr uint64_t kDim = 2048;
+
+std::string TempDir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/lgc-driver-" + name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::vector<uint32_t> Support(const LgcDriver& d) {
+  const std::string b = d.SupportBytes();
+  std::vector<uint32_t> s(b.size() / 4);
+  std::memcpy(s.data(), b.data(), b.size());
+  return s;
+}
+
+std::vector<float> Gaussian(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g;
+  std::vector<float> v(n);
+  for (float& x : v) x = g(rng);
+  return v;
+}
+
+// Warm-up (round 1), one training round (2), then the compressed round 3 with a leader c0
+// and a follower c1 (weights 1 and 3). Returns the driver after round 3 and its delta.
+struct LgcRun {
+  std::unique_ptr<LgcDriver> driver;
+  std::vector<uint32_t> support;  // of round 3
+  std::vector<float> delta;
+};
+
+LgcRun ThreeRounds(const std::string& dir, const std::string& spec) {
+  auto plan = autoencoder::ParseLgcSpec(spec);
+  EXPECT_TRUE(plan.ok() && plan->has_value());
+  auto d = LgcDriver::Create(**plan, 1, kDim, dir, 0, 1, "cpu");
+  EXPECT_TRUE(d.ok()) << d.status();
+  LgcRun run{std::move(d).value(), {}, {}};
+  LgcDriver& lgc = *run.driver;
+  const std::vector<float> zero(kDim, 0.0f);
+  lgc.ObservePlainRound(zero, Gaussian(kDim, 1));
+  const size_t k = lgc.k();
+  auto fp32 = codecs::MakeCodec("fp32").value();
+  const auto& dense = static_cast<const codecs::DenseCodec&>(*fp32);
+  const std::vector<float> u0 = Gaussian(kDim, 2), u1 = Gaussian(kDim, 3);
+
+  // Round 2: values on the support.
+  std::vector<uint32_t> s2 = Support(lgc);
+  autoencoder::LeaderPayload lp;
+  lp.support = autoencoder::SelectSupport(u0, k);
+  lp.latent = autoencoder::Gather(u0, s2);
+  lp.innovation.assign(k, 0.0f);
+  std::map<std::string, RoundEngine::Payload> p2;
+  p2["c0"] = {std::string(autoencoder::kLeaderSpec),
+              autoencoder::EncodeLeader(lp, kDim, dense, 2).value(), 1};
+  const std::vector<float> v1 = autoencoder::Gather(u1, s2);
+  p2["c1"] = {std::string(autoencoder::kValuesSpec),
+              std::string(reinterpret_cast<const char*>(v1.data()), v1.size() * 4), 3};
+  auto out2 = lgc.Aggregate(2, "c0", p2);
+  EXPECT_TRUE(out2.ok()) << out2.status();
+  if (out2.ok()) {  // the two clients' values on the support: their cosine similarity
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t j = 0; j < k; ++j) {
+      ab += double(lp.latent[j]) * v1[j];
+      aa += double(lp.latent[j]) * lp.latent[j];
+      bb += double(v1[j]) * v1[j];
+    }
+    EXPECT_NEAR(out2->values_cosine, ab / std::sqrt(aa * bb), 1e-12);
+  }
+  EXPECT_EQ(lgc.Echo("c0", 2), nullptr);  // stage 2 is exact: nothing to echo
+
+  // Round 3: the leader's latent, the follower's innovation.
+  run.support = Support(lgc);
+  EXPECT_EQ(run.support, lp.support);
+  autoencoder::AeOptions ao;
+  auto enc = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), ao).value();
+  EXPECT_TRUE(enc->LoadEncoder(lgc.EncoderBytes()).ok());
+  const std::vector<float> w0 = autoencoder::Gather(u0, run.support);
+  const std::vector<float> w1 = autoencoder::Gather(u1, run.support);
+  autoencoder::LeaderPayload l3;
+  l3.support = autoencoder::SelectSupport(u1, k);
+  l3.scale = autoencoder::RmsScale(w0);
+  std::vector<float> normalized = w0;
+  for (float& x : normalized) x /= l3.scale;
+  l3.latent = enc->Encode(normalized).value();
+  l3.innovation = autoencoder::InnovationOfValues(w0, lgc.k_innovation());
+  auto latent_codec = codecs::MakeCodec(plan->value().latent).value();
+  std::map<std::string, RoundEngine::Payload> p3;
+  p3["c0"] = {
+      std::string(autoencoder::kLeaderSpec),
+      autoencoder::EncodeLeader(l3, kDim, static_cast<const codecs::DenseCodec&>(*latent_codec), 3)
+          .value(),
+      1};
+  p3["c1"] = {std::string(autoencoder::kInnovationSpec),
+              autoencoder::EncodeInnovation(autoencoder::InnovationOfValues(w1, lgc.k_innovation()),
+                                            autoencoder::RmsScale(w1))
+                  .value(),
+              3};
+  auto out = lgc.Aggregate(3, "c0", p3);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (out.ok()) {
+    EXPECT_TRUE(out->latent);
+    EXPECT_EQ(out->counted.size(), 2u);
+    run.delta = std::move(out->delta);
+  }
+  return run;
+}
+
+std::vector<float> Floats(const std::shared_ptr<const ModelBlob>& b) {
+  std::vector<float> v(b->bytes.size() / 4);
+  std::memcpy(v.data(), b->bytes.data(), b->bytes.size());
+  return v;
+}
+
+TEST(LgcDriver, EchoesAreTheReconstructionsTheRoundAveraged) {
+  const std::string dir = TempDir("echo");
+  LgcRun run = ThreeRounds(dir, "lgc(ratio=0.05,train=1,ae_steps=2,echo=1)");
+  ASSERT_EQ(run.delta.size(), kDim);
+  const auto e0 = run.driver->Echo("c0", 3), e1 = run.driver->Echo("c1", 3);
+  ASSERT_NE(e0, nullptr);
+  ASSERT_NE(e1, nullptr);
+  const std::vector<float> r0 = Floats(e0), r1 = Floats(e1);
+  ASSERT_EQ(r0.size(), run.support.size());
+  ASSERT_EQ(r1.size(), run.support.size());
+  // The mean of the round (weights 1 and 3) is made of exactly these reconstructions.
+  double differ = 0;
+  for (size_t j = 0; j < run.support.size(); ++j) {
+    const float mean = static_cast<float>((1.0 * r0[j] + 3.0 * r1[j]) / 4.0);
+    EXPECT_EQ(run.delta[run.support[j]], mean) << j;
+    differ += std::abs(r0[j] - r1[j]);
+  }
+  EXPECT_GT(differ, 0);  // each client is decoded with its own innovation and decoder
+  // Only the round it belongs to, and only its own client, get an echo.
+  EXPECT_EQ(run.driver->Echo("c0", 2), nullptr);
+  EXPECT_EQ(run.driver->Echo("c0", 4), nullptr);
+  EXPECT_EQ(run.driver->Echo("c2", 3), nullptr);
+
+  // Across a restart: the state of round 3 brings the same echoes back.
+  ASSERT_TRUE(run.driver->Save(3).ok());
+  auto plan =
+      autoencoder::ParseLgcSpec("lgc(ratio=0.05,train=1,ae_steps=2,echo=1)").value().value();
+  auto back = LgcDriver::Create(plan, 1, kDim, dir, 3, 1, "cpu");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_NE((*back)->Echo("c1", 3), nullptr);
+  EXPECT_EQ((*back)->Echo("c1", 3)->bytes, e1->bytes);
+  EXPECT_EQ((*back)->Echo("c1", 3)->crc32c, e1->crc32c);
+}
+
+TEST(LgcDriver, WithoutEchoItKeepsNone) {
+  LgcRun run = ThreeRounds(TempDir("no-echo"), "lgc(ratio=0.05,train=1,ae_steps=2)");
+  ASSERT_EQ(run.delta.size(), kDim);
+  EXPECT_EQ(run.driver->Echo("c0", 3), nullptr);
+  EXPECT_EQ(run.driver->Echo("c1", 3), nullptr);
+}
+
+}  // namespace
+}  // namespace fedlgc::coordinator

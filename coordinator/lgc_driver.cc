@@ -166,14 +166,15 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
       it.v = std::move(v).value();
       for (float& x : it.v) x *= it.scale;
     }
-    std::lock_guard<std::mutex> lock(echo_mu_);
-    for (const Item& it : items) {
-      if (!plan_.echo) break;
-      auto blob = std::make_shared<ModelBlob>();
-      blob->version = round;
-      blob->bytes.assign(reinterpret_cast<const char*>(it.v.data()), it.v.size() * 4);
-      blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
-      echoes_[it.client] = std::move(blob);
+    if (plan_.echo) {
+      std::lock_guard<std::mutex> lock(echo_mu_);
+      for (const Item& it : items) {
+        auto blob = std::make_shared<ModelBlob>();
+        blob->version = round;
+        blob->bytes.assign(reinterpret_cast<const char*>(it.v.data()), it.v.size() * 4);
+        blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+        echoes_[it.client] = std::move(blob);
+      }
     }
   }
   double total = 0;

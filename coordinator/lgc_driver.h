@@ -60,8 +60,8 @@ class LgcDriver {
   absl::StatusOr<Outcome> Aggregate(uint64_t round, const std::string& leader,
                                     const std::map<std::string, RoundEngine::Payload>& payloads);
   // Stage 3: `client`'s reconstruction of its values in its last counted round, in support
-  // order (float32), as blob "lgc-echo" of that round; nullptr when not kept. The client
-  // puts what the autoencoder missed back into its residual. Thread-safe.
+  // order (float32), as blob "lgc-echo" of that round, kept with echo=1; nullptr when not
+  // kept. The client measures how far it is from what it sent. Thread-safe.
   std::shared_ptr<const ModelBlob> Echo(const std::string& client, uint64_t round) const;
 
   // After a stage-1 round: the next support is the top-k of the model's change.

@@ -3,8 +3,8 @@
 // u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 flags (1 gossip share,
 // 2 LSGD lead), floats scales], then the local
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
-// floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, str support
-// (u32 each), floats values, u32 leader; CRC32C (core/atomic_file.h). Version 1 files (no LGC
+// floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, floats
+// values, u32 leader; CRC32C (core/atomic_file.h). Version 1 files (no LGC
 // fields), version 2 files (no flags, no local model), version 3 files (whose share in flight was
 // still inside x and w) and version 4 files (no echo) still load.
 #include "edge_client/client_state.h"
@@ -53,8 +53,6 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   w.F64(m.share_pw);
   w.Floats(m.share);
   w.U64(s.lgc_echo.round);
-  w.Str(std::string_view(reinterpret_cast<const char*>(s.lgc_echo.support.data()),
-                         s.lgc_echo.support.size() * 4));
   w.Floats(s.lgc_echo.values);
   w.U32(s.lgc_echo.leader ? 1 : 0);
   return core::AtomicWriteFile(path, w.Finish());
@@ -120,15 +118,9 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
   }
   if (version >= 5) {
     LgcEcho& e = s.lgc_echo;
-    std::string support;
     uint32_t leader = 0;
-    if (!r.U64(&e.round) || !r.Str(&support, 1u << 30) || support.size() % 4 != 0 ||
-        !r.Floats(&e.values) || e.values.size() != support.size() / 4 || !r.U32(&leader)) {
-      return corrupt();
-    }
+    if (!r.U64(&e.round) || !r.Floats(&e.values) || !r.U32(&leader)) return corrupt();
     e.leader = leader != 0;
-    e.support.resize(support.size() / 4);
-    std::memcpy(e.support.data(), support.data(), support.size());
   }
   if (!r.done()) return corrupt();
   return s;

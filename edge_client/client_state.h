@@ -56,9 +56,8 @@ struct LocalModel {
 // reconstruction of them (its "echo") is fetched and compared. round 0: none.
 struct LgcEcho {
   uint64_t round = 0;
-  std::vector<uint32_t> support;
-  std::vector<float> values;
-  bool leader = false;  // sent as the round's leader
+  std::vector<float> values;  // in support order
+  bool leader = false;        // sent as the round's leader
 };
 
 struct ClientState {

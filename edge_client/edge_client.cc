@@ -300,7 +300,7 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
       lost = 1;
     } else if (p.lgc_stage == 3 && lgc_plan_ && lgc_plan_->echo) {
       const bool leader = p.frames[0].find(autoencoder::kLeaderSpec) != std::string::npos;
-      state_.lgc_echo = {p.round, p.lgc_support, p.lgc_values, leader};
+      state_.lgc_echo = {p.round, p.lgc_values, leader};
     }
   } else {
     if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;

@@ -38,7 +38,6 @@ ClientState Sample() {
   s.local.share_pw = 0.5;
   s.local.share = {1.0f, 2.0f, 3.0f};
   s.lgc_echo.round = 6;
-  s.lgc_echo.support = {2, 0};
   s.lgc_echo.values = {-0.25f, 4.0f};
   s.lgc_echo.leader = true;
   return s;
@@ -66,7 +65,6 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_EQ(back->local.share, s.local.share);
   EXPECT_EQ(back->local.share_pw, 0.5);
   EXPECT_EQ(back->lgc_echo.round, 6u);
-  EXPECT_EQ(back->lgc_echo.support, s.lgc_echo.support);
   EXPECT_EQ(back->lgc_echo.values, s.lgc_echo.values);
   EXPECT_TRUE(back->lgc_echo.leader);
 }

@@ -15,6 +15,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x53474C46;  // "FLGS"
 constexpr uint32_t kVersion = 2;         // 2 adds the echoes; 1 still loads
+constexpr uint64_t kEchoRounds = 16;     // how many rounds an echo is kept
 
 std::string StatePath(const std::string& dir, uint64_t round) {
   return core::RoundStatePath(dir, "lgc", round);
@@ -175,6 +176,9 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
         blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
         echoes_[it.client] = std::move(blob);
       }
+      // A client away for long has no use for its old echo.
+      std::erase_if(echoes_,
+                    [&](const auto& e) { return e.second->version + kEchoRounds < round; });
     }
   }
   double total = 0;
@@ -188,20 +192,20 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     for (uint64_t j = 0; j < k_; ++j) out.delta[support_[j]] = static_cast<float>(sum[j] / total);
   }
   if (stage == 2 && items.size() >= 2) {
+    std::vector<double> norm(items.size(), 0.0);
+    for (size_t a = 0; a < items.size(); ++a) {
+      for (float x : items[a].v) norm[a] += double(x) * x;
+      norm[a] = std::sqrt(norm[a]);
+    }
     double cos_sum = 0;
     size_t pairs = 0;
     for (size_t a = 0; a < items.size(); ++a) {
       for (size_t b = a + 1; b < items.size(); ++b) {
-        double ab = 0, aa = 0, bb = 0;
-        for (uint64_t j = 0; j < k_; ++j) {
-          ab += double(items[a].v[j]) * items[b].v[j];
-          aa += double(items[a].v[j]) * items[a].v[j];
-          bb += double(items[b].v[j]) * items[b].v[j];
-        }
-        if (aa > 0 && bb > 0) {
-          cos_sum += ab / std::sqrt(aa * bb);
-          ++pairs;
-        }
+        if (norm[a] == 0 || norm[b] == 0) continue;
+        double ab = 0;
+        for (uint64_t j = 0; j < k_; ++j) ab += double(items[a].v[j]) * items[b].v[j];
+        cos_sum += ab / (norm[a] * norm[b]);
+        ++pairs;
       }
     }
     if (pairs > 0) out.values_cosine = cos_sum / static_cast<double>(pairs);
@@ -286,11 +290,11 @@ absl::Status LgcDriver::Load(uint64_t round) {
     std::string client;
     auto blob = std::make_shared<ModelBlob>();
     if (!r.Str(&client) || !r.U64(&blob->version) || !r.Str(&blob->bytes, 64u << 20) ||
-        blob->bytes.size() != k_ * 4) {
+        blob->bytes.size() != k_ * 4 || blob->version > round) {
       return absl::DataLossError(StrCat(path, ": malformed LGC echoes"));
     }
     blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
-    echoes_[client] = std::move(blob);
+    if (plan_.echo) echoes_[client] = std::move(blob);
   }
   if (!r.done()) return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   auto restored = autoencoder::Autoencoder::Deserialize(ae, ae_options_);

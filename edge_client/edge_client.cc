@@ -298,8 +298,11 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
     if (!counted[0]) {
       if (absl::Status st = RestorePending(p); !st.ok()) return st;
       lost = 1;
-    } else if (p.lgc_stage == 3 && lgc_plan_ && lgc_plan_->echo) {
-      const bool leader = p.frames[0].find(autoencoder::kLeaderSpec) != std::string::npos;
+    } else if (p.lgc_stage == 3) {
+      // Kept whatever the plan says (after a restart the receipt comes before the round
+      // that names the plan); MeasureLgcEcho drops it when the job has no echo.
+      auto view = codecs::ParseFrame(p.frames[0], codecs::FrameLimits());
+      const bool leader = view.ok() && view->spec == autoencoder::kLeaderSpec;
       state_.lgc_echo = {p.round, p.lgc_values, leader};
     }
   } else {

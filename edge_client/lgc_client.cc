@@ -79,32 +79,46 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
 // How well the coordinator rebuilt this client's last counted stage-3 values: |v - echo| /
 // |v| goes to the client's rounds.jsonl (and its log). Measured, not fed back: putting
 // v - echo back into the residual (exact error feedback through the autoencoder) made the
-// runs diverge (README, "LGC"). An echo the coordinator no longer keeps is skipped.
+// runs diverge (README, "LGC"). An echo that cannot be had is skipped. "leader" is the
+// role the client sent in; a leader overtaken by a promoted one is decoded with the
+// promoted leader's latent but still logged as a leader.
 absl::Status EdgeClient::MeasureLgcEcho() {
   LgcEcho& e = state_.lgc_echo;
   if (e.round == 0) return absl::OkStatus();
-  auto bytes = DownloadBlob("lgc-echo", e.round, round_deadline_);
-  if (absl::IsDeadlineExceeded(bytes.status())) return absl::OkStatus();  // next round
-  if (bytes.ok() && bytes->size() == e.values.size() * 4) {
-    std::vector<float> echo(e.values.size());
-    std::memcpy(echo.data(), bytes->data(), bytes->size());
-    double vv = 0, ee = 0;
-    for (size_t j = 0; j < echo.size(); ++j) {
-      vv += double(e.values[j]) * e.values[j];
-      ee += (double(e.values[j]) - echo[j]) * (double(e.values[j]) - echo[j]);
+  if (lgc_plan_ && lgc_plan_->echo) {
+    auto bytes = DownloadBlob("lgc-echo", e.round, round_deadline_);
+    if (absl::IsDeadlineExceeded(bytes.status()) || absl::IsCancelled(bytes.status())) {
+      return absl::OkStatus();  // tried again next round
     }
-    const double rel = std::sqrt(ee / std::max(vv, 1e-30));
-    std::fprintf(stderr, "%s: round %llu: LGC reconstruction error %.3f (%s)\n",
-                 options_.client_id.c_str(), static_cast<unsigned long long>(e.round), rel,
-                 e.leader ? "leader" : "follower");
-    if (std::isfinite(rel)) {
-      std::ofstream(StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl"),
-                    std::ios::app)
-          << "{\"round\": " << e.round << ", \"lgc_relative_error\": " << rel
-          << ", \"lgc_leader\": " << (e.leader ? 1 : 0) << "}\n";
+    if (!bytes.ok()) {
+      // A diagnostic: whatever went wrong, the round goes on without it.
+      if (!absl::IsNotFound(bytes.status())) {
+        std::fprintf(stderr, "%s: lgc-echo %llu: %s\n", options_.client_id.c_str(),
+                     static_cast<unsigned long long>(e.round), bytes.status().ToString().c_str());
+      }
+    } else if (bytes->size() != e.values.size() * 4) {
+      std::fprintf(stderr, "%s: lgc-echo %llu: %zu bytes for %zu values; ignored\n",
+                   options_.client_id.c_str(), static_cast<unsigned long long>(e.round),
+                   bytes->size(), e.values.size());
+    } else {
+      std::vector<float> echo(e.values.size());
+      std::memcpy(echo.data(), bytes->data(), bytes->size());
+      double vv = 0, ee = 0;
+      for (size_t j = 0; j < echo.size(); ++j) {
+        vv += double(e.values[j]) * e.values[j];
+        ee += (double(e.values[j]) - echo[j]) * (double(e.values[j]) - echo[j]);
+      }
+      const double rel = std::sqrt(ee / std::max(vv, 1e-30));
+      std::fprintf(stderr, "%s: round %llu: LGC reconstruction error %.3f (%s)\n",
+                   options_.client_id.c_str(), static_cast<unsigned long long>(e.round), rel,
+                   e.leader ? "leader" : "follower");
+      if (std::isfinite(rel)) {
+        std::ofstream(StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl"),
+                      std::ios::app)
+            << "{\"round\": " << e.round << ", \"lgc_relative_error\": " << rel
+            << ", \"lgc_leader\": " << (e.leader ? 1 : 0) << "}\n";
+      }
     }
-  } else if (!bytes.ok() && !absl::IsNotFound(bytes.status())) {
-    return bytes.status();
   }
   e = LgcEcho();
   return Persist();

@@ -11,6 +11,7 @@
 
 #include "autoencoder/lgc_payload.h"
 #include "codecs/registry.h"
+#include "core/atomic_file.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::coordinator {
@@ -169,6 +170,25 @@ TEST(LgcDriver, WithoutEchoItKeepsNone) {
   ASSERT_EQ(run.delta.size(), kDim);
   EXPECT_EQ(run.driver->Echo("c0", 3), nullptr);
   EXPECT_EQ(run.driver->Echo("c1", 3), nullptr);
+}
+
+TEST(LgcDriver, AVersion1StateStillLoads) {
+  // Version 1 wrote the autoencoder's steps, the support and the autoencoder, no echoes.
+  const std::string dir = TempDir("v1");
+  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,echo=1)").value().value();
+  const uint64_t k = plan.SupportSize(kDim);
+  std::vector<uint32_t> support(k);
+  for (uint32_t j = 0; j < k; ++j) support[j] = 3 * j;
+  auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), {}).value();
+  core::StateWriter w = core::BeginRoundState(0x53474C46, 1, 4);
+  w.U64(7);
+  w.Str(std::string_view(reinterpret_cast<const char*>(support.data()), k * 4));
+  w.Str(ae->Serialize());
+  ASSERT_TRUE(core::SaveRoundState(dir, "lgc", 4, w.Finish()).ok());
+  auto d = LgcDriver::Create(plan, 1, kDim, dir, 4, 1, "cpu");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(Support(**d), support);
+  EXPECT_EQ((*d)->Echo("c0", 4), nullptr);
 }
 
 }  // namespace

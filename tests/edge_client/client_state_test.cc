@@ -69,12 +69,13 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_TRUE(back->lgc_echo.leader);
 }
 
-TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
-  // Version 3 wrote the same fields, with the gossip flag, and x still held the share.
+// An older state file of Sample() by hand: version 3 (x and w still hold the gossip share
+// in flight) or version 4 (an LGC update in flight, chunk scales), neither with an echo.
+std::string OldFile(uint32_t version) {
   const ClientState s = Sample();
   core::StateWriter w;
   w.U32(0x53434C46);
-  w.U32(3);
+  w.U32(version);
   w.Str(s.codec);
   w.Floats(s.residual);
   w.U32(1);
@@ -85,12 +86,20 @@ TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
   w.U32(2);
   w.Str("abc");
   w.Str("de");
-  w.U32(0);
-  w.Str("");
-  w.Floats(std::vector<float>{});
-  w.U32(1);  // gossip
+  if (version == 3) {
+    w.U32(0);
+    w.Str("");
+    w.Floats(std::vector<float>{});
+    w.U32(1);  // gossip
+  } else {
+    w.U32(3);  // LGC stage 3 on the support {5}
+    w.Str(std::string("\x05\0\0\0", 4));
+    w.Floats(std::vector<float>{0.5f});
+    w.U32(0);
+    w.Floats(std::vector<float>{});  // scales
+  }
   w.Floats(s.local.x);
-  w.F64(1.0);  // w before giving up the share
+  w.F64(version == 3 ? 1.0 : 0.5);  // version 3: w before giving up the share
   w.U64(7);
   w.U64(6);
   w.F64(0.25);
@@ -98,14 +107,32 @@ TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
   w.Floats(s.local.contributed);
   w.F64(0.5);
   w.Floats(s.local.share);
+  return w.Finish();
+}
+
+TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
   const std::string path = Path("v3.state");
-  ASSERT_TRUE(core::AtomicWriteFile(path, w.Finish()).ok());
+  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(3)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->local.x, (std::vector<float>{0.0f, 0.0f, 0.0f}));
   EXPECT_EQ(back->local.w, 0.5);
   EXPECT_TRUE(back->pending->gossip);
   EXPECT_EQ(back->lgc_echo.round, 0u);  // no echo before version 5
+}
+
+TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
+  const std::string path = Path("v4.state");
+  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(4)).ok());
+  auto back = LoadClientState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pending->lgc_stage, 3u);
+  EXPECT_EQ(back->pending->lgc_support, (std::vector<uint32_t>{5}));
+  EXPECT_FALSE(back->pending->gossip);
+  EXPECT_EQ(back->local.x, Sample().local.x);  // no share conversion after version 3
+  EXPECT_EQ(back->local.w, 0.5);
+  EXPECT_EQ(back->lgc_echo.round, 0u);
+  EXPECT_TRUE(back->lgc_echo.values.empty());
 }
 
 TEST(ClientState, ACorruptedFileIsRefused) {

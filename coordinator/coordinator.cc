@@ -139,8 +139,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
         [lsgd](const std::string& client, const protos::ProgressReport& report) {
           return lsgd->AcceptReport(client, report);
         });
-    c->service_->SetBlobProvider([lsgd](const std::string&, const std::string& name,
-                                        uint64_t version) { return lsgd->Blob(name, version); });
+    c->service_->SetBlobProvider(
+        [](const std::string& name) { return name.rfind("group:", 0) == 0; },
+        [lsgd](const std::string&, const std::string& name, uint64_t version) {
+          return lsgd->Blob(name, version);
+        });
     c->service_->SetRoundDecorator(
         [lsgd](const std::string& client, protos::RoundStart* s) { lsgd->Decorate(client, s); });
   }
@@ -150,10 +153,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     if (!d.ok()) return d.status();
     c->sgp_ = std::move(d).value();
     SgpDriver* sgp = c->sgp_.get();
-    c->service_->SetBlobProvider(
-        [sgp](const std::string& client, const std::string& name, uint64_t version) {
-          return name == "inbox" ? sgp->Inbox(client, version) : nullptr;
-        });
+    c->service_->SetBlobProvider([](const std::string& name) { return name == "inbox"; },
+                                 [sgp](const std::string& client, const std::string&,
+                                       uint64_t version) { return sgp->Inbox(client, version); });
     c->service_->SetInboxAppliedCallback(
         [sgp](const std::string& client, uint64_t round) { sgp->InboxApplied(client, round); });
     c->service_->SetReportHandler(
@@ -169,10 +171,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
                                o.state_dir, next - 1, o.init_seed, o.ae_device);
     if (!d.ok()) return d.status();
     c->lgc_ = std::move(d).value();
-    c->service_->SetBlobProvider([lgc = c->lgc_.get()](const std::string& client,
-                                                       const std::string& name, uint64_t version) {
-      return name == "lgc-echo" ? lgc->Echo(client, version) : nullptr;
-    });
+    c->service_->SetBlobProvider(
+        [](const std::string& name) { return name == "lgc-echo"; },
+        [lgc = c->lgc_.get()](const std::string& client, const std::string&, uint64_t version) {
+          return lgc->Echo(client, version);
+        });
     c->service_->SetRoundDecorator(
         [cp = c.get()](const std::string& client, protos::RoundStart* s) {
           cp->DecorateRoundStart(client, s);

@@ -348,12 +348,13 @@ grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
     }
   } else if (req->blob().empty()) {
     blob = engine_->model();
-  } else if (blobs_ && (blob = blobs_(*id, req->blob(), req->version()))) {
-  } else if (blobs_ && (req->blob() == "inbox" || req->blob() == "lgc-echo" ||
-                        req->blob().rfind("group:", 0) == 0)) {
-    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
-        grpc::Status(grpc::StatusCode::NOT_FOUND,
-                     StrCat(req->blob(), " ", req->version(), " is not served to ", *id)));
+  } else if (blob_names_ && blob_names_(req->blob())) {
+    blob = blobs_(*id, req->blob(), req->version());
+    if (!blob) {
+      return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
+          grpc::Status(grpc::StatusCode::NOT_FOUND,
+                       StrCat(req->blob(), " ", req->version(), " is not served to ", *id)));
+    }
   } else {
     metrics_->AddRejected("malformed");
     return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(grpc::Status(

@@ -78,11 +78,16 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   void SetRoundDecorator(std::function<void(const std::string&, protos::RoundStart*)> f) {
     decorate_ = std::move(f);
   }
-  // Set by the LSGD/SGP/LGC driver before serving: the blob `name` (other than "" and
-  // "encoder") of `version` for `client`, or nullptr when it is not served.
+  // Set by the LSGD/SGP/LGC driver before serving: `names` says which blob names (other
+  // than "" and "encoder") the driver serves; `f` gives the blob `name` of `version` for
+  // `client`, or nullptr when that one is not served (NOT_FOUND; other names are refused as
+  // malformed requests).
   using BlobProvider = std::function<std::shared_ptr<const ModelBlob>(
       const std::string& client, const std::string& name, uint64_t version)>;
-  void SetBlobProvider(BlobProvider f) { blobs_ = std::move(f); }
+  void SetBlobProvider(std::function<bool(const std::string& name)> names, BlobProvider f) {
+    blob_names_ = std::move(names);
+    blobs_ = std::move(f);
+  }
   // Set by the LSGD driver before serving: takes a client's report (an error refuses it).
   using ReportHandler =
       std::function<absl::Status(const std::string& client, const protos::ProgressReport&)>;
@@ -125,6 +130,7 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   RoundTraffic traffic_;
   std::function<void()> on_chunk_;
   std::function<void(const std::string&, protos::RoundStart*)> decorate_;
+  std::function<bool(const std::string&)> blob_names_;
   BlobProvider blobs_;
   ReportHandler on_report_;
   std::function<void(const std::string&, uint64_t)> on_inbox_applied_;

@@ -323,9 +323,13 @@ void EdgeClient::ObserveEncode(uint64_t round, std::chrono::steady_clock::time_p
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics_->ObserveEncodeSeconds(seconds);
+  AppendRoundLog(StrCat("{\"round\": ", round, ", \"train_seconds\": ", last_train_seconds_,
+                        ", \"encode_seconds\": ", seconds, "}"));
+}
+
+void EdgeClient::AppendRoundLog(const std::string& json) {
   std::ofstream(StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl"), std::ios::app)
-      << "{\"round\": " << round << ", \"train_seconds\": " << last_train_seconds_
-      << ", \"encode_seconds\": " << seconds << "}\n";
+      << json << "\n";
 }
 
 void EdgeClient::NoteRoundTrip(std::chrono::steady_clock::time_point t0) {

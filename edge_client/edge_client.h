@@ -121,6 +121,8 @@ class EdgeClient {
   // <state_dir>/<id>.rounds.jsonl with the round's local training and encode seconds (what
   // fedlgc-sim reports as the encode share of training time).
   void ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0);
+  // Appends one JSON object as a line to <state_dir>/<id>.rounds.jsonl.
+  void AppendRoundLog(const std::string& json);
   // A unary call that began at t0 has just answered: keeps the smallest round trip.
   void NoteRoundTrip(std::chrono::steady_clock::time_point t0);
   // An update in flight for `round`, with a fresh update id and this shard's weight.

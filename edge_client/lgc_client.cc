@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "autoencoder/lgc_payload.h"
 #include "codecs/dense_codec.h"
@@ -113,10 +112,8 @@ absl::Status EdgeClient::MeasureLgcEcho() {
                    options_.client_id.c_str(), static_cast<unsigned long long>(e.round), rel,
                    e.leader ? "leader" : "follower");
       if (std::isfinite(rel)) {
-        std::ofstream(StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl"),
-                      std::ios::app)
-            << "{\"round\": " << e.round << ", \"lgc_relative_error\": " << rel
-            << ", \"lgc_leader\": " << (e.leader ? 1 : 0) << "}\n";
+        AppendRoundLog(StrCat("{\"round\": ", e.round, ", \"lgc_relative_error\": ", rel,
+                              ", \"lgc_leader\": ", e.leader ? 1 : 0, "}"));
       }
     }
   }

@@ -92,10 +92,9 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   auto o = CoordinatorDefaults(dir, certs);
   o.rounds = 7;  // 1 warm-up, 3 training, 3 compressed
   const int port = FreePort();
-  auto argv = CoordinatorArgs(o, port, n);
-  for (std::string& a : argv) {  // clients measure the coordinator's reconstructions
-    if (a.rfind("--codec=lgc", 0) == 0) a = "--codec=lgc(ratio=0.01,train=3,ae_steps=5,echo=1)";
-  }
+  // echo=1 (the later --codec wins): clients measure the coordinator's reconstructions.
+  const auto argv =
+      CoordinatorArgs(o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,echo=1)");
   auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
   std::vector<std::unique_ptr<ChildProcess>> clients;
   for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));

@@ -223,19 +223,17 @@ class TorchAutoencoder final : public Autoencoder {
   }
 
   absl::Status LoadEncoder(std::string_view bytes) override {
-    int64_t length = 0;
-    auto body = OpenEnvelope(bytes, kKindEncoder, &length);
-    if (!body.ok()) return body.status();
-    if (length != length_) {
-      return absl::InvalidArgumentError(
-          StrCat("autoencoder weights: for length ", length, "; this one has ", length_));
-    }
-    ByteReader r(*body);
-    auto values = GetModule(&r, *encoder_);
-    if (!values.ok()) return values.status();
-    if (!r.done()) return absl::InvalidArgumentError("autoencoder weights: trailing bytes");
-    Assign(*encoder_, *values);
-    return absl::OkStatus();
+    return LoadModule(bytes, kKindEncoder, *encoder_);
+  }
+
+  std::string SerializeDecoder(const std::string& client) override {
+    std::string body;
+    PutModule(&body, *DecoderOf(client));
+    return Seal(kKindDecoder, length_, body);
+  }
+
+  absl::Status LoadDecoder(const std::string& client, std::string_view bytes) override {
+    return LoadModule(bytes, kKindDecoder, *DecoderOf(client));
   }
 
   std::string Serialize() const override {
@@ -280,6 +278,23 @@ class TorchAutoencoder final : public Autoencoder {
   }
 
  private:
+  // Checks the envelope, then replaces `module`'s weights only when every tensor reads.
+  absl::Status LoadModule(std::string_view bytes, uint32_t kind, nn::Module& module) {
+    int64_t length = 0;
+    auto body = OpenEnvelope(bytes, kind, &length);
+    if (!body.ok()) return body.status();
+    if (length != length_) {
+      return absl::InvalidArgumentError(
+          StrCat("autoencoder weights: for length ", length, "; this one has ", length_));
+    }
+    ByteReader r(*body);
+    auto values = GetModule(&r, module);
+    if (!values.ok()) return values.status();
+    if (!r.done()) return absl::InvalidArgumentError("autoencoder weights: trailing bytes");
+    Assign(module, *values);
+    return absl::OkStatus();
+  }
+
   absl::Status LengthError(const char* what, size_t got) const {
     return absl::InvalidArgumentError(
         StrCat("autoencoder: ", what, " of ", got, " values, expected ", length_));

@@ -104,6 +104,12 @@ class Autoencoder {
   // Replaces the encoder's weights; refuses bytes with a bad checksum, another version,
   // another length or another architecture, and leaves the weights unchanged then.
   virtual absl::Status LoadEncoder(std::string_view bytes) = 0;
+  // `client`'s decoder alone (created first if it has none), for LGC's predict=1: "FLAE"
+  // v1, kind decoder, L, tensors, CRC32C.
+  virtual std::string SerializeDecoder(const std::string& client) = 0;
+  // Replaces (or creates) `client`'s decoder from SerializeDecoder's bytes; refuses what
+  // LoadEncoder refuses, leaving the weights unchanged.
+  virtual absl::Status LoadDecoder(const std::string& client, std::string_view bytes) = 0;
   // Encoder and every decoder (coordinator checkpoints).
   virtual std::string Serialize() const = 0;
   virtual std::vector<std::string> clients() const = 0;

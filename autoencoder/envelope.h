@@ -13,6 +13,7 @@ namespace fedlgc::autoencoder {
 
 inline constexpr uint32_t kKindEncoder = 1;  // the encoder alone (for the LGC leader)
 inline constexpr uint32_t kKindFull = 2;     // encoder and every decoder (checkpoints)
+inline constexpr uint32_t kKindDecoder = 3;  // one client's decoder (LGC with predict=1)
 
 std::string Seal(uint32_t kind, int64_t length, const std::string& body);
 // Checks checksum, magic, version and kind; returns the body and sets *length.

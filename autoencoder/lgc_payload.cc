@@ -9,6 +9,7 @@
 
 #include "autoencoder/byte_io.h"
 #include "codecs/bit_io.h"
+#include "codecs/crc32c.h"
 #include "codecs/str.h"
 
 namespace fedlgc::autoencoder {
@@ -55,32 +56,46 @@ void AppendInnovation(std::span<const float> innovation, float scale, std::strin
   out->append(reinterpret_cast<const char*>(vals.data()), vals.size() * sizeof(float));
 }
 
-absl::Status CheckScale(float scale) {
-  if (!std::isfinite(scale) || !(scale > 0)) {
-    return absl::InvalidArgumentError("lgc payload: scale not finite and positive");
+// A scale divides (it must be > 0); a gain (predict=1) only multiplies.
+absl::Status CheckScale(float scale, bool gain) {
+  if (gain ? !std::isfinite(scale) : (!std::isfinite(scale) || !(scale > 0))) {
+    return absl::InvalidArgumentError(gain ? "lgc payload: gain not finite"
+                                           : "lgc payload: scale not finite and positive");
   }
+  return absl::OkStatus();
+}
+
+// An innovation's `count` positions (ascending, below `length`) and the bytes of its values
+// (`value_bytes` each).
+absl::Status ReadPositions(ByteReader* c, uint32_t count, size_t length, size_t value_bytes,
+                           std::vector<uint64_t>* pos, std::span<const uint8_t>* raw) {
+  if (count > length) {
+    return absl::InvalidArgumentError(
+        StrCat("lgc payload: ", count, " innovation values for a support of ", length));
+  }
+  if (!GetPacked(c, count, BitsFor(length), pos)) return Truncated("innovation positions");
+  for (uint32_t i = 0; i < count; ++i) {
+    if ((*pos)[i] >= length || (i > 0 && (*pos)[i] <= (*pos)[i - 1])) {
+      return absl::InvalidArgumentError("lgc payload: innovation positions out of range or order");
+    }
+  }
+  if (!c->Take(size_t{count} * value_bytes, raw)) return Truncated("innovation values");
   return absl::OkStatus();
 }
 
 absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
   InnovationPart part;
   if (!c->Get(&part.scale)) return Truncated("innovation scale");
-  if (absl::Status st = CheckScale(part.scale); !st.ok()) return st;
+  if (absl::Status st = CheckScale(part.scale, false); !st.ok()) return st;
   uint32_t count = 0;
   if (!c->Get(&count)) return Truncated("innovation count");
-  if (count > length) {
-    return absl::InvalidArgumentError(
-        StrCat("lgc payload: ", count, " innovation values for a support of ", length));
-  }
   std::vector<uint64_t> pos;
-  if (!GetPacked(c, count, BitsFor(length), &pos)) return Truncated("innovation positions");
   std::span<const uint8_t> raw;
-  if (!c->Take(size_t{count} * sizeof(float), &raw)) return Truncated("innovation values");
+  if (absl::Status st = ReadPositions(c, count, length, sizeof(float), &pos, &raw); !st.ok()) {
+    return st;
+  }
   std::vector<float> out(length, 0.0f);
   for (uint32_t i = 0; i < count; ++i) {
-    if (pos[i] >= length || (i > 0 && pos[i] <= pos[i - 1])) {
-      return absl::InvalidArgumentError("lgc payload: innovation positions out of range or order");
-    }
     float v;
     std::memcpy(&v, raw.data() + i * sizeof(float), sizeof(float));
     if (!std::isfinite(v) || v == 0.0f) {
@@ -90,6 +105,55 @@ absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
   }
   part.innovation = std::move(out);
   return part;
+}
+
+// predict=1: f32 gain, f32 step, u32 count, positions, int8 values (lgc_payload.h).
+absl::Status AppendGainInnovation(float gain, float step, std::span<const float> innovation,
+                                  std::string* out) {
+  if (absl::Status st = CheckScale(gain, true); !st.ok()) return st;
+  if (!std::isfinite(step) || step < 0) {
+    return absl::InvalidArgumentError("lgc payload: innovation step not finite and >= 0");
+  }
+  std::vector<uint64_t> pos;
+  std::string q;
+  for (size_t j = 0; j < innovation.size(); ++j) {
+    const float x = innovation[j];
+    if (x == 0.0f) continue;
+    const long n = step > 0 && std::isfinite(x) ? std::lround(x / step) : 0;
+    if (n == 0 || n < -127 || n > 127 || static_cast<float>(n) * step != x) {
+      return absl::InvalidArgumentError("lgc payload: innovation value off its 8-bit grid");
+    }
+    pos.push_back(j);
+    q.push_back(static_cast<char>(static_cast<int8_t>(n)));
+  }
+  PutScalar<float>(out, gain);
+  PutScalar<float>(out, step);
+  PutScalar<uint32_t>(out, static_cast<uint32_t>(pos.size()));
+  PutPacked(out, pos, BitsFor(innovation.size()));
+  *out += q;
+  return absl::OkStatus();
+}
+
+absl::Status ReadGainInnovation(ByteReader* c, size_t length, float* gain, float* step,
+                                std::vector<float>* innovation) {
+  uint32_t count = 0;
+  if (!c->Get(gain) || !c->Get(step) || !c->Get(&count)) return Truncated("innovation header");
+  if (absl::Status st = CheckScale(*gain, true); !st.ok()) return st;
+  if (!std::isfinite(*step) || *step < 0 || (count > 0 && *step == 0)) {
+    return absl::InvalidArgumentError("lgc payload: innovation step not finite and > 0");
+  }
+  std::vector<uint64_t> pos;
+  std::span<const uint8_t> raw;
+  if (absl::Status st = ReadPositions(c, count, length, 1, &pos, &raw); !st.ok()) return st;
+  innovation->assign(length, 0.0f);
+  for (uint32_t i = 0; i < count; ++i) {
+    const int8_t n = static_cast<int8_t>(raw[i]);
+    if (n == 0 || n == -128) {
+      return absl::InvalidArgumentError("lgc payload: innovation value 0 or -128");
+    }
+    (*innovation)[pos[i]] = static_cast<float>(n) * *step;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -147,14 +211,15 @@ std::vector<float> ResidualAfter(std::span<const float> u, std::span<const uint3
 }
 
 absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
-                                         const codecs::DenseCodec& latent_codec, uint64_t seed) {
+                                         const codecs::DenseCodec& latent_codec, uint64_t seed,
+                                         bool predict) {
   if (p.innovation.size() != p.support.size()) {
     return absl::InvalidArgumentError("lgc payload: innovation and support differ in length");
   }
   for (float v : p.innovation) {
     if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: non-finite innovation");
   }
-  if (absl::Status st = CheckScale(p.scale); !st.ok()) return st;
+  if (absl::Status st = CheckScale(p.scale, predict); !st.ok()) return st;
   std::string out;
   PutScalar<uint32_t>(&out, static_cast<uint32_t>(p.support.size()));
   const int index_bits = BitsFor(dim);
@@ -170,13 +235,19 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
   if (absl::Status st = latent_codec.EncodeBody(p.latent, ctx, &latent); !st.ok()) return st;
   PutScalar<uint32_t>(&out, static_cast<uint32_t>(latent.size()));
   out += latent;
-  AppendInnovation(p.innovation, p.scale, &out);
+  if (predict) {
+    if (absl::Status st = AppendGainInnovation(p.scale, p.step, p.innovation, &out); !st.ok()) {
+      return st;
+    }
+  } else {
+    AppendInnovation(p.innovation, p.scale, &out);
+  }
   return out;
 }
 
 absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64_t dim,
                                            const codecs::DenseCodec& latent_codec,
-                                           size_t latent_size) {
+                                           size_t latent_size, bool predict) {
   ByteReader c(body);
   uint32_t length = 0;
   uint8_t index_bits = 0;
@@ -204,11 +275,18 @@ absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64
   if (!c.Get(&latent_bytes) || !c.Take(latent_bytes, &latent)) return Truncated("latent");
   p.latent.assign(latent_size, 0.0f);
   if (absl::Status st = latent_codec.DecodeBody(latent, p.latent); !st.ok()) return st;
-  auto inn = ReadInnovation(&c, length);
-  if (!inn.ok()) return inn.status();
+  if (predict) {
+    if (absl::Status st = ReadGainInnovation(&c, length, &p.scale, &p.step, &p.innovation);
+        !st.ok()) {
+      return st;
+    }
+  } else {
+    auto inn = ReadInnovation(&c, length);
+    if (!inn.ok()) return inn.status();
+    p.innovation = std::move(inn->innovation);
+    p.scale = inn->scale;
+  }
   if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
-  p.innovation = std::move(inn->innovation);
-  p.scale = inn->scale;
   return p;
 }
 
@@ -216,7 +294,7 @@ absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation, 
   for (float v : innovation) {
     if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: non-finite innovation");
   }
-  if (absl::Status st = CheckScale(scale); !st.ok()) return st;
+  if (absl::Status st = CheckScale(scale, false); !st.ok()) return st;
   std::string out;
   AppendInnovation(innovation, scale, &out);
   return out;
@@ -228,6 +306,92 @@ absl::StatusOr<InnovationPart> DecodeInnovation(std::span<const uint8_t> body, s
   if (!inn.ok()) return inn.status();
   if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
   return inn;
+}
+
+std::vector<float> Rebuild(float gain, std::span<const float> prediction,
+                           std::span<const float> innovation) {
+  std::vector<float> out(prediction.size());
+  for (size_t j = 0; j < out.size(); ++j) {
+    out[j] = gain * prediction[j] + (j < innovation.size() ? innovation[j] : 0.0f);
+  }
+  return out;
+}
+
+Correction Correct(std::span<const float> v, std::span<const float> prediction, size_t k_inn) {
+  double vp = 0, pp = 0;
+  for (size_t j = 0; j < v.size(); ++j) {
+    vp += static_cast<double>(v[j]) * prediction[j];
+    pp += static_cast<double>(prediction[j]) * prediction[j];
+  }
+  Correction c;
+  const double g = pp > 0 ? vp / pp : 0.0;
+  c.gain = std::isfinite(g) ? static_cast<float>(g) : 0.0f;
+  std::vector<float> miss(v.size());
+  for (size_t j = 0; j < v.size(); ++j) miss[j] = v[j] - c.gain * prediction[j];
+  c.innovation = InnovationOfValues(miss, k_inn);
+  // 8-bit values on a step of max|innovation| / 127, rounded to nearest: the rounding error
+  // stays with the client (sent is what the coordinator rebuilds, to the bit).
+  float max_abs = 0;
+  for (float x : c.innovation) max_abs = std::max(max_abs, std::fabs(x));
+  c.step = std::isfinite(max_abs) && max_abs > 0 ? max_abs / 127.0f : 0.0f;
+  for (float& x : c.innovation) {
+    if (x == 0.0f || c.step == 0.0f) {
+      x = 0.0f;
+      continue;
+    }
+    const long q = std::clamp(std::lround(x / c.step), -127L, 127L);
+    x = static_cast<float>(q) * c.step;
+  }
+  c.sent = Rebuild(c.gain, prediction, c.innovation);
+  return c;
+}
+
+uint32_t ReferenceOf(std::span<const uint32_t> support, std::span<const float> latent) {
+  const uint32_t crc = codecs::Crc32c(support.data(), support.size() * sizeof(uint32_t));
+  return codecs::Crc32cExtend(crc, latent.data(), latent.size() * sizeof(float));
+}
+
+std::string EncodeReferencedValues(uint32_t reference, std::span<const float> values) {
+  std::string out;
+  PutScalar<uint32_t>(&out, reference);
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return out;
+}
+
+absl::StatusOr<ReferencedValues> DecodeReferencedValues(std::span<const uint8_t> body,
+                                                        size_t length) {
+  ByteReader c(body);
+  ReferencedValues out;
+  std::span<const uint8_t> raw;
+  if (!c.Get(&out.reference) || !c.Take(length * sizeof(float), &raw)) return Truncated("values");
+  if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
+  out.values.resize(length);
+  std::memcpy(out.values.data(), raw.data(), raw.size());
+  for (float v : out.values) {
+    if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: values not finite");
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> EncodeCorrection(uint32_t reference, float gain, float step,
+                                             std::span<const float> innovation) {
+  std::string out;
+  PutScalar<uint32_t>(&out, reference);
+  if (absl::Status st = AppendGainInnovation(gain, step, innovation, &out); !st.ok()) return st;
+  return out;
+}
+
+absl::StatusOr<CorrectionPart> DecodeCorrection(std::span<const uint8_t> body, size_t length) {
+  ByteReader c(body);
+  CorrectionPart part;
+  float step = 0;
+  if (!c.Get(&part.reference)) return Truncated("correction header");
+  if (absl::Status st = ReadGainInnovation(&c, length, &part.gain, &step, &part.innovation);
+      !st.ok()) {
+    return st;
+  }
+  if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
+  return part;
 }
 
 }  // namespace fedlgc::autoencoder

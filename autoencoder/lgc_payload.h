@@ -53,7 +53,8 @@ struct LeaderPayload {
   std::vector<uint32_t> support;  // in support order
   std::vector<float> latent;      // as the encoder produced it (encode) or decoded
   std::vector<float> innovation;  // length support.size()
-  float scale = 1.0f;             // RmsScale of the leader's values
+  float scale = 1.0f;             // RmsScale of the leader's values; predict=1: the gain
+  float step = 0;                 // predict=1: the innovation's 8-bit step
 };
 
 struct InnovationPart {
@@ -61,16 +62,64 @@ struct InnovationPart {
   std::vector<float> innovation;
 };
 
+// predict: the stage-3 body of predict=1, whose innovation is a correction's (gain, step,
+// 8-bit values: see EncodeCorrection) in place of the RMS scale and fp32 values.
 absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
-                                         const codecs::DenseCodec& latent_codec, uint64_t seed);
+                                         const codecs::DenseCodec& latent_codec, uint64_t seed,
+                                         bool predict = false);
 // Refuses truncated or trailing bytes, indices >= dim or repeated, a latent of another
 // size than `latent_size`, non-finite values.
 absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64_t dim,
                                            const codecs::DenseCodec& latent_codec,
-                                           size_t latent_size);
+                                           size_t latent_size, bool predict = false);
 
 absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation, float scale);
 absl::StatusOr<InnovationPart> DecodeInnovation(std::span<const uint8_t> body, size_t length);
+
+// predict=1 (lgc_plan.h). What the coordinator rebuilds from a prediction p (the decoder's
+// output for the round's latent), a gain and an innovation: gain * p + innovation. Client
+// and coordinator both use this, so the client knows exactly what counts.
+std::vector<float> Rebuild(float gain, std::span<const float> prediction,
+                           std::span<const float> innovation);
+
+struct Correction {
+  float gain = 0;                 // <v, p> / |p|^2 (0 when p = 0)
+  float step = 0;                 // the innovation's 8-bit step: max |innovation| / 127
+  std::vector<float> innovation;  // the k_inn largest |v - gain p|, rounded to the step
+  std::vector<float> sent;        // Rebuild(gain, p, innovation)
+};
+// The client's side: v - sent is its new residual on the support, and |v - sent| <= |v|
+// up to the innovation's rounding (at most step / 2 per value).
+Correction Correct(std::span<const float> v, std::span<const float> prediction, size_t k_inn);
+
+// Correction body: u32 reference of the leader payload it was predicted from (the
+// coordinator decodes it with that latent or not at all), f32 gain, f32 step, u32 count,
+// positions at ceil(log2 L) bits each (ascending), count int8 values (value = q * step,
+// q in [-127, 127], never 0).
+struct CorrectionPart {
+  uint32_t reference = 0;
+  float gain = 0;
+  std::vector<float> innovation;
+};
+// predict=1: what names a leader payload: the CRC32C of its support (u32s, in support
+// order) followed by its latent (floats; none in stage 2). Followers send it with their
+// values and corrections; the coordinator decodes each against the payload it names.
+uint32_t ReferenceOf(std::span<const uint32_t> support, std::span<const float> latent);
+
+// predict=1, stage 2: a follower's values body: u32 reference, then fp32 values.
+std::string EncodeReferencedValues(uint32_t reference, std::span<const float> values);
+struct ReferencedValues {
+  uint32_t reference = 0;
+  std::vector<float> values;
+};
+// Refuses another length than `length` values and non-finite values.
+absl::StatusOr<ReferencedValues> DecodeReferencedValues(std::span<const uint8_t> body,
+                                                        size_t length);
+
+// Refuses an innovation value that is not a nonzero multiple q * step, |q| <= 127.
+absl::StatusOr<std::string> EncodeCorrection(uint32_t reference, float gain, float step,
+                                             std::span<const float> innovation);
+absl::StatusOr<CorrectionPart> DecodeCorrection(std::span<const uint8_t> body, size_t length);
 
 }  // namespace fedlgc::autoencoder
 

@@ -24,7 +24,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   if (!node.ok()) return node.status();
   if (node->name != "lgc") return std::optional<LgcPlan>();
   codecs::ParamReader params(*node, {"ratio", "innovation", "latent", "train", "ae_steps",
-                                     "ae_optimizer", "ae_lr", "echo"});
+                                     "ae_optimizer", "ae_lr", "echo", "predict"});
   if (!params.status().ok()) return params.status();
   LgcPlan p;
   auto ratio = params.Real("ratio", p.ratio, 1e-6, 1.0);
@@ -34,10 +34,11 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   auto opt = params.Word("ae_optimizer", p.ae_optimizer, {"adam", "sgd"});
   auto lr = params.Real("ae_lr", p.ae_lr, 1e-9, 10.0);
   auto echo = params.Int("echo", p.echo ? 1 : 0, 0, 1);
+  auto predict = params.Int("predict", p.predict ? 1 : 0, 0, 1);
   auto latent = params.Node("latent");
   for (const absl::Status& st :
        {ratio.status(), innovation.status(), train.status(), steps.status(), opt.status(),
-        lr.status(), echo.status(), latent.status()}) {
+        lr.status(), echo.status(), predict.status(), latent.status()}) {
     if (!st.ok()) return st;
   }
   p.ratio = *ratio;
@@ -47,6 +48,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   p.ae_optimizer = *opt;
   p.ae_lr = *lr;
   p.echo = *echo == 1;
+  p.predict = *predict == 1;
   auto codec = *latent ? codecs::DefaultRegistry().Create(**latent)
                        : codecs::MakeCodec("qsgd(bits=8,bucket=64)");
   if (!codec.ok()) return codec.status();

@@ -1,7 +1,7 @@
 // An LGC job's codec spec and its stages (ALGORITHMS.md section 1, DESIGN.md "LGC"):
 //
 //   lgc(ratio=0.01, innovation=0.01, latent=qsgd(bits=8,bucket=64), train=5,
-//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0)
+//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0, predict=0)
 //
 // ratio: support size k = ceil(ratio * dim); innovation: k_inn = ceil(innovation * k);
 // latent: a dense codec of the codec library for the latent; train: rounds of stage 2;
@@ -10,14 +10,28 @@
 // echo=1: in stage 3 each client fetches the coordinator's reconstruction of its values
 // (blob "lgc-echo", k floats of downlink) and logs its relative error |v - echo| / |v| (a
 // diagnostic: error feedback stays the rule of ALGORITHMS.md, the support counts as sent).
+// predict=1: the paper's two-phase rounds, with predictive coding and exact error feedback
+// in stage 3. The leader sends first, on a support it picks from this round's update (its
+// top-k: the ascending, monotone signal the autoencoder is made for); the coordinator
+// pushes that support and, in stage 3, the leader's latent to the other clients (LgcLatent).
+// Stage 2: they send their values on it. Stage 3: each decodes the latent with its own
+// decoder (blob "lgc-decoder", once per job) into a prediction p of its values v, and sends
+// the least-squares gain g = <v, p> / |p|^2 and its innovation against it: the k_inn
+// largest entries of v - g p. The coordinator rebuilds g p + innovation, exactly what the
+// client computed, so the client keeps v - g p - innovation in its residual: nothing is
+// lost, and as |v - g p| <= |v| the residual cannot grow through the autoencoder (as it did
+// when ALGORITHMS.md's feedback was made exact with the one-phase protocol). The decoder
+// reads no innovation (zeros, in training too). Cost: followers wait for the leader's
+// upload; the leader (also in stage 2) is a round's only client that can start at once.
 // Stage 1 is the job's --codec-warmup rounds (any codec), stage 2 the next `train`
 // rounds (every client sends its values on the support; the coordinator averages them
 // and takes one autoencoder step), stage 3 the rest (the leader sends the latent of its
 // values, everyone their innovation; the coordinator decodes each client).
 //
-// The support of a round is the leader's top-k from the round before (sent back with its
-// payload), or the top-k of the last aggregate when no leader payload arrived. One round
-// of lag buys single-phase rounds: no client waits for the leader before it can send.
+// predict=0: the support of a round is the leader's top-k from the round before (sent
+// back with its payload), or the top-k of the last aggregate when no leader payload
+// arrived. One round of lag buys single-phase rounds: no client waits for the leader.
+// It costs accuracy (README, "LGC"): the support misses much of the round's update.
 #ifndef FEDLGC_AUTOENCODER_LGC_PLAN_H_
 #define FEDLGC_AUTOENCODER_LGC_PLAN_H_
 
@@ -39,6 +53,7 @@ struct LgcPlan {
   std::string ae_optimizer = "adam";
   double ae_lr = 1e-3;
   bool echo = false;
+  bool predict = false;
 
   uint64_t SupportSize(uint64_t dim) const;
   uint64_t InnovationSize(uint64_t support) const;
@@ -57,6 +72,9 @@ inline int LgcStage(const LgcPlan& plan, uint64_t round, uint64_t warmup) {
 inline constexpr std::string_view kLeaderSpec = "lgc-leader/1";
 inline constexpr std::string_view kValuesSpec = "lgc-values/1";
 inline constexpr std::string_view kInnovationSpec = "lgc-innovation/1";
+// predict=1: a follower's gain and innovation against the round's latent (lgc_payload.h).
+// A leader payload's scale is its gain then, and its innovation is against its own latent.
+inline constexpr std::string_view kCorrectionSpec = "lgc-correction/1";
 
 }  // namespace fedlgc::autoencoder
 

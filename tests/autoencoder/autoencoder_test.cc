@@ -161,5 +161,39 @@ TEST(Autoencoder, EncoderWeightsTravelByteExactAndCorruptionIsRefused) {
   EXPECT_FALSE(Autoencoder::Deserialize(bytes, {}).ok()) << "an encoder is not a full state";
 }
 
+TEST(Autoencoder, ADecoderTravelsByteExactAndDecodesAsAtTheCoordinator) {
+  // LGC predict=1: a client decodes the round's latent with its own decoder, as the
+  // coordinator will; the transferred decoder must give the very same floats.
+  constexpr int64_t kL = 256;
+  auto trained = Make(kL);
+  for (uint64_t step = 0; step < 3; ++step)
+    ASSERT_TRUE(trained->TrainStep(Correlated(3, kL, step), step).ok());
+  const auto clients = trained->clients();
+  ASSERT_FALSE(clients.empty());
+  const std::string& me = clients[1];
+  const std::string bytes = trained->SerializeDecoder(me);
+  AeOptions o;
+  o.seed = 777;
+  auto client = Make(kL, o);
+  const std::vector<float> zero(kL, 0.0f);
+  const auto z = trained->Encode(Correlated(1, kL, 9)[0].values).value();
+  EXPECT_NE(client->Decode(me, z, zero).value(), trained->Decode(me, z, zero).value());
+  ASSERT_TRUE(client->LoadDecoder(me, bytes).ok());
+  EXPECT_EQ(client->SerializeDecoder(me), bytes);
+  EXPECT_EQ(client->Decode(me, z, zero).value(), trained->Decode(me, z, zero).value());
+  // Another client's decoder differs; corrupted, cut, encoder or other-length bytes are
+  // refused and leave the decoder as it was.
+  EXPECT_NE(trained->SerializeDecoder(clients[0]), bytes);
+  auto fresh = Make(kL, o);
+  const std::string before = fresh->SerializeDecoder(me);
+  std::string flipped = bytes;
+  flipped[flipped.size() / 3] ^= 0x04;
+  EXPECT_EQ(fresh->LoadDecoder(me, flipped).code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(fresh->LoadDecoder(me, bytes.substr(0, bytes.size() - 5)).ok());
+  EXPECT_FALSE(fresh->LoadDecoder(me, trained->SerializeEncoder()).ok());
+  EXPECT_FALSE(Make(kL + 2)->LoadDecoder(me, bytes).ok());
+  EXPECT_EQ(fresh->SerializeDecoder(me), before) << "a refused load changed the weights";
+}
+
 }  // namespace
 }  // namespace fedlgc::autoencoder

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -192,6 +193,156 @@ TEST(LgcPayload, HostileBodiesAreRefused) {
   EXPECT_FALSE(EncodeInnovation(nan, 1.0f).ok());
 }
 
+TEST(LgcPayload, PredictiveCorrectionIsTheLeastSquaresGainPlusTheLargestMisses) {
+  // v = 0.6 p + noise: the gain is <v, p> / |p|^2, the innovation the k_inn largest entries
+  // of v - gain p rounded to 8 bits (within half a step), and sent = gain p + innovation
+  // leaves much less than |v|.
+  const auto p = Gaussian(400, 21);
+  auto v = Gaussian(400, 22);
+  for (size_t j = 0; j < v.size(); ++j) v[j] = 0.6f * p[j] + 0.5f * v[j];
+  const Correction c = Correct(v, p, 40);
+  double vp = 0, pp = 0;
+  for (size_t j = 0; j < v.size(); ++j) {
+    vp += double(v[j]) * p[j];
+    pp += double(p[j]) * p[j];
+  }
+  EXPECT_FLOAT_EQ(c.gain, static_cast<float>(vp / pp));
+  EXPECT_NEAR(c.gain, 0.6, 0.1);
+  EXPECT_EQ(std::count_if(c.innovation.begin(), c.innovation.end(), [](float x) { return x != 0; }),
+            40);
+  float smallest_kept = INFINITY, largest_left = 0, max_abs = 0;
+  double miss = 0, before = 0;
+  for (size_t j = 0; j < v.size(); ++j) {
+    const float m = v[j] - c.gain * p[j];
+    if (c.innovation[j] != 0) {
+      EXPECT_LE(std::fabs(c.innovation[j] - m), 0.5f * c.step * 1.0001f) << j;
+      const long q = std::lround(c.innovation[j] / c.step);
+      EXPECT_EQ(static_cast<float>(q) * c.step, c.innovation[j]) << "off the 8-bit grid at " << j;
+      EXPECT_LE(std::abs(q), 127);
+      smallest_kept = std::min(smallest_kept, std::fabs(m));
+      max_abs = std::max(max_abs, std::fabs(m));
+    } else {
+      largest_left = std::max(largest_left, std::fabs(m));
+    }
+    EXPECT_EQ(c.sent[j], c.gain * p[j] + c.innovation[j]);
+    miss += (double(v[j]) - c.sent[j]) * (v[j] - c.sent[j]);
+    before += double(v[j]) * v[j];
+  }
+  EXPECT_GE(smallest_kept, largest_left);
+  EXPECT_FLOAT_EQ(c.step, max_abs / 127);
+  EXPECT_LT(miss, 0.5 * before);  // 0.36 of the energy predicted, then the 10% largest misses
+  EXPECT_EQ(Rebuild(c.gain, p, c.innovation), c.sent);
+  // A useless prediction costs nothing: gain 0, and the innovation alone is sent.
+  const Correction zero = Correct(v, std::vector<float>(400, 0.0f), 40);
+  EXPECT_EQ(zero.gain, 0.0f);
+  EXPECT_EQ(zero.sent, zero.innovation);
+  // An anticorrelated prediction gets a negative gain, still a contraction.
+  std::vector<float> minus(p);
+  for (float& x : minus) x = -x;
+  const Correction neg = Correct(v, minus, 1);
+  EXPECT_LT(neg.gain, 0.0f);
+  double neg_miss = 0;
+  for (size_t j = 0; j < v.size(); ++j) neg_miss += (v[j] - neg.sent[j]) * (v[j] - neg.sent[j]);
+  EXPECT_LT(neg_miss, before);
+}
+
+TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
+  auto view = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const auto p = Gaussian(100, 31);
+  const Correction c = Correct(Gaussian(100, 32), p, 9);
+  const std::string body = EncodeCorrection(0xdeadbeef, -0.75f, c.step, c.innovation).value();
+  // u32 reference + f32 gain + f32 step + u32 count + 9 positions of 7 bits + 9 int8 values.
+  EXPECT_EQ(body.size(), 4u + 4 + 4 + 4 + 8 + 9);
+  auto back = DecodeCorrection(view(body), 100);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->reference, 0xdeadbeefu);
+  EXPECT_EQ(back->gain, -0.75f);              // a gain may be negative; a scale may not
+  EXPECT_EQ(back->innovation, c.innovation);  // to the bit: the client's EF relies on it
+  for (size_t n = 0; n < body.size(); ++n)
+    EXPECT_FALSE(DecodeCorrection(view(body.substr(0, n)), 100).ok()) << n;
+  EXPECT_FALSE(DecodeCorrection(view(body + "x"), 100).ok());
+  EXPECT_FALSE(DecodeCorrection(view(body), 5).ok()) << "positions beyond the support";
+  EXPECT_FALSE(EncodeCorrection(1, NAN, c.step, c.innovation).ok());
+  EXPECT_FALSE(EncodeCorrection(1, INFINITY, c.step, c.innovation).ok());
+  EXPECT_FALSE(EncodeCorrection(1, 1.0f, -c.step, c.innovation).ok());
+  std::vector<float> off = c.innovation;
+  for (float& x : off) {
+    if (x != 0) {
+      x += 0.25f * c.step;  // off the grid
+      break;
+    }
+  }
+  EXPECT_FALSE(EncodeCorrection(1, 1.0f, c.step, off).ok());
+  std::vector<float> big(100, 0.0f);
+  big[7] = 200 * c.step;  // beyond 127 steps
+  EXPECT_FALSE(EncodeCorrection(1, 1.0f, c.step, big).ok());
+  EXPECT_TRUE(EncodeCorrection(1, 1.0f, 0.0f, std::vector<float>(100, 0.0f)).ok());
+  // Hostile bytes: a zero or -128 value, a zero step with values, a NaN step.
+  std::string zero_q = body;
+  zero_q[body.size() - 1] = 0;
+  EXPECT_FALSE(DecodeCorrection(view(zero_q), 100).ok());
+  std::string min_q = body;
+  min_q[body.size() - 1] = static_cast<char>(0x80);
+  EXPECT_FALSE(DecodeCorrection(view(min_q), 100).ok());
+  for (float bad : {0.0f, -1.0f, NAN}) {
+    std::string b = body;
+    std::memcpy(b.data() + 8, &bad, 4);
+    EXPECT_FALSE(DecodeCorrection(view(b), 100).ok()) << bad;
+  }
+  // A leader's gain: refused as a scale, taken as a gain.
+  constexpr uint64_t kDim = 5000;
+  const auto u = Gaussian(kDim, 33);
+  LeaderPayload lp;
+  lp.support = SelectSupport(u, 100);
+  lp.innovation = c.innovation;
+  lp.step = c.step;
+  lp.latent = Gaussian(20, 34);
+  lp.scale = -2.0f;
+  auto codec = LatentCodec("qsgd(bits=8,bucket=64)");
+  EXPECT_FALSE(EncodeLeader(lp, kDim, *codec, 1).ok());
+  const std::string leader = EncodeLeader(lp, kDim, *codec, 1, true).value();
+  EXPECT_FALSE(DecodeLeader(view(leader), kDim, *codec, 20).ok());
+  auto lb = DecodeLeader(view(leader), kDim, *codec, 20, true);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  EXPECT_EQ(lb->scale, -2.0f);
+  EXPECT_EQ(lb->step, c.step);
+  EXPECT_EQ(lb->innovation, c.innovation);
+  // Its innovation travels in 8 bits too: 9 values cost 9 bytes and a step, not 36.
+  EXPECT_EQ(leader.size(), EncodeLeader(lp, kDim, *codec, 1, true).value().size());
+  lp.scale = 2.0f;
+  EXPECT_EQ(leader.size() + 36 - 9 - 4, EncodeLeader(lp, kDim, *codec, 1).value().size());
+  for (size_t n = 0; n < leader.size(); ++n)
+    EXPECT_FALSE(DecodeLeader(view(leader.substr(0, n)), kDim, *codec, 20, true).ok()) << n;
+}
+
+TEST(LgcPayload, ReferencedValuesRoundTripAndNameTheirLeaderPayload) {
+  auto view = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const auto v = Gaussian(50, 41);
+  const std::string body = EncodeReferencedValues(77, v);
+  EXPECT_EQ(body.size(), 4u + 50 * 4);
+  auto back = DecodeReferencedValues(view(body), 50);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->reference, 77u);
+  EXPECT_EQ(back->values, v);
+  EXPECT_FALSE(DecodeReferencedValues(view(body), 49).ok());
+  EXPECT_FALSE(DecodeReferencedValues(view(body.substr(0, 100)), 50).ok());
+  std::vector<float> nan = v;
+  nan[3] = NAN;
+  EXPECT_FALSE(DecodeReferencedValues(view(EncodeReferencedValues(1, nan)), 50).ok());
+  // The reference covers the support and the latent: any change to either changes it.
+  const std::vector<uint32_t> s = {4, 9, 2};
+  const std::vector<float> z = {0.5f, -1.0f};
+  const uint32_t r = ReferenceOf(s, z);
+  EXPECT_EQ(r, ReferenceOf(s, z));
+  EXPECT_NE(r, ReferenceOf(std::vector<uint32_t>{4, 2, 9}, z));
+  EXPECT_NE(r, ReferenceOf(s, std::vector<float>{0.5f, -1.5f}));
+  EXPECT_NE(r, ReferenceOf(s, {}));
+}
+
 TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   auto plain = ParseLgcSpec("qsgd(bits=4)");
   ASSERT_TRUE(plain.ok());
@@ -201,11 +352,12 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_EQ((*d)->ratio, 0.01);
   EXPECT_EQ((*d)->train_rounds, 5u);
   EXPECT_FALSE((*d)->echo);
+  EXPECT_FALSE((*d)->predict);
   EXPECT_EQ((*d)->SupportSize(215370), 2154u);
   EXPECT_EQ((*d)->InnovationSize(2154), 22u);
   auto p = ParseLgcSpec(
       "lgc(ratio=0.05,innovation=0.02,train=6,ae_steps=3,ae_optimizer=sgd,"
-      "ae_lr=0.01,echo=1,latent=qsgd(bits=4,bucket=64))");
+      "ae_lr=0.01,echo=1,predict=1,latent=qsgd(bits=4,bucket=64))");
   ASSERT_TRUE(p.ok() && p->has_value()) << p.status();
   EXPECT_EQ((*p)->ratio, 0.05);
   EXPECT_EQ((*p)->innovation, 0.02);
@@ -213,10 +365,11 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_EQ((*p)->ae_steps, 3u);
   EXPECT_EQ((*p)->ae_optimizer, "sgd");
   EXPECT_TRUE((*p)->echo);
+  EXPECT_TRUE((*p)->predict);
   EXPECT_NE((*p)->latent.find("bits=4"), std::string::npos) << (*p)->latent;
   for (const char* bad :
-       {"lgc(echo=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(train=0)", "lgc(ae_optimizer=rmsprop)",
-        "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
+       {"lgc(echo=2)", "lgc(predict=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(train=0)",
+        "lgc(ae_optimizer=rmsprop)", "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
     EXPECT_FALSE(ParseLgcSpec(bad).ok()) << bad;
   }
 }

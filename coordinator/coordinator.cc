@@ -172,8 +172,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     if (!d.ok()) return d.status();
     c->lgc_ = std::move(d).value();
     c->service_->SetBlobProvider(
-        [](const std::string& name) { return name == "lgc-echo"; },
-        [lgc = c->lgc_.get()](const std::string& client, const std::string&, uint64_t version) {
+        [](const std::string& name) { return name == "lgc-echo" || name == "lgc-decoder"; },
+        [lgc = c->lgc_.get()](const std::string& client, const std::string& name,
+                              uint64_t version) -> std::shared_ptr<const ModelBlob> {
+          if (name == "lgc-decoder") {
+            return version == LgcDriver::kEncoderVersion ? lgc->Decoder(client) : nullptr;
+          }
           return lgc->Echo(client, version);
         });
     c->service_->SetRoundDecorator(

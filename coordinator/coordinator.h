@@ -139,6 +139,12 @@ class Coordinator {
   void WakeUp();
   // LGC: the leader among `participants` (--lgc-leader, else the best measured link),
   // skipping `tried`; empty when none is left.
+  // LGC predict=1: once a leader payload is in, sends its latent to the other participants
+  // (LgcLatent) and keeps it for RoundStart; *pushed names the payload's sender.
+  absl::Status PushLgcLatent(uint64_t round, const std::string& leader,
+                             const std::vector<std::string>& participants,
+                             const std::map<std::string, RoundEngine::Payload>& payloads,
+                             std::string* pushed);
   std::string ChooseLeader(const std::vector<std::string>& participants,
                            const std::set<std::string>& tried) const;
   void DecorateRoundStart(const std::string& client, protos::RoundStart* s);
@@ -164,6 +170,7 @@ class Coordinator {
     int stage = 0;
     std::string leader;
     std::string support;  // bytes for RoundStart
+    std::string latent;   // predict=1: the latent pushed to the round's clients
   };
   LgcRound lgc_round_;  // guarded by mu_
   bool encoder_published_ = false;

@@ -48,6 +48,38 @@ void Coordinator::DecorateRoundStart(const std::string& client, protos::RoundSta
   s->set_lgc_support(lgc_round_.support);
   s->set_lgc_leader(client == lgc_round_.leader);
   if (lgc_round_.stage == 3) s->set_lgc_encoder_version(LgcDriver::kEncoderVersion);
+  s->set_lgc_latent(lgc_round_.latent);
+}
+
+absl::Status Coordinator::PushLgcLatent(uint64_t round, const std::string& leader,
+                                        const std::vector<std::string>& participants,
+                                        const std::map<std::string, RoundEngine::Payload>& payloads,
+                                        std::string* pushed) {
+  // The leader's latent, or any leader payload's (a former leader's resumed upload).
+  auto from = payloads.find(leader);
+  if (from == payloads.end() || from->second.spec != autoencoder::kLeaderSpec) {
+    from = std::find_if(payloads.begin(), payloads.end(),
+                        [](const auto& p) { return p.second.spec == autoencoder::kLeaderSpec; });
+  }
+  if (from == payloads.end()) return absl::OkStatus();
+  const std::string& body = from->second.body;
+  auto ref = lgc_->LeaderPayloadBytes(
+      round, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+  if (!ref.ok()) return ref.status();  // validated on arrival: cannot happen
+  *pushed = from->first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lgc_round_.support = ref->support;
+    lgc_round_.latent = ref->latent;
+  }
+  protos::ServerEvent e;
+  e.mutable_latent()->set_round(round);
+  e.mutable_latent()->set_latent(ref->latent);
+  e.mutable_latent()->set_support(ref->support);
+  for (const std::string& p : participants) {
+    if (p != from->first) service_->Push(p, e);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connected,
@@ -71,10 +103,12 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
       blob->bytes = lgc_->EncoderBytes();
       blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
       service_->SetEncoderBlob(std::move(blob));
+      lgc_->Freeze();
       encoder_published_ = true;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    lgc_round_ = {round, stage, leader, lgc_->SupportBytes()};
+    // predict=1: the support is the leader's, sent once its payload is in.
+    lgc_round_ = {round, stage, leader, lgc_->predicts() ? "" : lgc_->SupportBytes(), ""};
   }
   std::vector<float> before;
   if (stage == 1) before = engine_->ModelVector();
@@ -83,18 +117,27 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
 
   const auto opened = Clock::now();
   auto leader_seen = opened;
+  std::string latent_pushed;  // predict=1: who gave the round's latent
   {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_ && Clock::now() < deadline && !engine_->AllComplete()) {
       cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
-      if (stage != 3) continue;
-      // A compressed round needs its leader's latent: when the leader has gone, or has
-      // not delivered by half the round's time, the next best participant leads.
+      // Rounds that wait for a leader: compressed ones, and with predict=1 training ones.
+      if (stage != 3 && !(stage == 2 && lgc_->predicts())) continue;
+      // A compressed round needs its leader's latent (with predict=1 every round needs its
+      // leader's support): when the leader has gone, or has not delivered by half the
+      // round's time, the next best participant leads.
       lock.unlock();
       const auto payloads = engine_->Payloads();
       const auto live = service_->Connected();
       const bool delivered =
           payloads.count(leader) && payloads.at(leader).spec == autoencoder::kLeaderSpec;
+      if (lgc_->predicts() && latent_pushed.empty()) {
+        if (absl::Status st = PushLgcLatent(round, leader, connected, payloads, &latent_pushed);
+            !st.ok()) {
+          return st;
+        }
+      }
       // Gone: no event stream for 3 s (a reconnecting client is briefly absent).
       if (std::find(live.begin(), live.end(), leader) != live.end()) {
         leader_seen = Clock::now();
@@ -102,7 +145,8 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
       const bool gone = Clock::now() - leader_seen > std::chrono::seconds(3);
       const bool late = Clock::now() - opened > (deadline - opened) / 2;
       std::string next;
-      if (!delivered && (gone || late)) {
+      // predict=1: a latent on its way from another leader payload serves as well.
+      if (!delivered && latent_pushed.empty() && (gone || late)) {
         std::vector<std::string> candidates;
         for (const std::string& c : connected) {
           if (std::find(live.begin(), live.end(), c) != live.end()) candidates.push_back(c);

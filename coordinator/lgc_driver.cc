@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<LgcDriver>> LgcDriver::Create(autoencoder::LgcPla
   auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(d->k_), d->ae_options_);
   if (!ae.ok()) return ae.status();
   d->ae_ = std::move(ae).value();
+  d->latent_size_ = static_cast<size_t>(d->ae_->latent_size());
   if (committed_round > 0) {
     if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
   }
@@ -93,9 +94,9 @@ absl::Status LgcDriver::Validate(uint64_t round, std::string_view spec,
                                  std::span<const uint8_t> body) const {
   const int stage = Stage(round);
   if (spec == autoencoder::kLeaderSpec) {
-    const size_t latent = stage == 2 ? k_ : static_cast<size_t>(ae_->latent_size());
+    const size_t latent = stage == 2 ? k_ : latent_size_;
     const codecs::DenseCodec& codec = stage == 2 ? *fp32_ : *latent_codec_;
-    auto p = autoencoder::DecodeLeader(body, dim_, codec, latent);
+    auto p = autoencoder::DecodeLeader(body, dim_, codec, latent, stage == 3 && plan_.predict);
     if (!p.ok()) return p.status();
     if (p->support.size() != k_) {
       return absl::InvalidArgumentError(
@@ -103,9 +104,15 @@ absl::Status LgcDriver::Validate(uint64_t round, std::string_view spec,
     }
     return absl::OkStatus();
   }
-  if (stage == 2 && spec == autoencoder::kValuesSpec) return Floats(body, k_).status();
-  if (stage == 3 && spec == autoencoder::kInnovationSpec) {
+  if (stage == 2 && spec == autoencoder::kValuesSpec) {
+    return plan_.predict ? autoencoder::DecodeReferencedValues(body, k_).status()
+                         : Floats(body, k_).status();
+  }
+  if (stage == 3 && !plan_.predict && spec == autoencoder::kInnovationSpec) {
     return autoencoder::DecodeInnovation(body, k_).status();
+  }
+  if (stage == 3 && plan_.predict && spec == autoencoder::kCorrectionSpec) {
+    return autoencoder::DecodeCorrection(body, k_).status();
   }
   return absl::InvalidArgumentError(
       StrCat("codec: a stage-", stage, " LGC round does not take \"", spec, "\" frames"));
@@ -115,39 +122,66 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     uint64_t round, const std::string& leader,
     const std::map<std::string, RoundEngine::Payload>& payloads) {
   const int stage = Stage(round);
+  // predict=1: every leader payload is a reference (its support and latent) that follower
+  // payloads name; without it, the round has one support (support_) and one latent.
+  const bool predict = plan_.predict;
   Outcome out;
   out.delta.assign(dim_, 0.0f);
   // Per client: its values on the support (stage 2) or its innovation (stage 3).
   struct Item {
     std::string client;
     uint64_t samples;
-    std::vector<float> v;  // values (stage 2) or innovation (stage 3)
-    float scale = 1.0f;    // stage 3: the client's RMS of its values
+    std::vector<float> v;    // values (stage 2) or innovation (stage 3)
+    float scale = 1.0f;      // stage 3: the client's RMS of its values, or its gain
+    uint32_t reference = 0;  // predict=1: the leader payload it was made against
+  };
+  struct Reference {
+    std::vector<uint32_t> support;
+    std::vector<float> latent;  // stage 3
   };
   std::vector<Item> items;
+  std::map<uint32_t, Reference> refs;
+  uint32_t main_ref = 0;  // predict=1: the reference of the round's leader (or any leader)
   std::vector<float> latent;
   std::vector<uint32_t> next_support;
+  std::lock_guard<std::mutex> ae_lock(ae_mu_);
   for (const auto& [client, p] : payloads) {
     const auto body =
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
     if (p.spec == autoencoder::kLeaderSpec) {
-      const size_t n = stage == 2 ? k_ : static_cast<size_t>(ae_->latent_size());
-      auto lp = autoencoder::DecodeLeader(body, dim_, stage == 2 ? *fp32_ : *latent_codec_, n);
+      const size_t n = stage == 2 ? k_ : latent_size_;
+      auto lp = autoencoder::DecodeLeader(body, dim_, stage == 2 ? *fp32_ : *latent_codec_, n,
+                                          stage == 3 && predict);
       if (!lp.ok()) continue;  // validated on arrival; cannot happen
+      uint32_t ref = 0;
+      if (predict) {
+        ref = autoencoder::ReferenceOf(lp->support, stage == 3 ? lp->latent : std::vector<float>());
+        refs[ref] = {lp->support, stage == 3 ? lp->latent : std::vector<float>()};
+      }
       if (stage == 2) {
-        items.push_back({client, p.num_samples, std::move(lp->latent)});
+        items.push_back({client, p.num_samples, std::move(lp->latent), 1.0f, ref});
       } else {
-        items.push_back({client, p.num_samples, std::move(lp->innovation), lp->scale});
+        items.push_back({client, p.num_samples, std::move(lp->innovation), lp->scale, ref});
       }
       // The round's leader (or, without its payload, any leader payload) gives the latent
       // and the next support.
       if (client == leader || next_support.empty()) {
         next_support = std::move(lp->support);
+        main_ref = ref;
         if (stage == 3) latent = std::move(lp->latent);
       }
+    } else if (stage == 2 && predict) {
+      auto v = autoencoder::DecodeReferencedValues(body, k_);
+      if (v.ok())
+        items.push_back({client, p.num_samples, std::move(v->values), 1.0f, v->reference});
     } else if (stage == 2) {
       auto v = Floats(body, k_);
       if (v.ok()) items.push_back({client, p.num_samples, std::move(v).value()});
+    } else if (predict) {
+      auto c = autoencoder::DecodeCorrection(body, k_);
+      if (c.ok()) {
+        items.push_back({client, p.num_samples, std::move(c->innovation), c->gain, c->reference});
+      }
     } else {
       auto inn = autoencoder::DecodeInnovation(body, k_);
       if (inn.ok()) {
@@ -155,17 +189,29 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
       }
     }
   }
+  // A payload made against no leader payload of this round cannot be placed: not counted.
+  if (predict) std::erase_if(items, [&](const Item& it) { return !refs.count(it.reference); });
   if (stage == 3) {
     if (latent.empty()) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
-    // The autoencoder works on values divided by their RMS: the decoder gets the client's
-    // innovation at that scale and its output is scaled back.
-    for (Item& it : items) {
-      for (float& x : it.v) x /= it.scale;
-      auto v = ae_->Decode(it.client, latent, it.v);
-      if (!v.ok()) return v.status();
-      it.v = std::move(v).value();
-      for (float& x : it.v) x *= it.scale;
+    if (predict) {
+      // Rebuild gain * D_i(latent, 0) + innovation with the latent the client named.
+      const std::vector<float> zeros(k_, 0.0f);
+      for (Item& it : items) {
+        auto p = ae_->Decode(it.client, refs[it.reference].latent, zeros);
+        if (!p.ok()) return p.status();
+        it.v = autoencoder::Rebuild(it.scale, *p, it.v);
+      }
+    } else {
+      // The autoencoder works on values divided by their RMS: the decoder gets the client's
+      // innovation at that scale and its output is scaled back.
+      for (Item& it : items) {
+        for (float& x : it.v) x /= it.scale;
+        auto v = ae_->Decode(it.client, latent, it.v);
+        if (!v.ok()) return v.status();
+        it.v = std::move(v).value();
+        for (float& x : it.v) x *= it.scale;
+      }
     }
     if (plan_.echo) {
       std::lock_guard<std::mutex> lock(echo_mu_);
@@ -181,16 +227,20 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
                     [&](const auto& e) { return e.second->version + kEchoRounds < round; });
     }
   }
+  // The mean, each client's values placed on its support.
+  std::vector<double> sum(dim_, 0.0);
   double total = 0;
-  std::vector<double> sum(k_, 0.0);
   for (const Item& it : items) {
+    const std::vector<uint32_t>& support = predict ? refs[it.reference].support : support_;
     total += static_cast<double>(it.samples);
-    for (uint64_t j = 0; j < k_; ++j) sum[j] += static_cast<double>(it.samples) * it.v[j];
+    for (uint64_t j = 0; j < k_; ++j) sum[support[j]] += static_cast<double>(it.samples) * it.v[j];
     out.counted.insert(it.client);
   }
   if (total > 0) {
-    for (uint64_t j = 0; j < k_; ++j) out.delta[support_[j]] = static_cast<float>(sum[j] / total);
+    for (uint64_t i = 0; i < dim_; ++i) out.delta[i] = static_cast<float>(sum[i] / total);
   }
+  // Training sees the clients' values on one support: the round leader's.
+  if (predict) std::erase_if(items, [&](const Item& it) { return it.reference != main_ref; });
   if (stage == 2 && items.size() >= 2) {
     std::vector<double> norm(items.size(), 0.0);
     for (size_t a = 0; a < items.size(); ++a) {
@@ -214,7 +264,9 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
       std::vector<float> v = it.v;
       const float scale = autoencoder::RmsScale(v);
       for (float& x : v) x /= scale;
-      std::vector<float> inn = autoencoder::InnovationOfValues(v, k_inn_);
+      // predict=1: the decoder reads no innovation in stage 3, so none in training either.
+      std::vector<float> inn = plan_.predict ? std::vector<float>(v.size(), 0.0f)
+                                             : autoencoder::InnovationOfValues(v, k_inn_);
       batch.push_back({it.client, std::move(v), std::move(inn)});
     }
     replay_.push_front(std::move(batch));
@@ -239,6 +291,39 @@ std::shared_ptr<const ModelBlob> LgcDriver::Echo(const std::string& client, uint
   return it->second;
 }
 
+std::shared_ptr<const ModelBlob> LgcDriver::Decoder(const std::string& client) {
+  if (!plan_.predict || !frozen_) return nullptr;
+  std::lock_guard<std::mutex> lock(ae_mu_);
+  auto& blob = decoders_[client];
+  if (!blob) {
+    auto b = std::make_shared<ModelBlob>();
+    b->version = kEncoderVersion;
+    b->bytes = ae_->SerializeDecoder(client);
+    b->crc32c = codecs::Crc32c(b->bytes.data(), b->bytes.size());
+    blob = std::move(b);
+  }
+  return blob;
+}
+
+std::string LgcDriver::EncoderBytes() const {
+  std::lock_guard<std::mutex> lock(ae_mu_);
+  return ae_->SerializeEncoder();
+}
+
+absl::StatusOr<LgcDriver::LeaderBytes> LgcDriver::LeaderPayloadBytes(
+    uint64_t round, std::span<const uint8_t> leader_body) const {
+  const bool stage3 = Stage(round) == 3;
+  auto lp = autoencoder::DecodeLeader(leader_body, dim_, stage3 ? *latent_codec_ : *fp32_,
+                                      stage3 ? latent_size_ : k_, stage3 && plan_.predict);
+  if (!lp.ok()) return lp.status();
+  LeaderBytes out;
+  out.support.assign(reinterpret_cast<const char*>(lp->support.data()), lp->support.size() * 4);
+  if (stage3) {
+    out.latent.assign(reinterpret_cast<const char*>(lp->latent.data()), lp->latent.size() * 4);
+  }
+  return out;
+}
+
 void LgcDriver::ObservePlainRound(std::span<const float> before, std::span<const float> after) {
   std::vector<float> change(dim_);
   for (uint64_t i = 0; i < dim_; ++i) change[i] = after[i] - before[i];
@@ -249,7 +334,10 @@ absl::Status LgcDriver::Save(uint64_t round) const {
   core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
   w.U64(ae_steps_);
   w.Str(SupportBytes());
-  w.Str(ae_->Serialize());
+  {
+    std::lock_guard<std::mutex> ae_lock(ae_mu_);
+    w.Str(ae_->Serialize());
+  }
   std::lock_guard<std::mutex> lock(echo_mu_);
   w.U32(static_cast<uint32_t>(echoes_.size()));
   for (const auto& [client, blob] : echoes_) {
@@ -299,7 +387,9 @@ absl::Status LgcDriver::Load(uint64_t round) {
   if (!r.done()) return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   auto restored = autoencoder::Autoencoder::Deserialize(ae, ae_options_);
   if (!restored.ok()) return restored.status();
+  std::lock_guard<std::mutex> ae_lock(ae_mu_);
   ae_ = std::move(restored).value();
+  decoders_.clear();
   return absl::OkStatus();
 }
 

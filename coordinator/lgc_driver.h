@@ -6,6 +6,7 @@
 #ifndef FEDLGC_COORDINATOR_LGC_DRIVER_H_
 #define FEDLGC_COORDINATOR_LGC_DRIVER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -35,13 +36,26 @@ class LgcDriver {
                                                            std::string device);
 
   int Stage(uint64_t round) const { return autoencoder::LgcStage(plan_, round, warmup_); }
+  bool predicts() const { return plan_.predict; }
+  // Stage 3 has begun: the autoencoder stops training and decoders may be served.
+  void Freeze() { frozen_ = true; }
   uint64_t k() const { return k_; }
   uint64_t k_innovation() const { return k_inn_; }
   // The support of the next round, u32 little-endian in support order.
   std::string SupportBytes() const;
   static constexpr uint64_t kEncoderVersion = 1;
   // The frozen encoder for stage 3 (version kEncoderVersion).
-  std::string EncoderBytes() const { return ae_->SerializeEncoder(); }
+  std::string EncoderBytes() const;
+  // predict=1: `client`'s decoder (blob "lgc-decoder", version kEncoderVersion), made once
+  // per driver after Freeze(); nullptr before, or without predict=1. Thread-safe.
+  std::shared_ptr<const ModelBlob> Decoder(const std::string& client);
+  // predict=1: a leader payload of `round` as the coordinator decodes it, what LgcLatent
+  // carries: its support (u32 little-endian) and, in stage 3, its latent (float32).
+  struct LeaderBytes {
+    std::string support, latent;
+  };
+  absl::StatusOr<LeaderBytes> LeaderPayloadBytes(uint64_t round,
+                                                 std::span<const uint8_t> leader_body) const;
 
   // Checks a payload of `round`: structure, sizes, finite values.
   absl::Status Validate(uint64_t round, std::string_view spec, std::span<const uint8_t> body) const;
@@ -80,7 +94,11 @@ class LgcDriver {
   const std::string state_dir_;
   const autoencoder::AeOptions ae_options_;
   std::unique_ptr<codecs::DenseCodec> latent_codec_, fp32_;
+  size_t latent_size_ = 0;
+  mutable std::mutex ae_mu_;  // guards ae_ and decoders_: blobs are served from RPC threads
   std::unique_ptr<autoencoder::Autoencoder> ae_;
+  std::map<std::string, std::shared_ptr<const ModelBlob>> decoders_;
+  std::atomic<bool> frozen_{false};
   std::vector<uint32_t> support_;  // of the next round
   uint64_t ae_steps_ = 0;
   mutable std::mutex echo_mu_;

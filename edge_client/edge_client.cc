@@ -234,6 +234,8 @@ absl::Status EdgeClient::EventLoop(bool* done) {
       result = HandleRound(event.round_start());
     } else if (event.has_promote()) {
       result = HandleLgcPromote(event.promote());
+    } else if (event.has_latent()) {
+      result = HandleLgcLatent(event.latent());
     } else if (event.has_lead()) {
       result = HandleLsgdLead(event.lead());
     } else if (event.has_done()) {
@@ -300,8 +302,9 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
   }
   uint64_t lost = 0;
   if (p.lgc_stage > 0) {
-    // One chunk: it counted or the whole update goes back.
-    if (!counted[0]) {
+    // One chunk: it counted or the whole update goes back (a predict=1 follower that never
+    // got its leader's support has no chunk: its update is all in the residual already).
+    if (counted.empty() || !counted[0]) {
       if (absl::Status st = RestorePending(p); !st.ok()) return st;
       lost = 1;
     } else if (p.lgc_stage == 3) {

@@ -41,6 +41,7 @@ class Metrics;
 namespace fedlgc::protos {
 class RoundStart;
 class LgcPromote;
+class LgcLatent;
 class LsgdLead;
 class RoundReceipt;
 }  // namespace fedlgc::protos
@@ -106,12 +107,30 @@ class EdgeClient {
   // This client leads the LGC round it has an update for now: resend as leader.
   absl::Status HandleLgcPromote(const protos::LgcPromote& promote);
   // The frame of an LGC update: `u` the update plus residual, `values` u on the support.
+  // predict=1 leaders: sets pending->lgc_values to what the coordinator will rebuild.
   absl::StatusOr<std::string> LgcFrame(uint32_t stage, bool leader, uint64_t encoder_version,
-                                       std::span<const float> u, const PendingUpdate& p,
+                                       std::span<const float> u, PendingUpdate* pending,
                                        std::chrono::system_clock::time_point deadline);
-  // The LGC encoder of `version` for supports of k values, downloaded unless held.
+  // predict=1: the round's latent arrived; a follower waiting for it sends its correction.
+  absl::Status HandleLgcLatent(const protos::LgcLatent& latent);
+  // The residual after an LGC frame: u, minus lgc_values on the support.
+  void SetLgcResidual(std::span<const float> u, const PendingUpdate& p);
+  // One rounds.jsonl line: |v - sent| / |v| of an LGC update (sent: what the coordinator
+  // rebuilt or will rebuild).
+  void LogLgcMiss(uint64_t round, std::span<const float> v, std::span<const float> sent,
+                  bool leader);
+  // The LGC encoder (leaders) or this client's decoder (predict=1) of `version` for
+  // supports of k values, downloaded unless held.
+  absl::Status EnsureLgcWeights(bool decoder, uint64_t version, size_t k,
+                                std::chrono::system_clock::time_point deadline);
   absl::Status EnsureEncoder(uint64_t version, size_t k,
-                             std::chrono::system_clock::time_point deadline);
+                             std::chrono::system_clock::time_point deadline) {
+    return EnsureLgcWeights(false, version, k, deadline);
+  }
+  absl::Status EnsureDecoder(uint64_t version, size_t k,
+                             std::chrono::system_clock::time_point deadline) {
+    return EnsureLgcWeights(true, version, k, deadline);
+  }
   // Downloads the round's model and trains on it: the update (new - old weights), or an
   // empty vector when the round moved on meanwhile.
   absl::StatusOr<std::vector<float>> TrainRound(const protos::RoundStart& start,
@@ -185,6 +204,9 @@ class EdgeClient {
   std::optional<autoencoder::LgcPlan> lgc_plan_;
   std::unique_ptr<autoencoder::Autoencoder> encoder_;
   uint64_t encoder_version_ = 0;
+  std::unique_ptr<autoencoder::Autoencoder> decoder_;  // predict=1: this client's decoder
+  uint64_t decoder_version_ = 0;
+  uint64_t lgc_encoder_version_ = 0;  // of the last LGC RoundStart
   std::chrono::system_clock::time_point round_deadline_;
   double last_train_seconds_ = 0;
   // LSGD and SGP: what a lead request or a share needs from the round's start.

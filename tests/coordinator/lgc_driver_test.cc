@@ -8,8 +8,10 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "autoencoder/lgc_payload.h"
+#include "codecs/crc32c.h"
 #include "codecs/registry.h"
 #include "core/atomic_file.h"
 #include "gtest/gtest.h"
@@ -49,7 +51,9 @@ struct LgcRun {
   std::vector<float> delta;
 };
 
-LgcRun ThreeRounds(const std::string& dir, const std::string& spec) {
+// Rounds 1 and 2 of `spec` with the clients' updates u0 (c0, the leader) and u1 (c1).
+LgcRun TwoRounds(const std::string& dir, const std::string& spec, const std::vector<float>& u0,
+                 const std::vector<float>& u1) {
   auto plan = autoencoder::ParseLgcSpec(spec);
   EXPECT_TRUE(plan.ok() && plan->has_value());
   auto d = LgcDriver::Create(**plan, 1, kDim, dir, 0, 1, "cpu");
@@ -61,23 +65,44 @@ LgcRun ThreeRounds(const std::string& dir, const std::string& spec) {
   const size_t k = lgc.k();
   auto fp32 = codecs::MakeCodec("fp32").value();
   const auto& dense = static_cast<const codecs::DenseCodec&>(*fp32);
-  const std::vector<float> u0 = Gaussian(kDim, 2), u1 = Gaussian(kDim, 3);
 
-  // Round 2: values on the support.
-  std::vector<uint32_t> s2 = Support(lgc);
+  // Round 2: values on the support: the round's (predict=0) or the leader's own top-k
+  // (predict=1), which the follower's values name.
+  const bool predict = (*plan)->predict;
   autoencoder::LeaderPayload lp;
   lp.support = autoencoder::SelectSupport(u0, k);
+  const std::vector<uint32_t> s2 = predict ? lp.support : Support(lgc);
   lp.latent = autoencoder::Gather(u0, s2);
   lp.innovation.assign(k, 0.0f);
   std::map<std::string, RoundEngine::Payload> p2;
   p2["c0"] = {std::string(autoencoder::kLeaderSpec),
               autoencoder::EncodeLeader(lp, kDim, dense, 2).value(), 1};
   const std::vector<float> v1 = autoencoder::Gather(u1, s2);
-  p2["c1"] = {std::string(autoencoder::kValuesSpec),
-              std::string(reinterpret_cast<const char*>(v1.data()), v1.size() * 4), 3};
+  p2["c1"] = {
+      std::string(autoencoder::kValuesSpec),
+      predict ? autoencoder::EncodeReferencedValues(autoencoder::ReferenceOf(lp.support, {}), v1)
+              : std::string(reinterpret_cast<const char*>(v1.data()), v1.size() * 4),
+      3};
+  // predict=1: values that name another leader payload do not count.
+  if (predict) {
+    p2["c2"] = {std::string(autoencoder::kValuesSpec), autoencoder::EncodeReferencedValues(123, v1),
+                3};
+  }
+  for (const auto& [id, p] : p2) {
+    EXPECT_TRUE(lgc.Validate(2, p.spec,
+                             std::span<const uint8_t>(
+                                 reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size()))
+                    .ok())
+        << id;
+  }
   auto out2 = lgc.Aggregate(2, "c0", p2);
   EXPECT_TRUE(out2.ok()) << out2.status();
-  if (out2.ok()) {  // the two clients' values on the support: their cosine similarity
+  if (out2.ok()) {  // exactly the mean of the two clients' values, on s2
+    EXPECT_EQ(out2->counted, (std::set<std::string>{"c0", "c1"}));
+    for (size_t j = 0; j < k; ++j) {
+      EXPECT_EQ(out2->delta[s2[j]], static_cast<float>((1.0 * lp.latent[j] + 3.0 * v1[j]) / 4));
+    }
+    // The two clients' values on the support: their cosine similarity.
     double ab = 0, aa = 0, bb = 0;
     for (size_t j = 0; j < k; ++j) {
       ab += double(lp.latent[j]) * v1[j];
@@ -87,10 +112,18 @@ LgcRun ThreeRounds(const std::string& dir, const std::string& spec) {
     EXPECT_NEAR(out2->values_cosine, ab / std::sqrt(aa * bb), 1e-12);
   }
   EXPECT_EQ(lgc.Echo("c0", 2), nullptr);  // stage 2 is exact: nothing to echo
-
-  // Round 3: the leader's latent, the follower's innovation.
   run.support = Support(lgc);
   EXPECT_EQ(run.support, lp.support);
+  return run;
+}
+
+LgcRun ThreeRounds(const std::string& dir, const std::string& spec) {
+  const std::vector<float> u0 = Gaussian(kDim, 2), u1 = Gaussian(kDim, 3);
+  LgcRun run = TwoRounds(dir, spec, u0, u1);
+  LgcDriver& lgc = *run.driver;
+  const size_t k = lgc.k();
+  auto plan = autoencoder::ParseLgcSpec(spec);
+  // Round 3: the leader's latent, the follower's innovation.
   autoencoder::AeOptions ao;
   auto enc = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), ao).value();
   EXPECT_TRUE(enc->LoadEncoder(lgc.EncoderBytes()).ok());
@@ -163,6 +196,88 @@ TEST(LgcDriver, EchoesAreTheReconstructionsTheRoundAveraged) {
   ASSERT_NE((*back)->Echo("c1", 3), nullptr);
   EXPECT_EQ((*back)->Echo("c1", 3)->bytes, e1->bytes);
   EXPECT_EQ((*back)->Echo("c1", 3)->crc32c, e1->crc32c);
+}
+
+TEST(LgcDriver, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItNamed) {
+  // predict=1: the leader sends the latent of its values on its own top-k; the others decode
+  // it with their own decoders (fetched as blobs) and send a gain and an innovation; the
+  // coordinator's mean is made of exactly the values the clients computed, placed on the
+  // leader's support, and a correction against another latent does not count.
+  const std::string spec = "lgc(ratio=0.05,train=1,ae_steps=2,innovation=0.1,predict=1,echo=1)";
+  const std::vector<float> u0 = Gaussian(kDim, 2), u1 = Gaussian(kDim, 3);
+  LgcRun run = TwoRounds(TempDir("predict"), spec, u0, u1);
+  LgcDriver& lgc = *run.driver;
+  const size_t k = lgc.k(), k_inn = lgc.k_innovation();
+  EXPECT_EQ(lgc.Decoder("c1"), nullptr) << "served before stage 3";
+  lgc.Freeze();
+  auto plan = autoencoder::ParseLgcSpec(spec).value().value();
+  auto codec = codecs::MakeCodec(plan.latent).value();
+  const auto& dense = static_cast<const codecs::DenseCodec&>(*codec);
+  auto client_ae = [&](const std::string& id) {
+    auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), {}).value();
+    EXPECT_TRUE(ae->LoadEncoder(lgc.EncoderBytes()).ok());
+    auto blob = lgc.Decoder(id);
+    EXPECT_NE(blob, nullptr);
+    if (blob) {
+      EXPECT_TRUE(ae->LoadDecoder(id, blob->bytes).ok());
+    }
+    return ae;
+  };
+  const std::vector<float> zeros(k, 0.0f);
+  // The leader: the latent of its top-k, then its own prediction from the latent as the
+  // coordinator will decode it.
+  const std::vector<float> u0b = Gaussian(kDim, 4);
+  auto ae0 = client_ae("c0");
+  autoencoder::LeaderPayload l3;
+  l3.support = autoencoder::SelectSupport(u0b, k);
+  const std::vector<float> w0 = autoencoder::Gather(u0b, l3.support);
+  std::vector<float> normalized = w0;
+  for (float& x : normalized) x /= autoencoder::RmsScale(w0);
+  l3.latent = ae0->Encode(normalized).value();
+  l3.innovation = zeros;
+  auto view = [](const std::string& b) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  };
+  const std::string first = autoencoder::EncodeLeader(l3, kDim, dense, 3, true).value();
+  const auto z =
+      autoencoder::DecodeLeader(view(first), kDim, dense, l3.latent.size(), true)->latent;
+  const auto pushed = lgc.LeaderPayloadBytes(3, view(first)).value();
+  EXPECT_EQ(pushed.latent, std::string(reinterpret_cast<const char*>(z.data()), z.size() * 4));
+  EXPECT_EQ(pushed.support, std::string(reinterpret_cast<const char*>(l3.support.data()), k * 4));
+  const auto c0 = autoencoder::Correct(w0, ae0->Decode("c0", z, zeros).value(), k_inn);
+  l3.scale = c0.gain;
+  l3.step = c0.step;
+  l3.innovation = c0.innovation;
+  // The follower: its values on the leader's support, predicted from the pushed latent.
+  auto ae1 = client_ae("c1");
+  const std::vector<float> w1 = autoencoder::Gather(u1, l3.support);
+  const auto c1 = autoencoder::Correct(w1, ae1->Decode("c1", z, zeros).value(), k_inn);
+  const uint32_t ref = autoencoder::ReferenceOf(l3.support, z);
+  std::map<std::string, RoundEngine::Payload> p3;
+  p3["c0"] = {std::string(autoencoder::kLeaderSpec),
+              autoencoder::EncodeLeader(l3, kDim, dense, 3, true).value(), 1};
+  p3["c1"] = {std::string(autoencoder::kCorrectionSpec),
+              autoencoder::EncodeCorrection(ref, c1.gain, c1.step, c1.innovation).value(), 3};
+  p3["c2"] = {std::string(autoencoder::kCorrectionSpec),
+              autoencoder::EncodeCorrection(ref ^ 1, c1.gain, c1.step, c1.innovation).value(), 5};
+  for (const auto& [id, p] : p3) EXPECT_TRUE(lgc.Validate(3, p.spec, view(p.body)).ok()) << id;
+  const std::string inn = autoencoder::EncodeInnovation(c1.innovation, 1.0f).value();
+  EXPECT_FALSE(lgc.Validate(3, autoencoder::kInnovationSpec, view(inn)).ok());
+  auto out = lgc.Aggregate(3, "c0", p3);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->counted, (std::set<std::string>{"c0", "c1"}));
+  double miss0 = 0, norm0 = 0;
+  for (size_t j = 0; j < k; ++j) {
+    const float mean = static_cast<float>((1.0 * c0.sent[j] + 3.0 * c1.sent[j]) / 4.0);
+    EXPECT_EQ(out->delta[l3.support[j]], mean) << j;
+    miss0 += (w0[j] - c0.sent[j]) * (w0[j] - c0.sent[j]);
+    norm0 += w0[j] * w0[j];
+  }
+  EXPECT_LT(miss0, norm0);
+  EXPECT_EQ(Floats(lgc.Echo("c1", 3)), c1.sent);
+  // Decoders are per client, and the blob is the one a client loads.
+  EXPECT_NE(lgc.Decoder("c0")->bytes, lgc.Decoder("c1")->bytes);
+  EXPECT_EQ(lgc.Decoder("c1"), lgc.Decoder("c1"));
 }
 
 TEST(LgcDriver, WithoutEchoItKeepsNone) {

@@ -1,7 +1,8 @@
 // LGC over the real service (mTLS, processes): a job passes through its three stages
 // (warm-up, autoencoder training, compressed), also when the coordinator is SIGKILLed
 // during the training stage and restarted; and a compressed round whose leader vanishes
-// completes under a promoted leader.
+// completes under a promoted leader; the same with predict=1, where followers wait for
+// the leader's latent, also across a follower killed and restarted.
 #include <signal.h>
 
 #include <filesystem>
@@ -85,6 +86,24 @@ std::vector<std::string> CoordinatorArgs(const coordinator::CoordinatorOptions& 
   return argv;
 }
 
+// Per compressed round: how many leaders and followers logged |v - sent| / |v|, all of
+// which must be below `limit`.
+void CountMisses(const std::string& dir, int n, double limit, std::map<uint64_t, int>* leaders,
+                 std::map<uint64_t, int>* followers) {
+  for (int i = 0; i < n; ++i) {
+    std::ifstream in(dir + "/clients/client-" + std::to_string(i) + ".rounds.jsonl");
+    std::string l;
+    while (std::getline(in, l)) {
+      const size_t e = l.find("\"lgc_relative_error\": ");
+      if (e == std::string::npos) continue;
+      const double rel = std::stod(l.substr(e + 22));
+      EXPECT_TRUE(rel >= 0 && rel < limit) << l;
+      const uint64_t round = std::stoull(l.substr(l.find("\"round\": ") + 9));
+      ++(*(l.find("\"lgc_leader\": 1") != std::string::npos ? leaders : followers))[round];
+    }
+  }
+}
+
 TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   const int n = 3;
   const std::string dir = FreshDir("lgc_stages");
@@ -130,18 +149,7 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   // echo=1: in rounds 6 and 7 each client fetched the reconstruction of its update of the
   // round before and logged its relative error (a leader's and two followers' per round).
   std::map<uint64_t, int> leaders, followers;
-  for (int i = 0; i < n; ++i) {
-    std::ifstream in(dir + "/clients/client-" + std::to_string(i) + ".rounds.jsonl");
-    std::string l;
-    while (std::getline(in, l)) {
-      const size_t e = l.find("\"lgc_relative_error\": ");
-      if (e == std::string::npos) continue;
-      const double rel = std::stod(l.substr(e + 22));
-      EXPECT_TRUE(rel >= 0 && rel < 10) << l;
-      const uint64_t round = std::stoull(l.substr(l.find("\"round\": ") + 9));
-      ++(l.find("\"lgc_leader\": 1") != std::string::npos ? leaders : followers)[round];
-    }
-  }
+  CountMisses(dir, n, 10, &leaders, &followers);
   for (uint64_t r : {5, 6}) {
     EXPECT_EQ(leaders[r], 1) << "round " << r;
     EXPECT_EQ(followers[r], n - 1) << "round " << r;
@@ -151,14 +159,54 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   EXPECT_FALSE(std::filesystem::exists(o.state_dir + "/lgc-4.bin"));
 }
 
-TEST(Lgc, ACompressedRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
+TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledAndRestarted) {
+  // predict=1: followers wait for the leader's latent, predict their values from it with
+  // their own decoders and send gain + innovation; each keeps its miss (< |v|). A follower
+  // SIGKILLed in a compressed round comes back from its state (waiting or not) and counts.
   const int n = 3;
-  const std::string dir = FreshDir("lgc_promote");
+  const std::string dir = FreshDir("lgc_predict");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 8;  // 1 warm-up, 3 training, 4 compressed
+  const int port = FreePort();
+  const auto argv = CoordinatorArgs(
+      o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1,predict=1)");
+  ChildProcess coord(argv, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  WaitForRounds(o.state_dir, 5);
+  clients[2]->Kill(SIGKILL);
+  EXPECT_EQ(clients[2]->Wait(seconds(10)), 128 + SIGKILL);
+  clients[2] = SpawnEdge(dir, certs, 2, n, port);
+  EXPECT_EQ(coord.Wait(seconds(180)), 0) << "the job did not finish";
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+  const auto lines = ReadRounds(o.state_dir);
+  ASSERT_EQ(lines.size(), 8u);
+  for (size_t i = 4; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].stage, 3) << "round " << i + 1;
+    EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
+  }
+  EXPECT_GT(lines.back().accuracy, 0.8);
+  // Sends: the leader's latent and indices, everyone's gain and 10% of the support.
+  EXPECT_GT(double(lines[6].raw) / lines[6].uplink, 50);
+  std::map<uint64_t, int> leaders, followers;
+  CountMisses(dir, n, 1.0 + 1e-6, &leaders, &followers);
+  for (uint64_t r : {5, 7, 8}) {  // round 6 may have lost a log line to the kill
+    EXPECT_EQ(leaders[r], 1) << "round " << r;
+    EXPECT_EQ(followers[r], n - 1) << "round " << r;
+  }
+}
+
+// The leader of round 5 (the first compressed one) is killed; `codec` is the job's.
+void PromotedLeaderRun(const std::string& name, const std::string& codec) {
+  const int n = 3;
+  const std::string dir = FreshDir(name);
   const std::string certs = MakeCerts(dir, n);
   auto o = CoordinatorDefaults(dir, certs);
   o.rounds = 6;  // 1 warm-up, 3 training, 2 compressed
   const int port = FreePort();
   auto argv = CoordinatorArgs(o, port, 2, "--lgc-leader=client-0");
+  argv.push_back("--codec=" + codec);
   argv.push_back("--round-timeout=20");  // the vanished leader's round closes at its deadline
   ChildProcess coord(argv, dir + "/coordinator.log");
   // client-0, the configured leader, sits behind a slow link: it is still downloading
@@ -188,6 +236,16 @@ TEST(Lgc, ACompressedRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
   auto log = core::ReadFileIfExists(dir + "/coordinator.log");
   ASSERT_TRUE(log.ok() && log->has_value());
   EXPECT_NE((*log)->find("round 5: leader client-"), std::string::npos) << "no promotion logged";
+}
+
+TEST(Lgc, ACompressedRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
+  PromotedLeaderRun("lgc_promote", "lgc(ratio=0.01,train=3,ae_steps=5)");
+}
+
+TEST(Lgc, PredictiveFollowersWaitingForAVanishedLeadersLatentGetAPromotedOnes) {
+  // A waiting follower is promoted (its values become a leader payload) and the other
+  // follower predicts from the new leader's latent.
+  PromotedLeaderRun("lgc_promote_predict", "lgc(ratio=0.01,train=3,ae_steps=5,predict=1)");
 }
 
 }  // namespace

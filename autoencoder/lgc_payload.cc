@@ -108,12 +108,18 @@ absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
 }
 
 // predict=1: f32 gain, f32 step, u32 count, positions, int8 values (lgc_payload.h).
-absl::Status AppendGainInnovation(float gain, float step, std::span<const float> innovation,
-                                  std::string* out) {
-  if (absl::Status st = CheckScale(gain, true); !st.ok()) return st;
-  if (!std::isfinite(step) || step < 0) {
+absl::Status CheckStep(float step) {
+  // 127 steps must stay finite: the largest value rebuilt is 127 * step.
+  if (!std::isfinite(step) || step < 0 || !std::isfinite(127.0f * step)) {
     return absl::InvalidArgumentError("lgc payload: innovation step not finite and >= 0");
   }
+  return absl::OkStatus();
+}
+
+absl::Status AppendGainInnovation(float gain, float step, uint32_t sent_crc,
+                                  std::span<const float> innovation, std::string* out) {
+  if (absl::Status st = CheckScale(gain, true); !st.ok()) return st;
+  if (absl::Status st = CheckStep(step); !st.ok()) return st;
   std::vector<uint64_t> pos;
   std::string q;
   for (size_t j = 0; j < innovation.size(); ++j) {
@@ -128,6 +134,7 @@ absl::Status AppendGainInnovation(float gain, float step, std::span<const float>
   }
   PutScalar<float>(out, gain);
   PutScalar<float>(out, step);
+  PutScalar<uint32_t>(out, sent_crc);
   PutScalar<uint32_t>(out, static_cast<uint32_t>(pos.size()));
   PutPacked(out, pos, BitsFor(innovation.size()));
   *out += q;
@@ -135,12 +142,15 @@ absl::Status AppendGainInnovation(float gain, float step, std::span<const float>
 }
 
 absl::Status ReadGainInnovation(ByteReader* c, size_t length, float* gain, float* step,
-                                std::vector<float>* innovation) {
+                                uint32_t* sent_crc, std::vector<float>* innovation) {
   uint32_t count = 0;
-  if (!c->Get(gain) || !c->Get(step) || !c->Get(&count)) return Truncated("innovation header");
+  if (!c->Get(gain) || !c->Get(step) || !c->Get(sent_crc) || !c->Get(&count)) {
+    return Truncated("innovation header");
+  }
   if (absl::Status st = CheckScale(*gain, true); !st.ok()) return st;
-  if (!std::isfinite(*step) || *step < 0 || (count > 0 && *step == 0)) {
-    return absl::InvalidArgumentError("lgc payload: innovation step not finite and > 0");
+  if (absl::Status st = CheckStep(*step); !st.ok()) return st;
+  if (count > 0 && *step == 0) {
+    return absl::InvalidArgumentError("lgc payload: innovation values with a zero step");
   }
   std::vector<uint64_t> pos;
   std::span<const uint8_t> raw;
@@ -236,7 +246,8 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
   PutScalar<uint32_t>(&out, static_cast<uint32_t>(latent.size()));
   out += latent;
   if (predict) {
-    if (absl::Status st = AppendGainInnovation(p.scale, p.step, p.innovation, &out); !st.ok()) {
+    if (absl::Status st = AppendGainInnovation(p.scale, p.step, p.sent_crc, p.innovation, &out);
+        !st.ok()) {
       return st;
     }
   } else {
@@ -276,7 +287,8 @@ absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64
   p.latent.assign(latent_size, 0.0f);
   if (absl::Status st = latent_codec.DecodeBody(latent, p.latent); !st.ok()) return st;
   if (predict) {
-    if (absl::Status st = ReadGainInnovation(&c, length, &p.scale, &p.step, &p.innovation);
+    if (absl::Status st =
+            ReadGainInnovation(&c, length, &p.scale, &p.step, &p.sent_crc, &p.innovation);
         !st.ok()) {
       return st;
     }
@@ -343,6 +355,7 @@ Correction Correct(std::span<const float> v, std::span<const float> prediction, 
     x = static_cast<float>(q) * c.step;
   }
   c.sent = Rebuild(c.gain, prediction, c.innovation);
+  c.sent_crc = SentCrc(c.sent);
   return c;
 }
 
@@ -373,25 +386,31 @@ absl::StatusOr<ReferencedValues> DecodeReferencedValues(std::span<const uint8_t>
   return out;
 }
 
-absl::StatusOr<std::string> EncodeCorrection(uint32_t reference, float gain, float step,
-                                             std::span<const float> innovation) {
+absl::StatusOr<std::string> EncodeCorrection(const Correction& c) {
   std::string out;
-  PutScalar<uint32_t>(&out, reference);
-  if (absl::Status st = AppendGainInnovation(gain, step, innovation, &out); !st.ok()) return st;
-  return out;
-}
-
-absl::StatusOr<CorrectionPart> DecodeCorrection(std::span<const uint8_t> body, size_t length) {
-  ByteReader c(body);
-  CorrectionPart part;
-  float step = 0;
-  if (!c.Get(&part.reference)) return Truncated("correction header");
-  if (absl::Status st = ReadGainInnovation(&c, length, &part.gain, &step, &part.innovation);
+  PutScalar<uint32_t>(&out, c.reference);
+  if (absl::Status st = AppendGainInnovation(c.gain, c.step, c.sent_crc, c.innovation, &out);
       !st.ok()) {
     return st;
   }
-  if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
-  return part;
+  return out;
+}
+
+absl::StatusOr<Correction> DecodeCorrection(std::span<const uint8_t> body, size_t length) {
+  ByteReader r(body);
+  Correction c;
+  if (!r.Get(&c.reference)) return Truncated("correction header");
+  if (absl::Status st =
+          ReadGainInnovation(&r, length, &c.gain, &c.step, &c.sent_crc, &c.innovation);
+      !st.ok()) {
+    return st;
+  }
+  if (!r.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
+  return c;
+}
+
+uint32_t SentCrc(std::span<const float> sent) {
+  return codecs::Crc32c(sent.data(), sent.size() * sizeof(float));
 }
 
 }  // namespace fedlgc::autoencoder

@@ -55,6 +55,7 @@ struct LeaderPayload {
   std::vector<float> innovation;  // length support.size()
   float scale = 1.0f;             // RmsScale of the leader's values; predict=1: the gain
   float step = 0;                 // predict=1: the innovation's 8-bit step
+  uint32_t sent_crc = 0;          // predict=1: SentCrc of what the leader expects rebuilt
 };
 
 struct InnovationPart {
@@ -82,25 +83,32 @@ absl::StatusOr<InnovationPart> DecodeInnovation(std::span<const uint8_t> body, s
 std::vector<float> Rebuild(float gain, std::span<const float> prediction,
                            std::span<const float> innovation);
 
+// What a predict=1 client sends of its values v on the support, given the prediction p of
+// them (the decoder's output for the round's latent): a gain, an innovation in 8 bits, and
+// the CRC32C of what they rebuild to, so the coordinator can tell when its rebuild is not
+// the client's (another libtorch build, say).
 struct Correction {
+  uint32_t reference = 0;         // followers: the leader payload it was made against
   float gain = 0;                 // <v, p> / |p|^2 (0 when p = 0)
   float step = 0;                 // the innovation's 8-bit step: max |innovation| / 127
+  uint32_t sent_crc = 0;          // SentCrc(sent)
   std::vector<float> innovation;  // the k_inn largest |v - gain p|, rounded to the step
-  std::vector<float> sent;        // Rebuild(gain, p, innovation)
+  std::vector<float> sent;        // Rebuild(gain, p, innovation); not sent
 };
-// The client's side: v - sent is its new residual on the support, and |v - sent| <= |v|
-// up to the innovation's rounding (at most step / 2 per value).
+// The client's side (reference 0): v - sent is its new residual on the support, and
+// |v - sent| <= |v| (the rounding can only leave an entry's miss smaller).
 Correction Correct(std::span<const float> v, std::span<const float> prediction, size_t k_inn);
+uint32_t SentCrc(std::span<const float> sent);
 
-// Correction body: u32 reference of the leader payload it was predicted from (the
-// coordinator decodes it with that latent or not at all), f32 gain, f32 step, u32 count,
-// positions at ceil(log2 L) bits each (ascending), count int8 values (value = q * step,
-// q in [-127, 127], never 0).
-struct CorrectionPart {
-  uint32_t reference = 0;
-  float gain = 0;
-  std::vector<float> innovation;
-};
+// Correction body: u32 reference, f32 gain, f32 step, u32 sent_crc, u32 count, positions at
+// ceil(log2 L) bits each (ascending), count int8 values (value = q * step, q in
+// [-127, 127], never 0). A leader's predict=1 body ends with the same, less the reference.
+// Refuses an innovation value that is not a nonzero multiple q * step, |q| <= 127, and a
+// step whose 127 multiples are not finite.
+absl::StatusOr<std::string> EncodeCorrection(const Correction& c);
+// The wire fields (sent stays empty).
+absl::StatusOr<Correction> DecodeCorrection(std::span<const uint8_t> body, size_t length);
+
 // predict=1: what names a leader payload: the CRC32C of its support (u32s, in support
 // order) followed by its latent (floats; none in stage 2). Followers send it with their
 // values and corrections; the coordinator decodes each against the payload it names.
@@ -115,11 +123,6 @@ struct ReferencedValues {
 // Refuses another length than `length` values and non-finite values.
 absl::StatusOr<ReferencedValues> DecodeReferencedValues(std::span<const uint8_t> body,
                                                         size_t length);
-
-// Refuses an innovation value that is not a nonzero multiple q * step, |q| <= 127.
-absl::StatusOr<std::string> EncodeCorrection(uint32_t reference, float gain, float step,
-                                             std::span<const float> innovation);
-absl::StatusOr<CorrectionPart> DecodeCorrection(std::span<const uint8_t> body, size_t length);
 
 }  // namespace fedlgc::autoencoder
 

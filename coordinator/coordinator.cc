@@ -399,6 +399,7 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
       << "\", \"ae_reconstruction\": " << rep.ae_reconstruction
       << ", \"ae_similarity\": " << rep.ae_similarity
       << ", \"lgc_values_cosine\": " << rep.lgc_values_cosine
+      << ", \"lgc_rebuild_mismatches\": " << rep.lgc_rebuild_mismatches
       << ", \"ae_seconds\": " << rep.ae_seconds << ", \"mode\": \"" << o.mode
       << "\", \"lsgd_leader\": \"" << rep.lsgd_leader
       << "\", \"sgp_consensus_distance\": " << rep.sgp_consensus_distance << "}\n";

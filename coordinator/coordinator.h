@@ -85,6 +85,7 @@ struct RoundReport {
   std::string lgc_leader;
   double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: the step's losses
   double lgc_values_cosine = -2;                      // stage 2 (see LgcDriver::Outcome)
+  int lgc_rebuild_mismatches = 0;                     // predict=1, stage 3 (the same)
   double ae_seconds = 0;                              // stage 2: time of the step
   std::string lsgd_leader;                            // LSGD: the global leader
   std::map<std::string, double> lsgd_losses;          // LSGD: the reported running losses
@@ -137,14 +138,16 @@ class Coordinator {
   // the earliest (a reconnect is briefly absent).
   std::set<std::string> Vanished(const std::set<std::string>& watched, Clock::time_point since);
   void WakeUp();
-  // LGC: the leader among `participants` (--lgc-leader, else the best measured link),
-  // skipping `tried`; empty when none is left.
-  // LGC predict=1: once a leader payload is in, sends its latent to the other participants
-  // (LgcLatent) and keeps it for RoundStart; *pushed names the payload's sender.
+  // LGC predict=1: once a payload of one of `leaders` (`leader` first) is in, sends its
+  // support and latent to the other participants (LgcLatent) and keeps them for RoundStart;
+  // *pushed names the payload's sender.
   absl::Status PushLgcLatent(uint64_t round, const std::string& leader,
+                             const std::set<std::string>& leaders,
                              const std::vector<std::string>& participants,
                              const std::map<std::string, RoundEngine::Payload>& payloads,
                              std::string* pushed);
+  // LGC: the leader among `participants` (--lgc-leader, else the best measured link),
+  // skipping `tried`; empty when none is left.
   std::string ChooseLeader(const std::vector<std::string>& participants,
                            const std::set<std::string>& tried) const;
   void DecorateRoundStart(const std::string& client, protos::RoundStart* s);

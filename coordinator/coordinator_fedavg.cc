@@ -52,14 +52,17 @@ void Coordinator::DecorateRoundStart(const std::string& client, protos::RoundSta
 }
 
 absl::Status Coordinator::PushLgcLatent(uint64_t round, const std::string& leader,
+                                        const std::set<std::string>& leaders,
                                         const std::vector<std::string>& participants,
                                         const std::map<std::string, RoundEngine::Payload>& payloads,
                                         std::string* pushed) {
-  // The leader's latent, or any leader payload's (a former leader's resumed upload).
+  // The leader's payload, or a former leader's of this round (it was promoted over, then
+  // delivered); never a leader payload from a client that was not asked to lead.
   auto from = payloads.find(leader);
   if (from == payloads.end() || from->second.spec != autoencoder::kLeaderSpec) {
-    from = std::find_if(payloads.begin(), payloads.end(),
-                        [](const auto& p) { return p.second.spec == autoencoder::kLeaderSpec; });
+    from = std::find_if(payloads.begin(), payloads.end(), [&](const auto& p) {
+      return p.second.spec == autoencoder::kLeaderSpec && leaders.count(p.first) > 0;
+    });
   }
   if (from == payloads.end()) return absl::OkStatus();
   const std::string& body = from->second.body;
@@ -116,7 +119,7 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
     return st;
 
   const auto opened = Clock::now();
-  auto leader_seen = opened;
+  auto leader_seen = opened, asked = opened;
   std::string latent_pushed;  // predict=1: who gave the round's latent
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -133,7 +136,8 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
       const bool delivered =
           payloads.count(leader) && payloads.at(leader).spec == autoencoder::kLeaderSpec;
       if (lgc_->predicts() && latent_pushed.empty()) {
-        if (absl::Status st = PushLgcLatent(round, leader, connected, payloads, &latent_pushed);
+        if (absl::Status st =
+                PushLgcLatent(round, leader, tried, connected, payloads, &latent_pushed);
             !st.ok()) {
           return st;
         }
@@ -143,7 +147,8 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
         leader_seen = Clock::now();
       }
       const bool gone = Clock::now() - leader_seen > std::chrono::seconds(3);
-      const bool late = Clock::now() - opened > (deadline - opened) / 2;
+      // Each leader gets half of the time left when it was asked.
+      const bool late = Clock::now() - asked > (deadline - asked) / 2;
       std::string next;
       // predict=1: a latent on its way from another leader payload serves as well.
       if (!delivered && latent_pushed.empty() && (gone || late)) {
@@ -158,6 +163,7 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
         tried.insert(next);
         leader = next;
         leader_seen = Clock::now();
+        asked = leader_seen;
         lgc_round_.leader = next;
         lock.unlock();
         protos::ServerEvent e;
@@ -178,12 +184,15 @@ absl::Status Coordinator::RunFedAvgRound(const std::vector<std::string>& connect
   if (stage >= 2) {
     engine_->Freeze();
     const auto t0 = Clock::now();
-    auto outcome = lgc_->Aggregate(round, leader, engine_->Payloads());
+    // predict=1: the leader whose support and latent went out is the round's.
+    if (!latent_pushed.empty()) leader = latent_pushed;
+    auto outcome = lgc_->Aggregate(round, leader, engine_->Payloads(), &tried);
     if (!outcome.ok()) return outcome.status();
     rep.ae_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     rep.ae_reconstruction = outcome->ae_reconstruction;
     rep.ae_similarity = outcome->ae_similarity;
     rep.lgc_values_cosine = outcome->values_cosine;
+    rep.lgc_rebuild_mismatches = outcome->rebuild_mismatches;
     rep.lgc_leader = leader;
     last_leader_ = leader;
     commit = engine_->CommitWith(outcome->delta, outcome->counted);

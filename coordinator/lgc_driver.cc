@@ -1,7 +1,9 @@
 // The coordinator's side of an LGC job (see lgc_driver.h).
 #include "coordinator/lgc_driver.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "autoencoder/lgc_payload.h"
@@ -120,11 +122,15 @@ absl::Status LgcDriver::Validate(uint64_t round, std::string_view spec,
 
 absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     uint64_t round, const std::string& leader,
-    const std::map<std::string, RoundEngine::Payload>& payloads) {
+    const std::map<std::string, RoundEngine::Payload>& payloads,
+    const std::set<std::string>* leaders) {
   const int stage = Stage(round);
   // predict=1: every leader payload is a reference (its support and latent) that follower
   // payloads name; without it, the round has one support (support_) and one latent.
   const bool predict = plan_.predict;
+  auto may_lead = [&](const std::string& c) {
+    return leaders ? leaders->count(c) > 0 : c == leader;
+  };
   Outcome out;
   out.delta.assign(dim_, 0.0f);
   // Per client: its values on the support (stage 2) or its innovation (stage 3).
@@ -134,6 +140,7 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     std::vector<float> v;    // values (stage 2) or innovation (stage 3)
     float scale = 1.0f;      // stage 3: the client's RMS of its values, or its gain
     uint32_t reference = 0;  // predict=1: the leader payload it was made against
+    uint32_t sent_crc = 0;   // predict=1, stage 3: the client's CRC32C of the rebuild
   };
   struct Reference {
     std::vector<uint32_t> support;
@@ -149,6 +156,9 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     const auto body =
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
     if (p.spec == autoencoder::kLeaderSpec) {
+      // predict=1: only the round's leaders (chosen or promoted) set a support for others;
+      // a leader payload from anyone else does not count (it goes back to its sender).
+      if (predict && !may_lead(client)) continue;
       const size_t n = stage == 2 ? k_ : latent_size_;
       auto lp = autoencoder::DecodeLeader(body, dim_, stage == 2 ? *fp32_ : *latent_codec_, n,
                                           stage == 3 && predict);
@@ -161,7 +171,8 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
       if (stage == 2) {
         items.push_back({client, p.num_samples, std::move(lp->latent), 1.0f, ref});
       } else {
-        items.push_back({client, p.num_samples, std::move(lp->innovation), lp->scale, ref});
+        items.push_back(
+            {client, p.num_samples, std::move(lp->innovation), lp->scale, ref, lp->sent_crc});
       }
       // The round's leader (or, without its payload, any leader payload) gives the latent
       // and the next support.
@@ -180,7 +191,8 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     } else if (predict) {
       auto c = autoencoder::DecodeCorrection(body, k_);
       if (c.ok()) {
-        items.push_back({client, p.num_samples, std::move(c->innovation), c->gain, c->reference});
+        items.push_back(
+            {client, p.num_samples, std::move(c->innovation), c->gain, c->reference, c->sent_crc});
       }
     } else {
       auto inn = autoencoder::DecodeInnovation(body, k_);
@@ -195,12 +207,21 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
     if (latent.empty()) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
     if (predict) {
-      // Rebuild gain * D_i(latent, 0) + innovation with the latent the client named.
+      // Rebuild gain * D_i(latent, 0) + innovation with the latent the client named, on
+      // the CPU as the client does (a CUDA convolution may round otherwise).
+      autoencoder::Autoencoder& cpu = cpu_ae_ ? *cpu_ae_ : *ae_;
       const std::vector<float> zeros(k_, 0.0f);
       for (Item& it : items) {
-        auto p = ae_->Decode(it.client, refs[it.reference].latent, zeros);
+        auto p = cpu.Decode(it.client, refs[it.reference].latent, zeros);
         if (!p.ok()) return p.status();
         it.v = autoencoder::Rebuild(it.scale, *p, it.v);
+        if (autoencoder::SentCrc(it.v) != it.sent_crc) {
+          ++out.rebuild_mismatches;
+          std::fprintf(stderr,
+                       "lgc: round %llu: %s's rebuild differs from what it computed (counted; "
+                       "its error feedback is off by the difference)\n",
+                       static_cast<unsigned long long>(round), it.client.c_str());
+        }
       }
     } else {
       // The autoencoder works on values divided by their RMS: the decoder gets the client's
@@ -213,6 +234,10 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
         for (float& x : it.v) x *= it.scale;
       }
     }
+    // A huge gain or scale can overflow: such an update is not counted.
+    std::erase_if(items, [](const Item& it) {
+      return !std::all_of(it.v.begin(), it.v.end(), [](float x) { return std::isfinite(x); });
+    });
     if (plan_.echo) {
       std::lock_guard<std::mutex> lock(echo_mu_);
       for (const Item& it : items) {
@@ -227,17 +252,20 @@ absl::StatusOr<LgcDriver::Outcome> LgcDriver::Aggregate(
                     [&](const auto& e) { return e.second->version + kEchoRounds < round; });
     }
   }
-  // The mean, each client's values placed on its support.
-  std::vector<double> sum(dim_, 0.0);
+  // The mean, each client's values placed on its support: one sum per support (one in all
+  // unless predict=1 had two leader payloads in the round).
   double total = 0;
+  for (const Item& it : items) total += static_cast<double>(it.samples);
+  std::map<uint32_t, std::vector<double>> sums;  // by reference (0 without predict=1)
   for (const Item& it : items) {
-    const std::vector<uint32_t>& support = predict ? refs[it.reference].support : support_;
-    total += static_cast<double>(it.samples);
-    for (uint64_t j = 0; j < k_; ++j) sum[support[j]] += static_cast<double>(it.samples) * it.v[j];
+    std::vector<double>& sum = sums[it.reference];
+    sum.resize(k_, 0.0);
+    for (uint64_t j = 0; j < k_; ++j) sum[j] += static_cast<double>(it.samples) * it.v[j];
     out.counted.insert(it.client);
   }
-  if (total > 0) {
-    for (uint64_t i = 0; i < dim_; ++i) out.delta[i] = static_cast<float>(sum[i] / total);
+  for (const auto& [ref, sum] : sums) {
+    const std::vector<uint32_t>& support = predict ? refs[ref].support : support_;
+    for (uint64_t j = 0; j < k_; ++j) out.delta[support[j]] += static_cast<float>(sum[j] / total);
   }
   // Training sees the clients' values on one support: the round leader's.
   if (predict) std::erase_if(items, [&](const Item& it) { return it.reference != main_ref; });
@@ -289,6 +317,18 @@ std::shared_ptr<const ModelBlob> LgcDriver::Echo(const std::string& client, uint
   auto it = echoes_.find(client);
   if (it == echoes_.end() || it->second->version != round) return nullptr;
   return it->second;
+}
+
+void LgcDriver::Freeze() {
+  std::lock_guard<std::mutex> lock(ae_mu_);
+  if (frozen_) return;
+  frozen_ = true;
+  if (!plan_.predict) return;
+  // predict=1 rebuilds what clients computed with their decoders on the CPU.
+  autoencoder::AeOptions cpu = ae_options_;
+  cpu.device = "cpu";
+  auto copy = autoencoder::Autoencoder::Deserialize(ae_->Serialize(), cpu);
+  if (copy.ok()) cpu_ae_ = std::move(copy).value();
 }
 
 std::shared_ptr<const ModelBlob> LgcDriver::Decoder(const std::string& client) {

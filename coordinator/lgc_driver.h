@@ -37,8 +37,9 @@ class LgcDriver {
 
   int Stage(uint64_t round) const { return autoencoder::LgcStage(plan_, round, warmup_); }
   bool predicts() const { return plan_.predict; }
-  // Stage 3 has begun: the autoencoder stops training and decoders may be served.
-  void Freeze() { frozen_ = true; }
+  // Stage 3 has begun: the autoencoder stops training and decoders may be served; with
+  // predict=1 a CPU copy of it rebuilds the clients' predictions (see Aggregate).
+  void Freeze();
   uint64_t k() const { return k_; }
   uint64_t k_innovation() const { return k_inn_; }
   // The support of the next round, u32 little-endian in support order.
@@ -68,11 +69,17 @@ class LgcDriver {
     // Stage 2: the mean cosine similarity of two clients' values on the support (-2 with
     // fewer than two clients): how much of one client's values another's latent can carry.
     double values_cosine = -2;
+    // predict=1, stage 3: rebuilds that differ from what the client computed (another
+    // libtorch build or CPU kernel): counted, but that client's error feedback is off.
+    int rebuild_mismatches = 0;
   };
   // Aggregates the payloads of a stage-2 or stage-3 round (leader: the round's leader
-  // now) and moves the support on; stage 2 takes one autoencoder step.
+  // now) and moves the support on; stage 2 takes one autoencoder step. predict=1: only
+  // leader payloads from `leaders` (nullptr: from `leader`) count and can be named; a
+  // stage-3 rebuild whose CRC32C differs from the client's is counted and reported.
   absl::StatusOr<Outcome> Aggregate(uint64_t round, const std::string& leader,
-                                    const std::map<std::string, RoundEngine::Payload>& payloads);
+                                    const std::map<std::string, RoundEngine::Payload>& payloads,
+                                    const std::set<std::string>* leaders = nullptr);
   // Stage 3: `client`'s reconstruction of its values in its last counted round, in support
   // order (float32), as blob "lgc-echo" of that round, kept with echo=1; nullptr when not
   // kept. The client measures how far it is from what it sent. Thread-safe.
@@ -97,9 +104,10 @@ class LgcDriver {
   size_t latent_size_ = 0;
   mutable std::mutex ae_mu_;  // guards ae_ and decoders_: blobs are served from RPC threads
   std::unique_ptr<autoencoder::Autoencoder> ae_;
+  std::unique_ptr<autoencoder::Autoencoder> cpu_ae_;  // predict=1, after Freeze()
   std::map<std::string, std::shared_ptr<const ModelBlob>> decoders_;
-  std::atomic<bool> frozen_{false};
-  std::vector<uint32_t> support_;  // of the next round
+  std::atomic<bool> frozen_{false};  // set under ae_mu_
+  std::vector<uint32_t> support_;    // of the next round
   uint64_t ae_steps_ = 0;
   mutable std::mutex echo_mu_;
   std::map<std::string, std::shared_ptr<const ModelBlob>> echoes_;  // version = round

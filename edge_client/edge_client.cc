@@ -306,7 +306,7 @@ absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
     // got its leader's support has no chunk: its update is all in the residual already).
     if (counted.empty() || !counted[0]) {
       if (absl::Status st = RestorePending(p); !st.ok()) return st;
-      lost = 1;
+      lost = counted.size();
     } else if (p.lgc_stage == 3) {
       // Kept whatever the plan says (after a restart the receipt comes before the round
       // that names the plan); MeasureLgcEcho drops it when the job has no echo.

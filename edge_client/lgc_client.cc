@@ -37,6 +37,14 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
   lgc_encoder_version_ = start.lgc_encoder_version();
   if (!state_.pending) {
     if (absl::Status st = MeasureLgcEcho(); !st.ok()) return st;
+    if (predict && start.lgc_stage() == 3) {
+      // Off the round's critical path: a follower needs its decoder once the leader's
+      // latent arrives, a leader with its own (fetched below with the encoder).
+      const absl::Status st = EnsureDecoder(start.lgc_encoder_version(),
+                                            lgc_plan_->SupportSize(model_->dim()), round_deadline_);
+      if (absl::IsDeadlineExceeded(st)) return absl::OkStatus();
+      if (!st.ok()) return st;
+    }
     auto update = TrainRound(start, round_deadline_);
     if (!update.ok()) return update.status();
     if (update->empty()) return absl::OkStatus();
@@ -52,6 +60,8 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
       // in the residual until then, nothing is taken out for a support yet.
       state_.residual = std::move(u);
       if (codec_) codec_->SetResidual(state_.residual);
+      std::fprintf(stderr, "%s: round %llu: waiting for the leader's support\n",
+                   options_.client_id.c_str(), static_cast<unsigned long long>(p.round));
       state_.pending = std::move(p);
       if (absl::Status st = Persist(); !st.ok()) return st;
     } else {
@@ -68,11 +78,8 @@ absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
       p.lgc_values = autoencoder::Gather(u, p.lgc_support);
       if (p.lgc_stage == 3 && start.lgc_leader()) {
         // Fetched before the clock starts: the encode time is the encoder's, not the link's.
-        absl::Status st =
+        const absl::Status st =
             EnsureEncoder(start.lgc_encoder_version(), p.lgc_support.size(), round_deadline_);
-        if (st.ok() && predict) {
-          st = EnsureDecoder(start.lgc_encoder_version(), p.lgc_support.size(), round_deadline_);
-        }
         if (absl::IsDeadlineExceeded(st)) return absl::OkStatus();
         if (!st.ok()) return st;
       }
@@ -140,7 +147,7 @@ absl::Status EdgeClient::HandleLgcLatent(const protos::LgcLatent& latent) {
   }
   const std::string& bytes = latent.latent();
   std::vector<float> z(bytes.size() / 4);
-  std::memcpy(z.data(), bytes.data(), z.size() * 4);
+  if (!z.empty()) std::memcpy(z.data(), bytes.data(), z.size() * 4);
   const uint32_t reference = autoencoder::ReferenceOf(support, z);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> v = autoencoder::Gather(state_.residual, support);
@@ -163,7 +170,8 @@ absl::Status EdgeClient::HandleLgcLatent(const protos::LgcLatent& latent) {
     auto prediction = decoder_->Decode(options_.client_id, z, std::vector<float>(k, 0.0f));
     if (!prediction.ok()) return prediction.status();
     autoencoder::Correction c = autoencoder::Correct(v, *prediction, lgc_plan_->InnovationSize(k));
-    auto encoded = autoencoder::EncodeCorrection(reference, c.gain, c.step, c.innovation);
+    c.reference = reference;
+    auto encoded = autoencoder::EncodeCorrection(c);
     if (!encoded.ok()) return encoded.status();
     spec = autoencoder::kCorrectionSpec;
     body = std::move(encoded).value();
@@ -194,6 +202,9 @@ void EdgeClient::LogLgcMiss(uint64_t round, std::span<const float> v, std::span<
   }
   const double rel = std::sqrt(ee / std::max(vv, 1e-30));
   if (!std::isfinite(rel)) return;
+  std::fprintf(stderr, "%s: round %llu: LGC reconstruction error %.3f (%s)\n",
+               options_.client_id.c_str(), static_cast<unsigned long long>(round), rel,
+               leader ? "leader" : "follower");
   AppendRoundLog(StrCat("{\"round\": ", round, ", \"lgc_relative_error\": ", rel,
                         ", \"lgc_leader\": ", leader ? 1 : 0, "}"));
 }
@@ -274,7 +285,8 @@ absl::Status EdgeClient::EnsureLgcWeights(bool decoder, uint64_t version, size_t
   auto bytes = DownloadBlob(decoder ? "lgc-decoder" : "encoder", version, deadline);
   if (!bytes.ok()) return bytes.status();
   autoencoder::AeOptions ao;
-  ao.device = device_;
+  // A decoder runs on the CPU, as the coordinator's rebuild of its output does.
+  ao.device = decoder ? "cpu" : device_;
   auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), ao);
   if (!ae.ok()) return ae.status();
   const absl::Status st =
@@ -333,6 +345,7 @@ absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
       const autoencoder::Correction c = autoencoder::Correct(p.lgc_values, *prediction, k_inn);
       lp.scale = c.gain;
       lp.step = c.step;
+      lp.sent_crc = c.sent_crc;
       lp.innovation = c.innovation;
       encoded = autoencoder::EncodeLeader(lp, model_->dim(), dense, p.round, true);
       if (!encoded.ok()) return encoded.status();

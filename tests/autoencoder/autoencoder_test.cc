@@ -169,7 +169,7 @@ TEST(Autoencoder, ADecoderTravelsByteExactAndDecodesAsAtTheCoordinator) {
   for (uint64_t step = 0; step < 3; ++step)
     ASSERT_TRUE(trained->TrainStep(Correlated(3, kL, step), step).ok());
   const auto clients = trained->clients();
-  ASSERT_FALSE(clients.empty());
+  ASSERT_GE(clients.size(), 2u);
   const std::string& me = clients[1];
   const std::string bytes = trained->SerializeDecoder(me);
   AeOptions o;

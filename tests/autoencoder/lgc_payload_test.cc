@@ -251,34 +251,48 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
     return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   };
   const auto p = Gaussian(100, 31);
-  const Correction c = Correct(Gaussian(100, 32), p, 9);
-  const std::string body = EncodeCorrection(0xdeadbeef, -0.75f, c.step, c.innovation).value();
-  // u32 reference + f32 gain + f32 step + u32 count + 9 positions of 7 bits + 9 int8 values.
-  EXPECT_EQ(body.size(), 4u + 4 + 4 + 4 + 8 + 9);
+  Correction c = Correct(Gaussian(100, 32), p, 9);
+  EXPECT_EQ(c.sent_crc, SentCrc(c.sent));
+  c.reference = 0xdeadbeef;
+  c.gain = -0.75f;  // a gain may be negative; a scale may not
+  const std::string body = EncodeCorrection(c).value();
+  // u32 reference, f32 gain, f32 step, u32 sent CRC, u32 count, 9 positions of 7 bits, 9
+  // int8 values.
+  EXPECT_EQ(body.size(), 4u + 4 + 4 + 4 + 4 + 8 + 9);
   auto back = DecodeCorrection(view(body), 100);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->reference, 0xdeadbeefu);
-  EXPECT_EQ(back->gain, -0.75f);              // a gain may be negative; a scale may not
+  EXPECT_EQ(back->gain, -0.75f);
+  EXPECT_EQ(back->step, c.step);
+  EXPECT_EQ(back->sent_crc, c.sent_crc);
   EXPECT_EQ(back->innovation, c.innovation);  // to the bit: the client's EF relies on it
+  EXPECT_TRUE(back->sent.empty());
   for (size_t n = 0; n < body.size(); ++n)
     EXPECT_FALSE(DecodeCorrection(view(body.substr(0, n)), 100).ok()) << n;
   EXPECT_FALSE(DecodeCorrection(view(body + "x"), 100).ok());
   EXPECT_FALSE(DecodeCorrection(view(body), 5).ok()) << "positions beyond the support";
-  EXPECT_FALSE(EncodeCorrection(1, NAN, c.step, c.innovation).ok());
-  EXPECT_FALSE(EncodeCorrection(1, INFINITY, c.step, c.innovation).ok());
-  EXPECT_FALSE(EncodeCorrection(1, 1.0f, -c.step, c.innovation).ok());
-  std::vector<float> off = c.innovation;
-  for (float& x : off) {
-    if (x != 0) {
-      x += 0.25f * c.step;  // off the grid
-      break;
+  auto refused = [&](auto change) {
+    Correction bad = c;
+    change(bad);
+    return !EncodeCorrection(bad).ok();
+  };
+  EXPECT_TRUE(refused([](Correction& b) { b.gain = NAN; }));
+  EXPECT_TRUE(refused([](Correction& b) { b.gain = INFINITY; }));
+  EXPECT_TRUE(refused([](Correction& b) { b.step = -b.step; }));
+  EXPECT_TRUE(refused([](Correction& b) { b.step = 1e38f; }));  // 127 steps overflow
+  EXPECT_TRUE(refused([](Correction& b) {
+    for (float& x : b.innovation) {
+      if (x != 0) {
+        x += 0.25f * b.step;  // off the grid
+        break;
+      }
     }
-  }
-  EXPECT_FALSE(EncodeCorrection(1, 1.0f, c.step, off).ok());
-  std::vector<float> big(100, 0.0f);
-  big[7] = 200 * c.step;  // beyond 127 steps
-  EXPECT_FALSE(EncodeCorrection(1, 1.0f, c.step, big).ok());
-  EXPECT_TRUE(EncodeCorrection(1, 1.0f, 0.0f, std::vector<float>(100, 0.0f)).ok());
+  }));
+  EXPECT_TRUE(refused([](Correction& b) { b.innovation[7] = 200 * b.step; }));  // > 127 steps
+  EXPECT_FALSE(refused([](Correction& b) {
+    b.step = 0;
+    b.innovation.assign(100, 0.0f);
+  }));
   // Hostile bytes: a zero or -128 value, a zero step with values, a NaN step.
   std::string zero_q = body;
   zero_q[body.size() - 1] = 0;
@@ -286,7 +300,7 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   std::string min_q = body;
   min_q[body.size() - 1] = static_cast<char>(0x80);
   EXPECT_FALSE(DecodeCorrection(view(min_q), 100).ok());
-  for (float bad : {0.0f, -1.0f, NAN}) {
+  for (float bad : {0.0f, -1.0f, NAN, 1e38f}) {
     std::string b = body;
     std::memcpy(b.data() + 8, &bad, 4);
     EXPECT_FALSE(DecodeCorrection(view(b), 100).ok()) << bad;
@@ -298,6 +312,7 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   lp.support = SelectSupport(u, 100);
   lp.innovation = c.innovation;
   lp.step = c.step;
+  lp.sent_crc = 99;
   lp.latent = Gaussian(20, 34);
   lp.scale = -2.0f;
   auto codec = LatentCodec("qsgd(bits=8,bucket=64)");
@@ -308,11 +323,11 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   ASSERT_TRUE(lb.ok()) << lb.status();
   EXPECT_EQ(lb->scale, -2.0f);
   EXPECT_EQ(lb->step, c.step);
+  EXPECT_EQ(lb->sent_crc, 99u);
   EXPECT_EQ(lb->innovation, c.innovation);
-  // Its innovation travels in 8 bits too: 9 values cost 9 bytes and a step, not 36.
-  EXPECT_EQ(leader.size(), EncodeLeader(lp, kDim, *codec, 1, true).value().size());
+  // Its innovation travels in 8 bits too: 9 values cost 9 bytes, a step and a CRC, not 36.
   lp.scale = 2.0f;
-  EXPECT_EQ(leader.size() + 36 - 9 - 4, EncodeLeader(lp, kDim, *codec, 1).value().size());
+  EXPECT_EQ(leader.size() + 36 - 9 - 8, EncodeLeader(lp, kDim, *codec, 1).value().size());
   for (size_t n = 0; n < leader.size(); ++n)
     EXPECT_FALSE(DecodeLeader(view(leader.substr(0, n)), kDim, *codec, 20, true).ok()) << n;
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "autoencoder/lgc_payload.h"
 #include "codecs/crc32c.h"
@@ -247,28 +248,41 @@ TEST(LgcDriver, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItNamed
   const auto c0 = autoencoder::Correct(w0, ae0->Decode("c0", z, zeros).value(), k_inn);
   l3.scale = c0.gain;
   l3.step = c0.step;
+  l3.sent_crc = c0.sent_crc;
   l3.innovation = c0.innovation;
-  // The follower: its values on the leader's support, predicted from the pushed latent.
-  auto ae1 = client_ae("c1");
-  const std::vector<float> w1 = autoencoder::Gather(u1, l3.support);
-  const auto c1 = autoencoder::Correct(w1, ae1->Decode("c1", z, zeros).value(), k_inn);
-  const uint32_t ref = autoencoder::ReferenceOf(l3.support, z);
+  // The followers: their values on the leader's support, predicted from the pushed latent.
+  auto follower = [&](const std::string& id, const std::vector<float>& u) {
+    auto ae = client_ae(id);
+    auto c = autoencoder::Correct(autoencoder::Gather(u, l3.support),
+                                  ae->Decode(id, z, zeros).value(), k_inn);
+    c.reference = autoencoder::ReferenceOf(l3.support, z);
+    return c;
+  };
+  const auto c1 = follower("c1", u1);
+  auto c2 = follower("c2", Gaussian(kDim, 5));
+  c2.reference ^= 1;  // names another latent: not counted
+  auto c3 = follower("c3", Gaussian(kDim, 6));
+  c3.sent_crc ^= 1;  // a rebuild the coordinator cannot match: counted, reported
   std::map<std::string, RoundEngine::Payload> p3;
   p3["c0"] = {std::string(autoencoder::kLeaderSpec),
               autoencoder::EncodeLeader(l3, kDim, dense, 3, true).value(), 1};
-  p3["c1"] = {std::string(autoencoder::kCorrectionSpec),
-              autoencoder::EncodeCorrection(ref, c1.gain, c1.step, c1.innovation).value(), 3};
-  p3["c2"] = {std::string(autoencoder::kCorrectionSpec),
-              autoencoder::EncodeCorrection(ref ^ 1, c1.gain, c1.step, c1.innovation).value(), 5};
+  for (const auto& [id, c, w] : {std::tuple{"c1", &c1, 3}, {"c2", &c2, 5}, {"c3", &c3, 2}}) {
+    p3[id] = {std::string(autoencoder::kCorrectionSpec), autoencoder::EncodeCorrection(*c).value(),
+              static_cast<uint64_t>(w)};
+  }
+  // A leader payload from a client that was not asked to lead counts for nothing.
+  p3["c4"] = {std::string(autoencoder::kLeaderSpec), p3["c0"].body, 7};
   for (const auto& [id, p] : p3) EXPECT_TRUE(lgc.Validate(3, p.spec, view(p.body)).ok()) << id;
   const std::string inn = autoencoder::EncodeInnovation(c1.innovation, 1.0f).value();
   EXPECT_FALSE(lgc.Validate(3, autoencoder::kInnovationSpec, view(inn)).ok());
   auto out = lgc.Aggregate(3, "c0", p3);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(out->counted, (std::set<std::string>{"c0", "c1"}));
+  EXPECT_EQ(out->counted, (std::set<std::string>{"c0", "c1", "c3"}));
+  EXPECT_EQ(out->rebuild_mismatches, 1);
   double miss0 = 0, norm0 = 0;
   for (size_t j = 0; j < k; ++j) {
-    const float mean = static_cast<float>((1.0 * c0.sent[j] + 3.0 * c1.sent[j]) / 4.0);
+    const float mean =
+        static_cast<float>((1.0 * c0.sent[j] + 3.0 * c1.sent[j] + 2.0 * c3.sent[j]) / 6.0);
     EXPECT_EQ(out->delta[l3.support[j]], mean) << j;
     miss0 += (w0[j] - c0.sent[j]) * (w0[j] - c0.sent[j]);
     norm0 += w0[j] * w0[j];

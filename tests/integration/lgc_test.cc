@@ -159,22 +159,40 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   EXPECT_FALSE(std::filesystem::exists(o.state_dir + "/lgc-4.bin"));
 }
 
-TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledAndRestarted) {
-  // predict=1: followers wait for the leader's latent, predict their values from it with
-  // their own decoders and send gain + innovation; each keeps its miss (< |v|). A follower
-  // SIGKILLed in a compressed round comes back from its state (waiting or not) and counts.
+TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
+  // predict=1: followers wait for the leader's support and latent, predict their values
+  // from it with their own decoders and send gain + innovation; each keeps its miss
+  // (< |v|). The leader sits behind a 150 ms link, so followers wait; one is SIGKILLed
+  // while it waits in a compressed round (its update is all in its persisted residual),
+  // restarted, and still counts.
   const int n = 3;
   const std::string dir = FreshDir("lgc_predict");
   const std::string certs = MakeCerts(dir, n);
   auto o = CoordinatorDefaults(dir, certs);
   o.rounds = 8;  // 1 warm-up, 3 training, 4 compressed
   const int port = FreePort();
-  const auto argv = CoordinatorArgs(
+  auto argv = CoordinatorArgs(
       o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1,predict=1)");
+  argv.push_back("--lgc-leader=client-0");
   ChildProcess coord(argv, dir + "/coordinator.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto proxy =
+      core::FaultProxy::Start("127.0.0.1", port, core::LinkSpec::Parse("delay=150ms").value(), 0);
+  ASSERT_TRUE(proxy.ok());
   std::vector<std::unique_ptr<ChildProcess>> clients;
-  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
-  WaitForRounds(o.state_dir, 5);
+  clients.push_back(SpawnEdge(dir, certs, 0, n, (*proxy)->port()));
+  for (int i = 1; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  const std::string victim_log = dir + "/client-2.log";
+  const auto until = std::chrono::steady_clock::now() + seconds(120);
+  for (;;) {
+    auto log = core::ReadFileIfExists(victim_log);
+    if (log.ok() && log->has_value() &&
+        (*log)->find("round 6: waiting for the leader's support") != std::string::npos) {
+      break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "client-2 never waited in round 6";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   clients[2]->Kill(SIGKILL);
   EXPECT_EQ(clients[2]->Wait(seconds(10)), 128 + SIGKILL);
   clients[2] = SpawnEdge(dir, certs, 2, n, port);
@@ -182,16 +200,17 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledAndRestarted) {
   for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
   const auto lines = ReadRounds(o.state_dir);
   ASSERT_EQ(lines.size(), 8u);
-  for (size_t i = 4; i < lines.size(); ++i) {
-    EXPECT_EQ(lines[i].stage, 3) << "round " << i + 1;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].leader, "client-0") << "round " << i + 1;
     EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
   }
+  EXPECT_EQ(lines[5].stage, 3);
   EXPECT_GT(lines.back().accuracy, 0.8);
   // Sends: the leader's latent and indices, everyone's gain and 10% of the support.
   EXPECT_GT(double(lines[6].raw) / lines[6].uplink, 50);
   std::map<uint64_t, int> leaders, followers;
   CountMisses(dir, n, 1.0 + 1e-6, &leaders, &followers);
-  for (uint64_t r : {5, 7, 8}) {  // round 6 may have lost a log line to the kill
+  for (uint64_t r : {5, 6, 7, 8}) {
     EXPECT_EQ(leaders[r], 1) << "round " << r;
     EXPECT_EQ(followers[r], n - 1) << "round " << r;
   }

@@ -4,8 +4,8 @@
 # fp32 and top-k reports it reuses when they exist). LGC runs warm up one round with
 # top-10% (8-bit values), train the autoencoder for 6 rounds, then compress; one run with
 # 8-bit and one with 4-bit latents, both with echo=1 (each client measures how well the
-# coordinator rebuilt its update). Prints a markdown table; ~9 minutes per run on the
-# 2-core build machine.
+# coordinator rebuilt its update), and the same two with predict=1. Prints a markdown
+# table; ~9-10 minutes per run on the 2-core build machine.
 #   bench/lgc.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,10 +22,14 @@ run fp32 fp32 "" "$@"
 run topk1_ef_q8 "topk(ratio=0.01,values=qsgd(bits=8))" "" "$@"
 run lgc_q8 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=8,bucket=64),echo=1)" "$warm" "$@"
 run lgc_q4 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=4,bucket=64),echo=1)" "$warm" "$@"
+# predict=1: two-phase rounds on the leader's fresh top-k, predictive coding, exact EF.
+pred="lgc(ratio=0.01,train=6,ae_steps=20,innovation=0.1,predict=1"
+run lgc_predict_q8 "$pred,latent=qsgd(bits=8,bucket=64))" "$warm" "$@"
+run lgc_predict_q4 "$pred,latent=qsgd(bits=4,bucket=64))" "$warm" "$@"
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-names = ["fp32", "topk1_ef_q8", "lgc_q8", "lgc_q4"]
+names = ["fp32", "topk1_ef_q8", "lgc_q8", "lgc_q4", "lgc_predict_q8", "lgc_predict_q4"]
 base = json.load(open(f"{out}/fp32.json"))["summary"]["uplink_bytes"]
 print("| run | final accuracy | uplink bytes | fewer than fp32 | compressed rounds | AE training s | "
       "reconstruction error, leader / followers | wall s |")

@@ -286,48 +286,6 @@ absl::Status EdgeClient::EnsureCodec(const std::string& spec) {
   return absl::OkStatus();
 }
 
-absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
-  if (!state_.pending || state_.pending->round != receipt.round()) return absl::OkStatus();
-  if (state_.pending->gossip) return HandleShareReceipt(receipt);
-  if (state_.pending->lead) {  // nothing to restore (see PendingUpdate::lead)
-    state_.pending.reset();
-    return Persist();
-  }
-  PendingUpdate& p = *state_.pending;
-  std::vector<bool> counted(p.frames.size(), false);
-  if (receipt.update_id() == p.update_id) {
-    for (uint32_t c : receipt.counted_chunks()) {
-      if (c < counted.size()) counted[c] = true;
-    }
-  }
-  uint64_t lost = 0;
-  if (p.lgc_stage > 0) {
-    // One chunk: it counted or the whole update goes back (a predict=1 follower that never
-    // got its leader's support has no chunk: its update is all in the residual already).
-    if (counted.empty() || !counted[0]) {
-      if (absl::Status st = RestorePending(p); !st.ok()) return st;
-      lost = counted.size();
-    } else if (p.lgc_stage == 3) {
-      // Kept whatever the plan says (after a restart the receipt comes before the round
-      // that names the plan); MeasureLgcEcho drops it when the job has no echo.
-      auto view = codecs::ParseFrame(p.frames[0], codecs::FrameLimits());
-      const bool leader = view.ok() && view->spec == autoencoder::kLeaderSpec;
-      state_.lgc_echo = {p.round, p.lgc_values, leader};
-    }
-  } else {
-    if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
-    for (size_t i = 0; i < p.frames.size(); ++i) {
-      if (counted[i]) continue;
-      if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
-      ++lost;
-    }
-    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
-  }
-  if (lost) metrics_->AddChunks(options_.client_id, "lost", lost);
-  state_.pending.reset();
-  return Persist();
-}
-
 void EdgeClient::ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -354,25 +312,6 @@ PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {
   p.update_id = rng_() | 1;
   p.num_samples = shard_.size();
   return p;
-}
-
-absl::Status EdgeClient::RestorePending(const PendingUpdate& p) {
-  if (p.lead) return absl::OkStatus();  // see PendingUpdate::lead
-  if (p.lgc_stage > 0) {
-    if (state_.residual.size() != model_->dim()) state_.residual.assign(model_->dim(), 0.0f);
-    for (size_t j = 0; j < p.lgc_support.size(); ++j) {
-      state_.residual[p.lgc_support[j]] += p.lgc_values[j];
-    }
-    // A codec used again later starts from this residual.
-    if (codec_) codec_->SetResidual(state_.residual);
-    return absl::OkStatus();
-  }
-  if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
-  for (const std::string& f : p.frames) {
-    if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
-  }
-  state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
-  return absl::OkStatus();
 }
 
 absl::Status EdgeClient::HandleRound(const protos::RoundStart& start) {

@@ -1,11 +1,14 @@
-// Resumable model download and chunked update upload of the edge client.
+// Resumable model download and chunked update upload of the edge client, and what the
+// round's receipt says of an upload.
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
 #include <set>
 #include <type_traits>
 
+#include "autoencoder/lgc_plan.h"
 #include "codecs/crc32c.h"
+#include "codecs/error_feedback.h"
 #include "codecs/frame.h"
 #include "codecs/str.h"
 #include "core/model.h"
@@ -205,6 +208,69 @@ absl::Status EdgeClient::UploadAs(std::chrono::system_clock::time_point deadline
     if (!Retryable(st.error_code())) return FromGrpc(st, "upload");
   }
   return absl::CancelledError("stopped");
+}
+
+// What a round's receipt says of the update in flight: chunks that did not count go back
+// into the residual.
+absl::Status EdgeClient::HandleReceipt(const protos::RoundReceipt& receipt) {
+  if (!state_.pending || state_.pending->round != receipt.round()) return absl::OkStatus();
+  if (state_.pending->gossip) return HandleShareReceipt(receipt);
+  if (state_.pending->lead) {  // nothing to restore (see PendingUpdate::lead)
+    state_.pending.reset();
+    return Persist();
+  }
+  PendingUpdate& p = *state_.pending;
+  std::vector<bool> counted(p.frames.size(), false);
+  if (receipt.update_id() == p.update_id) {
+    for (uint32_t c : receipt.counted_chunks()) {
+      if (c < counted.size()) counted[c] = true;
+    }
+  }
+  uint64_t lost = 0;
+  if (p.lgc_stage > 0) {
+    // One chunk: it counted or the whole update goes back (a predict=1 follower that never
+    // got its leader's support has no chunk: its update is all in the residual already).
+    if (counted.empty() || !counted[0]) {
+      if (absl::Status st = RestorePending(p); !st.ok()) return st;
+      lost = counted.size();
+    } else if (p.lgc_stage == 3) {
+      // Kept whatever the plan says (after a restart the receipt comes before the round
+      // that names the plan); MeasureLgcEcho drops it when the job has no echo.
+      auto view = codecs::ParseFrame(p.frames[0], codecs::FrameLimits());
+      const bool leader = view.ok() && view->spec == autoencoder::kLeaderSpec;
+      state_.lgc_echo = {p.round, p.lgc_values, leader};
+    }
+  } else {
+    if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
+    for (size_t i = 0; i < p.frames.size(); ++i) {
+      if (counted[i]) continue;
+      if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
+      ++lost;
+    }
+    state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  }
+  if (lost) metrics_->AddChunks(options_.client_id, "lost", lost);
+  state_.pending.reset();
+  return Persist();
+}
+
+absl::Status EdgeClient::RestorePending(const PendingUpdate& p) {
+  if (p.lead) return absl::OkStatus();  // see PendingUpdate::lead
+  if (p.lgc_stage > 0) {
+    if (state_.residual.size() != model_->dim()) state_.residual.assign(model_->dim(), 0.0f);
+    for (size_t j = 0; j < p.lgc_support.size(); ++j) {
+      state_.residual[p.lgc_support[j]] += p.lgc_values[j];
+    }
+    // A codec used again later starts from this residual.
+    if (codec_) codec_->SetResidual(state_.residual);
+    return absl::OkStatus();
+  }
+  if (absl::Status st = EnsureCodec(state_.codec); !st.ok()) return st;
+  for (const std::string& f : p.frames) {
+    if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
+  }
+  state_.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  return absl::OkStatus();
 }
 
 }  // namespace fedlgc::edge_client

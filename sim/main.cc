@@ -41,6 +41,7 @@ struct Row {
   long lgc_stage = 0;     // LGC jobs: 1 warm-up, 2 autoencoder training, 3 compressed
   double ae_seconds = 0;  // LGC: the round's autoencoder training time
   double ae_reconstruction = -1, values_cosine = -2;  // LGC stage 2 (see rounds.jsonl)
+  double rebuild_mismatches = 0;                      // LGC predict=1, stage 3
   std::string lsgd_leader;
   double consensus = -1;  // SGP
 };
@@ -354,6 +355,7 @@ int main(int argc, char** argv) {
         r.ae_seconds = Field(line, "ae_seconds");
         r.ae_reconstruction = Field(line, "ae_reconstruction");
         r.values_cosine = Field(line, "lgc_values_cosine");
+        r.rebuild_mismatches = Field(line, "lgc_rebuild_mismatches");
         r.lsgd_leader = StrField(line, "lsgd_leader");
         r.consensus = Field(line, "sgp_consensus_distance");
         rows.push_back(r);
@@ -425,7 +427,8 @@ int main(int argc, char** argv) {
         << ", \"seconds\": " << r.seconds << ", \"participants\": " << r.participants
         << ", \"lgc_stage\": " << r.lgc_stage << ", \"ae_seconds\": " << r.ae_seconds
         << ", \"ae_reconstruction\": " << r.ae_reconstruction
-        << ", \"lgc_values_cosine\": " << r.values_cosine << ", \"lsgd_leader\": \""
+        << ", \"lgc_values_cosine\": " << r.values_cosine
+        << ", \"lgc_rebuild_mismatches\": " << r.rebuild_mismatches << ", \"lsgd_leader\": \""
         << r.lsgd_leader << "\", \"sgp_consensus_distance\": " << r.consensus << "}";
     }
     j << "],\n \"summary\": {\"final_accuracy\": " << final_acc

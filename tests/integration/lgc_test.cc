@@ -24,6 +24,7 @@ struct Line {
   int stage = 0, participants = 0;
   uint64_t uplink = 0, raw = 0;
   double accuracy = 0;
+  int rebuild_mismatches = 0;
   std::string leader;
 };
 
@@ -44,6 +45,7 @@ std::vector<Line> ReadRounds(const std::string& state_dir) {
     x.uplink = static_cast<uint64_t>(num(l, "uplink_bytes"));
     x.raw = static_cast<uint64_t>(num(l, "raw_uplink_bytes"));
     x.accuracy = num(l, "accuracy");
+    x.rebuild_mismatches = static_cast<int>(num(l, "lgc_rebuild_mismatches"));
     const size_t p = l.find("\"lgc_leader\": \"");
     if (p != std::string::npos) x.leader = l.substr(p + 15, l.find('"', p + 15) - p - 15);
     out.push_back(x);
@@ -203,6 +205,8 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
   for (size_t i = 1; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].leader, "client-0") << "round " << i + 1;
     EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
+    // Separate processes, the same rebuild to the bit: error feedback is exact.
+    EXPECT_EQ(lines[i].rebuild_mismatches, 0) << "round " << i + 1;
   }
   EXPECT_EQ(lines[5].stage, 3);
   EXPECT_GT(lines.back().accuracy, 0.8);

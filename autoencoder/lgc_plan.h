@@ -21,8 +21,8 @@
 // client computed, so the client keeps v - g p - innovation in its residual: nothing is
 // lost, and as |v - g p| <= |v| the residual cannot grow through the autoencoder (as it did
 // when ALGORITHMS.md's feedback was made exact with the one-phase protocol). The decoder
-// reads no innovation (zeros, in training too). Cost: followers wait for the leader's
-// upload; the leader (also in stage 2) is a round's only client that can start at once.
+// reads no innovation (zeros, in training too). Cost: everyone trains at once, but the
+// followers send only after the leader's upload (a few KB) has arrived.
 // Stage 1 is the job's --codec-warmup rounds (any codec), stage 2 the next `train`
 // rounds (every client sends its values on the support; the coordinator averages them
 // and takes one autoencoder step), stage 3 the rest (the leader sends the latent of its

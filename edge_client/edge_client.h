@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "autoencoder/autoencoder.h"
+#include "autoencoder/lgc_payload.h"
 #include "autoencoder/lgc_plan.h"
 #include "edge_client/client_state.h"
 
@@ -111,6 +112,11 @@ class EdgeClient {
   absl::StatusOr<std::string> LgcFrame(uint32_t stage, bool leader, uint64_t encoder_version,
                                        std::span<const float> u, PendingUpdate* pending,
                                        std::chrono::system_clock::time_point deadline);
+  // predict=1: this client's prediction of its values `v` on the support from `latent`
+  // (its own decoder), and the gain and innovation it sends; logs the miss.
+  absl::StatusOr<autoencoder::Correction> PredictAndCorrect(
+      uint64_t round, std::span<const float> v, std::span<const float> latent,
+      uint64_t encoder_version, bool leader, std::chrono::system_clock::time_point deadline);
   // predict=1: the round's latent arrived; a follower waiting for it sends its correction.
   absl::Status HandleLgcLatent(const protos::LgcLatent& latent);
   // The residual after an LGC frame: u, minus lgc_values on the support.

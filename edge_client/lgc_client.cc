@@ -18,6 +18,18 @@
 #include "protos/fedlgc.grpc.pb.h"
 
 namespace fedlgc::edge_client {
+namespace {
+
+// One frame over the whole model (LGC payloads are not chunked).
+std::string Framed(std::string_view spec, uint64_t dim, const std::string& body) {
+  std::string frame;
+  const size_t offset = codecs::BeginFrame(spec, dim, 0, dim, &frame);
+  frame += body;
+  codecs::FinishFrame(offset, &frame);
+  return frame;
+}
+
+}  // namespace
 
 absl::Status EdgeClient::HandleLgcRound(const protos::RoundStart& start) {
   if (lgc_spec_ != start.codec()) {
@@ -121,7 +133,7 @@ void EdgeClient::SetLgcResidual(std::span<const float> u, const PendingUpdate& p
   // The support's values minus what the coordinator rebuilds of them (lgc_values): zero
   // with predict=0, where the support counts as sent (ALGORITHMS.md); the miss with
   // predict=1. Either way sent + residual == u.
-  state_.residual = autoencoder::ResidualAfter(u, p.lgc_support);
+  state_.residual.assign(u.begin(), u.end());
   for (size_t j = 0; j < p.lgc_support.size(); ++j) {
     state_.residual[p.lgc_support[j]] = u[p.lgc_support[j]] - p.lgc_values[j];
   }
@@ -159,36 +171,24 @@ absl::Status EdgeClient::HandleLgcLatent(const protos::LgcLatent& latent) {
     body = autoencoder::EncodeReferencedValues(reference, v);
     sent = v;
   } else {
-    if (absl::Status st = EnsureDecoder(lgc_encoder_version_, k, round_deadline_); !st.ok()) {
-      if (absl::IsDeadlineExceeded(st)) return absl::OkStatus();
-      return st;
-    }
-    if (z.size() != static_cast<size_t>(decoder_->latent_size())) {
-      return absl::InvalidArgumentError(
-          StrCat("LGC latent of ", bytes.size(), " bytes for a support of ", k));
-    }
-    auto prediction = decoder_->Decode(options_.client_id, z, std::vector<float>(k, 0.0f));
-    if (!prediction.ok()) return prediction.status();
-    autoencoder::Correction c = autoencoder::Correct(v, *prediction, lgc_plan_->InnovationSize(k));
-    c.reference = reference;
-    auto encoded = autoencoder::EncodeCorrection(c);
+    auto c = PredictAndCorrect(p.round, v, z, lgc_encoder_version_, false, round_deadline_);
+    if (absl::IsDeadlineExceeded(c.status())) return absl::OkStatus();
+    if (!c.ok()) return c.status();
+    c->reference = reference;
+    auto encoded = autoencoder::EncodeCorrection(*c);
     if (!encoded.ok()) return encoded.status();
     spec = autoencoder::kCorrectionSpec;
     body = std::move(encoded).value();
-    sent = std::move(c.sent);
-    LogLgcMiss(p.round, v, sent, false);
+    sent = std::move(c->sent);
   }
-  std::string frame;
-  const size_t offset = codecs::BeginFrame(spec, model_->dim(), 0, model_->dim(), &frame);
-  frame += body;
-  codecs::FinishFrame(offset, &frame);
+  std::string frame = Framed(spec, model_->dim(), body);
   ObserveEncode(p.round, t0);
   // The residual held all of u: what is sent of the support leaves it.
-  for (size_t j = 0; j < k; ++j) state_.residual[support[j]] = v[j] - sent[j];
-  if (codec_) codec_->SetResidual(state_.residual);
+  const std::vector<float> u = state_.residual;
   p.lgc_support = std::move(support);
   p.lgc_values = std::move(sent);
   p.frames = {std::move(frame)};
+  SetLgcResidual(u, p);
   if (absl::Status st = Persist(); !st.ok()) return st;
   return UploadPending(p.round, round_deadline_);
 }
@@ -338,19 +338,16 @@ absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
                                                  encoded->size());
       auto sent = autoencoder::DecodeLeader(view, model_->dim(), dense, lp.latent.size(), true);
       if (!sent.ok()) return sent.status();
-      if (absl::Status st = EnsureDecoder(encoder_version, k, deadline); !st.ok()) return st;
-      auto prediction =
-          decoder_->Decode(options_.client_id, sent->latent, std::vector<float>(k, 0.0f));
-      if (!prediction.ok()) return prediction.status();
-      const autoencoder::Correction c = autoencoder::Correct(p.lgc_values, *prediction, k_inn);
-      lp.scale = c.gain;
-      lp.step = c.step;
-      lp.sent_crc = c.sent_crc;
-      lp.innovation = c.innovation;
+      auto c =
+          PredictAndCorrect(p.round, p.lgc_values, sent->latent, encoder_version, true, deadline);
+      if (!c.ok()) return c.status();
+      lp.scale = c->gain;
+      lp.step = c->step;
+      lp.sent_crc = c->sent_crc;
+      lp.innovation = std::move(c->innovation);
       encoded = autoencoder::EncodeLeader(lp, model_->dim(), dense, p.round, true);
       if (!encoded.ok()) return encoded.status();
-      LogLgcMiss(p.round, p.lgc_values, c.sent, true);
-      pending->lgc_values = c.sent;
+      pending->lgc_values = std::move(c->sent);
     }
     body = std::move(encoded).value();
   } else if (stage == 2) {
@@ -363,11 +360,23 @@ absl::StatusOr<std::string> EdgeClient::LgcFrame(uint32_t stage, bool leader,
     if (!encoded.ok()) return encoded.status();
     body = std::move(encoded).value();
   }
-  std::string frame;
-  const size_t offset = codecs::BeginFrame(spec, model_->dim(), 0, model_->dim(), &frame);
-  frame += body;
-  codecs::FinishFrame(offset, &frame);
-  return frame;
+  return Framed(spec, model_->dim(), body);
+}
+
+absl::StatusOr<autoencoder::Correction> EdgeClient::PredictAndCorrect(
+    uint64_t round, std::span<const float> v, std::span<const float> latent,
+    uint64_t encoder_version, bool leader, std::chrono::system_clock::time_point deadline) {
+  const size_t k = v.size();
+  if (absl::Status st = EnsureDecoder(encoder_version, k, deadline); !st.ok()) return st;
+  if (latent.size() != static_cast<size_t>(decoder_->latent_size())) {
+    return absl::InvalidArgumentError(
+        StrCat("LGC latent of ", latent.size(), " floats for a support of ", k));
+  }
+  auto prediction = decoder_->Decode(options_.client_id, latent, std::vector<float>(k, 0.0f));
+  if (!prediction.ok()) return prediction.status();
+  autoencoder::Correction c = autoencoder::Correct(v, *prediction, lgc_plan_->InnovationSize(k));
+  LogLgcMiss(round, v, c.sent, leader);
+  return c;
 }
 
 }  // namespace fedlgc::edge_client

@@ -106,6 +106,21 @@ void CountMisses(const std::string& dir, int n, double limit, std::map<uint64_t,
   }
 }
 
+// n clients of a coordinator starting on `port`; client-0 (the configured leader) reaches it
+// through a proxy with `link`, kept in *proxy (nullptr when it could not start).
+std::vector<std::unique_ptr<ChildProcess>> SpawnBehindALeaderLink(
+    const std::string& dir, const std::string& certs, int n, int port, const std::string& link,
+    std::unique_ptr<core::FaultProxy>* proxy) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the coordinator listens
+  auto started = core::FaultProxy::Start("127.0.0.1", port, core::LinkSpec::Parse(link).value(), 0);
+  if (!started.ok()) return {};
+  *proxy = std::move(started).value();
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  clients.push_back(SpawnEdge(dir, certs, 0, n, (*proxy)->port()));
+  for (int i = 1; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  return clients;
+}
+
 TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   const int n = 3;
   const std::string dir = FreshDir("lgc_stages");
@@ -177,13 +192,9 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
       o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1,predict=1)");
   argv.push_back("--lgc-leader=client-0");
   ChildProcess coord(argv, dir + "/coordinator.log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto proxy =
-      core::FaultProxy::Start("127.0.0.1", port, core::LinkSpec::Parse("delay=150ms").value(), 0);
-  ASSERT_TRUE(proxy.ok());
-  std::vector<std::unique_ptr<ChildProcess>> clients;
-  clients.push_back(SpawnEdge(dir, certs, 0, n, (*proxy)->port()));
-  for (int i = 1; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  std::unique_ptr<core::FaultProxy> proxy;
+  auto clients = SpawnBehindALeaderLink(dir, certs, n, port, "delay=150ms", &proxy);
+  ASSERT_NE(proxy, nullptr);
   const std::string victim_log = dir + "/client-2.log";
   const auto until = std::chrono::steady_clock::now() + seconds(120);
   for (;;) {
@@ -234,13 +245,9 @@ void PromotedLeaderRun(const std::string& name, const std::string& codec) {
   ChildProcess coord(argv, dir + "/coordinator.log");
   // client-0, the configured leader, sits behind a slow link: it is still downloading
   // when it is killed at the start of the first compressed round.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto proxy =
-      core::FaultProxy::Start("127.0.0.1", port, core::LinkSpec::Parse("rate=2mbit").value(), 0);
-  ASSERT_TRUE(proxy.ok());
-  std::vector<std::unique_ptr<ChildProcess>> clients;
-  clients.push_back(SpawnEdge(dir, certs, 0, n, (*proxy)->port()));
-  for (int i = 1; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  std::unique_ptr<core::FaultProxy> proxy;
+  auto clients = SpawnBehindALeaderLink(dir, certs, n, port, "rate=2mbit", &proxy);
+  ASSERT_NE(proxy, nullptr);
   WaitForRounds(o.state_dir, 4);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   clients[0]->Kill(SIGKILL);

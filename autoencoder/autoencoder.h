@@ -1,4 +1,4 @@
-// The LGC autoencoder (Abrahamyan et al., TNNLS 2021; ALGORITHMS.md section 1): a 1-D
+// The LGC autoencoder (Abrahamyan et al., TNNLS 2021; docs/lgc.md): a 1-D
 // convolutional encoder shared by all clients and one decoder per client, trained online
 // at the coordinator on the clients' magnitude-sorted top-k values.
 //

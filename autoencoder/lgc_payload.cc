@@ -10,6 +10,7 @@
 #include "autoencoder/byte_io.h"
 #include "codecs/bit_io.h"
 #include "codecs/crc32c.h"
+#include "codecs/input_error.h"
 #include "codecs/str.h"
 
 namespace fedlgc::autoencoder {
@@ -59,8 +60,8 @@ void AppendInnovation(std::span<const float> innovation, float scale, std::strin
 // A scale divides (it must be > 0); a gain (predict=1) only multiplies.
 absl::Status CheckScale(float scale, bool gain) {
   if (gain ? !std::isfinite(scale) : (!std::isfinite(scale) || !(scale > 0))) {
-    return absl::InvalidArgumentError(gain ? "lgc payload: gain not finite"
-                                           : "lgc payload: scale not finite and positive");
+    return codecs::NonFiniteError(gain ? "lgc payload: gain not finite"
+                                       : "lgc payload: scale not finite and positive");
   }
   return absl::OkStatus();
 }
@@ -99,7 +100,7 @@ absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
     float v;
     std::memcpy(&v, raw.data() + i * sizeof(float), sizeof(float));
     if (!std::isfinite(v) || v == 0.0f) {
-      return absl::InvalidArgumentError("lgc payload: innovation value zero or not finite");
+      return codecs::NonFiniteError("lgc payload: innovation value zero or not finite");
     }
     out[pos[i]] = v;
   }
@@ -111,7 +112,7 @@ absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
 absl::Status CheckStep(float step) {
   // 127 steps must stay finite: the largest value rebuilt is 127 * step.
   if (!std::isfinite(step) || step < 0 || !std::isfinite(127.0f * step)) {
-    return absl::InvalidArgumentError("lgc payload: innovation step not finite and >= 0");
+    return codecs::NonFiniteError("lgc payload: innovation step not finite and >= 0");
   }
   return absl::OkStatus();
 }
@@ -190,6 +191,26 @@ std::vector<uint32_t> SelectSupport(std::span<const float> u, size_t k) {
   return idx;
 }
 
+std::string SupportToBytes(std::span<const uint32_t> support) {
+  return std::string(reinterpret_cast<const char*>(support.data()), support.size() * 4);
+}
+
+absl::StatusOr<std::vector<uint32_t>> SupportFromBytes(std::string_view bytes, size_t k,
+                                                       uint64_t dim) {
+  if (bytes.size() % 4 != 0 || (k > 0 && bytes.size() != k * 4)) {
+    return absl::InvalidArgumentError(StrCat("LGC support of ", bytes.size(), " bytes, expected ",
+                                             k > 0 ? StrCat(k * 4) : "a multiple of 4"));
+  }
+  std::vector<uint32_t> support(bytes.size() / 4);
+  if (!support.empty()) std::memcpy(support.data(), bytes.data(), bytes.size());
+  for (uint32_t i : support) {
+    if (i >= dim) {
+      return absl::OutOfRangeError(StrCat("LGC support index ", i, " outside ", dim));
+    }
+  }
+  return support;
+}
+
 std::vector<float> Gather(std::span<const float> u, std::span<const uint32_t> support) {
   std::vector<float> out(support.size());
   for (size_t j = 0; j < support.size(); ++j) out[j] = u[support[j]];
@@ -227,7 +248,7 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
     return absl::InvalidArgumentError("lgc payload: innovation and support differ in length");
   }
   for (float v : p.innovation) {
-    if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: non-finite innovation");
+    if (!std::isfinite(v)) return codecs::NonFiniteError("lgc payload: non-finite innovation");
   }
   if (absl::Status st = CheckScale(p.scale, predict); !st.ok()) return st;
   std::string out;
@@ -304,7 +325,7 @@ absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64
 
 absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation, float scale) {
   for (float v : innovation) {
-    if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: non-finite innovation");
+    if (!std::isfinite(v)) return codecs::NonFiniteError("lgc payload: non-finite innovation");
   }
   if (absl::Status st = CheckScale(scale, false); !st.ok()) return st;
   std::string out;
@@ -381,7 +402,7 @@ absl::StatusOr<ReferencedValues> DecodeReferencedValues(std::span<const uint8_t>
   out.values.resize(length);
   std::memcpy(out.values.data(), raw.data(), raw.size());
   for (float v : out.values) {
-    if (!std::isfinite(v)) return absl::InvalidArgumentError("lgc payload: values not finite");
+    if (!std::isfinite(v)) return codecs::NonFiniteError("lgc payload: values not finite");
   }
   return out;
 }

@@ -1,4 +1,4 @@
-// What LGC clients send in compressed rounds (ALGORITHMS.md section 1, DESIGN.md "LGC"),
+// What LGC clients send in compressed rounds (docs/lgc.md),
 // without libtorch: the common support, the innovation, the payload bodies and the error
 // feedback rule. The autoencoder (autoencoder.h) turns supports' values into latents at
 // the leader and latents plus innovations back into values at the coordinator.
@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,13 @@ namespace fedlgc::autoencoder {
 // The k largest |u| coordinates (ties to the lower index), ordered by u ascending (ties by
 // index). k is clamped to u.size().
 std::vector<uint32_t> SelectSupport(std::span<const float> u, size_t k);
+
+// A support on the wire (RoundStart's LgcRound.support, LgcLatent.support): u32
+// little-endian in support order.
+std::string SupportToBytes(std::span<const uint32_t> support);
+// Refuses a size other than 4 k bytes (k = 0: any multiple of 4) and indices >= dim.
+absl::StatusOr<std::vector<uint32_t>> SupportFromBytes(std::string_view bytes, size_t k,
+                                                       uint64_t dim);
 
 // u at `support`, in support order.
 std::vector<float> Gather(std::span<const float> u, std::span<const uint32_t> support);

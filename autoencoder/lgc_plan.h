@@ -1,4 +1,4 @@
-// An LGC job's codec spec and its stages (ALGORITHMS.md section 1, DESIGN.md "LGC"):
+// An LGC job's codec spec and its stages (docs/lgc.md):
 //
 //   lgc(ratio=0.01, innovation=0.01, latent=qsgd(bits=8,bucket=64), train=5,
 //       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0, predict=0)
@@ -9,7 +9,7 @@
 // (newest first): with a few dozen rounds, one step per round would leave it untrained.
 // echo=1: in stage 3 each client fetches the coordinator's reconstruction of its values
 // (blob "lgc-echo", k floats of downlink) and logs its relative error |v - echo| / |v| (a
-// diagnostic: error feedback stays the rule of ALGORITHMS.md, the support counts as sent).
+// diagnostic: error feedback stays the paper's rule, the support counts as sent).
 // predict=1: the paper's two-phase rounds, with predictive coding and exact error feedback
 // in stage 3. The leader sends first, on a support it picks from this round's update (its
 // top-k: the ascending, monotone signal the autoencoder is made for); the coordinator
@@ -20,18 +20,19 @@
 // largest entries of v - g p. The coordinator rebuilds g p + innovation, exactly what the
 // client computed, so the client keeps v - g p - innovation in its residual: nothing is
 // lost, and as |v - g p| <= |v| the residual cannot grow through the autoencoder (as it did
-// when ALGORITHMS.md's feedback was made exact with the one-phase protocol). The decoder
+// when the paper's feedback was made exact with the one-phase protocol). The decoder
 // reads no innovation (zeros, in training too). Cost: everyone trains at once, but the
 // followers send only after the leader's upload (a few KB) has arrived.
 // Stage 1 is the job's --codec-warmup rounds (any codec), stage 2 the next `train`
 // rounds (every client sends its values on the support; the coordinator averages them
-// and takes one autoencoder step), stage 3 the rest (the leader sends the latent of its
+// and takes `ae_steps` autoencoder steps), stage 3 the rest (the leader sends the latent of its
 // values, everyone their innovation; the coordinator decodes each client).
 //
 // predict=0: the support of a round is the leader's top-k from the round before (sent
-// back with its payload), or the top-k of the last aggregate when no leader payload
-// arrived. One round of lag buys single-phase rounds: no client waits for the leader.
-// It costs accuracy (README, "LGC"): the support misses much of the round's update.
+// back with its payload); after the warm-up rounds, the top-k of their aggregate; when no
+// leader payload arrived, the round's support again. One round of lag buys single-phase
+// rounds: no client waits for the leader. It costs accuracy (docs/results.md): the
+// support misses much of the round's update.
 #ifndef FEDLGC_AUTOENCODER_LGC_PLAN_H_
 #define FEDLGC_AUTOENCODER_LGC_PLAN_H_
 

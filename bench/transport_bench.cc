@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,7 +24,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
-#include "core/flags.h"
+#include "core/cli.h"
 #include "protos/fedlgc.grpc.pb.h"
 
 namespace {
@@ -204,15 +205,13 @@ double GrpcSeconds(fedlgc::protos::Coordinator::Stub& stub, size_t total, size_t
 int main(int argc, char** argv) {
   uint32_t mb = 64, chunk_kb = 256, reps = 5;
   std::string json;
-  fedlgc::core::Flags flags("fedlgc-bench-transport", "gRPC streaming vs raw TCP on loopback.");
-  flags.Add("mb", &mb, "megabytes per transfer");
-  flags.Add("chunk-kb", &chunk_kb, "chunk size in KiB");
-  flags.Add("reps", &reps, "repetitions (medians are reported)");
-  flags.Add("json", &json, "write results as JSON here");
-  if (auto st = flags.Parse(argc, argv); !st.ok() || flags.help_requested()) {
-    std::printf("%s", flags.Usage().c_str());
-    return st.ok() ? 0 : 2;
-  }
+  CLI::App app("gRPC streaming vs raw TCP on loopback.", "fedlgc-bench-transport");
+  fedlgc::core::AddCommonFlags(app);
+  app.add_option("--mb", mb, "megabytes per transfer");
+  app.add_option("--chunk-kb", chunk_kb, "chunk size in KiB");
+  app.add_option("--reps", reps, "repetitions (medians are reported)");
+  app.add_option("--json", json, "write results as JSON here");
+  if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
   const size_t total = size_t{mb} << 20, chunk = size_t{chunk_kb} << 10;
 
   // Certificates for the mTLS case.

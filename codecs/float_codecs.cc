@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codecs/input_error.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
@@ -172,7 +173,7 @@ absl::Status FloatCodec::DecodeBody(std::span<const uint8_t> body, std::span<flo
       break;
     }
   }
-  if (bad) return absl::InvalidArgumentError(StrCat(spec(), ": payload holds a non-finite value"));
+  if (bad) return NonFiniteError(StrCat(spec(), ": payload holds a non-finite value"));
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "codecs/bit_io.h"
+#include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/rng.h"
@@ -348,8 +349,7 @@ absl::Status LevelQuantizer::DecodeBody(std::span<const uint8_t> body, std::span
     float norm;
     std::memcpy(&norm, body.data() + 4 * b, 4);
     if (!std::isfinite(norm) || norm < 0) {
-      return absl::InvalidArgumentError(
-          StrCat(spec(), ": bucket ", b, " has an invalid norm (", norm, ")"));
+      return NonFiniteError(StrCat(spec(), ": bucket ", b, " has an invalid norm (", norm, ")"));
     }
   }
   if (elias_) return DecodeElias(body, out);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/rng.h"
@@ -76,7 +77,7 @@ absl::Status NaturalCompression::DecodeBody(std::span<const uint8_t> body,
   FEDLGC_RETURN_IF_ERROR(ExpectBodyBytes(body, n));
   const uint8_t* exps = body.data();
   if (std::find(exps, exps + n, 0xFF) != exps + n) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": exponent 255 (non-finite) in payload"));
+    return NonFiniteError(StrCat(spec(), ": exponent 255 (non-finite) in payload"));
   }
   uint8_t signs[kBlock];
   for (size_t b = 0; b * kBlock < n; ++b) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
@@ -74,7 +75,7 @@ absl::Status SignCodec::DecodeBody(std::span<const uint8_t> body, std::span<floa
     if (scaled_) {
       std::memcpy(&scale, body.data() + 4 * b, 4);
       if (!std::isfinite(scale) || scale < 0) {
-        return absl::InvalidArgumentError(
+        return NonFiniteError(
             StrCat(spec(), ": bucket ", b, " has an invalid scale (", scale, ")"));
       }
     }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/rng.h"
@@ -133,8 +134,7 @@ absl::Status TernGrad::DecodeBody(std::span<const uint8_t> body, std::span<float
     float scale;
     std::memcpy(&scale, body.data() + 4 * b, 4);
     if (!std::isfinite(scale) || scale < 0) {
-      return absl::InvalidArgumentError(
-          StrCat(spec(), ": bucket ", b, " has an invalid scale (", scale, ")"));
+      return NonFiniteError(StrCat(spec(), ": bucket ", b, " has an invalid scale (", scale, ")"));
     }
     UnpackCodes(packed + b * (bucket_ / 4), len, 2, codes.data());
     const float table[4] = {0.0f, scale, -scale, 0.0f};

@@ -64,7 +64,9 @@ absl::StatusOr<std::optional<EngineState>> ReadCheckpoint(const std::string& sta
   if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic) return corrupt();
   if (version != kVersion) {
     return absl::UnimplementedError(
-        StrCat(path, ": checkpoint version ", version, " not supported"));
+        StrCat(path, ": checkpoint version ", version, " (this build reads version ", kVersion,
+               "): resume with the fedlgc release that wrote it, or start over with an empty "
+               "--state-dir"));
   }
   if (!r.Str(&stored_job)) return corrupt();
   if (stored_job != job) {

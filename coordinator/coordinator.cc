@@ -6,12 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <random>
 
-#include "autoencoder/lgc_plan.h"
-#include "codecs/crc32c.h"
-#include "codecs/registry.h"
 #include "codecs/str.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/service.h"
@@ -22,68 +18,6 @@
 
 namespace fedlgc::coordinator {
 
-absl::Status CoordinatorOptions::Validate() const {
-  if (rounds == 0) return absl::InvalidArgumentError("--rounds must be >= 1");
-  if (min_clients == 0) return absl::InvalidArgumentError("--min-clients must be >= 1");
-  if (!(fraction > 0 && fraction <= 1))
-    return absl::InvalidArgumentError("--fraction must be in (0, 1]");
-  if (!(round_timeout_s > 0)) return absl::InvalidArgumentError("--round-timeout must be > 0");
-  if (!(plan.lr > 0) || plan.batch_size == 0)
-    return absl::InvalidArgumentError("lr and batch must be > 0");
-  if (plan.max_chunk_bytes < 1024 || plan.max_chunk_bytes > max_message_bytes - 1024) {
-    return absl::InvalidArgumentError(
-        StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
-  }
-  if (mode != "fedavg" && mode != "lsgd" && mode != "sgp")
-    return absl::InvalidArgumentError(StrCat("--mode must be fedavg, lsgd or sgp, not ", mode));
-  auto lgc = autoencoder::ParseLgcSpec(plan.codec);
-  if (!lgc.ok()) return lgc.status();
-  if (mode != "fedavg") {
-    if (lgc->has_value())
-      return absl::InvalidArgumentError(StrCat("lgc(...) runs with --mode fedavg, not ", mode));
-    if (server_lr != 1.0f || server_momentum != 0.0f) {
-      return absl::InvalidArgumentError(
-          StrCat("--server-lr and --server-momentum apply to --mode fedavg, not ", mode));
-    }
-    if (mode == "lsgd") {
-      if (absl::Status st = lsgd.Validate(); !st.ok()) return st;
-    }
-  }
-  if (!lgc->has_value()) {
-    if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
-  } else if (plan.warmup_codecs.empty()) {
-    return absl::InvalidArgumentError(
-        "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
-  }
-  for (const std::string& spec : plan.warmup_codecs) {
-    if (auto c = codecs::MakeCodec(spec); !c.ok()) {
-      return absl::InvalidArgumentError(
-          StrCat("--codec-warmup: ", std::string(c.status().message())));
-    }
-  }
-  if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
-    return absl::InvalidArgumentError(
-        "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
-  }
-  if (!(ratio_target >= 0)) return absl::InvalidArgumentError("--ratio-target must be >= 0");
-  if (!(linger_s >= 0)) return absl::InvalidArgumentError("--linger must be >= 0");
-  if (!(server_lr > 0) || server_momentum < 0 || server_momentum >= 1) {
-    return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
-  }
-  return absl::OkStatus();
-}
-
-std::string CoordinatorOptions::JobKey(uint64_t dim) const {
-  auto codec = codecs::MakeCodec(plan.codec);
-  std::string key = StrCat(model, "/", dim, "/", codec.ok() ? (*codec)->wire_spec() : plan.codec,
-                           "/seed", init_seed);
-  if (mode != "fedavg") StrAppend(&key, "/mode:", mode);
-  for (const std::string& spec : plan.warmup_codecs) {
-    StrAppend(&key, "/warmup:", codecs::MakeCodec(spec).value()->wire_spec());
-  }
-  return key;
-}
-
 Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
 
 Coordinator::~Coordinator() {
@@ -91,7 +25,8 @@ Coordinator::~Coordinator() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options) {
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options,
+                                                                 const DriverFactory& make_driver) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
   const CoordinatorOptions& o = c->options_;
@@ -104,7 +39,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     if (!test.ok()) return test.status();
     c->test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
   }
-  c->job_key_ = o.JobKey(c->eval_model_->dim());
+  const uint64_t dim = c->eval_model_->dim();
+  c->job_key_ = o.JobKey(dim);
   EngineState state;
   auto ckpt = ReadCheckpoint(o.state_dir, c->job_key_);
   if (!ckpt.ok()) return ckpt.status();
@@ -116,75 +52,27 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   } else {
     state.model = c->eval_model_->GetFlat();
   }
+  DriverEnv env;
+  env.dim = dim;
+  env.initial_model = c->eval_model_->GetFlat();
+  env.state_dir = o.state_dir;
+  env.committed_round = state.next_round - 1;
+  env.plan = &o.plan;
+  env.init_seed = o.init_seed;
+  auto driver = make_driver(env);
+  if (!driver.ok()) return driver.status();
+  c->driver_ = std::move(driver).value();
   EngineOptions eo;
   eo.plan = o.plan;
-  if (o.mode == "lsgd") eo.plan.local_steps = o.lsgd.steps_per_round();
-  eo.server_lr = o.server_lr;
-  eo.server_momentum = o.server_momentum;
+  c->driver_->AdjustPlan(&eo.plan);
   eo.seed = o.seed;
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
-  JobInfo job{StrCat("fedlgc-", o.model), o.model, c->eval_model_->dim(), o.rounds, o.mode};
-  c->service_ =
-      std::make_unique<CoordinatorService>(c->engine_.get(), c->metrics_.get(), job, o.insecure);
+  JobInfo job{StrCat("fedlgc-", o.model), o.model, dim, o.rounds};
+  c->service_ = std::make_unique<CoordinatorService>(c->engine_.get(), c->driver_.get(),
+                                                     c->metrics_.get(), job, o.insecure);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
-  if (o.mode == "lsgd") {
-    auto d = LsgdDriver::Create(o.lsgd, c->eval_model_->GetFlat(), o.state_dir,
-                                c->engine_->current_round() - 1);
-    if (!d.ok()) return d.status();
-    c->lsgd_ = std::move(d).value();
-    LsgdDriver* lsgd = c->lsgd_.get();
-    c->service_->SetReportHandler(
-        [lsgd](const std::string& client, const protos::ProgressReport& report) {
-          return lsgd->AcceptReport(client, report);
-        });
-    c->service_->SetBlobProvider(
-        [](const std::string& name) { return name.rfind("group:", 0) == 0; },
-        [lsgd](const std::string&, const std::string& name, uint64_t version) {
-          return lsgd->Blob(name, version);
-        });
-    c->service_->SetRoundDecorator(
-        [lsgd](const std::string& client, protos::RoundStart* s) { lsgd->Decorate(client, s); });
-  }
-  if (o.mode == "sgp") {
-    auto d = SgpDriver::Create(o.sgp_reference, o.sgp_overlap, c->eval_model_->dim(), o.state_dir,
-                               c->engine_->current_round() - 1);
-    if (!d.ok()) return d.status();
-    c->sgp_ = std::move(d).value();
-    SgpDriver* sgp = c->sgp_.get();
-    c->service_->SetBlobProvider([](const std::string& name) { return name == "inbox"; },
-                                 [sgp](const std::string& client, const std::string&,
-                                       uint64_t version) { return sgp->Inbox(client, version); });
-    c->service_->SetInboxAppliedCallback(
-        [sgp](const std::string& client, uint64_t round) { sgp->InboxApplied(client, round); });
-    c->service_->SetReportHandler(
-        [sgp](const std::string& client, const protos::ProgressReport& report) {
-          return sgp->AcceptReport(client, report);
-        });
-    c->service_->SetRoundDecorator(
-        [sgp](const std::string& client, protos::RoundStart* s) { sgp->Decorate(client, s); });
-  }
-  if (auto lgc = autoencoder::ParseLgcSpec(o.plan.codec); lgc.ok() && lgc->has_value()) {
-    const uint64_t next = c->engine_->current_round();
-    auto d = LgcDriver::Create(**lgc, o.plan.warmup_codecs.size(), c->eval_model_->dim(),
-                               o.state_dir, next - 1, o.init_seed, o.ae_device);
-    if (!d.ok()) return d.status();
-    c->lgc_ = std::move(d).value();
-    c->service_->SetBlobProvider(
-        [](const std::string& name) { return name == "lgc-echo" || name == "lgc-decoder"; },
-        [lgc = c->lgc_.get()](const std::string& client, const std::string& name,
-                              uint64_t version) -> std::shared_ptr<const ModelBlob> {
-          if (name == "lgc-decoder") {
-            return version == LgcDriver::kEncoderVersion ? lgc->Decoder(client) : nullptr;
-          }
-          return lgc->Echo(client, version);
-        });
-    c->service_->SetRoundDecorator(
-        [cp = c.get()](const std::string& client, protos::RoundStart* s) {
-          cp->DecorateRoundStart(client, s);
-        });
-  }
   return c;
 }
 
@@ -236,8 +124,8 @@ absl::Status Coordinator::Start() {
 int Coordinator::metrics_port() const { return metrics_->port(); }
 
 void Coordinator::WakeUp() {
-  std::lock_guard<std::mutex> lock(mu_);
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  cv_.SignalAll();
 }
 
 void Coordinator::Stop() {
@@ -246,7 +134,7 @@ void Coordinator::Stop() {
 }
 
 std::vector<RoundReport> Coordinator::reports() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return reports_;
 }
 
@@ -259,55 +147,55 @@ absl::Status Coordinator::Run() {
     metrics_->SetJobFinished(true);
     // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
     // the job finished, before the process exits.
-    const auto wait = std::chrono::milliseconds(
-        std::max<int64_t>(500, static_cast<int64_t>(options_.linger_s * 1000)));
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, wait, [&] { return stop_.load(); });
+    const double wait_s = std::max(0.5, options_.linger_s);
+    const absl::Time until = absl::Now() + absl::Seconds(wait_s);
+    absl::MutexLock lock(&mu_);
+    while (!stop_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
   }
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::RunRound() {
+std::vector<std::string> Coordinator::WaitForParticipants() {
   const CoordinatorOptions& o = options_;
-  // Quorum.
   std::vector<std::string> connected;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      lock.unlock();
-      connected = service_->Connected();
-      lock.lock();
-      if (connected.size() >= o.min_clients) break;
-      cv_.wait_for(lock, std::chrono::milliseconds(50));
-    }
+  while (!stop_) {
+    connected = service_->Connected();
+    if (connected.size() >= o.min_clients) break;
+    absl::MutexLock lock(&mu_);
+    if (!stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
   }
-  if (stop_) return absl::OkStatus();
-  // Participants: a seeded sample of the connected clients.
+  if (stop_) return {};
+  // A seeded sample of the connected clients.
   std::sort(connected.begin(), connected.end());
   std::mt19937_64 rng(o.seed ^ (engine_->current_round() * 0x9E3779B97F4A7C15ull));
   std::shuffle(connected.begin(), connected.end(), rng);
   const size_t want = std::max<size_t>(
       o.min_clients, static_cast<size_t>(std::ceil(o.fraction * connected.size())));
   connected.resize(std::min(want, connected.size()));
-  const auto deadline =
-      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.round_timeout_s * 1000));
+  return connected;
+}
+
+absl::Status Coordinator::RunRound() {
+  const std::vector<std::string> participants = WaitForParticipants();
+  if (stop_) return absl::OkStatus();
+  const auto deadline = Clock::now() + std::chrono::milliseconds(
+                                           static_cast<int64_t>(options_.round_timeout_s * 1000));
   service_->traffic().uplink_wire = 0;
   service_->traffic().uplink_raw = 0;
   service_->traffic().downlink = 0;
   CommitResult commit;
   RoundReport rep;
-  absl::Status st = lsgd_  ? RunLsgdRound(connected, deadline, &commit, &rep)
-                    : sgp_ ? RunSgpRound(connected, deadline, &commit, &rep)
-                           : RunFedAvgRound(connected, deadline, &commit, &rep);
+  absl::Status st = driver_->RunRound(*this, participants, deadline, &commit, &rep);
   if (!st.ok() || stop_) return st;
   return FinishRound(commit, std::move(rep));
 }
 
 absl::Status Coordinator::StartRound(const std::vector<std::string>& participants,
-                                     Clock::time_point deadline, RoundMode mode,
+                                     Clock::time_point deadline,
+                                     std::shared_ptr<Collector> collector,
                                      const std::set<std::string>* uploaders) {
   const uint64_t round = engine_->current_round();
-  if (absl::Status st = engine_->OpenRound(participants, deadline, std::move(mode)); !st.ok())
+  if (absl::Status st = engine_->OpenRound(participants, deadline, std::move(collector)); !st.ok())
     return st;
   if (uploaders != nullptr) engine_->SetUploaders(*uploaders);
   metrics_->SetRound(round);
@@ -317,19 +205,22 @@ absl::Status Coordinator::StartRound(const std::vector<std::string>& participant
 
 void Coordinator::WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
                             const std::function<void()>& tick) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (!stop_ && Clock::now() < deadline && !done()) {
-    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    const auto wake = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(wake - Clock::now()));
     if (tick) {
-      lock.unlock();
+      mu_.Unlock();
       tick();
-      lock.lock();
+      mu_.Lock();
     }
   }
 }
 
+std::vector<std::string> Coordinator::Connected() const { return service_->Connected(); }
+
 std::set<std::string> Coordinator::Vanished(const std::set<std::string>& watched,
-                                            Clock::time_point since) {
+                                            Clock::time_point since) const {
   const auto now = Clock::now();
   std::set<std::string> gone;
   for (const std::string& c : watched) {
@@ -340,46 +231,45 @@ std::set<std::string> Coordinator::Vanished(const std::set<std::string>& watched
   return gone;
 }
 
+bool Coordinator::Push(const std::string& client, const protos::ServerEvent& event) {
+  return service_->Push(client, event);
+}
+
+double Coordinator::LinkBytesPerSecond(const std::string& client) const {
+  return service_->LinkBytesPerSecond(client);
+}
+
+absl::Status Coordinator::Evaluate(uint64_t round, RoundReport* rep) {
+  const CoordinatorOptions& o = options_;
+  if (o.eval_every == 0 || (round % o.eval_every != 0 && round != o.rounds)) {
+    return absl::OkStatus();
+  }
+  if (absl::Status st = eval_model_->SetFlat(engine_->ModelVector()); !st.ok()) return st;
+  auto ev = eval_model_->Evaluate(*test_data_);
+  if (!ev.ok()) return ev.status();
+  rep->accuracy = ev->accuracy;
+  rep->loss = ev->loss;
+  last_accuracy_ = ev->accuracy;
+  metrics_->SetGlobalEval(ev->accuracy, ev->loss);
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport rep) {
   const CoordinatorOptions& o = options_;
   rep.round = commit.round;
+  rep.mode = std::string(ModeName(driver_->mode()));
   rep.participants = commit.participants;
   rep.stragglers = commit.stragglers;
   rep.seconds = commit.seconds;
   rep.uplink_bytes = service_->traffic().uplink_wire;
   rep.raw_uplink_bytes = service_->traffic().uplink_raw;
   rep.downlink_bytes = service_->traffic().downlink;
-  if (o.eval_every > 0 && (commit.round % o.eval_every == 0 || commit.round == o.rounds)) {
-    const std::vector<float> model = engine_->ModelVector();
-    if (absl::Status st = eval_model_->SetFlat(model); !st.ok()) return st;
-    auto ev = eval_model_->Evaluate(*test_data_);
-    if (!ev.ok()) return ev.status();
-    rep.accuracy = ev->accuracy;
-    rep.loss = ev->loss;
-    last_accuracy_ = ev->accuracy;
-    metrics_->SetGlobalEval(ev->accuracy, ev->loss);
-  }
-  // The LGC state of this round goes first: a restart loads the one of the checkpoint.
-  if (lgc_) {
-    if (absl::Status st = lgc_->Save(commit.round); !st.ok()) return st;
-  }
-  if (lsgd_) {
-    if (absl::Status st = lsgd_->Save(commit.round); !st.ok()) return st;
-  }
-  if (sgp_) {
-    if (absl::Status st = sgp_->Save(commit.round); !st.ok()) return st;
-  }
+  if (absl::Status st = Evaluate(commit.round, &rep); !st.ok()) return st;
+  // The driver's state of this round goes first: a restart loads the one of the checkpoint.
+  if (absl::Status st = driver_->Save(commit.round); !st.ok()) return st;
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;
-  metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
-  metrics_->CountRound(rep.hit_deadline);
-  metrics_->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
-  metrics_->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
-  metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
-  if (rep.uplink_bytes > 0) {
-    metrics_->SetCompressionRatio(o.plan.CodecFor(commit.round),
-                                  static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
-  }
+  PublishRoundMetrics(commit, rep);
   // Receipts become visible only now that the checkpoint holding them is on disk: a
   // client must never learn that a chunk counted in a round a crash could still undo.
   engine_->PublishReceipts();
@@ -389,28 +279,29 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
     service_->Push(client, CoordinatorService::ReceiptEvent(rc));
   }
   // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
-  std::ofstream(o.state_dir + "/rounds.jsonl", std::ios::app)
-      << "{\"round\": " << rep.round << ", \"accuracy\": " << rep.accuracy
-      << ", \"loss\": " << rep.loss << ", \"uplink_bytes\": " << rep.uplink_bytes
-      << ", \"raw_uplink_bytes\": " << rep.raw_uplink_bytes
-      << ", \"downlink_bytes\": " << rep.downlink_bytes << ", \"seconds\": " << rep.seconds
-      << ", \"participants\": " << rep.participants << ", \"stragglers\": " << rep.stragglers
-      << ", \"lgc_stage\": " << rep.lgc_stage << ", \"lgc_leader\": \"" << rep.lgc_leader
-      << "\", \"ae_reconstruction\": " << rep.ae_reconstruction
-      << ", \"ae_similarity\": " << rep.ae_similarity
-      << ", \"lgc_values_cosine\": " << rep.lgc_values_cosine
-      << ", \"lgc_rebuild_mismatches\": " << rep.lgc_rebuild_mismatches
-      << ", \"ae_seconds\": " << rep.ae_seconds << ", \"mode\": \"" << o.mode
-      << "\", \"lsgd_leader\": \"" << rep.lsgd_leader
-      << "\", \"sgp_consensus_distance\": " << rep.sgp_consensus_distance << "}\n";
+  if (absl::Status st = AppendLine(o.state_dir + "/rounds.jsonl", ToJson(rep)); !st.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", st.ToString().c_str());
+  }
   std::fprintf(
       stderr,
       "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",
       static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
       static_cast<unsigned long long>(rep.uplink_bytes));
-  std::lock_guard<std::mutex> lock(mu_);
-  reports_.push_back(rep);
+  absl::MutexLock lock(&mu_);
+  reports_.push_back(std::move(rep));
   return absl::OkStatus();
+}
+
+void Coordinator::PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep) {
+  metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
+  metrics_->CountRound(rep.hit_deadline);
+  metrics_->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
+  metrics_->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
+  metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
+  if (rep.uplink_bytes > 0) {
+    metrics_->SetCompressionRatio(options_.plan.CodecFor(commit.round),
+                                  static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
+  }
 }
 
 }  // namespace fedlgc::coordinator

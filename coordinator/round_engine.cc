@@ -2,47 +2,39 @@
 #include "coordinator/round_engine.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "codecs/crc32c.h"
 #include "codecs/registry.h"
 #include "codecs/rng.h"
 #include "codecs/str.h"
-#include "core/mixing.h"
 
 namespace fedlgc::coordinator {
-// Reason label for a frame that failed to parse or decode.
-std::string RoundEngine::ReasonFor(const absl::Status& st) {
-  switch (st.code()) {
-    case absl::StatusCode::kDataLoss:
-      return "crc";
-    case absl::StatusCode::kResourceExhausted:
-      return "oversized";
-    case absl::StatusCode::kOutOfRange:
-      return "range";
-    case absl::StatusCode::kUnimplemented:
-      return "version";
-    default:
-      break;
-  }
-  const std::string m(st.message());
-  if (m.find("finite") != std::string::npos || m.find("invalid norm") != std::string::npos ||
-      m.find("invalid scale") != std::string::npos) {
-    return "nonfinite";
-  }
-  return "malformed";
-}
+namespace {
 
-ChunkResult RoundEngine::Reject(absl::Status st, std::string reason) {
+ChunkResult Refused(RejectReason reason, absl::Status st) {
   ChunkResult r;
   r.status = std::move(st);
-  r.reason = std::move(reason);
+  r.reason = reason;
   return r;
 }
 
+ChunkResult Refused(Rejection rejection) {
+  return Refused(rejection.reason, std::move(rejection.status));
+}
+
+}  // namespace
+
+std::shared_ptr<const ModelBlob> MakeBlob(uint64_t version, std::string bytes) {
+  auto blob = std::make_shared<ModelBlob>();
+  blob->version = version;
+  blob->bytes = std::move(bytes);
+  blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+  return blob;
+}
+
 RoundEngine::RoundEngine(EngineOptions options, EngineState state)
-    : options_(std::move(options)), state_(std::move(state)) {
+    : options_(std::move(options)), dim_(state.model.size()), state_(std::move(state)) {
   // The coordinator validates the job options before building the engine.
   std::vector<std::string> specs = options_.plan.warmup_codecs;
   specs.push_back(options_.plan.codec);
@@ -51,19 +43,17 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state)
     if (auto codec = codecs::MakeCodec(spec); codec.ok())
       decoders_[spec] = std::move(codec).value();
   }
+  absl::MutexLock lock(&mu_);
   if (state_.momentum.size() != state_.model.size())
     state_.momentum.assign(state_.model.size(), 0.0f);
-  std::lock_guard<std::mutex> lock(mu_);
   PublishModelLocked();
   published_receipts_ = state_.receipts;
 }
 
 void RoundEngine::PublishModelLocked() {
-  auto blob = std::make_shared<ModelBlob>();
-  blob->version = state_.model_version;
-  blob->bytes.assign(reinterpret_cast<const char*>(state_.model.data()), state_.model.size() * 4);
-  blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
-  blob_ = std::move(blob);
+  blob_ = MakeBlob(
+      state_.model_version,
+      std::string(reinterpret_cast<const char*>(state_.model.data()), state_.model.size() * 4));
 }
 
 const codecs::Codec* RoundEngine::DecoderFor(uint64_t round) const {
@@ -71,34 +61,39 @@ const codecs::Codec* RoundEngine::DecoderFor(uint64_t round) const {
   return it == decoders_.end() ? nullptr : it->second.get();
 }
 
+RoundFacts RoundEngine::FactsLocked() const {
+  RoundFacts f;
+  f.dim = dim_;
+  f.model_version = state_.model_version;
+  f.registered_clients = state_.clients.size();
+  f.decoder = round_ ? DecoderFor(round_->number) : nullptr;
+  f.frame_limits = options_.frame_limits;
+  return f;
+}
+
 void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   state_.clients[client_id] = num_samples;
 }
 
 absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants,
-                                    Clock::time_point deadline, RoundMode mode) {
-  std::lock_guard<std::mutex> lock(mu_);
+                                    Clock::time_point deadline,
+                                    std::shared_ptr<Collector> collector) {
+  absl::MutexLock lock(&mu_);
   if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
   auto r = std::make_unique<Round>();
   r->number = state_.next_round;
   r->participants.insert(participants.begin(), participants.end());
   r->uploaders = r->participants;
-  r->separate = mode.separate || mode.gossip;
-  r->gossip = mode.gossip;
-  if (!r->separate) {
-    r->sum.assign(state_.model.size(), 0.0);
-    r->weight.assign(state_.model.size(), 0.0f);
-  }
+  r->collector = std::move(collector);
   r->opened = Clock::now();
   r->deadline = deadline;
-  r->validator = std::move(mode.validator);
   round_ = std::move(r);
   return absl::OkStatus();
 }
 
 void RoundEngine::SetUploaders(const std::set<std::string>& uploaders) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!round_) return;
   round_->uploaders.clear();
   for (const std::string& u : uploaders) {
@@ -107,12 +102,12 @@ void RoundEngine::SetUploaders(const std::set<std::string>& uploaders) {
 }
 
 uint64_t RoundEngine::current_round() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return round_ ? round_->number : state_.next_round;
 }
 
 std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!round_ || round_->participants.count(client_id) == 0) return std::nullopt;
   RoundInfo info;
   info.round = round_->number;
@@ -137,180 +132,139 @@ std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
   return held;
 }
 
-std::optional<ChunkResult> RoundEngine::ParticipantOrQuery(const ChunkIn& c) const {
-  if (round_->participants.count(c.client_id) == 0) {
-    return Reject(absl::FailedPreconditionError(
-                      StrCat("client ", c.client_id, " is not a participant of round ", c.round)),
-                  "not_participant");
+std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
+  if (!round_ || c.round != round_->number || round_->frozen) {
+    return Refused(
+        RejectReason::kWrongRound,
+        absl::FailedPreconditionError(
+            !round_ ? StrCat("round ", c.round, " is closed; no round is open")
+            : c.round != round_->number
+                ? StrCat("round ", c.round, " is not open; round ", round_->number, " is")
+                : StrCat("round ", c.round, " is closing: its updates are being aggregated")));
   }
-  if (c.gossip != round_->gossip) {
-    return Reject(absl::InvalidArgumentError(
-                      round_->gossip ? StrCat("round ", c.round, " takes push-sum shares (Gossip)")
-                                     : StrCat("round ", c.round, " takes no push-sum shares")),
-                  "malformed");
+  const Round& r = *round_;
+  if (r.participants.count(c.client_id) == 0) {
+    return Refused(RejectReason::kNotParticipant,
+                   absl::FailedPreconditionError(
+                       StrCat("client ", c.client_id, " is not a participant of round ", c.round)));
   }
-  if (!c.frame.empty() && round_->uploaders.count(c.client_id) == 0) {
-    return Reject(absl::FailedPreconditionError(
-                      StrCat("client ", c.client_id, " has nothing to upload in round ", c.round)),
-                  "not_participant");
+  if (c.share.has_value() != r.collector->takes_shares()) {
+    return Refused(RejectReason::kMalformed,
+                   absl::InvalidArgumentError(
+                       r.collector->takes_shares()
+                           ? StrCat("round ", c.round, " takes push-sum shares (Gossip)")
+                           : StrCat("round ", c.round, " takes no push-sum shares")));
   }
-  if (!c.frame.empty()) return std::nullopt;
-  ChunkResult r;  // a query: report what is held
-  auto it = round_->updates.find(c.client_id);
-  if (it != round_->updates.end() && it->second.update_id == c.update_id) {
-    r.held = HeldList(it->second);
+  if (!c.frame.empty() && r.uploaders.count(c.client_id) == 0) {
+    return Refused(RejectReason::kNotParticipant,
+                   absl::FailedPreconditionError(StrCat(
+                       "client ", c.client_id, " has nothing to upload in round ", c.round)));
   }
-  return r;
+  auto it = r.updates.find(c.client_id);
+  const Update* u = it == r.updates.end() ? nullptr : &it->second;
+  if (c.frame.empty()) {  // a query: report what is held
+    ChunkResult q;
+    if (u != nullptr && u->update_id == c.update_id) q.held = HeldList(*u);
+    return q;
+  }
+  if (c.chunk_count == 0 || c.chunk_count > options_.max_chunks_per_update ||
+      c.chunk_index >= c.chunk_count) {
+    return Refused(RejectReason::kBadChunkIndex,
+                   absl::InvalidArgumentError(
+                       StrCat("chunk ", c.chunk_index, " of ", c.chunk_count, " is out of range")));
+  }
+  if (c.num_samples == 0) {
+    return Refused(RejectReason::kMalformed, absl::InvalidArgumentError("num_samples must be > 0"));
+  }
+  if (!(c.scale > 0 && c.scale <= 16)) {
+    return Refused(RejectReason::kNonFinite, absl::InvalidArgumentError(StrCat(
+                                                 "chunk scale ", c.scale, " is not in (0, 16]")));
+  }
+  std::optional<HeldUpdate> held;
+  if (u != nullptr) held = HeldUpdate{u->update_id, u->chunk_count, u->held_count};
+  if (auto no = r.collector->Admit(c, held ? &*held : nullptr, FactsLocked())) return Refused(*no);
+  if (u == nullptr) return std::nullopt;
+  const bool same = u->update_id == c.update_id;
+  if (!same && !r.collector->replaces_updates()) {
+    return Refused(RejectReason::kUpdateConflict,
+                   absl::FailedPreconditionError(StrCat("round ", c.round, " already holds update ",
+                                                        u->update_id, " from ", c.client_id,
+                                                        "; update ", c.update_id, " refused")));
+  }
+  if (same && u->chunk_count != c.chunk_count) {
+    return Refused(
+        RejectReason::kBadChunkIndex,
+        absl::InvalidArgumentError(StrCat("chunk count ", c.chunk_count,
+                                          " differs from earlier chunks (", u->chunk_count, ")")));
+  }
+  if (same && u->held[c.chunk_index]) {
+    ChunkResult dup;
+    dup.duplicate = true;
+    dup.reason = RejectReason::kDuplicate;
+    dup.held = HeldList(*u);
+    return dup;
+  }
+  return std::nullopt;
 }
 
 ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
-  const bool payload_mode = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return round_ && round_->validator && c.round == round_->number;
-  }();
-  if (payload_mode) return AcceptPayload(c);
-  uint64_t dim = 0;
-  const codecs::Codec* decoder = nullptr;
+  // Admit, with the lock: what needs the round.
+  std::shared_ptr<Collector> collector;
+  RoundFacts facts;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!round_ || c.round != round_->number) {
-      return Reject(
-          absl::FailedPreconditionError(
-              round_ ? StrCat("round ", c.round, " is not open; round ", round_->number, " is")
-                     : StrCat("round ", c.round, " is closed; no round is open")),
-          "wrong_round");
-    }
-    if (auto early = ParticipantOrQuery(c)) return *early;
-    auto it = round_->updates.find(c.client_id);
-    if (c.chunk_count == 0 || c.chunk_count > options_.max_chunks_per_update ||
-        c.chunk_index >= c.chunk_count) {
-      return Reject(absl::InvalidArgumentError(
-                        StrCat("chunk ", c.chunk_index, " of ", c.chunk_count, " is out of range")),
-                    "bad_chunk_index");
-    }
-    if (c.num_samples == 0) {
-      return Reject(absl::InvalidArgumentError("num_samples must be > 0"), "malformed");
-    }
-    if (!(c.scale > 0 && c.scale <= 16)) {
-      return Reject(
-          absl::InvalidArgumentError(StrCat("chunk scale ", c.scale, " is not in (0, 16]")),
-          "nonfinite");
-    }
-    if (c.gossip) {
-      // A push-sum weight share is p w: positive, and at most everything (w <= n).
-      if (!(c.weight_share > 0) ||
-          !(c.weight_share <= static_cast<double>(state_.clients.size() + 1))) {
-        return Reject(absl::InvalidArgumentError(
-                          StrCat("push-sum weight share ", c.weight_share, " is out of range")),
-                      "nonfinite");
-      }
-      if (c.reference_version != state_.model_version) {
-        return Reject(absl::InvalidArgumentError(StrCat("share coded against model ",
-                                                        c.reference_version, "; round ", c.round,
-                                                        " uses model ", state_.model_version)),
-                      "malformed");
-      }
-    }
-    if (it != round_->updates.end()) {
-      const Update& u = it->second;
-      if (c.gossip && u.update_id == c.update_id && u.separate.weight_share != c.weight_share) {
-        return Reject(absl::InvalidArgumentError("weight share differs from earlier chunks"),
-                      "bad_chunk_index");
-      }
-      if (u.update_id != c.update_id) {
-        return Reject(absl::FailedPreconditionError(
-                          StrCat("round ", c.round, " already holds update ", u.update_id, " from ",
-                                 c.client_id, "; update ", c.update_id, " refused")),
-                      "update_conflict");
-      }
-      if (u.chunk_count != c.chunk_count) {
-        return Reject(absl::InvalidArgumentError(StrCat("chunk count ", c.chunk_count,
-                                                        " differs from earlier chunks (",
-                                                        u.chunk_count, ")")),
-                      "bad_chunk_index");
-      }
-      if (u.held[c.chunk_index]) {
-        ChunkResult r;
-        r.duplicate = true;
-        r.reason = "duplicate";
-        r.held = HeldList(u);
-        return r;
-      }
-    }
-    dim = state_.model.size();
-    decoder = DecoderFor(round_->number);
+    absl::MutexLock lock(&mu_);
+    if (auto early = AdmitLocked(c)) return *std::move(early);
+    collector = round_->collector;
+    facts = FactsLocked();
   }
-  if (decoder == nullptr) return Reject(absl::InternalError("no codec"), "codec");
+  // Decode, without it: parsing and decoding run concurrently.
+  auto decoded = collector->Decode(c, facts);
+  if (!decoded.ok()) return Refused(RejectStatus(decoded.status()));
+  // Collect, with it again.
+  absl::MutexLock lock(&mu_);
+  return CollectLocked(c, *std::move(decoded));
+}
 
-  // Parse and decode outside the lock.
-  auto view = codecs::ParseFrame(c.frame, options_.frame_limits);
-  if (!view.ok()) return Reject(view.status(), ReasonFor(view.status()));
-  if (view->spec != decoder->wire_spec()) {
-    return Reject(
-        absl::InvalidArgumentError(StrCat("chunk encoded with \"", view->spec,
-                                          "\"; this round uses \"", decoder->wire_spec(), "\"")),
-        "codec");
+ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
+  if (!round_ || c.round != round_->number || round_->frozen) {
+    return Refused(RejectReason::kWrongRound, absl::FailedPreconditionError(StrCat(
+                                                  "round ", c.round, " closed while decoding")));
   }
-  if (view->dim != dim) {
-    return Reject(absl::OutOfRangeError(
-                      StrCat("chunk is for ", view->dim, " coordinates; the model has ", dim)),
-                  "range");
-  }
-  std::vector<float> values(view->length);
-  if (absl::Status st = decoder->Decode(*view, values); !st.ok()) return Reject(st, ReasonFor(st));
-  if (c.scale != 1.0f) core::ScaleInPlace(values, c.scale);
-
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!round_ || c.round != round_->number) {
-    return Reject(
-        absl::FailedPreconditionError(StrCat("round ", c.round, " closed while decoding")),
-        "wrong_round");
-  }
-  auto [it, inserted] = round_->updates.try_emplace(c.client_id);
+  Round& r = *round_;
+  const bool replaces = r.collector->replaces_updates();
+  auto [it, inserted] = r.updates.try_emplace(c.client_id);
   Update& u = it->second;
-  if (inserted) {
+  const bool renewed = !inserted && replaces && u.update_id != c.update_id;
+  if (!inserted && !renewed && (u.update_id != c.update_id || u.chunk_count != c.chunk_count)) {
+    return Refused(RejectReason::kUpdateConflict,
+                   absl::FailedPreconditionError("a different update arrived concurrently"));
+  }
+  if (inserted || renewed) {
+    u = Update();
     u.update_id = c.update_id;
     u.chunk_count = c.chunk_count;
     u.held.assign(c.chunk_count, false);
-    if (round_->separate) {
-      u.separate.values.assign(dim, 0.0f);
-      u.separate.num_samples = c.num_samples;
-      u.separate.weight_share = c.weight_share;
-      u.separate.reference_version = c.reference_version;
-    }
-  } else if (u.update_id != c.update_id || u.chunk_count != c.chunk_count) {
-    return Reject(absl::FailedPreconditionError("a different update arrived concurrently"),
-                  "update_conflict");
   }
-  ChunkResult r;
+  ChunkResult res;
   if (u.held[c.chunk_index]) {
-    r.duplicate = true;
-    r.reason = "duplicate";
-  } else if (round_->separate) {
-    std::copy(values.begin(), values.end(), u.separate.values.begin() + view->begin);
-    u.held[c.chunk_index] = true;
-    ++u.held_count;
-    u.separate.complete = u.held_count == u.chunk_count;
-    r.coordinates = view->length;
-  } else {
-    const double w = static_cast<double>(c.num_samples);
-    double* sum = round_->sum.data() + view->begin;
-    float* weight = round_->weight.data() + view->begin;
-    for (size_t i = 0; i < values.size(); ++i) {
-      sum[i] += w * values[i];
-      weight[i] += static_cast<float>(w);
-    }
-    u.held[c.chunk_index] = true;
-    ++u.held_count;
-    r.coordinates = view->length;
+    res.duplicate = true;
+    res.reason = RejectReason::kDuplicate;
+    res.held = HeldList(u);
+    return res;
   }
-  r.held = HeldList(u);
-  r.codec = options_.plan.CodecFor(c.round);
-  return r;
+  u.held[c.chunk_index] = true;
+  ++u.held_count;
+  // A replacing update's bytes travelled again, but the model it stands for counts once.
+  res.coordinates = renewed ? 0 : decoded.coordinates;
+  r.collector->Collect(c, std::move(decoded), inserted || renewed, u.held_count == u.chunk_count,
+                       FactsLocked());
+  res.held = HeldList(u);
+  res.codec = options_.plan.CodecFor(c.round);
+  return res;
 }
 
 bool RoundEngine::AllComplete() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!round_) return false;
   for (const std::string& p : round_->uploaders) {
     auto it = round_->updates.find(p);
@@ -320,28 +274,30 @@ bool RoundEngine::AllComplete() const {
   return true;
 }
 
-CommitResult RoundEngine::Commit() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!round_) return CommitResult{};
-  // Weighted mean per coordinate over the chunks that arrived.
-  const Round& r = *round_;
-  std::vector<float> delta(state_.model.size());
-  for (size_t i = 0; i < delta.size(); ++i) {
-    delta[i] = r.weight[i] > 0 ? static_cast<float>(r.sum[i] / r.weight[i]) : 0.0f;
-  }
-  return Close(delta, [](const std::string&) { return true; });
+void RoundEngine::Freeze() {
+  absl::MutexLock lock(&mu_);
+  if (round_) round_->frozen = true;
 }
 
-CommitResult RoundEngine::CommitWith(std::span<const float> delta,
-                                     const std::set<std::string>& counted) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!round_) return CommitResult{};
-  return Close(delta, [&](const std::string& c) { return counted.count(c) > 0; });
+CommitResult RoundEngine::CommitDelta(std::span<const float> delta,
+                                      const ServerOptimizer& optimizer,
+                                      const std::set<std::string>* counted) {
+  absl::MutexLock lock(&mu_);
+  if (!round_ || delta.size() != dim_) return CommitResult{};
+  return CloseLocked(delta, optimizer, counted, nullptr);
 }
 
-CommitResult RoundEngine::Close(std::span<const float> delta,
-                                const std::function<bool(const std::string&)>& counted,
-                                std::vector<float>* set) {
+CommitResult RoundEngine::CommitModel(std::vector<float> model,
+                                      const std::set<std::string>& counted) {
+  absl::MutexLock lock(&mu_);
+  if (!round_ || model.size() != dim_) return CommitResult{};
+  return CloseLocked({}, ServerOptimizer(), &counted, &model);
+}
+
+CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
+                                      const ServerOptimizer& optimizer,
+                                      const std::set<std::string>* counted,
+                                      std::vector<float>* set) {
   CommitResult res;
   Round& r = *round_;
   res.round = r.number;
@@ -349,11 +305,9 @@ CommitResult RoundEngine::Close(std::span<const float> delta,
     state_.model = std::move(*set);
   } else {
     // Server SGD with momentum.
-    const float lr = options_.server_lr;
-    const float mu = options_.server_momentum;
     for (size_t i = 0; i < state_.model.size(); ++i) {
-      state_.momentum[i] = mu * state_.momentum[i] + delta[i];
-      state_.model[i] += lr * state_.momentum[i];
+      state_.momentum[i] = optimizer.momentum * state_.momentum[i] + delta[i];
+      state_.model[i] += optimizer.lr * state_.momentum[i];
     }
   }
   for (const std::string& p : r.participants) {
@@ -363,7 +317,7 @@ CommitResult RoundEngine::Close(std::span<const float> delta,
     if (it != r.updates.end()) {
       rc.update_id = it->second.update_id;
       rc.chunk_count = it->second.chunk_count;
-      if (counted(p)) rc.counted = HeldList(it->second);
+      if (counted == nullptr || counted->count(p)) rc.counted = HeldList(it->second);
       if (!rc.counted.empty()) ++res.participants;
       if (it->second.held_count != it->second.chunk_count || rc.counted.empty()) ++res.stragglers;
       auto& history = state_.receipts[p];
@@ -383,28 +337,28 @@ CommitResult RoundEngine::Close(std::span<const float> delta,
 }
 
 std::shared_ptr<const ModelBlob> RoundEngine::model() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return blob_;
 }
 
 std::vector<float> RoundEngine::ModelVector() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_.model;
 }
 
 EngineState RoundEngine::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_;
 }
 
 std::vector<Receipt> RoundEngine::ReceiptsFor(const std::string& client_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = published_receipts_.find(client_id);
   return it == published_receipts_.end() ? std::vector<Receipt>{} : it->second;
 }
 
 void RoundEngine::PublishReceipts() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   published_receipts_ = state_.receipts;
 }
 

@@ -1,8 +1,8 @@
-// The round engine: the state of the federation between gRPC and the model. It opens
-// rounds, validates and decodes chunks as they arrive into a weighted sum with a weight
-// per coordinate (so a partial update counts for the ranges that arrived), knows which
-// chunks it holds, and commits a round by averaging and applying the server optimizer
-// (SGD with server lr and momentum; lr 1 without momentum is plain FedAvg).
+// The round engine: the state of the federation between gRPC and the model. It opens a
+// round for its participants with the collection strategy the mode's driver picks
+// (collector.h), admits, decodes and collects chunks as they arrive, knows which chunks
+// of which update it holds (each counts at most once), and closes the round by applying
+// the driver's aggregate, bumping the model version and writing receipts.
 //
 // Thread-safe. No gRPC or protobuf here: the service translates messages.
 #ifndef FEDLGC_COORDINATOR_ROUND_ENGINE_H_
@@ -10,20 +10,19 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "codecs/codec.h"
+#include "coordinator/collector.h"
 
 namespace fedlgc::coordinator {
 
@@ -48,38 +47,30 @@ struct RoundPlan {
 
 struct EngineOptions {
   RoundPlan plan;
-  float server_lr = 1.0f;
-  float server_momentum = 0.0f;
   uint64_t max_chunks_per_update = 1 << 16;
   codecs::FrameLimits frame_limits;
   uint64_t seed = 1;
 };
 
-// The global model as served for download.
-struct ModelBlob {
-  uint64_t version = 0;
-  std::string bytes;  // little-endian float32
-  uint32_t crc32c = 0;
+// Server SGD with momentum, applied to a round's mean update (lr 1, momentum 0: FedAvg).
+struct ServerOptimizer {
+  float lr = 1.0f;
+  float momentum = 0.0f;
 };
 
-struct ChunkIn {
-  std::string client_id;
-  uint64_t round = 0;
-  uint64_t update_id = 0;
-  uint32_t chunk_index = 0;
-  uint32_t chunk_count = 0;
-  uint64_t num_samples = 0;
-  std::string_view frame;  // empty: a query for the receipt
-  float scale = 1;         // the decoded values are multiplied by this (in (0, 16])
-  // SGP shares (Gossip): the push-sum weight share and the reference model version.
-  bool gossip = false;
-  double weight_share = 0;
-  uint64_t reference_version = 0;
+// A blob served by DownloadModel: the global model (little-endian float32), or one a
+// mode serves.
+struct ModelBlob {
+  uint64_t version = 0;
+  std::string bytes;
+  uint32_t crc32c = 0;
 };
+// A blob of `bytes` with its CRC32C.
+std::shared_ptr<const ModelBlob> MakeBlob(uint64_t version, std::string bytes);
 
 struct ChunkResult {
   absl::Status status;
-  std::string reason;  // rejection reason label when !status.ok()
+  RejectReason reason = RejectReason::kNone;  // set when refused, and for a duplicate
   bool duplicate = false;
   uint64_t coordinates = 0;    // carried by this chunk (for raw byte accounting)
   std::vector<uint32_t> held;  // all chunks of this update now held
@@ -106,7 +97,7 @@ struct EngineState {
   uint64_t next_round = 1;
   uint64_t model_version = 0;
   std::vector<float> model;
-  std::vector<float> momentum;
+  std::vector<float> momentum;              // of the server optimizer
   std::map<std::string, uint64_t> clients;  // id -> samples
   // Recent receipts per client (oldest first), for clients that sent something in the
   // round. A reconnecting client is sent them all and applies the one for its update in
@@ -128,32 +119,18 @@ struct RoundInfo {
   std::string codec;       // the round's codec spec
 };
 
-// How a round takes its updates (see RoundEngine::OpenRound).
-using PayloadValidator = std::function<absl::Status(
-    const std::string& client, std::string_view spec, std::span<const uint8_t> body)>;
-struct RoundMode {
-  PayloadValidator validator;
-  bool separate = false;
-  bool gossip = false;  // SGP: chunks come through Gossip with a push-sum weight share
-};
-
 class RoundEngine {
  public:
-  using PayloadValidator = coordinator::PayloadValidator;
   RoundEngine(EngineOptions options, EngineState state);
   RoundEngine(const RoundEngine&) = delete;
   RoundEngine& operator=(const RoundEngine&) = delete;
 
   void Register(const std::string& client_id, uint64_t num_samples);
 
-  // Opens round next_round with `participants`, closing at `deadline`. REQUIRES: no
-  // round is open. In payload mode (LGC rounds, `validator` set) chunks are not decoded:
-  // each client sends one frame whose body `validator` checks and the engine keeps for the
-  // driver, which aggregates them itself (CommitWith); a client's new update replaces its
-  // earlier one. In separate mode (LSGD, SGP) each client's decoded update is kept apart
-  // for the driver (Separate) instead of being summed.
+  // Opens round next_round with `participants`, closing at `deadline`, collecting with
+  // `collector`. REQUIRES: no round is open.
   absl::Status OpenRound(const std::vector<std::string>& participants, Clock::time_point deadline,
-                         RoundMode mode = {});
+                         std::shared_ptr<Collector> collector);
   // The participants whose updates the round waits for (default: all of them). Others'
   // chunks are refused. LSGD: only the leaders upload.
   void SetUploaders(const std::set<std::string>& uploaders);
@@ -163,42 +140,24 @@ class RoundEngine {
   std::optional<RoundInfo> OpenRoundFor(const std::string& client_id) const;
   const RoundPlan& plan() const { return options_.plan; }
 
-  // Validates, decodes and accumulates one chunk (or answers a query).
+  // Admits, decodes and collects one chunk (or answers a query: an empty frame).
   ChunkResult AcceptChunk(const ChunkIn& chunk);
-  // True when every participant has sent every chunk of its update.
+  // True when every uploader has sent every chunk of its update.
   bool AllComplete() const;
-
-  // Closes the open round: averages, applies the optimizer, bumps the model version.
-  CommitResult Commit();
-
-  // Payload mode: the frames held so far (client -> spec, body, FedAvg weight).
-  struct Payload {
-    std::string spec;
-    std::string body;
-    uint64_t num_samples = 0;
-  };
-  std::map<std::string, Payload> Payloads() const;
-  // Payload mode: refuses further chunks of the open round (the driver aggregates now).
+  // Refuses further chunks of the open round (its driver aggregates now).
   void Freeze();
-  // Payload mode: closes the round applying `delta` (the driver's aggregate) through the
-  // optimizer; the updates of `counted` clients count, the others get empty receipts.
-  CommitResult CommitWith(std::span<const float> delta, const std::set<std::string>& counted);
 
-  // Separate mode: each client's decoded update so far.
-  struct SeparateUpdate {
-    std::vector<float> values;  // zero where no chunk arrived
-    bool complete = false;
-    uint64_t num_samples = 0;
-    double weight_share = 0;  // SGP
-    uint64_t reference_version = 0;
-  };
-  std::map<std::string, SeparateUpdate> Separate() const;
-  // Separate mode: closes the round with `model` as the new model (no optimizer); the
-  // updates of `counted` clients count, the others get empty receipts.
+  // Closes the open round, applying `delta` (the round's mean update) through `optimizer`.
+  // The updates of the clients in `counted` count (nullptr: every update held); the others
+  // get empty receipts.
+  CommitResult CommitDelta(std::span<const float> delta, const ServerOptimizer& optimizer,
+                           const std::set<std::string>* counted = nullptr);
+  // Closes the open round with `model` as the new model (no optimizer).
   CommitResult CommitModel(std::vector<float> model, const std::set<std::string>& counted);
 
   std::shared_ptr<const ModelBlob> model() const;
   std::vector<float> ModelVector() const;
+  uint64_t dim() const { return dim_; }
   EngineState Snapshot() const;
   // Receipts made visible by PublishReceipts (after the checkpoint that holds them).
   std::vector<Receipt> ReceiptsFor(const std::string& client_id) const;
@@ -210,45 +169,40 @@ class RoundEngine {
     uint32_t chunk_count = 0;
     std::vector<bool> held;
     uint32_t held_count = 0;
-    Payload payload;          // payload mode
-    SeparateUpdate separate;  // separate mode
   };
   struct Round {
     uint64_t number = 0;
     std::set<std::string> participants;
-    std::map<std::string, Update> updates;
-    std::vector<double> sum;
-    std::vector<float> weight;
-    Clock::time_point opened, deadline;
-    PayloadValidator validator;  // set: payload mode
-    bool separate = false, gossip = false;
     std::set<std::string> uploaders;
+    std::map<std::string, Update> updates;
+    std::shared_ptr<Collector> collector;
+    Clock::time_point opened, deadline;
     bool frozen = false;
   };
 
-  // A refused chunk, and the reason label of a frame that failed to parse or decode.
-  static ChunkResult Reject(absl::Status st, std::string reason);
-  static std::string ReasonFor(const absl::Status& st);
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  ChunkResult AcceptPayload(const ChunkIn& c);
-  // A refusal for a non-participant, or the answer to a query (empty frame); nullopt
-  // for a chunk to accept. REQUIRES: the round is open, mu_ held.
-  std::optional<ChunkResult> ParticipantOrQuery(const ChunkIn& c) const
+  RoundFacts FactsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A refusal for a chunk of a round that is not open, a non-participant, a chunk through
+  // the wrong call, or fields out of range; the answer to a query; nullopt for a chunk
+  // to decode.
+  std::optional<ChunkResult> AdmitLocked(const ChunkIn& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a decoded chunk to the open round (or finds it is a duplicate by now).
+  ChunkResult CollectLocked(const ChunkIn& c, DecodedChunk decoded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies a mean update through the optimizer (or, with `set`, replaces the model by
-  // *set), writes receipts (counted(client) says whether a held update counts) and closes
-  // the round.
-  CommitResult Close(std::span<const float> delta,
-                     const std::function<bool(const std::string&)>& counted,
-                     std::vector<float>* set = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes receipts and closes the round; `set` replaces the model, else `delta` goes
+  // through `optimizer`.
+  CommitResult CloseLocked(std::span<const float> delta, const ServerOptimizer& optimizer,
+                           const std::set<std::string>* counted, std::vector<float>* set)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::vector<uint32_t> HeldList(const Update& u);
-
-  const EngineOptions options_;
   // One decoder per distinct codec of the plan (warm-up codecs, then the job codec);
   // Decode is const, so chunks decode outside the lock.
   const codecs::Codec* DecoderFor(uint64_t round) const;
+
+  const EngineOptions options_;
+  const uint64_t dim_;
   std::map<std::string, std::unique_ptr<codecs::Codec>> decoders_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   EngineState state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);

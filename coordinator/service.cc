@@ -1,145 +1,35 @@
-// Reactors of the coordinator service (see service.h).
+// The coordinator service's calls (see service.h); the reactors are in reactors.cc.
 #include "coordinator/service.h"
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 
 #include "codecs/str.h"
-#include "coordinator/upload_reactor.h"
+#include "coordinator/reactors.h"
+#include "core/protocol.h"
 
 namespace fedlgc::coordinator {
+namespace {
+
+template <typename Reactor>
+Reactor* Failed(const absl::Status& st) {
+  return new ErrorReactor<Reactor>(ToGrpc(st));
+}
+
+}  // namespace
 
 grpc::Status ToGrpc(const absl::Status& st) {
   if (st.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
 }
 
-// Event stream of one client: queues server events and writes them one at a time;
-// heartbeats are read and dropped. Deletes itself in OnDone after unregistering.
-class EventsReactor final
-    : public grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent> {
- public:
-  EventsReactor(CoordinatorService* svc, std::string client)
-      : svc_(svc), client_(std::move(client)) {}
-
-  void Begin() { StartRead(&in_); }
-
-  // Queues an event. Safe from any thread while registered with the service.
-  void Push(const protos::ServerEvent& e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    queue_.push_back(e);
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-    }
-  }
-
-  void OnReadDone(bool ok) override {
-    if (ok) {
-      StartRead(&in_);
-      return;
-    }
-    // The client closed its side or the stream broke.
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!finished_) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
-    }
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.pop_front();
-    if (!ok || finished_ || queue_.empty()) {
-      writing_ = false;
-      return;
-    }
-    StartWrite(&queue_.front());
-  }
-
-  void OnDone() override {
-    svc_->Unregister(client_, this);
-    delete this;
-  }
-
- private:
-  CoordinatorService* const svc_;
-  const std::string client_;
-  protos::ClientEvent in_;
-  std::mutex mu_;
-  std::deque<protos::ServerEvent> queue_;
-  bool writing_ = false;
-  bool finished_ = false;
-};
-
-namespace {
-
-class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk> {
- public:
-  static constexpr uint64_t kChunkBytes = 1 << 20;
-
-  DownloadReactor(CoordinatorService* svc, std::string client,
-                  std::shared_ptr<const ModelBlob> blob, uint64_t offset, bool measure)
-      : svc_(svc),
-        client_(std::move(client)),
-        blob_(std::move(blob)),
-        offset_(offset),
-        measure_(measure && offset == 0),
-        start_(std::chrono::steady_clock::now()) {
-    if (offset_ > 0) svc_->metrics()->AddResume(client_, "download");
-    Next();
-  }
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "download stream broke"));
-      return;
-    }
-    svc_->Touch(client_);
-    const uint64_t n = out_.data().size();
-    svc_->metrics()->AddDownlink(client_, n, n);
-    svc_->traffic().downlink += n;
-    offset_ += n;
-    Next();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  void Next() {
-    const uint64_t total = blob_->bytes.size();
-    if (offset_ >= total) {
-      if (measure_) {
-        svc_->RecordDownload(
-            client_, total,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
-      }
-      Finish(grpc::Status::OK);
-      return;
-    }
-    const uint64_t n = std::min(kChunkBytes, total - offset_);
-    out_.set_version(blob_->version);
-    out_.set_offset(offset_);
-    out_.set_total_bytes(total);
-    out_.set_crc32c(blob_->crc32c);
-    out_.set_data(blob_->bytes.data() + offset_, n);
-    StartWrite(&out_);
-  }
-
-  CoordinatorService* const svc_;
-  const std::string client_;
-  const std::shared_ptr<const ModelBlob> blob_;
-  uint64_t offset_;
-  const bool measure_;  // a whole model download: its time measures the link
-  const std::chrono::steady_clock::time_point start_;
-  protos::ModelChunk out_;
-};
-
-}  // namespace
-
-CoordinatorService::CoordinatorService(RoundEngine* engine, monitoring::Metrics* metrics,
-                                       JobInfo job, bool insecure)
-    : engine_(engine), metrics_(metrics), job_(std::move(job)), insecure_(insecure) {}
+CoordinatorService::CoordinatorService(RoundEngine* engine, RoundDriver* driver,
+                                       monitoring::Metrics* metrics, JobInfo job, bool insecure)
+    : engine_(engine),
+      driver_(driver),
+      metrics_(metrics),
+      job_(std::move(job)),
+      insecure_(insecure) {}
 
 CoordinatorService::~CoordinatorService() = default;
 
@@ -154,12 +44,12 @@ absl::StatusOr<std::string> CoordinatorService::Identity(grpc::CallbackServerCon
   const auto cn =
       auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
   if (cn.empty()) {
-    metrics_->AddRejected("identity");
+    metrics_->AddRejected(RejectReason::kIdentity);
     return absl::UnauthenticatedError("no client certificate: this coordinator requires mTLS");
   }
   std::string id(cn.front().data(), cn.front().size());
   if (!claimed.empty() && claimed != id) {
-    metrics_->AddRejected("identity");
+    metrics_->AddRejected(RejectReason::kIdentity);
     return absl::PermissionDeniedError(
         StrCat("certificate is for ", id, "; it cannot act as ", claimed));
   }
@@ -183,8 +73,19 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpc(id.status()));
     return reactor;
   }
+  // Protocol version 1 clients did not send one (0).
+  const uint32_t theirs = std::max<uint32_t>(req->protocol_version(), 1);
+  if (theirs != kProtocolVersion) {
+    metrics_->AddRejected(RejectReason::kProtocol);
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                     StrCat("client ", *id, " speaks fedlgc protocol version ", theirs,
+                            "; this coordinator speaks version ", kProtocolVersion,
+                            ": run an edge client and coordinator of the same release")));
+    return reactor;
+  }
   if (req->num_samples() == 0) {
-    metrics_->AddRejected("malformed");
+    metrics_->AddRejected(RejectReason::kMalformed);
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be > 0"));
     return reactor;
   }
@@ -195,7 +96,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   reply->set_dim(job_.dim);
   reply->set_current_round(engine_->current_round());
   reply->set_total_rounds(job_.total_rounds);
-  reply->set_mode(job_.mode);
+  reply->set_mode(std::string(ModeName(driver_->mode())));
+  reply->set_protocol_version(kProtocolVersion);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -204,8 +106,7 @@ grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* CoordinatorSe
     grpc::CallbackServerContext* ctx) {
   auto id = StreamIdentity(ctx);
   if (!id.ok()) {
-    return new ErrorReactor<grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>>(
-        ToGrpc(id.status()));
+    return Failed<grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>>(id.status());
   }
   auto* r = new EventsReactor(this, *id);
   OnEventsOpened(*id, r);
@@ -219,7 +120,7 @@ void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor
     // Register and queue the catch-up under one lock, so nothing the driver pushes can
     // overtake it: the client's recent receipts first, then the open round if it takes
     // part, or the end of the job.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     resumed = streams_.count(client) != 0;
     streams_[client] = r;  // a newer stream replaces the old one
     for (const Receipt& rc : engine_->ReceiptsFor(client)) r->Push(ReceiptEvent(rc));
@@ -233,25 +134,25 @@ void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor
 }
 
 void CoordinatorService::Unregister(const std::string& client, EventsReactor* r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = streams_.find(client);
   if (it != streams_.end() && it->second == r) streams_.erase(it);
 }
 
 std::vector<std::string> CoordinatorService::Connected() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
   for (const auto& [id, r] : streams_) out.push_back(id);
   return out;
 }
 
 void CoordinatorService::Touch(const std::string& client) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   last_call_[client] = Clock::now();
 }
 
 Clock::time_point CoordinatorService::LastSeen(const std::string& client) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (streams_.count(client)) return Clock::now();
   auto it = last_call_.find(client);
   return it == last_call_.end() ? Clock::time_point() : it->second;
@@ -272,7 +173,7 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   s->set_lr(plan.lr);
   s->set_batch_size(plan.batch_size);
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
-  if (decorate_) decorate_(client, s);
+  driver_->DecorateRoundStart(client, s);
   s->set_seed(info->seed);
   s->set_next_seed(info->next_seed);
   const auto left = info->deadline - Clock::now();
@@ -294,7 +195,7 @@ protos::ServerEvent CoordinatorService::ReceiptEvent(const Receipt& rc) {
 }
 
 bool CoordinatorService::Push(const std::string& client, const protos::ServerEvent& event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = streams_.find(client);
   if (it == streams_.end()) return false;
   it->second->Push(event);
@@ -307,20 +208,15 @@ bool CoordinatorService::SendRoundStart(const std::string& client) {
 }
 
 void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   done_event_.mutable_done()->set_rounds(rounds);
   done_event_.mutable_done()->set_final_accuracy(accuracy);
   done_ = true;
   for (const auto& [id, r] : streams_) r->Push(done_event_);
 }
 
-void CoordinatorService::SetEncoderBlob(std::shared_ptr<const ModelBlob> blob) {
-  std::lock_guard<std::mutex> lock(mu_);
-  encoder_ = std::move(blob);
-}
-
 double CoordinatorService::LinkBytesPerSecond(const std::string& client) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = link_bps_.find(client);
   return it == link_bps_.end() ? 0.0 : it->second;
 }
@@ -328,58 +224,81 @@ double CoordinatorService::LinkBytesPerSecond(const std::string& client) const {
 void CoordinatorService::RecordDownload(const std::string& client, uint64_t bytes, double seconds) {
   if (!(seconds > 0)) return;
   const double bps = static_cast<double>(bytes) / seconds;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto [it, fresh] = link_bps_.try_emplace(client, bps);
   if (!fresh) it->second = 0.5 * it->second + 0.5 * bps;
 }
 
+absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
+    const std::string& client, const protos::ModelRequest& req) {
+  std::shared_ptr<const ModelBlob> blob;
+  if (req.blob().empty()) {
+    blob = engine_->model();
+  } else {
+    auto served = driver_->Blob(client, req.blob(), req.version());
+    if (!served.ok()) {
+      if (absl::IsInvalidArgument(served.status())) metrics_->AddRejected(RejectReason::kMalformed);
+      return served.status();
+    }
+    blob = *std::move(served);
+  }
+  if (req.version() != blob->version) {
+    return absl::NotFoundError(StrCat(req.blob().empty() ? "model" : req.blob(), " version ",
+                                      req.version(), " is not served; the current version is ",
+                                      blob->version));
+  }
+  if (req.offset() > blob->bytes.size()) {
+    metrics_->AddRejected(RejectReason::kRange);
+    return absl::OutOfRangeError("offset past the end of the blob");
+  }
+  return blob;
+}
+
 grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
     grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) {
+  using Reactor = grpc::ServerWriteReactor<protos::ModelChunk>;
   auto id = Identity(ctx, req->client_id());
-  if (!id.ok())
-    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(ToGrpc(id.status()));
-  std::shared_ptr<const ModelBlob> blob;
-  if (req->blob() == "encoder") {
-    std::lock_guard<std::mutex> lock(mu_);
-    blob = encoder_;
-    if (!blob) {
-      return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
-          grpc::Status(grpc::StatusCode::NOT_FOUND, "no LGC encoder is served"));
-    }
-  } else if (req->blob().empty()) {
-    blob = engine_->model();
-  } else if (blob_names_ && blob_names_(req->blob())) {
-    blob = blobs_(*id, req->blob(), req->version());
-    if (!blob) {
-      return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
-          grpc::Status(grpc::StatusCode::NOT_FOUND,
-                       StrCat(req->blob(), " ", req->version(), " is not served to ", *id)));
-    }
-  } else {
-    metrics_->AddRejected("malformed");
-    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT, StrCat("unknown blob '", req->blob(), "'")));
-  }
-  if (req->version() != blob->version) {
-    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
-        grpc::Status(grpc::StatusCode::NOT_FOUND,
-                     StrCat("model version ", req->version(),
-                            " is not served; the current version is ", blob->version)));
-  }
-  if (req->offset() > blob->bytes.size()) {
-    metrics_->AddRejected("range");
-    return new ErrorReactor<grpc::ServerWriteReactor<protos::ModelChunk>>(
-        grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "offset past the end of the model"));
-  }
-  return new DownloadReactor(this, *id, std::move(blob), req->offset(), req->blob().empty());
+  if (!id.ok()) return Failed<Reactor>(id.status());
+  auto blob = BlobFor(*id, *req);
+  if (!blob.ok()) return Failed<Reactor>(blob.status());
+  return new DownloadReactor(this, *id, *std::move(blob), req->offset(), req->blob().empty());
 }
 
 grpc::ServerReadReactor<protos::UpdateChunk>* CoordinatorService::UploadUpdate(
     grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) {
   auto id = StreamIdentity(ctx);
-  if (!id.ok())
-    return new ErrorReactor<grpc::ServerReadReactor<protos::UpdateChunk>>(ToGrpc(id.status()));
+  if (!id.ok()) return Failed<grpc::ServerReadReactor<protos::UpdateChunk>>(id.status());
   return new UploadReactor<protos::UpdateChunk>(this, *id, receipt);
+}
+
+grpc::ServerReadReactor<protos::GossipChunk>* CoordinatorService::Gossip(
+    grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) {
+  auto id = StreamIdentity(ctx);
+  if (!id.ok()) return Failed<grpc::ServerReadReactor<protos::GossipChunk>>(id.status());
+  return new UploadReactor<protos::GossipChunk>(this, *id, receipt);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Report(grpc::CallbackServerContext* ctx,
+                                                     const protos::ProgressReport* req,
+                                                     protos::ReportAck* ack) {
+  auto* reactor = ctx->DefaultReactor();
+  auto id = Identity(ctx, req->client_id());
+  if (!id.ok()) {
+    reactor->Finish(ToGrpc(id.status()));
+    return reactor;
+  }
+  Touch(*id);
+  const absl::Status st = driver_->AcceptReport(*id, *req);
+  if (!st.ok()) {
+    metrics_->AddRejected(absl::IsFailedPrecondition(st) ? RejectReason::kWrongRound
+                                                         : ReasonOf(st));
+    reactor->Finish(ToGrpc(st));
+    return reactor;
+  }
+  ack->set_round(req->round());
+  NotifyChunk();  // wakes the round loop, which may wait for reports
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace fedlgc::coordinator

@@ -1,19 +1,22 @@
-// The gRPC face of the coordinator: a callback service whose reactors own their per-call
-// state and never block. Identity comes from the client certificate (mTLS); with
-// --insecure it is taken from the request and the coordinator says so at startup.
-// Every refusal becomes a gRPC status here, and only here, and a
-// fedlgc_rejected_total{reason} count.
+// The gRPC face of the coordinator: a callback service whose reactors (reactors.h) own
+// their per-call state and never block. Identity comes from the client certificate
+// (mTLS); with --insecure it is taken from the request and the coordinator says so at
+// startup. Every refusal becomes a gRPC status here, and only here, and a
+// fedlgc_rejected_total{reason} count. What differs between modes goes to the job's
+// RoundDriver: the mode's part of RoundStart, its blobs, its reports.
 #ifndef FEDLGC_COORDINATOR_SERVICE_H_
 #define FEDLGC_COORDINATOR_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
@@ -25,10 +28,9 @@ struct JobInfo {
   std::string model;
   uint64_t dim = 0;
   uint32_t total_rounds = 0;
-  std::string mode = "fedavg";
 };
 
-// Bytes moved while a round is open (reset by the driver when it opens one).
+// Bytes moved while a round is open (reset by the round loop when it opens one).
 struct RoundTraffic {
   std::atomic<uint64_t> uplink_wire{0};
   std::atomic<uint64_t> uplink_raw{0};
@@ -37,10 +39,11 @@ struct RoundTraffic {
 
 class EventsReactor;
 
-// Thread-safe. `engine` and `metrics` must outlive the service.
+// Thread-safe. `engine`, `driver` and `metrics` must outlive the service.
 class CoordinatorService final : public protos::Coordinator::CallbackService {
  public:
-  CoordinatorService(RoundEngine* engine, monitoring::Metrics* metrics, JobInfo job, bool insecure);
+  CoordinatorService(RoundEngine* engine, RoundDriver* driver, monitoring::Metrics* metrics,
+                     JobInfo job, bool insecure);
   ~CoordinatorService() override;
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const protos::JoinRequest* req,
@@ -72,35 +75,8 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   static protos::ServerEvent ReceiptEvent(const Receipt& receipt);
 
   RoundTraffic& traffic() { return traffic_; }
-  // Set by the driver: a chunk arrived (wakes the round loop early).
+  // Set before serving: a chunk or report arrived (wakes the round loop early).
   void SetChunkCallback(std::function<void()> f) { on_chunk_ = std::move(f); }
-  // Set by the driver before serving: adds mode fields (LGC) to a client's RoundStart.
-  void SetRoundDecorator(std::function<void(const std::string&, protos::RoundStart*)> f) {
-    decorate_ = std::move(f);
-  }
-  // Set by the LSGD/SGP/LGC driver before serving: `names` says which blob names (other
-  // than "" and "encoder") the driver serves; `f` gives the blob `name` of `version` for
-  // `client`, or nullptr when that one is not served (NOT_FOUND; other names are refused as
-  // malformed requests).
-  using BlobProvider = std::function<std::shared_ptr<const ModelBlob>(
-      const std::string& client, const std::string& name, uint64_t version)>;
-  void SetBlobProvider(std::function<bool(const std::string& name)> names, BlobProvider f) {
-    blob_names_ = std::move(names);
-    blobs_ = std::move(f);
-  }
-  // Set by the LSGD driver before serving: takes a client's report (an error refuses it).
-  using ReportHandler =
-      std::function<absl::Status(const std::string& client, const protos::ProgressReport&)>;
-  void SetReportHandler(ReportHandler f) { on_report_ = std::move(f); }
-  // Set by the SGP driver before serving: a sender has applied its inbox up to a round.
-  void SetInboxAppliedCallback(std::function<void(const std::string&, uint64_t)> f) {
-    on_inbox_applied_ = std::move(f);
-  }
-  void NotifyInboxApplied(const std::string& client, uint64_t round) {
-    if (on_inbox_applied_) on_inbox_applied_(client, round);
-  }
-  // The LGC encoder served by DownloadModel with blob "encoder".
-  void SetEncoderBlob(std::shared_ptr<const ModelBlob> blob);
   // Measured downlink throughput of a client (bytes/s of its last full model download,
   // smoothed); 0 when unknown.
   double LinkBytesPerSecond(const std::string& client) const;
@@ -112,30 +88,28 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   // Identity of a streaming call, whose claim travels as fedlgc-client-id metadata.
   absl::StatusOr<std::string> StreamIdentity(grpc::CallbackServerContext* ctx);
   void Unregister(const std::string& client, EventsReactor* r);
-  void OnEventsOpened(const std::string& client, EventsReactor* r);
   RoundEngine* engine() { return engine_; }
+  RoundDriver* driver() { return driver_; }
   monitoring::Metrics* metrics() { return metrics_; }
-  const JobInfo& job() const { return job_; }
   void NotifyChunk() {
     if (on_chunk_) on_chunk_();
   }
 
  private:
+  void OnEventsOpened(const std::string& client, EventsReactor* r);
   std::optional<protos::ServerEvent> RoundStartEvent(const std::string& client) const;
+  // The blob a download asks for, or the refusal.
+  absl::StatusOr<std::shared_ptr<const ModelBlob>> BlobFor(const std::string& client,
+                                                           const protos::ModelRequest& req);
 
   RoundEngine* const engine_;
+  RoundDriver* const driver_;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
   const bool insecure_;
   RoundTraffic traffic_;
   std::function<void()> on_chunk_;
-  std::function<void(const std::string&, protos::RoundStart*)> decorate_;
-  std::function<bool(const std::string&)> blob_names_;
-  BlobProvider blobs_;
-  ReportHandler on_report_;
-  std::function<void(const std::string&, uint64_t)> on_inbox_applied_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const ModelBlob> encoder_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
   std::map<std::string, double> link_bps_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Clock::time_point> last_call_ ABSL_GUARDED_BY(mu_);

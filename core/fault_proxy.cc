@@ -76,15 +76,15 @@ struct Chunk {
   Clock::time_point release;
 };
 
-// One direction of a proxied connection.
-struct Pipe {
+}  // namespace
+
+// One direction of a proxied connection: chunks read, waiting for their release time.
+struct FaultProxy::Pipe {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Chunk> queue;
   bool eof = false;
 };
-
-}  // namespace
 
 absl::StatusOr<LinkSpec> LinkSpec::Parse(const std::string& text) {
   LinkSpec s;
@@ -184,6 +184,21 @@ void FaultProxy::AcceptLoop() {
   }
 }
 
+// One proxied connection: the client's socket, the target's, and the cut that ends both.
+struct FaultProxy::Connection {
+  int cfd = -1, tfd = -1;
+  uint64_t number = 0;
+  std::atomic<bool> dead{false};
+  std::atomic<uint64_t> carried{0};  // bytes read in both directions
+
+  void Cut() {
+    if (!dead.exchange(true)) {
+      ::shutdown(cfd, SHUT_RDWR);
+      ::shutdown(tfd, SHUT_RDWR);
+    }
+  }
+};
+
 void FaultProxy::Serve(int cfd) {
   const int tfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -202,95 +217,93 @@ void FaultProxy::Serve(int cfd) {
   const int one = 1;
   ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::setsockopt(tfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  Connection c;
+  c.cfd = cfd;
+  c.tfd = tfd;
+  c.number = connections_;
+  std::thread down([&] { Pump(&c, tfd, cfd, seed_ ^ (c.number * 2 + 1)); });
+  Pump(&c, cfd, tfd, seed_ ^ (c.number * 2));
+  down.join();
+}
 
-  std::atomic<bool> dead{false};
-  std::atomic<uint64_t> carried{0};
-  const uint64_t conn = connections_;
-  auto cut = [&] {
-    if (!dead.exchange(true)) {
-      ::shutdown(cfd, SHUT_RDWR);
-      ::shutdown(tfd, SHUT_RDWR);
+void FaultProxy::Pump(Connection* c, int src, int dst, uint64_t stream_seed) {
+  Pipe pipe;
+  std::mt19937_64 rng(stream_seed);
+  std::normal_distribution<double> jitter(0.0, spec_.jitter_s);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::thread writer([&] { Release(c, dst, &pipe); });
+  char buf[16384];
+  for (;;) {
+    // With a rate cap, read at most what the link carries in ~10 ms so cuts and delays
+    // apply at a fine grain.
+    size_t want = sizeof(buf);
+    if (spec_.rate_bytes_per_s > 0) {
+      want =
+          std::clamp<size_t>(static_cast<size_t>(spec_.rate_bytes_per_s / 100), 512, sizeof(buf));
     }
-  };
-  auto pump = [&](int src, int dst, uint64_t stream_seed) {
-    Pipe pipe;
-    std::mt19937_64 rng(stream_seed);
-    std::normal_distribution<double> jitter(0.0, spec_.jitter_s);
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    std::thread writer([&] {
-      Clock::time_point next_free = Clock::now();
-      for (;;) {
-        Chunk c;
-        {
-          std::unique_lock<std::mutex> lock(pipe.mu);
-          pipe.cv.wait(lock, [&] { return !pipe.queue.empty() || pipe.eof; });
-          if (pipe.queue.empty()) break;
-          c = std::move(pipe.queue.front());
-          pipe.queue.pop_front();
-        }
-        std::this_thread::sleep_until(std::max(c.release, next_free));
-        if (spec_.rate_bytes_per_s > 0) {
-          next_free = std::max(Clock::now(), next_free) +
-                      std::chrono::nanoseconds(
-                          static_cast<int64_t>(c.data.size() * 1e9 / spec_.rate_bytes_per_s));
-        }
-        size_t off = 0;
-        while (off < c.data.size()) {
-          const ssize_t n = ::send(dst, c.data.data() + off, c.data.size() - off, MSG_NOSIGNAL);
-          if (n <= 0) {
-            cut();
-            return;
-          }
-          off += static_cast<size_t>(n);
-        }
-      }
-    });
-    char buf[16384];
-    for (;;) {
-      // With a rate cap, read at most what the link carries in ~10 ms so cuts and
-      // delays apply at a fine grain.
-      size_t want = sizeof(buf);
-      if (spec_.rate_bytes_per_s > 0) {
-        want =
-            std::clamp<size_t>(static_cast<size_t>(spec_.rate_bytes_per_s / 100), 512, sizeof(buf));
-      }
-      const ssize_t n = ::recv(src, buf, want, 0);
-      if (n <= 0) break;
-      const uint64_t total = carried += static_cast<uint64_t>(n);
-      bool do_cut = false;
-      if (spec_.cut_after_bytes > 0 && total >= spec_.cut_after_bytes &&
-          !cut_after_used_.exchange(true)) {
-        do_cut = true;
-      }
-      if (spec_.cut_per_mib > 0) {
-        const double p = 1 - std::pow(1 - spec_.cut_per_mib, static_cast<double>(n) / (1 << 20));
-        do_cut |= unit(rng) < p;
-      }
-      if (do_cut) {
-        ++cuts_;
-        cut();
-        break;
-      }
-      const double d = std::max(0.0, spec_.delay_s + (spec_.jitter_s > 0 ? jitter(rng) : 0.0));
-      {
-        std::lock_guard<std::mutex> lock(pipe.mu);
-        pipe.queue.push_back(
-            {std::string(buf, static_cast<size_t>(n)),
-             Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(d * 1e9))});
-      }
-      pipe.cv.notify_one();
+    const ssize_t n = ::recv(src, buf, want, 0);
+    if (n <= 0) break;
+    const uint64_t total = c->carried += static_cast<uint64_t>(n);
+    bool do_cut = false;
+    if (spec_.cut_after_bytes > 0 && total >= spec_.cut_after_bytes &&
+        !cut_after_used_.exchange(true)) {
+      do_cut = true;
     }
+    if (spec_.cut_per_mib > 0) {
+      const double p = 1 - std::pow(1 - spec_.cut_per_mib, static_cast<double>(n) / (1 << 20));
+      do_cut |= unit(rng) < p;
+    }
+    if (do_cut) {
+      ++cuts_;
+      c->Cut();
+      break;
+    }
+    const double d = std::max(0.0, spec_.delay_s + (spec_.jitter_s > 0 ? jitter(rng) : 0.0));
     {
       std::lock_guard<std::mutex> lock(pipe.mu);
-      pipe.eof = true;
+      pipe.queue.push_back(
+          {std::string(buf, static_cast<size_t>(n)),
+           Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(d * 1e9))});
     }
     pipe.cv.notify_one();
-    writer.join();
-    cut();  // one side ended: end the connection
-  };
-  std::thread down([&] { pump(tfd, cfd, seed_ ^ (conn * 2 + 1)); });
-  pump(cfd, tfd, seed_ ^ (conn * 2));
-  down.join();
+  }
+  {
+    std::lock_guard<std::mutex> lock(pipe.mu);
+    pipe.eof = true;
+  }
+  pipe.cv.notify_one();
+  writer.join();
+  c->Cut();  // one side ended: end the connection
+}
+
+void FaultProxy::Release(Connection* c, int dst, Pipe* pipe) {
+  Clock::time_point next_free = Clock::now();
+  for (;;) {
+    Chunk chunk;
+    {
+      std::unique_lock<std::mutex> lock(pipe->mu);
+      pipe->cv.wait(lock, [&] { return !pipe->queue.empty() || pipe->eof; });
+      if (pipe->queue.empty()) return;
+      chunk = std::move(pipe->queue.front());
+      pipe->queue.pop_front();
+    }
+    std::this_thread::sleep_until(std::max(chunk.release, next_free));
+    if (spec_.rate_bytes_per_s > 0) {
+      next_free = std::max(Clock::now(), next_free) +
+                  std::chrono::nanoseconds(
+                      static_cast<int64_t>(chunk.data.size() * 1e9 / spec_.rate_bytes_per_s));
+    }
+    size_t off = 0;
+    while (off < chunk.data.size()) {
+      const ssize_t n = ::send(dst, chunk.data.data() + off, chunk.data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) {
+        c->Cut();
+        return;
+      }
+      off += static_cast<size_t>(n);
+      if (dst == c->cfd) bytes_to_clients_ += static_cast<uint64_t>(n);
+    }
+  }
 }
 
 }  // namespace fedlgc::core

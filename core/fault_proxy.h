@@ -45,11 +45,19 @@ class FaultProxy {
   int port() const { return port_; }
   uint64_t cuts() const { return cuts_; }
   uint64_t connections() const { return connections_; }
+  // Bytes delivered from the target to the proxy's clients so far.
+  uint64_t bytes_to_clients() const { return bytes_to_clients_; }
 
  private:
   FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed);
+  struct Connection;
+  struct Pipe;
   void AcceptLoop();
   void Serve(int client_fd);
+  // Reads one direction of a connection into a pipe, delaying and cutting as the spec
+  // says; Release writes the pipe out at the release times and the rate cap.
+  void Pump(Connection* c, int src, int dst, uint64_t stream_seed);
+  void Release(Connection* c, int dst, Pipe* pipe);
 
   const std::string host_;
   const int target_port_;
@@ -59,7 +67,7 @@ class FaultProxy {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> cut_after_used_{false};
-  std::atomic<uint64_t> cuts_{0}, connections_{0};
+  std::atomic<uint64_t> cuts_{0}, connections_{0}, bytes_to_clients_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> workers_;

@@ -1,9 +1,9 @@
 // How models mix in the decentralised modes, the parts both ends share.
 //
-// LSGD (Teng et al. 2019; ALGORITHMS.md section 2): a worker is pulled towards its
+// LSGD (Teng et al. 2019; docs/modes.md): a worker is pulled towards its
 // leader, x <- (1 - c) x + c x_leader.
 //
-// Push-sum gossip (SGP, Assran et al. 2019; ALGORITHMS.md section 3): the parts both
+// Push-sum gossip (SGP, Assran et al. 2019; docs/modes.md): the parts both
 // ends of the relay share: the time-varying directed exponential graph, and the one
 // function that turns a decoded share into the vector both its sender and its receiver
 // use, so that what the sender gives up is bit for bit what the receiver gets.

@@ -5,7 +5,7 @@
 #   LINK_LOSS   whole percent of outgoing packets dropped at random by nftables (default 2)
 #   LINK_DEV    interface (default eth0)
 # Needs CAP_NET_ADMIN (compose: cap_add NET_ADMIN) and runs as root until the exec.
-# The kernels we target have no netem (TOOLCHAIN.md section 7): no added delay here.
+# The kernels we target have no netem: no added delay here.
 set -euo pipefail
 dev=${LINK_DEV:-eth0}
 rate=${LINK_RATE-10mbit}

@@ -161,8 +161,8 @@ void Metrics::AddResume(const std::string& client, const std::string& stream) {
   resumes_.Add({{"client", client}, {"stream", stream}}).Increment();
 }
 
-void Metrics::AddRejected(const std::string& reason) {
-  rejected_.Add({{"reason", reason}}).Increment();
+void Metrics::AddRejected(RejectReason reason) {
+  rejected_.Add({{"reason", std::string(ReasonLabel(reason))}}).Increment();
 }
 
 void Metrics::ObserveEncodeSeconds(double s) {
@@ -190,7 +190,7 @@ void Metrics::SetGlobalEval(double accuracy, double loss) {
 }
 
 void Metrics::SetCompressionRatio(const std::string& codec, double ratio) {
-  std::lock_guard<std::mutex> lock(ratio_mu_);
+  absl::MutexLock lock(&ratio_mu_);
   if (ratio_gauge_ != nullptr && ratio_codec_ != codec) ratio_.Remove(ratio_gauge_);
   ratio_gauge_ = &ratio_.Add({{"codec", codec}});
   ratio_codec_ = codec;
@@ -244,10 +244,8 @@ void Metrics::InitClient(const std::string& client) {
 }
 
 void Metrics::InitRejectReasons() {
-  for (const char* reason :
-       {"crc", "oversized", "range", "version", "nonfinite", "malformed", "codec", "wrong_round",
-        "not_participant", "duplicate", "update_conflict", "bad_chunk_index", "identity"}) {
-    rejected_.Add({{"reason", reason}});
+  for (const RejectReasonInfo& r : kRejectReasons) {
+    rejected_.Add({{"reason", std::string(r.label)}});
   }
   for (const char* closed : {"complete", "deadline"}) rounds_.Add({{"closed", closed}});
 }

@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "monitoring/reject_reason.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -40,7 +42,7 @@ class Metrics {
   void AddChunks(const std::string& client, const std::string& result, uint64_t n);
   // stream: upload, download, events
   void AddResume(const std::string& client, const std::string& stream);
-  void AddRejected(const std::string& reason);
+  void AddRejected(RejectReason reason);
   void ObserveEncodeSeconds(double s);
   void ObserveDecodeSeconds(double s);
   void SetTrainLoss(const std::string& client, double loss);
@@ -104,9 +106,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& sgp_consensus_distance_;
   prometheus::Family<prometheus::Counter>& overlapped_periods_;
   prometheus::Family<prometheus::Gauge>& job_finished_;
-  std::mutex ratio_mu_;
-  prometheus::Gauge* ratio_gauge_ = nullptr;  // guarded by ratio_mu_
-  std::string ratio_codec_;                   // guarded by ratio_mu_
+  absl::Mutex ratio_mu_;
+  prometheus::Gauge* ratio_gauge_ ABSL_GUARDED_BY(ratio_mu_) = nullptr;
+  std::string ratio_codec_ ABSL_GUARDED_BY(ratio_mu_);
 };
 
 }  // namespace fedlgc::monitoring

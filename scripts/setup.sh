@@ -14,9 +14,11 @@ set -euo pipefail
 profile=${1:-all}
 
 toolchain=(build-essential cmake ninja-build ccache git pkg-config curl ca-certificates)
-# the stack (TOOLCHAIN.md section 1), without libtorch
+# the stack, without libtorch
 stack=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libssl-dev openssl zlib1g-dev)
+  prometheus-cpp-dev libssl-dev openssl zlib1g-dev
+  # flags and config files (CLI11), JSON round logs (nlohmann)
+  libcli11-dev nlohmann-json3-dev)
 tests=(libgtest-dev libgmock-dev libbenchmark-dev python3
   # network emulation for the lossy-link test
   iproute2 nftables
@@ -41,7 +43,7 @@ case "$profile" in
     ;;
 esac
 
-# npm linters for Dockerfiles and compose files, pinned (TOOLCHAIN.md section 6).
+# npm linters for Dockerfiles and compose files, pinned.
 npm_tools=(dockerfilelint@1.8.0 dclint@3.1.0)
 
 SUDO=""

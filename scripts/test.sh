@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
 #   1. Release build with warnings as errors, every ctest suite (GPU tests skip without a GPU).
-#   2. libFuzzer targets built with clang (ASan+UBSan), each run for a few seconds from
+#   2. Clang's thread-safety analysis (-Wthread-safety) over every file that holds a lock,
+#      with the flags of build 1.
+#   3. libFuzzer targets built with clang (ASan+UBSan), each run for a few seconds from
 #      seed frames.
-#   3. The codec tests again under ASan+UBSan (g++; codecs only: no gRPC or libtorch).
+#   4. The codec tests again under ASan+UBSan (g++; codecs only: no gRPC or libtorch).
 # Build folders: build/, build-fuzz/, build-asan/. JOBS overrides the parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-8}
 
-echo "== 1/3 release build and tests"
+echo "== 1/4 release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFEDLGC_WERROR=ON >/dev/null
 cmake --build build -j"$JOBS"
 ctest --test-dir build -j"$JOBS" --output-on-failure
 
-echo "== 2/3 fuzzing the decoders (libFuzzer, ${FUZZ_SECONDS}s each)"
+echo "== 2/4 thread-safety analysis (clang -Wthread-safety)"
+if command -v clang++ >/dev/null; then
+  JOBS=$JOBS scripts/thread_safety.sh build
+else
+  echo "clang++ not found: no thread-safety analysis"
+fi
+
+echo "== 3/4 fuzzing the decoders (libFuzzer, ${FUZZ_SECONDS}s each)"
 if command -v clang++ >/dev/null; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFEDLGC_FUZZ=ON -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF >/dev/null
@@ -33,7 +42,7 @@ else
   echo "clang++ not found: the seeded fuzz drivers in step 1 stand in for libFuzzer"
 fi
 
-echo "== 3/3 codec tests under ASan+UBSan"
+echo "== 4/4 codec tests under ASan+UBSan"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDLGC_SANITIZE=ON \
   -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
 cmake --build build-asan -j"$JOBS"

@@ -1,18 +1,21 @@
 // fedlgc-sim: a whole federation on this machine. Makes certificates, starts a
 // coordinator and N edge clients as separate processes talking mTLS over 127.0.0.1
-// (optionally through a fault proxy per client), runs the rounds, prints a table per
-// round and writes a JSON report.
+// (optionally through a fault proxy per client), follows the rounds, prints a table per
+// round and writes a JSON report. The job's and the modes' flags are the coordinator's
+// own (coordinator/flags.h, modes/mode_options.h): the simulator writes them, with the
+// service settings it picks, into the coordinator's config file, and each client's
+// options into that client's.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -21,69 +24,248 @@
 #include <vector>
 
 #include "codecs/str.h"
-#include "coordinator/sgp_driver.h"
+#include "coordinator/flags.h"
 #include "core/atomic_file.h"
+#include "core/cli.h"
 #include "core/fault_proxy.h"
-#include "core/flags.h"
 #include "core/model.h"
 #include "core/process.h"
+#include "core/round_report.h"
 #include "edge_client/client_state.h"
+#include "edge_client/flags.h"
+#include "modes/mode_options.h"
+#include "modes/sgp/sgp_driver.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 
+using fedlgc::RoundReport;
 using fedlgc::StrCat;
+using nlohmann::json;
 
-struct Row {
-  long round = 0;
-  double accuracy = -1, loss = -1, seconds = 0;
-  double uplink = 0, raw = 0, downlink = 0;
-  long participants = 0;
-  long lgc_stage = 0;     // LGC jobs: 1 warm-up, 2 autoencoder training, 3 compressed
-  double ae_seconds = 0;  // LGC: the round's autoencoder training time
-  double ae_reconstruction = -1, values_cosine = -2;  // LGC stage 2 (see rounds.jsonl)
-  double rebuild_mismatches = 0;                      // LGC predict=1, stage 3
-  std::string lsgd_leader;
-  double consensus = -1;  // SGP
-};
-
-// Reads the numbers of one rounds.jsonl line (flat JSON written by the coordinator).
-double Field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\": ";
-  const size_t p = line.find(k);
-  return p == std::string::npos ? 0 : std::strtod(line.c_str() + p + k.size(), nullptr);
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
 }
 
-std::string StrField(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\": \"";
-  const size_t p = line.find(k);
-  if (p == std::string::npos) return "";
-  const size_t e = line.find('"', p + k.size());
-  return line.substr(p + k.size(), e == std::string::npos ? std::string::npos : e - p - k.size());
+// What the simulator itself decides; the job is a CoordinatorOptions.
+struct SimOptions {
+  uint32_t clients = 4;
+  std::string link, report, run_dir, bin_dir = SelfDir();
+  std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
+  bool quiet = false, insecure = false;
+  std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
+  uint64_t train_limit = 20000, eval_limit = 0;
+  std::string partition = "iid", device = "auto";
+  int torch_threads = 1;
+};
+
+void AddSimFlags(CLI::App& app, SimOptions* s) {
+  CLI::Option_group* g = app.add_option_group("Simulation", "the processes on this machine");
+  g->add_option("--clients", s->clients, "edge clients");
+  g->add_option("--link", s->link, "fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
+  g->add_option("--report", s->report, "write a JSON report here");
+  g->add_flag("--quiet", s->quiet, "print only the summary");
+  g->add_option("--state-dir", s->run_dir, "run folder (default: a new folder under /tmp)");
+  g->add_option("--bin-dir", s->bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
+  g->add_option("--certs-script", s->certs_script, "scripts/gen-certs.sh");
+  g->add_flag("--insecure", s->insecure, "plaintext instead of mTLS");
+  g->add_option("--data", s->data, "fashion-mnist or synthetic:N (training and test data)");
+  g->add_option("--data-dir", s->data_dir, "Fashion-MNIST folder");
+  g->add_option("--train-limit", s->train_limit,
+                "training examples split among clients (0 = all 60000)");
+  g->add_option("--eval-limit", s->eval_limit, "test examples for evaluation (0 = all)");
+  g->add_option("--partition", s->partition, "iid, dirichlet(ALPHA) or labels(K)");
+  g->add_option("--device", s->device, "the clients' device: cpu, cuda, cuda:N or auto");
+  g->add_option("--torch-threads", s->torch_threads, "libtorch threads per process");
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "fedlgc-sim: %s\n", msg.c_str());
+  return 1;
+}
+
+// The coordinator's config file: every job, service and mode option.
+std::string CoordinatorConfig(fedlgc::coordinator::CoordinatorOptions co,
+                              fedlgc::modes::ModeOptions mo) {
+  CLI::App app;
+  fedlgc::core::CaptureDefaults(app);
+  fedlgc::coordinator::AddCoordinatorFlags(app, &co);
+  fedlgc::modes::AddModeFlags(app, &mo);
+  return fedlgc::core::ConfigText(app);
+}
+
+std::string ClientConfig(fedlgc::edge_client::EdgeClientOptions eo) {
+  CLI::App app;
+  fedlgc::core::CaptureDefaults(app);
+  fedlgc::edge_client::AddEdgeClientFlags(app, &eo);
+  return fedlgc::core::ConfigText(app);
+}
+
+// The service settings of the coordinator the simulator starts.
+void SetService(const SimOptions& s, const std::string& certs,
+                fedlgc::coordinator::CoordinatorOptions* co) {
+  co->listen = "127.0.0.1:0";
+  co->metrics_listen = "127.0.0.1:0";
+  co->state_dir = s.run_dir + "/coordinator";
+  co->test_data = s.data;
+  co->data_dir = s.data_dir;
+  co->eval_limit = s.eval_limit;
+  co->torch_threads = s.torch_threads;
+  co->linger_s = 2;  // clients that reconnect late still read their last receipts
+  co->insecure = s.insecure;
+  if (!s.insecure) {
+    co->tls_ca = certs + "/ca.pem";
+    co->tls_cert = certs + "/server.pem";
+    co->tls_key = certs + "/server.key";
+  }
+}
+
+fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const std::string& certs,
+                                                     uint32_t i, int port, uint64_t seed) {
+  fedlgc::edge_client::EdgeClientOptions eo;
+  eo.server = StrCat("127.0.0.1:", port);
+  eo.client_id = StrCat("client-", i);
+  eo.state_dir = s.run_dir + "/clients";
+  eo.data = s.data;
+  eo.data_dir = s.data_dir;
+  eo.train_limit = s.train_limit;
+  eo.shard = i;
+  eo.num_shards = s.clients;
+  eo.partition = s.partition;
+  eo.partition_seed = seed;
+  eo.torch_threads = s.torch_threads;
+  eo.device = s.device;
+  eo.insecure = s.insecure;
+  if (!s.insecure) {
+    eo.tls_ca = certs + "/ca.pem";
+    eo.tls_cert = certs + "/" + eo.client_id + ".pem";
+    eo.tls_key = certs + "/" + eo.client_id + ".key";
+  }
+  return eo;
+}
+
+// Waits for the coordinator's port file; 0 when it exited or never wrote one.
+int WaitForPort(fedlgc::core::ChildProcess& coordinator, const std::string& port_file) {
+  for (int i = 0; i < 600; ++i) {
+    auto f = fedlgc::core::ReadFileIfExists(port_file);
+    if (f.ok() && f->has_value()) {
+      if (const int port = std::atoi((*f)->c_str()); port > 0) return port;
+    }
+    if (coordinator.Wait(std::chrono::milliseconds(50)) >= 0) return 0;
+  }
+  return 0;
+}
+
+// The complete lines of rounds.jsonl past the first `have`.
+std::vector<RoundReport> NewRounds(const std::string& path, size_t have) {
+  std::vector<RoundReport> out;
+  auto f = fedlgc::core::ReadFileIfExists(path);
+  if (!f.ok() || !f->has_value()) return out;
+  const std::string& text = **f;
+  size_t n = 0;
+  for (size_t begin = 0, end; (end = text.find('\n', begin)) != std::string::npos;
+       begin = end + 1) {
+    if (n++ < have) continue;
+    auto r = fedlgc::RoundReportFromJson(std::string_view(text).substr(begin, end - begin));
+    if (!r.ok()) break;  // a line being written: read it next time
+    out.push_back(*std::move(r));
+  }
+  return out;
+}
+
+void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOptions& co,
+                 fedlgc::Mode mode) {
+  std::printf("fedlgc-sim: %s, %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n",
+              std::string(fedlgc::ModeName(mode)).c_str(), s.clients, co.rounds,
+              co.plan.codec.c_str(), s.partition.c_str(),
+              s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
+  std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s %s\n", "round", "accuracy", "loss",
+              "uplink B", "fp32 B", "ratio", "downlink B", "seconds", "parts",
+              mode == fedlgc::Mode::kLsgd  ? "leader"
+              : mode == fedlgc::Mode::kSgp ? "consensus"
+                                           : "");
+}
+
+// The mode's column: LSGD's global leader, SGP's consensus distance.
+void PrintRow(const RoundReport& r) {
+  const std::string extra = r.labels.count("lsgd_leader") ? r.Label("lsgd_leader")
+                            : r.figures.count("sgp_consensus_distance")
+                                ? StrCat(r.Figure("sgp_consensus_distance"))
+                                : std::string();
+  std::printf("%5llu %9.4f %8.4f %13llu %13llu %7.1f %13llu %8.1f %5d %s\n",
+              static_cast<unsigned long long>(r.round), r.accuracy, r.loss,
+              static_cast<unsigned long long>(r.uplink_bytes),
+              static_cast<unsigned long long>(r.raw_uplink_bytes),
+              r.uplink_bytes > 0 ? double(r.raw_uplink_bytes) / r.uplink_bytes : 0.0,
+              static_cast<unsigned long long>(r.downlink_bytes), r.seconds, r.participants,
+              extra.c_str());
+  std::fflush(stdout);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The clients' encode and local training seconds per round (their rounds.jsonl): per
+// round the largest encode / train ratio over the clients, and the total encode over the
+// total training time; in LGC jobs, the relative error of each leader and follower update.
+struct EncodeShare {
+  std::map<uint64_t, double> worst;  // round -> max over clients of encode / train
+  double total_encode = 0, total_train = 0;
+  std::vector<double> leader_error, follower_error;
+};
+
+EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
+  EncodeShare e;
+  for (uint32_t i = 0; i < clients; ++i) {
+    auto records = fedlgc::ReadClientRoundLog(StrCat(dir, "/client-", i, ".rounds.jsonl"));
+    if (!records.ok()) continue;
+    for (const fedlgc::ClientRoundRecord& r : *records) {
+      const auto get = [&](const char* k) {
+        auto it = r.figures.find(k);
+        return it == r.figures.end() ? 0.0 : it->second;
+      };
+      if (r.figures.count("lgc_relative_error")) {
+        (get("lgc_leader") > 0 ? e.leader_error : e.follower_error)
+            .push_back(get("lgc_relative_error"));
+        continue;
+      }
+      const double train = get("train_seconds"), enc = get("encode_seconds");
+      e.total_encode += enc;
+      e.total_train += train;
+      if (train > 0) e.worst[r.round] = std::max(e.worst[r.round], enc / train);
+    }
+  }
+  return e;
 }
 
 // SGP: push-sum conserves mass. Sums x and w over the clients' state files and the
 // coordinator's mailboxes, and compares with what the clients brought in (the initial
-// model each, plus every local training step). Prints the check; false when it fails.
-bool CheckSgpMass(const std::string& state_dir, uint32_t clients, uint32_t rounds,
-                  const std::string& model, uint64_t seed, std::ostringstream* json) {
+// model each, plus every local training step). Prints the check; nullopt when it could
+// not be made.
+std::optional<json> CheckSgpMass(const std::string& run_dir, uint32_t clients, uint32_t rounds,
+                                 const std::string& model, uint64_t seed) {
   auto x0 = fedlgc::core::Model::Create(model, seed);
-  if (!x0.ok()) return false;
+  if (!x0.ok()) return std::nullopt;
   const std::vector<float> initial = (*x0)->GetFlat();
   const size_t d = initial.size();
-  auto relay =
-      fedlgc::coordinator::SgpDriver::Create(true, 0, d, state_dir + "/coordinator", rounds);
+  auto relay = fedlgc::modes::SgpDriver::Create({}, d, run_dir + "/coordinator", rounds);
   if (!relay.ok()) {
     std::fprintf(stderr, "fedlgc-sim: %s\n", relay.status().ToString().c_str());
-    return false;
+    return std::nullopt;
   }
   auto [x, w] = (*relay)->MailTotals();
   std::vector<double> brought(d, 0.0);
   for (uint32_t i = 0; i < clients; ++i) {
     auto st =
-        fedlgc::edge_client::LoadClientState(StrCat(state_dir, "/clients/client-", i, ".state"));
+        fedlgc::edge_client::LoadClientState(StrCat(run_dir, "/clients/client-", i, ".state"));
     if (!st.ok() || st->local.x.size() != d || st->local.contributed.size() != d) {
       std::fprintf(stderr, "fedlgc-sim: client-%u has no SGP state\n", i);
-      return false;
+      return std::nullopt;
     }
     for (size_t k = 0; k < d; ++k) {
       x[k] += st->local.x[k];
@@ -103,297 +285,135 @@ bool CheckSgpMass(const std::string& state_dir, uint32_t clients, uint32_t round
     steps_norm += (brought[k] - start) * (brought[k] - start);
     sum_norm += x[k] * x[k];
   }
-  start_norm = std::sqrt(start_norm);
-  steps_norm = std::sqrt(steps_norm);
-  sum_norm = std::sqrt(sum_norm);
   const bool ok = worst < 1e-3 && std::fabs(w - clients) < 1e-9;
   std::printf(
       "SGP mass: |sum x| %.4f = |start + applied steps| (|start| %.4f, |steps| %.4f): largest "
       "coordinate gap %.3g; sum w %.12g for %u clients: %s\n",
-      sum_norm, start_norm, steps_norm, worst, w, clients, ok ? "conserved" : "NOT CONSERVED");
-  *json << ", \"sgp_mass\": {\"sum_x_norm\": " << sum_norm << ", \"start_norm\": " << start_norm
-        << ", \"steps_norm\": " << steps_norm << ", \"max_gap\": " << worst << ", \"sum_w\": " << w
-        << ", \"conserved\": " << (ok ? "true" : "false") << "}";
-  return ok;
+      std::sqrt(sum_norm), std::sqrt(start_norm), std::sqrt(steps_norm), worst, w, clients,
+      ok ? "conserved" : "NOT CONSERVED");
+  return json{{"sum_x_norm", std::sqrt(sum_norm)},
+              {"start_norm", std::sqrt(start_norm)},
+              {"steps_norm", std::sqrt(steps_norm)},
+              {"max_gap", worst},
+              {"sum_w", w},
+              {"conserved", ok}};
 }
 
-// The clients' encode and local training seconds per round (<id>.rounds.jsonl, written by
-// each edge client): per round the largest encode / train ratio over the clients, and the
-// total encode over the total training time; in LGC jobs with echo=1, the relative error
-// of the coordinator's reconstruction of each leader and follower update.
-struct EncodeShare {
-  std::map<long, double> worst;  // round -> max over clients of encode / train
-  double total_encode = 0, total_train = 0;
-  std::vector<double> leader_error, follower_error;
-};
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
-  EncodeShare e;
-  for (uint32_t i = 0; i < clients; ++i) {
-    auto f = fedlgc::core::ReadFileIfExists(StrCat(dir, "/client-", i, ".rounds.jsonl"));
-    if (!f.ok() || !f->has_value()) continue;
-    std::istringstream in(**f);
-    std::string line;
-    while (std::getline(in, line)) {
-      const long round = static_cast<long>(Field(line, "round"));
-      if (line.find("lgc_relative_error") != std::string::npos) {
-        (Field(line, "lgc_leader") > 0 ? e.leader_error : e.follower_error)
-            .push_back(Field(line, "lgc_relative_error"));
-        continue;
-      }
-      const double train = Field(line, "train_seconds"), enc = Field(line, "encode_seconds");
-      e.total_encode += enc;
-      e.total_train += train;
-      if (train > 0) e.worst[round] = std::max(e.worst[round], enc / train);
-    }
-  }
-  return e;
-}
-
-std::string SelfDir() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : p.parent_path().string();
-}
-
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "fedlgc-sim: %s\n", msg.c_str());
-  return 1;
-}
+// A number for JSON: NaN and infinities become null.
+json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  uint32_t clients = 4, rounds = 12, local_epochs = 1, local_steps = 0, batch = 32,
-           chunk_bytes = 256 * 1024;
-  uint64_t seed = 1, train_limit = 20000, eval_limit = 0;
-  float lr = 0.05f, server_lr = 1.0f;
-  double round_timeout = 600;
-  std::string mode = "fedavg", codec = "qsgd(bits=8)", codec_warmup, partition = "iid", link,
-              report, model = "cnn";
-  std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
-  std::string state_dir, bin_dir = SelfDir();
-  std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
-  int torch_threads = 1;
-  bool insecure = false, quiet = false;
-  fedlgc::core::Flags flags(
-      "fedlgc-sim", "Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.");
-  flags.Add("clients", &clients, "edge clients");
-  flags.Add("rounds", &rounds, "rounds");
-  flags.Add("mode", &mode, "aggregation mode: fedavg, lsgd or sgp");
-  std::string lsgd_groups;
-  double lsgd_pull = 0.1, lsgd_global_pull = 0.1;
-  uint32_t lsgd_period = 64, lsgd_global_period = 128, lsgd_group_size = 0;
-  bool sgp_reference = true;
-  flags.Add("lsgd-pull", &lsgd_pull, "LSGD: pull towards the group leader");
-  flags.Add("lsgd-global-pull", &lsgd_global_pull, "LSGD: pull towards the global leader");
-  flags.Add("lsgd-period", &lsgd_period, "LSGD: local steps between group pulls");
-  flags.Add("lsgd-global-period", &lsgd_global_period, "LSGD: local steps between global pulls");
-  flags.Add("lsgd-groups", &lsgd_groups, "LSGD: groups, e.g. 'client-0,client-1;client-2'");
-  flags.Add("lsgd-group-size", &lsgd_group_size, "LSGD: groups of this size by latency");
-  flags.Add("sgp-reference", &sgp_reference, "SGP: code shares relative to the network mean");
-  uint32_t sgp_overlap = 0;
-  flags.Add("sgp-overlap", &sgp_overlap, "SGP: 1 trains the next period while a share travels");
-  flags.Add("codec", &codec, "codec spec for updates");
-  flags.Add("codec-warmup", &codec_warmup,
-            "';'-separated codec specs for rounds 1, 2, ... before --codec takes over");
-  flags.Add("partition", &partition, "iid, dirichlet(ALPHA) or labels(K)");
-  flags.Add("local-epochs", &local_epochs, "local epochs per round");
-  flags.Add("local-steps", &local_steps, "local steps per round (overrides epochs when > 0)");
-  flags.Add("lr", &lr, "client learning rate");
-  flags.Add("server-lr", &server_lr, "server learning rate");
-  flags.Add("batch", &batch, "client batch size");
-  flags.Add("chunk-bytes", &chunk_bytes, "largest update chunk");
-  flags.Add("seed", &seed, "seed of the run (model init, partition, rounds)");
-  flags.Add("link", &link, "fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
-  flags.Add("report", &report, "write a JSON report here");
-  flags.Add("model", &model, "cnn or mlp");
-  flags.Add("data", &data, "fashion-mnist or synthetic:N");
-  flags.Add("data-dir", &data_dir, "Fashion-MNIST folder");
-  flags.Add("train-limit", &train_limit, "training examples split among clients (0 = all 60000)");
-  flags.Add("eval-limit", &eval_limit, "test examples for evaluation (0 = all)");
-  flags.Add("round-timeout", &round_timeout, "round deadline in seconds");
-  flags.Add("state-dir", &state_dir, "run folder (default: a new folder under /tmp)");
-  flags.Add("bin-dir", &bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
-  flags.Add("certs-script", &certs_script, "scripts/gen-certs.sh");
-  flags.Add("torch-threads", &torch_threads, "libtorch threads per process");
-  flags.Add("insecure", &insecure, "plaintext instead of mTLS");
-  flags.Add("quiet", &quiet, "print only the summary");
-  if (auto st = flags.Parse(argc, argv); !st.ok()) return Fail(std::string(st.message()));
-  if (flags.help_requested()) {
-    std::printf("%s", flags.Usage().c_str());
-    return 0;
-  }
-  if (clients == 0 || rounds == 0) return Fail("--clients and --rounds must be >= 1");
-  auto link_spec = fedlgc::core::LinkSpec::Parse(link);
-  if (!link_spec.ok()) return Fail(link_spec.status().ToString());
+namespace {
 
-  if (state_dir.empty()) {
-    char tmpl[] = "/tmp/fedlgc-sim-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return Fail("cannot make a run folder");
-    state_dir = tmpl;
-  }
-  std::filesystem::create_directories(state_dir);
-  const std::string certs = state_dir + "/certs";
-  std::string cmd = certs_script + " " + certs;
-  for (uint32_t i = 0; i < clients; ++i) cmd += StrCat(" client-", i);
-  cmd += " >/dev/null";
-  if (!insecure && std::system(cmd.c_str()) != 0)
-    return Fail("certificate generation failed: " + cmd);
+using fedlgc::coordinator::CoordinatorOptions;
+using fedlgc::core::ChildProcess;
 
-  const std::string port_file = state_dir + "/coordinator.port";
-  std::vector<std::string> cargs = {
-      bin_dir + "/fedlgc-coordinator", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-      "--port-file=" + port_file, "--state-dir=" + state_dir + "/coordinator", "--model=" + model,
-      StrCat("--rounds=", rounds), StrCat("--min-clients=", clients), "--codec=" + codec,
-      "--codec-warmup=" + codec_warmup, StrCat("--local-epochs=", local_epochs),
-      StrCat("--local-steps=", local_steps), StrCat("--lr=", lr), StrCat("--server-lr=", server_lr),
-      StrCat("--batch=", batch), StrCat("--chunk-bytes=", chunk_bytes),
-      StrCat("--round-timeout=", round_timeout), StrCat("--eval-limit=", eval_limit),
-      "--test-data=" + data, "--data-dir=" + data_dir, StrCat("--seed=", seed),
-      StrCat("--init-seed=", seed), StrCat("--torch-threads=", torch_threads), "--mode=" + mode,
-      StrCat("--lsgd-pull=", lsgd_pull), StrCat("--lsgd-global-pull=", lsgd_global_pull),
-      StrCat("--lsgd-period=", lsgd_period), StrCat("--lsgd-global-period=", lsgd_global_period),
-      "--lsgd-groups=" + lsgd_groups, StrCat("--lsgd-group-size=", lsgd_group_size),
-      StrCat("--sgp-reference=", sgp_reference ? "true" : "false"),
-      StrCat("--sgp-overlap=", sgp_overlap),
-      // Clients that reconnect late still read their last receipts.
-      "--linger=2"};
-  if (insecure) {
-    cargs.push_back("--insecure");
-  } else {
-    cargs.push_back("--tls-ca=" + certs + "/ca.pem");
-    cargs.push_back("--tls-cert=" + certs + "/server.pem");
-    cargs.push_back("--tls-key=" + certs + "/server.key");
-  }
-  const auto start = std::chrono::steady_clock::now();
-  fedlgc::core::ChildProcess coordinator(cargs, state_dir + "/coordinator.log");
-  int port = 0;
-  for (int i = 0; i < 600 && port == 0; ++i) {
-    auto f = fedlgc::core::ReadFileIfExists(port_file);
-    if (f.ok() && f->has_value()) port = std::atoi((*f)->c_str());
-    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (coordinator.Wait(std::chrono::milliseconds(0)) >= 0) {
-      return Fail("the coordinator exited at startup; see " + state_dir + "/coordinator.log");
-    }
-  }
-  if (port == 0)
-    return Fail("the coordinator did not start; see " + state_dir + "/coordinator.log");
-
+struct Federation {
+  std::unique_ptr<ChildProcess> coordinator;
   std::vector<std::unique_ptr<fedlgc::core::FaultProxy>> proxies;
-  std::vector<std::unique_ptr<fedlgc::core::ChildProcess>> edges;
-  for (uint32_t i = 0; i < clients; ++i) {
+  std::vector<std::unique_ptr<ChildProcess>> edges;
+  std::chrono::steady_clock::time_point start;
+};
+
+// Certificates, the coordinator, a fault proxy per client (with --link), the clients.
+absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
+                                  const fedlgc::modes::ModeOptions& mo,
+                                  const fedlgc::core::LinkSpec& link) {
+  const std::string certs = s.run_dir + "/certs";
+  std::string cmd = s.certs_script + " " + certs;
+  for (uint32_t i = 0; i < s.clients; ++i) cmd += StrCat(" client-", i);
+  cmd += " >/dev/null";
+  if (!s.insecure && std::system(cmd.c_str()) != 0) {
+    return absl::InternalError("certificate generation failed: " + cmd);
+  }
+  SetService(s, certs, &co);
+  const std::string config = s.run_dir + "/coordinator.toml";
+  if (auto st = fedlgc::core::AtomicWriteFile(config, CoordinatorConfig(co, mo)); !st.ok())
+    return st;
+  Federation f;
+  f.start = std::chrono::steady_clock::now();
+  const std::string port_file = s.run_dir + "/coordinator.port";
+  f.coordinator = std::make_unique<ChildProcess>(
+      std::vector<std::string>{s.bin_dir + "/fedlgc-coordinator", "--config=" + config,
+                               "--port-file=" + port_file},
+      s.run_dir + "/coordinator.log");
+  const int port = WaitForPort(*f.coordinator, port_file);
+  if (port == 0) {
+    return absl::UnavailableError("the coordinator did not start; see " + s.run_dir +
+                                  "/coordinator.log");
+  }
+  for (uint32_t i = 0; i < s.clients; ++i) {
     int target = port;
-    if (!link_spec->trivial()) {
-      auto p = fedlgc::core::FaultProxy::Start("127.0.0.1", port, *link_spec, seed * 1000 + i);
-      if (!p.ok()) return Fail(p.status().ToString());
+    if (!link.trivial()) {
+      auto p = fedlgc::core::FaultProxy::Start("127.0.0.1", port, link, co.seed * 1000 + i);
+      if (!p.ok()) return p.status();
       target = (*p)->port();
-      proxies.push_back(std::move(p).value());
+      f.proxies.push_back(std::move(p).value());
     }
-    const std::string id = StrCat("client-", i);
-    std::vector<std::string> eargs = {bin_dir + "/fedlgc-edge",
-                                      StrCat("--server=127.0.0.1:", target),
-                                      "--id=" + id,
-                                      "--state-dir=" + state_dir + "/clients",
-                                      "--data=" + data,
-                                      "--data-dir=" + data_dir,
-                                      StrCat("--train-limit=", train_limit),
-                                      StrCat("--shard=", i),
-                                      StrCat("--num-shards=", clients),
-                                      "--partition=" + partition,
-                                      StrCat("--partition-seed=", seed),
-                                      StrCat("--torch-threads=", torch_threads)};
-    if (insecure) {
-      eargs.push_back("--insecure");
-    } else {
-      eargs.push_back("--tls-ca=" + certs + "/ca.pem");
-      eargs.push_back("--tls-cert=" + certs + "/" + id + ".pem");
-      eargs.push_back("--tls-key=" + certs + "/" + id + ".key");
-    }
-    edges.push_back(
-        std::make_unique<fedlgc::core::ChildProcess>(eargs, state_dir + "/" + id + ".log"));
+    const auto eo = ClientOptions(s, certs, i, target, co.seed);
+    const std::string client_config = StrCat(s.run_dir, "/", eo.client_id, ".toml");
+    if (auto st = fedlgc::core::AtomicWriteFile(client_config, ClientConfig(eo)); !st.ok())
+      return st;
+    f.edges.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{s.bin_dir + "/fedlgc-edge", "--config=" + client_config},
+        s.run_dir + "/" + eo.client_id + ".log"));
   }
-  if (!quiet) {
-    std::printf("fedlgc-sim: %s, %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n",
-                mode.c_str(), clients, rounds, codec.c_str(), partition.c_str(),
-                link.empty() ? "direct" : link.c_str(), state_dir.c_str());
-    std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s %s\n", "round", "accuracy", "loss",
-                "uplink B", "fp32 B", "ratio", "downlink B", "seconds", "parts",
-                mode == "lsgd"  ? "leader"
-                : mode == "sgp" ? "consensus"
-                                : "");
-  }
-  // Follow rounds.jsonl while the coordinator runs.
-  const std::string rounds_path = state_dir + "/coordinator/rounds.jsonl";
-  std::vector<Row> rows;
-  int code = -1;
+  return f;
+}
+
+// Follows rounds.jsonl while the coordinator runs; its exit code in *code.
+std::vector<RoundReport> Follow(Federation& f, const SimOptions& s, int* code) {
+  const std::string path = s.run_dir + "/coordinator/rounds.jsonl";
+  std::vector<RoundReport> rows;
   for (;;) {
-    code = coordinator.Wait(std::chrono::milliseconds(200));
-    auto f = fedlgc::core::ReadFileIfExists(rounds_path);
-    if (f.ok() && f->has_value()) {
-      std::istringstream in(**f);
-      std::string line;
-      size_t i = 0;
-      while (std::getline(in, line)) {
-        if (i++ < rows.size()) continue;
-        Row r;
-        r.round = static_cast<long>(Field(line, "round"));
-        r.accuracy = Field(line, "accuracy");
-        r.loss = Field(line, "loss");
-        r.uplink = Field(line, "uplink_bytes");
-        r.raw = Field(line, "raw_uplink_bytes");
-        r.downlink = Field(line, "downlink_bytes");
-        r.seconds = Field(line, "seconds");
-        r.participants = static_cast<long>(Field(line, "participants"));
-        r.lgc_stage = static_cast<long>(Field(line, "lgc_stage"));
-        r.ae_seconds = Field(line, "ae_seconds");
-        r.ae_reconstruction = Field(line, "ae_reconstruction");
-        r.values_cosine = Field(line, "lgc_values_cosine");
-        r.rebuild_mismatches = Field(line, "lgc_rebuild_mismatches");
-        r.lsgd_leader = StrField(line, "lsgd_leader");
-        r.consensus = Field(line, "sgp_consensus_distance");
-        rows.push_back(r);
-        if (!quiet) {
-          const std::string extra = mode == "lsgd"  ? r.lsgd_leader
-                                    : mode == "sgp" ? StrCat(r.consensus)
-                                                    : std::string();
-          std::printf("%5ld %9.4f %8.4f %13.0f %13.0f %7.1f %13.0f %8.1f %5ld %s\n", r.round,
-                      r.accuracy, r.loss, r.uplink, r.raw, r.uplink > 0 ? r.raw / r.uplink : 0.0,
-                      r.downlink, r.seconds, r.participants, extra.c_str());
-          std::fflush(stdout);
-        }
-      }
+    *code = f.coordinator->Wait(std::chrono::milliseconds(200));
+    for (RoundReport& r : NewRounds(path, rows.size())) {
+      if (!s.quiet) PrintRow(r);
+      rows.push_back(std::move(r));
     }
-    if (code >= 0) break;
+    if (*code >= 0) break;
   }
-  for (auto& e : edges) {
+  for (auto& e : f.edges) {
     if (e->Wait(std::chrono::seconds(20)) < 0) e->Kill(SIGKILL);
   }
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (code != 0)
-    return Fail(
-        StrCat("the coordinator failed (exit ", code, "); see ", state_dir, "/coordinator.log"));
+  return rows;
+}
+
+json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
+  std::string warmup;
+  for (const std::string& w : co.plan.warmup_codecs) warmup += (warmup.empty() ? "" : ";") + w;
+  return json{{"clients", s.clients},
+              {"rounds", co.rounds},
+              {"mode", co.mode},
+              {"codec", co.plan.codec},
+              {"codec_warmup", warmup},
+              {"partition", s.partition},
+              {"local_epochs", co.plan.local_epochs},
+              {"seed", co.seed},
+              {"link", s.link},
+              {"model", co.model},
+              {"train_limit", s.train_limit}};
+}
+
+// Prints the run's summary line and returns it as JSON.
+json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const SimOptions& s) {
   double up = 0, raw = 0, down = 0;
-  for (const Row& r : rows) {
-    up += r.uplink;
-    raw += r.raw;
-    down += r.downlink;
+  for (const RoundReport& r : rows) {
+    up += static_cast<double>(r.uplink_bytes);
+    raw += static_cast<double>(r.raw_uplink_bytes);
+    down += static_cast<double>(r.downlink_bytes);
   }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - f.start).count();
   const double final_acc = rows.empty() ? -1 : rows.back().accuracy;
-  const EncodeShare share = ReadEncodeShare(state_dir + "/clients", clients);
+  const EncodeShare share = ReadEncodeShare(s.run_dir + "/clients", s.clients);
   std::vector<double> worst;
   for (const auto& [round, w] : share.worst) worst.push_back(w);
   const double worst_median = Median(worst);
   const double total_share = share.total_train > 0 ? share.total_encode / share.total_train : -1;
   uint64_t cuts = 0;
-  for (auto& p : proxies) cuts += p->cuts();
+  for (const auto& p : f.proxies) cuts += p->cuts();
   std::printf(
       "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B | %.1f s | "
       "%llu link cuts | encode %.2f%% of local training (worst client, median round %.2f%%)\n",
@@ -407,44 +427,70 @@ int main(int argc, char** argv) {
         "followers %.3f (%zu updates)\n",
         leader_error, share.leader_error.size(), follower_error, share.follower_error.size());
   }
-  if (mode == "sgp" && report.empty()) {
-    std::ostringstream ignored;
-    if (!CheckSgpMass(state_dir, clients, rounds, model, seed, &ignored)) return 1;
+  return json{{"final_accuracy", Num(final_acc)},
+              {"uplink_bytes", static_cast<uint64_t>(up)},
+              {"raw_uplink_bytes", static_cast<uint64_t>(raw)},
+              {"downlink_bytes", static_cast<uint64_t>(down)},
+              {"compression_ratio", up > 0 ? raw / up : 0},
+              {"wall_seconds", wall},
+              {"link_cuts", cuts},
+              {"encode_share_of_training", Num(total_share)},
+              {"encode_share_worst_client_median", Num(worst_median)},
+              {"lgc_leader_error_median", leader_error},
+              {"lgc_follower_error_median", follower_error}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SimOptions s;
+  CoordinatorOptions co;
+  co.rounds = 12;
+  co.plan.codec = "qsgd(bits=8)";
+  co.round_timeout_s = 600;
+  fedlgc::modes::ModeOptions mo;
+  CLI::App app("Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.",
+               "fedlgc-sim");
+  fedlgc::core::AddCommonFlags(app);
+  AddSimFlags(app, &s);
+  fedlgc::coordinator::AddJobFlags(app, &co);
+  fedlgc::modes::AddModeFlags(app, &mo);
+  if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  if (s.clients == 0) return Fail("--clients must be >= 1");
+  if (app.count("--min-clients") == 0) co.min_clients = s.clients;
+  if (app.count("--init-seed") == 0) co.init_seed = co.seed;
+  auto mode = co.JobMode();
+  if (!mode.ok()) return Fail(std::string(mode.status().message()));
+  if (auto st = mo.Validate(*mode); !st.ok()) return Fail(std::string(st.message()));
+  auto link = fedlgc::core::LinkSpec::Parse(s.link);
+  if (!link.ok()) return Fail(link.status().ToString());
+  if (s.run_dir.empty()) {
+    char tmpl[] = "/tmp/fedlgc-sim-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return Fail("cannot make a run folder");
+    s.run_dir = tmpl;
   }
-  if (!report.empty()) {
-    std::ostringstream j;
-    j << "{\"config\": {\"clients\": " << clients << ", \"rounds\": " << rounds << ", \"mode\": \""
-      << mode << "\", \"codec\": \"" << codec << "\", \"codec_warmup\": \"" << codec_warmup
-      << "\", \"partition\": \"" << partition << "\", \"local_epochs\": " << local_epochs
-      << ", \"seed\": " << seed << ", \"link\": \"" << link << "\", \"model\": \"" << model
-      << "\", \"train_limit\": " << train_limit << "},\n \"rounds\": [";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      j << (i ? ",\n  " : "\n  ") << "{\"round\": " << r.round << ", \"accuracy\": " << r.accuracy
-        << ", \"loss\": " << r.loss << ", \"uplink_bytes\": " << static_cast<uint64_t>(r.uplink)
-        << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(r.raw)
-        << ", \"downlink_bytes\": " << static_cast<uint64_t>(r.downlink)
-        << ", \"seconds\": " << r.seconds << ", \"participants\": " << r.participants
-        << ", \"lgc_stage\": " << r.lgc_stage << ", \"ae_seconds\": " << r.ae_seconds
-        << ", \"ae_reconstruction\": " << r.ae_reconstruction
-        << ", \"lgc_values_cosine\": " << r.values_cosine
-        << ", \"lgc_rebuild_mismatches\": " << r.rebuild_mismatches << ", \"lsgd_leader\": \""
-        << r.lsgd_leader << "\", \"sgp_consensus_distance\": " << r.consensus << "}";
-    }
-    j << "],\n \"summary\": {\"final_accuracy\": " << final_acc
-      << ", \"uplink_bytes\": " << static_cast<uint64_t>(up)
-      << ", \"raw_uplink_bytes\": " << static_cast<uint64_t>(raw)
-      << ", \"downlink_bytes\": " << static_cast<uint64_t>(down)
-      << ", \"compression_ratio\": " << (up > 0 ? raw / up : 0) << ", \"wall_seconds\": " << wall
-      << ", \"link_cuts\": " << cuts << ", \"encode_share_of_training\": " << total_share
-      << ", \"encode_share_worst_client_median\": " << worst_median
-      << ", \"lgc_leader_error_median\": " << leader_error
-      << ", \"lgc_follower_error_median\": " << follower_error << "}";
-    if (mode == "sgp" && !CheckSgpMass(state_dir, clients, rounds, model, seed, &j)) code = 1;
-    j << "}\n";
-    if (auto st = fedlgc::core::AtomicWriteFile(report, j.str()); !st.ok())
+  std::filesystem::create_directories(s.run_dir);
+  if (!s.quiet) PrintHeader(s, co, *mode);
+  auto f = Launch(s, co, mo, *link);
+  if (!f.ok()) return Fail(std::string(f.status().message()));
+  int code = -1;
+  const std::vector<RoundReport> rows = Follow(*f, s, &code);
+  if (code != 0) {
+    return Fail(
+        StrCat("the coordinator failed (exit ", code, "); see ", s.run_dir, "/coordinator.log"));
+  }
+  json report{{"config", ConfigJson(s, co)}, {"rounds", json::array()}};
+  for (const RoundReport& r : rows) report["rounds"].push_back(json::parse(fedlgc::ToJson(r)));
+  report["summary"] = Summarize(rows, *f, s);
+  if (*mode == fedlgc::Mode::kSgp) {
+    auto mass = CheckSgpMass(s.run_dir, s.clients, co.rounds, co.model, co.init_seed);
+    if (mass) report["sgp_mass"] = *mass;
+    if (!mass || !(*mass)["conserved"].get<bool>()) code = 1;
+  }
+  if (!s.report.empty()) {
+    if (auto st = fedlgc::core::AtomicWriteFile(s.report, report.dump(1) + "\n"); !st.ok())
       return Fail(st.ToString());
-    std::printf("report: %s\n", report.c_str());
+    std::printf("report: %s\n", s.report.c_str());
   }
   return code;
 }

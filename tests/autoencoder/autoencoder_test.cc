@@ -1,4 +1,4 @@
-// The LGC autoencoder against ALGORITHMS.md section 1's oracles: latent [1, 4, f^4(L)] and
+// The LGC autoencoder against LGC's oracles (docs/lgc.md): latent [1, 4, f^4(L)] and
 // a decoder of exactly L values; online training lowers both loss terms on correlated
 // synthetic gradients; identical clients with zero innovation reconstruct identically;
 // weights travel byte-exact and corrupted bytes are refused.

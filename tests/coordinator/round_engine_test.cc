@@ -1,5 +1,6 @@
-// Round engine and checkpoints: aggregation by ranges, idempotent chunks, every kind of
-// malformed chunk refused without touching the aggregate, server optimizer, restart.
+// Round engine and checkpoints, with FedAvg's weighted-sum collection: aggregation by
+// ranges, idempotent chunks, every kind of malformed chunk refused (with its status code
+// and reason) without touching the aggregate, server optimizer, restart.
 #include "coordinator/round_engine.h"
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "codecs/crc32c.h"
 #include "codecs/registry.h"
 #include "coordinator/checkpoint.h"
+#include "coordinator/collectors.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::coordinator {
@@ -29,16 +31,32 @@ std::vector<std::string> Encode(const std::string& spec, const std::vector<float
   return out;
 }
 
-std::unique_ptr<RoundEngine> MakeEngine(const std::string& codec = "fp32", float momentum = 0) {
+// An engine whose rounds collect a weighted sum, as FedAvg's do.
+struct Summed {
+  std::unique_ptr<RoundEngine> engine;
+  std::shared_ptr<WeightedSumCollector> sum;
+  ServerOptimizer optimizer;
+
+  RoundEngine* operator->() { return engine.get(); }
+  void Open(const std::vector<std::string>& participants) {
+    sum = std::make_shared<WeightedSumCollector>(engine->dim());
+    ASSERT_TRUE(engine->OpenRound(participants, Clock::now() + std::chrono::seconds(60), sum).ok());
+  }
+  CommitResult Commit() {
+    engine->Freeze();
+    return engine->CommitDelta(sum->Mean(), optimizer);
+  }
+};
+
+Summed MakeEngine(const std::string& codec = "fp32", float momentum = 0) {
   EngineOptions o;
   o.plan.codec = codec;
-  o.server_momentum = momentum;
   EngineState s;
   s.model.assign(kDim, 1.0f);
-  auto e = std::make_unique<RoundEngine>(o, s);
+  Summed e{std::make_unique<RoundEngine>(o, s), nullptr, ServerOptimizer{1.0f, momentum}};
   e->Register("a", 100);
   e->Register("b", 300);
-  EXPECT_TRUE(e->OpenRound({"a", "b"}, Clock::now() + std::chrono::seconds(60)).ok());
+  e.Open({"a", "b"});
   return e;
 }
 
@@ -67,7 +85,7 @@ TEST(RoundEngine, WeightedMeanPerCoordinateWithPartialUpdates) {
   for (uint32_t i = 1; i < fb.size(); ++i)
     ASSERT_TRUE(e->AcceptChunk(Chunk("b", fb, i, 300, 1, 9)).status.ok());
   EXPECT_FALSE(e->AllComplete());
-  const CommitResult r = e->Commit();
+  const CommitResult r = e.Commit();
   EXPECT_EQ(r.participants, 2);
   EXPECT_EQ(r.stragglers, 1);
   EXPECT_EQ(r.receipts.at("a").counted.size(), fa.size());
@@ -92,7 +110,7 @@ TEST(RoundEngine, DuplicatesAreIdempotentAndQueriesReportHeld) {
   ChunkIn q = Chunk("a", f, 0, 100);
   q.frame = {};
   EXPECT_EQ(e->AcceptChunk(q).held, std::vector<uint32_t>{0});
-  e->Commit();
+  e.Commit();
   auto view = codecs::ParseFrame(f[0], codecs::FrameLimits{}).value();
   EXPECT_FLOAT_EQ(e->ModelVector()[0], 5.0f);  // once, not twice
   EXPECT_FLOAT_EQ(e->ModelVector()[view.length], 1.0f);
@@ -119,31 +137,43 @@ TEST(RoundEngine, MalformedChunksAreRefusedAndLeaveTheAggregateAlone) {
   const auto other_dim = Encode("qsgd(bits=8,bucket=64)", std::vector<float>(kDim + 1, 0.5f), 0);
   struct Case {
     ChunkIn chunk;
-    std::string reason;
+    RejectReason reason;
+    absl::StatusCode code;
   };
   std::vector<std::vector<std::string>> keep;  // frames must outlive the chunks
-  auto add = [&](std::vector<std::string> frames, std::string reason, uint64_t round = 1,
+  using R = RejectReason;
+  using C = absl::StatusCode;
+  auto add = [&](std::vector<std::string> frames, R reason, C code, uint64_t round = 1,
                  const std::string& client = "a") {
     keep.push_back(std::move(frames));
-    return Case{Chunk(client, keep.back(), 0, 100, round), std::move(reason)};
+    return Case{Chunk(client, keep.back(), 0, 100, round), reason, code};
   };
   std::vector<Case> cases;
-  cases.push_back(add(with(bad_crc), "crc"));
-  cases.push_back(add(with(nan_norm), "nonfinite"));
-  cases.push_back(add(other_codec, "codec"));
-  cases.push_back(add(other_dim, "range"));
-  cases.push_back(add(good, "wrong_round", 2));
-  cases.push_back(add(good, "not_participant", 1, "mallory"));
-  cases.push_back(add(with(good[0].substr(0, 100)), "malformed"));
-  Case bad_index = add(good, "bad_chunk_index");
+  cases.push_back(add(with(bad_crc), R::kCrc, C::kDataLoss));
+  cases.push_back(add(with(nan_norm), R::kNonFinite, C::kInvalidArgument));
+  cases.push_back(add(other_codec, R::kCodec, C::kInvalidArgument));
+  cases.push_back(add(other_dim, R::kRange, C::kOutOfRange));
+  cases.push_back(add(good, R::kWrongRound, C::kFailedPrecondition, 2));
+  cases.push_back(add(good, R::kNotParticipant, C::kFailedPrecondition, 1, "mallory"));
+  cases.push_back(add(with(good[0].substr(0, 100)), R::kMalformed, C::kInvalidArgument));
+  Case bad_index = add(good, R::kBadChunkIndex, C::kInvalidArgument);
   bad_index.chunk.chunk_index = 5;
   cases.push_back(bad_index);
+  Case no_samples = add(good, R::kMalformed, C::kInvalidArgument);
+  no_samples.chunk.num_samples = 0;
+  cases.push_back(no_samples);
+  Case huge_scale = add(good, R::kNonFinite, C::kInvalidArgument);
+  huge_scale.chunk.scale = 17;
+  cases.push_back(huge_scale);
+  Case a_share = add(good, R::kMalformed, C::kInvalidArgument);  // a FedAvg round takes none
+  a_share.chunk.share = PushSumShare{0.5, 0, 0};
+  cases.push_back(a_share);
   for (const Case& c : cases) {
     const ChunkResult r = e->AcceptChunk(c.chunk);
-    EXPECT_FALSE(r.status.ok()) << c.reason;
+    EXPECT_EQ(r.status.code(), c.code) << monitoring::ReasonLabel(c.reason) << ": " << r.status;
     EXPECT_EQ(r.reason, c.reason) << r.status;
   }
-  e->Commit();
+  e.Commit();
   for (float v : e->ModelVector()) ASSERT_EQ(v, 1.0f);  // nothing leaked into the aggregate
 }
 
@@ -151,10 +181,17 @@ TEST(RoundEngine, ConflictingUpdatesAndClosedRounds) {
   auto e = MakeEngine();
   const auto f = Encode("fp32", std::vector<float>(kDim, 1.0f), 1500);
   ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100, 1, 7)).status.ok());
-  EXPECT_EQ(e->AcceptChunk(Chunk("a", f, 1, 100, 1, 8)).reason, "update_conflict");
-  e->Commit();
+  const ChunkResult other = e->AcceptChunk(Chunk("a", f, 1, 100, 1, 8));
+  EXPECT_EQ(other.reason, RejectReason::kUpdateConflict);
+  EXPECT_EQ(other.status.code(), absl::StatusCode::kFailedPrecondition);
+  // A round being aggregated takes nothing more, and neither does a committed one.
+  e->Freeze();
+  const ChunkResult closing = e->AcceptChunk(Chunk("a", f, 1, 100, 1, 7));
+  EXPECT_EQ(closing.reason, RejectReason::kWrongRound);
+  EXPECT_EQ(closing.status.code(), absl::StatusCode::kFailedPrecondition);
+  e.Commit();
   const ChunkResult late = e->AcceptChunk(Chunk("a", f, 1, 100, 1, 7));
-  EXPECT_EQ(late.reason, "wrong_round");
+  EXPECT_EQ(late.reason, RejectReason::kWrongRound);
   EXPECT_EQ(late.status.code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -162,10 +199,10 @@ TEST(RoundEngine, ServerMomentum) {
   auto e = MakeEngine("fp32", 0.5f);
   const auto f = Encode("fp32", std::vector<float>(kDim, 1.0f), 0);
   ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
-  e->Commit();  // m = 1, x = 2
-  ASSERT_TRUE(e->OpenRound({"a"}, Clock::now() + std::chrono::seconds(9)).ok());
+  e.Commit();  // m = 1, x = 2
+  e.Open({"a"});
   ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100, 2)).status.ok());
-  e->Commit();  // m = 0.5 + 1, x = 3.5
+  e.Commit();  // m = 0.5 + 1, x = 3.5
   EXPECT_FLOAT_EQ(e->ModelVector()[3], 3.5f);
 }
 
@@ -175,27 +212,29 @@ TEST(RoundEngine, WarmupCodecsThenTheJobCodec) {
   o.plan.warmup_codecs = {"fp32", "topk(ratio=0.5)"};
   EngineState s;
   s.model.assign(kDim, 0.0f);
-  RoundEngine e(o, s);
-  e.Register("a", 100);
+  Summed e{std::make_unique<RoundEngine>(o, s), nullptr, {}};
+  e->Register("a", 100);
   const std::vector<float> x(kDim, 1.0f);
   const std::vector<std::string> specs = {"fp32", "topk(ratio=0.5)", "topk(ratio=0.1)",
                                           "topk(ratio=0.1)"};
   for (uint64_t round = 1; round <= specs.size(); ++round) {
-    ASSERT_TRUE(e.OpenRound({"a"}, Clock::now() + std::chrono::seconds(9)).ok());
-    EXPECT_EQ(e.OpenRoundFor("a")->codec, specs[round - 1]);
+    e.Open({"a"});
+    EXPECT_EQ(e->OpenRoundFor("a")->codec, specs[round - 1]);
     // The other plan codecs are refused with a clear status; the round's own counts.
     for (const std::string other : {"fp32", "topk(ratio=0.5)", "topk(ratio=0.1)"}) {
       if (other == specs[round - 1]) continue;
-      const ChunkResult r = e.AcceptChunk(Chunk("a", Encode(other, x, 0), 0, 100, round));
-      EXPECT_EQ(r.reason, "codec") << round << " " << other;
+      const ChunkResult r = e->AcceptChunk(Chunk("a", Encode(other, x, 0), 0, 100, round));
+      EXPECT_EQ(r.reason, RejectReason::kCodec) << round << " " << other;
+      EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
     }
-    const ChunkResult ok = e.AcceptChunk(Chunk("a", Encode(specs[round - 1], x, 0), 0, 100, round));
+    const ChunkResult ok =
+        e->AcceptChunk(Chunk("a", Encode(specs[round - 1], x, 0), 0, 100, round));
     ASSERT_TRUE(ok.status.ok()) << ok.status;
     EXPECT_EQ(ok.codec, specs[round - 1]);
     e.Commit();
   }
   // Every coordinate of x is 1: fp32 adds 1 everywhere, top-k adds 1 at k coordinates.
-  const auto m = e.ModelVector();
+  const auto m = e->ModelVector();
   double total = 0;
   for (float v : m) total += v;
   EXPECT_DOUBLE_EQ(total, kDim * 1.0 + kDim * 0.5 + 2 * kDim * 0.1);
@@ -208,7 +247,7 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   auto e = MakeEngine();
   const auto f = Encode("fp32", std::vector<float>(kDim, 3.0f), 1500);
   ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
-  e->Commit();
+  e.Commit();
   ASSERT_TRUE(WriteCheckpoint(dir, "job", e->Snapshot()).ok());
   auto back = ReadCheckpoint(dir, "job");
   ASSERT_TRUE(back.ok() && back->has_value()) << back.status();

@@ -1,4 +1,4 @@
-// The oracles of ALGORITHMS.md sections 2 (LSGD pull) and 3 (push-sum), on the functions
+// The oracles of LSGD (the pull) and SGP (push-sum; docs/modes.md), on the functions
 // the coordinator and the edge clients use.
 #include "core/mixing.h"
 

@@ -9,6 +9,8 @@
 
 #include "codecs/registry.h"
 #include "core/atomic_file.h"
+#include "core/protocol.h"
+#include "core/round_report.h"
 #include "gtest/gtest.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
@@ -23,7 +25,7 @@ using std::chrono::seconds;
 // behind a fault proxy. Returns the final model.
 struct RunResult {
   std::vector<float> model;
-  std::vector<coordinator::RoundReport> reports;
+  std::vector<RoundReport> reports;
   double coordinator_uplink = 0, clients_uplink = 0, rejected_duplicates = 0;
   double coordinator_raw = 0, clients_raw = 0;
   double upload_resumes = 0;
@@ -200,11 +202,8 @@ TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
   auto victim = SpawnEdge(dir, certs, 0, n, (*proxy)->port());
   auto other = SpawnEdge(dir, certs, 1, n, coord.port());
   // SIGKILL client 0 once the first chunks of its round-1 update have arrived.
-  const auto until = std::chrono::steady_clock::now() + seconds(60);
-  while (UplinkBytesOf(coord.get(), "client-0") == 0) {
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "client 0 never uploaded";
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  ASSERT_TRUE(WaitFor([&] { return UplinkBytesOf(coord.get(), "client-0") > 0; }, seconds(60)))
+      << "client 0 never uploaded";
   victim->Kill(SIGKILL);
   EXPECT_EQ(victim->Wait(seconds(10)), 128 + SIGKILL);
   const double before = UplinkBytesOf(coord.get(), "client-0");
@@ -258,13 +257,13 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
   // Kill it as soon as round 1 is committed, while round 2 runs.
   const std::string rounds_file = o.state_dir + "/rounds.jsonl";
-  const auto until = std::chrono::steady_clock::now() + seconds(60);
-  for (;;) {
-    auto f = core::ReadFileIfExists(rounds_file);
-    if (f.ok() && f->has_value() && !(*f)->empty()) break;
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "round 1 never committed";
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rounds = ReadRoundLog(rounds_file);
+        return rounds.ok() && !rounds->empty();
+      },
+      seconds(60)))
+      << "round 1 never committed";
   first->Kill(SIGKILL);
   EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
   const auto committed = CheckpointModel(o.state_dir, o);
@@ -290,8 +289,10 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   EXPECT_LT(worst, 1e-6);
   EXPECT_LT(share, 1e-3);
   // Round numbering went on from the checkpoint: four committed rounds in all.
-  auto log = core::ReadFileIfExists(rounds_file);
-  EXPECT_EQ(std::count((*log)->begin(), (*log)->end(), '\n'), 4);
+  auto log = ReadRoundLog(rounds_file);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->size(), 4u);
+  for (size_t i = 0; i < log->size(); ++i) EXPECT_EQ((*log)[i].round, i + 1);
 }
 
 class RawClient {
@@ -315,12 +316,13 @@ class RawClient {
         grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
   }
   static std::string Read(const std::string& path) { return **core::ReadFileIfExists(path); }
-  grpc::Status Join(const std::string& id) {
+  grpc::Status Join(const std::string& id, uint32_t protocol = kProtocolVersion) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
     protos::JoinRequest req;
     req.set_client_id(id);
     req.set_num_samples(10);
+    req.set_protocol_version(protocol);
     protos::JoinReply reply;
     return stub_->Join(&ctx, req, &reply);
   }
@@ -348,6 +350,17 @@ TEST(Federation, ClientsWithoutOrWithSomeoneElsesCertificateAreRefused) {
   o.min_clients = 5;  // never opens a round
   InProcessCoordinator coord(o);
   EXPECT_TRUE(RawClient(coord.port(), certs, "client-0").Join("client-0").ok());
+  // A client of another protocol version (0: a version-1 client, which sent none) is
+  // told so, and counted.
+  for (uint32_t theirs : {0u, kProtocolVersion + 1}) {
+    const grpc::Status old = RawClient(coord.port(), certs, "client-0").Join("client-0", theirs);
+    EXPECT_EQ(old.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(old.error_message().find("protocol version"), std::string::npos)
+        << old.error_message();
+  }
+  EXPECT_EQ(SumMetric(ScrapeMetrics(coord.get().metrics_port()),
+                      "fedlgc_rejected_total{reason=\"protocol\"}"),
+            2);
   // No client certificate: the TLS handshake fails.
   EXPECT_EQ(RawClient(coord.port(), certs, "").Join("client-0").error_code(),
             grpc::StatusCode::UNAVAILABLE);

@@ -14,8 +14,11 @@
 #include <sstream>
 
 #include "coordinator/checkpoint.h"
+#include "core/atomic_file.h"
 #include "core/model.h"
 #include "gtest/gtest.h"
+#include "modes/clients.h"
+#include "modes/drivers.h"
 #include "monitoring/metrics.h"
 
 namespace fedlgc::testing {
@@ -46,6 +49,27 @@ int FreePort() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+int WaitForPortFile(const std::string& path, std::chrono::milliseconds timeout) {
+  int port = 0;
+  WaitFor(
+      [&] {
+        auto f = core::ReadFileIfExists(path);
+        if (f.ok() && f->has_value()) port = std::atoi((*f)->c_str());
+        return port > 0;
+      },
+      timeout);
+  return port;
 }
 
 coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir,
@@ -83,8 +107,14 @@ edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std:
   return o;
 }
 
-InProcessCoordinator::InProcessCoordinator(coordinator::CoordinatorOptions options) {
-  auto c = coordinator::Coordinator::Create(std::move(options));
+InProcessCoordinator::InProcessCoordinator(coordinator::CoordinatorOptions options,
+                                           modes::ModeOptions mode_options) {
+  auto mode = options.JobMode();
+  EXPECT_TRUE(mode.ok()) << mode.status();
+  auto c = coordinator::Coordinator::Create(
+      std::move(options), [mode, mode_options](const coordinator::DriverEnv& env) {
+        return modes::MakeRoundDriver(mode.value(), mode_options, env);
+      });
   EXPECT_TRUE(c.ok()) << c.status();
   c_ = std::move(c).value();
   EXPECT_TRUE(c_->Start().ok());
@@ -100,15 +130,11 @@ InProcessCoordinator::~InProcessCoordinator() {
 }
 
 bool InProcessCoordinator::Wait(std::chrono::seconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!finished_ && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return finished_;
+  return WaitFor([this] { return finished_.load(); }, timeout);
 }
 
 ClientThread::ClientThread(edge_client::EdgeClientOptions options) {
-  auto c = edge_client::EdgeClient::Create(std::move(options));
+  auto c = edge_client::EdgeClient::Create(std::move(options), &modes::MakeClientMode);
   EXPECT_TRUE(c.ok()) << c.status();
   client_ = std::move(c).value();
   thread_ = std::thread([this] {
@@ -123,11 +149,7 @@ ClientThread::~ClientThread() {
 }
 
 bool ClientThread::Wait(std::chrono::seconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!finished_ && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return finished_;
+  return WaitFor([this] { return finished_.load(); }, timeout);
 }
 
 std::string BinPath(const std::string& name) { return std::string(FEDLGC_BIN_DIR) + "/" + name; }

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "core/fault_proxy.h"
 #include "core/process.h"
 #include "edge_client/edge_client.h"
+#include "modes/mode_options.h"
 
 namespace fedlgc::testing {
 
@@ -26,18 +28,27 @@ std::string FreshDir(const std::string& name);
 // Certificates for `clients` (ids client-0..), made once per folder.
 std::string MakeCerts(const std::string& dir, int clients);
 
-// A free loopback TCP port (bound and released; racy only against other processes).
+// A free loopback TCP port (bound and released; racy only against other processes). For a
+// coordinator that must come back on the same address after a restart; otherwise listen
+// on port 0 and read the port back.
 int FreePort();
+
+// Polls `done` every few milliseconds until it holds (true) or `timeout` passes (false).
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+// The gRPC port a coordinator wrote to its --port-file once listening; 0 on timeout.
+int WaitForPortFile(const std::string& path, std::chrono::milliseconds timeout);
 
 coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir,
                                                     const std::string& certs);
 edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std::string& certs,
                                               int index, int num_clients, int port);
 
-// Runs an in-process coordinator on its own thread.
+// Runs an in-process coordinator on its own thread, with the driver of its job's mode
+// (modes::MakeRoundDriver).
 class InProcessCoordinator {
  public:
-  explicit InProcessCoordinator(coordinator::CoordinatorOptions options);
+  explicit InProcessCoordinator(coordinator::CoordinatorOptions options,
+                                modes::ModeOptions modes = {});
   ~InProcessCoordinator();
   int port() const { return c_->port(); }
   coordinator::Coordinator& get() { return *c_; }
@@ -52,7 +63,8 @@ class InProcessCoordinator {
   absl::Status result_;
 };
 
-// Runs an edge client on its own thread.
+// Runs an edge client on its own thread, with the modes of fedlgc-edge
+// (modes::MakeClientMode).
 class ClientThread {
  public:
   explicit ClientThread(edge_client::EdgeClientOptions options);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/round_report.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
 
@@ -19,58 +20,29 @@ namespace {
 
 using std::chrono::seconds;
 
-struct Line {
-  uint64_t round = 0;
-  int stage = 0, participants = 0;
-  uint64_t uplink = 0, raw = 0;
-  double accuracy = 0;
-  int rebuild_mismatches = 0;
-  std::string leader;
-};
-
-// Reads the fields the tests need from rounds.jsonl (one flat JSON object per line).
-std::vector<Line> ReadRounds(const std::string& state_dir) {
-  std::vector<Line> out;
-  std::ifstream in(state_dir + "/rounds.jsonl");
-  std::string l;
-  auto num = [](const std::string& s, const std::string& key) {
-    const size_t p = s.find("\"" + key + "\": ");
-    return p == std::string::npos ? -1.0 : std::stod(s.substr(p + key.size() + 4));
-  };
-  while (std::getline(in, l)) {
-    Line x;
-    x.round = static_cast<uint64_t>(num(l, "round"));
-    x.stage = static_cast<int>(num(l, "lgc_stage"));
-    x.participants = static_cast<int>(num(l, "participants"));
-    x.uplink = static_cast<uint64_t>(num(l, "uplink_bytes"));
-    x.raw = static_cast<uint64_t>(num(l, "raw_uplink_bytes"));
-    x.accuracy = num(l, "accuracy");
-    x.rebuild_mismatches = static_cast<int>(num(l, "lgc_rebuild_mismatches"));
-    const size_t p = l.find("\"lgc_leader\": \"");
-    if (p != std::string::npos) x.leader = l.substr(p + 15, l.find('"', p + 15) - p - 15);
-    out.push_back(x);
-  }
-  return out;
-}
-
-size_t CountRounds(const std::string& state_dir) {
-  auto f = core::ReadFileIfExists(state_dir + "/rounds.jsonl");
-  if (!f.ok() || !f->has_value()) return 0;
-  return static_cast<size_t>(std::count((*f)->begin(), (*f)->end(), '\n'));
+std::vector<RoundReport> ReadRounds(const std::string& state_dir) {
+  auto rounds = ReadRoundLog(state_dir + "/rounds.jsonl");
+  EXPECT_TRUE(rounds.ok()) << rounds.status();
+  return rounds.ok() ? *std::move(rounds) : std::vector<RoundReport>{};
 }
 
 void WaitForRounds(const std::string& state_dir, size_t n) {
-  const auto until = std::chrono::steady_clock::now() + seconds(120);
-  while (CountRounds(state_dir) < n) {
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "round " << n << " never committed";
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rounds = ReadRoundLog(state_dir + "/rounds.jsonl");
+        return rounds.ok() && rounds->size() >= n;
+      },
+      seconds(120)))
+      << "round " << n << " never committed";
 }
 
+// The coordinator's command line: on `port` (the same after a restart), writing its port
+// file to o.state_dir + "/port" once it listens.
 std::vector<std::string> CoordinatorArgs(const coordinator::CoordinatorOptions& o, int port,
                                          uint32_t min_clients, const std::string& extra = "") {
   std::vector<std::string> argv = {BinPath("fedlgc-coordinator"),
                                    "--listen=127.0.0.1:" + std::to_string(port),
+                                   "--port-file=" + o.state_dir + "/port",
                                    "--metrics-listen=",
                                    "--state-dir=" + o.state_dir,
                                    "--model=mlp",
@@ -93,25 +65,26 @@ std::vector<std::string> CoordinatorArgs(const coordinator::CoordinatorOptions& 
 void CountMisses(const std::string& dir, int n, double limit, std::map<uint64_t, int>* leaders,
                  std::map<uint64_t, int>* followers) {
   for (int i = 0; i < n; ++i) {
-    std::ifstream in(dir + "/clients/client-" + std::to_string(i) + ".rounds.jsonl");
-    std::string l;
-    while (std::getline(in, l)) {
-      const size_t e = l.find("\"lgc_relative_error\": ");
-      if (e == std::string::npos) continue;
-      const double rel = std::stod(l.substr(e + 22));
-      EXPECT_TRUE(rel >= 0 && rel < limit) << l;
-      const uint64_t round = std::stoull(l.substr(l.find("\"round\": ") + 9));
-      ++(*(l.find("\"lgc_leader\": 1") != std::string::npos ? leaders : followers))[round];
+    auto records =
+        ReadClientRoundLog(dir + "/clients/client-" + std::to_string(i) + ".rounds.jsonl");
+    ASSERT_TRUE(records.ok()) << records.status();
+    for (const ClientRoundRecord& r : *records) {
+      auto rel = r.figures.find("lgc_relative_error");
+      if (rel == r.figures.end()) continue;
+      EXPECT_TRUE(rel->second >= 0 && rel->second < limit) << ToJson(r);
+      const bool leader = r.figures.count("lgc_leader") && r.figures.at("lgc_leader") > 0;
+      ++(*(leader ? leaders : followers))[r.round];
     }
   }
 }
 
-// n clients of a coordinator starting on `port`; client-0 (the configured leader) reaches it
-// through a proxy with `link`, kept in *proxy (nullptr when it could not start).
+// n clients of a coordinator starting on `port` (once its port file is there); client-0
+// (the configured leader) reaches it through a proxy with `link`, kept in *proxy (nullptr
+// when it could not start).
 std::vector<std::unique_ptr<ChildProcess>> SpawnBehindALeaderLink(
     const std::string& dir, const std::string& certs, int n, int port, const std::string& link,
     std::unique_ptr<core::FaultProxy>* proxy) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the coordinator listens
+  if (WaitForPortFile(dir + "/coordinator/port", seconds(60)) != port) return {};
   auto started = core::FaultProxy::Start("127.0.0.1", port, core::LinkSpec::Parse(link).value(), 0);
   if (!started.ok()) return {};
   *proxy = std::move(started).value();
@@ -147,17 +120,17 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   const std::vector<int> stages = {1, 2, 2, 2, 3, 3, 3};
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].round, i + 1);
-    EXPECT_EQ(lines[i].stage, stages[i]) << "round " << i + 1;
+    EXPECT_EQ(lines[i].Figure("lgc_stage"), stages[i]) << "round " << i + 1;
     EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
     if (stages[i] >= 2) {
-      EXPECT_FALSE(lines[i].leader.empty());
+      EXPECT_FALSE(lines[i].Label("lgc_leader").empty());
     }
   }
   // Stage 2 sends 1% of the values in fp32 (plus frame headers and the leader's next
   // support): ~90x fewer bytes than fp32; stage 3 only innovations and one latent.
-  const double stage1 = double(lines[0].raw) / lines[0].uplink;
-  const double stage2 = double(lines[2].raw) / lines[2].uplink;
-  const double stage3 = double(lines[5].raw) / lines[5].uplink;
+  const double stage1 = double(lines[0].raw_uplink_bytes) / lines[0].uplink_bytes;
+  const double stage2 = double(lines[2].raw_uplink_bytes) / lines[2].uplink_bytes;
+  const double stage3 = double(lines[5].raw_uplink_bytes) / lines[5].uplink_bytes;
   EXPECT_LT(stage1, 1.01);
   EXPECT_GT(stage2, 50);
   EXPECT_GT(stage3, 3 * stage2);
@@ -196,16 +169,14 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
   auto clients = SpawnBehindALeaderLink(dir, certs, n, port, "delay=150ms", &proxy);
   ASSERT_NE(proxy, nullptr);
   const std::string victim_log = dir + "/client-2.log";
-  const auto until = std::chrono::steady_clock::now() + seconds(120);
-  for (;;) {
-    auto log = core::ReadFileIfExists(victim_log);
-    if (log.ok() && log->has_value() &&
-        (*log)->find("round 6: waiting for the leader's support") != std::string::npos) {
-      break;
-    }
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "client-2 never waited in round 6";
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto log = core::ReadFileIfExists(victim_log);
+        return log.ok() && log->has_value() &&
+               (*log)->find("round 6: waiting for the leader's support") != std::string::npos;
+      },
+      seconds(120)))
+      << "client-2 never waited in round 6";
   clients[2]->Kill(SIGKILL);
   EXPECT_EQ(clients[2]->Wait(seconds(10)), 128 + SIGKILL);
   clients[2] = SpawnEdge(dir, certs, 2, n, port);
@@ -214,15 +185,15 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
   const auto lines = ReadRounds(o.state_dir);
   ASSERT_EQ(lines.size(), 8u);
   for (size_t i = 1; i < lines.size(); ++i) {
-    EXPECT_EQ(lines[i].leader, "client-0") << "round " << i + 1;
+    EXPECT_EQ(lines[i].Label("lgc_leader"), "client-0") << "round " << i + 1;
     EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
     // Separate processes, the same rebuild to the bit: error feedback is exact.
-    EXPECT_EQ(lines[i].rebuild_mismatches, 0) << "round " << i + 1;
+    EXPECT_EQ(lines[i].Figure("lgc_rebuild_mismatches", -1), 0) << "round " << i + 1;
   }
-  EXPECT_EQ(lines[5].stage, 3);
+  EXPECT_EQ(lines[5].Figure("lgc_stage"), 3);
   EXPECT_GT(lines.back().accuracy, 0.8);
   // Sends: the leader's latent and indices, everyone's gain and 10% of the support.
-  EXPECT_GT(double(lines[6].raw) / lines[6].uplink, 50);
+  EXPECT_GT(double(lines[6].raw_uplink_bytes) / lines[6].uplink_bytes, 50);
   std::map<uint64_t, int> leaders, followers;
   CountMisses(dir, n, 1.0 + 1e-6, &leaders, &followers);
   for (uint64_t r : {5, 6, 7, 8}) {
@@ -249,20 +220,25 @@ void PromotedLeaderRun(const std::string& name, const std::string& codec) {
   auto clients = SpawnBehindALeaderLink(dir, certs, n, port, "rate=2mbit", &proxy);
   ASSERT_NE(proxy, nullptr);
   WaitForRounds(o.state_dir, 4);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Killed once 64 KB more reached it: it is downloading round 5's model.
+  const uint64_t before = proxy->bytes_to_clients();
+  ASSERT_TRUE(
+      WaitFor([&] { return proxy->bytes_to_clients() > before + (64 << 10); }, seconds(60)));
   clients[0]->Kill(SIGKILL);
   EXPECT_EQ(coord.Wait(seconds(180)), 0) << "the job did not finish";
   for (int i = 1; i < n; ++i) EXPECT_EQ(clients[i]->Wait(seconds(30)), 0);
   const auto lines = ReadRounds(o.state_dir);
   ASSERT_EQ(lines.size(), 6u);
-  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(lines[i].leader, "client-0") << "round " << i + 1;
-  EXPECT_EQ(lines[4].stage, 3);
-  EXPECT_NE(lines[4].leader, "client-0");
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(lines[i].Label("lgc_leader"), "client-0") << "round " << i + 1;
+  }
+  EXPECT_EQ(lines[4].Figure("lgc_stage"), 3);
+  EXPECT_NE(lines[4].Label("lgc_leader"), "client-0");
   EXPECT_EQ(lines[4].participants, 2);  // both survivors decoded with the new leader's latent
   EXPECT_EQ(lines[5].participants, 2);
   // Raw bytes count each survivor's model once, also the one that sent twice (as a
   // follower, then as the promoted leader).
-  EXPECT_EQ(lines[4].raw, lines[5].raw);
+  EXPECT_EQ(lines[4].raw_uplink_bytes, lines[5].raw_uplink_bytes);
   auto log = core::ReadFileIfExists(dir + "/coordinator.log");
   ASSERT_TRUE(log.ok() && log->has_value());
   EXPECT_NE((*log)->find("round 5: leader client-"), std::string::npos) << "no promotion logged";

@@ -62,16 +62,23 @@ for i in 0 1; do
 done
 start=$(date +%s)
 if ! timeout 240 tail --pid=$coord -f /dev/null; then
-  echo "FAIL: the federation did not finish in 240 s"; tail -20 "$work"/*.log; exit 1
+  echo "FAIL: the federation did not finish in 240 s"; tail -n 20 "$work"/*.log; exit 1
 fi
 wait $coord
 rc=$?
 elapsed=$(( $(date +%s) - start ))
 dropped=$(ip netns exec "$cli" nft list table inet lossy | grep -o 'packets [0-9]*' | awk '{print $2}')
-rounds=$(grep -c participants "$work/coordinator/rounds.jsonl" 2>/dev/null || echo 0)
-full=$(grep -c '"participants": 2' "$work/coordinator/rounds.jsonl" 2>/dev/null || echo 0)
+read -r rounds full < <(python3 - "$work/coordinator/rounds.jsonl" <<'PY'
+import json, sys
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+except OSError:
+    rows = []
+print(len(rows), sum(1 for r in rows if r["participants"] == 2))
+PY
+)
 echo "lossy link: exit $rc, $rounds rounds ($full with both clients) in ${elapsed}s, $dropped packets dropped"
 cat "$work/coordinator/rounds.jsonl"
 [ "$rc" -eq 0 ] && [ "$rounds" -eq 3 ] && [ "$full" -eq 3 ] && [ "${dropped:-0}" -gt 0 ] || {
-  echo "FAIL"; tail -20 "$work"/*.log; exit 1; }
+  echo "FAIL"; tail -n 20 "$work"/*.log; exit 1; }
 echo "PASS"

@@ -9,6 +9,7 @@
 #include "codecs/registry.h"
 #include "core/atomic_file.h"
 #include "core/model.h"
+#include "core/protocol.h"
 #include "gtest/gtest.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
@@ -56,6 +57,7 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
     protos::JoinRequest req;
     req.set_client_id("client-0");
     req.set_num_samples(10);
+    req.set_protocol_version(kProtocolVersion);
     protos::JoinReply reply;
     ASSERT_TRUE(stub->Join(&ctx, req, &reply).ok());
   }

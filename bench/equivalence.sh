@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Fixed-seed runs of every mode, for checking that a refactoring changes no numbers: 4
+# clients, 4000 training examples, seed 1; FedAvg, LSGD and SGP with fp32 and 4-bit QSGD,
+# and LGC (one warm-up, two training and two compressed rounds, client-0 leading) with
+# predict=0 and 1. SIM names another fedlgc-sim (e.g. an older build's, copied with its
+# fedlgc-coordinator and fedlgc-edge). ONLY=<glob> runs the runs it matches (ONLY="lgc*").
+# Writes one fedlgc-sim report per run into OUT and prints, per run, each round's
+# accuracy, loss (to 5 decimals: older reports kept 6 digits) and uplink bytes. Compare
+# two builds with diff <(bench/equivalence.sh A) <(SIM=other/fedlgc-sim bench/equivalence.sh B).
+# About 6 minutes on the 2-core build machine.
+#   bench/equivalence.sh [OUT] [extra fedlgc-sim flags...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build/equivalence}
+shift || true
+mkdir -p "$out"
+common=(--clients 4 --train-limit 4000 --seed 1 --quiet)
+run() {  # name, then fedlgc-sim flags
+  local name=$1
+  shift
+  if [ -n "${ONLY:-}" ] && [[ "$name" != $ONLY ]]; then return; fi
+  "${SIM:-./build/bin/fedlgc-sim}" "${common[@]}" --report "$out/$name.json" "$@" >"$out/$name.log" 2>&1 ||
+    { echo "$name failed: see $out/$name.log"; return 1; }
+}
+for codec in fp32 "qsgd(bits=4)"; do
+  tag=$([ "$codec" = fp32 ] && echo fp32 || echo qsgd4)
+  run "fedavg_$tag" --mode fedavg --rounds 3 --codec "$codec" "$@"
+  run "lsgd_$tag" --mode lsgd --rounds 3 --codec "$codec" --lsgd-period 40 --lsgd-global-period 40 "$@"
+  run "sgp_$tag" --mode sgp --rounds 3 --local-steps 40 --codec "$codec" "$@"
+done
+warm="topk(ratio=0.1,values=qsgd(bits=8))"
+for predict in 0 1; do
+  # A fixed leader: the best measured link would make the runs depend on timing.
+  run "lgc_predict$predict" --rounds 5 --local-steps 40 --codec-warmup "$warm" --lgc-leader client-0 \
+    --codec "lgc(ratio=0.01,train=2,ae_steps=5,innovation=0.1,predict=$predict)" "$@"
+done
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+for name in sorted(f[:-5] for f in os.listdir(out) if f.endswith(".json")):
+    rep = json.load(open(f"{out}/{name}.json"))
+    for r in rep["rounds"]:
+        print(f"{name} round {r['round']}: accuracy {r['accuracy']:.6f} loss {r['loss']:.5f} "
+              f"uplink {r['uplink_bytes']} raw {r['raw_uplink_bytes']}")
+PY

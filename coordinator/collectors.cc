@@ -1,0 +1,158 @@
+// Collection strategies (see collectors.h).
+#include "coordinator/collectors.h"
+
+#include <algorithm>
+
+#include "codecs/str.h"
+#include "core/mixing.h"
+
+namespace fedlgc::coordinator {
+
+absl::StatusOr<DecodedChunk> DecodeCodecChunk(const ChunkIn& c, const RoundFacts& round) {
+  if (round.decoder == nullptr) {
+    return codecs::WrongCodecError("this round's codec has no decoder here");
+  }
+  auto view = codecs::ParseFrame(c.frame, round.frame_limits);
+  if (!view.ok()) return view.status();
+  const codecs::Codec& decoder = *round.decoder;
+  if (view->spec != decoder.wire_spec()) {
+    return codecs::WrongCodecError(StrCat("chunk encoded with \"", view->spec,
+                                          "\"; this round uses \"", decoder.wire_spec(), "\""));
+  }
+  if (view->dim != round.dim) {
+    return absl::OutOfRangeError(
+        StrCat("chunk is for ", view->dim, " coordinates; the model has ", round.dim));
+  }
+  DecodedChunk d;
+  d.begin = view->begin;
+  d.coordinates = view->length;
+  d.values.resize(view->length);
+  if (absl::Status st = decoder.Decode(*view, d.values); !st.ok()) return st;
+  if (c.scale != 1.0f) core::ScaleInPlace(d.values, c.scale);
+  return d;
+}
+
+// ---- WeightedSumCollector ----
+
+WeightedSumCollector::WeightedSumCollector(uint64_t dim) : sum_(dim, 0.0), weight_(dim, 0.0f) {}
+
+absl::StatusOr<DecodedChunk> WeightedSumCollector::Decode(const ChunkIn& chunk,
+                                                          const RoundFacts& round) const {
+  return DecodeCodecChunk(chunk, round);
+}
+
+void WeightedSumCollector::Collect(const ChunkIn& chunk, DecodedChunk d, bool, bool,
+                                   const RoundFacts&) {
+  const double w = static_cast<double>(chunk.num_samples);
+  absl::MutexLock lock(&mu_);
+  double* sum = sum_.data() + d.begin;
+  float* weight = weight_.data() + d.begin;
+  for (size_t i = 0; i < d.values.size(); ++i) {
+    sum[i] += w * d.values[i];
+    weight[i] += static_cast<float>(w);
+  }
+}
+
+std::vector<float> WeightedSumCollector::Mean() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<float> mean(sum_.size());
+  for (size_t i = 0; i < mean.size(); ++i) {
+    mean[i] = weight_[i] > 0 ? static_cast<float>(sum_[i] / weight_[i]) : 0.0f;
+  }
+  return mean;
+}
+
+// ---- PerClientCollector ----
+
+std::optional<Rejection> PerClientCollector::Admit(const ChunkIn& c, const HeldUpdate* held,
+                                                   const RoundFacts& round) const {
+  if (!push_sum_) return std::nullopt;
+  const PushSumShare& share = *c.share;  // the engine checked takes_shares()
+  // A push-sum weight share is p w: positive, and at most everything (w <= n).
+  if (!(share.weight > 0) || !(share.weight <= static_cast<double>(round.registered_clients + 1))) {
+    return Reject(RejectReason::kNonFinite,
+                  absl::InvalidArgumentError(
+                      StrCat("push-sum weight share ", share.weight, " is out of range")));
+  }
+  if (share.reference_version != round.model_version) {
+    return Reject(RejectReason::kMalformed,
+                  absl::InvalidArgumentError(StrCat("share coded against model ",
+                                                    share.reference_version, "; round ", c.round,
+                                                    " uses model ", round.model_version)));
+  }
+  if (held != nullptr && held->update_id == c.update_id) {
+    absl::MutexLock lock(&mu_);
+    auto it = updates_.find(c.client_id);
+    if (it != updates_.end() && it->second.weight_share != share.weight) {
+      return Reject(RejectReason::kBadChunkIndex,
+                    absl::InvalidArgumentError("weight share differs from earlier chunks"));
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<DecodedChunk> PerClientCollector::Decode(const ChunkIn& chunk,
+                                                        const RoundFacts& round) const {
+  return DecodeCodecChunk(chunk, round);
+}
+
+void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, bool complete,
+                                 const RoundFacts& round) {
+  absl::MutexLock lock(&mu_);
+  Update& u = updates_[c.client_id];
+  if (fresh) {
+    u = Update();
+    u.values.assign(round.dim, 0.0f);
+    u.num_samples = c.num_samples;
+    if (c.share) {
+      u.weight_share = c.share->weight;
+      u.reference_version = c.share->reference_version;
+    }
+  }
+  std::copy(d.values.begin(), d.values.end(), u.values.begin() + d.begin);
+  u.complete = complete;
+}
+
+std::map<std::string, PerClientCollector::Update> PerClientCollector::Updates() const {
+  absl::MutexLock lock(&mu_);
+  return updates_;
+}
+
+// ---- PayloadCollector ----
+
+std::optional<Rejection> PayloadCollector::Admit(const ChunkIn& c, const HeldUpdate*,
+                                                 const RoundFacts&) const {
+  if (c.chunk_count != 1 || c.chunk_index != 0) {
+    return Reject(RejectReason::kBadChunkIndex,
+                  absl::InvalidArgumentError("an LGC update is one chunk"));
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<DecodedChunk> PayloadCollector::Decode(const ChunkIn& c,
+                                                      const RoundFacts& round) const {
+  auto view = codecs::ParseFrame(c.frame, round.frame_limits);
+  if (!view.ok()) return view.status();
+  if (view->dim != round.dim || view->begin != 0 || view->length != round.dim) {
+    return absl::OutOfRangeError(
+        StrCat("an LGC frame covers the whole model (", round.dim, " coordinates)"));
+  }
+  if (absl::Status st = validate_(view->spec, view->body); !st.ok()) return st;
+  DecodedChunk d;
+  d.spec = std::string(view->spec);
+  d.body.assign(reinterpret_cast<const char*>(view->body.data()), view->body.size());
+  d.coordinates = view->length;
+  return d;
+}
+
+void PayloadCollector::Collect(const ChunkIn& c, DecodedChunk d, bool, bool, const RoundFacts&) {
+  absl::MutexLock lock(&mu_);
+  payloads_[c.client_id] = Payload{std::move(d.spec), std::move(d.body), c.num_samples};
+}
+
+std::map<std::string, PayloadCollector::Payload> PayloadCollector::Payloads() const {
+  absl::MutexLock lock(&mu_);
+  return payloads_;
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,91 @@
+// The three collection strategies of a round (see collector.h).
+#ifndef FEDLGC_COORDINATOR_COLLECTORS_H_
+#define FEDLGC_COORDINATOR_COLLECTORS_H_
+
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/collector.h"
+
+namespace fedlgc::coordinator {
+
+// FedAvg: sum_c w_c x_c and sum_c w_c per coordinate, w_c the update's sample count, so
+// that each coordinate's mean is over the clients whose chunk for it arrived.
+class WeightedSumCollector final : public Collector {
+ public:
+  explicit WeightedSumCollector(uint64_t dim);
+  absl::StatusOr<DecodedChunk> Decode(const ChunkIn& chunk, const RoundFacts& round) const override;
+  void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
+               const RoundFacts& round) override;
+  // Per coordinate, the weighted mean of what arrived (0 where nothing did).
+  std::vector<float> Mean() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<double> sum_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> weight_ ABSL_GUARDED_BY(mu_);
+};
+
+// LSGD and SGP: each client's decoded update, kept apart for the driver. With
+// `push_sum`, chunks are SGP shares and carry a push-sum weight share.
+class PerClientCollector final : public Collector {
+ public:
+  explicit PerClientCollector(bool push_sum) : push_sum_(push_sum) {}
+  bool takes_shares() const override { return push_sum_; }
+  std::optional<Rejection> Admit(const ChunkIn& chunk, const HeldUpdate* held,
+                                 const RoundFacts& round) const override;
+  absl::StatusOr<DecodedChunk> Decode(const ChunkIn& chunk, const RoundFacts& round) const override;
+  void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
+               const RoundFacts& round) override;
+
+  struct Update {
+    std::vector<float> values;  // zero where no chunk arrived
+    bool complete = false;
+    uint64_t num_samples = 0;
+    double weight_share = 0;  // SGP
+    uint64_t reference_version = 0;
+  };
+  std::map<std::string, Update> Updates() const;
+
+ private:
+  const bool push_sum_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Update> updates_ ABSL_GUARDED_BY(mu_);
+};
+
+// LGC: one frame over the whole model per client, whose body `validate` checks; the driver
+// decodes and aggregates the payloads itself.
+class PayloadCollector final : public Collector {
+ public:
+  // Checks a payload's spec and body; a refusal's reason comes from its status
+  // (rejection.h: codecs::WrongCodecError for a spec the round does not take).
+  using Validator = std::function<absl::Status(std::string_view spec, std::span<const uint8_t>)>;
+  explicit PayloadCollector(Validator validate) : validate_(std::move(validate)) {}
+  bool replaces_updates() const override { return true; }
+  std::optional<Rejection> Admit(const ChunkIn& chunk, const HeldUpdate* held,
+                                 const RoundFacts& round) const override;
+  absl::StatusOr<DecodedChunk> Decode(const ChunkIn& chunk, const RoundFacts& round) const override;
+  void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
+               const RoundFacts& round) override;
+
+  struct Payload {
+    std::string spec;
+    std::string body;
+    uint64_t num_samples = 0;
+  };
+  std::map<std::string, Payload> Payloads() const;
+
+ private:
+  const Validator validate_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Payload> payloads_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_COLLECTORS_H_

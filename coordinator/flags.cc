@@ -1,0 +1,95 @@
+// Coordinator flags (see flags.h).
+#include "coordinator/flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/cli.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+std::string JoinSpecs(const std::vector<std::string>& specs) {
+  std::string out;
+  for (const std::string& s : specs) out += (out.empty() ? "" : ";") + s;
+  return out;
+}
+
+std::vector<std::string> SplitSpecs(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find(';', begin), text.size());
+    if (end > begin) out.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
+  CLI::Option_group* g = app.add_option_group("Job", "what the federation trains and how");
+  g->add_option("--model", o->model, "model zoo name: cnn or mlp");
+  g->add_option("--mode", o->mode,
+                "aggregation: fedavg, lgc (with an lgc(...) codec), lsgd (leader pull) or sgp "
+                "(push-sum gossip)");
+  g->add_option("--rounds", o->rounds, "rounds to run");
+  g->add_option("--min-clients", o->min_clients, "connected clients needed to open a round");
+  g->add_option("--fraction", o->fraction, "share of connected clients asked per round");
+  g->add_option("--round-timeout", o->round_timeout_s,
+                "seconds before a round closes with what arrived");
+  g->add_option("--codec", o->plan.codec,
+                "codec spec for updates, e.g. 'topk(ratio=0.01,values=qsgd(bits=8))' "
+                "(docs/codecs.md)");
+  g->add_option_function<std::string>(
+       "--codec-warmup", [o](const std::string& text) { o->plan.warmup_codecs = SplitSpecs(text); },
+       "';'-separated codec specs for rounds 1, 2, ... before --codec takes over")
+      ->default_str(JoinSpecs(o->plan.warmup_codecs));
+  g->add_option("--local-epochs", o->plan.local_epochs, "local epochs per round");
+  g->add_option("--local-steps", o->plan.local_steps,
+                "local steps per round (overrides epochs when > 0)");
+  g->add_option("--lr", o->plan.lr, "client learning rate");
+  g->add_option("--batch", o->plan.batch_size, "client batch size");
+  g->add_option("--chunk-bytes", o->plan.max_chunk_bytes, "largest update chunk in bytes");
+  g->add_option("--seed", o->seed, "seed for participant sampling and client rounds");
+  g->add_option("--init-seed", o->init_seed, "seed of the initial model");
+}
+
+namespace {
+
+void AddServiceFlags(CLI::App& app, CoordinatorOptions* o) {
+  CLI::Option_group* g = app.add_option_group("Service", "where it listens and keeps state");
+  g->add_option("--listen", o->listen, "gRPC address; port 0 picks a free one");
+  g->add_option("--metrics-listen", o->metrics_listen,
+                "Prometheus exposer address; empty disables it");
+  g->add_option("--state-dir", o->state_dir,
+                "checkpoints and rounds.jsonl; a restart resumes from here");
+  g->add_option("--tls-ca", o->tls_ca, "CA certificate that signs client certificates");
+  g->add_option("--tls-cert", o->tls_cert, "server certificate");
+  g->add_option("--tls-key", o->tls_key, "server key");
+  core::AddBoolFlag(*g, "--insecure", &o->insecure,
+                    "plaintext, clients name themselves: local experiments only");
+  g->add_option("--max-message-bytes", o->max_message_bytes, "gRPC message size limit");
+  g->add_option("--linger", o->linger_s,
+                "seconds to keep serving /metrics after the last round (for a last scrape)");
+  g->add_option("--ratio-target", o->ratio_target,
+                "compression ratio the job should reach; exported for alerting (0: none)");
+}
+
+void AddEvalFlags(CLI::App& app, CoordinatorOptions* o) {
+  CLI::Option_group* g = app.add_option_group("Evaluation", "of the global model");
+  g->add_option("--eval-every", o->eval_every, "evaluate every N rounds (0 = never)");
+  g->add_option("--eval-limit", o->eval_limit, "test examples used (0 = all)");
+  g->add_option("--test-data", o->test_data, "fashion-mnist or synthetic:N");
+  g->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
+  g->add_option("--torch-threads", o->torch_threads, "libtorch threads for evaluation");
+}
+
+}  // namespace
+
+void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o) {
+  AddJobFlags(app, o);
+  AddServiceFlags(app, o);
+  AddEvalFlags(app, o);
+}
+
+}  // namespace fedlgc::coordinator

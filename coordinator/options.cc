@@ -1,0 +1,93 @@
+// Coordinator options (see options.h).
+#include "coordinator/options.h"
+
+#include "autoencoder/lgc_plan.h"
+#include "codecs/registry.h"
+#include "codecs/str.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+absl::Status ValidateCodecs(const RoundPlan& plan, bool lgc) {
+  if (!lgc) {
+    if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
+  } else if (plan.warmup_codecs.empty()) {
+    return absl::InvalidArgumentError(
+        "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
+  }
+  for (const std::string& spec : plan.warmup_codecs) {
+    if (auto c = codecs::MakeCodec(spec); !c.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("--codec-warmup: ", std::string(c.status().message())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Mode> CoordinatorOptions::JobMode() const {
+  const std::optional<Mode> named = ParseMode(mode);
+  if (!named) {
+    std::string names;
+    for (const ModeInfo& m : kModes) StrAppend(&names, names.empty() ? "" : ", ", m.name);
+    return absl::InvalidArgumentError(StrCat("--mode must be one of ", names, ", not ", mode));
+  }
+  auto lgc = autoencoder::ParseLgcSpec(plan.codec);
+  if (!lgc.ok()) return lgc.status();
+  if (lgc->has_value()) {
+    if (*named != Mode::kFedAvg && *named != Mode::kLgc) {
+      return absl::InvalidArgumentError(StrCat("lgc(...) runs with --mode lgc, not ", mode));
+    }
+    return Mode::kLgc;
+  }
+  if (*named == Mode::kLgc) {
+    return absl::InvalidArgumentError("--mode lgc needs an lgc(...) --codec");
+  }
+  return *named;
+}
+
+absl::Status CoordinatorOptions::Validate() const {
+  if (rounds == 0) return absl::InvalidArgumentError("--rounds must be >= 1");
+  if (min_clients == 0) return absl::InvalidArgumentError("--min-clients must be >= 1");
+  if (!(fraction > 0 && fraction <= 1))
+    return absl::InvalidArgumentError("--fraction must be in (0, 1]");
+  if (!(round_timeout_s > 0)) return absl::InvalidArgumentError("--round-timeout must be > 0");
+  if (!(plan.lr > 0) || plan.batch_size == 0)
+    return absl::InvalidArgumentError("--lr and --batch must be > 0");
+  if (max_message_bytes < 4096) {
+    return absl::InvalidArgumentError("--max-message-bytes must be >= 4096");
+  }
+  if (plan.max_chunk_bytes < 1024 || plan.max_chunk_bytes > max_message_bytes - 1024) {
+    return absl::InvalidArgumentError(
+        StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
+  }
+  auto job_mode = JobMode();
+  if (!job_mode.ok()) return job_mode.status();
+  if (absl::Status st = ValidateCodecs(plan, *job_mode == Mode::kLgc); !st.ok()) return st;
+  if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
+    return absl::InvalidArgumentError(
+        "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
+  }
+  if (!(ratio_target >= 0)) return absl::InvalidArgumentError("--ratio-target must be >= 0");
+  if (!(linger_s >= 0)) return absl::InvalidArgumentError("--linger must be >= 0");
+  if (torch_threads < 1) return absl::InvalidArgumentError("--torch-threads must be >= 1");
+  return absl::OkStatus();
+}
+
+std::string CoordinatorOptions::JobKey(uint64_t dim) const {
+  auto codec = codecs::MakeCodec(plan.codec);
+  std::string key = StrCat(model, "/", dim, "/", codec.ok() ? (*codec)->wire_spec() : plan.codec,
+                           "/seed", init_seed);
+  // FedAvg and LGC jobs (which ran as --mode fedavg before LGC had a mode name) carry no
+  // mode, so their checkpoints from before still load.
+  const auto m = JobMode();
+  if (m.ok() && *m != Mode::kFedAvg && *m != Mode::kLgc) StrAppend(&key, "/mode:", mode);
+  for (const std::string& spec : plan.warmup_codecs) {
+    auto w = codecs::MakeCodec(spec);
+    StrAppend(&key, "/warmup:", w.ok() ? (*w)->wire_spec() : spec);
+  }
+  return key;
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,53 @@
+// What a coordinator runs: the job (model, rounds, quorum, the round plan, the mode), where
+// it listens and keeps its state, and how it evaluates. Defaults are the flag defaults of
+// fedlgc-coordinator (docs/configuration.md); the mode's own options are
+// modes::ModeOptions. Flags and config files are parsed only in main (flags.h).
+#ifndef FEDLGC_COORDINATOR_OPTIONS_H_
+#define FEDLGC_COORDINATOR_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/round_engine.h"
+#include "core/protocol.h"
+
+namespace fedlgc::coordinator {
+
+struct CoordinatorOptions {
+  std::string listen = "127.0.0.1:0";          // gRPC address; port 0 picks a free one
+  std::string metrics_listen = "127.0.0.1:0";  // Prometheus exposer; empty: none
+  std::string state_dir = "state/coordinator";
+  std::string model = "cnn";
+  uint64_t init_seed = 1;  // of the initial model
+  uint32_t rounds = 20;
+  uint32_t min_clients = 1;      // quorum to open a round
+  double fraction = 1.0;         // of connected clients per round
+  double round_timeout_s = 300;  // deadline after opening
+  RoundPlan plan;
+  // "fedavg", "lgc", "lsgd" or "sgp" (core/protocol.h). A codec "lgc(...)" makes a job
+  // "lgc" whether --mode says fedavg (as before the mode had its own name) or lgc.
+  std::string mode = "fedavg";
+  double ratio_target = 0;                  // exported for the compression-ratio alert; 0: none
+  double linger_s = 0;                      // seconds to keep serving /metrics after the last round
+  uint32_t eval_every = 1;                  // 0: never
+  uint64_t eval_limit = 0;                  // test examples (0 = all)
+  std::string test_data = "fashion-mnist";  // or "synthetic:N"
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  // TLS: CA for client certificates, server certificate and key.
+  std::string tls_ca, tls_cert, tls_key;
+  bool insecure = false;
+  uint32_t max_message_bytes = 4 << 20;
+  uint64_t seed = 1;  // participant sampling and the clients' round seeds
+  int torch_threads = 1;
+
+  absl::Status Validate() const;
+  // The job's mode: `mode`, or kLgc when the codec is lgc(...).
+  absl::StatusOr<Mode> JobMode() const;
+  // Identifies the job in checkpoints: changing any of these makes a new job.
+  std::string JobKey(uint64_t dim) const;
+};
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_OPTIONS_H_

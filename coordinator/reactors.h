@@ -1,0 +1,164 @@
+// The per-call state of the coordinator service's streaming calls (service.h): each
+// reactor owns what its call needs, never blocks, and deletes itself when the call is
+// done. Internal to coordinator/.
+#ifndef FEDLGC_COORDINATOR_REACTORS_H_
+#define FEDLGC_COORDINATOR_REACTORS_H_
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "codecs/str.h"
+#include "coordinator/service.h"
+
+namespace fedlgc::coordinator {
+
+// Finishes a call at once with an error.
+template <typename Base>
+class ErrorReactor final : public Base {
+ public:
+  explicit ErrorReactor(const grpc::Status& st) { this->Finish(st); }
+  void OnDone() override { delete this; }
+};
+
+// The event stream of one client: queues server events and writes them one at a time;
+// heartbeats are read and dropped. Unregisters itself from the service when done.
+class EventsReactor final
+    : public grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent> {
+ public:
+  EventsReactor(CoordinatorService* svc, std::string client)
+      : svc_(svc), client_(std::move(client)) {}
+  void Begin() { StartRead(&in_); }
+  // Queues an event. Safe from any thread while registered with the service.
+  void Push(const protos::ServerEvent& e);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone() override;
+
+ private:
+  CoordinatorService* const svc_;
+  const std::string client_;
+  protos::ClientEvent in_;
+  absl::Mutex mu_;
+  std::deque<protos::ServerEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Streams a blob from an offset in chunks of kChunkBytes. A whole download of the global
+// model measures the client's link (CoordinatorService::RecordDownload).
+class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk> {
+ public:
+  static constexpr uint64_t kChunkBytes = 1 << 20;
+
+  DownloadReactor(CoordinatorService* svc, std::string client,
+                  std::shared_ptr<const ModelBlob> blob, uint64_t offset, bool measure);
+  void OnWriteDone(bool ok) override;
+  void OnDone() override { delete this; }
+
+ private:
+  void Next();
+
+  CoordinatorService* const svc_;
+  const std::string client_;
+  const std::shared_ptr<const ModelBlob> blob_;
+  uint64_t offset_;
+  const bool measure_;  // a whole model download: its time measures the link
+  const std::chrono::steady_clock::time_point start_;
+  protos::ModelChunk out_;
+};
+
+// Reads chunks into the round engine until the client ends its stream, then answers with
+// the receipt of what the engine holds; a refused chunk ends the call with its status.
+// Msg is UpdateChunk (UploadUpdate) or GossipChunk (an SGP share).
+template <typename Msg>
+class UploadReactor final : public grpc::ServerReadReactor<Msg> {
+ public:
+  UploadReactor(CoordinatorService* svc, std::string client, protos::UploadReceipt* receipt)
+      : svc_(svc), client_(std::move(client)), receipt_(receipt) {
+    this->StartRead(&msg_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // end of the client's stream: answer with the receipt
+      this->Finish(grpc::Status::OK);
+      return;
+    }
+    svc_->Touch(client_);
+    const protos::UpdateChunk& chunk = Chunk(msg_);
+    if (!chunk.client_id().empty() && chunk.client_id() != client_) {
+      svc_->metrics()->AddRejected(RejectReason::kIdentity);
+      this->Finish(grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          StrCat("this connection is ", client_, "; it cannot upload as ", chunk.client_id())));
+      return;
+    }
+    const ChunkIn in = ToChunkIn(chunk);
+    svc_->driver()->ObserveChunk(client_, in);
+    const auto start = std::chrono::steady_clock::now();
+    const ChunkResult r = svc_->engine()->AcceptChunk(in);
+    if (!r.status.ok()) {
+      svc_->metrics()->AddRejected(r.reason);
+      this->Finish(ToGrpc(r.status));
+      return;
+    }
+    Account(in, r, start);
+    this->StartRead(&msg_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  static const protos::UpdateChunk& Chunk(const protos::UpdateChunk& m) { return m; }
+  static const protos::UpdateChunk& Chunk(const protos::GossipChunk& m) { return m.chunk(); }
+
+  ChunkIn ToChunkIn(const protos::UpdateChunk& chunk) const {
+    ChunkIn in;
+    in.client_id = client_;
+    in.round = chunk.round();
+    in.update_id = chunk.update_id();
+    in.chunk_index = chunk.chunk_index();
+    in.chunk_count = chunk.chunk_count();
+    in.num_samples = chunk.num_samples();
+    in.frame = chunk.frame();
+    in.scale = chunk.scale() == 0 ? 1.0f : chunk.scale();
+    if constexpr (std::is_same_v<Msg, protos::GossipChunk>) {
+      in.share = PushSumShare{msg_.weight(), msg_.reference_version(), msg_.inbox_applied()};
+    }
+    return in;
+  }
+
+  // The receipt so far, and the bytes and metrics of an accepted chunk.
+  void Account(const ChunkIn& in, const ChunkResult& r,
+               std::chrono::steady_clock::time_point start) {
+    receipt_->set_round(in.round);
+    receipt_->set_update_id(in.update_id);
+    receipt_->clear_held_chunks();
+    for (uint32_t h : r.held) receipt_->add_held_chunks(h);
+    if (r.duplicate) {
+      svc_->metrics()->AddRejected(RejectReason::kDuplicate);
+      receipt_->set_duplicates(receipt_->duplicates() + 1);
+    } else if (!in.frame.empty()) {
+      const uint64_t wire = in.frame.size();
+      svc_->metrics()->ObserveDecodeSeconds(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      svc_->metrics()->AddUplink(client_, r.codec, wire, r.coordinates * 4);
+      svc_->traffic().uplink_wire += wire;
+      svc_->traffic().uplink_raw += r.coordinates * 4;
+      svc_->NotifyChunk();
+    }
+  }
+
+  CoordinatorService* const svc_;
+  const std::string client_;
+  protos::UploadReceipt* const receipt_;
+  Msg msg_;
+};
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_REACTORS_H_

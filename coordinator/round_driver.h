@@ -1,0 +1,119 @@
+// The one seam of an aggregation mode at the coordinator (docs/adding-a-mode.md): a
+// RoundDriver owns how a round of its mode is run and collected, what it adds to each
+// participant's RoundStart, which blobs and reports it takes, and what it saves beside a
+// checkpoint. The round loop (coordinator.h), the service (service.h) and main know only
+// this interface; modes/ holds one implementation per mode and the factory that picks one
+// from the job's options (modes/drivers.h). The shape is PyTorch c10d's communication
+// hooks: one object per mode, handed the machinery it may use (RoundHost).
+#ifndef FEDLGC_COORDINATOR_ROUND_DRIVER_H_
+#define FEDLGC_COORDINATOR_ROUND_DRIVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/round_engine.h"
+#include "core/protocol.h"
+#include "core/round_report.h"
+
+namespace fedlgc::monitoring {
+class Metrics;
+}
+namespace fedlgc::protos {
+class RoundStart;
+class ProgressReport;
+class ServerEvent;
+}  // namespace fedlgc::protos
+
+namespace fedlgc::coordinator {
+
+// What a driver may use of the coordinator while it runs a round. Thread-safe.
+class RoundHost {
+ public:
+  virtual ~RoundHost() = default;
+  virtual RoundEngine& engine() = 0;
+  virtual monitoring::Metrics& metrics() = 0;
+  // Opens the engine's next round for `participants`, collecting with `collector`
+  // (`uploaders`: who sends updates; nullptr: all of them), and sends each participant
+  // its RoundStart.
+  virtual absl::Status StartRound(const std::vector<std::string>& participants,
+                                  Clock::time_point deadline, std::shared_ptr<Collector> collector,
+                                  const std::set<std::string>* uploaders = nullptr) = 0;
+  // Returns once `done` holds, the deadline passes or the coordinator stops, checking
+  // `done` whenever a chunk or report arrives and every 100 ms; `tick` (when given) runs
+  // every 100 ms and after each wake-up.
+  virtual void WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
+                         const std::function<void()>& tick = nullptr) = 0;
+  // The coordinator is stopping: a driver returns OK at once, committing nothing.
+  virtual bool stopped() const = 0;
+  // Clients with an open event stream.
+  virtual std::vector<std::string> Connected() const = 0;
+  // Of `watched`, the clients with neither an event stream nor a call for 3 s, counting
+  // from `since` at the earliest (a reconnect is briefly absent).
+  virtual std::set<std::string> Vanished(const std::set<std::string>& watched,
+                                         Clock::time_point since) const = 0;
+  // Queues an event on a client's event stream; false when it has none.
+  virtual bool Push(const std::string& client, const protos::ServerEvent& event) = 0;
+  // Measured downlink throughput of a client (bytes/s, smoothed); 0 when unknown.
+  virtual double LinkBytesPerSecond(const std::string& client) const = 0;
+};
+
+// What the factory gives a driver to start from.
+struct DriverEnv {
+  uint64_t dim = 0;
+  std::vector<float> initial_model;  // the job's initial model (from its init seed)
+  std::string state_dir;             // where Save writes, beside the checkpoint
+  uint64_t committed_round = 0;      // the checkpoint's round: Load its state when > 0
+  const RoundPlan* plan = nullptr;   // the job's codecs and local training
+  uint64_t init_seed = 1;
+};
+
+// Thread-safety: RunRound runs on the round loop's thread; DecorateRoundStart, Blob,
+// AcceptReport and ObserveChunk run on gRPC threads, concurrently with it.
+class RoundDriver {
+ public:
+  virtual ~RoundDriver() = default;
+
+  virtual Mode mode() const = 0;
+  // Changes what the engine asks of clients (LSGD: local steps of one period). Called
+  // once, before the engine is built.
+  virtual void AdjustPlan(RoundPlan* /*plan*/) const {}
+
+  // Runs one round from opening to commit over `participants`, closing at `deadline`:
+  // opens it through host.StartRound, waits, aggregates, and commits through the engine
+  // into *commit. Fills *report with the mode's figures (RoundReport::figures, labels)
+  // and hit_deadline. Returns OK with nothing committed when host.stopped().
+  virtual absl::Status RunRound(RoundHost& host, const std::vector<std::string>& participants,
+                                Clock::time_point deadline, CommitResult* commit,
+                                RoundReport* report) = 0;
+
+  // Sets the mode's parameters (the `mode` oneof) of a participant's RoundStart.
+  virtual void DecorateRoundStart(const std::string& client, protos::RoundStart* start) = 0;
+  // A blob other than the global model, by name, for `client`: NOT_FOUND when this mode
+  // does not serve it now; INVALID_ARGUMENT for a name it never serves.
+  virtual absl::StatusOr<std::shared_ptr<const ModelBlob>> Blob(const std::string& client,
+                                                                const std::string& name,
+                                                                uint64_t version);
+  // A participant's progress report; refused (FAILED_PRECONDITION) unless the mode
+  // takes reports.
+  virtual absl::Status AcceptReport(const std::string& client,
+                                    const protos::ProgressReport& report);
+  // A chunk of `client` arrived, before the engine takes it (SGP: the mail its sender
+  // has added).
+  virtual void ObserveChunk(const std::string& /*client*/, const ChunkIn& /*chunk*/) {}
+
+  // Writes what survives a restart beside the checkpoint of `round` (before it).
+  virtual absl::Status Save(uint64_t round) = 0;
+};
+
+// Makes the job's driver; modes::MakeRoundDriver is the one fedlgc-coordinator uses.
+using DriverFactory =
+    std::function<absl::StatusOr<std::unique_ptr<RoundDriver>>(const DriverEnv& env)>;
+
+}  // namespace fedlgc::coordinator
+
+#endif  // FEDLGC_COORDINATOR_ROUND_DRIVER_H_

@@ -1,0 +1,78 @@
+// CLI11 setup shared by fedlgc's binaries (see cli.h).
+#include "core/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace fedlgc::core {
+
+const char* Version() { return FEDLGC_VERSION; }
+
+void AddCommonFlags(CLI::App& app) {
+  app.set_config("--config", "", "read options from this TOML file (keys: the long flags)");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_version_flag("--version", std::string(app.get_name()) + " " + Version() + "\n");
+  CaptureDefaults(app);
+  // A flag given twice takes its last value, as with most command lines.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+void CaptureDefaults(CLI::App& app) { app.option_defaults()->always_capture_default(); }
+
+std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv) {
+  // CLI11 reads "--name=" as "--name" and takes the next argument as its value; it means an
+  // empty value (e.g. --metrics-listen= disables the exposer), so it goes in as "--name" "".
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments last first
+    const std::string a = argv[i];
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' &&
+        a.find('=') == a.size() - 1) {
+      args.push_back("");
+      args.push_back(a.substr(0, a.size() - 1));
+    } else {
+      args.push_back(a);
+    }
+  }
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
+CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v,
+                         const std::string& help) {
+  return app.add_flag(names, *v, help)->default_str(*v ? "true" : "false");
+}
+
+namespace {
+
+void AppendOptions(const CLI::App& app, std::string* out) {
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_lnames().empty()) continue;
+    const std::string& name = o->get_lnames().front();
+    if (name == "help" || name == "config" || name == "version") continue;
+    std::string value = o->get_default_str();
+    if (o->get_type_name() == "TEXT" || value.empty()) {
+      // A TOML literal string (no escapes) unless the value holds a single quote.
+      value = value.find('\'') == std::string::npos ? "'" + value + "'" : "\"" + value + "\"";
+    }
+    *out += name + "=" + value + "\n";
+  }
+  for (const CLI::App* group : app.get_subcommands([](const CLI::App*) { return true; })) {
+    AppendOptions(*group, out);
+  }
+}
+
+}  // namespace
+
+std::string ConfigText(const CLI::App& app) {
+  std::string out;
+  AppendOptions(app, &out);
+  return out;
+}
+
+}  // namespace fedlgc::core

@@ -1,0 +1,41 @@
+// Command lines and config files of fedlgc's binaries, through CLI11: --help, --version,
+// and --config FILE, a TOML file whose keys are the long flags without their dashes (a
+// flag on the command line overrides the file). Each component registers its Options
+// with an AddFlags function beside them; flags are parsed only in main().
+#ifndef FEDLGC_CORE_CLI_H_
+#define FEDLGC_CORE_CLI_H_
+
+#include <optional>
+#include <string>
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace fedlgc::core {
+
+// fedlgc's version (the CMake project version).
+const char* Version();
+
+// Sets up --config (unknown keys in the file are errors) and --version on `app`, and
+// CaptureDefaults.
+void AddCommonFlags(CLI::App& app);
+// Options added to `app` from now on show (in --help) and write (in ConfigText) the
+// values of their variables at the time they are added.
+void CaptureDefaults(CLI::App& app);
+// Parses the command line: nullopt to go on, or the exit code when main should return now
+// (after --help or --version, or an error it printed).
+std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv);
+// A boolean flag (--name, --name=false) bound to *v, whose default shows and is written by
+// ConfigText (CLI11 2.1 captures no default for flags). `names` as for CLI::App::add_flag,
+// e.g. "--sgp-reference,!--no-sgp-reference".
+CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v, const std::string& help);
+// A config file holding the value of every option of `app` and its option groups (added
+// after CaptureDefaults, flags with AddBoolFlag), which --config reads back as the same
+// options.
+std::string ConfigText(const CLI::App& app);
+
+}  // namespace fedlgc::core
+
+#endif  // FEDLGC_CORE_CLI_H_

@@ -1,0 +1,55 @@
+// What the coordinator and its edge clients agree on before anything else: the version of
+// the wire protocol (protos/fedlgc.proto) and the aggregation mode of the job, named on
+// the wire (JoinReply.mode) and in configuration by ModeName.
+#ifndef FEDLGC_CORE_PROTOCOL_H_
+#define FEDLGC_CORE_PROTOCOL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace fedlgc {
+
+// Bumped whenever a message changes meaning. 1: the first release (per-mode fields flat
+// in RoundStart); 2: per-mode messages (RoundStart.mode, ModeEvent, ProgressReport.mode).
+inline constexpr uint32_t kProtocolVersion = 2;
+
+// How a job aggregates (docs/modes.md). A mode is a RoundDriver at the coordinator and a
+// ClientMode at each client (modes/), chosen by one factory each.
+enum class Mode {
+  kFedAvg,  // weighted mean of the clients' updates, server optimizer
+  kLgc,     // FedAvg with learned gradient compression (codec "lgc(...)")
+  kLsgd,    // leader-based: clients are pulled towards the best client
+  kSgp,     // push-sum gossip through the coordinator's relay
+};
+
+struct ModeInfo {
+  Mode mode;
+  std::string_view name;
+};
+// Every mode and its name: a new mode adds a line here.
+inline constexpr ModeInfo kModes[] = {
+    {Mode::kFedAvg, "fedavg"},
+    {Mode::kLgc, "lgc"},
+    {Mode::kLsgd, "lsgd"},
+    {Mode::kSgp, "sgp"},
+};
+
+inline constexpr std::string_view ModeName(Mode mode) {
+  for (const ModeInfo& m : kModes) {
+    if (m.mode == mode) return m.name;
+  }
+  return "unknown";
+}
+
+// nullopt for a name no mode has.
+inline constexpr std::optional<Mode> ParseMode(std::string_view name) {
+  for (const ModeInfo& m : kModes) {
+    if (m.name == name) return m.mode;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fedlgc
+
+#endif  // FEDLGC_CORE_PROTOCOL_H_

@@ -1,0 +1,95 @@
+// The one seam of an aggregation mode at the edge (docs/adding-a-mode.md): a ClientMode
+// handles its mode's round starts, receipts and events, with the machinery of ClientEnv.
+// EdgeClient (edge_client.h) runs the join, the event stream and reconnects, and knows
+// only this interface; modes/ holds one implementation per mode and the factory that
+// picks one from the job's mode (modes/clients.h).
+#ifndef FEDLGC_EDGE_CLIENT_CLIENT_MODE_H_
+#define FEDLGC_EDGE_CLIENT_CLIENT_MODE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/protocol.h"
+#include "core/round_report.h"
+#include "edge_client/client_state.h"
+#include "edge_client/transport.h"
+
+namespace fedlgc::monitoring {
+class Metrics;
+}
+namespace fedlgc::protos {
+class RoundStart;
+class RoundReceipt;
+class ModeEvent;
+}  // namespace fedlgc::protos
+
+namespace fedlgc::edge_client {
+
+// What a mode may use of its client. Not thread-safe: a mode calls it from the event
+// loop's thread (or from a thread it joins before the loop goes on).
+class ClientEnv {
+ public:
+  virtual ~ClientEnv() = default;
+  virtual const std::string& client_id() const = 0;
+  virtual monitoring::Metrics& metrics() = 0;
+  virtual Transport& transport() = 0;
+  // The persisted state (client_state.h) and its write to disk.
+  virtual ClientState& state() = 0;
+  virtual absl::Status Persist() = 0;
+  virtual uint64_t dim() const = 0;
+  virtual const std::string& device() const = 0;  // resolved: "cpu", "cuda:0", ...
+  virtual uint64_t total_rounds() const = 0;      // of the job (Join)
+
+  // Trains the round's local period (epochs or steps, lr, batch, seed of `start`) from
+  // `weights`, in place; returns the running loss.
+  virtual absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
+                                            std::vector<float>* weights) = 0;
+  // Downloads the model of `version` (its float values).
+  virtual absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob,
+                                                            uint64_t version,
+                                                            SystemTime deadline) = 0;
+  // An update in flight for `round`, with a fresh update id and this shard's weight.
+  virtual PendingUpdate NewPending(uint64_t round, uint64_t model_version) = 0;
+  // Uploads state().pending until the coordinator holds it or the round closes (both
+  // count as uploaded: the receipt will say what counted).
+  virtual absl::Status UploadPending(uint64_t round, SystemTime deadline) = 0;
+  // A round was uploaded by other means (an SGP share on a thread of its own).
+  virtual void CountUploaded(uint64_t round) = 0;
+  // Records an encode that began at t0 for `round`: the histogram, and the round's local
+  // training and encode seconds in the client's rounds.jsonl.
+  virtual void ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) = 0;
+  virtual void AppendRoundLog(const ClientRoundRecord& record) = 0;
+};
+
+// Not thread-safe: the event loop calls one method at a time.
+class ClientMode {
+ public:
+  virtual ~ClientMode() = default;
+  // A round this client takes part in (its start may arrive again after a reconnect).
+  virtual absl::Status OnRoundStart(const protos::RoundStart& start) = 0;
+  // Which chunks of this client's update of a round counted.
+  virtual absl::Status OnReceipt(const protos::RoundReceipt& receipt) = 0;
+  // An event of this mode (ServerEvent.mode).
+  virtual absl::Status OnModeEvent(const protos::ModeEvent& /*event*/) { return absl::OkStatus(); }
+  // Before the next event is handled, and before a reconnect or the end: waits for work
+  // the mode runs beside the event loop (an SGP share's upload).
+  virtual void Settle() {}
+  // The job is over; the coordinator may still read last words (SGP: the mail added).
+  virtual absl::Status OnJobOver() { return absl::OkStatus(); }
+};
+
+// Makes the mode a job runs; modes::MakeClientMode is the one fedlgc-edge uses.
+using ClientModeFactory =
+    std::function<absl::StatusOr<std::unique_ptr<ClientMode>>(Mode mode, ClientEnv& env)>;
+
+// The deadline of a round start.
+SystemTime DeadlineOf(const protos::RoundStart& start);
+
+}  // namespace fedlgc::edge_client
+
+#endif  // FEDLGC_EDGE_CLIENT_CLIENT_MODE_H_

@@ -1,0 +1,44 @@
+// Edge client flags (see flags.h).
+#include "edge_client/flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/cli.h"
+
+namespace fedlgc::edge_client {
+
+void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
+  CLI::Option_group* link = app.add_option_group("Link", "the coordinator and this client");
+  link->add_option("--server", o->server, "coordinator address host:port");
+  link->add_option("--id", o->client_id, "client id (the CN of its certificate under mTLS)");
+  link->add_option("--state-dir", o->state_dir,
+                   "where the residual, the update in flight and the round log are kept");
+  link->add_option("--tls-ca", o->tls_ca, "CA certificate of the coordinator");
+  link->add_option("--tls-cert", o->tls_cert, "this client's certificate");
+  link->add_option("--tls-key", o->tls_key, "this client's key");
+  link->add_option("--tls-server-name", o->tls_server_name,
+                   "name to verify in the coordinator's certificate");
+  core::AddBoolFlag(*link, "--insecure", &o->insecure, "plaintext: local experiments only");
+  link->add_option("--max-message-bytes", o->max_message_bytes, "gRPC message size limit");
+  link->add_option("--backoff-max", o->backoff_max_s, "longest reconnect backoff in seconds");
+  link->add_option("--call-timeout", o->call_timeout_s, "seconds per upload or download attempt");
+  link->add_option("--metrics-listen", o->metrics_listen,
+                   "Prometheus exposer address; empty disables it");
+  link->add_option("--exit-after-rounds", o->exit_after_rounds,
+                   "exit after uploading this many rounds (0: run to the end)");
+  CLI::Option_group* data = app.add_option_group("Data", "the local shard and device");
+  data->add_option("--data", o->data, "fashion-mnist or synthetic:N");
+  data->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
+  data->add_option("--train-limit", o->train_limit, "use the first N training examples (0 = all)");
+  data->add_option("--shard", o->shard, "this client's shard index");
+  data->add_option("--num-shards", o->num_shards,
+                   "number of shards the training set is split into");
+  data->add_option("--partition", o->partition, "iid, dirichlet(ALPHA) or labels(K)");
+  data->add_option("--partition-seed", o->partition_seed,
+                   "seed of the split (same on every client)");
+  data->add_option("--device", o->device,
+                   "cpu, cuda, cuda:N or auto (CUDA when libtorch and a GPU allow)");
+  data->add_option("--torch-threads", o->torch_threads, "libtorch threads");
+}
+
+}  // namespace fedlgc::edge_client

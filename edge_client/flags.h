@@ -1,0 +1,20 @@
+// The flags (and --config keys) of EdgeClientOptions, shared by fedlgc-edge and
+// fedlgc-sim, which writes each client's config file from them.
+#ifndef FEDLGC_EDGE_CLIENT_FLAGS_H_
+#define FEDLGC_EDGE_CLIENT_FLAGS_H_
+
+#include "edge_client/options.h"
+
+namespace CLI {
+class App;
+}
+
+namespace fedlgc::edge_client {
+
+// Registers every option of *o on `app`, bound to it, with its current values as the
+// defaults. `o` must outlive parsing.
+void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o);
+
+}  // namespace fedlgc::edge_client
+
+#endif  // FEDLGC_EDGE_CLIENT_FLAGS_H_

@@ -1,0 +1,42 @@
+// Edge client options (see options.h).
+#include "edge_client/options.h"
+
+#include "core/partition.h"
+
+namespace fedlgc::edge_client {
+
+absl::Status EdgeClientOptions::Validate() const {
+  if (client_id.empty() || client_id.size() > 64)
+    return absl::InvalidArgumentError("--id must be 1-64 characters");
+  if (num_shards == 0 || shard >= num_shards)
+    return absl::InvalidArgumentError("--shard must be < --num-shards");
+  if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
+    return absl::InvalidArgumentError(
+        "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
+  }
+  if (auto p = core::PartitionSpec::Parse(partition); !p.ok()) return p.status();
+  if (!(backoff_initial_s > 0) || !(backoff_max_s >= backoff_initial_s)) {
+    return absl::InvalidArgumentError("--backoff-max must be >= the initial backoff (> 0)");
+  }
+  if (!(call_timeout_s > 0)) return absl::InvalidArgumentError("--call-timeout must be > 0");
+  if (torch_threads < 1) return absl::InvalidArgumentError("--torch-threads must be >= 1");
+  return absl::OkStatus();
+}
+
+TransportOptions EdgeClientOptions::transport() const {
+  TransportOptions t;
+  t.server = server;
+  t.client_id = client_id;
+  t.tls_ca = tls_ca;
+  t.tls_cert = tls_cert;
+  t.tls_key = tls_key;
+  t.tls_server_name = tls_server_name;
+  t.insecure = insecure;
+  t.max_message_bytes = max_message_bytes;
+  t.backoff_initial_s = backoff_initial_s;
+  t.backoff_max_s = backoff_max_s;
+  t.call_timeout_s = call_timeout_s;
+  return t;
+}
+
+}  // namespace fedlgc::edge_client

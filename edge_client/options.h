@@ -1,0 +1,45 @@
+// What an edge client runs with: who it is, where its coordinator is, its data shard and
+// device, and where it keeps its state. Defaults are the flag defaults of fedlgc-edge
+// (docs/configuration.md); flags and config files are parsed only in main (flags.h).
+#ifndef FEDLGC_EDGE_CLIENT_OPTIONS_H_
+#define FEDLGC_EDGE_CLIENT_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "edge_client/transport.h"
+
+namespace fedlgc::edge_client {
+
+struct EdgeClientOptions {
+  std::string server = "127.0.0.1:50051";
+  std::string client_id = "client-0";
+  std::string state_dir = "state";
+  std::string tls_ca, tls_cert, tls_key;
+  std::string tls_server_name = "localhost";  // name in the coordinator's certificate
+  bool insecure = false;
+  std::string data = "fashion-mnist";  // or synthetic:N
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  uint64_t train_limit = 0;  // use the first N training examples (0 = all)
+  uint32_t shard = 0;        // this client's shard index
+  uint32_t num_shards = 1;   // shards the training set is split into
+  std::string partition = "iid";
+  std::string device = "auto";  // cpu, cuda, cuda:N or auto (CUDA when available)
+  uint64_t partition_seed = 1;
+  int torch_threads = 1;
+  std::string metrics_listen;  // empty: no exposer
+  uint32_t max_message_bytes = 4 << 20;
+  double backoff_initial_s = 0.2;
+  double backoff_max_s = 5.0;
+  double call_timeout_s = 60;  // per upload/download attempt
+  // Stop after this many rounds were uploaded (0: run until the job is done). For tests.
+  uint32_t exit_after_rounds = 0;
+
+  absl::Status Validate() const;
+  TransportOptions transport() const;
+};
+
+}  // namespace fedlgc::edge_client
+
+#endif  // FEDLGC_EDGE_CLIENT_OPTIONS_H_

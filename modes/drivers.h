@@ -1,0 +1,20 @@
+// The coordinator's factory of mode drivers: the one place that maps a Mode to its
+// RoundDriver (a new mode adds one line here; docs/adding-a-mode.md).
+#ifndef FEDLGC_MODES_DRIVERS_H_
+#define FEDLGC_MODES_DRIVERS_H_
+
+#include <memory>
+
+#include "coordinator/round_driver.h"
+#include "modes/mode_options.h"
+
+namespace fedlgc::modes {
+
+// The driver of `mode` with its options, starting from `env` (its state of
+// env.committed_round is loaded when that is > 0).
+absl::StatusOr<std::unique_ptr<coordinator::RoundDriver>> MakeRoundDriver(
+    Mode mode, const ModeOptions& options, const coordinator::DriverEnv& env);
+
+}  // namespace fedlgc::modes
+
+#endif  // FEDLGC_MODES_DRIVERS_H_

@@ -1,0 +1,128 @@
+// FedAvg at the edge (see fedavg_client.h).
+#include "modes/fedavg/fedavg_client.h"
+
+#include "codecs/error_feedback.h"
+#include "codecs/frame.h"
+#include "codecs/registry.h"
+#include "codecs/str.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc.pb.h"
+
+namespace fedlgc::modes {
+
+absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::RoundStart& start,
+                                               SystemTime deadline) {
+  auto weights = env.DownloadFloats("", start.model_version(), deadline);
+  if (!weights.ok()) {
+    // The round moved on (another version is served) or ended: wait for the next one.
+    if (absl::IsNotFound(weights.status()) || absl::IsDeadlineExceeded(weights.status())) {
+      return std::vector<float>();
+    }
+    return weights.status();
+  }
+  std::vector<float> update = *weights;
+  if (auto loss = env.TrainLocal(start, &update); !loss.ok()) return loss.status();
+  for (size_t i = 0; i < update.size(); ++i) update[i] -= (*weights)[i];
+  return update;
+}
+
+FedAvgClient::FedAvgClient(ClientEnv& env) : env_(env) {}
+
+FedAvgClient::~FedAvgClient() = default;
+
+absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
+  if (codec_ && codec_spec_ == spec) return absl::OkStatus();
+  // Every client keeps a residual. Biased codecs (top-k, sign) feed their compression
+  // error back; unbiased ones keep only chunks that did not count, because their error
+  // is noise with mean zero and feeding it back can grow without bound.
+  auto parsed = codecs::MakeCodec(spec);
+  if (!parsed.ok()) return parsed.status();
+  std::string ef_spec = spec;
+  if (dynamic_cast<codecs::ErrorFeedback*>(parsed->get()) == nullptr) {
+    ef_spec =
+        (*parsed)->traits().unbiased ? StrCat("ef(", spec, ",error=0)") : StrCat("ef(", spec, ")");
+  }
+  auto made = codecs::MakeCodec(ef_spec);
+  if (!made.ok()) return made.status();
+  codec_.reset(static_cast<codecs::ErrorFeedback*>(made->release()));
+  codec_spec_ = spec;
+  // The residual is plain coordinates: it carries over when the job switches codecs.
+  edge_client::ClientState& state = env_.state();
+  if (state.residual.size() == env_.dim()) {
+    codec_->SetResidual(state.residual);
+  } else {
+    state.residual.clear();
+  }
+  state.codec = spec;
+  return absl::OkStatus();
+}
+
+void FedAvgClient::ResidualChanged() {
+  if (codec_) codec_->SetResidual(env_.state().residual);
+}
+
+absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
+  edge_client::ClientState& state = env_.state();
+  const SystemTime deadline = edge_client::DeadlineOf(start);
+  if (state.pending && (state.pending->round != start.round() ||
+                        state.pending->model_version != start.model_version())) {
+    // An update whose round ended without a receipt reaching us: nothing of it counted
+    // as far as we can know, so all of it goes back into the residual.
+    if (absl::Status st = Restore(*state.pending); !st.ok()) return st;
+    state.pending.reset();
+  }
+  if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
+  if (!state.pending) {
+    auto update = TrainUpdate(env_, start, deadline);
+    if (!update.ok()) return update.status();
+    if (update->empty()) return absl::OkStatus();  // the round moved on
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<codecs::Frame> frames;
+    codecs::EncodeOptions eopts;
+    eopts.seed = start.seed();
+    eopts.max_frame_bytes = start.max_chunk_bytes();
+    if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
+    env_.ObserveEncode(start.round(), t0);
+    PendingUpdate p = env_.NewPending(start.round(), start.model_version());
+    for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
+    state.pending = std::move(p);
+    state.residual.assign(codec_->residual().begin(), codec_->residual().end());
+    if (absl::Status st = env_.Persist(); !st.ok()) return st;
+  }
+  return env_.UploadPending(start.round(), deadline);
+}
+
+absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
+  edge_client::ClientState& state = env_.state();
+  if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
+  const PendingUpdate& p = *state.pending;
+  std::vector<bool> counted(p.frames.size(), false);
+  if (receipt.update_id() == p.update_id) {
+    for (uint32_t c : receipt.counted_chunks()) {
+      if (c < counted.size()) counted[c] = true;
+    }
+  }
+  if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
+  uint64_t lost = 0;
+  for (size_t i = 0; i < p.frames.size(); ++i) {
+    if (counted[i]) continue;
+    if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
+    ++lost;
+  }
+  state.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  if (lost) env_.metrics().AddChunks(env_.client_id(), "lost", lost);
+  state.pending.reset();
+  return env_.Persist();
+}
+
+absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
+  edge_client::ClientState& state = env_.state();
+  if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
+  for (const std::string& f : p.frames) {
+    if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
+  }
+  state.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::modes

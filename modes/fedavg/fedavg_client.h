@@ -1,0 +1,57 @@
+// FedAvg at the edge: each round the client downloads the round's model, trains on its
+// shard, adds its error-feedback residual to the update (new minus old weights), encodes
+// it with the round's codec into self-contained chunks and uploads them. Chunks the
+// coordinator did not count (its receipt says which) go back into the residual, so
+// nothing the client computed is lost.
+#ifndef FEDLGC_MODES_FEDAVG_FEDAVG_CLIENT_H_
+#define FEDLGC_MODES_FEDAVG_FEDAVG_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edge_client/client_mode.h"
+
+namespace fedlgc::codecs {
+class ErrorFeedback;
+}
+
+namespace fedlgc::modes {
+
+using edge_client::ClientEnv;
+using edge_client::PendingUpdate;
+using edge_client::SystemTime;
+
+// Downloads the round's model and trains on it: the update (new minus old weights), or an
+// empty vector when the round moved on meanwhile (another version is served, or the
+// deadline passed).
+absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::RoundStart& start,
+                                               SystemTime deadline);
+
+class FedAvgClient final : public edge_client::ClientMode {
+ public:
+  explicit FedAvgClient(ClientEnv& env);
+  ~FedAvgClient() override;
+
+  absl::Status OnRoundStart(const protos::RoundStart& start) override;
+  absl::Status OnReceipt(const protos::RoundReceipt& receipt) override;
+
+  // For modes built on this one (LGC's warm-up rounds):
+  // An update whose round ended without a receipt reaching us: all of it goes back into
+  // the residual.
+  absl::Status Restore(const PendingUpdate& p);
+  // Another mode changed state().residual: the codec's residual follows.
+  void ResidualChanged();
+
+ private:
+  // The codec of `spec` wrapped in error feedback, its residual the client's.
+  absl::Status EnsureCodec(const std::string& spec);
+
+  ClientEnv& env_;  // outlives this mode
+  std::unique_ptr<codecs::ErrorFeedback> codec_;
+  std::string codec_spec_;
+};
+
+}  // namespace fedlgc::modes
+
+#endif  // FEDLGC_MODES_FEDAVG_FEDAVG_CLIENT_H_

@@ -1,0 +1,194 @@
+// An edge client in a FedAvg job against gMock's MockCoordinatorStub, end to end through
+// EdgeClient and FedAvgClient: it joins, trains the round, uploads its chunks, and a
+// receipt that counts only some of them puts exactly the others back into the residual;
+// an upload refused because the round closed (FAILED_PRECONDITION) is not retried, and the
+// round's empty receipt puts the whole update back.
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "codecs/crc32c.h"
+#include "codecs/registry.h"
+#include "core/model.h"
+#include "core/protocol.h"
+#include "edge_client/edge_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "modes/clients.h"
+#include "protos/fedlgc_mock.grpc.pb.h"
+#include "tests/edge_client/fake_streams.h"
+
+namespace fedlgc::modes {
+namespace {
+
+using ::testing::_;
+using ::testing::Invoke;
+using Upload = testing::FakeUploadStream<protos::UpdateChunk>;
+
+// A coordinator scripted on a mock stub: one FedAvg round of an mlp, then the receipt
+// the test chooses, then the end of the job.
+struct ScriptedCoordinator {
+  std::shared_ptr<protos::MockCoordinatorStub> stub =
+      std::make_shared<protos::MockCoordinatorStub>();
+  std::vector<float> model = core::Model::Create("mlp", 3).value()->GetFlat();
+  std::vector<protos::UpdateChunk> sent;  // every chunk the client wrote
+  grpc::Status upload_status = grpc::Status::OK;
+  std::set<uint32_t> counted;  // chunks the round's receipt counts
+
+  void Expect() {
+    EXPECT_CALL(*stub, Join(_, _, _))
+        .WillRepeatedly(Invoke(
+            [this](grpc::ClientContext*, const protos::JoinRequest& req, protos::JoinReply* reply) {
+              EXPECT_EQ(req.protocol_version(), kProtocolVersion);
+              reply->set_model("mlp");
+              reply->set_dim(model.size());
+              reply->set_current_round(1);
+              reply->set_total_rounds(1);
+              reply->set_mode("fedavg");
+              reply->set_protocol_version(kProtocolVersion);
+              return grpc::Status::OK;
+            }));
+    EXPECT_CALL(*stub, DownloadModelRaw(_, _))
+        .WillRepeatedly(Invoke([this](grpc::ClientContext*, const protos::ModelRequest& req) {
+          EXPECT_EQ(req.blob(), "");
+          EXPECT_EQ(req.version(), 0u);
+          const std::string bytes(reinterpret_cast<const char*>(model.data()), model.size() * 4);
+          protos::ModelChunk c;
+          c.set_version(0);
+          c.set_total_bytes(bytes.size());
+          c.set_crc32c(codecs::Crc32c(bytes.data(), bytes.size()));
+          c.set_data(bytes);
+          return new testing::FakeDownloadStream({c}, grpc::Status::OK);
+        }));
+    EXPECT_CALL(*stub, UploadUpdateRaw(_, _))
+        .Times(1)  // a closed round is not retried; a complete upload needs no second call
+        .WillOnce(Invoke([this](grpc::ClientContext*, protos::UploadReceipt* r) {
+          // A coordinator that refuses a chunk ends the call there.
+          return new Upload(
+              &sent, r, upload_status,
+              [](const std::vector<protos::UpdateChunk>& carried, protos::UploadReceipt* out) {
+                for (const auto& c : carried) out->add_held_chunks(c.chunk_index());
+              },
+              upload_status.ok() ? ~size_t{0} : 1);
+        }));
+    EXPECT_CALL(*stub, EventsRaw(_)).WillOnce(Invoke([this](grpc::ClientContext*) {
+      return new testing::FakeEventStream([this, step = 0]() mutable { return Event(step++); });
+    }));
+  }
+
+  std::optional<protos::ServerEvent> Event(int step) {
+    protos::ServerEvent e;
+    if (step == 0) {
+      protos::RoundStart* s = e.mutable_round_start();
+      s->set_round(1);
+      s->set_model_version(0);
+      s->set_codec("fp32");
+      s->set_local_steps(2);
+      s->set_lr(0.05f);
+      s->set_batch_size(16);
+      s->set_seed(9);
+      s->set_max_chunk_bytes(64 * 1024);
+      s->set_deadline_unix_ms(
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
+              .count());
+      s->mutable_fedavg();
+    } else if (step == 1) {
+      protos::RoundReceipt* r = e.mutable_receipt();
+      r->set_round(1);
+      r->set_update_id(sent.empty() ? 0 : sent.front().update_id());
+      r->set_chunk_count(sent.empty() ? 0 : sent.front().chunk_count());
+      for (uint32_t c : counted) r->add_counted_chunks(c);
+    } else if (step == 2) {
+      e.mutable_done()->set_rounds(1);
+    } else {
+      return std::nullopt;
+    }
+    return e;
+  }
+};
+
+std::unique_ptr<edge_client::EdgeClient> Client(const std::string& name,
+                                                const ScriptedCoordinator& coordinator) {
+  edge_client::EdgeClientOptions o;
+  o.server = "127.0.0.1:1";  // never dialled: every call goes to the mock
+  o.insecure = true;
+  o.client_id = "client-0";
+  o.state_dir = ::testing::TempDir() + "/fedavg-client-" + name;
+  std::filesystem::remove_all(o.state_dir);
+  o.data = "synthetic:200";
+  o.device = "cpu";
+  o.backoff_initial_s = 0.001;
+  o.backoff_max_s = 0.002;
+  auto c = edge_client::EdgeClient::Create(
+      o, &MakeClientMode,
+      [stub = coordinator.stub](const std::shared_ptr<grpc::Channel>&) { return stub; });
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+// Checks, chunk by chunk, that the residual holds exactly the values of the chunks the
+// receipt did not count (decoded: fp32 carries what the client computed) and zero in the
+// ranges of those it counted; returns the L1 norm of the uncounted values.
+double CheckResidual(const std::vector<protos::UpdateChunk>& sent,
+                     const std::set<uint32_t>& counted, const std::vector<float>& residual) {
+  auto codec = codecs::MakeCodec("fp32").value();
+  double uncounted = 0;
+  uint64_t covered = 0;
+  for (const auto& c : sent) {
+    auto view = codecs::ParseFrame(c.frame(), codecs::FrameLimits()).value();
+    std::vector<float> values(view.length);
+    EXPECT_TRUE(codec->Decode(view, values).ok());
+    const bool was_counted = counted.count(c.chunk_index()) > 0;
+    for (uint64_t i = 0; i < view.length; ++i) {
+      EXPECT_EQ(residual[view.begin + i], was_counted ? 0.0f : values[i])
+          << "chunk " << c.chunk_index() << ", coordinate " << view.begin + i;
+      if (!was_counted) uncounted += std::fabs(values[i]);
+    }
+    covered += view.length;
+  }
+  EXPECT_EQ(covered, residual.size()) << "the chunks tile the model";
+  return uncounted;
+}
+
+TEST(FedAvgClient, AReceiptCountingSomeChunksPutsExactlyTheOthersBackIntoTheResidual) {
+  ScriptedCoordinator coordinator;
+  coordinator.counted = {0, 2};
+  coordinator.Expect();
+  auto client = Client("partial", coordinator);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Run().ok());
+  ASSERT_GE(coordinator.sent.size(), 4u) << "the update should span several chunks";
+  const auto& state = client->client_state();
+  EXPECT_FALSE(state.pending.has_value());
+  ASSERT_EQ(state.residual.size(), coordinator.model.size());
+  EXPECT_GT(CheckResidual(coordinator.sent, coordinator.counted, state.residual), 0)
+      << "training moved no coordinate of the uncounted chunks";
+}
+
+TEST(FedAvgClient, AnUploadToAClosedRoundIsNotRetriedAndAllOfItComesBack) {
+  ScriptedCoordinator coordinator;
+  coordinator.upload_status =
+      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "round 1 is closed; no round is open");
+  coordinator.counted = {};  // the round's receipt counts nothing of it
+  coordinator.Expect();
+  auto client = Client("closed", coordinator);
+  ASSERT_NE(client, nullptr);
+  const absl::Status st = client->Run();
+  EXPECT_TRUE(st.ok()) << "a closed round is not the client's error: " << st;
+  ASSERT_EQ(coordinator.sent.size(), 1u);
+  const auto& state = client->client_state();
+  EXPECT_FALSE(state.pending.has_value());
+  ASSERT_EQ(state.residual.size(), coordinator.model.size());
+  // The upload stopped at its first refused chunk; the whole update is in the residual.
+  double norm = 0;
+  for (float r : state.residual) norm += std::fabs(r);
+  EXPECT_GT(norm, 0);
+  auto view = codecs::ParseFrame(coordinator.sent[0].frame(), codecs::FrameLimits()).value();
+  std::vector<float> values(view.length);
+  ASSERT_TRUE(codecs::MakeCodec("fp32").value()->Decode(view, values).ok());
+  for (uint64_t i = 0; i < view.length; ++i) ASSERT_EQ(state.residual[view.begin + i], values[i]);
+}
+
+}  // namespace
+}  // namespace fedlgc::modes

@@ -1,0 +1,159 @@
+// The arithmetic of an LGC job at the coordinator (autoencoder/lgc_plan.h, docs/lgc.md):
+// the support of each round, the autoencoder and its online training, validation and
+// aggregation of the clients' payloads, and the state that survives a restart
+// (lgc-<round>.bin in the state folder, written before the round's checkpoint; the one of
+// the checkpoint's round is loaded on restart), with each client's last reconstruction
+// (its echo). The round protocol around it (leaders, promotion, the latent's push) is
+// LgcDriver's.
+#ifndef FEDLGC_MODES_LGC_LGC_AGGREGATOR_H_
+#define FEDLGC_MODES_LGC_LGC_AGGREGATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "autoencoder/autoencoder.h"
+#include "autoencoder/lgc_plan.h"
+#include "codecs/dense_codec.h"
+#include "coordinator/collectors.h"
+#include "coordinator/round_engine.h"
+
+namespace fedlgc::modes {
+
+using coordinator::ModelBlob;
+using coordinator::PayloadCollector;
+
+// Thread-safety: Decoder, Echo, Validate, EncoderBytes and LeaderPayloadBytes may run on
+// RPC threads while the round loop runs the rest.
+class LgcAggregator {
+ public:
+  // `warmup`: the job's warm-up rounds (at least 1: their aggregate seeds the first
+  // support). Loads the state of `committed_round` when it is > 0.
+  static absl::StatusOr<std::unique_ptr<LgcAggregator>> Create(autoencoder::LgcPlan plan,
+                                                               uint64_t warmup, uint64_t dim,
+                                                               std::string state_dir,
+                                                               uint64_t committed_round,
+                                                               uint64_t seed, std::string device);
+
+  int Stage(uint64_t round) const { return autoencoder::LgcStage(plan_, round, warmup_); }
+  bool predicts() const { return plan_.predict; }
+  // Stage 3 has begun: the autoencoder stops training and decoders may be served; with
+  // predict=1 a CPU copy of it rebuilds the clients' predictions (see Aggregate).
+  void Freeze();
+  uint64_t k() const { return k_; }
+  uint64_t k_innovation() const { return k_inn_; }
+  // The support of the next round, u32 little-endian in support order.
+  std::string SupportBytes() const;
+  static constexpr uint64_t kEncoderVersion = 1;
+  // The frozen encoder for stage 3 (version kEncoderVersion).
+  std::string EncoderBytes() const;
+  // predict=1: `client`'s decoder (blob "lgc-decoder", version kEncoderVersion), made once
+  // per driver after Freeze(); nullptr before, or without predict=1. Thread-safe.
+  std::shared_ptr<const ModelBlob> Decoder(const std::string& client);
+  // predict=1: a leader payload of `round` as the coordinator decodes it, what LgcLatent
+  // carries: its support (u32 little-endian) and, in stage 3, its latent (float32).
+  struct LeaderBytes {
+    std::string support, latent;
+  };
+  absl::StatusOr<LeaderBytes> LeaderPayloadBytes(uint64_t round,
+                                                 std::span<const uint8_t> leader_body) const;
+
+  // Checks a payload of `round`: structure, sizes, finite values.
+  absl::Status Validate(uint64_t round, std::string_view spec, std::span<const uint8_t> body) const;
+
+  struct Outcome {
+    std::vector<float> delta;  // the mean update (zero off the support)
+    std::set<std::string> counted;
+    bool latent = false;                                // stage 3: a leader latent was there
+    double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: losses of the step
+    // Stage 2: the mean cosine similarity of two clients' values on the support (-2 with
+    // fewer than two clients): how much of one client's values another's latent can carry.
+    double values_cosine = -2;
+    // predict=1, stage 3: rebuilds that differ from what the client computed (another
+    // libtorch build or CPU kernel): counted, but that client's error feedback is off.
+    int rebuild_mismatches = 0;
+  };
+  // Aggregates the payloads of a stage-2 or stage-3 round (leader: the round's leader
+  // now) and moves the support on; stage 2 takes one autoencoder step. predict=1: only
+  // leader payloads from `leaders` (nullptr: from `leader`) count and can be named; a
+  // stage-3 rebuild whose CRC32C differs from the client's is counted and reported.
+  absl::StatusOr<Outcome> Aggregate(
+      uint64_t round, const std::string& leader,
+      const std::map<std::string, PayloadCollector::Payload>& payloads,
+      const std::set<std::string>* leaders = nullptr);
+  // Stage 3: `client`'s reconstruction of its values in its last counted round, in support
+  // order (float32), as blob "lgc-echo" of that round, kept with echo=1; nullptr when not
+  // kept. The client measures how far it is from what it sent. Thread-safe.
+  std::shared_ptr<const ModelBlob> Echo(const std::string& client, uint64_t round) const;
+
+  // After a stage-1 round: the next support is the top-k of the model's change.
+  void ObservePlainRound(std::span<const float> before, std::span<const float> after);
+
+  // Writes lgc-<round>.bin atomically and removes states older than round - 1.
+  absl::Status Save(uint64_t round) const;
+
+ private:
+  struct Item;
+  struct Reference {
+    std::vector<uint32_t> support;
+    std::vector<float> latent;  // stage 3
+  };
+  struct Decoded;
+
+  LgcAggregator(autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
+                autoencoder::AeOptions ae_options);
+  absl::Status Load(uint64_t round);
+  // The payloads of a stage-2 or stage-3 round, decoded (Aggregate's first step).
+  Decoded DecodePayloads(int stage, const std::string& leader,
+                         const std::map<std::string, PayloadCollector::Payload>& payloads,
+                         const std::set<std::string>* leaders) const;
+  void DecodeLeaderPayload(int stage, const std::string& client, const PayloadCollector::Payload& p,
+                           const std::string& leader, Decoded* d) const;
+  void DecodeFollowerPayload(int stage, const std::string& client,
+                             const PayloadCollector::Payload& p, Decoded* d) const;
+  // Stage 3: each client's values rebuilt from the latent and its payload.
+  absl::Status RebuildStage3(uint64_t round, Decoded* d, Outcome* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
+  void KeepEchoes(uint64_t round, const std::vector<Item>& items);
+  // The weighted mean of the clients' values, placed on their supports, into out->delta.
+  void Average(const Decoded& d, Outcome* out) const;
+  // The mean cosine similarity of two clients' values (-2 with no pair).
+  double ValuesCosine(const std::vector<Item>& items) const;
+  // Stage 2: the round's batch joins the replay buffer; plan_.ae_steps autoencoder steps.
+  absl::Status Train(const std::vector<Item>& items, Outcome* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
+
+  const autoencoder::LgcPlan plan_;
+  const uint64_t warmup_, dim_, k_, k_inn_;
+  const std::string state_dir_;
+  const autoencoder::AeOptions ae_options_;
+  std::unique_ptr<codecs::DenseCodec> latent_codec_, fp32_;
+  size_t latent_size_ = 0;
+  // Guards the autoencoder: decoders are served from RPC threads.
+  mutable absl::Mutex ae_mu_;
+  std::unique_ptr<autoencoder::Autoencoder> ae_ ABSL_GUARDED_BY(ae_mu_);
+  std::unique_ptr<autoencoder::Autoencoder> cpu_ae_ ABSL_GUARDED_BY(ae_mu_);  // predict=1
+  std::map<std::string, std::shared_ptr<const ModelBlob>> decoders_ ABSL_GUARDED_BY(ae_mu_);
+  std::atomic<bool> frozen_{false};  // set under ae_mu_
+  // The round loop's alone: the support of the next round, the steps taken, the replay.
+  std::vector<uint32_t> support_;
+  uint64_t ae_steps_ = 0;
+  // Training batches of recent rounds (not kept across restarts), newest first.
+  std::deque<std::vector<autoencoder::Sample>> replay_;
+  mutable absl::Mutex echo_mu_;
+  std::map<std::string, std::shared_ptr<const ModelBlob>> echoes_
+      ABSL_GUARDED_BY(echo_mu_);  // version = round
+};
+
+}  // namespace fedlgc::modes
+
+#endif  // FEDLGC_MODES_LGC_LGC_AGGREGATOR_H_

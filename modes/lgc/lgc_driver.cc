@@ -1,0 +1,263 @@
+// The LGC round protocol at the coordinator (see lgc_driver.h).
+#include "modes/lgc/lgc_driver.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "autoencoder/lgc_plan.h"
+#include "codecs/str.h"
+#include "coordinator/collectors.h"
+#include "modes/fedavg/fedavg_driver.h"
+#include "protos/fedlgc.pb.h"
+
+namespace fedlgc::modes {
+
+using coordinator::CommitResult;
+using coordinator::DriverEnv;
+using coordinator::PayloadCollector;
+
+absl::Status LgcOptions::Validate() const {
+  if (ae_device != "auto" && ae_device != "cpu" && ae_device.rfind("cuda", 0) != 0) {
+    return absl::InvalidArgumentError(
+        StrCat("--ae-device must be cpu, cuda, cuda:N or auto, not ", ae_device));
+  }
+  return absl::OkStatus();
+}
+
+LgcDriver::LgcDriver(LgcOptions options, coordinator::ServerOptimizer optimizer,
+                     std::unique_ptr<LgcAggregator> agg)
+    : options_(std::move(options)), optimizer_(optimizer), agg_(std::move(agg)) {}
+
+absl::StatusOr<std::unique_ptr<LgcDriver>> LgcDriver::Create(
+    const LgcOptions& options, const coordinator::ServerOptimizer& opt, const DriverEnv& env) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  auto plan = autoencoder::ParseLgcSpec(env.plan->codec);
+  if (!plan.ok()) return plan.status();
+  if (!plan->has_value()) {
+    return absl::InvalidArgumentError(
+        StrCat("an LGC job needs an lgc(...) codec, not ", env.plan->codec));
+  }
+  auto agg = LgcAggregator::Create(**plan, env.plan->warmup_codecs.size(), env.dim, env.state_dir,
+                                   env.committed_round, env.init_seed, options.ae_device);
+  if (!agg.ok()) return agg.status();
+  return std::unique_ptr<LgcDriver>(new LgcDriver(options, opt, *std::move(agg)));
+}
+
+std::string LgcDriver::ChooseLeader(const RoundHost& host,
+                                    const std::vector<std::string>& candidates,
+                                    const std::set<std::string>& tried) const {
+  std::vector<std::string> open;
+  for (const std::string& p : candidates) {
+    if (!tried.count(p)) open.push_back(p);
+  }
+  if (open.empty()) return "";
+  if (!options_.leader.empty() &&
+      std::find(open.begin(), open.end(), options_.leader) != open.end()) {
+    return options_.leader;
+  }
+  std::sort(open.begin(), open.end());
+  std::string best = open.front();
+  double best_bps = host.LinkBytesPerSecond(best);
+  for (const std::string& p : open) {
+    const double bps = host.LinkBytesPerSecond(p);
+    if (bps > best_bps) {
+      best = p;
+      best_bps = bps;
+    }
+  }
+  // Keep the last leader while its link is at least half as good as the best: every new
+  // leader downloads the encoder, and measured links jitter.
+  if (!last_leader_.empty() && std::find(open.begin(), open.end(), last_leader_) != open.end() &&
+      host.LinkBytesPerSecond(last_leader_) >= 0.5 * best_bps) {
+    return last_leader_;
+  }
+  return best;
+}
+
+void LgcDriver::DecorateRoundStart(const std::string& client, protos::RoundStart* s) {
+  protos::LgcRound* lgc = s->mutable_lgc();
+  absl::MutexLock lock(&mu_);
+  if (round_.round != s->round() || round_.stage < 2) {
+    lgc->set_stage(1);  // a warm-up round: a FedAvg round with the round's codec
+    return;
+  }
+  lgc->set_stage(static_cast<uint32_t>(round_.stage));
+  lgc->set_support(round_.support);
+  lgc->set_leader(client == round_.leader);
+  if (round_.stage == 3) lgc->set_encoder_version(LgcAggregator::kEncoderVersion);
+  lgc->set_latent(round_.latent);
+}
+
+absl::StatusOr<std::shared_ptr<const ModelBlob>> LgcDriver::Blob(const std::string& client,
+                                                                 const std::string& name,
+                                                                 uint64_t version) {
+  std::shared_ptr<const ModelBlob> blob;
+  if (name == "encoder") {
+    absl::MutexLock lock(&mu_);
+    if (!encoder_) return absl::NotFoundError("no LGC encoder is served yet");
+    blob = encoder_;
+  } else if (name == "lgc-decoder") {
+    if (version == LgcAggregator::kEncoderVersion) blob = agg_->Decoder(client);
+  } else if (name == "lgc-echo") {
+    blob = agg_->Echo(client, version);
+  } else {
+    return RoundDriver::Blob(client, name, version);
+  }
+  if (!blob) return absl::NotFoundError(StrCat(name, " ", version, " is not served to ", client));
+  return blob;
+}
+
+void LgcDriver::PublishEncoder() {
+  auto blob = coordinator::MakeBlob(LgcAggregator::kEncoderVersion, agg_->EncoderBytes());
+  agg_->Freeze();
+  absl::MutexLock lock(&mu_);
+  encoder_ = std::move(blob);
+}
+
+absl::Status LgcDriver::RunRound(RoundHost& host, const std::vector<std::string>& participants,
+                                 Clock::time_point deadline, CommitResult* commit,
+                                 RoundReport* report) {
+  const int stage = agg_->Stage(host.engine().current_round());
+  report->figures["lgc_stage"] = stage;
+  if (stage == 1) return RunPlainRound(host, participants, deadline, commit, report);
+  return RunLeaderRound(host, stage, participants, deadline, commit, report);
+}
+
+absl::Status LgcDriver::RunPlainRound(RoundHost& host, const std::vector<std::string>& participants,
+                                      Clock::time_point deadline, CommitResult* commit,
+                                      RoundReport* report) {
+  const std::vector<float> before = host.engine().ModelVector();
+  if (absl::Status st = RunSummedRound(host, participants, deadline, optimizer_, commit, report);
+      !st.ok() || host.stopped()) {
+    return st;
+  }
+  agg_->ObservePlainRound(before, host.engine().ModelVector());
+  return absl::OkStatus();
+}
+
+absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
+                                       const std::vector<std::string>& participants,
+                                       Clock::time_point deadline, CommitResult* commit,
+                                       RoundReport* report) {
+  coordinator::RoundEngine& engine = host.engine();
+  const uint64_t round = engine.current_round();
+  LeaderWatch w;
+  w.leader = ChooseLeader(host, participants, w.tried);
+  w.tried.insert(w.leader);
+  if (stage == 3 && !encoder_published()) PublishEncoder();
+  {
+    absl::MutexLock lock(&mu_);
+    // predict=1: the support is the leader's, sent once its payload is in.
+    round_ = {round, stage, w.leader, agg_->predicts() ? "" : agg_->SupportBytes(), ""};
+  }
+  payloads_ = std::make_shared<PayloadCollector>(
+      [this, round](std::string_view spec, std::span<const uint8_t> body) {
+        return agg_->Validate(round, spec, body);
+      });
+  if (absl::Status st = host.StartRound(participants, deadline, payloads_); !st.ok()) return st;
+  w.seen = w.asked = Clock::now();
+  // Rounds that wait for a leader: compressed ones, and with predict=1 training ones.
+  const bool waits = stage == 3 || agg_->predicts();
+  absl::Status watch;
+  host.WaitUntil(
+      deadline, [&] { return !watch.ok() || engine.AllComplete(); },
+      [&] {
+        if (waits && watch.ok())
+          watch = WatchLeader(host, round, stage, participants, deadline, &w);
+      });
+  if (!watch.ok()) return watch;
+  if (host.stopped()) return absl::OkStatus();
+  report->hit_deadline = !engine.AllComplete();
+  engine.Freeze();
+  const auto t0 = Clock::now();
+  // predict=1: the leader whose support and latent went out is the round's.
+  if (!w.pushed.empty()) w.leader = w.pushed;
+  auto outcome = agg_->Aggregate(round, w.leader, payloads_->Payloads(), &w.tried);
+  if (!outcome.ok()) return outcome.status();
+  report->figures["ae_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+  report->figures["ae_reconstruction"] = outcome->ae_reconstruction;
+  report->figures["ae_similarity"] = outcome->ae_similarity;
+  report->figures["lgc_values_cosine"] = outcome->values_cosine;
+  report->figures["lgc_rebuild_mismatches"] = outcome->rebuild_mismatches;
+  report->labels["lgc_leader"] = w.leader;
+  last_leader_ = w.leader;
+  *commit = engine.CommitDelta(outcome->delta, optimizer_, &outcome->counted);
+  return absl::OkStatus();
+}
+
+absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, int stage,
+                                    const std::vector<std::string>& participants,
+                                    Clock::time_point deadline, LeaderWatch* w) {
+  const auto payloads = payloads_->Payloads();
+  const auto live = host.Connected();
+  const bool delivered =
+      payloads.count(w->leader) && payloads.at(w->leader).spec == autoencoder::kLeaderSpec;
+  if (agg_->predicts() && w->pushed.empty()) {
+    if (absl::Status st = PushLatent(host, round, participants, payloads, w); !st.ok()) return st;
+  }
+  // Gone: no event stream for 3 s (a reconnecting client is briefly absent).
+  const auto now = Clock::now();
+  if (std::find(live.begin(), live.end(), w->leader) != live.end()) w->seen = now;
+  const bool gone = now - w->seen > std::chrono::seconds(3);
+  // Each leader gets half of the time left when it was asked.
+  const bool late = now - w->asked > (deadline - w->asked) / 2;
+  // predict=1: a latent on its way from another leader payload serves as well.
+  if (delivered || !w->pushed.empty() || !(gone || late)) return absl::OkStatus();
+  std::vector<std::string> candidates;
+  for (const std::string& c : participants) {
+    if (std::find(live.begin(), live.end(), c) != live.end()) candidates.push_back(c);
+  }
+  const std::string next = ChooseLeader(host, candidates, w->tried);
+  if (next.empty()) return absl::OkStatus();
+  w->tried.insert(next);
+  w->leader = next;
+  w->seen = w->asked = Clock::now();
+  {
+    absl::MutexLock lock(&mu_);
+    round_.leader = next;
+  }
+  protos::ServerEvent e;
+  protos::LgcPromote* promote = e.mutable_mode()->mutable_lgc_promote();
+  promote->set_round(round);
+  promote->set_encoder_version(LgcAggregator::kEncoderVersion);
+  host.Push(next, e);
+  std::fprintf(stderr, "coordinator: round %llu: leader %s promoted (stage %d)\n",
+               static_cast<unsigned long long>(round), next.c_str(), stage);
+  return absl::OkStatus();
+}
+
+absl::Status LgcDriver::PushLatent(RoundHost& host, uint64_t round,
+                                   const std::vector<std::string>& participants,
+                                   const std::map<std::string, PayloadCollector::Payload>& in,
+                                   LeaderWatch* w) {
+  // The leader's payload, or a former leader's of this round (it was promoted over, then
+  // delivered); never a leader payload from a client that was not asked to lead.
+  auto from = in.find(w->leader);
+  if (from == in.end() || from->second.spec != autoencoder::kLeaderSpec) {
+    from = std::find_if(in.begin(), in.end(), [&](const auto& p) {
+      return p.second.spec == autoencoder::kLeaderSpec && w->tried.count(p.first) > 0;
+    });
+  }
+  if (from == in.end()) return absl::OkStatus();
+  const std::string& body = from->second.body;
+  auto ref = agg_->LeaderPayloadBytes(
+      round, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+  if (!ref.ok()) return ref.status();  // validated on arrival: cannot happen
+  w->pushed = from->first;
+  {
+    absl::MutexLock lock(&mu_);
+    round_.support = ref->support;
+    round_.latent = ref->latent;
+  }
+  protos::ServerEvent e;
+  protos::LgcLatent* latent = e.mutable_mode()->mutable_lgc_latent();
+  latent->set_round(round);
+  latent->set_latent(ref->latent);
+  latent->set_support(ref->support);
+  for (const std::string& p : participants) {
+    if (p != from->first) host.Push(p, e);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::modes

@@ -1,0 +1,119 @@
+// LGC (learned gradient compression; docs/lgc.md) at the coordinator: the round protocol
+// around LgcAggregator. Stage-1 rounds are FedAvg rounds with the warm-up codec, after
+// which the aggregate's top-k seeds the support. Stage-2 and stage-3 rounds collect one
+// payload per client (PayloadCollector): the round's leader, chosen by --lgc-leader or the
+// best measured link, sends the support and (stage 3) the latent; when it vanishes, or has
+// not delivered by half the time it was given, the next best participant is promoted
+// (LgcPromote). With predict=1 the coordinator pushes the first leader payload's support
+// and latent to the other participants (LgcLatent) so they can send against it.
+//
+// Report figures: lgc_stage, ae_reconstruction, ae_similarity, lgc_values_cosine,
+// lgc_rebuild_mismatches, ae_seconds; label lgc_leader.
+#ifndef FEDLGC_MODES_LGC_LGC_DRIVER_H_
+#define FEDLGC_MODES_LGC_LGC_DRIVER_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/round_driver.h"
+#include "modes/lgc/lgc_aggregator.h"
+
+namespace fedlgc::modes {
+
+struct LgcOptions {
+  std::string leader;              // the leader client; empty: the best measured link
+  std::string ae_device = "auto";  // where the autoencoder trains: cpu, cuda or auto
+
+  absl::Status Validate() const;
+};
+
+// Thread-safe as RoundDriver says.
+class LgcDriver final : public coordinator::RoundDriver {
+ public:
+  using RoundHost = coordinator::RoundHost;
+  using Clock = coordinator::Clock;
+
+  // The plan comes from env.plan's codec (lgc(...)) and warm-up codecs.
+  static absl::StatusOr<std::unique_ptr<LgcDriver>> Create(const LgcOptions& options,
+                                                           const coordinator::ServerOptimizer& opt,
+                                                           const coordinator::DriverEnv& env);
+
+  Mode mode() const override { return Mode::kLgc; }
+  absl::Status RunRound(RoundHost& host, const std::vector<std::string>& participants,
+                        Clock::time_point deadline, coordinator::CommitResult* commit,
+                        RoundReport* report) override;
+  void DecorateRoundStart(const std::string& client, protos::RoundStart* start) override;
+  // "encoder" (stage 3), "lgc-decoder" (predict=1) and "lgc-echo" (echo=1).
+  absl::StatusOr<std::shared_ptr<const ModelBlob>> Blob(const std::string& client,
+                                                        const std::string& name,
+                                                        uint64_t version) override;
+  absl::Status Save(uint64_t round) override { return agg_->Save(round); }
+
+  LgcAggregator& aggregator() { return *agg_; }
+
+ private:
+  // Who leads a stage-2 or stage-3 round, and what the coordinator did about it so far.
+  struct LeaderWatch {
+    std::string leader;
+    std::set<std::string> tried;  // every client asked to lead this round
+    Clock::time_point seen, asked;
+    std::string pushed;  // predict=1: whose support and latent went out
+  };
+
+  LgcDriver(LgcOptions options, coordinator::ServerOptimizer optimizer,
+            std::unique_ptr<LgcAggregator> agg);
+  absl::Status RunPlainRound(RoundHost& host, const std::vector<std::string>& participants,
+                             Clock::time_point deadline, coordinator::CommitResult* commit,
+                             RoundReport* report);
+  absl::Status RunLeaderRound(RoundHost& host, int stage,
+                              const std::vector<std::string>& participants,
+                              Clock::time_point deadline, coordinator::CommitResult* commit,
+                              RoundReport* report);
+  // While a stage-2/3 round waits: pushes the latent (predict=1), promotes a new leader
+  // when the current one vanished or is late.
+  absl::Status WatchLeader(RoundHost& host, uint64_t round, int stage,
+                           const std::vector<std::string>& participants, Clock::time_point deadline,
+                           LeaderWatch* w);
+  // predict=1: once a payload of one of the round's leaders is in, sends its support and
+  // latent to the other participants and keeps them for RoundStart.
+  absl::Status PushLatent(RoundHost& host, uint64_t round,
+                          const std::vector<std::string>& participants,
+                          const std::map<std::string, coordinator::PayloadCollector::Payload>& in,
+                          LeaderWatch* w);
+  // The leader among `candidates` (--lgc-leader, else the best measured link), skipping
+  // `tried`; empty when none is left.
+  std::string ChooseLeader(const RoundHost& host, const std::vector<std::string>& candidates,
+                           const std::set<std::string>& tried) const;
+  void PublishEncoder();
+  bool encoder_published() {
+    absl::MutexLock lock(&mu_);
+    return encoder_ != nullptr;
+  }
+
+  const LgcOptions options_;
+  const coordinator::ServerOptimizer optimizer_;
+  const std::unique_ptr<LgcAggregator> agg_;
+  std::shared_ptr<coordinator::PayloadCollector> payloads_;  // of the round being run
+  std::string last_leader_;                                  // of the last LGC round
+
+  absl::Mutex mu_;
+  // What RoundStart tells the participants of the open round.
+  struct RoundState {
+    uint64_t round = 0;
+    int stage = 0;
+    std::string leader;
+    std::string support;  // bytes for RoundStart
+    std::string latent;   // predict=1: the latent pushed to the round's clients
+  };
+  RoundState round_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ModelBlob> encoder_ ABSL_GUARDED_BY(mu_);  // served from stage 3
+};
+
+}  // namespace fedlgc::modes
+
+#endif  // FEDLGC_MODES_LGC_LGC_DRIVER_H_

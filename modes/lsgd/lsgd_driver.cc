@@ -1,0 +1,505 @@
+// LSGD at the coordinator (see lsgd_driver.h).
+#include "modes/lsgd/lsgd_driver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "codecs/input_error.h"
+#include "codecs/str.h"
+#include "core/atomic_file.h"
+#include "core/float_bytes.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc.pb.h"
+
+namespace fedlgc::modes {
+namespace {
+
+constexpr uint32_t kMagic = 0x4C534744;  // "LSGD"
+constexpr uint32_t kVersion = 1;
+
+std::vector<std::string> Split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t end = s.find(sep, start);
+    out.emplace_back(s.substr(start, end == std::string_view::npos ? s.npos : end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
+absl::Status LsgdOptions::Validate() const {
+  if (!(pull > 0 && pull <= 1) || !(global_pull > 0 && global_pull <= 1)) {
+    return absl::InvalidArgumentError("--lsgd-pull and --lsgd-global-pull must be in (0, 1]");
+  }
+  if (period == 0 || global_period == 0 || global_period % period != 0) {
+    return absl::InvalidArgumentError("--lsgd-period must be > 0 and divide --lsgd-global-period");
+  }
+  if (!groups.empty() && group_size > 0) {
+    return absl::InvalidArgumentError("give --lsgd-groups or --lsgd-group-size, not both");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<std::string>>> ParseLsgdGroups(std::string_view spec) {
+  std::vector<std::vector<std::string>> groups;
+  if (spec.empty()) return groups;
+  std::set<std::string> seen;
+  for (const std::string& g : Split(spec, ';')) {
+    std::vector<std::string> members;
+    for (const std::string& c : Split(g, ',')) {
+      if (c.empty())
+        return absl::InvalidArgumentError(StrCat("--lsgd-groups: empty client in '", spec, "'"));
+      if (!seen.insert(c).second) {
+        return absl::InvalidArgumentError(StrCat("--lsgd-groups: ", c, " is in two groups"));
+      }
+      members.push_back(c);
+    }
+    groups.push_back(std::move(members));
+  }
+  return groups;
+}
+
+std::string FormatLsgdGroups(const std::vector<std::vector<std::string>>& groups) {
+  std::string out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (g > 0) out += ';';
+    for (size_t i = 0; i < groups[g].size(); ++i) out += (i > 0 ? "," : "") + groups[g][i];
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> GroupsByLatency(const std::map<std::string, double>& rtt_ms,
+                                                      size_t size) {
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [c, rtt] : rtt_ms) order.emplace_back(rtt, c);
+  std::sort(order.begin(), order.end());
+  std::vector<std::vector<std::string>> groups;
+  size = std::max<size_t>(size, 1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i % size == 0) groups.emplace_back();
+    groups.back().push_back(order[i].second);
+  }
+  if (groups.size() >= 2 && groups.back().size() == 1 && size > 1) {
+    groups[groups.size() - 2].push_back(groups.back().front());
+    groups.pop_back();
+  }
+  return groups;
+}
+
+LsgdDriver::LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir)
+    : options_(std::move(options)),
+      initial_(std::move(initial)),
+      state_dir_(std::move(state_dir)) {}
+
+absl::StatusOr<std::unique_ptr<LsgdDriver>> LsgdDriver::Create(LsgdOptions options,
+                                                               std::vector<float> initial,
+                                                               std::string state_dir,
+                                                               uint64_t committed_round) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  std::unique_ptr<LsgdDriver> d(
+      new LsgdDriver(std::move(options), std::move(initial), std::move(state_dir)));
+  if (committed_round > 0) {
+    if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
+  } else {
+    absl::MutexLock lock(&d->mu_);
+    if (!d->options_.groups.empty()) {
+      d->FormGroupsLocked(d->options_.groups);
+    } else if (d->options_.group_size == 0) {
+      d->FormGroupsLocked({{}});  // one group of everyone
+    }
+  }
+  return d;
+}
+
+bool LsgdDriver::IsGlobalRound(uint64_t round) const {
+  if (!options_.multi_group()) return true;
+  return round % (options_.global_period / options_.period) == 0;
+}
+
+void LsgdDriver::FormGroupsLocked(const std::vector<std::vector<std::string>>& groups) {
+  refs_.assign(groups.size(), initial_);
+  ref_versions_.assign(groups.size(), 0);
+  blobs_.assign(groups.size(), nullptr);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const std::string& c : groups[g]) group_of_[c] = g;
+    PublishLocked(g);
+  }
+}
+
+void LsgdDriver::PublishLocked(size_t g) {
+  blobs_[g] = coordinator::MakeBlob(ref_versions_[g], core::FloatsToBytes(refs_[g]));
+}
+
+size_t LsgdDriver::GroupOfLocked(const std::string& client) {
+  if (auto it = group_of_.find(client); it != group_of_.end()) return it->second;
+  // A newcomer: the group whose mean round trip is nearest its own, else the smallest.
+  std::vector<double> sum(refs_.size(), 0.0);
+  std::vector<size_t> count(refs_.size(), 0), known(refs_.size(), 0);
+  for (const auto& [c, g] : group_of_) {
+    ++count[g];
+    if (auto r = rtt_ms_.find(c); r != rtt_ms_.end()) {
+      sum[g] += r->second;
+      ++known[g];
+    }
+  }
+  size_t best = 0;
+  const auto mine = rtt_ms_.find(client);
+  double best_score = std::numeric_limits<double>::infinity();
+  for (size_t g = 0; g < refs_.size(); ++g) {
+    const double score = mine != rtt_ms_.end() && known[g] > 0
+                             ? std::fabs(sum[g] / known[g] - mine->second)
+                             : static_cast<double>(count[g]);
+    if (score < best_score) {
+      best_score = score;
+      best = g;
+    }
+  }
+  group_of_[client] = best;
+  return best;
+}
+
+void LsgdDriver::BeginRound(uint64_t round, const std::vector<std::string>& participants) {
+  absl::MutexLock lock(&mu_);
+  round_ = round;
+  participants_ = std::set<std::string>(participants.begin(), participants.end());
+  losses_.clear();
+  leaders_.clear();
+}
+
+absl::Status LsgdDriver::AcceptReport(const std::string& client,
+                                      const protos::ProgressReport& report) {
+  if (!report.has_lsgd()) {
+    return absl::InvalidArgumentError(
+        StrCat("report of ", client, ": an LSGD job's report carries its loss (LsgdProgress)"));
+  }
+  const double loss = report.lsgd().loss();
+  if (!std::isfinite(loss) || !(report.rtt_ms() >= 0) || !std::isfinite(report.rtt_ms())) {
+    return codecs::NonFiniteError(StrCat("report of ", client, ": loss ", loss, " and rtt ",
+                                         report.rtt_ms(), " ms must be finite (rtt >= 0)"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (report.round() != round_ || !participants_.count(client)) {
+    return absl::FailedPreconditionError(
+        StrCat("round ", report.round(), " takes no report from ", client));
+  }
+  losses_[client] = loss;
+  if (report.rtt_ms() > 0) {
+    auto [it, fresh] = rtt_ms_.try_emplace(client, report.rtt_ms());
+    if (!fresh) it->second = std::min(it->second, report.rtt_ms());
+  }
+  return absl::OkStatus();
+}
+
+bool LsgdDriver::AllReported() const {
+  absl::MutexLock lock(&mu_);
+  return losses_.size() == participants_.size();
+}
+
+size_t LsgdDriver::reports() const {
+  absl::MutexLock lock(&mu_);
+  return losses_.size();
+}
+
+std::map<std::string, double> LsgdDriver::Losses() const {
+  absl::MutexLock lock(&mu_);
+  return losses_;
+}
+
+size_t LsgdDriver::group_count() const {
+  absl::MutexLock lock(&mu_);
+  return refs_.size();
+}
+
+std::map<std::string, size_t> LsgdDriver::Groups() const {
+  absl::MutexLock lock(&mu_);
+  return group_of_;
+}
+
+LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::string>& live,
+                                       const std::set<std::string>& exclude) {
+  absl::MutexLock lock(&mu_);
+  if (options_.group_size > 0) {
+    std::map<std::string, double> rtt;
+    for (const auto& [c, loss] : losses_) {
+      auto it = rtt_ms_.find(c);
+      rtt[c] = it == rtt_ms_.end() ? 0.0 : it->second;
+    }
+    for (const auto& [c, g] : group_of_) {
+      if (auto it = rtt_ms_.find(c); it != rtt_ms_.end()) rtt[c] = it->second;
+    }
+    auto groups = GroupsByLatency(rtt, options_.group_size);
+    if (groups.size() > refs_.size()) {
+      // More clients than the groups were formed for: form them again. Every group
+      // starts from the run's model (the last global leader's group reference).
+      std::vector<float> start = initial_;
+      if (auto it = group_of_.find(global_leader_); it != group_of_.end())
+        start = refs_[it->second];
+      group_of_.clear();
+      FormGroupsLocked(groups);
+      for (auto& ref : refs_) ref = start;
+      for (size_t g = 0; g < refs_.size(); ++g) {
+        ref_versions_[g] = round;  // a new reference: new clients must not pull stale ones
+        PublishLocked(g);
+      }
+      pulled_leaders_.clear();
+      pull_global_ = false;
+    }
+  }
+  if (refs_.empty()) FormGroupsLocked({{}});
+  Election e;
+  e.global = IsGlobalRound(round);
+  std::map<size_t, double> best_loss;
+  double global_best = std::numeric_limits<double>::infinity();
+  for (const auto& [client, loss] : losses_) {  // ordered by id: ties go to the smaller
+    if (!live.count(client) || exclude.count(client)) continue;
+    const size_t g = GroupOfLocked(client);
+    auto it = best_loss.find(g);
+    if (it == best_loss.end() || loss < it->second) {
+      best_loss[g] = loss;
+      e.leaders[g] = client;
+    }
+    if (loss < global_best) {
+      global_best = loss;
+      e.best = client;
+    }
+  }
+  leaders_.clear();
+  for (const auto& [g, leader] : e.leaders) leaders_.insert(leader);
+  return e;
+}
+
+protos::LsgdLead LsgdDriver::LeadFor(uint64_t round, const std::string& leader) const {
+  absl::MutexLock lock(&mu_);
+  return LeadForLocked(round, leader);
+}
+
+protos::LsgdLead LsgdDriver::LeadForLocked(uint64_t round, const std::string& leader) const {
+  protos::LsgdLead lead;
+  lead.set_round(round);
+  auto it = group_of_.find(leader);
+  const size_t g = it == group_of_.end() ? 0 : it->second;
+  lead.set_reference_blob(StrCat("group:", g));
+  lead.set_reference_version(g < ref_versions_.size() ? ref_versions_[g] : 0);
+  return lead;
+}
+
+std::vector<float> LsgdDriver::Commit(uint64_t round, const Election& election,
+                                      const Updates& updates, std::set<std::string>* counted) {
+  absl::MutexLock lock(&mu_);
+  pulled_leaders_.clear();
+  for (const auto& [g, leader] : election.leaders) {
+    auto it = updates.find(leader);
+    if (it == updates.end() || !it->second.complete || g >= refs_.size()) continue;
+    std::vector<float>& ref = refs_[g];
+    const std::vector<float>& delta = it->second.values;
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += delta[i];
+    ref_versions_[g] = round;
+    PublishLocked(g);
+    pulled_leaders_[g] = leader;
+    counted->insert(leader);
+  }
+  // The global pull goes to the best leader's group, whose reference just took its model.
+  pull_global_ = election.global && !election.best.empty() && counted->count(election.best);
+  if (!election.best.empty()) global_leader_ = election.best;
+  auto g = group_of_.find(global_leader_);
+  if (g != group_of_.end() && g->second < refs_.size()) return refs_[g->second];
+  return refs_.empty() ? initial_ : refs_.front();
+}
+
+void LsgdDriver::AddPullLocked(size_t group, double strength, protos::LsgdRound* s) const {
+  protos::Pull* p = s->add_pulls();
+  p->set_blob(StrCat("group:", group));
+  p->set_version(ref_versions_[group]);
+  p->set_strength(static_cast<float>(strength));
+}
+
+void LsgdDriver::DecorateRoundStart(const std::string& client, protos::RoundStart* start) {
+  protos::LsgdRound* s = start->mutable_lsgd();
+  absl::MutexLock lock(&mu_);
+  if (refs_.empty()) return;
+  const size_t g = GroupOfLocked(client);
+  if (options_.multi_group()) {
+    auto it = pulled_leaders_.find(g);
+    if (it != pulled_leaders_.end() && it->second != client) AddPullLocked(g, options_.pull, s);
+  }
+  if (pull_global_ && client != global_leader_)
+    AddPullLocked(group_of_.at(global_leader_), options_.global_pull, s);
+  if (leaders_.count(client) && start->round() == round_)
+    *s->mutable_lead() = LeadForLocked(round_, client);
+}
+
+absl::StatusOr<std::shared_ptr<const ModelBlob>> LsgdDriver::Blob(const std::string& client,
+                                                                  const std::string& name,
+                                                                  uint64_t version) {
+  if (name.rfind("group:", 0) != 0) return RoundDriver::Blob(client, name, version);
+  const std::string num = name.substr(6);
+  const auto missing = absl::NotFoundError(StrCat(name, " ", version, " is not served"));
+  if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos)
+    return missing;
+  const size_t g = std::stoul(num);
+  absl::MutexLock lock(&mu_);
+  if (g >= blobs_.size() || blobs_[g]->version != version) return missing;
+  return blobs_[g];
+}
+
+bool LsgdDriver::CollectReports(coordinator::RoundHost& host, Clock::time_point deadline) {
+  // Reports: everyone, or what arrived by half the round's time.
+  const auto opened = Clock::now();
+  host.WaitUntil(opened + (deadline - opened) / 2, [&] { return AllReported(); });
+  if (host.stopped()) return false;
+  // Nobody trained in time: wait for the first report until the deadline.
+  if (reports() == 0) host.WaitUntil(deadline, [&] { return reports() > 0; });
+  return !host.stopped();
+}
+
+LsgdDriver::Election LsgdDriver::RunLeaders(coordinator::RoundHost& host, uint64_t round,
+                                            Clock::time_point deadline,
+                                            const coordinator::PerClientCollector& collector) {
+  const auto opened = Clock::now();
+  const std::vector<std::string> live_list = host.Connected();
+  std::set<std::string> live(live_list.begin(), live_list.end());
+  std::set<std::string> excluded;
+  Election election = Elect(round, live, excluded);
+  std::set<std::string> asked;
+  const auto leaders_of = [](const Election& e) {
+    std::set<std::string> leaders;
+    for (const auto& [g, leader] : e.leaders) leaders.insert(leader);
+    return leaders;
+  };
+  const auto ask = [&](const Election& e) {
+    const std::set<std::string> leaders = leaders_of(e);
+    host.engine().SetUploaders(leaders);
+    for (const std::string& leader : leaders) {
+      if (!asked.insert(leader).second) continue;
+      protos::ServerEvent ev;
+      *ev.mutable_mode()->mutable_lsgd_lead() = LeadFor(round, leader);
+      host.Push(leader, ev);
+    }
+  };
+  ask(election);
+  // A leader whose event stream stays gone before its upload is complete is replaced by
+  // the next best of its group.
+  host.WaitUntil(
+      deadline, [&] { return host.engine().AllComplete(); },
+      [&] {
+        const Updates updates = collector.Updates();
+        std::set<std::string> gone;
+        for (const std::string& c : host.Vanished(leaders_of(election), opened)) {
+          auto it = updates.find(c);
+          if (it == updates.end() || !it->second.complete) gone.insert(c);
+        }
+        if (gone.empty()) return;
+        excluded.insert(gone.begin(), gone.end());
+        for (const std::string& c : gone) live.erase(c);
+        election = Elect(round, live, excluded);
+        std::fprintf(stderr, "coordinator: round %llu: %zu LSGD leader(s) gone; re-elected\n",
+                     static_cast<unsigned long long>(round), gone.size());
+        ask(election);
+      });
+  return election;
+}
+
+absl::Status LsgdDriver::RunRound(coordinator::RoundHost& host,
+                                  const std::vector<std::string>& participants,
+                                  Clock::time_point deadline, coordinator::CommitResult* commit,
+                                  RoundReport* report) {
+  coordinator::RoundEngine& engine = host.engine();
+  const uint64_t round = engine.current_round();
+  BeginRound(round, participants);
+  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false);
+  const std::set<std::string> nobody;  // until elected
+  if (absl::Status st = host.StartRound(participants, deadline, collector, &nobody); !st.ok())
+    return st;
+  if (!CollectReports(host, deadline)) return absl::OkStatus();
+  const Election election = RunLeaders(host, round, deadline, *collector);
+  if (host.stopped()) return absl::OkStatus();
+  report->hit_deadline = !engine.AllComplete();
+  std::set<std::string> counted;
+  std::vector<float> model = Commit(round, election, collector->Updates(), &counted);
+  *commit = engine.CommitModel(std::move(model), counted);
+  report->labels["lsgd_leader"] = election.best;
+  for (const std::string& c : participants) host.metrics().SetLsgdLeader(c, c == election.best);
+  for (const auto& [c, loss] : Losses()) {
+    host.metrics().SetTrainLoss(c, loss);
+    report->per_client["lsgd_loss"][c] = loss;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LsgdDriver::Save(uint64_t round) {
+  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
+  absl::MutexLock lock(&mu_);
+  w.U64(refs_.size());
+  for (size_t g = 0; g < refs_.size(); ++g) {
+    w.U64(ref_versions_[g]);
+    w.Floats(refs_[g]);
+  }
+  w.U64(group_of_.size());
+  for (const auto& [c, g] : group_of_) {
+    w.Str(c);
+    w.U64(g);
+  }
+  w.U64(rtt_ms_.size());
+  for (const auto& [c, rtt] : rtt_ms_) {
+    w.Str(c);
+    w.F64(rtt);
+  }
+  w.U64(pulled_leaders_.size());
+  for (const auto& [g, c] : pulled_leaders_) {
+    w.U64(g);
+    w.Str(c);
+  }
+  w.U32(pull_global_ ? 1 : 0);
+  w.Str(global_leader_);
+  return core::SaveRoundState(state_dir_, "lsgd", round, w.Finish());
+}
+
+absl::Status LsgdDriver::Load(uint64_t round) {
+  const std::string path = core::RoundStatePath(state_dir_, "lsgd", round);
+  std::string bytes;
+  auto reader = core::ReadRoundState(state_dir_, "lsgd", round, kMagic, kVersion, &bytes);
+  if (!reader.ok()) return reader.status();
+  core::StateReader& r = *reader;
+  const auto bad = [&] { return absl::DataLossError(StrCat(path, ": malformed LSGD state")); };
+  uint32_t global;
+  uint64_t groups, n;
+  if (!r.U64(&groups) || groups > (1u << 16)) return bad();
+  absl::MutexLock lock(&mu_);
+  refs_.assign(groups, {});
+  ref_versions_.assign(groups, 0);
+  blobs_.assign(groups, nullptr);
+  for (size_t g = 0; g < groups; ++g) {
+    if (!r.U64(&ref_versions_[g]) || !r.Floats(&refs_[g]) || refs_[g].size() != initial_.size())
+      return bad();
+    PublishLocked(g);
+  }
+  std::string c;
+  uint64_t g;
+  double rtt;
+  if (!r.U64(&n)) return bad();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!r.Str(&c) || !r.U64(&g) || g >= groups) return bad();
+    group_of_[c] = g;
+  }
+  if (!r.U64(&n)) return bad();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!r.Str(&c) || !r.F64(&rtt)) return bad();
+    rtt_ms_[c] = rtt;
+  }
+  if (!r.U64(&n)) return bad();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!r.U64(&g) || !r.Str(&c) || g >= groups) return bad();
+    pulled_leaders_[g] = c;
+  }
+  if (!r.U32(&global) || !r.Str(&global_leader_) || !r.done()) return bad();
+  pull_global_ = global != 0;
+  if (pull_global_ && !group_of_.count(global_leader_)) return bad();
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::modes

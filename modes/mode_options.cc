@@ -1,0 +1,81 @@
+// Mode options and their flags (see mode_options.h).
+#include "modes/mode_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "codecs/str.h"
+#include "core/cli.h"
+
+namespace fedlgc::modes {
+namespace {
+
+void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
+  CLI::Option_group* g = app.add_option_group("FedAvg and LGC", "the server optimizer");
+  g->add_option("--server-lr", o->server_lr, "server learning rate (1 = FedAvg)");
+  g->add_option("--server-momentum", o->server_momentum, "server momentum");
+}
+
+void AddLgcFlags(CLI::App& app, LgcOptions* o) {
+  CLI::Option_group* g = app.add_option_group("LGC", "learned gradient compression jobs");
+  g->add_option("--lgc-leader", o->leader, "the leader client (default: the best measured link)");
+  g->add_option("--ae-device", o->ae_device,
+                "where the autoencoder trains: cpu, cuda, cuda:N or auto");
+}
+
+void AddLsgdFlags(CLI::App& app, LsgdOptions* o) {
+  CLI::Option_group* g = app.add_option_group("LSGD", "leader-based SGD");
+  g->add_option("--lsgd-pull", o->pull, "pull strength c towards the group leader");
+  g->add_option("--lsgd-global-pull", o->global_pull, "pull strength towards the global leader");
+  g->add_option("--lsgd-period", o->period,
+                "local steps between group pulls (one round with groups)");
+  g->add_option("--lsgd-global-period", o->global_period,
+                "local steps between global pulls (one round with a single group)");
+  g->add_option_function<std::string>(
+       "--lsgd-groups",
+       [o](const std::string& spec) {
+         auto groups = ParseLsgdGroups(spec);
+         if (!groups.ok()) throw CLI::ValidationError(std::string(groups.status().message()));
+         o->groups = *std::move(groups);
+       },
+       "groups of client ids, e.g. 'a,b;c,d'")
+      ->default_str(FormatLsgdGroups(o->groups));
+  g->add_option("--lsgd-group-size", o->group_size,
+                "form groups of this size from measured round trips (0: one group)");
+}
+
+void AddSgpFlags(CLI::App& app, SgpOptions* o) {
+  CLI::Option_group* g = app.add_option_group("SGP", "stochastic gradient push");
+  core::AddBoolFlag(*g, "--sgp-reference,!--no-sgp-reference", &o->reference,
+                    "code shares relative to the round's network mean (else the whole share)");
+  g->add_option("--sgp-overlap", o->overlap,
+                "1 lets a client train its next period while its share travels (gossip one "
+                "round behind), 0 waits");
+}
+
+}  // namespace
+
+absl::Status ModeOptions::Validate(Mode mode) const {
+  const bool summed = mode == Mode::kFedAvg || mode == Mode::kLgc;
+  const FedAvgOptions plain;
+  if (!summed &&
+      (fedavg.server_lr != plain.server_lr || fedavg.server_momentum != plain.server_momentum)) {
+    return absl::InvalidArgumentError(StrCat(
+        "--server-lr and --server-momentum apply to --mode fedavg and lgc, not ", ModeName(mode)));
+  }
+  if (summed) {
+    if (absl::Status st = fedavg.Validate(); !st.ok()) return st;
+  }
+  if (mode == Mode::kLgc) return lgc.Validate();
+  if (mode == Mode::kLsgd) return lsgd.Validate();
+  if (mode == Mode::kSgp) return sgp.Validate();
+  return absl::OkStatus();
+}
+
+void AddModeFlags(CLI::App& app, ModeOptions* o) {
+  AddFedAvgFlags(app, &o->fedavg);
+  AddLgcFlags(app, &o->lgc);
+  AddLsgdFlags(app, &o->lsgd);
+  AddSgpFlags(app, &o->sgp);
+}
+
+}  // namespace fedlgc::modes

@@ -1,0 +1,168 @@
+// Options as users give them: the coordinator's and the modes' flags read back from the
+// config file ConfigText writes (what fedlgc-sim passes to the coordinator), flags on the
+// command line over the file, unknown keys refused, and each mode's Validate.
+#include "modes/mode_options.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/flags.h"
+#include "core/cli.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::modes {
+namespace {
+
+using coordinator::CoordinatorOptions;
+
+std::string WriteConfig(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".toml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Parses `args` (after the program name) into fresh options.
+int Parse(std::vector<std::string> args, CoordinatorOptions* co, ModeOptions* mo) {
+  CLI::App app("test", "fedlgc-coordinator");
+  core::AddCommonFlags(app);
+  coordinator::AddCoordinatorFlags(app, co);
+  AddModeFlags(app, mo);
+  std::vector<char*> argv = {const_cast<char*>("fedlgc-coordinator")};
+  for (std::string& a : args) argv.push_back(a.data());
+  const auto code = core::ParseFlags(app, static_cast<int>(argv.size()), argv.data());
+  return code.value_or(0);
+}
+
+TEST(ModeOptions, EveryOptionSurvivesAConfigFileRoundTrip) {
+  CoordinatorOptions co;
+  co.model = "mlp";
+  co.mode = "lsgd";
+  co.rounds = 7;
+  co.fraction = 0.5;
+  co.plan.codec = "topk(ratio=0.01,values=qsgd(bits=8))";
+  co.plan.warmup_codecs = {"topk(ratio=0.1,values=qsgd(bits=8))", "fp16"};
+  co.plan.lr = 0.125f;
+  co.plan.local_steps = 33;
+  co.insecure = true;
+  co.state_dir = "/tmp/a dir/with spaces";
+  co.seed = 1234567890123ull;
+  ModeOptions mo;
+  mo.lsgd.groups = {{"client-0", "client-1"}, {"client-2"}};
+  mo.lsgd.pull = 0.25;
+  mo.sgp.reference = false;
+  mo.sgp.overlap = 1;
+  mo.lgc.leader = "client-3";
+  mo.fedavg.server_momentum = 0.5f;
+  CLI::App writer;
+  core::CaptureDefaults(writer);
+  CoordinatorOptions co_copy = co;
+  ModeOptions mo_copy = mo;
+  coordinator::AddCoordinatorFlags(writer, &co_copy);
+  AddModeFlags(writer, &mo_copy);
+  const std::string path = WriteConfig("round_trip", core::ConfigText(writer));
+
+  CoordinatorOptions back;
+  ModeOptions mback;
+  ASSERT_EQ(Parse({"--config", path}, &back, &mback), 0);
+  EXPECT_EQ(back.model, "mlp");
+  EXPECT_EQ(back.mode, "lsgd");
+  EXPECT_EQ(back.rounds, 7u);
+  EXPECT_EQ(back.fraction, 0.5);
+  EXPECT_EQ(back.plan.codec, co.plan.codec);
+  EXPECT_EQ(back.plan.warmup_codecs, co.plan.warmup_codecs);
+  EXPECT_EQ(back.plan.lr, 0.125f);
+  EXPECT_EQ(back.plan.local_steps, 33u);
+  EXPECT_TRUE(back.insecure);
+  EXPECT_EQ(back.state_dir, co.state_dir);
+  EXPECT_EQ(back.seed, co.seed);
+  EXPECT_EQ(mback.lsgd.groups, mo.lsgd.groups);
+  EXPECT_EQ(mback.lsgd.pull, 0.25);
+  EXPECT_FALSE(mback.sgp.reference);
+  EXPECT_EQ(mback.sgp.overlap, 1u);
+  EXPECT_EQ(mback.lgc.leader, "client-3");
+  EXPECT_EQ(mback.fedavg.server_momentum, 0.5f);
+
+  // A flag on the command line wins over the file.
+  CoordinatorOptions over;
+  ModeOptions mover;
+  ASSERT_EQ(Parse({"--config", path, "--rounds", "9", "--sgp-reference"}, &over, &mover), 0);
+  EXPECT_EQ(over.rounds, 9u);
+  EXPECT_TRUE(mover.sgp.reference);
+  EXPECT_EQ(over.model, "mlp");
+}
+
+TEST(ModeOptions, AnEmptyValueIsEmptyAndTheLastOfARepeatedFlagWins) {
+  CoordinatorOptions co;
+  ModeOptions mo;
+  ASSERT_EQ(Parse({"--metrics-listen=", "--state-dir=/x", "--codec=qsgd(bits=4)", "--codec=fp32",
+                   "--lsgd-groups="},
+                  &co, &mo),
+            0);
+  EXPECT_EQ(co.metrics_listen, "");  // no exposer
+  EXPECT_EQ(co.state_dir, "/x");
+  EXPECT_EQ(co.plan.codec, "fp32");
+  EXPECT_TRUE(mo.lsgd.groups.empty());
+}
+
+TEST(ModeOptions, UnknownKeysAndBadValuesAreRefused) {
+  CoordinatorOptions co;
+  ModeOptions mo;
+  EXPECT_NE(Parse({"--config", WriteConfig("typo", "roundz=3\n")}, &co, &mo), 0);
+  EXPECT_NE(Parse({"--rounds", "many"}, &co, &mo), 0);
+  EXPECT_NE(Parse({"--lsgd-groups", "a,b;b,c"}, &co, &mo), 0);  // b in two groups
+  EXPECT_NE(Parse({"--no-such-flag"}, &co, &mo), 0);
+}
+
+TEST(ModeOptions, EachModeValidatesItsOwnAndRefusesAnothersChangedOptions) {
+  ModeOptions mo;
+  for (const ModeInfo& m : kModes) EXPECT_TRUE(mo.Validate(m.mode).ok()) << m.name;
+  mo.fedavg.server_lr = 0.5f;
+  EXPECT_TRUE(mo.Validate(Mode::kFedAvg).ok());
+  EXPECT_TRUE(mo.Validate(Mode::kLgc).ok());
+  const absl::Status sgp = mo.Validate(Mode::kSgp);
+  EXPECT_TRUE(absl::IsInvalidArgument(sgp)) << sgp;
+  EXPECT_NE(std::string(sgp.message()).find("--server-lr"), std::string::npos) << sgp;
+  mo = ModeOptions();
+  mo.lsgd.period = 60;  // does not divide the global period of 128
+  EXPECT_TRUE(absl::IsInvalidArgument(mo.Validate(Mode::kLsgd)));
+  mo = ModeOptions();
+  mo.sgp.overlap = 2;
+  EXPECT_TRUE(absl::IsInvalidArgument(mo.Validate(Mode::kSgp)));
+  mo = ModeOptions();
+  mo.lgc.ae_device = "tpu";
+  EXPECT_TRUE(absl::IsInvalidArgument(mo.Validate(Mode::kLgc)));
+}
+
+TEST(CoordinatorOptions, TheJobsModeComesFromTheModeAndTheCodec) {
+  CoordinatorOptions co;
+  co.insecure = true;
+  EXPECT_EQ(co.JobMode().value(), Mode::kFedAvg);
+  co.plan.codec = "lgc(ratio=0.01)";
+  co.plan.warmup_codecs = {"fp32"};
+  EXPECT_EQ(co.JobMode().value(), Mode::kLgc);  // --mode fedavg with an lgc codec
+  co.mode = "lgc";
+  EXPECT_EQ(co.JobMode().value(), Mode::kLgc);
+  EXPECT_TRUE(co.Validate().ok()) << co.Validate();
+  co.mode = "sgp";
+  EXPECT_TRUE(absl::IsInvalidArgument(co.JobMode().status()));
+  co.mode = "gossip";
+  const auto unknown = co.JobMode();
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown.status()));
+  EXPECT_NE(std::string(unknown.status().message()).find("fedavg, lgc, lsgd, sgp"),
+            std::string::npos)
+      << unknown.status();
+  co.mode = "lgc";
+  co.plan.codec = "fp32";
+  EXPECT_TRUE(absl::IsInvalidArgument(co.JobMode().status()));
+  // Checkpoints of FedAvg and LGC jobs carry no mode in their key, those of LSGD do.
+  co.mode = "fedavg";
+  co.plan.warmup_codecs.clear();
+  const std::string fedavg = co.JobKey(10);
+  EXPECT_EQ(fedavg, "cnn/10/fp32/1/seed1");
+  co.mode = "lsgd";
+  EXPECT_EQ(co.JobKey(10), fedavg + "/mode:lsgd");
+}
+
+}  // namespace
+}  // namespace fedlgc::modes

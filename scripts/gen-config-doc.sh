@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Writes docs/configuration.md from the --help of fedlgc-coordinator, fedlgc-edge and
+# fedlgc-sim, so the reference is the binaries' own. With --check, compares instead and
+# fails when the file is out of date (a ctest runs this).
+#   scripts/gen-config-doc.sh [--check] [BIN_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+check=0
+if [ "${1:-}" = --check ]; then check=1; shift; fi
+bin=${1:-build/bin}
+src=$(pwd)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+help() {  # a binary's --help, with this machine's paths made generic
+  "$bin/$1" --help | sed -e "s|$(cd "$bin" && pwd)|<build>/bin|g" -e "s|$src|<source>|g"
+}
+{
+  cat <<'MD'
+# Configuration reference
+
+Generated from the binaries' `--help` by `scripts/gen-config-doc.sh` (a test fails when this
+file is out of date). Every flag can also be given in a TOML file passed with `--config FILE`,
+as `key=value` lines whose keys are the long flags without their dashes; a flag on the
+command line overrides the file, and an unknown key is an error. For example:
+
+```toml
+# job.toml
+mode='lsgd'
+rounds=40
+codec='qsgd(bits=4)'
+lsgd-groups='client-0,client-1;client-2,client-3'
+insecure=true
+```
+
+```sh
+fedlgc-coordinator --config job.toml --rounds 50   # 50 rounds: the command line wins
+```
+
+`fedlgc-sim` takes the coordinator's job and mode flags itself and writes them, with the
+service settings it picks (addresses, state folders, certificates), into the config files of
+the coordinator and of each client it starts (`coordinator.toml`, `client-<i>.toml` in its run
+folder). Each component checks its options as a whole before it starts (`Validate()`), and a
+refusal names the flag.
+
+## fedlgc-coordinator
+
+```
+MD
+  help fedlgc-coordinator
+  printf '```\n\n## fedlgc-edge\n\n```\n'
+  help fedlgc-edge
+  printf '```\n\n## fedlgc-sim\n\n```\n'
+  help fedlgc-sim
+  printf '```\n'
+} >"$out"
+if [ "$check" = 1 ]; then
+  if ! diff -u docs/configuration.md "$out"; then
+    echo "docs/configuration.md is out of date: run scripts/gen-config-doc.sh" >&2
+    exit 1
+  fi
+  echo "docs/configuration.md is up to date"
+else
+  cp "$out" docs/configuration.md
+  echo "wrote docs/configuration.md"
+fi

@@ -1,0 +1,111 @@
+// The per-client collection of LSGD and SGP rounds through the round engine: each
+// client's update kept apart, the uploader set, and the push-sum share checks of SGP.
+#include "coordinator/collectors.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "codecs/registry.h"
+#include "coordinator/round_engine.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+constexpr size_t kDim = 64;
+
+std::vector<std::string> Frames(const std::vector<float>& x, const std::string& spec = "fp32") {
+  auto codec = codecs::MakeCodec(spec).value();
+  std::vector<codecs::Frame> frames;
+  codecs::EncodeOptions o;
+  o.max_frame_bytes = 128;  // several chunks
+  EXPECT_TRUE(codec->Encode(x, o, &frames).ok());
+  std::vector<std::string> out;
+  for (auto& f : frames) out.push_back(std::move(f.bytes));
+  return out;
+}
+
+ChunkIn Chunk(const std::string& client, const std::vector<std::string>& frames, uint32_t i) {
+  ChunkIn c;
+  c.client_id = client;
+  c.round = 1;
+  c.update_id = 9;
+  c.chunk_index = i;
+  c.chunk_count = static_cast<uint32_t>(frames.size());
+  c.num_samples = 10;
+  c.frame = frames[i];
+  return c;
+}
+
+std::unique_ptr<RoundEngine> Engine(const std::vector<std::string>& clients) {
+  EngineState s;
+  s.model.assign(kDim, 0.5f);
+  auto e = std::make_unique<RoundEngine>(EngineOptions{}, s);
+  for (const auto& c : clients) e->Register(c, 10);
+  return e;
+}
+
+TEST(PerClientCollector, KeepsEachClientsUpdateApartAndWaitsOnlyForUploaders) {
+  auto e = Engine({"a", "b", "c"});
+  auto collector = std::make_shared<PerClientCollector>(/*push_sum=*/false);
+  ASSERT_TRUE(
+      e->OpenRound({"a", "b", "c"}, Clock::now() + std::chrono::seconds(9), collector).ok());
+  e->SetUploaders({"a", "b"});
+  std::vector<float> xa(kDim, 1.0f), xb(kDim, -2.0f);
+  const auto fa = Frames(xa), fb = Frames(xb);
+  ASSERT_GT(fa.size(), 1u);
+  // c is a participant but not an uploader: refused.
+  EXPECT_EQ(e->AcceptChunk(Chunk("c", fa, 0)).reason, RejectReason::kNotParticipant);
+  for (uint32_t i = 0; i < fa.size(); ++i)
+    ASSERT_TRUE(e->AcceptChunk(Chunk("a", fa, i)).status.ok());
+  EXPECT_FALSE(e->AllComplete());
+  ASSERT_TRUE(e->AcceptChunk(Chunk("b", fb, 0)).status.ok());
+  auto sep = collector->Updates();
+  EXPECT_TRUE(sep.at("a").complete);
+  EXPECT_EQ(sep.at("a").values, xa);
+  EXPECT_FALSE(sep.at("b").complete);
+  EXPECT_EQ(sep.at("b").values[0], -2.0f);
+  EXPECT_EQ(sep.at("b").values[kDim - 1], 0.0f);  // not arrived yet
+  e->SetUploaders({"a"});                         // b's leadership went elsewhere
+  EXPECT_TRUE(e->AllComplete());
+  std::vector<float> next(kDim, 3.0f);
+  const CommitResult r = e->CommitModel(next, {"a"});
+  EXPECT_EQ(r.participants, 1);
+  EXPECT_EQ(r.stragglers, 1);  // b held a partial update that did not count
+  EXPECT_EQ(r.receipts.at("a").counted.size(), fa.size());
+  EXPECT_TRUE(r.receipts.at("b").counted.empty());
+  EXPECT_EQ(e->ModelVector(), next);
+}
+
+TEST(PerClientCollector, GossipChunksCarryAValidWeightAndTheRoundsReference) {
+  auto e = Engine({"a", "b"});
+  auto collector = std::make_shared<PerClientCollector>(/*push_sum=*/true);
+  ASSERT_TRUE(e->OpenRound({"a", "b"}, Clock::now() + std::chrono::seconds(9), collector).ok());
+  const auto f = Frames(std::vector<float>(kDim, 1.0f));
+  ChunkIn c = Chunk("a", f, 0);
+  // Through UploadUpdate (no push-sum share): refused.
+  ChunkResult r = e->AcceptChunk(c);
+  EXPECT_EQ(r.reason, RejectReason::kMalformed);
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
+  c.share = PushSumShare{};
+  for (double bad : {0.0, -0.5, std::nan(""), 1e9}) {
+    c.share->weight = bad;
+    r = e->AcceptChunk(c);
+    EXPECT_EQ(r.reason, RejectReason::kNonFinite) << bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
+  }
+  c.share->weight = 0.5;
+  c.share->reference_version = 3;  // the engine serves version 0
+  EXPECT_EQ(e->AcceptChunk(c).reason, RejectReason::kMalformed);
+  c.share->reference_version = 0;
+  ASSERT_TRUE(e->AcceptChunk(c).status.ok());
+  ChunkIn d = Chunk("a", f, 1);
+  d.share = PushSumShare{0.25, 0, 0};  // differs from the first chunk
+  r = e->AcceptChunk(d);
+  EXPECT_EQ(r.reason, RejectReason::kBadChunkIndex);
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
+  EXPECT_EQ(collector->Updates().at("a").weight_share, 0.5);
+}
+
+}  // namespace
+}  // namespace fedlgc::coordinator

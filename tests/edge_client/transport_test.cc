@@ -1,0 +1,229 @@
+// The edge client's transport against gMock's MockCoordinatorStub: an upload cut mid-way
+// resumes with only the chunks the coordinator lacks, a receipt that holds only some
+// chunks makes it send the rest, a closed round (FAILED_PRECONDITION) is not retried, a
+// download resumes from its offset and starts over on a bad checksum, and a report for a
+// round that moved on is not an error.
+#include "edge_client/transport.h"
+
+#include <set>
+
+#include "codecs/crc32c.h"
+#include "codecs/registry.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "monitoring/metrics.h"
+#include "protos/fedlgc_mock.grpc.pb.h"
+#include "tests/edge_client/fake_streams.h"
+
+namespace fedlgc::edge_client {
+namespace {
+
+using ::testing::_;
+using ::testing::Invoke;
+using Upload = testing::FakeUploadStream<protos::UpdateChunk>;
+
+struct Fixture {
+  std::shared_ptr<protos::MockCoordinatorStub> stub =
+      std::make_shared<protos::MockCoordinatorStub>();
+  monitoring::Metrics metrics;
+  std::unique_ptr<Transport> transport;
+
+  Fixture() {
+    TransportOptions o;
+    o.server = "127.0.0.1:1";  // never dialled: every call goes to the mock
+    o.insecure = true;
+    o.backoff_initial_s = 0.001;
+    o.backoff_max_s = 0.002;
+    transport = std::make_unique<Transport>(
+        o, &metrics, [stub = stub](const std::shared_ptr<grpc::Channel>&) { return stub; });
+    EXPECT_TRUE(transport->Connect().ok());
+  }
+};
+
+// An update of `n` fp32 frames.
+PendingUpdate Update(int n) {
+  auto codec = codecs::MakeCodec("fp32").value();
+  std::vector<codecs::Frame> frames;
+  codecs::EncodeOptions o;
+  o.max_frame_bytes = 512;
+  EXPECT_TRUE(codec->Encode(std::vector<float>(100 * n, 0.25f), o, &frames).ok());
+  PendingUpdate p;
+  p.round = 3;
+  p.update_id = 77;
+  p.num_samples = 10;
+  for (auto& f : frames) p.frames.push_back(std::move(f.bytes));
+  EXPECT_GE(p.frames.size(), static_cast<size_t>(n));
+  return p;
+}
+
+SystemTime Later() { return std::chrono::system_clock::now() + std::chrono::seconds(30); }
+
+// A receipt holding `held`, for the update the stream carried (or was asked about).
+Upload::Receipt Holds(std::set<uint32_t> held) {
+  return [held](const std::vector<protos::UpdateChunk>& carried, protos::UploadReceipt* r) {
+    if (!carried.empty()) r->set_update_id(carried.front().update_id());
+    r->clear_held_chunks();
+    for (uint32_t h : held) r->add_held_chunks(h);
+  };
+}
+
+std::vector<uint32_t> Indices(const std::vector<protos::UpdateChunk>& sent) {
+  std::vector<uint32_t> out;
+  for (const auto& c : sent) out.push_back(c.frame().empty() ? 999 : c.chunk_index());
+  return out;
+}
+
+std::set<uint32_t> All(const PendingUpdate& p) {
+  std::set<uint32_t> all;
+  for (uint32_t i = 0; i < p.frames.size(); ++i) all.insert(i);
+  return all;
+}
+
+TEST(Transport, AnUploadCutMidStreamResumesWithOnlyTheChunksTheCoordinatorLacks) {
+  Fixture f;
+  const PendingUpdate p = Update(4);
+  const size_t n = p.frames.size();
+  std::vector<protos::UpdateChunk> sent;
+  EXPECT_CALL(*f.stub, UploadUpdateRaw(_, _))
+      // The link breaks after two chunks.
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(&sent, r, grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut"), nullptr, 2);
+      }))
+      // The query after the reconnect: the coordinator holds the two.
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(&sent, r, grpc::Status::OK, Holds({0, 1}));
+      }))
+      // The rest.
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(&sent, r, grpc::Status::OK, Holds(All(p)));
+      }));
+  ASSERT_TRUE(f.transport->Upload(p, "fp32", Later()).ok());
+  std::vector<uint32_t> expect = {0, 1, 999};  // 999: the query (no frame)
+  for (uint32_t i = 2; i < n; ++i) expect.push_back(i);
+  EXPECT_EQ(Indices(sent), expect);
+  for (const auto& c : sent) {
+    EXPECT_EQ(c.update_id(), 77u);
+    EXPECT_EQ(c.round(), 3u);
+  }
+}
+
+TEST(Transport, AReceiptHoldingSomeChunksMakesItSendTheRest) {
+  Fixture f;
+  const PendingUpdate p = Update(3);
+  const size_t n = p.frames.size();
+  std::vector<protos::UpdateChunk> sent;
+  EXPECT_CALL(*f.stub, UploadUpdateRaw(_, _))
+      // Every chunk went out, but the coordinator (restarted meanwhile) holds only one.
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(&sent, r, grpc::Status::OK, Holds({1}));
+      }))
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(&sent, r, grpc::Status::OK, Holds({1}));
+      }))
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(&sent, r, grpc::Status::OK, Holds(All(p)));
+      }));
+  ASSERT_TRUE(f.transport->Upload(p, "fp32", Later()).ok());
+  std::vector<uint32_t> expect;
+  for (uint32_t i = 0; i < n; ++i) expect.push_back(i);
+  expect.push_back(999);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i != 1) expect.push_back(i);
+  }
+  EXPECT_EQ(Indices(sent), expect);
+}
+
+TEST(Transport, AClosedRoundIsNotRetried) {
+  Fixture f;
+  const PendingUpdate p = Update(2);
+  std::vector<protos::UpdateChunk> sent;
+  EXPECT_CALL(*f.stub, UploadUpdateRaw(_, _))
+      .Times(1)
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(&sent, r,
+                          grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                       "round 3 is closed; no round is open"),
+                          nullptr, 1);
+      }));
+  const absl::Status st = f.transport->Upload(p, "fp32", Later());
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_NE(std::string(st.message()).find("round 3 is closed"), std::string::npos) << st;
+  EXPECT_EQ(sent.size(), 1u);
+}
+
+TEST(Transport, ASharesChunksGoThroughGossipWithTheirPushSumFields) {
+  Fixture f;
+  const PendingUpdate p = Update(2);
+  std::vector<protos::GossipChunk> sent;
+  EXPECT_CALL(*f.stub, UploadUpdateRaw(_, _)).Times(0);
+  EXPECT_CALL(*f.stub, GossipRaw(_, _))
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new testing::FakeUploadStream<protos::GossipChunk>(
+            &sent, r, grpc::Status::OK,
+            [&](const std::vector<protos::GossipChunk>&, protos::UploadReceipt* out) {
+              for (uint32_t i = 0; i < p.frames.size(); ++i) out->add_held_chunks(i);
+            });
+      }));
+  ASSERT_TRUE(f.transport->Upload(p, "fp32", Later(), ShareFields{0.5, 7, 2}).ok());
+  ASSERT_EQ(sent.size(), p.frames.size());
+  for (const auto& g : sent) {
+    EXPECT_EQ(g.weight(), 0.5);
+    EXPECT_EQ(g.reference_version(), 7u);
+    EXPECT_EQ(g.inbox_applied(), 2u);
+  }
+}
+
+std::vector<protos::ModelChunk> Chunks(const std::string& blob, uint64_t from, uint64_t to,
+                                       uint32_t crc) {
+  protos::ModelChunk c;
+  c.set_version(5);
+  c.set_offset(from);
+  c.set_total_bytes(blob.size());
+  c.set_crc32c(crc);
+  c.set_data(blob.substr(from, to - from));
+  return {c};
+}
+
+TEST(Transport, ADownloadResumesFromItsOffsetAndStartsOverOnABadChecksum) {
+  Fixture f;
+  std::string blob(3000, '\0');
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7);
+  const uint32_t crc = codecs::Crc32c(blob.data(), blob.size());
+  std::vector<uint64_t> offsets;
+  EXPECT_CALL(*f.stub, DownloadModelRaw(_, _))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        offsets.push_back(req.offset());
+        return new testing::FakeDownloadStream(Chunks(blob, 0, 1000, crc),
+                                               grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut"));
+      }))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        offsets.push_back(req.offset());
+        // The rest, but the whole blob's checksum does not match: start over.
+        return new testing::FakeDownloadStream(Chunks(blob, 1000, 3000, crc ^ 1), grpc::Status::OK);
+      }))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        offsets.push_back(req.offset());
+        return new testing::FakeDownloadStream(Chunks(blob, 0, 3000, crc), grpc::Status::OK);
+      }));
+  auto got = f.transport->DownloadBlob("", 5, Later());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, blob);
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 1000, 0}));
+}
+
+TEST(Transport, AReportForARoundThatMovedOnIsNotAnError) {
+  Fixture f;
+  EXPECT_CALL(*f.stub, Report(_, _, _))
+      .WillOnce(::testing::Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")))
+      .WillOnce(
+          ::testing::Return(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "round moved")))
+      .WillOnce(::testing::Return(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad loss")));
+  protos::ProgressReport report;
+  report.set_round(2);
+  EXPECT_TRUE(f.transport->Report(report, Later()).ok());  // retried, then moved on
+  const absl::Status bad = f.transport->Report(report, Later());
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+}
+
+}  // namespace
+}  // namespace fedlgc::edge_client

@@ -99,9 +99,9 @@ absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
   for (uint32_t i = 0; i < count; ++i) {
     float v;
     std::memcpy(&v, raw.data() + i * sizeof(float), sizeof(float));
-    if (!std::isfinite(v) || v == 0.0f) {
-      return codecs::NonFiniteError("lgc payload: innovation value zero or not finite");
-    }
+    if (!std::isfinite(v))
+      return codecs::NonFiniteError("lgc payload: innovation value not finite");
+    if (v == 0.0f) return absl::InvalidArgumentError("lgc payload: an innovation value of zero");
     out[pos[i]] = v;
   }
   part.innovation = std::move(out);

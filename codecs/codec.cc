@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "codecs/input_error.h"
 #include "codecs/status_macros.h"
 #include "codecs/str.h"
 
@@ -12,11 +13,11 @@ absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
                              const FrameLimits& limits, std::span<float> out) {
   FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(bytes, limits));
   if (view.spec != codec.wire_spec()) {
-    return absl::InvalidArgumentError(
+    return WrongCodecError(
         StrCat("frame was encoded with \"", view.spec, "\", expected \"", codec.wire_spec(), "\""));
   }
   if (view.dim != out.size()) {
-    return absl::InvalidArgumentError(
+    return absl::OutOfRangeError(
         StrCat("frame is for a vector of ", view.dim, " coordinates, expected ", out.size()));
   }
   return codec.Decode(view, out.subspan(view.begin, view.length));

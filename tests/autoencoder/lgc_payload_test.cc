@@ -10,11 +10,23 @@
 #include <set>
 
 #include "autoencoder/lgc_plan.h"
+#include "codecs/input_error.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::autoencoder {
 namespace {
+
+// Refused as bad input of `kind` (INVALID_ARGUMENT tagged as codecs::InputError says).
+template <typename T>
+::testing::AssertionResult Refused(const absl::StatusOr<T>& r,
+                                   codecs::InputError kind = codecs::InputError::kMalformed) {
+  if (!r.ok() && absl::IsInvalidArgument(r.status()) && codecs::InputErrorOf(r.status()) == kind) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << (r.ok() ? std::string("accepted") : r.status().ToString());
+}
 
 std::vector<float> Gaussian(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -154,11 +166,11 @@ TEST(LgcPayload, HostileBodiesAreRefused) {
     return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   };
   for (size_t n = 0; n < body.size(); ++n) {
-    EXPECT_FALSE(DecodeLeader(view(body.substr(0, n)), kDim, *codec, 20).ok()) << n;
+    EXPECT_TRUE(Refused(DecodeLeader(view(body.substr(0, n)), kDim, *codec, 20))) << n;
   }
-  EXPECT_FALSE(DecodeLeader(view(body + "x"), kDim, *codec, 20).ok());
-  EXPECT_FALSE(DecodeLeader(view(body), kDim, *codec, 21).ok()) << "latent size";
-  EXPECT_FALSE(DecodeLeader(view(body), kDim * 4, *codec, 20).ok()) << "index width";
+  EXPECT_TRUE(Refused(DecodeLeader(view(body + "x"), kDim, *codec, 20)));
+  EXPECT_TRUE(Refused(DecodeLeader(view(body), kDim, *codec, 21))) << "latent size";
+  EXPECT_TRUE(Refused(DecodeLeader(view(body), kDim * 4, *codec, 20))) << "index width";
   // Repeated and out-of-range indices.
   LeaderPayload dup = p;
   dup.support[1] = dup.support[0];
@@ -186,8 +198,8 @@ TEST(LgcPayload, HostileBodiesAreRefused) {
   EXPECT_FALSE(EncodeInnovation(p.innovation, 0.0f).ok());
   EXPECT_FALSE(EncodeInnovation(p.innovation, NAN).ok());
   for (size_t n = 0; n < inn.size(); ++n)
-    EXPECT_FALSE(DecodeInnovation(view(inn.substr(0, n)), 100).ok());
-  EXPECT_FALSE(DecodeInnovation(view(inn), 3).ok()) << "positions beyond the support";
+    EXPECT_TRUE(Refused(DecodeInnovation(view(inn.substr(0, n)), 100))) << n;
+  EXPECT_TRUE(Refused(DecodeInnovation(view(inn), 3))) << "positions beyond the support";
   std::vector<float> nan(100, 0.0f);
   nan[3] = NAN;
   EXPECT_FALSE(EncodeInnovation(nan, 1.0f).ok());
@@ -268,9 +280,9 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   EXPECT_EQ(back->innovation, c.innovation);  // to the bit: the client's EF relies on it
   EXPECT_TRUE(back->sent.empty());
   for (size_t n = 0; n < body.size(); ++n)
-    EXPECT_FALSE(DecodeCorrection(view(body.substr(0, n)), 100).ok()) << n;
-  EXPECT_FALSE(DecodeCorrection(view(body + "x"), 100).ok());
-  EXPECT_FALSE(DecodeCorrection(view(body), 5).ok()) << "positions beyond the support";
+    EXPECT_TRUE(Refused(DecodeCorrection(view(body.substr(0, n)), 100))) << n;
+  EXPECT_TRUE(Refused(DecodeCorrection(view(body + "x"), 100)));
+  EXPECT_TRUE(Refused(DecodeCorrection(view(body), 5))) << "positions beyond the support";
   auto refused = [&](auto change) {
     Correction bad = c;
     change(bad);
@@ -296,14 +308,20 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   // Hostile bytes: a zero or -128 value, a zero step with values, a NaN step.
   std::string zero_q = body;
   zero_q[body.size() - 1] = 0;
-  EXPECT_FALSE(DecodeCorrection(view(zero_q), 100).ok());
+  EXPECT_TRUE(Refused(DecodeCorrection(view(zero_q), 100)));
   std::string min_q = body;
   min_q[body.size() - 1] = static_cast<char>(0x80);
-  EXPECT_FALSE(DecodeCorrection(view(min_q), 100).ok());
-  for (float bad : {0.0f, -1.0f, NAN, 1e38f}) {
+  EXPECT_TRUE(Refused(DecodeCorrection(view(min_q), 100)));
+  // A zero step with nonzero values is inconsistent; a negative, NaN or huge one (127 steps
+  // overflow) is not a finite scale.
+  std::string zero_step = body;
+  const float zero = 0.0f;
+  std::memcpy(zero_step.data() + 8, &zero, 4);
+  EXPECT_TRUE(Refused(DecodeCorrection(view(zero_step), 100)));
+  for (float bad : {-1.0f, NAN, 1e38f}) {
     std::string b = body;
     std::memcpy(b.data() + 8, &bad, 4);
-    EXPECT_FALSE(DecodeCorrection(view(b), 100).ok()) << bad;
+    EXPECT_TRUE(Refused(DecodeCorrection(view(b), 100), codecs::InputError::kNonFinite)) << bad;
   }
   // A leader's gain: refused as a scale, taken as a gain.
   constexpr uint64_t kDim = 5000;
@@ -318,7 +336,8 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   auto codec = LatentCodec("qsgd(bits=8,bucket=64)");
   EXPECT_FALSE(EncodeLeader(lp, kDim, *codec, 1).ok());
   const std::string leader = EncodeLeader(lp, kDim, *codec, 1, true).value();
-  EXPECT_FALSE(DecodeLeader(view(leader), kDim, *codec, 20).ok());
+  EXPECT_TRUE(
+      Refused(DecodeLeader(view(leader), kDim, *codec, 20), codecs::InputError::kNonFinite));
   auto lb = DecodeLeader(view(leader), kDim, *codec, 20, true);
   ASSERT_TRUE(lb.ok()) << lb.status();
   EXPECT_EQ(lb->scale, -2.0f);
@@ -329,7 +348,7 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   lp.scale = 2.0f;
   EXPECT_EQ(leader.size() + 36 - 9 - 8, EncodeLeader(lp, kDim, *codec, 1).value().size());
   for (size_t n = 0; n < leader.size(); ++n)
-    EXPECT_FALSE(DecodeLeader(view(leader.substr(0, n)), kDim, *codec, 20, true).ok()) << n;
+    EXPECT_TRUE(Refused(DecodeLeader(view(leader.substr(0, n)), kDim, *codec, 20, true))) << n;
 }
 
 TEST(LgcPayload, ReferencedValuesRoundTripAndNameTheirLeaderPayload) {
@@ -343,11 +362,12 @@ TEST(LgcPayload, ReferencedValuesRoundTripAndNameTheirLeaderPayload) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->reference, 77u);
   EXPECT_EQ(back->values, v);
-  EXPECT_FALSE(DecodeReferencedValues(view(body), 49).ok());
-  EXPECT_FALSE(DecodeReferencedValues(view(body.substr(0, 100)), 50).ok());
+  EXPECT_TRUE(Refused(DecodeReferencedValues(view(body), 49)));
+  EXPECT_TRUE(Refused(DecodeReferencedValues(view(body.substr(0, 100)), 50)));
   std::vector<float> nan = v;
   nan[3] = NAN;
-  EXPECT_FALSE(DecodeReferencedValues(view(EncodeReferencedValues(1, nan)), 50).ok());
+  EXPECT_TRUE(Refused(DecodeReferencedValues(view(EncodeReferencedValues(1, nan)), 50),
+                      codecs::InputError::kNonFinite));
   // The reference covers the support and the latent: any change to either changes it.
   const std::vector<uint32_t> s = {4, 9, 2};
   const std::vector<float> z = {0.5f, -1.0f};

@@ -45,7 +45,8 @@ class RoundHost {
                                   const std::set<std::string>* uploaders = nullptr) = 0;
   // Returns once `done` holds, the deadline passes or the coordinator stops, checking
   // `done` whenever a chunk or report arrives and every 100 ms; `tick` (when given) runs
-  // every 100 ms and after each wake-up.
+  // every 100 ms and after each wake-up. `done` runs with the coordinator's lock held: it
+  // must be quick and must not call the host; `tick` runs without it and may.
   virtual void WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
                          const std::function<void()>& tick = nullptr) = 0;
   // The coordinator is stopping: a driver returns OK at once, committing nothing.

@@ -239,6 +239,12 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
     return Refused(RejectReason::kUpdateConflict,
                    absl::FailedPreconditionError("a different update arrived concurrently"));
   }
+  if (!inserted && !renewed) {
+    // Another chunk of this update may have been collected since this one was admitted:
+    // what the collector checks against the update (an SGP share's weight) is checked again.
+    const HeldUpdate held{u.update_id, u.chunk_count, u.held_count};
+    if (auto no = r.collector->Admit(c, &held, FactsLocked())) return Refused(*no);
+  }
   if (inserted || renewed) {
     u = Update();
     u.update_id = c.update_id;
@@ -279,18 +285,27 @@ void RoundEngine::Freeze() {
   if (round_) round_->frozen = true;
 }
 
-CommitResult RoundEngine::CommitDelta(std::span<const float> delta,
-                                      const ServerOptimizer& optimizer,
-                                      const std::set<std::string>* counted) {
+absl::Status RoundEngine::CommittableLocked(size_t size) const {
+  if (!round_) return absl::FailedPreconditionError("no round is open to commit");
+  if (size != dim_) {
+    return absl::InternalError(
+        StrCat("round ", round_->number, ": an aggregate of ", size, " values for ", dim_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CommitResult> RoundEngine::CommitDelta(std::span<const float> delta,
+                                                      const ServerOptimizer& optimizer,
+                                                      const std::set<std::string>* counted) {
   absl::MutexLock lock(&mu_);
-  if (!round_ || delta.size() != dim_) return CommitResult{};
+  if (absl::Status st = CommittableLocked(delta.size()); !st.ok()) return st;
   return CloseLocked(delta, optimizer, counted, nullptr);
 }
 
-CommitResult RoundEngine::CommitModel(std::vector<float> model,
-                                      const std::set<std::string>& counted) {
+absl::StatusOr<CommitResult> RoundEngine::CommitModel(std::vector<float> model,
+                                                      const std::set<std::string>& counted) {
   absl::MutexLock lock(&mu_);
-  if (!round_ || model.size() != dim_) return CommitResult{};
+  if (absl::Status st = CommittableLocked(model.size()); !st.ok()) return st;
   return CloseLocked({}, ServerOptimizer(), &counted, &model);
 }
 

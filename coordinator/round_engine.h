@@ -149,11 +149,14 @@ class RoundEngine {
 
   // Closes the open round, applying `delta` (the round's mean update) through `optimizer`.
   // The updates of the clients in `counted` count (nullptr: every update held); the others
-  // get empty receipts.
-  CommitResult CommitDelta(std::span<const float> delta, const ServerOptimizer& optimizer,
-                           const std::set<std::string>* counted = nullptr);
-  // Closes the open round with `model` as the new model (no optimizer).
-  CommitResult CommitModel(std::vector<float> model, const std::set<std::string>& counted);
+  // get empty receipts. FAILED_PRECONDITION when no round is open, INTERNAL for a delta of
+  // another size (a driver's bug): the round then stays open.
+  absl::StatusOr<CommitResult> CommitDelta(std::span<const float> delta,
+                                           const ServerOptimizer& optimizer,
+                                           const std::set<std::string>* counted = nullptr);
+  // Closes the open round with `model` as the new model (no optimizer); errors as above.
+  absl::StatusOr<CommitResult> CommitModel(std::vector<float> model,
+                                           const std::set<std::string>& counted);
 
   std::shared_ptr<const ModelBlob> model() const;
   std::vector<float> ModelVector() const;
@@ -189,6 +192,8 @@ class RoundEngine {
   // Adds a decoded chunk to the open round (or finds it is a duplicate by now).
   ChunkResult CollectLocked(const ChunkIn& c, DecodedChunk decoded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when the open round can commit an aggregate of `size` values.
+  absl::Status CommittableLocked(size_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes receipts and closes the round; `set` replaces the model, else `delta` goes
   // through `optimizer`.
   CommitResult CloseLocked(std::span<const float> delta, const ServerOptimizer& optimizer,

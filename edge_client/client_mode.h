@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,9 @@ class ClientEnv {
   // An update in flight for `round`, with a fresh update id and this shard's weight.
   virtual PendingUpdate NewPending(uint64_t round, uint64_t model_version) = 0;
   // Uploads state().pending until the coordinator holds it or the round closes (both
-  // count as uploaded: the receipt will say what counted).
-  virtual absl::Status UploadPending(uint64_t round, SystemTime deadline) = 0;
+  // count as uploaded: the receipt will say what counted); through Gossip with `share`.
+  virtual absl::Status UploadPending(uint64_t round, SystemTime deadline,
+                                     const std::optional<ShareFields>& share = std::nullopt) = 0;
   // A round was uploaded by other means (an SGP share on a thread of its own).
   virtual void CountUploaded(uint64_t round) = 0;
   // Records an encode that began at t0 for `round`: the histogram, and the round's local

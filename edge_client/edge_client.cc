@@ -230,13 +230,9 @@ PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {
   return p;
 }
 
-absl::Status EdgeClient::UploadPending(uint64_t round, SystemTime deadline) {
-  const PendingUpdate& p = *state_.pending;
-  std::optional<ShareFields> share;
-  if (p.gossip) {
-    share = ShareFields{state_.local.share_pw, p.model_version, state_.local.inbox_applied};
-  }
-  const absl::Status st = transport_->Upload(p, state_.codec, deadline, share);
+absl::Status EdgeClient::UploadPending(uint64_t round, SystemTime deadline,
+                                       const std::optional<ShareFields>& share) {
+  const absl::Status st = transport_->Upload(*state_.pending, state_.codec, deadline, share);
   if (st.ok() || absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) {
     // Done, or the round closed first: the receipt will say what counted.
     CountUploaded(round);

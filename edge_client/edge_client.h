@@ -79,7 +79,8 @@ class EdgeClient final : private ClientEnv {
   absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version,
                                                     SystemTime deadline) override;
   PendingUpdate NewPending(uint64_t round, uint64_t model_version) override;
-  absl::Status UploadPending(uint64_t round, SystemTime deadline) override;
+  absl::Status UploadPending(uint64_t round, SystemTime deadline,
+                             const std::optional<ShareFields>& share) override;
   void CountUploaded(uint64_t round) override;
   void ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) override;
   void AppendRoundLog(const ClientRoundRecord& record) override;

@@ -54,13 +54,31 @@ void AddSgpFlags(CLI::App& app, SgpOptions* o) {
 
 }  // namespace
 
+namespace {
+
+// A mode's options changed from their defaults in a job of another mode: a flag that would
+// do nothing, refused.
+absl::Status Unused(bool changed, std::string_view flags, std::string_view modes, Mode mode) {
+  if (!changed) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      StrCat(flags, " apply to --mode ", modes, ", not ", ModeName(mode)));
+}
+
+}  // namespace
+
 absl::Status ModeOptions::Validate(Mode mode) const {
   const bool summed = mode == Mode::kFedAvg || mode == Mode::kLgc;
-  const FedAvgOptions plain;
-  if (!summed &&
-      (fedavg.server_lr != plain.server_lr || fedavg.server_momentum != plain.server_momentum)) {
-    return absl::InvalidArgumentError(StrCat(
-        "--server-lr and --server-momentum apply to --mode fedavg and lgc, not ", ModeName(mode)));
+  const ModeOptions defaults;
+  for (const absl::Status& st : {
+           Unused(!summed && !(fedavg == defaults.fedavg), "--server-lr and --server-momentum",
+                  "fedavg and lgc", mode),
+           Unused(mode != Mode::kLgc && !(lgc == defaults.lgc), "--lgc-leader and --ae-device",
+                  "lgc", mode),
+           Unused(mode != Mode::kLsgd && !(lsgd == defaults.lsgd), "the --lsgd-* flags", "lsgd",
+                  mode),
+           Unused(mode != Mode::kSgp && !(sgp == defaults.sgp), "the --sgp-* flags", "sgp", mode),
+       }) {
+    if (!st.ok()) return st;
   }
   if (summed) {
     if (absl::Status st = fedavg.Validate(); !st.ok()) return st;

@@ -126,6 +126,17 @@ TEST(ModeOptions, EachModeValidatesItsOwnAndRefusesAnothersChangedOptions) {
   mo = ModeOptions();
   mo.lsgd.period = 60;  // does not divide the global period of 128
   EXPECT_TRUE(absl::IsInvalidArgument(mo.Validate(Mode::kLsgd)));
+  // A mode's flag in a job of another mode would do nothing: refused, naming it.
+  const absl::Status lsgd_in_fedavg = mo.Validate(Mode::kFedAvg);
+  EXPECT_TRUE(absl::IsInvalidArgument(lsgd_in_fedavg));
+  EXPECT_NE(std::string(lsgd_in_fedavg.message()).find("--lsgd-"), std::string::npos);
+  mo = ModeOptions();
+  mo.sgp.reference = false;
+  EXPECT_TRUE(absl::IsInvalidArgument(mo.Validate(Mode::kLsgd)));
+  mo = ModeOptions();
+  mo.lgc.leader = "client-1";
+  EXPECT_TRUE(absl::IsInvalidArgument(mo.Validate(Mode::kFedAvg)));
+  EXPECT_TRUE(mo.Validate(Mode::kLgc).ok());
   mo = ModeOptions();
   mo.sgp.overlap = 2;
   EXPECT_TRUE(absl::IsInvalidArgument(mo.Validate(Mode::kSgp)));

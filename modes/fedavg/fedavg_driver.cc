@@ -25,7 +25,9 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
   if (host.stopped()) return absl::OkStatus();
   report->hit_deadline = !engine.AllComplete();
   engine.Freeze();  // the mean and the receipts cover the same chunks
-  *commit = engine.CommitDelta(sum->Mean(), optimizer);
+  auto committed = engine.CommitDelta(sum->Mean(), optimizer);
+  if (!committed.ok()) return committed.status();
+  *commit = *std::move(committed);
   return absl::OkStatus();
 }
 

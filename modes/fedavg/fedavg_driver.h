@@ -20,6 +20,7 @@ struct FedAvgOptions {
 
   absl::Status Validate() const;
   coordinator::ServerOptimizer optimizer() const { return {server_lr, server_momentum}; }
+  bool operator==(const FedAvgOptions&) const = default;
 };
 
 // One FedAvg round: opens it collecting a weighted sum, waits until every participant

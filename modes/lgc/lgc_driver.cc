@@ -181,7 +181,9 @@ absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
   report->figures["lgc_rebuild_mismatches"] = outcome->rebuild_mismatches;
   report->labels["lgc_leader"] = w.leader;
   last_leader_ = w.leader;
-  *commit = engine.CommitDelta(outcome->delta, optimizer_, &outcome->counted);
+  auto committed = engine.CommitDelta(outcome->delta, optimizer_, &outcome->counted);
+  if (!committed.ok()) return committed.status();
+  *commit = *std::move(committed);
   return absl::OkStatus();
 }
 

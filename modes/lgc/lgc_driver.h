@@ -30,6 +30,7 @@ struct LgcOptions {
   std::string ae_device = "auto";  // where the autoencoder trains: cpu, cuda or auto
 
   absl::Status Validate() const;
+  bool operator==(const LgcOptions&) const = default;
 };
 
 // Thread-safe as RoundDriver says.

@@ -19,17 +19,6 @@ namespace {
 constexpr uint32_t kMagic = 0x4C534744;  // "LSGD"
 constexpr uint32_t kVersion = 1;
 
-std::vector<std::string> Split(std::string_view s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t end = s.find(sep, start);
-    out.emplace_back(s.substr(start, end == std::string_view::npos ? s.npos : end - start));
-    if (end == std::string_view::npos) return out;
-    start = end + 1;
-  }
-}
-
 }  // namespace
 
 absl::Status LsgdOptions::Validate() const {
@@ -43,52 +32,6 @@ absl::Status LsgdOptions::Validate() const {
     return absl::InvalidArgumentError("give --lsgd-groups or --lsgd-group-size, not both");
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::vector<std::string>>> ParseLsgdGroups(std::string_view spec) {
-  std::vector<std::vector<std::string>> groups;
-  if (spec.empty()) return groups;
-  std::set<std::string> seen;
-  for (const std::string& g : Split(spec, ';')) {
-    std::vector<std::string> members;
-    for (const std::string& c : Split(g, ',')) {
-      if (c.empty())
-        return absl::InvalidArgumentError(StrCat("--lsgd-groups: empty client in '", spec, "'"));
-      if (!seen.insert(c).second) {
-        return absl::InvalidArgumentError(StrCat("--lsgd-groups: ", c, " is in two groups"));
-      }
-      members.push_back(c);
-    }
-    groups.push_back(std::move(members));
-  }
-  return groups;
-}
-
-std::string FormatLsgdGroups(const std::vector<std::vector<std::string>>& groups) {
-  std::string out;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (g > 0) out += ';';
-    for (size_t i = 0; i < groups[g].size(); ++i) out += (i > 0 ? "," : "") + groups[g][i];
-  }
-  return out;
-}
-
-std::vector<std::vector<std::string>> GroupsByLatency(const std::map<std::string, double>& rtt_ms,
-                                                      size_t size) {
-  std::vector<std::pair<double, std::string>> order;
-  for (const auto& [c, rtt] : rtt_ms) order.emplace_back(rtt, c);
-  std::sort(order.begin(), order.end());
-  std::vector<std::vector<std::string>> groups;
-  size = std::max<size_t>(size, 1);
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (i % size == 0) groups.emplace_back();
-    groups.back().push_back(order[i].second);
-  }
-  if (groups.size() >= 2 && groups.back().size() == 1 && size > 1) {
-    groups[groups.size() - 2].push_back(groups.back().front());
-    groups.pop_back();
-  }
-  return groups;
 }
 
 LsgdDriver::LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir)
@@ -347,9 +290,9 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> LsgdDriver::Blob(const std::str
   return blobs_[g];
 }
 
-bool LsgdDriver::CollectReports(coordinator::RoundHost& host, Clock::time_point deadline) {
+bool LsgdDriver::CollectReports(coordinator::RoundHost& host, Clock::time_point opened,
+                                Clock::time_point deadline) {
   // Reports: everyone, or what arrived by half the round's time.
-  const auto opened = Clock::now();
   host.WaitUntil(opened + (deadline - opened) / 2, [&] { return AllReported(); });
   if (host.stopped()) return false;
   // Nobody trained in time: wait for the first report until the deadline.
@@ -358,9 +301,8 @@ bool LsgdDriver::CollectReports(coordinator::RoundHost& host, Clock::time_point 
 }
 
 LsgdDriver::Election LsgdDriver::RunLeaders(coordinator::RoundHost& host, uint64_t round,
-                                            Clock::time_point deadline,
+                                            Clock::time_point opened, Clock::time_point deadline,
                                             const coordinator::PerClientCollector& collector) {
-  const auto opened = Clock::now();
   const std::vector<std::string> live_list = host.Connected();
   std::set<std::string> live(live_list.begin(), live_list.end());
   std::set<std::string> excluded;
@@ -415,13 +357,16 @@ absl::Status LsgdDriver::RunRound(coordinator::RoundHost& host,
   const std::set<std::string> nobody;  // until elected
   if (absl::Status st = host.StartRound(participants, deadline, collector, &nobody); !st.ok())
     return st;
-  if (!CollectReports(host, deadline)) return absl::OkStatus();
-  const Election election = RunLeaders(host, round, deadline, *collector);
+  const auto opened = Clock::now();
+  if (!CollectReports(host, opened, deadline)) return absl::OkStatus();
+  const Election election = RunLeaders(host, round, opened, deadline, *collector);
   if (host.stopped()) return absl::OkStatus();
   report->hit_deadline = !engine.AllComplete();
   std::set<std::string> counted;
   std::vector<float> model = Commit(round, election, collector->Updates(), &counted);
-  *commit = engine.CommitModel(std::move(model), counted);
+  auto committed = engine.CommitModel(std::move(model), counted);
+  if (!committed.ok()) return committed.status();
+  *commit = *std::move(committed);
   report->labels["lsgd_leader"] = election.best;
   for (const std::string& c : participants) host.metrics().SetLsgdLeader(c, c == election.best);
   for (const auto& [c, loss] : Losses()) {

@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/collectors.h"
 #include "coordinator/round_driver.h"
+#include "modes/lsgd/lsgd_groups.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
@@ -48,19 +49,11 @@ struct LsgdOptions {
   uint32_t group_size = 0;  // > 0: groups of this size formed by measured latency
 
   absl::Status Validate() const;
+  bool operator==(const LsgdOptions&) const = default;
   bool multi_group() const { return groups.size() > 1 || group_size > 0; }
   // Local steps of one round: the period with groups, else the global period.
   uint32_t steps_per_round() const { return multi_group() ? period : global_period; }
 };
-
-// "a,b;c,d": two groups. Every client in at most one group.
-absl::StatusOr<std::vector<std::vector<std::string>>> ParseLsgdGroups(std::string_view spec);
-// The spec ParseLsgdGroups reads back as `groups`.
-std::string FormatLsgdGroups(const std::vector<std::vector<std::string>>& groups);
-// Clients sorted by round-trip time (then id), cut into groups of `size` (the last may be
-// smaller, and is merged into the one before when it would hold a single client).
-std::vector<std::vector<std::string>> GroupsByLatency(const std::map<std::string, double>& rtt_ms,
-                                                      size_t size);
 
 class LsgdDriver final : public coordinator::RoundDriver {
  public:
@@ -131,11 +124,13 @@ class LsgdDriver final : public coordinator::RoundDriver {
  private:
   // Waits for the participants' reports: all, or what arrived by half the round's time
   // (and then for the first one, until the deadline). False when none came.
-  bool CollectReports(coordinator::RoundHost& host, Clock::time_point deadline);
+  bool CollectReports(coordinator::RoundHost& host, Clock::time_point opened,
+                      Clock::time_point deadline);
   // Elects and asks the leaders, waits for their uploads, re-electing for leaders that
-  // vanish; the round's final election.
-  Election RunLeaders(coordinator::RoundHost& host, uint64_t round, Clock::time_point deadline,
-                      const coordinator::PerClientCollector& collector);
+  // vanish (no event stream or call for 3 s since the round opened at the earliest); the
+  // round's final election.
+  Election RunLeaders(coordinator::RoundHost& host, uint64_t round, Clock::time_point opened,
+                      Clock::time_point deadline, const coordinator::PerClientCollector& collector);
   LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir);
   absl::Status Load(uint64_t round);
   // The group of `client`, assigning one to a newcomer. REQUIRES: groups formed.

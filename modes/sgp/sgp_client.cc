@@ -168,9 +168,9 @@ absl::Status SgpClient::SendShare(const protos::RoundStart& start) {
     if (ahead) return TrainPeriod(start, start.round() + 1, start.next_seed());
     return absl::OkStatus();
   }
-  if (!ahead) return env_.UploadPending(start.round(), deadline);
-  upload_round_ = start.round();
   const edge_client::ShareFields share{m.share_pw, state.pending->model_version, m.inbox_applied};
+  if (!ahead) return env_.UploadPending(start.round(), deadline, share);
+  upload_round_ = start.round();
   upload_ = std::thread([this, p = *state.pending, codec = state.codec, deadline, share] {
     (void)env_.transport().Upload(p, codec, deadline, share);
   });

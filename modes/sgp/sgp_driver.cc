@@ -174,7 +174,9 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
   std::set<std::string> live(participants.begin(), participants.end());
   for (const std::string& c : host.Vanished(live, opened)) live.erase(c);
   Outcome out = Commit(round, collector->Updates(), live, engine.ModelVector());
-  *commit = engine.CommitModel(std::move(out.model), out.delivered);
+  auto committed = engine.CommitModel(std::move(out.model), out.delivered);
+  if (!committed.ok()) return committed.status();
+  *commit = *std::move(committed);
   report->figures["sgp_consensus_distance"] = out.consensus_distance;
   if (out.consensus_distance >= 0) host.metrics().SetSgpConsensusDistance(out.consensus_distance);
   return absl::OkStatus();

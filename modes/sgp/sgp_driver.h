@@ -43,6 +43,7 @@ struct SgpOptions {
   uint32_t overlap = 0;   // 1: clients train their next period while a share travels
 
   absl::Status Validate() const;
+  bool operator==(const SgpOptions&) const = default;
 };
 
 class SgpDriver final : public coordinator::RoundDriver {

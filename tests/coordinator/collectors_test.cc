@@ -69,7 +69,9 @@ TEST(PerClientCollector, KeepsEachClientsUpdateApartAndWaitsOnlyForUploaders) {
   e->SetUploaders({"a"});                         // b's leadership went elsewhere
   EXPECT_TRUE(e->AllComplete());
   std::vector<float> next(kDim, 3.0f);
-  const CommitResult r = e->CommitModel(next, {"a"});
+  EXPECT_TRUE(absl::IsInternal(e->CommitModel(std::vector<float>(kDim + 1), {"a"}).status()))
+      << "an aggregate of the wrong size commits nothing";
+  const CommitResult r = e->CommitModel(next, {"a"}).value();
   EXPECT_EQ(r.participants, 1);
   EXPECT_EQ(r.stragglers, 1);  // b held a partial update that did not count
   EXPECT_EQ(r.receipts.at("a").counted.size(), fa.size());

@@ -44,7 +44,7 @@ struct Summed {
   }
   CommitResult Commit() {
     engine->Freeze();
-    return engine->CommitDelta(sum->Mean(), optimizer);
+    return engine->CommitDelta(sum->Mean(), optimizer).value();
   }
 };
 
@@ -190,6 +190,9 @@ TEST(RoundEngine, ConflictingUpdatesAndClosedRounds) {
   EXPECT_EQ(closing.reason, RejectReason::kWrongRound);
   EXPECT_EQ(closing.status.code(), absl::StatusCode::kFailedPrecondition);
   e.Commit();
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      e->CommitDelta(std::vector<float>(kDim), ServerOptimizer{}).status()))
+      << "no round is open to commit";
   const ChunkResult late = e->AcceptChunk(Chunk("a", f, 1, 100, 1, 7));
   EXPECT_EQ(late.reason, RejectReason::kWrongRound);
   EXPECT_EQ(late.status.code(), absl::StatusCode::kFailedPrecondition);

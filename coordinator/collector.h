@@ -39,10 +39,13 @@ struct ChunkIn {
   uint64_t update_id = 0;
   uint32_t chunk_index = 0;
   uint32_t chunk_count = 0;
-  uint64_t num_samples = 0;
-  std::string_view frame;             // empty: a query for the receipt
+  uint64_t num_samples = 0;  // what the client claims: informational, never a weight
+  std::string_view frame;    // empty: a query for the receipt
   float scale = 1;                    // the decoded values are multiplied by this (in (0, 16])
   std::optional<PushSumShare> share;  // set when it came through Gossip
+  // The client's weight in the round, set by the engine at admission: its sample count
+  // at Join, capped (EngineOptions::max_client_weight).
+  double weight = 0;
 };
 
 // What a collector may know of the round when it admits or decodes a chunk.

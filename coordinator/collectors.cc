@@ -2,6 +2,7 @@
 #include "coordinator/collectors.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "codecs/str.h"
 #include "core/mixing.h"
@@ -29,6 +30,14 @@ absl::StatusOr<DecodedChunk> DecodeCodecChunk(const ChunkIn& c, const RoundFacts
   d.values.resize(view->length);
   if (absl::Status st = decoder.Decode(*view, d.values); !st.ok()) return st;
   if (c.scale != 1.0f) core::ScaleInPlace(d.values, c.scale);
+  // What reaches the aggregate is checked after every scale: a finite value times a scale
+  // can overflow.
+  for (size_t i = 0; i < d.values.size(); ++i) {
+    if (!std::isfinite(d.values[i])) {
+      return codecs::NonFiniteError(StrCat("coordinate ", d.begin + i, " is not finite after ",
+                                           "the chunk's scale ", c.scale));
+    }
+  }
   return d;
 }
 
@@ -43,7 +52,7 @@ absl::StatusOr<DecodedChunk> WeightedSumCollector::Decode(const ChunkIn& chunk,
 
 void WeightedSumCollector::Collect(const ChunkIn& chunk, DecodedChunk d, bool, bool,
                                    const RoundFacts&) {
-  const double w = static_cast<double>(chunk.num_samples);
+  const double w = chunk.weight;
   absl::MutexLock lock(&mu_);
   double* sum = sum_.data() + d.begin;
   float* weight = weight_.data() + d.begin;
@@ -103,7 +112,7 @@ void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, b
   if (fresh) {
     u = Update();
     u.values.assign(round.dim, 0.0f);
-    u.num_samples = c.num_samples;
+    u.weight = c.weight;
     if (c.share) {
       u.weight_share = c.share->weight;
       u.reference_version = c.share->reference_version;
@@ -147,7 +156,7 @@ absl::StatusOr<DecodedChunk> PayloadCollector::Decode(const ChunkIn& c,
 
 void PayloadCollector::Collect(const ChunkIn& c, DecodedChunk d, bool, bool, const RoundFacts&) {
   absl::MutexLock lock(&mu_);
-  payloads_[c.client_id] = Payload{std::move(d.spec), std::move(d.body), c.num_samples};
+  payloads_[c.client_id] = Payload{std::move(d.spec), std::move(d.body), c.weight};
 }
 
 std::map<std::string, PayloadCollector::Payload> PayloadCollector::Payloads() const {

@@ -46,7 +46,7 @@ class PerClientCollector final : public Collector {
   struct Update {
     std::vector<float> values;  // zero where no chunk arrived
     bool complete = false;
-    uint64_t num_samples = 0;
+    double weight = 0;  // the client's weight in the round
     double weight_share = 0;  // SGP
     uint64_t reference_version = 0;
   };
@@ -76,7 +76,7 @@ class PayloadCollector final : public Collector {
   struct Payload {
     std::string spec;
     std::string body;
-    uint64_t num_samples = 0;
+    double weight = 0;  // the client's weight in the round
   };
   std::map<std::string, Payload> Payloads() const;
 

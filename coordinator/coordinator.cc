@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   eo.plan = o.plan;
   c->driver_->AdjustPlan(&eo.plan);
   eo.seed = o.seed;
+  eo.max_client_weight = o.max_client_weight;
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();

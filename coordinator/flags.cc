@@ -37,6 +37,9 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--fraction", o->fraction, "share of connected clients asked per round");
   g->add_option("--round-timeout", o->round_timeout_s,
                 "seconds before a round closes with what arrived");
+  g->add_option("--max-client-weight", o->max_client_weight,
+                "largest share of a round's total weight one client may hold (its weight is its "
+                "sample count at Join; 1: no cap; binds with more than 1/share participants)");
   g->add_option("--codec", o->plan.codec,
                 "codec spec for updates, e.g. 'topk(ratio=0.01,values=qsgd(bits=8))' "
                 "(docs/codecs.md)");

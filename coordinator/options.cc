@@ -53,6 +53,9 @@ absl::Status CoordinatorOptions::Validate() const {
   if (!(fraction > 0 && fraction <= 1))
     return absl::InvalidArgumentError("--fraction must be in (0, 1]");
   if (!(round_timeout_s > 0)) return absl::InvalidArgumentError("--round-timeout must be > 0");
+  if (!(max_client_weight > 0 && max_client_weight <= 1)) {
+    return absl::InvalidArgumentError("--max-client-weight must be in (0, 1]");
+  }
   if (!(plan.lr > 0) || plan.batch_size == 0)
     return absl::InvalidArgumentError("--lr and --batch must be > 0");
   if (max_message_bytes < 4096) {

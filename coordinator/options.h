@@ -24,6 +24,7 @@ struct CoordinatorOptions {
   uint32_t min_clients = 1;      // quorum to open a round
   double fraction = 1.0;         // of connected clients per round
   double round_timeout_s = 300;  // deadline after opening
+  double max_client_weight = 0.5;  // largest share of a round's weight one client holds
   RoundPlan plan;
   // "fedavg", "lgc", "lsgd" or "sgp" (core/protocol.h). A codec "lgc(...)" makes a job
   // "lgc" whether --mode says fedavg (as before the mode had its own name) or lgc.

@@ -25,6 +25,34 @@ ChunkResult Refused(Rejection rejection) {
 
 }  // namespace
 
+std::map<std::string, double> CappedWeights(const std::map<std::string, uint64_t>& samples,
+                                            double cap) {
+  std::map<std::string, double> w;
+  std::vector<double> v;
+  for (const auto& [client, n] : samples) {
+    w[client] = static_cast<double>(n);
+    if (n > 0) v.push_back(static_cast<double>(n));
+  }
+  const size_t n = v.size();
+  if (!(cap < 1) || static_cast<double>(n) * cap <= 1) return w;
+  std::sort(v.begin(), v.end());
+  double total = 0;
+  for (double x : v) total += x;
+  if (v.back() <= cap * total) return w;  // nobody holds more than the cap
+  // With the k largest lowered to t: t = cap (S + k t), S the sum of the others, so
+  // t = cap S / (1 - k cap), valid when it lies between the k-th largest and the next.
+  double rest = total;
+  for (size_t k = 1; k < n && k * cap < 1; ++k) {
+    rest -= v[n - k];
+    const double t = cap * rest / (1 - static_cast<double>(k) * cap);
+    if (t >= v[n - k - 1] && t <= v[n - k]) {
+      for (auto& [client, x] : w) x = std::min(x, t);
+      return w;
+    }
+  }
+  return w;  // cannot happen when n * cap > 1
+}
+
 std::shared_ptr<const ModelBlob> MakeBlob(uint64_t version, std::string bytes) {
   auto blob = std::make_shared<ModelBlob>();
   blob->version = version;
@@ -86,6 +114,12 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   r->participants.insert(participants.begin(), participants.end());
   r->uploaders = r->participants;
   r->collector = std::move(collector);
+  std::map<std::string, uint64_t> samples;
+  for (const std::string& p : r->participants) {
+    auto it = state_.clients.find(p);
+    samples[p] = it == state_.clients.end() ? 0 : it->second;
+  }
+  r->weights = CappedWeights(samples, options_.max_client_weight);
   r->opened = Clock::now();
   r->deadline = deadline;
   round_ = std::move(r);
@@ -148,6 +182,11 @@ std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
                    absl::FailedPreconditionError(
                        StrCat("client ", c.client_id, " is not a participant of round ", c.round)));
   }
+  if (auto w = r.weights.find(c.client_id); w == r.weights.end() || !(w->second > 0)) {
+    return Refused(RejectReason::kNotParticipant,
+                   absl::FailedPreconditionError(StrCat("client ", c.client_id,
+                                                        " has not joined (no sample count)")));
+  }
   if (c.share.has_value() != r.collector->takes_shares()) {
     return Refused(RejectReason::kMalformed,
                    absl::InvalidArgumentError(
@@ -172,9 +211,6 @@ std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
     return Refused(RejectReason::kBadChunkIndex,
                    absl::InvalidArgumentError(
                        StrCat("chunk ", c.chunk_index, " of ", c.chunk_count, " is out of range")));
-  }
-  if (c.num_samples == 0) {
-    return Refused(RejectReason::kMalformed, absl::InvalidArgumentError("num_samples must be > 0"));
   }
   if (!(c.scale > 0 && c.scale <= 16)) {
     return Refused(RejectReason::kNonFinite, absl::InvalidArgumentError(StrCat(
@@ -207,8 +243,10 @@ std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
   return std::nullopt;
 }
 
-ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
-  // Admit, with the lock: what needs the round.
+ChunkResult RoundEngine::AcceptChunk(const ChunkIn& chunk) {
+  // Admit, with the lock: what needs the round. The weight is the round's, never the
+  // chunk's claim.
+  ChunkIn c = chunk;
   std::shared_ptr<Collector> collector;
   RoundFacts facts;
   {
@@ -216,6 +254,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& c) {
     if (auto early = AdmitLocked(c)) return *std::move(early);
     collector = round_->collector;
     facts = FactsLocked();
+    c.weight = round_->weights.at(c.client_id);
   }
   // Decode, without it: parsing and decoding run concurrently.
   auto decoded = collector->Decode(c, facts);
@@ -258,6 +297,15 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
     res.held = HeldList(u);
     return res;
   }
+  // Each coordinate counts at most once in an update, whatever the chunk index.
+  const uint64_t begin = decoded.begin, end = decoded.begin + decoded.coordinates;
+  if (auto overlap = Overlap(u, begin, end)) {
+    return Refused(RejectReason::kOverlap,
+                   absl::InvalidArgumentError(StrCat(
+                       "chunk ", c.chunk_index, " covers [", begin, ", ", end, "), which overlaps [",
+                       overlap->first, ", ", overlap->second, ") of this update")));
+  }
+  if (end > begin) u.ranges[begin] = end;
   u.held[c.chunk_index] = true;
   ++u.held_count;
   // A replacing update's bytes travelled again, but the model it stands for counts once.
@@ -267,6 +315,20 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
   res.held = HeldList(u);
   res.codec = options_.plan.CodecFor(c.round);
   return res;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> RoundEngine::Overlap(const Update& u,
+                                                                       uint64_t begin,
+                                                                       uint64_t end) {
+  if (end <= begin) return std::nullopt;
+  // The range starting after `begin`, and the one before it.
+  auto next = u.ranges.upper_bound(begin);
+  if (next != u.ranges.end() && next->first < end) return *next;
+  if (next != u.ranges.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second > begin) return *prev;
+  }
+  return std::nullopt;
 }
 
 bool RoundEngine::AllComplete() const {

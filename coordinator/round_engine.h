@@ -47,6 +47,11 @@ struct RoundPlan {
 
 struct EngineOptions {
   RoundPlan plan;
+  // The largest share of a round's total weight one client may hold (1: no cap). A
+  // client's weight is its sample count at Join; the largest are lowered to a common level
+  // until none holds more than this share. With fewer than 1 / max_client_weight
+  // participants no weighting can meet it, and the counts stand.
+  double max_client_weight = 0.5;
   uint64_t max_chunks_per_update = 1 << 16;
   codecs::FrameLimits frame_limits;
   uint64_t seed = 1;
@@ -119,6 +124,12 @@ struct RoundInfo {
   std::string codec;       // the round's codec spec
 };
 
+// The weights of clients with these sample counts (0: unknown, weight 0) when none may
+// hold more than `cap` of their total (see EngineOptions::max_client_weight): every count
+// above a level t becomes t, the largest t that meets the cap.
+std::map<std::string, double> CappedWeights(const std::map<std::string, uint64_t>& samples,
+                                            double cap);
+
 class RoundEngine {
  public:
   RoundEngine(EngineOptions options, EngineState state);
@@ -172,6 +183,7 @@ class RoundEngine {
     uint32_t chunk_count = 0;
     std::vector<bool> held;
     uint32_t held_count = 0;
+    std::map<uint64_t, uint64_t> ranges;  // coordinates held: begin -> end
   };
   struct Round {
     uint64_t number = 0;
@@ -179,6 +191,7 @@ class RoundEngine {
     std::set<std::string> uploaders;
     std::map<std::string, Update> updates;
     std::shared_ptr<Collector> collector;
+    std::map<std::string, double> weights;  // of the participants (CappedWeights)
     Clock::time_point opened, deadline;
     bool frozen = false;
   };
@@ -200,6 +213,9 @@ class RoundEngine {
                            const std::set<std::string>* counted, std::vector<float>* set)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::vector<uint32_t> HeldList(const Update& u);
+  // A range of `u` that [begin, end) overlaps; nullopt when none does.
+  static std::optional<std::pair<uint64_t, uint64_t>> Overlap(const Update& u,
+                                                                     uint64_t begin, uint64_t end);
   // One decoder per distinct codec of the plan (warm-up codecs, then the job codec);
   // Decode is const, so chunks decode outside the lock.
   const codecs::Codec* DecoderFor(uint64_t round) const;

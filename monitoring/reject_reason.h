@@ -22,6 +22,7 @@ enum class RejectReason {
   kDuplicate,       // a chunk already held (idempotent: counted once)
   kUpdateConflict,  // a second update of one client in one round
   kBadChunkIndex,   // a chunk index or count out of range or inconsistent
+  kOverlap,         // a chunk whose range overlaps one already held of the same update
   kIdentity,        // no certificate, or a client acting as another
   kProtocol,        // a peer speaking another protocol version
 };
@@ -43,6 +44,7 @@ inline constexpr RejectReasonInfo kRejectReasons[] = {
     {RejectReason::kDuplicate, "duplicate"},
     {RejectReason::kUpdateConflict, "update_conflict"},
     {RejectReason::kBadChunkIndex, "bad_chunk_index"},
+    {RejectReason::kOverlap, "overlap"},
     {RejectReason::kIdentity, "identity"},
     {RejectReason::kProtocol, "protocol"},
 };

@@ -123,7 +123,7 @@ absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
 // One client's payload of a stage-2 or stage-3 round, decoded.
 struct LgcAggregator::Item {
   std::string client;
-  uint64_t samples = 0;
+  double weight = 0;  // the client's weight in the round
   std::vector<float> v;    // values (stage 2) or innovation (stage 3)
   float scale = 1.0f;      // stage 3: the client's RMS of its values, or its gain
   uint32_t reference = 0;  // predict=1: the leader payload it was made against
@@ -156,10 +156,10 @@ void LgcAggregator::DecodeLeaderPayload(int stage, const std::string& client,
     d->refs[ref] = {lp->support, stage == 3 ? lp->latent : std::vector<float>()};
   }
   if (stage == 2) {
-    d->items.push_back({client, p.num_samples, std::move(lp->latent), 1.0f, ref});
+    d->items.push_back({client, p.weight, std::move(lp->latent), 1.0f, ref});
   } else {
     d->items.push_back(
-        {client, p.num_samples, std::move(lp->innovation), lp->scale, ref, lp->sent_crc});
+        {client, p.weight, std::move(lp->innovation), lp->scale, ref, lp->sent_crc});
   }
   // The round's leader (or, without its payload, any leader payload) gives the latent and
   // the next support.
@@ -177,20 +177,20 @@ void LgcAggregator::DecodeFollowerPayload(int stage, const std::string& client,
   if (stage == 2 && plan_.predict) {
     auto v = autoencoder::DecodeReferencedValues(body, k_);
     if (v.ok())
-      d->items.push_back({client, p.num_samples, std::move(v->values), 1.0f, v->reference});
+      d->items.push_back({client, p.weight, std::move(v->values), 1.0f, v->reference});
   } else if (stage == 2) {
     auto v = Floats(body, k_);
-    if (v.ok()) d->items.push_back({client, p.num_samples, std::move(v).value()});
+    if (v.ok()) d->items.push_back({client, p.weight, std::move(v).value()});
   } else if (plan_.predict) {
     auto c = autoencoder::DecodeCorrection(body, k_);
     if (c.ok()) {
       d->items.push_back(
-          {client, p.num_samples, std::move(c->innovation), c->gain, c->reference, c->sent_crc});
+          {client, p.weight, std::move(c->innovation), c->gain, c->reference, c->sent_crc});
     }
   } else {
     auto inn = autoencoder::DecodeInnovation(body, k_);
     if (inn.ok()) {
-      d->items.push_back({client, p.num_samples, std::move(inn->innovation), inn->scale});
+      d->items.push_back({client, p.weight, std::move(inn->innovation), inn->scale});
     }
   }
 }
@@ -268,12 +268,12 @@ void LgcAggregator::Average(const Decoded& d, Outcome* out) const {
   // The mean, each client's values placed on its support: one sum per support (one in all
   // unless predict=1 had two leader payloads in the round).
   double total = 0;
-  for (const Item& it : d.items) total += static_cast<double>(it.samples);
+  for (const Item& it : d.items) total += it.weight;
   std::map<uint32_t, std::vector<double>> sums;  // by reference (0 without predict=1)
   for (const Item& it : d.items) {
     std::vector<double>& sum = sums[it.reference];
     sum.resize(k_, 0.0);
-    for (uint64_t j = 0; j < k_; ++j) sum[j] += static_cast<double>(it.samples) * it.v[j];
+    for (uint64_t j = 0; j < k_; ++j) sum[j] += it.weight * it.v[j];
     out->counted.insert(it.client);
   }
   for (const auto& [ref, sum] : sums) {

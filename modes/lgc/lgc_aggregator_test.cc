@@ -269,7 +269,7 @@ TEST(LgcAggregator, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItN
               autoencoder::EncodeLeader(l3, kDim, dense, 3, true).value(), 1};
   for (const auto& [id, c, w] : {std::tuple{"c1", &c1, 3}, {"c2", &c2, 5}, {"c3", &c3, 2}}) {
     p3[id] = {std::string(autoencoder::kCorrectionSpec), autoencoder::EncodeCorrection(*c).value(),
-              static_cast<uint64_t>(w)};
+              static_cast<double>(w)};
   }
   // A leader payload from a client that was not asked to lead counts for nothing.
   p3["c4"] = {std::string(autoencoder::kLeaderSpec), p3["c0"].body, 7};

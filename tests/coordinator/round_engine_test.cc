@@ -7,8 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <random>
 
 #include "codecs/crc32c.h"
+#include "codecs/frame.h"
 #include "codecs/registry.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/collectors.h"
@@ -159,9 +161,13 @@ TEST(RoundEngine, MalformedChunksAreRefusedAndLeaveTheAggregateAlone) {
   Case bad_index = add(good, R::kBadChunkIndex, C::kInvalidArgument);
   bad_index.chunk.chunk_index = 5;
   cases.push_back(bad_index);
-  Case no_samples = add(good, R::kMalformed, C::kInvalidArgument);
-  no_samples.chunk.num_samples = 0;
-  cases.push_back(no_samples);
+  // A finite bucket norm that only the chunk's scale makes infinite.
+  std::string max_norm = good[0];
+  const float big = std::numeric_limits<float>::max();
+  std::memcpy(max_norm.data() + max_norm.size() - 4 - (kDim + 16 * 4), &big, 4);
+  Case overflow = add(with(fix_crc(max_norm)), R::kNonFinite, C::kInvalidArgument);
+  overflow.chunk.scale = 16;
+  cases.push_back(overflow);
   Case huge_scale = add(good, R::kNonFinite, C::kInvalidArgument);
   huge_scale.chunk.scale = 17;
   cases.push_back(huge_scale);
@@ -175,6 +181,108 @@ TEST(RoundEngine, MalformedChunksAreRefusedAndLeaveTheAggregateAlone) {
   }
   e.Commit();
   for (float v : e->ModelVector()) ASSERT_EQ(v, 1.0f);  // nothing leaked into the aggregate
+}
+
+TEST(RoundEngine, OverlappingChunksOfOneUpdateAreRefused) {
+  auto e = MakeEngine();
+  // Every chunk of b's update is the same frame, covering [0, n).
+  const auto f = Encode("fp32", std::vector<float>(kDim, 8.0f), 1500);
+  const uint64_t n = codecs::ParseFrame(f[0], codecs::FrameLimits{}).value().length;
+  std::vector<std::string> same(3, f[0]);
+  ASSERT_TRUE(e->AcceptChunk(Chunk("b", same, 0, 300)).status.ok());
+  for (uint32_t i : {1u, 2u}) {
+    const ChunkResult r = e->AcceptChunk(Chunk("b", same, i, 300));
+    EXPECT_EQ(r.reason, RejectReason::kOverlap) << r.status;
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
+  }
+  // A range straddling the one held, [n/2, n/2 + n), as chunk 2 of a 3-chunk update.
+  std::string straddle;
+  const size_t body = codecs::BeginFrame(codecs::MakeCodec("fp32").value()->wire_spec(), kDim, n / 2, n, &straddle);
+  ASSERT_GT(body, 0u);
+  for (uint64_t i = 0; i < n; ++i) {
+    const float v = 8.0f;
+    straddle.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  codecs::FinishFrame(body, &straddle);
+  same[2] = straddle;
+  const ChunkResult r2 = e->AcceptChunk(Chunk("b", same, 2, 300));
+  EXPECT_EQ(r2.reason, RejectReason::kOverlap) << r2.status;
+  const CommitResult r = e.Commit();
+  const auto m = e->ModelVector();
+  for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(m[i], 1.0f + 8.0f) << "counted once: " << i;
+  EXPECT_EQ(r.receipts.at("b").counted, std::vector<uint32_t>{0});
+}
+
+TEST(RoundEngine, TheWeightIsTheJoinsNotTheChunks) {
+  auto e = MakeEngine();
+  const auto fa = Encode("fp32", std::vector<float>(kDim, 2.0f), 0);
+  const auto fb = Encode("fp32", std::vector<float>(kDim, 6.0f), 0);
+  // a claims 10^15 samples in its chunk after a Join of 100; b claims 1.
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", fa, 0, 1'000'000'000'000'000)).status.ok());
+  ASSERT_TRUE(e->AcceptChunk(Chunk("b", fb, 0, 1)).status.ok());
+  e.Commit();
+  EXPECT_FLOAT_EQ(e->ModelVector()[0], 1.0f + (100 * 2.0f + 300 * 6.0f) / 400);
+}
+
+TEST(RoundEngine, AParticipantThatHasNotJoinedIsRefused) {
+  EngineOptions o;
+  EngineState s;
+  s.model.assign(kDim, 0.0f);
+  RoundEngine e(o, s);
+  e.Register("a", 10);
+  auto sum = std::make_shared<WeightedSumCollector>(kDim);
+  ASSERT_TRUE(e.OpenRound({"a", "ghost"}, Clock::now() + std::chrono::seconds(60), sum).ok());
+  const auto f = Encode("fp32", std::vector<float>(kDim, 1.0f), 0);
+  const ChunkResult r = e.AcceptChunk(Chunk("ghost", f, 0, 10));
+  EXPECT_EQ(r.reason, RejectReason::kNotParticipant);
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status)) << r.status;
+  EXPECT_TRUE(e.AcceptChunk(Chunk("a", f, 0, 10)).status.ok());
+}
+
+TEST(CappedWeights, NoClientHoldsMoreThanTheCapAndTheSmallKeepTheirCounts) {
+  // 4 clients of 1 and one of 100, cap 1/2: the big one is lowered to t = (4 + t) / 2 = 4.
+  auto w = CappedWeights({{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"big", 100}}, 0.5);
+  EXPECT_DOUBLE_EQ(w.at("big"), 4.0);
+  EXPECT_DOUBLE_EQ(w.at("a"), 1.0);
+  // Two clients, cap 1/2: no weighting but equal ones meets it; the counts stand.
+  auto two = CappedWeights({{"a", 1}, {"b", 9}}, 0.5);
+  EXPECT_DOUBLE_EQ(two.at("b"), 9.0);
+  // Unknown (0) stays 0; cap 1: no cap.
+  auto unknown = CappedWeights({{"a", 0}, {"b", 5}, {"c", 5}, {"d", 50}}, 1.0);
+  EXPECT_DOUBLE_EQ(unknown.at("a"), 0.0);
+  EXPECT_DOUBLE_EQ(unknown.at("d"), 50.0);
+  // Random counts and caps: the cap holds whenever n * cap > 1, the order is kept, and
+  // every weight below the level is its count.
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 30);
+    std::map<std::string, uint64_t> samples;
+    for (int i = 0; i < n; ++i) {
+      const int magnitude = static_cast<int>(rng() % 7);
+      uint64_t v = 1 + rng() % 10;
+      for (int k = 0; k < magnitude; ++k) v *= 10;
+      samples[std::to_string(i)] = v;
+    }
+    const double cap = 0.02 + 0.98 * static_cast<double>(rng() % 1000) / 1000.0;
+    const auto got = CappedWeights(samples, cap);
+    double total = 0, top = 0;
+    for (const auto& [c, x] : got) {
+      total += x;
+      top = std::max(top, x);
+      ASSERT_LE(x, static_cast<double>(samples.at(c)) * (1 + 1e-12));
+    }
+    if (n * cap > 1) {
+      ASSERT_LE(top / total, cap * (1 + 1e-9)) << "n " << n << " cap " << cap;
+    } else {
+      ASSERT_EQ(got.size(), samples.size());
+      for (const auto& [c, x] : got) ASSERT_EQ(x, static_cast<double>(samples.at(c)));
+    }
+    for (const auto& [c, x] : got) {
+      if (x < top * (1 - 1e-12)) {
+        ASSERT_EQ(x, static_cast<double>(samples.at(c))) << c;
+      }
+    }
+  }
 }
 
 TEST(RoundEngine, ConflictingUpdatesAndClosedRounds) {

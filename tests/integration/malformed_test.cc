@@ -26,11 +26,20 @@ std::vector<float> Sparse(size_t dim, float value) {
   return x;
 }
 
-std::string Frame(const std::string& spec, size_t dim, float value) {
+std::vector<std::string> Frames(const std::string& spec, size_t dim, float value,
+                                uint64_t max_frame_bytes = 0) {
   auto codec = codecs::MakeCodec(spec).value();
   std::vector<codecs::Frame> frames;
-  EXPECT_TRUE(codec->Encode(Sparse(dim, value), codecs::EncodeOptions{}, &frames).ok());
-  return frames[0].bytes;
+  codecs::EncodeOptions o;
+  o.max_frame_bytes = max_frame_bytes;
+  EXPECT_TRUE(codec->Encode(Sparse(dim, value), o, &frames).ok());
+  std::vector<std::string> out;
+  for (auto& f : frames) out.push_back(std::move(f.bytes));
+  return out;
+}
+
+std::string Frame(const std::string& spec, size_t dim, float value) {
+  return Frames(spec, dim, value)[0];
 }
 
 TEST(Malformed, EachKindGetsAStatusAndACount) {
@@ -126,13 +135,17 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   EXPECT_EQ(upload(chunk(std::string(5 << 20, 'x'))).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
 
-  // A good chunk, the same chunk again (idempotent), then the update's last chunk, which
-  // completes the round. Both chunks carry the same full-range frame, so the weighted
-  // mean is that frame's value.
-  auto first = chunk(good);
+  // A good chunk, the same chunk again (idempotent), the same frame as the update's other
+  // chunk (its coordinates would count twice), then the real other chunk, which completes
+  // the round.
+  const auto halves = Frames(o.plan.codec, dim, 0.01f, good.size() / 2 + 1024);
+  ASSERT_EQ(halves.size(), 2u);
+  auto first = chunk(halves[0]);
   first.set_chunk_count(2);
-  auto last = first;
-  last.set_chunk_index(1);
+  auto overlap = first;
+  overlap.set_chunk_index(1);
+  auto last = overlap;
+  last.set_frame(halves[1]);
   protos::UploadReceipt receipt;
   const grpc::Status ok1 = upload(first, &receipt);
   ASSERT_TRUE(ok1.ok()) << ok1.error_message();
@@ -140,6 +153,9 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   const grpc::Status ok2 = upload(first, &receipt);
   ASSERT_TRUE(ok2.ok()) << ok2.error_message();
   EXPECT_EQ(receipt.duplicates(), 1u);
+  const grpc::Status twice = upload(overlap);
+  EXPECT_EQ(twice.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << twice.error_message();
+  EXPECT_NE(twice.error_message().find("overlaps"), std::string::npos) << twice.error_message();
   ASSERT_TRUE(upload(last, &receipt).ok());
   EXPECT_EQ(receipt.held_chunks_size(), 2);
 
@@ -153,7 +169,8 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
 
   const std::string text = ScrapeMetrics(coord.get().metrics_port());
   for (const char* reason :
-       {"crc", "wrong_round", "range", "nonfinite", "codec", "bad_chunk_index", "duplicate"}) {
+       {"crc", "wrong_round", "range", "nonfinite", "codec", "bad_chunk_index", "duplicate",
+        "overlap"}) {
     EXPECT_NE(text.find(std::string("fedlgc_rejected_total{reason=\"") + reason + "\"} 1"),
               std::string::npos)
         << reason << "\n"

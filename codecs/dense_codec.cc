@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "codecs/input_error.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
 #include "codecs/str.h"
@@ -24,7 +25,7 @@ size_t FindNonFinite(std::span<const float> x) {
 absl::Status DenseCodec::NonFiniteInput(std::span<const float> values) {
   const size_t i = FindNonFinite(values);
   if (i == values.size()) return absl::InternalError("non-finite check found no culprit");
-  return absl::InvalidArgumentError(
+  return NonFiniteError(
       StrCat("input value ", i, " is not finite (", values[i], "); nothing was encoded"));
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "codecs/elias_fano.h"
+#include "codecs/input_error.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
@@ -146,7 +147,7 @@ absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& 
   }
   if (FindNonFinite(x) != x.size()) {
     const size_t i = FindNonFinite(x);
-    return absl::InvalidArgumentError(
+    return NonFiniteError(
         StrCat("input value ", i, " is not finite (", x[i], "); nothing was encoded"));
   }
   std::vector<uint32_t> idx;

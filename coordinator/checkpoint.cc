@@ -2,7 +2,9 @@
 //   u32 magic 'FLCK', u32 version 1, str job, u64 next_round, u64 model_version,
 //   floats model, floats momentum, u32 clients {str id, u64 samples},
 //   u32 clients with receipts {str id, u32 k, k x {u64 round, u64 update_id, u32 chunk_count,
-//   u32 n, u32 counted[n]}}
+//   u32 n, u32 counted[n]}},
+//   version 2: u32 quarantined clients {str id, str why}
+// Version 1 (no quarantine) still loads.
 #include "coordinator/checkpoint.h"
 
 #include "codecs/str.h"
@@ -12,7 +14,7 @@ namespace fedlgc::coordinator {
 namespace {
 
 constexpr uint32_t kMagic = 0x4B434C46;  // "FLCK"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 }  // namespace
 
@@ -45,6 +47,11 @@ absl::Status WriteCheckpoint(const std::string& state_dir, const std::string& jo
       for (uint32_t c : r.counted) w.U32(c);
     }
   }
+  w.U32(static_cast<uint32_t>(s.quarantined.size()));
+  for (const auto& [id, why] : s.quarantined) {
+    w.Str(id);
+    w.Str(why);
+  }
   return core::AtomicWriteFile(CheckpointPath(state_dir), w.Finish());
 }
 
@@ -62,7 +69,7 @@ absl::StatusOr<std::optional<EngineState>> ReadCheckpoint(const std::string& sta
   std::string stored_job;
   EngineState s;
   if (!r.U32(&magic) || !r.U32(&version) || magic != kMagic) return corrupt();
-  if (version != kVersion) {
+  if (version != kVersion && version != 1) {
     return absl::UnimplementedError(
         StrCat(path, ": checkpoint version ", version, " (this build reads version ", kVersion,
                "): resume with the fedlgc release that wrote it, or start over with an empty "
@@ -102,6 +109,14 @@ absl::StatusOr<std::optional<EngineState>> ReadCheckpoint(const std::string& sta
         if (!r.U32(&c)) return corrupt();
       }
       history.push_back(std::move(rc));
+    }
+  }
+  if (version >= 2) {
+    if (!r.U32(&n)) return corrupt();
+    for (uint32_t i = 0; i < n; ++i) {
+      std::string id, why;
+      if (!r.Str(&id, 256) || !r.Str(&why, 4096)) return corrupt();
+      s.quarantined[id] = why;
     }
   }
   if (!r.done() || s.momentum.size() != s.model.size()) return corrupt();

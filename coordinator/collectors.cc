@@ -43,7 +43,8 @@ absl::StatusOr<DecodedChunk> DecodeCodecChunk(const ChunkIn& c, const RoundFacts
 
 // ---- WeightedSumCollector ----
 
-WeightedSumCollector::WeightedSumCollector(uint64_t dim) : sum_(dim, 0.0), weight_(dim, 0.0f) {}
+WeightedSumCollector::WeightedSumCollector(uint64_t dim, double clip_bound)
+    : clip_bound_(clip_bound), sum_(dim, 0.0), weight_(dim, 0.0f) {}
 
 absl::StatusOr<DecodedChunk> WeightedSumCollector::Decode(const ChunkIn& chunk,
                                                           const RoundFacts& round) const {
@@ -52,14 +53,40 @@ absl::StatusOr<DecodedChunk> WeightedSumCollector::Decode(const ChunkIn& chunk,
 
 void WeightedSumCollector::Collect(const ChunkIn& chunk, DecodedChunk d, bool, bool,
                                    const RoundFacts&) {
-  const double w = chunk.weight;
+  double sq = 0;
+  for (float x : d.values) sq += double(x) * x;
   absl::MutexLock lock(&mu_);
+  sent_sq_[chunk.client_id] += sq;
+  double factor = 1;
+  if (clip_bound_ > 0) {
+    // What is left of the update's budget B^2 after its earlier chunks.
+    double& counted = counted_sq_[chunk.client_id];
+    const double left = std::max(0.0, clip_bound_ * clip_bound_ - counted);
+    if (sq > left) {
+      factor = std::sqrt(left / sq);
+      clipped_.insert(chunk.client_id);
+    }
+    counted += sq * factor * factor;
+  }
+  const double w = chunk.weight * factor;
   double* sum = sum_.data() + d.begin;
   float* weight = weight_.data() + d.begin;
   for (size_t i = 0; i < d.values.size(); ++i) {
     sum[i] += w * d.values[i];
-    weight[i] += static_cast<float>(w);
+    weight[i] += static_cast<float>(chunk.weight);
   }
+}
+
+std::map<std::string, double> WeightedSumCollector::Norms() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, double> norms;
+  for (const auto& [client, sq] : sent_sq_) norms[client] = std::sqrt(sq);
+  return norms;
+}
+
+int WeightedSumCollector::clipped() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(clipped_.size());
 }
 
 std::vector<float> WeightedSumCollector::Mean() const {
@@ -119,12 +146,35 @@ void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, b
     }
   }
   std::copy(d.values.begin(), d.values.end(), u.values.begin() + d.begin);
+  // The engine refused overlapping chunks: insert and merge with touching neighbours.
+  const Range r{d.begin, d.begin + d.values.size()};
+  if (r.second > r.first) {
+    auto at = std::lower_bound(u.ranges.begin(), u.ranges.end(), r);
+    at = u.ranges.insert(at, r);
+    if (at + 1 != u.ranges.end() && at->second == (at + 1)->first) {
+      at->second = (at + 1)->second;
+      u.ranges.erase(at + 1);
+    }
+    if (at != u.ranges.begin() && (at - 1)->second == at->first) {
+      (at - 1)->second = at->second;
+      u.ranges.erase(at);
+    }
+  }
   u.complete = complete;
 }
 
 std::map<std::string, PerClientCollector::Update> PerClientCollector::Updates() const {
   absl::MutexLock lock(&mu_);
   return updates_;
+}
+
+std::set<std::string> PerClientCollector::CompleteClients() const {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> out;
+  for (const auto& [client, u] : updates_) {
+    if (u.complete) out.insert(client);
+  }
+  return out;
 }
 
 // ---- PayloadCollector ----

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -11,28 +12,41 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/collector.h"
+#include "coordinator/robust.h"
 
 namespace fedlgc::coordinator {
 
-// FedAvg: sum_c w_c x_c and sum_c w_c per coordinate, w_c the update's sample count, so
-// that each coordinate's mean is over the clients whose chunk for it arrived.
+// FedAvg's streaming aggregator: sum_c w_c x_c and sum_c w_c per coordinate, w_c the
+// client's weight in the round, so that each coordinate's mean is over the clients whose
+// chunk for it arrived. O(dim) memory whatever the number of clients. With a `clip_bound`
+// B > 0, the chunks of one update are scaled in arrival order so that what counts of it
+// has norm at most B (a chunk that would pass B is scaled to what is left).
 class WeightedSumCollector final : public Collector {
  public:
-  explicit WeightedSumCollector(uint64_t dim);
+  explicit WeightedSumCollector(uint64_t dim, double clip_bound = 0);
   absl::StatusOr<DecodedChunk> Decode(const ChunkIn& chunk, const RoundFacts& round) const override;
   void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
                const RoundFacts& round) override;
   // Per coordinate, the weighted mean of what arrived (0 where nothing did).
   std::vector<float> Mean() const;
+  // Each client's update norm as sent (before clipping), of the chunks that arrived.
+  std::map<std::string, double> Norms() const;
+  // Updates scaled down by the bound.
+  int clipped() const;
 
  private:
+  const double clip_bound_;
   mutable absl::Mutex mu_;
   std::vector<double> sum_ ABSL_GUARDED_BY(mu_);
   std::vector<float> weight_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> sent_sq_ ABSL_GUARDED_BY(mu_);     // squared norm as sent
+  std::map<std::string, double> counted_sq_ ABSL_GUARDED_BY(mu_);  // squared norm counted
+  std::set<std::string> clipped_ ABSL_GUARDED_BY(mu_);
 };
 
-// LSGD and SGP: each client's decoded update, kept apart for the driver. With
-// `push_sum`, chunks are SGP shares and carry a push-sum weight share.
+// FedAvg's buffered aggregators, LSGD and SGP: each client's decoded update, kept apart
+// for the driver (O(clients x dim) memory). With `push_sum`, chunks are SGP shares and
+// carry a push-sum weight share.
 class PerClientCollector final : public Collector {
  public:
   explicit PerClientCollector(bool push_sum) : push_sum_(push_sum) {}
@@ -45,12 +59,15 @@ class PerClientCollector final : public Collector {
 
   struct Update {
     std::vector<float> values;  // zero where no chunk arrived
+    std::vector<Range> ranges;  // the coordinates that arrived, sorted and merged
     bool complete = false;
     double weight = 0;  // the client's weight in the round
     double weight_share = 0;  // SGP
     uint64_t reference_version = 0;
   };
   std::map<std::string, Update> Updates() const;
+  // The clients whose update is complete (cheap: no copy of the values).
+  std::set<std::string> CompleteClients() const;
 
  private:
   const bool push_sum_;

@@ -39,6 +39,21 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     if (!test.ok()) return test.status();
     c->test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
   }
+  ModelGuard::LossFn guard_loss;
+  if (o.guard.enabled && o.guard.samples > 0) {
+    auto guard_set = core::LoadNamedDataset(o.test_data, o.data_dir, false, o.guard.samples);
+    if (!guard_set.ok()) return guard_set.status();
+    c->guard_data_ = std::make_unique<core::Dataset>(std::move(guard_set).value());
+    guard_loss = [cp = c.get()](std::span<const float> model) -> absl::StatusOr<double> {
+      if (absl::Status st = cp->eval_model_->SetFlat(model); !st.ok()) return st;
+      auto ev = cp->eval_model_->Evaluate(*cp->guard_data_);
+      if (!ev.ok()) return ev.status();
+      return ev->loss;
+    };
+  }
+  c->guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
+  auto robust = o.Robust();
+  if (!robust.ok()) return robust.status();
   const uint64_t dim = c->eval_model_->dim();
   c->job_key_ = o.JobKey(dim);
   EngineState state;
@@ -59,6 +74,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   env.committed_round = state.next_round - 1;
   env.plan = &o.plan;
   env.init_seed = o.init_seed;
+  env.robust = *robust;
   auto driver = make_driver(env);
   if (!driver.ok()) return driver.status();
   c->driver_ = std::move(driver).value();
@@ -116,6 +132,7 @@ absl::Status Coordinator::Start() {
   }
   metrics_->SetRound(engine_->current_round());
   metrics_->InitRejectReasons();
+  for (const auto& [client, why] : engine_->Quarantined()) metrics_->SetQuarantined(client);
   metrics_->SetJobFinished(false);
   metrics_->SetRoundDeadline(o.round_timeout_s);
   if (o.ratio_target > 0) metrics_->SetCompressionRatioTarget(o.ratio_target);
@@ -166,7 +183,8 @@ std::vector<std::string> Coordinator::WaitForParticipants() {
     if (!stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
   }
   if (stop_) return {};
-  // A seeded sample of the connected clients.
+  // A seeded sample of the connected clients; quarantined ones are never asked.
+  std::erase_if(connected, [&](const std::string& c) { return engine_->IsQuarantined(c); });
   std::sort(connected.begin(), connected.end());
   std::mt19937_64 rng(o.seed ^ (engine_->current_round() * 0x9E3779B97F4A7C15ull));
   std::shuffle(connected.begin(), connected.end(), rng);
@@ -240,6 +258,28 @@ double Coordinator::LinkBytesPerSecond(const std::string& client) const {
   return service_->LinkBytesPerSecond(client);
 }
 
+absl::StatusOr<GuardVerdict> Coordinator::CheckModel(std::span<const float> candidate) {
+  const auto blob = engine_->model();
+  auto verdict = guard_->Check(engine_->ModelVector(), blob->version, candidate);
+  if (!verdict.ok()) return verdict.status();
+  if (!verdict->passed()) {
+    metrics_->AddGuardRefusal(GuardCheckName(verdict->check));
+    std::fprintf(stderr, "coordinator: round %llu: the model guard refused a candidate (%s): %s\n",
+                 static_cast<unsigned long long>(engine_->current_round()),
+                 std::string(GuardCheckName(verdict->check)).c_str(), verdict->detail.c_str());
+  }
+  return verdict;
+}
+
+void Coordinator::Quarantine(const std::set<std::string>& clients, const std::string& why) {
+  for (const std::string& c : clients) {
+    engine_->Quarantine(c, why);
+    metrics_->SetQuarantined(c);
+    std::fprintf(stderr, "coordinator: client %s quarantined for the rest of the job: %s\n",
+                 c.c_str(), why.c_str());
+  }
+}
+
 absl::Status Coordinator::Evaluate(uint64_t round, RoundReport* rep) {
   const CoordinatorOptions& o = options_;
   if (o.eval_every == 0 || (round % o.eval_every != 0 && round != o.rounds)) {
@@ -299,6 +339,7 @@ void Coordinator::PublishRoundMetrics(const CommitResult& commit, const RoundRep
   metrics_->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
   metrics_->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
   metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
+  metrics_->AddClipped(static_cast<int>(rep.Figure("clipped")), rep.Figure("clip_bound"));
   if (rep.uplink_bytes > 0) {
     metrics_->SetCompressionRatio(options_.plan.CodecFor(commit.round),
                                   static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);

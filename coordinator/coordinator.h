@@ -10,12 +10,14 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/model_guard.h"
 #include "coordinator/options.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
@@ -82,6 +84,8 @@ class Coordinator final : private RoundHost {
                                  Clock::time_point since) const override;
   bool Push(const std::string& client, const protos::ServerEvent& event) override;
   double LinkBytesPerSecond(const std::string& client) const override;
+  absl::StatusOr<GuardVerdict> CheckModel(std::span<const float> candidate) override;
+  void Quarantine(const std::set<std::string>& clients, const std::string& why) override;
 
   CoordinatorOptions options_;
   std::unique_ptr<monitoring::Metrics> metrics_;
@@ -91,6 +95,8 @@ class Coordinator final : private RoundHost {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<core::Model> eval_model_;
   std::unique_ptr<core::Dataset> test_data_;
+  std::unique_ptr<core::Dataset> guard_data_;  // the guard set: the first test examples
+  std::unique_ptr<ModelGuard> guard_;          // the round loop's thread only
   std::string job_key_;
   int port_ = 0;
   std::atomic<bool> stop_{false};

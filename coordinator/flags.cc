@@ -39,7 +39,15 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
                 "seconds before a round closes with what arrived");
   g->add_option("--max-client-weight", o->max_client_weight,
                 "largest share of a round's total weight one client may hold (its weight is its "
-                "sample count at Join; 1: no cap; binds with more than 1/share participants)");
+                "sample count at Join; 1: no cap; with 1/share participants or fewer, equal "
+                "weights)");
+  g->add_option("--aggregator", o->aggregator,
+                "how a round combines updates: mean, streaming (O(dim) memory), median, "
+                "trimmed_mean(trim=0.1), krum(f=1,select=1) or bulyan(f=1) "
+                "(docs/robustness.md)");
+  g->add_option("--clip-multiplier", o->clip_multiplier,
+                "clip each update's L2 norm at this many times the lower median of the "
+                "round's norms (0: no clipping)");
   g->add_option("--codec", o->plan.codec,
                 "codec spec for updates, e.g. 'topk(ratio=0.01,values=qsgd(bits=8))' "
                 "(docs/codecs.md)");
@@ -55,6 +63,20 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--chunk-bytes", o->plan.max_chunk_bytes, "largest update chunk in bytes");
   g->add_option("--seed", o->seed, "seed for participant sampling and client rounds");
   g->add_option("--init-seed", o->init_seed, "seed of the initial model");
+}
+
+void AddGuardFlags(CLI::App& app, CoordinatorOptions* o) {
+  CLI::Option_group* g =
+      app.add_option_group("Model guard", "what a round's new model must pass to commit");
+  core::AddBoolFlag(*g, "--guard", &o->guard.enabled,
+                    "check each round's model before it commits; refused: commit without the "
+                    "largest updates and quarantine their senders");
+  g->add_option("--guard-max-growth", o->guard.max_growth,
+                "largest growth of the model's L2 norm in one round (x max(norm, 1))");
+  g->add_option("--guard-max-loss-ratio", o->guard.max_loss_ratio,
+                "largest ratio of the new model's guard-set loss to the last one's (+0.1)");
+  g->add_option("--guard-samples", o->guard.samples,
+                "test examples of the guard set (0: no loss check)");
 }
 
 namespace {
@@ -92,6 +114,7 @@ void AddEvalFlags(CLI::App& app, CoordinatorOptions* o) {
 void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o) {
   AddJobFlags(app, o);
   AddServiceFlags(app, o);
+  AddGuardFlags(app, o);
   AddEvalFlags(app, o);
 }
 

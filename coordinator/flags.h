@@ -17,6 +17,8 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o);
 // The job's options alone (model, mode, rounds, quorum, codecs, local training, seeds):
 // what fedlgc-sim passes on, setting the service's (addresses, state, TLS) itself.
 void AddJobFlags(CLI::App& app, CoordinatorOptions* o);
+// The model guard's flags (fedlgc-sim passes them on too).
+void AddGuardFlags(CLI::App& app, CoordinatorOptions* o);
 
 }  // namespace fedlgc::coordinator
 

@@ -72,10 +72,30 @@ absl::Status CoordinatorOptions::Validate() const {
     return absl::InvalidArgumentError(
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
   }
+  if (auto robust = Robust(); !robust.ok()) return robust.status();
+  if (absl::Status st = guard.Validate(); !st.ok()) return st;
   if (!(ratio_target >= 0)) return absl::InvalidArgumentError("--ratio-target must be >= 0");
   if (!(linger_s >= 0)) return absl::InvalidArgumentError("--linger must be >= 0");
   if (torch_threads < 1) return absl::InvalidArgumentError("--torch-threads must be >= 1");
   return absl::OkStatus();
+}
+
+absl::StatusOr<AggregatorOptions> CoordinatorOptions::Robust() const {
+  auto robust = AggregatorOptions::Parse(aggregator, clip_multiplier);
+  if (!robust.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("--aggregator: ", std::string(robust.status().message())));
+  }
+  auto m = JobMode();
+  if (!m.ok()) return m.status();
+  // LSGD applies one leader's update per group and SGP relays shares: there is nothing to
+  // take a median of (both clip, and both run under the model guard).
+  if (robust->kind != AggregatorKind::kMean && *m != Mode::kFedAvg && *m != Mode::kLgc) {
+    return absl::InvalidArgumentError(StrCat("--aggregator ", robust->Spec(), " works with ",
+                                             "fedavg and lgc jobs; ", ModeName(*m),
+                                             " takes mean (clipping still applies)"));
+  }
+  return robust;
 }
 
 std::string CoordinatorOptions::JobKey(uint64_t dim) const {

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/model_guard.h"
+#include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
 #include "core/protocol.h"
 
@@ -24,7 +26,12 @@ struct CoordinatorOptions {
   uint32_t min_clients = 1;      // quorum to open a round
   double fraction = 1.0;         // of connected clients per round
   double round_timeout_s = 300;  // deadline after opening
-  double max_client_weight = 0.5;  // largest share of a round's weight one client holds
+  double max_client_weight = 0.25;  // largest share of a round's weight one client holds
+  // Robustness (docs/robustness.md): the aggregator (robust.h), the clip multiplier
+  // (0: no clipping) and the model guard.
+  std::string aggregator = "mean";
+  double clip_multiplier = 3;
+  GuardOptions guard;
   RoundPlan plan;
   // "fedavg", "lgc", "lsgd" or "sgp" (core/protocol.h). A codec "lgc(...)" makes a job
   // "lgc" whether --mode says fedavg (as before the mode had its own name) or lgc.
@@ -47,6 +54,8 @@ struct CoordinatorOptions {
   absl::StatusOr<Mode> JobMode() const;
   // Identifies the job in checkpoints: changing any of these makes a new job.
   std::string JobKey(uint64_t dim) const;
+  // --aggregator and --clip-multiplier, checked against the job's mode.
+  absl::StatusOr<AggregatorOptions> Robust() const;
 };
 
 }  // namespace fedlgc::coordinator

@@ -10,12 +10,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <span>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/model_guard.h"
+#include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
 #include "core/protocol.h"
 #include "core/round_report.h"
@@ -61,7 +65,37 @@ class RoundHost {
   virtual bool Push(const std::string& client, const protos::ServerEvent& event) = 0;
   // Measured downlink throughput of a client (bytes/s, smoothed); 0 when unknown.
   virtual double LinkBytesPerSecond(const std::string& client) const = 0;
+  // The model guard's verdict on `candidate` as the round's new model (model_guard.h);
+  // a refusal is logged and counted (fedlgc_guard_refusals_total{check}).
+  virtual absl::StatusOr<GuardVerdict> CheckModel(std::span<const float> candidate) = 0;
+  // Bars `clients` from the rest of the job (engine, checkpoint, log, metrics).
+  virtual void Quarantine(const std::set<std::string>& clients, const std::string& why) = 0;
 };
+
+// What a round commits under the model guard (ChooseUnderGuard).
+struct GuardedChoice {
+  std::vector<float> model;        // the candidate that passed; empty: none did
+  std::set<std::string> excluded;  // suspects left out for it to pass
+  GuardVerdict first;              // the verdict on the round's full candidate
+  GuardVerdict last;               // on the one chosen (or the last tried)
+};
+// The model the round would commit without the clients in `excluded`.
+using CandidateFn =
+    std::function<absl::StatusOr<std::vector<float>>(const std::set<std::string>& excluded)>;
+// Tries the round's candidate with nobody excluded, then without the first 1, 2, ...,
+// `max_excluded` of `suspects` (largest update norm first), and returns the first that
+// passes the guard. The caller quarantines `excluded` and commits `model`, or commits
+// nothing when no candidate passed. Reports the verdicts in *report ("guard", "guard_step",
+// "guard_growth",
+// "guard_loss", "guard_excluded").
+absl::StatusOr<GuardedChoice> ChooseUnderGuard(RoundHost& host,
+                                               const std::vector<std::string>& suspects,
+                                               size_t max_excluded, const CandidateFn& candidate,
+                                               RoundReport* report);
+// Clients by norm, largest first (ties: by id).
+std::vector<std::string> ByNormDescending(const std::map<std::string, double>& norms);
+// Quarantines `choice.excluded` for `round` with the first verdict's reason.
+void QuarantineExcluded(RoundHost& host, uint64_t round, const GuardedChoice& choice);
 
 // What the factory gives a driver to start from.
 struct DriverEnv {
@@ -71,6 +105,7 @@ struct DriverEnv {
   uint64_t committed_round = 0;      // the checkpoint's round: Load its state when > 0
   const RoundPlan* plan = nullptr;   // the job's codecs and local training
   uint64_t init_seed = 1;
+  AggregatorOptions robust;          // clipping and the aggregator (--aggregator)
 };
 
 // Thread-safety: RunRound runs on the round loop's thread; DecorateRoundStart, Blob,

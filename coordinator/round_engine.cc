@@ -34,7 +34,11 @@ std::map<std::string, double> CappedWeights(const std::map<std::string, uint64_t
     if (n > 0) v.push_back(static_cast<double>(n));
   }
   const size_t n = v.size();
-  if (!(cap < 1) || static_cast<double>(n) * cap <= 1) return w;
+  if (!(cap < 1)) return w;
+  if (static_cast<double>(n) * cap <= 1) {
+    for (auto& [client, x] : w) x = x > 0 ? 1.0 : 0.0;
+    return w;
+  }
   std::sort(v.begin(), v.end());
   double total = 0;
   for (double x : v) total += x;
@@ -181,6 +185,11 @@ std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
     return Refused(RejectReason::kNotParticipant,
                    absl::FailedPreconditionError(
                        StrCat("client ", c.client_id, " is not a participant of round ", c.round)));
+  }
+  if (auto q = state_.quarantined.find(c.client_id); q != state_.quarantined.end()) {
+    return Refused(RejectReason::kQuarantined,
+                   absl::PermissionDeniedError(StrCat("client ", c.client_id,
+                                                      " is quarantined: ", q->second)));
   }
   if (auto w = r.weights.find(c.client_id); w == r.weights.end() || !(w->second > 0)) {
     return Refused(RejectReason::kNotParticipant,
@@ -411,6 +420,34 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
   round_.reset();
   PublishModelLocked();
   return res;
+}
+
+absl::StatusOr<std::vector<float>> RoundEngine::Preview(std::span<const float> delta,
+                                                       const ServerOptimizer& optimizer) const {
+  absl::MutexLock lock(&mu_);
+  if (delta.size() != dim_) {
+    return absl::InternalError(StrCat("an aggregate of ", delta.size(), " values for ", dim_));
+  }
+  std::vector<float> model = state_.model;
+  for (size_t i = 0; i < model.size(); ++i) {
+    model[i] += optimizer.lr * (optimizer.momentum * state_.momentum[i] + delta[i]);
+  }
+  return model;
+}
+
+void RoundEngine::Quarantine(const std::string& client_id, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  state_.quarantined[client_id] = why;
+}
+
+bool RoundEngine::IsQuarantined(const std::string& client_id) const {
+  absl::MutexLock lock(&mu_);
+  return state_.quarantined.count(client_id) > 0;
+}
+
+std::map<std::string, std::string> RoundEngine::Quarantined() const {
+  absl::MutexLock lock(&mu_);
+  return state_.quarantined;
 }
 
 std::shared_ptr<const ModelBlob> RoundEngine::model() const {

@@ -49,9 +49,9 @@ struct EngineOptions {
   RoundPlan plan;
   // The largest share of a round's total weight one client may hold (1: no cap). A
   // client's weight is its sample count at Join; the largest are lowered to a common level
-  // until none holds more than this share. With fewer than 1 / max_client_weight
-  // participants no weighting can meet it, and the counts stand.
-  double max_client_weight = 0.5;
+  // until none holds more than this share. With 1 / max_client_weight participants or
+  // fewer no weighting meets it, and they all weigh the same (the nearest it can come).
+  double max_client_weight = 0.25;
   uint64_t max_chunks_per_update = 1 << 16;
   codecs::FrameLimits frame_limits;
   uint64_t seed = 1;
@@ -104,6 +104,9 @@ struct EngineState {
   std::vector<float> model;
   std::vector<float> momentum;              // of the server optimizer
   std::map<std::string, uint64_t> clients;  // id -> samples
+  // Clients barred from the rest of the job (the model guard found their updates broke
+  // the model): id -> why.
+  std::map<std::string, std::string> quarantined;
   // Recent receipts per client (oldest first), for clients that sent something in the
   // round. A reconnecting client is sent them all and applies the one for its update in
   // flight, so a receipt lost with a connection never makes it resend or re-absorb a
@@ -126,7 +129,8 @@ struct RoundInfo {
 
 // The weights of clients with these sample counts (0: unknown, weight 0) when none may
 // hold more than `cap` of their total (see EngineOptions::max_client_weight): every count
-// above a level t becomes t, the largest t that meets the cap.
+// above a level t becomes t, the largest t that meets the cap; equal weights when no t
+// can (n x cap <= 1 for n known clients).
 std::map<std::string, double> CappedWeights(const std::map<std::string, uint64_t>& samples,
                                             double cap);
 
@@ -168,6 +172,16 @@ class RoundEngine {
   // Closes the open round with `model` as the new model (no optimizer); errors as above.
   absl::StatusOr<CommitResult> CommitModel(std::vector<float> model,
                                            const std::set<std::string>& counted);
+  // The model CommitDelta(delta, optimizer) would make, committing nothing (for the
+  // model guard). INTERNAL for a delta of another size.
+  absl::StatusOr<std::vector<float>> Preview(std::span<const float> delta,
+                                             const ServerOptimizer& optimizer) const;
+
+  // Bars a client from the rest of the job: its chunks are refused (quarantined) from now
+  // on, and the checkpoint keeps it barred.
+  void Quarantine(const std::string& client_id, const std::string& why);
+  bool IsQuarantined(const std::string& client_id) const;
+  std::map<std::string, std::string> Quarantined() const;
 
   std::shared_ptr<const ModelBlob> model() const;
   std::vector<float> ModelVector() const;

@@ -84,6 +84,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
                             ": run an edge client and coordinator of the same release")));
     return reactor;
   }
+  if (engine_->IsQuarantined(*id)) {
+    metrics_->AddRejected(RejectReason::kQuarantined);
+    const auto why = engine_->Quarantined();
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        StrCat("client ", *id, " is quarantined for this job: ", why.count(*id) ? why.at(*id) : "")));
+    return reactor;
+  }
   if (req->num_samples() == 0) {
     metrics_->AddRejected(RejectReason::kMalformed);
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be > 0"));

@@ -1,8 +1,10 @@
 // Edge client (see edge_client.h).
 #include "edge_client/edge_client.h"
 
+#include <cmath>
 #include <cstdio>
 
+#include "codecs/input_error.h"
 #include "codecs/str.h"
 #include "core/dataset.h"
 #include "core/float_bytes.h"
@@ -36,6 +38,11 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
   std::unique_ptr<EdgeClient> c(
       new EdgeClient(std::move(options), std::move(make_mode), std::move(stubs)));
   const EdgeClientOptions& o = c->options_;
+  c->attack_ = Attack::Parse(o.attack).value();  // validated
+  if (c->attack_.active()) {
+    std::fprintf(stderr, "%s: WARNING: --attack %s: this client lies about its updates\n",
+                 o.client_id.c_str(), c->attack_.Spec().c_str());
+  }
   core::SetTorchThreads(o.torch_threads);
   if (absl::Status st = c->LoadData(); !st.ok()) return st;
   // Resolve the device now, so a wrong --device fails at start rather than at join.
@@ -181,6 +188,7 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
       st = client_mode_->OnReceipt(event.receipt());
       break;
     case protos::ServerEvent::kRoundStart:
+      last_round_ = event.round_start().round();
       st = client_mode_->OnRoundStart(event.round_start());
       break;
     case protos::ServerEvent::kMode:
@@ -192,13 +200,27 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
     case protos::ServerEvent::KIND_NOT_SET:
       break;
   }
+  if (!st.ok() && event.kind_case() != protos::ServerEvent::kReceipt &&
+      absl::IsInvalidArgument(st) &&
+      codecs::InputErrorOf(st) == codecs::InputError::kNonFinite) {
+    SkipRound(last_round_, st);
+    st = absl::OkStatus();
+  }
   if (!st.ok()) return st;
   return uploaded_enough() ? EventVerdict::kStop : EventVerdict::kContinue;
+}
+
+void EdgeClient::SkipRound(uint64_t round, const absl::Status& why) {
+  std::fprintf(stderr, "%s: round %llu skipped: %s\n", options_.client_id.c_str(),
+               static_cast<unsigned long long>(round), std::string(why.message()).c_str());
+  metrics_->AddSkippedRound(options_.client_id, "nonfinite");
+  AppendRoundLog({round, {{"skipped", 1}}});
 }
 
 absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
                                               std::vector<float>* weights) {
   if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
+  const std::vector<float> before = attack_.active() ? *weights : std::vector<float>();
   core::TrainOptions topts;
   topts.epochs = static_cast<int>(start.local_epochs());
   topts.steps = static_cast<int>(start.local_steps());
@@ -210,6 +232,7 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
   last_train_seconds_ = trained->seconds;
   *weights = model_->GetFlat();
+  attack_.Apply(before, *weights, topts.seed);
   return trained->running_loss;
 }
 
@@ -218,7 +241,17 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string&
                                                               SystemTime deadline) {
   auto bytes = transport_->DownloadBlob(blob, version, deadline);
   if (!bytes.ok()) return bytes.status();
-  return core::FloatsFromBytes(*bytes, dim(), StrCat(blob.empty() ? "model" : blob, " ", version));
+  const std::string name = StrCat(blob.empty() ? "model" : blob, " ", version);
+  auto floats = core::FloatsFromBytes(*bytes, dim(), name);
+  if (!floats.ok()) return floats.status();
+  // Nothing trains on a broken model: the round is skipped (HandleEvent).
+  for (size_t i = 0; i < floats->size(); ++i) {
+    if (!std::isfinite((*floats)[i])) {
+      return codecs::NonFiniteError(StrCat(name, " has a value that is not finite (coordinate ",
+                                           i, "): not training on it"));
+    }
+  }
+  return floats;
 }
 
 PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "edge_client/attack.h"
 #include "edge_client/client_mode.h"
 #include "edge_client/client_state.h"
 #include "edge_client/options.h"
@@ -60,6 +61,9 @@ class EdgeClient final : private ClientEnv {
   // Handles the event stream until it ends; *done once the job is.
   absl::Status EventLoop(bool* done);
   absl::StatusOr<EventVerdict> HandleEvent(const protos::ServerEvent& event, bool* done);
+  // A round this client cannot take part in (a model or update that is not finite): it
+  // says why (log, metric, round log) and waits for the next one.
+  void SkipRound(uint64_t round, const absl::Status& why);
   // The job was over when this client joined: reads its last receipts, then last words.
   void FinishOverJob();
   bool uploaded_enough() const {
@@ -97,6 +101,8 @@ class EdgeClient final : private ClientEnv {
   std::unique_ptr<ClientMode> client_mode_;
   ClientState state_;
   std::string state_path_;
+  Attack attack_;
+  uint64_t last_round_ = 0;  // of the last RoundStart
   double last_train_seconds_ = 0;
   uint64_t total_rounds_ = 0;  // of the job, from Join
   bool job_over_ = false;      // the coordinator has run every round

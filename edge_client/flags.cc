@@ -26,6 +26,9 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
                    "Prometheus exposer address; empty disables it");
   link->add_option("--exit-after-rounds", o->exit_after_rounds,
                    "exit after uploading this many rounds (0: run to the end)");
+  link->add_option("--attack", o->attack,
+                   "robustness experiments only: lie about the update: none, scale(factor=100), "
+                   "signflip(factor=1) or noise(std=1)");
   CLI::Option_group* data = app.add_option_group("Data", "the local shard and device");
   data->add_option("--data", o->data, "fashion-mnist or synthetic:N");
   data->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");

@@ -1,7 +1,9 @@
 // Edge client options (see options.h).
 #include "edge_client/options.h"
 
+#include "codecs/str.h"
 #include "core/partition.h"
+#include "edge_client/attack.h"
 
 namespace fedlgc::edge_client {
 
@@ -20,6 +22,9 @@ absl::Status EdgeClientOptions::Validate() const {
   }
   if (!(call_timeout_s > 0)) return absl::InvalidArgumentError("--call-timeout must be > 0");
   if (torch_threads < 1) return absl::InvalidArgumentError("--torch-threads must be >= 1");
+  if (auto a = Attack::Parse(attack); !a.ok()) {
+    return absl::InvalidArgumentError(StrCat("--attack: ", std::string(a.status().message())));
+  }
   return absl::OkStatus();
 }
 

@@ -18,13 +18,14 @@ DriverOr MakeRoundDriver(Mode mode, const ModeOptions& o, const DriverEnv& env) 
   };
   switch (mode) {
     case Mode::kFedAvg:
-      return std::unique_ptr<RoundDriver>(std::make_unique<FedAvgDriver>(o.fedavg));
+      return std::unique_ptr<RoundDriver>(std::make_unique<FedAvgDriver>(o.fedavg, env.robust));
     case Mode::kLgc:
       return up(LgcDriver::Create(o.lgc, o.fedavg.optimizer(), env));
     case Mode::kLsgd:
-      return up(LsgdDriver::Create(o.lsgd, env.initial_model, env.state_dir, env.committed_round));
+      return up(LsgdDriver::Create(o.lsgd, env.initial_model, env.state_dir, env.committed_round,
+                                   env.robust));
     case Mode::kSgp:
-      return up(SgpDriver::Create(o.sgp, env.dim, env.state_dir, env.committed_round));
+      return up(SgpDriver::Create(o.sgp, env.dim, env.state_dir, env.committed_round, env.robust));
   }
   return absl::InvalidArgumentError(StrCat("no driver for mode ", ModeName(mode)));
 }

@@ -124,7 +124,33 @@ Metrics::Metrics()
       job_finished_(BuildGauge()
                         .Name("fedlgc_job_finished")
                         .Help("1 once the coordinator has run the job's last round")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)),
+      guard_refusals_(BuildCounter()
+                          .Name("fedlgc_guard_refusals_total")
+                          .Help("Candidate models the model guard refused, by check "
+                                "(nonfinite, norm, loss)")
+                          .Register(*registry_)),
+      quarantined_(BuildGauge()
+                       .Name("fedlgc_client_quarantined")
+                       .Help("1 for a client barred from the job by the model guard")
+                       .Register(*registry_)),
+      quarantined_clients_(BuildGauge()
+                               .Name("fedlgc_quarantined_clients")
+                               .Help("Clients barred from the job by the model guard")
+                               .Register(*registry_)),
+      clipped_(BuildCounter()
+                   .Name("fedlgc_clipped_updates_total")
+                   .Help("Updates scaled down (or, SGP, withheld) by norm clipping")
+                   .Register(*registry_)),
+      clip_bound_(BuildGauge()
+                      .Name("fedlgc_clip_bound")
+                      .Help("The last round's clipping bound on an update's L2 norm (0: none)")
+                      .Register(*registry_)),
+      skipped_rounds_(BuildCounter()
+                          .Name("fedlgc_client_skipped_rounds_total")
+                          .Help("Rounds a client could not take part in, by reason (nonfinite: "
+                                "a model or update that is not finite)")
+                          .Register(*registry_)) {}
 
 absl::Status Metrics::Serve(const std::string& address) {
   try {
@@ -227,6 +253,25 @@ void Metrics::SetSgpConsensusDistance(double distance) {
   sgp_consensus_distance_.Add({}).Set(distance);
 }
 
+void Metrics::AddGuardRefusal(std::string_view check) {
+  guard_refusals_.Add({{"check", std::string(check)}}).Increment();
+}
+
+void Metrics::SetQuarantined(const std::string& client) {
+  const bool fresh = !quarantined_.Has({{"client", client}});
+  quarantined_.Add({{"client", client}}).Set(1);
+  if (fresh) quarantined_clients_.Add({}).Increment();
+}
+
+void Metrics::AddSkippedRound(const std::string& client, const std::string& reason) {
+  skipped_rounds_.Add({{"client", client}, {"reason", reason}}).Increment();
+}
+
+void Metrics::AddClipped(int updates, double bound) {
+  clipped_.Add({}).Increment(updates);
+  clip_bound_.Add({}).Set(bound);
+}
+
 void Metrics::JoinClient(const std::string& client, uint64_t current_round) {
   InitClient(client);
   if (!client_last_round_.Has({{"client", client}})) {
@@ -241,6 +286,7 @@ void Metrics::InitClient(const std::string& client) {
   for (const char* stream : {"upload", "download", "events"}) {
     resumes_.Add({{"client", client}, {"stream", stream}});
   }
+  skipped_rounds_.Add({{"client", client}, {"reason", "nonfinite"}});
 }
 
 void Metrics::InitRejectReasons() {
@@ -248,6 +294,9 @@ void Metrics::InitRejectReasons() {
     rejected_.Add({{"reason", std::string(r.label)}});
   }
   for (const char* closed : {"complete", "deadline"}) rounds_.Add({{"closed", closed}});
+  for (const char* check : {"nonfinite", "norm", "loss"}) guard_refusals_.Add({{"check", check}});
+  quarantined_clients_.Add({});
+  clipped_.Add({});
 }
 
 }  // namespace fedlgc::monitoring

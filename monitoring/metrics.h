@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -71,6 +72,13 @@ class Metrics {
   void SetSgpConsensusDistance(double distance);
   // SGP with overlap (client side): a local period trained while the last share uploaded.
   void AddOverlappedPeriod(const std::string& client);
+  // Robustness: a candidate model the guard refused, by check (nonfinite, norm, loss);
+  // a client barred from the job; updates scaled down by clipping and the round's bound.
+  void AddGuardRefusal(std::string_view check);
+  void SetQuarantined(const std::string& client);
+  // Client side: a round this client could not take part in, by reason (nonfinite).
+  void AddSkippedRound(const std::string& client, const std::string& reason);
+  void AddClipped(int updates, double bound);
   void JoinClient(const std::string& client, uint64_t current_round);
   // Creates the zero-valued series of a client (chunks, resumes) and of every rejection
   // reason, so dashboards and alerts see 0 rather than no data before the first event.
@@ -106,6 +114,12 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& sgp_consensus_distance_;
   prometheus::Family<prometheus::Counter>& overlapped_periods_;
   prometheus::Family<prometheus::Gauge>& job_finished_;
+  prometheus::Family<prometheus::Counter>& guard_refusals_;
+  prometheus::Family<prometheus::Gauge>& quarantined_;
+  prometheus::Family<prometheus::Gauge>& quarantined_clients_;
+  prometheus::Family<prometheus::Counter>& clipped_;
+  prometheus::Family<prometheus::Gauge>& clip_bound_;
+  prometheus::Family<prometheus::Counter>& skipped_rounds_;
   absl::Mutex ratio_mu_;
   prometheus::Gauge* ratio_gauge_ ABSL_GUARDED_BY(ratio_mu_) = nullptr;
   std::string ratio_codec_ ABSL_GUARDED_BY(ratio_mu_);

@@ -25,6 +25,7 @@ enum class RejectReason {
   kOverlap,         // a chunk whose range overlaps one already held of the same update
   kIdentity,        // no certificate, or a client acting as another
   kProtocol,        // a peer speaking another protocol version
+  kQuarantined,     // a client the model guard barred from the job
 };
 
 struct RejectReasonInfo {
@@ -47,6 +48,7 @@ inline constexpr RejectReasonInfo kRejectReasons[] = {
     {RejectReason::kOverlap, "overlap"},
     {RejectReason::kIdentity, "identity"},
     {RejectReason::kProtocol, "protocol"},
+    {RejectReason::kQuarantined, "quarantined"},
 };
 
 // The metric label; "" for kNone.

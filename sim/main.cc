@@ -59,6 +59,8 @@ struct SimOptions {
   uint64_t train_limit = 20000, eval_limit = 0;
   std::string partition = "iid", device = "auto";
   int torch_threads = 1;
+  uint32_t byzantine = 0;                        // the last N clients lie
+  std::string attack = "scale(factor=100)";      // how (edge_client/attack.h)
 };
 
 void AddSimFlags(CLI::App& app, SimOptions* s) {
@@ -79,6 +81,11 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--partition", s->partition, "iid, dirichlet(ALPHA) or labels(K)");
   g->add_option("--device", s->device, "the clients' device: cpu, cuda, cuda:N or auto");
   g->add_option("--torch-threads", s->torch_threads, "libtorch threads per process");
+  g->add_option("--byzantine", s->byzantine,
+                "robustness experiments: the last N clients lie about their updates");
+  g->add_option("--attack", s->attack,
+                "how the --byzantine clients lie: scale(factor=100), signflip(factor=1) or "
+                "noise(std=1)");
 }
 
 int Fail(const std::string& msg) {
@@ -138,6 +145,7 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
   eo.torch_threads = s.torch_threads;
   eo.device = s.device;
   eo.insecure = s.insecure;
+  if (i + s.byzantine >= s.clients) eo.attack = s.attack;
   if (!s.insecure) {
     eo.tls_ca = certs + "/ca.pem";
     eo.tls_cert = certs + "/" + eo.client_id + ".pem";
@@ -393,7 +401,12 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"seed", co.seed},
               {"link", s.link},
               {"model", co.model},
-              {"train_limit", s.train_limit}};
+              {"train_limit", s.train_limit},
+              {"aggregator", co.aggregator},
+              {"clip_multiplier", co.clip_multiplier},
+              {"guard", co.guard.enabled},
+              {"byzantine", s.byzantine},
+              {"attack", s.byzantine > 0 ? s.attack : "none"}};
 }
 
 // Prints the run's summary line and returns it as JSON.
@@ -454,9 +467,11 @@ int main(int argc, char** argv) {
   fedlgc::core::AddCommonFlags(app);
   AddSimFlags(app, &s);
   fedlgc::coordinator::AddJobFlags(app, &co);
+  fedlgc::coordinator::AddGuardFlags(app, &co);
   fedlgc::modes::AddModeFlags(app, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
   if (s.clients == 0) return Fail("--clients must be >= 1");
+  if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
   if (app.count("--min-clients") == 0) co.min_clients = s.clients;
   if (app.count("--init-seed") == 0) co.init_seed = co.seed;
   auto mode = co.JobMode();

@@ -4,6 +4,7 @@
 // an upload refused because the round closed (FAILED_PRECONDITION) is not retried, and the
 // round's empty receipt puts the whole update back.
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <set>
 
@@ -11,10 +12,12 @@
 #include "codecs/registry.h"
 #include "core/model.h"
 #include "core/protocol.h"
+#include "core/round_report.h"
 #include "edge_client/edge_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "modes/clients.h"
+#include "monitoring/metrics.h"
 #include "protos/fedlgc_mock.grpc.pb.h"
 #include "tests/edge_client/fake_streams.h"
 
@@ -34,6 +37,7 @@ struct ScriptedCoordinator {
   std::vector<protos::UpdateChunk> sent;  // every chunk the client wrote
   grpc::Status upload_status = grpc::Status::OK;
   std::set<uint32_t> counted;  // chunks the round's receipt counts
+  int uploads = 1;             // UploadUpdate calls expected
 
   void Expect() {
     EXPECT_CALL(*stub, Join(_, _, _))
@@ -60,9 +64,14 @@ struct ScriptedCoordinator {
           c.set_data(bytes);
           return new testing::FakeDownloadStream({c}, grpc::Status::OK);
         }));
+    if (uploads == 0) {
+      EXPECT_CALL(*stub, UploadUpdateRaw(_, _)).Times(0);
+      ExpectEvents();
+      return;
+    }
     EXPECT_CALL(*stub, UploadUpdateRaw(_, _))
-        .Times(1)  // a closed round is not retried; a complete upload needs no second call
-        .WillOnce(Invoke([this](grpc::ClientContext*, protos::UploadReceipt* r) {
+        .Times(uploads)  // a closed round is not retried; a complete upload needs no second call
+        .WillRepeatedly(Invoke([this](grpc::ClientContext*, protos::UploadReceipt* r) {
           // A coordinator that refuses a chunk ends the call there.
           return new Upload(
               &sent, r, upload_status,
@@ -71,6 +80,10 @@ struct ScriptedCoordinator {
               },
               upload_status.ok() ? ~size_t{0} : 1);
         }));
+    ExpectEvents();
+  }
+
+  void ExpectEvents() {
     EXPECT_CALL(*stub, EventsRaw(_)).WillOnce(Invoke([this](grpc::ClientContext*) {
       return new testing::FakeEventStream([this, step = 0]() mutable { return Event(step++); });
     }));
@@ -109,8 +122,10 @@ struct ScriptedCoordinator {
 };
 
 std::unique_ptr<edge_client::EdgeClient> Client(const std::string& name,
-                                                const ScriptedCoordinator& coordinator) {
+                                                const ScriptedCoordinator& coordinator,
+                                                const std::string& attack = "none") {
   edge_client::EdgeClientOptions o;
+  o.attack = attack;
   o.server = "127.0.0.1:1";  // never dialled: every call goes to the mock
   o.insecure = true;
   o.client_id = "client-0";
@@ -188,6 +203,46 @@ TEST(FedAvgClient, AnUploadToAClosedRoundIsNotRetriedAndAllOfItComesBack) {
   std::vector<float> values(view.length);
   ASSERT_TRUE(codecs::MakeCodec("fp32").value()->Decode(view, values).ok());
   for (uint64_t i = 0; i < view.length; ++i) ASSERT_EQ(state.residual[view.begin + i], values[i]);
+}
+
+// A round the client cannot take part in is skipped, said and counted; the client goes on
+// to the end of the job instead of exiting, with its residual untouched.
+void ExpectSkipped(const std::string& name, ScriptedCoordinator& coordinator,
+                   const std::string& attack) {
+  coordinator.uploads = 0;
+  coordinator.Expect();
+  auto client = Client(name, coordinator, attack);
+  ASSERT_NE(client, nullptr);
+  const absl::Status st = client->Run();
+  EXPECT_TRUE(st.ok()) << "one bad round is not fatal: " << st;
+  EXPECT_TRUE(coordinator.sent.empty());
+  const auto& state = client->client_state();
+  EXPECT_FALSE(state.pending.has_value());
+  for (float r : state.residual) ASSERT_EQ(r, 0.0f) << "nothing of the bad round is kept";
+  const auto log = ReadClientRoundLog(::testing::TempDir() + "/fedavg-client-" + name +
+                                      "/client-0.rounds.jsonl")
+                       .value();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].round, 1u);
+  EXPECT_EQ(log[0].figures.at("skipped"), 1);
+  double skipped = 0;
+  for (const auto& family : client->metrics().registry()->Collect()) {
+    if (family.name != "fedlgc_client_skipped_rounds_total") continue;
+    for (const auto& m : family.metric) skipped += m.counter.value;
+  }
+  EXPECT_EQ(skipped, 1);
+}
+
+TEST(FedAvgClient, AModelThatIsNotFiniteIsSkippedNotFatal) {
+  ScriptedCoordinator coordinator;
+  coordinator.model[5] = std::numeric_limits<float>::infinity();
+  ExpectSkipped("nonfinite-model", coordinator, "none");
+}
+
+TEST(FedAvgClient, AnUpdateThatCannotBeEncodedIsSkippedNotFatal) {
+  ScriptedCoordinator coordinator;
+  // Training's update times 1e300 overflows: the codec refuses to encode it.
+  ExpectSkipped("unencodable", coordinator, "scale(factor=1e300)");
 }
 
 }  // namespace

@@ -264,22 +264,39 @@ void LgcAggregator::KeepEchoes(uint64_t round, const std::vector<Item>& items) {
   std::erase_if(echoes_, [&](const auto& e) { return e.second->version + kEchoRounds < round; });
 }
 
-void LgcAggregator::Average(const Decoded& d, Outcome* out) const {
-  // The mean, each client's values placed on its support: one sum per support (one in all
-  // unless predict=1 had two leader payloads in the round).
+absl::StatusOr<std::vector<float>> LgcAggregator::CombineValues(
+    const Decoded& d, const coordinator::AggregatorOptions& robust,
+    const std::set<std::string>& excluded, std::set<std::string>* counted) const {
+  // Each client's values on its support: one group per support (one in all unless
+  // predict=1 had two leader payloads in the round), combined apart, then weighted by the
+  // group's share of the round's weight.
+  std::vector<coordinator::Contribution> all;
+  const std::vector<coordinator::Range> whole = {{0, k_}};
+  std::map<uint32_t, std::vector<coordinator::Contribution>> groups;
+  std::map<uint32_t, double> group_weight;
   double total = 0;
-  for (const Item& it : d.items) total += it.weight;
-  std::map<uint32_t, std::vector<double>> sums;  // by reference (0 without predict=1)
   for (const Item& it : d.items) {
-    std::vector<double>& sum = sums[it.reference];
-    sum.resize(k_, 0.0);
-    for (uint64_t j = 0; j < k_; ++j) sum[j] += it.weight * it.v[j];
-    out->counted.insert(it.client);
+    if (excluded.count(it.client)) continue;
+    coordinator::Contribution c{it.client, it.weight, it.v, whole, true};
+    all.push_back(c);
+    groups[it.reference].push_back(c);
+    group_weight[it.reference] += it.weight;
+    total += it.weight;
   }
-  for (const auto& [ref, sum] : sums) {
+  std::vector<float> delta(dim_, 0.0f);
+  if (!(total > 0)) return delta;
+  const coordinator::Clipping clipping = coordinator::ClipByMedian(all, robust.clip);
+  for (const auto& [ref, members] : groups) {
+    auto agg = coordinator::AggregateUpdates(robust, members, clipping, k_);
+    if (!agg.ok()) return agg.status();
     const std::vector<uint32_t>& support = plan_.predict ? d.refs.at(ref).support : support_;
-    for (uint64_t j = 0; j < k_; ++j) out->delta[support[j]] += static_cast<float>(sum[j] / total);
+    const double share = group_weight[ref] / total;
+    for (uint64_t j = 0; j < k_; ++j) {
+      delta[support[j]] += static_cast<float>(share * agg->values[j]);
+    }
+    counted->insert(agg->used.begin(), agg->used.end());
   }
+  return delta;
 }
 
 double LgcAggregator::ValuesCosine(const std::vector<Item>& items) const {
@@ -329,7 +346,8 @@ absl::Status LgcAggregator::Train(const std::vector<Item>& items, Outcome* out) 
 absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
     uint64_t round, const std::string& leader,
     const std::map<std::string, PayloadCollector::Payload>& payloads,
-    const std::set<std::string>* leaders) {
+    const std::set<std::string>* leaders, const coordinator::AggregatorOptions& robust,
+    const Chooser& choose) {
   const int stage = Stage(round);
   Outcome out;
   out.delta.assign(dim_, 0.0f);
@@ -340,7 +358,24 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
     out.latent = true;
     if (absl::Status st = RebuildStage3(round, &d, &out); !st.ok()) return st;
   }
-  Average(d, &out);
+  std::vector<coordinator::Contribution> items;
+  for (const Item& it : d.items) items.push_back({it.client, it.weight, it.v, {}, true});
+  const coordinator::Clipping clipping = coordinator::ClipByMedian(items, robust.clip);
+  out.norms = clipping.norms;
+  out.clip_bound = clipping.bound;
+  out.clipped = clipping.clipped;
+  if (choose) {
+    auto excluded = choose(out.norms, [&](const std::set<std::string>& ex,
+                                          std::set<std::string>* counted) {
+      return CombineValues(d, robust, ex, counted);
+    });
+    if (!excluded.ok()) return excluded.status();
+    out.excluded = *std::move(excluded);
+    std::erase_if(d.items, [&](const Item& it) { return out.excluded.count(it.client) > 0; });
+  }
+  auto delta = CombineValues(d, robust, {}, &out.counted);
+  if (!delta.ok()) return delta.status();
+  out.delta = *std::move(delta);
   // Training sees the clients' values on one support: the round leader's.
   if (plan_.predict) {
     std::erase_if(d.items, [&](const Item& it) { return it.reference != d.main_ref; });

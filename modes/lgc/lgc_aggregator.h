@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,6 +26,7 @@
 #include "autoencoder/lgc_plan.h"
 #include "codecs/dense_codec.h"
 #include "coordinator/collectors.h"
+#include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
 
 namespace fedlgc::modes {
@@ -81,15 +83,31 @@ class LgcAggregator {
     // predict=1, stage 3: rebuilds that differ from what the client computed (another
     // libtorch build or CPU kernel): counted, but that client's error feedback is off.
     int rebuild_mismatches = 0;
+    // Each client's values' norm before clipping, the bound and how many were clipped.
+    std::map<std::string, double> norms;
+    double clip_bound = 0;
+    int clipped = 0;
+    std::set<std::string> excluded;  // left out by the chooser
   };
+  // The delta (and who counts in it) of the round's decoded values without `excluded`.
+  using Combine = std::function<absl::StatusOr<std::vector<float>>(
+      const std::set<std::string>& excluded, std::set<std::string>* counted)>;
+  // Picks the clients to leave out (the model guard, coordinator/round_driver.h
+  // ChooseUnderGuard), given the values' norms and a way to combine without them.
+  using Chooser = std::function<absl::StatusOr<std::set<std::string>>(
+      const std::map<std::string, double>& norms, const Combine& combine)>;
   // Aggregates the payloads of a stage-2 or stage-3 round (leader: the round's leader
-  // now) and moves the support on; stage 2 takes one autoencoder step. predict=1: only
-  // leader payloads from `leaders` (nullptr: from `leader`) count and can be named; a
-  // stage-3 rebuild whose CRC32C differs from the client's is counted and reported.
+  // now) and moves the support on; stage 2 takes one autoencoder step. The values are
+  // clipped and combined with `robust` (coordinator/robust.h) per support; `choose`
+  // (when given) may leave clients out, who then neither count nor train the
+  // autoencoder. predict=1: only leader payloads from `leaders` (nullptr: from `leader`)
+  // count and can be named; a stage-3 rebuild whose CRC32C differs from the client's is
+  // counted and reported.
   absl::StatusOr<Outcome> Aggregate(
       uint64_t round, const std::string& leader,
       const std::map<std::string, PayloadCollector::Payload>& payloads,
-      const std::set<std::string>* leaders = nullptr);
+      const std::set<std::string>* leaders = nullptr,
+      const coordinator::AggregatorOptions& robust = {}, const Chooser& choose = nullptr);
   // Stage 3: `client`'s reconstruction of its values in its last counted round, in support
   // order (float32), as blob "lgc-echo" of that round, kept with echo=1; nullptr when not
   // kept. The client measures how far it is from what it sent. Thread-safe.
@@ -124,8 +142,12 @@ class LgcAggregator {
   absl::Status RebuildStage3(uint64_t round, Decoded* d, Outcome* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
   void KeepEchoes(uint64_t round, const std::vector<Item>& items);
-  // The weighted mean of the clients' values, placed on their supports, into out->delta.
-  void Average(const Decoded& d, Outcome* out) const;
+  // The clients' values (but `excluded`'s) clipped and combined with `robust`, per
+  // support, placed on their supports; who counted goes into *counted.
+  absl::StatusOr<std::vector<float>> CombineValues(const Decoded& d,
+                                             const coordinator::AggregatorOptions& robust,
+                                             const std::set<std::string>& excluded,
+                                             std::set<std::string>* counted) const;
   // The mean cosine similarity of two clients' values (-2 with no pair).
   double ValuesCosine(const std::vector<Item>& items) const;
   // Stage 2: the round's batch joins the replay buffer; plan_.ae_steps autoencoder steps.

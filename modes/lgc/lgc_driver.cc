@@ -25,8 +25,11 @@ absl::Status LgcOptions::Validate() const {
 }
 
 LgcDriver::LgcDriver(LgcOptions options, coordinator::ServerOptimizer optimizer,
-                     std::unique_ptr<LgcAggregator> agg)
-    : options_(std::move(options)), optimizer_(optimizer), agg_(std::move(agg)) {}
+                     coordinator::AggregatorOptions robust, std::unique_ptr<LgcAggregator> agg)
+    : options_(std::move(options)),
+      optimizer_(optimizer),
+      robust_(std::move(robust)),
+      agg_(std::move(agg)) {}
 
 absl::StatusOr<std::unique_ptr<LgcDriver>> LgcDriver::Create(
     const LgcOptions& options, const coordinator::ServerOptimizer& opt, const DriverEnv& env) {
@@ -40,7 +43,7 @@ absl::StatusOr<std::unique_ptr<LgcDriver>> LgcDriver::Create(
   auto agg = LgcAggregator::Create(**plan, env.plan->warmup_codecs.size(), env.dim, env.state_dir,
                                    env.committed_round, env.init_seed, options.ae_device);
   if (!agg.ok()) return agg.status();
-  return std::unique_ptr<LgcDriver>(new LgcDriver(options, opt, *std::move(agg)));
+  return std::unique_ptr<LgcDriver>(new LgcDriver(options, opt, env.robust, *std::move(agg)));
 }
 
 std::string LgcDriver::ChooseLeader(const RoundHost& host,
@@ -127,7 +130,8 @@ absl::Status LgcDriver::RunPlainRound(RoundHost& host, const std::vector<std::st
                                       Clock::time_point deadline, CommitResult* commit,
                                       RoundReport* report) {
   const std::vector<float> before = host.engine().ModelVector();
-  if (absl::Status st = RunSummedRound(host, participants, deadline, optimizer_, commit, report);
+  if (absl::Status st = RunSummedRound(host, participants, deadline, optimizer_, robust_,
+                                       &summed_, commit, report);
       !st.ok() || host.stopped()) {
     return st;
   }
@@ -172,8 +176,37 @@ absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
   const auto t0 = Clock::now();
   // predict=1: the leader whose support and latent went out is the round's.
   if (!w.pushed.empty()) w.leader = w.pushed;
-  auto outcome = agg_->Aggregate(round, w.leader, payloads_->Payloads(), &w.tried);
+  // The model guard picks who counts: the round's candidate, else without the largest
+  // values (at most a minority of them).
+  coordinator::GuardedChoice choice;
+  const LgcAggregator::Chooser choose =
+      [&](const std::map<std::string, double>& norms,
+          const LgcAggregator::Combine& combine) -> absl::StatusOr<std::set<std::string>> {
+    const auto candidate =
+        [&](const std::set<std::string>& excluded) -> absl::StatusOr<std::vector<float>> {
+      std::set<std::string> counted;
+      auto delta = combine(excluded, &counted);
+      if (!delta.ok()) return delta.status();
+      return engine.Preview(*delta, optimizer_);
+    };
+    auto chosen = coordinator::ChooseUnderGuard(host, coordinator::ByNormDescending(norms),
+                                                norms.empty() ? 0 : (norms.size() - 1) / 2,
+                                                candidate, report);
+    if (!chosen.ok()) return chosen.status();
+    choice = *std::move(chosen);
+    if (!choice.model.empty()) return choice.excluded;
+    // Nothing passed: nobody counts, and the autoencoder learns from nobody.
+    std::set<std::string> everyone;
+    for (const auto& [client, n] : norms) everyone.insert(client);
+    return everyone;
+  };
+  auto outcome =
+      agg_->Aggregate(round, w.leader, payloads_->Payloads(), &w.tried, robust_, choose);
   if (!outcome.ok()) return outcome.status();
+  coordinator::QuarantineExcluded(host, round, choice);
+  report->figures["clip_bound"] = outcome->clip_bound;
+  report->figures["clipped"] = outcome->clipped;
+  report->per_client["update_norm"] = outcome->norms;
   report->figures["ae_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
   report->figures["ae_reconstruction"] = outcome->ae_reconstruction;
   report->figures["ae_similarity"] = outcome->ae_similarity;
@@ -181,7 +214,11 @@ absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
   report->figures["lgc_rebuild_mismatches"] = outcome->rebuild_mismatches;
   report->labels["lgc_leader"] = w.leader;
   last_leader_ = w.leader;
-  auto committed = engine.CommitDelta(outcome->delta, optimizer_, &outcome->counted);
+  // A round whose every candidate the guard refused counts nothing (and the server
+  // optimizer's momentum does not move the model either).
+  auto committed = choice.model.empty() && !choice.first.passed()
+                       ? engine.CommitModel(engine.ModelVector(), {})
+                       : engine.CommitDelta(outcome->delta, optimizer_, &outcome->counted);
   if (!committed.ok()) return committed.status();
   *commit = *std::move(committed);
   return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/round_driver.h"
+#include "modes/fedavg/fedavg_driver.h"
 #include "modes/lgc/lgc_aggregator.h"
 
 namespace fedlgc::modes {
@@ -67,7 +68,7 @@ class LgcDriver final : public coordinator::RoundDriver {
   };
 
   LgcDriver(LgcOptions options, coordinator::ServerOptimizer optimizer,
-            std::unique_ptr<LgcAggregator> agg);
+            coordinator::AggregatorOptions robust, std::unique_ptr<LgcAggregator> agg);
   absl::Status RunPlainRound(RoundHost& host, const std::vector<std::string>& participants,
                              Clock::time_point deadline, coordinator::CommitResult* commit,
                              RoundReport* report);
@@ -98,7 +99,9 @@ class LgcDriver final : public coordinator::RoundDriver {
 
   const LgcOptions options_;
   const coordinator::ServerOptimizer optimizer_;
+  const coordinator::AggregatorOptions robust_;
   const std::unique_ptr<LgcAggregator> agg_;
+  SummedRoundState summed_;  // of the warm-up rounds; the round loop's thread only
   std::shared_ptr<coordinator::PayloadCollector> payloads_;  // of the round being run
   std::string last_leader_;                                  // of the last LGC round
 

@@ -34,18 +34,19 @@ absl::Status LsgdOptions::Validate() const {
   return absl::OkStatus();
 }
 
-LsgdDriver::LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir)
+LsgdDriver::LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir,
+                       coordinator::AggregatorOptions robust)
     : options_(std::move(options)),
+      robust_(std::move(robust)),
       initial_(std::move(initial)),
       state_dir_(std::move(state_dir)) {}
 
-absl::StatusOr<std::unique_ptr<LsgdDriver>> LsgdDriver::Create(LsgdOptions options,
-                                                               std::vector<float> initial,
-                                                               std::string state_dir,
-                                                               uint64_t committed_round) {
+absl::StatusOr<std::unique_ptr<LsgdDriver>> LsgdDriver::Create(
+    LsgdOptions options, std::vector<float> initial, std::string state_dir,
+    uint64_t committed_round, const coordinator::AggregatorOptions& robust) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
-  std::unique_ptr<LsgdDriver> d(
-      new LsgdDriver(std::move(options), std::move(initial), std::move(state_dir)));
+  std::unique_ptr<LsgdDriver> d(new LsgdDriver(std::move(options), std::move(initial),
+                                               std::move(state_dir), robust));
   if (committed_round > 0) {
     if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
   } else {
@@ -231,16 +232,49 @@ protos::LsgdLead LsgdDriver::LeadForLocked(uint64_t round, const std::string& le
   return lead;
 }
 
+namespace {
+
+// The factor of `leader`'s update under `scaling`, or 0 when it does not count.
+double FactorOf(const LsgdDriver::Scaling& scaling, const LsgdDriver::Updates& updates,
+                const std::string& leader) {
+  auto it = updates.find(leader);
+  if (it == updates.end() || !it->second.complete || scaling.excluded.count(leader)) return 0;
+  auto f = scaling.factors.find(leader);
+  return f == scaling.factors.end() ? 1.0 : f->second;
+}
+
+}  // namespace
+
+std::vector<float> LsgdDriver::Preview(const Election& election, const Updates& updates,
+                                       const Scaling& scaling) const {
+  absl::MutexLock lock(&mu_);
+  const std::string& global = election.best.empty() ? global_leader_ : election.best;
+  auto g = group_of_.find(global);
+  if (g == group_of_.end() || g->second >= refs_.size()) {
+    return refs_.empty() ? initial_ : refs_.front();
+  }
+  std::vector<float> model = refs_[g->second];
+  auto leader = election.leaders.find(g->second);
+  if (leader == election.leaders.end()) return model;
+  const double f = FactorOf(scaling, updates, leader->second);
+  if (f > 0) {
+    const std::vector<float>& delta = updates.at(leader->second).values;
+    for (size_t i = 0; i < model.size(); ++i) model[i] += static_cast<float>(f * delta[i]);
+  }
+  return model;
+}
+
 std::vector<float> LsgdDriver::Commit(uint64_t round, const Election& election,
-                                      const Updates& updates, std::set<std::string>* counted) {
+                                      const Updates& updates, std::set<std::string>* counted,
+                                      const Scaling& scaling) {
   absl::MutexLock lock(&mu_);
   pulled_leaders_.clear();
   for (const auto& [g, leader] : election.leaders) {
-    auto it = updates.find(leader);
-    if (it == updates.end() || !it->second.complete || g >= refs_.size()) continue;
+    const double f = FactorOf(scaling, updates, leader);
+    if (!(f > 0) || g >= refs_.size()) continue;
     std::vector<float>& ref = refs_[g];
-    const std::vector<float>& delta = it->second.values;
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] += delta[i];
+    const std::vector<float>& delta = updates.at(leader).values;
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += static_cast<float>(f * delta[i]);
     ref_versions_[g] = round;
     PublishLocked(g);
     pulled_leaders_[g] = leader;
@@ -329,11 +363,10 @@ LsgdDriver::Election LsgdDriver::RunLeaders(coordinator::RoundHost& host, uint64
   host.WaitUntil(
       deadline, [&] { return host.engine().AllComplete(); },
       [&] {
-        const Updates updates = collector.Updates();
+        const std::set<std::string> complete = collector.CompleteClients();
         std::set<std::string> gone;
         for (const std::string& c : host.Vanished(leaders_of(election), opened)) {
-          auto it = updates.find(c);
-          if (it == updates.end() || !it->second.complete) gone.insert(c);
+          if (!complete.count(c)) gone.insert(c);
         }
         if (gone.empty()) return;
         excluded.insert(gone.begin(), gone.end());
@@ -362,16 +395,69 @@ absl::Status LsgdDriver::RunRound(coordinator::RoundHost& host,
   const Election election = RunLeaders(host, round, opened, deadline, *collector);
   if (host.stopped()) return absl::OkStatus();
   report->hit_deadline = !engine.AllComplete();
-  std::set<std::string> counted;
-  std::vector<float> model = Commit(round, election, collector->Updates(), &counted);
-  auto committed = engine.CommitModel(std::move(model), counted);
-  if (!committed.ok()) return committed.status();
-  *commit = *std::move(committed);
+  if (absl::Status st = CommitGuarded(host, round, election, collector->Updates(), commit, report);
+      !st.ok()) {
+    return st;
+  }
   report->labels["lsgd_leader"] = election.best;
   for (const std::string& c : participants) host.metrics().SetLsgdLeader(c, c == election.best);
   for (const auto& [c, loss] : Losses()) {
     host.metrics().SetTrainLoss(c, loss);
     report->per_client["lsgd_loss"][c] = loss;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LsgdDriver::CommitGuarded(coordinator::RoundHost& host, uint64_t round,
+                                       const Election& election, const Updates& updates,
+                                       coordinator::CommitResult* commit, RoundReport* report) {
+  // Each group has one leader: its update is clipped against the norms of recent
+  // leaders' (the round's alone cannot give a median), and may be left out alone.
+  Scaling scaling;
+  std::map<std::string, double> norms;
+  for (const auto& [g, leader] : election.leaders) {
+    auto it = updates.find(leader);
+    if (it != updates.end() && it->second.complete) {
+      norms[leader] = coordinator::L2Norm(it->second.values);
+    }
+  }
+  std::vector<double> recent(leader_norms_.begin(), leader_norms_.end());
+  for (const auto& [leader, n] : norms) recent.push_back(n);
+  const double bound = robust_.clip > 0 ? robust_.clip * coordinator::LowerMedian(recent) : 0;
+  int clipped = 0;
+  for (const auto& [leader, n] : norms) {
+    if (bound > 0 && n > bound) {
+      scaling.factors[leader] = bound / n;
+      ++clipped;
+    }
+  }
+  report->figures["clip_bound"] = bound;
+  report->figures["clipped"] = clipped;
+  report->per_client["update_norm"] = norms;
+  auto choice = coordinator::ChooseUnderGuard(
+      host, coordinator::ByNormDescending(norms), norms.size(),
+      [&](const std::set<std::string>& excluded) -> absl::StatusOr<std::vector<float>> {
+        Scaling s = scaling;
+        s.excluded = excluded;
+        return Preview(election, updates, s);
+      },
+      report);
+  if (!choice.ok()) return choice.status();
+  coordinator::QuarantineExcluded(host, round, *choice);
+  coordinator::RoundEngine& engine = host.engine();
+  std::set<std::string> counted;
+  absl::StatusOr<coordinator::CommitResult> committed;
+  if (choice->model.empty()) {
+    committed = engine.CommitModel(engine.ModelVector(), {});
+  } else {
+    scaling.excluded = choice->excluded;
+    committed = engine.CommitModel(Commit(round, election, updates, &counted, scaling), counted);
+  }
+  if (!committed.ok()) return committed.status();
+  *commit = *std::move(committed);
+  for (const std::string& leader : counted) {
+    leader_norms_.push_back(norms[leader]);
+    if (leader_norms_.size() > 32) leader_norms_.pop_front();
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@
 #ifndef FEDLGC_MODES_LSGD_LSGD_DRIVER_H_
 #define FEDLGC_MODES_LSGD_LSGD_DRIVER_H_
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -62,10 +63,9 @@ class LsgdDriver final : public coordinator::RoundDriver {
 
   // `initial`: the job's initial model, every group's first reference. Loads the state
   // of `committed_round` from `state_dir` when it is > 0.
-  static absl::StatusOr<std::unique_ptr<LsgdDriver>> Create(LsgdOptions options,
-                                                            std::vector<float> initial,
-                                                            std::string state_dir,
-                                                            uint64_t committed_round);
+  static absl::StatusOr<std::unique_ptr<LsgdDriver>> Create(
+      LsgdOptions options, std::vector<float> initial, std::string state_dir,
+      uint64_t committed_round, const coordinator::AggregatorOptions& robust = {});
 
   // RoundDriver.
   Mode mode() const override { return Mode::kLsgd; }
@@ -111,11 +111,20 @@ class LsgdDriver final : public coordinator::RoundDriver {
   protos::LsgdLead LeadFor(uint64_t round, const std::string& leader) const;
   protos::LsgdLead LeadForLocked(uint64_t round, const std::string& leader) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves each group's reference by its leader's decoded update when it is complete;
-  // those leaders go into *counted. Returns the run's model: the reference of the global
-  // leader's group.
+  // How a commit takes the leaders' updates: the leaders left out (the model guard), and
+  // each one's factor (clipping; 1 when absent).
+  struct Scaling {
+    std::set<std::string> excluded;
+    std::map<std::string, double> factors;
+  };
+  // Moves each group's reference by its leader's decoded update, times its factor, when
+  // it is complete and not excluded; those leaders go into *counted. Returns the run's
+  // model: the reference of the global leader's group.
   std::vector<float> Commit(uint64_t round, const Election& election, const Updates& updates,
-                            std::set<std::string>* counted);
+                            std::set<std::string>* counted, const Scaling& scaling = {});
+  // The model Commit would return, changing nothing.
+  std::vector<float> Preview(const Election& election, const Updates& updates,
+                             const Scaling& scaling) const;
 
   std::map<std::string, double> Losses() const;  // of the round being collected
   size_t group_count() const;
@@ -131,7 +140,8 @@ class LsgdDriver final : public coordinator::RoundDriver {
   // round's final election.
   Election RunLeaders(coordinator::RoundHost& host, uint64_t round, Clock::time_point opened,
                       Clock::time_point deadline, const coordinator::PerClientCollector& collector);
-  LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir);
+  LsgdDriver(LsgdOptions options, std::vector<float> initial, std::string state_dir,
+             coordinator::AggregatorOptions robust);
   absl::Status Load(uint64_t round);
   // The group of `client`, assigning one to a newcomer. REQUIRES: groups formed.
   size_t GroupOfLocked(const std::string& client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -142,9 +152,18 @@ class LsgdDriver final : public coordinator::RoundDriver {
   void AddPullLocked(size_t group, double strength, protos::LsgdRound* s) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Clips the elected leaders' complete updates against --clip-multiplier x the lower
+  // median of recent leaders' norms, and commits under the model guard (a leader whose
+  // update the guard refuses is quarantined, its group's reference left as it was).
+  absl::Status CommitGuarded(coordinator::RoundHost& host, uint64_t round,
+                             const Election& election, const Updates& updates,
+                             coordinator::CommitResult* commit, RoundReport* report);
+
   const LsgdOptions options_;
+  const coordinator::AggregatorOptions robust_;
   const std::vector<float> initial_;
   const std::string state_dir_;
+  std::deque<double> leader_norms_;  // of recent counted leaders; the round loop's only
   mutable absl::Mutex mu_;
   std::map<std::string, size_t> group_of_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<float>> refs_ ABSL_GUARDED_BY(mu_);  // empty: groups not formed

@@ -30,11 +30,11 @@ absl::Status SgpOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SgpDriver>> SgpDriver::Create(const SgpOptions& options, size_t dim,
-                                                             std::string state_dir,
-                                                             uint64_t committed_round) {
+absl::StatusOr<std::unique_ptr<SgpDriver>> SgpDriver::Create(
+    const SgpOptions& options, size_t dim, std::string state_dir, uint64_t committed_round,
+    const coordinator::AggregatorOptions& robust) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
-  std::unique_ptr<SgpDriver> d(new SgpDriver(options, dim, std::move(state_dir)));
+  std::unique_ptr<SgpDriver> d(new SgpDriver(options, dim, std::move(state_dir), robust));
   if (committed_round > 0) {
     if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
   }
@@ -71,9 +71,28 @@ void SgpDriver::Seal(uint64_t round, Mail* mail) {
   mail->blob = coordinator::MakeBlob(round, EncodeInbox(mail->w, mail->x));
 }
 
+std::map<std::string, double> SgpDriver::Deviations(const Shares& shares,
+                                                    std::span<const float> reference) const {
+  std::map<std::string, double> out;
+  std::vector<float> f(dim_);
+  for (const auto& [sender, u] : shares) {
+    if (!u.complete || !(u.weight_share > 0)) continue;
+    core::ReconstructShare(u.values, u.weight_share,
+                           reference_ ? reference : std::span<const float>(), f);
+    double sq = 0;
+    for (size_t i = 0; i < dim_; ++i) {
+      const double d = f[i] / u.weight_share - reference[i];
+      sq += d * d;
+    }
+    out[sender] = std::sqrt(sq);
+  }
+  return out;
+}
+
 SgpDriver::Outcome SgpDriver::Commit(uint64_t round, const Shares& shares,
                                      const std::set<std::string>& live,
-                                     std::span<const float> reference) {
+                                     std::span<const float> reference,
+                                     const std::set<std::string>& withheld, bool preview) {
   Outcome out;
   absl::MutexLock lock(&mu_);
   std::vector<std::vector<float>> full;  // complete shares, reconstructed
@@ -83,7 +102,7 @@ SgpDriver::Outcome SgpDriver::Commit(uint64_t round, const Shares& shares,
   std::set<std::string> touched;
   for (const auto& [sender, peer] : peer_) {
     auto it = shares.find(sender);
-    if (it == shares.end() || !it->second.complete) continue;
+    if (it == shares.end() || !it->second.complete || withheld.count(sender)) continue;
     const coordinator::PerClientCollector::Update& u = it->second;
     std::vector<float> f(dim_);
     core::ReconstructShare(u.values, u.weight_share,
@@ -91,7 +110,7 @@ SgpDriver::Outcome SgpDriver::Commit(uint64_t round, const Shares& shares,
     auto box = mail_.find(peer);
     const bool full_box =
         box != mail_.end() && box->second.size() >= kMaxMailRounds && !box->second.count(round);
-    if (live.count(peer) && !full_box) {
+    if (live.count(peer) && !full_box && !preview) {
       Mail& mail = mail_[peer][round];
       if (mail.x.empty()) mail.x.assign(dim_, 0.0f);
       for (size_t i = 0; i < dim_; ++i) mail.x[i] += f[i];
@@ -106,7 +125,9 @@ SgpDriver::Outcome SgpDriver::Commit(uint64_t round, const Shares& shares,
     weights.push_back(u.weight_share);
   }
   for (const std::string& peer : touched) Seal(round, &mail_[peer][round]);
-  if (!distance_sq_.empty()) {
+  if (preview) {
+    // The model alone.
+  } else if (!distance_sq_.empty()) {
     double sum_sq = 0;
     for (const auto& [c, d] : distance_sq_) sum_sq += d;
     out.consensus_distance = std::sqrt(sum_sq / static_cast<double>(distance_sq_.size()));
@@ -173,7 +194,45 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
   // Shares go to receivers seen in the last 3 s; the others' senders keep theirs.
   std::set<std::string> live(participants.begin(), participants.end());
   for (const std::string& c : host.Vanished(live, opened)) live.erase(c);
-  Outcome out = Commit(round, collector->Updates(), live, engine.ModelVector());
+  // Shares far from the served model are withheld (their senders keep them: push-sum's
+  // mass stays whole); the model guard may withhold more, and quarantines those.
+  const Shares shares = collector->Updates();
+  const std::vector<float> served = engine.ModelVector();
+  const std::map<std::string, double> deviations = Deviations(shares, served);
+  std::set<std::string> withheld;
+  double bound = 0;
+  if (robust_.clip > 0 && !deviations.empty()) {
+    std::vector<double> d;
+    for (const auto& [c, x] : deviations) d.push_back(x);
+    bound = robust_.clip * coordinator::LowerMedian(d);
+    for (const auto& [c, x] : deviations) {
+      if (x > bound) withheld.insert(c);
+    }
+  }
+  report->figures["clip_bound"] = bound;
+  report->figures["clipped"] = static_cast<double>(withheld.size());
+  report->per_client["update_norm"] = deviations;
+  std::vector<std::string> suspects;
+  for (const std::string& c : coordinator::ByNormDescending(deviations)) {
+    if (!withheld.count(c)) suspects.push_back(c);
+  }
+  auto choice = coordinator::ChooseUnderGuard(
+      host, suspects, suspects.empty() ? 0 : (suspects.size() - 1) / 2,
+      [&](const std::set<std::string>& excluded) -> absl::StatusOr<std::vector<float>> {
+        std::set<std::string> out = withheld;
+        out.insert(excluded.begin(), excluded.end());
+        return Commit(round, shares, live, served, out, /*preview=*/true).model;
+      },
+      report);
+  if (!choice.ok()) return choice.status();
+  coordinator::QuarantineExcluded(host, round, *choice);
+  Outcome out;
+  if (choice->model.empty()) {
+    out.model = served;  // nothing is delivered: every sender keeps its share
+  } else {
+    withheld.insert(choice->excluded.begin(), choice->excluded.end());
+    out = Commit(round, shares, live, served, withheld);
+  }
   auto committed = engine.CommitModel(std::move(out.model), out.delivered);
   if (!committed.ok()) return committed.status();
   *commit = *std::move(committed);

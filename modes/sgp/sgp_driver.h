@@ -56,9 +56,11 @@ class SgpDriver final : public coordinator::RoundDriver {
   static constexpr size_t kMaxMailRounds = 8;
 
   // Loads the state of `committed_round` from `state_dir` when it is > 0.
-  static absl::StatusOr<std::unique_ptr<SgpDriver>> Create(const SgpOptions& options, size_t dim,
-                                                           std::string state_dir,
-                                                           uint64_t committed_round);
+  // `robust.clip`: a share whose sender model lies further than clip x the lower
+  // median of the round's from the served model is withheld (its sender keeps it).
+  static absl::StatusOr<std::unique_ptr<SgpDriver>> Create(
+      const SgpOptions& options, size_t dim, std::string state_dir, uint64_t committed_round,
+      const coordinator::AggregatorOptions& robust = {});
 
   // RoundDriver.
   Mode mode() const override { return Mode::kSgp; }
@@ -89,10 +91,17 @@ class SgpDriver final : public coordinator::RoundDriver {
     std::set<std::string> delivered;  // senders whose share went into a mailbox
     double consensus_distance = -1;   // over the complete shares; -1 with fewer than two
   };
-  // Delivers the complete shares whose receiver is in `live`. `reference`: the round's
-  // served model (what shares were coded against).
+  // Delivers the complete shares whose receiver is in `live`, but those of `withheld`
+  // (their senders keep them, as for a receiver that is gone). `reference`: the round's
+  // served model (what shares were coded against). `preview`: the outcome's model only,
+  // delivering nothing.
   Outcome Commit(uint64_t round, const Shares& shares, const std::set<std::string>& live,
-                 std::span<const float> reference);
+                 std::span<const float> reference, const std::set<std::string>& withheld = {},
+                 bool preview = false);
+  // Each complete share's sender model z = x / w as far from `reference` (L2): what
+  // clipping and the model guard judge.
+  std::map<std::string, double> Deviations(const Shares& shares,
+                                           std::span<const float> reference) const;
 
   // The "inbox" of `client` from `round`; nullptr when there is none.
   std::shared_ptr<const ModelBlob> Inbox(const std::string& client, uint64_t round) const;
@@ -102,11 +111,13 @@ class SgpDriver final : public coordinator::RoundDriver {
   std::pair<std::vector<double>, double> MailTotals() const;
 
  private:
-  SgpDriver(const SgpOptions& options, size_t dim, std::string state_dir)
+  SgpDriver(const SgpOptions& options, size_t dim, std::string state_dir,
+            const coordinator::AggregatorOptions& robust)
       : reference_(options.reference),
         overlap_(options.overlap),
         dim_(dim),
-        state_dir_(std::move(state_dir)) {}
+        state_dir_(std::move(state_dir)),
+        robust_(robust) {}
   absl::Status Load(uint64_t round);
   struct Mail {
     double w = 0;
@@ -119,6 +130,7 @@ class SgpDriver final : public coordinator::RoundDriver {
   const uint32_t overlap_;
   const size_t dim_;
   const std::string state_dir_;
+  const coordinator::AggregatorOptions robust_;
   mutable absl::Mutex mu_;
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> participants_ ABSL_GUARDED_BY(mu_);  // sorted

@@ -14,6 +14,7 @@
 #include "codecs/registry.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/collectors.h"
+#include "core/atomic_file.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::coordinator {
@@ -53,6 +54,7 @@ struct Summed {
 Summed MakeEngine(const std::string& codec = "fp32", float momentum = 0) {
   EngineOptions o;
   o.plan.codec = codec;
+  o.max_client_weight = 1;  // the sample counts as they are
   EngineState s;
   s.model.assign(kDim, 1.0f);
   Summed e{std::make_unique<RoundEngine>(o, s), nullptr, ServerOptimizer{1.0f, momentum}};
@@ -244,9 +246,12 @@ TEST(CappedWeights, NoClientHoldsMoreThanTheCapAndTheSmallKeepTheirCounts) {
   auto w = CappedWeights({{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"big", 100}}, 0.5);
   EXPECT_DOUBLE_EQ(w.at("big"), 4.0);
   EXPECT_DOUBLE_EQ(w.at("a"), 1.0);
-  // Two clients, cap 1/2: no weighting but equal ones meets it; the counts stand.
+  // Two clients, cap 1/2: only equal weights meet it.
   auto two = CappedWeights({{"a", 1}, {"b", 9}}, 0.5);
-  EXPECT_DOUBLE_EQ(two.at("b"), 9.0);
+  EXPECT_DOUBLE_EQ(two.at("a"), two.at("b"));
+  // Three clients, cap 1/4: none meets it; equal weights come nearest.
+  auto three = CappedWeights({{"a", 1}, {"b", 9}, {"c", 1000000}}, 0.25);
+  EXPECT_DOUBLE_EQ(three.at("c"), three.at("a"));
   // Unknown (0) stays 0; cap 1: no cap.
   auto unknown = CappedWeights({{"a", 0}, {"b", 5}, {"c", 5}, {"d", 50}}, 1.0);
   EXPECT_DOUBLE_EQ(unknown.at("a"), 0.0);
@@ -269,13 +274,14 @@ TEST(CappedWeights, NoClientHoldsMoreThanTheCapAndTheSmallKeepTheirCounts) {
     for (const auto& [c, x] : got) {
       total += x;
       top = std::max(top, x);
-      ASSERT_LE(x, static_cast<double>(samples.at(c)) * (1 + 1e-12));
+      if (n * cap > 1) {
+        ASSERT_LE(x, static_cast<double>(samples.at(c)) * (1 + 1e-12));
+      }
     }
     if (n * cap > 1) {
       ASSERT_LE(top / total, cap * (1 + 1e-9)) << "n " << n << " cap " << cap;
     } else {
-      ASSERT_EQ(got.size(), samples.size());
-      for (const auto& [c, x] : got) ASSERT_EQ(x, static_cast<double>(samples.at(c)));
+      for (const auto& [c, x] : got) ASSERT_EQ(x, top) << "equal weights";
     }
     for (const auto& [c, x] : got) {
       if (x < top * (1 - 1e-12)) {
@@ -359,6 +365,7 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   const auto f = Encode("fp32", std::vector<float>(kDim, 3.0f), 1500);
   ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
   e.Commit();
+  e->Quarantine("b", "round 1: the guard refused it");
   ASSERT_TRUE(WriteCheckpoint(dir, "job", e->Snapshot()).ok());
   auto back = ReadCheckpoint(dir, "job");
   ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
@@ -369,6 +376,13 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   ASSERT_EQ(s.receipts.at("a").size(), 1u);
   EXPECT_EQ(s.receipts.at("a").back().counted, std::vector<uint32_t>{0});
   EXPECT_EQ(s.receipts.count("b"), 0u) << "b sent nothing: no receipt to keep";
+  EXPECT_EQ(s.quarantined, (std::map<std::string, std::string>{
+                               {"b", "round 1: the guard refused it"}}));
+  // Quarantined is refused from now on, with its own reason.
+  e.Open({"a", "b"});
+  const ChunkResult barred = e->AcceptChunk(Chunk("b", f, 0, 300, 2));
+  EXPECT_EQ(barred.reason, RejectReason::kQuarantined);
+  EXPECT_TRUE(absl::IsPermissionDenied(barred.status)) << barred.status;
   EXPECT_EQ(ReadCheckpoint(dir, "other").status().code(), absl::StatusCode::kFailedPrecondition);
   // A flipped byte is refused, not half-loaded.
   std::string bytes;
@@ -384,6 +398,29 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   std::fwrite(bytes.data(), 1, bytes.size(), out);
   std::fclose(out);
   EXPECT_EQ(ReadCheckpoint(dir, "job").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(Checkpoint, AVersion1CheckpointStillLoads) {
+  const std::string dir = ::testing::TempDir() + "/ckpt_v1";
+  std::filesystem::remove_all(dir);
+  core::StateWriter w;  // version 1: no quarantine list
+  w.U32(0x4B434C46);
+  w.U32(1);
+  w.Str("job");
+  w.U64(5);  // next round
+  w.U64(4);  // model version
+  w.Floats(std::vector<float>{1, 2, 3});
+  w.Floats(std::vector<float>{0, 0, 0});
+  w.U32(1);
+  w.Str("a");
+  w.U64(10);
+  w.U32(0);  // no receipts
+  ASSERT_TRUE(core::AtomicWriteFile(CheckpointPath(dir), w.Finish()).ok());
+  auto back = ReadCheckpoint(dir, "job");
+  ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
+  EXPECT_EQ((*back)->next_round, 5u);
+  EXPECT_EQ((*back)->model, (std::vector<float>{1, 2, 3}));
+  EXPECT_TRUE((*back)->quarantined.empty());
 }
 
 }  // namespace

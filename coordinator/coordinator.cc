@@ -87,8 +87,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
   JobInfo job{StrCat("fedlgc-", o.model), o.model, dim, o.rounds};
+  ServiceOptions so;
+  so.insecure = o.insecure;
+  so.max_message_bytes = o.max_message_bytes;
+  so.streams = o.streams;
   c->service_ = std::make_unique<CoordinatorService>(c->engine_.get(), c->driver_.get(),
-                                                     c->metrics_.get(), job, o.insecure);
+                                                     c->metrics_.get(), job, so);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
   return c;
 }
@@ -117,8 +121,15 @@ absl::Status Coordinator::Start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, creds, &port_);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(o.max_message_bytes));
+  // gRPC takes messages up to twice the limit, so that the service sees, refuses and
+  // counts those over it (wire.h); past twice the limit gRPC's transport cuts the call
+  // before any handler runs, and it cannot be counted.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<uint64_t>(2ull * o.max_message_bytes, 1u << 30)));
   builder.SetMaxSendMessageSize(static_cast<int>(o.max_message_bytes));
+  // Streams per connection (HTTP/2 SETTINGS): a well-behaved client queues past it.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(o.max_streams_per_connection));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   // 20 s: a host busy training (8 clients on 2 cores here) can take more than 5 s to
   // answer a ping, and a dropped event stream costs a reconnect and a leader promotion.

@@ -93,7 +93,17 @@ void AddServiceFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--tls-key", o->tls_key, "server key");
   core::AddBoolFlag(*g, "--insecure", &o->insecure,
                     "plaintext, clients name themselves: local experiments only");
-  g->add_option("--max-message-bytes", o->max_message_bytes, "gRPC message size limit");
+  g->add_option("--max-message-bytes", o->max_message_bytes,
+                "largest message a client may send (larger: RESOURCE_EXHAUSTED, counted)");
+  g->add_option("--max-streams-per-client", o->streams.per_client,
+                "uploads, shares and downloads one client may have open at once");
+  g->add_option("--max-streams", o->streams.total,
+                "uploads, shares and downloads open at once, all clients together");
+  g->add_option("--max-streams-per-connection", o->max_streams_per_connection,
+                "concurrent calls per connection (HTTP/2; clients queue past it)");
+  g->add_option("--stream-idle-timeout", o->streams.idle_timeout_s,
+                "seconds an upload or download may go without a message before it is "
+                "cancelled");
   g->add_option("--linger", o->linger_s,
                 "seconds to keep serving /metrics after the last round (for a last scrape)");
   g->add_option("--ratio-target", o->ratio_target,

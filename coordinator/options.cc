@@ -74,6 +74,10 @@ absl::Status CoordinatorOptions::Validate() const {
   }
   if (auto robust = Robust(); !robust.ok()) return robust.status();
   if (absl::Status st = guard.Validate(); !st.ok()) return st;
+  if (absl::Status st = streams.Validate(); !st.ok()) return st;
+  if (max_streams_per_connection < 4) {
+    return absl::InvalidArgumentError("--max-streams-per-connection must be >= 4");
+  }
   if (!(ratio_target >= 0)) return absl::InvalidArgumentError("--ratio-target must be >= 0");
   if (!(linger_s >= 0)) return absl::InvalidArgumentError("--linger must be >= 0");
   if (torch_threads < 1) return absl::InvalidArgumentError("--torch-threads must be >= 1");

@@ -12,6 +12,7 @@
 #include "coordinator/model_guard.h"
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/stream_registry.h"
 #include "core/protocol.h"
 
 namespace fedlgc::coordinator {
@@ -46,6 +47,10 @@ struct CoordinatorOptions {
   std::string tls_ca, tls_cert, tls_key;
   bool insecure = false;
   uint32_t max_message_bytes = 4 << 20;
+  // Open uploads, shares and downloads per client and in all, and the idle timeout
+  // (stream_registry.h); streams per connection (HTTP/2).
+  StreamLimits streams;
+  uint32_t max_streams_per_connection = 64;
   uint64_t seed = 1;  // participant sampling and the clients' round seeds
   int torch_threads = 1;
 

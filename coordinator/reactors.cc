@@ -1,6 +1,8 @@
 // Event and download reactors (see reactors.h).
 #include "coordinator/reactors.h"
 
+#include <grpcpp/support/slice.h>
+
 #include <algorithm>
 
 namespace fedlgc::coordinator {
@@ -8,24 +10,47 @@ namespace fedlgc::coordinator {
 void EventsReactor::Push(const protos::ServerEvent& e) {
   absl::MutexLock lock(&mu_);
   if (finished_) return;
-  queue_.push_back(e);
+  if (queue_.size() >= kMaxQueued) {
+    // The client reads nothing: it loses the stream, not the coordinator its memory.
+    FinishLocked(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        StrCat(kMaxQueued, " events wait unread; reconnect to get the ones that matter")));
+    return;
+  }
+  queue_.emplace_back();
+  SerializeMessage(e, &queue_.back());
   if (!writing_) {
     writing_ = true;
     StartWrite(&queue_.front());
   }
 }
 
+void EventsReactor::Close(const grpc::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (!finished_) FinishLocked(status);
+}
+
+void EventsReactor::FinishLocked(const grpc::Status& status) {
+  finished_ = true;
+  Finish(status);
+}
+
 void EventsReactor::OnReadDone(bool ok) {
   if (ok) {
-    StartRead(&in_);
+    protos::ClientEvent e;
+    const absl::Status st = ParseMessage(in_, svc_->max_message_bytes(), &e);
+    if (st.ok()) {
+      StartRead(&in_);
+      return;
+    }
+    svc_->metrics()->AddRejected(ReasonOf(st));
+    absl::MutexLock lock(&mu_);
+    if (!finished_) FinishLocked(ToGrpc(st));
     return;
   }
   // The client closed its side or the stream broke.
   absl::MutexLock lock(&mu_);
-  if (!finished_) {
-    finished_ = true;
-    Finish(grpc::Status::OK);
-  }
+  if (!finished_) FinishLocked(grpc::Status::OK);
 }
 
 void EventsReactor::OnWriteDone(bool ok) {
@@ -45,13 +70,14 @@ void EventsReactor::OnDone() {
 
 DownloadReactor::DownloadReactor(CoordinatorService* svc, std::string client,
                                  std::shared_ptr<const ModelBlob> blob, uint64_t offset,
-                                 bool measure)
+                                 bool measure, std::shared_ptr<StreamTicket> ticket)
     : svc_(svc),
       client_(std::move(client)),
       blob_(std::move(blob)),
       offset_(offset),
       measure_(measure && offset == 0),
-      start_(std::chrono::steady_clock::now()) {
+      start_(std::chrono::steady_clock::now()),
+      ticket_(std::move(ticket)) {
   if (offset_ > 0) svc_->metrics()->AddResume(client_, "download");
   Next();
 }
@@ -61,12 +87,51 @@ void DownloadReactor::OnWriteDone(bool ok) {
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "download stream broke"));
     return;
   }
+  ticket_->Progress();
   svc_->Touch(client_);
-  const uint64_t n = out_.data().size();
-  svc_->metrics()->AddDownlink(client_, n, n);
-  svc_->traffic().downlink += n;
-  offset_ += n;
+  svc_->metrics()->AddDownlink(client_, sent_, sent_);
+  svc_->traffic().downlink += sent_;
+  offset_ += sent_;
   Next();
+}
+
+void DownloadReactor::OnDone() {
+  ticket_->Done();
+  delete this;
+}
+
+namespace {
+
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Drops the reference a slice of a blob holds.
+void ReleaseBlob(void* ref) { delete static_cast<std::shared_ptr<const ModelBlob>*>(ref); }
+
+}  // namespace
+
+grpc::ByteBuffer DownloadReactor::ChunkMessage(const std::shared_ptr<const ModelBlob>& blob,
+                                               uint64_t offset, uint64_t n) {
+  protos::ModelChunk head;  // every field but the data
+  head.set_version(blob->version);
+  head.set_offset(offset);
+  head.set_total_bytes(blob->bytes.size());
+  head.set_crc32c(blob->crc32c);
+  std::string prefix = head.SerializeAsString();
+  // Field 4 (data), length-delimited: a protobuf parser takes fields in any order.
+  AppendVarint((4 << 3) | 2, &prefix);
+  AppendVarint(n, &prefix);
+  grpc::Slice slices[2] = {
+      grpc::Slice(prefix),
+      grpc::Slice(const_cast<char*>(blob->bytes.data() + offset), n, &ReleaseBlob,
+                  new std::shared_ptr<const ModelBlob>(blob)),
+  };
+  return grpc::ByteBuffer(slices, n > 0 ? 2 : 1);
 }
 
 void DownloadReactor::Next() {
@@ -80,12 +145,8 @@ void DownloadReactor::Next() {
     Finish(grpc::Status::OK);
     return;
   }
-  const uint64_t n = std::min(kChunkBytes, total - offset_);
-  out_.set_version(blob_->version);
-  out_.set_offset(offset_);
-  out_.set_total_bytes(total);
-  out_.set_crc32c(blob_->crc32c);
-  out_.set_data(blob_->bytes.data() + offset_, n);
+  sent_ = std::min(kChunkBytes, total - offset_);
+  out_ = ChunkMessage(blob_, offset_, sent_);
   StartWrite(&out_);
 }
 

@@ -1,6 +1,6 @@
 // The per-call state of the coordinator service's streaming calls (service.h): each
 // reactor owns what its call needs, never blocks, and deletes itself when the call is
-// done. Internal to coordinator/.
+// done. They read and write raw bytes (wire.h). Internal to coordinator/.
 #ifndef FEDLGC_COORDINATOR_REACTORS_H_
 #define FEDLGC_COORDINATOR_REACTORS_H_
 
@@ -14,6 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "codecs/str.h"
 #include "coordinator/service.h"
+#include "coordinator/stream_registry.h"
+#include "coordinator/wire.h"
 
 namespace fedlgc::coordinator {
 
@@ -26,40 +28,55 @@ class ErrorReactor final : public Base {
 };
 
 // The event stream of one client: queues server events and writes them one at a time;
-// heartbeats are read and dropped. Unregisters itself from the service when done.
-class EventsReactor final
-    : public grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent> {
+// what the client sends is read and dropped (bytes that are not a ClientEvent end the
+// stream with INVALID_ARGUMENT). At most kMaxQueued events wait: a client that does not
+// read them loses the stream (it gets them again when it reconnects: receipts are
+// replayed, the open round is sent). Unregisters itself from the service when done.
+class EventsReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
+  static constexpr size_t kMaxQueued = 1024;
+
   EventsReactor(CoordinatorService* svc, std::string client)
       : svc_(svc), client_(std::move(client)) {}
   void Begin() { StartRead(&in_); }
   // Queues an event. Safe from any thread while registered with the service.
   void Push(const protos::ServerEvent& e);
+  // Ends the stream with `status` (a newer stream of the same client replaced it).
+  void Close(const grpc::Status& status);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
   void OnDone() override;
 
  private:
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   CoordinatorService* const svc_;
   const std::string client_;
-  protos::ClientEvent in_;
+  grpc::ByteBuffer in_;
   absl::Mutex mu_;
-  std::deque<protos::ServerEvent> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Streams a blob from an offset in chunks of kChunkBytes. A whole download of the global
-// model measures the client's link (CoordinatorService::RecordDownload).
-class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk> {
+// Streams a blob from an offset in chunks of kChunkBytes, without copying it: each
+// message's data is a slice of the blob that keeps it alive, so downloads of one model
+// share its bytes however many are open. A whole download of the global model measures
+// the client's link (CoordinatorService::RecordDownload).
+class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   static constexpr uint64_t kChunkBytes = 1 << 20;
 
   DownloadReactor(CoordinatorService* svc, std::string client,
-                  std::shared_ptr<const ModelBlob> blob, uint64_t offset, bool measure);
+                  std::shared_ptr<const ModelBlob> blob, uint64_t offset, bool measure,
+                  std::shared_ptr<StreamTicket> ticket);
   void OnWriteDone(bool ok) override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
+
+  // The ModelChunk message for [offset, offset + n) of `blob`, its data not copied.
+  static grpc::ByteBuffer ChunkMessage(const std::shared_ptr<const ModelBlob>& blob,
+                                       uint64_t offset, uint64_t n);
 
  private:
   void Next();
@@ -68,29 +85,41 @@ class DownloadReactor final : public grpc::ServerWriteReactor<protos::ModelChunk
   const std::string client_;
   const std::shared_ptr<const ModelBlob> blob_;
   uint64_t offset_;
+  uint64_t sent_ = 0;  // bytes of the message being written
   const bool measure_;  // a whole model download: its time measures the link
   const std::chrono::steady_clock::time_point start_;
-  protos::ModelChunk out_;
+  const std::shared_ptr<StreamTicket> ticket_;
+  grpc::ByteBuffer out_;
 };
 
 // Reads chunks into the round engine until the client ends its stream, then answers with
-// the receipt of what the engine holds; a refused chunk ends the call with its status.
-// Msg is UpdateChunk (UploadUpdate) or GossipChunk (an SGP share).
+// the receipt of what the engine holds; a refused chunk, or bytes that are not a chunk,
+// end the call with its status. Msg is UpdateChunk (UploadUpdate) or GossipChunk (an SGP
+// share).
 template <typename Msg>
-class UploadReactor final : public grpc::ServerReadReactor<Msg> {
+class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  UploadReactor(CoordinatorService* svc, std::string client, protos::UploadReceipt* receipt)
-      : svc_(svc), client_(std::move(client)), receipt_(receipt) {
-    this->StartRead(&msg_);
+  UploadReactor(CoordinatorService* svc, std::string client, grpc::ByteBuffer* response,
+                std::shared_ptr<StreamTicket> ticket)
+      : svc_(svc), client_(std::move(client)), response_(response), ticket_(std::move(ticket)) {
+    this->StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // end of the client's stream: answer with the receipt
+    if (!ok) {  // end of the client's stream (or a cancelled call): answer with the receipt
+      SerializeMessage(receipt_, response_);
       this->Finish(grpc::Status::OK);
       return;
     }
+    ticket_->Progress();
     svc_->Touch(client_);
-    const protos::UpdateChunk& chunk = Chunk(msg_);
+    Msg msg;
+    if (absl::Status st = ParseMessage(in_, svc_->max_message_bytes(), &msg); !st.ok()) {
+      svc_->metrics()->AddRejected(ReasonOf(st));
+      this->Finish(ToGrpc(st));
+      return;
+    }
+    const protos::UpdateChunk& chunk = Chunk(msg);
     if (!chunk.client_id().empty() && chunk.client_id() != client_) {
       svc_->metrics()->AddRejected(RejectReason::kIdentity);
       this->Finish(grpc::Status(
@@ -98,7 +127,7 @@ class UploadReactor final : public grpc::ServerReadReactor<Msg> {
           StrCat("this connection is ", client_, "; it cannot upload as ", chunk.client_id())));
       return;
     }
-    const ChunkIn in = ToChunkIn(chunk);
+    const ChunkIn in = ToChunkIn(msg);
     svc_->driver()->ObserveChunk(client_, in);
     const auto start = std::chrono::steady_clock::now();
     const ChunkResult r = svc_->engine()->AcceptChunk(in);
@@ -108,15 +137,21 @@ class UploadReactor final : public grpc::ServerReadReactor<Msg> {
       return;
     }
     Account(in, r, start);
-    this->StartRead(&msg_);
+    this->StartRead(&in_);
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    ticket_->Done();
+    delete this;
+  }
 
  private:
   static const protos::UpdateChunk& Chunk(const protos::UpdateChunk& m) { return m; }
   static const protos::UpdateChunk& Chunk(const protos::GossipChunk& m) { return m.chunk(); }
 
-  ChunkIn ToChunkIn(const protos::UpdateChunk& chunk) const {
+  // The chunk as the engine takes it; its frame views `msg`'s bytes, which the engine
+  // copies what it keeps of before AcceptChunk returns.
+  ChunkIn ToChunkIn(const Msg& msg) const {
+    const protos::UpdateChunk& chunk = Chunk(msg);
     ChunkIn in;
     in.client_id = client_;
     in.round = chunk.round();
@@ -127,7 +162,7 @@ class UploadReactor final : public grpc::ServerReadReactor<Msg> {
     in.frame = chunk.frame();
     in.scale = chunk.scale() == 0 ? 1.0f : chunk.scale();
     if constexpr (std::is_same_v<Msg, protos::GossipChunk>) {
-      in.share = PushSumShare{msg_.weight(), msg_.reference_version(), msg_.inbox_applied()};
+      in.share = PushSumShare{msg.weight(), msg.reference_version(), msg.inbox_applied()};
     }
     return in;
   }
@@ -135,13 +170,13 @@ class UploadReactor final : public grpc::ServerReadReactor<Msg> {
   // The receipt so far, and the bytes and metrics of an accepted chunk.
   void Account(const ChunkIn& in, const ChunkResult& r,
                std::chrono::steady_clock::time_point start) {
-    receipt_->set_round(in.round);
-    receipt_->set_update_id(in.update_id);
-    receipt_->clear_held_chunks();
-    for (uint32_t h : r.held) receipt_->add_held_chunks(h);
+    receipt_.set_round(in.round);
+    receipt_.set_update_id(in.update_id);
+    receipt_.clear_held_chunks();
+    for (uint32_t h : r.held) receipt_.add_held_chunks(h);
     if (r.duplicate) {
       svc_->metrics()->AddRejected(RejectReason::kDuplicate);
-      receipt_->set_duplicates(receipt_->duplicates() + 1);
+      receipt_.set_duplicates(receipt_.duplicates() + 1);
     } else if (!in.frame.empty()) {
       const uint64_t wire = in.frame.size();
       svc_->metrics()->ObserveDecodeSeconds(
@@ -155,8 +190,10 @@ class UploadReactor final : public grpc::ServerReadReactor<Msg> {
 
   CoordinatorService* const svc_;
   const std::string client_;
-  protos::UploadReceipt* const receipt_;
-  Msg msg_;
+  grpc::ByteBuffer* const response_;
+  const std::shared_ptr<StreamTicket> ticket_;
+  grpc::ByteBuffer in_;
+  protos::UploadReceipt receipt_;
 };
 
 }  // namespace fedlgc::coordinator

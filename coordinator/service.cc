@@ -6,6 +6,7 @@
 
 #include "codecs/str.h"
 #include "coordinator/reactors.h"
+#include "coordinator/wire.h"
 #include "core/protocol.h"
 
 namespace fedlgc::coordinator {
@@ -24,18 +25,22 @@ grpc::Status ToGrpc(const absl::Status& st) {
 }
 
 CoordinatorService::CoordinatorService(RoundEngine* engine, RoundDriver* driver,
-                                       monitoring::Metrics* metrics, JobInfo job, bool insecure)
+                                       monitoring::Metrics* metrics, JobInfo job,
+                                       ServiceOptions options)
     : engine_(engine),
       driver_(driver),
       metrics_(metrics),
       job_(std::move(job)),
-      insecure_(insecure) {}
+      options_(std::move(options)),
+      calls_(options_.streams, options_.watchdog,
+             [metrics](size_t open) { metrics->SetOpenCalls(open); },
+             [metrics](int cancelled) { metrics->AddIdleCancelled(cancelled); }) {}
 
 CoordinatorService::~CoordinatorService() = default;
 
 absl::StatusOr<std::string> CoordinatorService::Identity(grpc::CallbackServerContext* ctx,
                                                          const std::string& claimed) {
-  if (insecure_) {
+  if (options_.insecure) {
     if (claimed.empty())
       return absl::InvalidArgumentError("--insecure: requests must name a client_id");
     return claimed;
@@ -64,40 +69,68 @@ absl::StatusOr<std::string> CoordinatorService::StreamIdentity(grpc::CallbackSer
   return Identity(ctx, claimed);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx,
-                                                   const protos::JoinRequest* req,
-                                                   protos::JoinReply* reply) {
+absl::Status CoordinatorService::Parse(const grpc::ByteBuffer& in,
+                                       google::protobuf::MessageLite* m) {
+  absl::Status st = ParseMessage(in, options_.max_message_bytes, m);
+  if (!st.ok()) metrics_->AddRejected(ReasonOf(st));
+  return st;
+}
+
+absl::StatusOr<std::shared_ptr<StreamTicket>> CoordinatorService::OpenStream(
+    const std::string& client, grpc::CallbackServerContext* ctx) {
+  auto ticket = calls_.Open(client, ctx);
+  if (!ticket.ok()) metrics_->AddRejected(RejectReason::kStreams);
+  return ticket;
+}
+
+template <typename Request, typename Reply>
+grpc::ServerUnaryReactor* CoordinatorService::Unary(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response,
+    grpc::Status (CoordinatorService::*handle)(grpc::CallbackServerContext*, const Request&,
+                                               Reply*)) {
   auto* reactor = ctx->DefaultReactor();
-  auto id = Identity(ctx, req->client_id());
-  if (!id.ok()) {
-    reactor->Finish(ToGrpc(id.status()));
-    return reactor;
-  }
+  Request req;
+  Reply reply;
+  grpc::Status st = ToGrpc(Parse(*request, &req));
+  if (st.ok()) st = (this->*handle)(ctx, req, &reply);
+  if (st.ok()) SerializeMessage(reply, response);
+  reactor->Finish(st);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) {
+  return Unary(ctx, request, response, &CoordinatorService::DoJoin);
+}
+
+grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
+                                        const protos::JoinRequest& req,
+                                        protos::JoinReply* reply) {
+  auto id = Identity(ctx, req.client_id());
+  if (!id.ok()) return ToGrpc(id.status());
   // Protocol version 1 clients did not send one (0).
-  const uint32_t theirs = std::max<uint32_t>(req->protocol_version(), 1);
+  const uint32_t theirs = std::max<uint32_t>(req.protocol_version(), 1);
   if (theirs != kProtocolVersion) {
     metrics_->AddRejected(RejectReason::kProtocol);
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                     StrCat("client ", *id, " speaks fedlgc protocol version ", theirs,
-                            "; this coordinator speaks version ", kProtocolVersion,
-                            ": run an edge client and coordinator of the same release")));
-    return reactor;
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        StrCat("client ", *id, " speaks fedlgc protocol version ", theirs,
+                               "; this coordinator speaks version ", kProtocolVersion,
+                               ": run an edge client and coordinator of the same release"));
   }
   if (engine_->IsQuarantined(*id)) {
     metrics_->AddRejected(RejectReason::kQuarantined);
     const auto why = engine_->Quarantined();
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::PERMISSION_DENIED,
-        StrCat("client ", *id, " is quarantined for this job: ", why.count(*id) ? why.at(*id) : "")));
-    return reactor;
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        StrCat("client ", *id, " is quarantined for this job: ",
+                               why.count(*id) ? why.at(*id) : ""));
   }
-  if (req->num_samples() == 0) {
+  if (req.num_samples() == 0) {
     metrics_->AddRejected(RejectReason::kMalformed);
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be > 0"));
-    return reactor;
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be > 0");
   }
-  engine_->Register(*id, req->num_samples());
+  engine_->Register(*id, req.num_samples());
   metrics_->JoinClient(*id, engine_->current_round());
   reply->set_job_id(job_.job_id);
   reply->set_model(job_.model);
@@ -106,15 +139,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   reply->set_total_rounds(job_.total_rounds);
   reply->set_mode(std::string(ModeName(driver_->mode())));
   reply->set_protocol_version(kProtocolVersion);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return grpc::Status::OK;
 }
 
-grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* CoordinatorService::Events(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Events(
     grpc::CallbackServerContext* ctx) {
   auto id = StreamIdentity(ctx);
   if (!id.ok()) {
-    return Failed<grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>>(id.status());
+    return Failed<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(id.status());
   }
   auto* r = new EventsReactor(this, *id);
   OnEventsOpened(*id, r);
@@ -129,8 +161,15 @@ void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor
     // overtake it: the client's recent receipts first, then the open round if it takes
     // part, or the end of the job.
     absl::MutexLock lock(&mu_);
-    resumed = streams_.count(client) != 0;
-    streams_[client] = r;  // a newer stream replaces the old one
+    auto old = streams_.find(client);
+    resumed = old != streams_.end();
+    // One stream per client: a newer one replaces the old, which ends (a client holds
+    // one; an old one is a broken connection not yet noticed, or someone hoarding).
+    if (resumed) {
+      old->second->Close(grpc::Status(grpc::StatusCode::CANCELLED,
+                                      "replaced by a newer event stream of this client"));
+    }
+    streams_[client] = r;
     for (const Receipt& rc : engine_->ReceiptsFor(client)) r->Push(ReceiptEvent(rc));
     if (auto start = RoundStartEvent(client)) {
       r->Push(*start);
@@ -262,51 +301,62 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
   return blob;
 }
 
-grpc::ServerWriteReactor<protos::ModelChunk>* CoordinatorService::DownloadModel(
-    grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) {
-  using Reactor = grpc::ServerWriteReactor<protos::ModelChunk>;
-  auto id = Identity(ctx, req->client_id());
+grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::DownloadModel(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
+  using Reactor = grpc::ServerWriteReactor<grpc::ByteBuffer>;
+  protos::ModelRequest req;
+  if (absl::Status st = Parse(*request, &req); !st.ok()) return Failed<Reactor>(st);
+  auto id = Identity(ctx, req.client_id());
   if (!id.ok()) return Failed<Reactor>(id.status());
-  auto blob = BlobFor(*id, *req);
+  auto blob = BlobFor(*id, req);
   if (!blob.ok()) return Failed<Reactor>(blob.status());
-  return new DownloadReactor(this, *id, *std::move(blob), req->offset(), req->blob().empty());
+  auto ticket = OpenStream(*id, ctx);
+  if (!ticket.ok()) return Failed<Reactor>(ticket.status());
+  return new DownloadReactor(this, *id, *std::move(blob), req.offset(), req.blob().empty(),
+                             *std::move(ticket));
 }
 
-grpc::ServerReadReactor<protos::UpdateChunk>* CoordinatorService::UploadUpdate(
-    grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* CoordinatorService::UploadUpdate(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
+  using Reactor = grpc::ServerReadReactor<grpc::ByteBuffer>;
   auto id = StreamIdentity(ctx);
-  if (!id.ok()) return Failed<grpc::ServerReadReactor<protos::UpdateChunk>>(id.status());
-  return new UploadReactor<protos::UpdateChunk>(this, *id, receipt);
+  if (!id.ok()) return Failed<Reactor>(id.status());
+  auto ticket = OpenStream(*id, ctx);
+  if (!ticket.ok()) return Failed<Reactor>(ticket.status());
+  return new UploadReactor<protos::UpdateChunk>(this, *id, response, *std::move(ticket));
 }
 
-grpc::ServerReadReactor<protos::GossipChunk>* CoordinatorService::Gossip(
-    grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* CoordinatorService::Gossip(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
+  using Reactor = grpc::ServerReadReactor<grpc::ByteBuffer>;
   auto id = StreamIdentity(ctx);
-  if (!id.ok()) return Failed<grpc::ServerReadReactor<protos::GossipChunk>>(id.status());
-  return new UploadReactor<protos::GossipChunk>(this, *id, receipt);
+  if (!id.ok()) return Failed<Reactor>(id.status());
+  auto ticket = OpenStream(*id, ctx);
+  if (!ticket.ok()) return Failed<Reactor>(ticket.status());
+  return new UploadReactor<protos::GossipChunk>(this, *id, response, *std::move(ticket));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Report(grpc::CallbackServerContext* ctx,
-                                                     const protos::ProgressReport* req,
-                                                     protos::ReportAck* ack) {
-  auto* reactor = ctx->DefaultReactor();
-  auto id = Identity(ctx, req->client_id());
-  if (!id.ok()) {
-    reactor->Finish(ToGrpc(id.status()));
-    return reactor;
-  }
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  return Unary(ctx, request, response, &CoordinatorService::DoReport);
+}
+
+grpc::Status CoordinatorService::DoReport(grpc::CallbackServerContext* ctx,
+                                          const protos::ProgressReport& req,
+                                          protos::ReportAck* ack) {
+  auto id = Identity(ctx, req.client_id());
+  if (!id.ok()) return ToGrpc(id.status());
   Touch(*id);
-  const absl::Status st = driver_->AcceptReport(*id, *req);
+  const absl::Status st = driver_->AcceptReport(*id, req);
   if (!st.ok()) {
     metrics_->AddRejected(absl::IsFailedPrecondition(st) ? RejectReason::kWrongRound
                                                          : ReasonOf(st));
-    reactor->Finish(ToGrpc(st));
-    return reactor;
+    return ToGrpc(st);
   }
-  ack->set_round(req->round());
+  ack->set_round(req.round());
   NotifyChunk();  // wakes the round loop, which may wait for reports
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return grpc::Status::OK;
 }
 
 }  // namespace fedlgc::coordinator

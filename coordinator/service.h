@@ -1,5 +1,6 @@
-// The gRPC face of the coordinator: a callback service whose reactors (reactors.h) own
-// their per-call state and never block. Identity comes from the client certificate
+// The gRPC face of the coordinator: a callback service on raw bytes (wire.h) whose
+// reactors (reactors.h) own their per-call state and never block; per-client limits on
+// open calls and an idle watchdog (stream_registry.h). Identity comes from the client certificate
 // (mTLS); with --insecure it is taken from the request and the coordinator says so at
 // startup. Every refusal becomes a gRPC status here, and only here, and a
 // fedlgc_rejected_total{reason} count. What differs between modes goes to the job's
@@ -18,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/stream_registry.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
 
@@ -39,26 +41,43 @@ struct RoundTraffic {
 
 class EventsReactor;
 
+// How the service bounds what one client can do (docs/protocol.md#limits).
+struct ServiceOptions {
+  bool insecure = false;
+  uint64_t max_message_bytes = 4 << 20;  // larger messages: RESOURCE_EXHAUSTED, oversized
+  StreamLimits streams;
+  bool watchdog = true;  // cancel idle calls from a thread of the service's own
+};
+
+// Every call of the service, as raw bytes (wire.h).
+using RawCoordinatorService = protos::Coordinator::WithRawCallbackMethod_Join<
+    protos::Coordinator::WithRawCallbackMethod_Events<
+        protos::Coordinator::WithRawCallbackMethod_DownloadModel<
+            protos::Coordinator::WithRawCallbackMethod_UploadUpdate<
+                protos::Coordinator::WithRawCallbackMethod_Report<
+                    protos::Coordinator::WithRawCallbackMethod_Gossip<
+                        protos::Coordinator::Service>>>>>>;
+
 // Thread-safe. `engine`, `driver` and `metrics` must outlive the service.
-class CoordinatorService final : public protos::Coordinator::CallbackService {
+class CoordinatorService final : public RawCoordinatorService {
  public:
   CoordinatorService(RoundEngine* engine, RoundDriver* driver, monitoring::Metrics* metrics,
-                     JobInfo job, bool insecure);
+                     JobInfo job, ServiceOptions options);
   ~CoordinatorService() override;
 
-  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const protos::JoinRequest* req,
-                                 protos::JoinReply* reply) override;
-  grpc::ServerBidiReactor<protos::ClientEvent, protos::ServerEvent>* Events(
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Events(
       grpc::CallbackServerContext* ctx) override;
-  grpc::ServerWriteReactor<protos::ModelChunk>* DownloadModel(
-      grpc::CallbackServerContext* ctx, const protos::ModelRequest* req) override;
-  grpc::ServerReadReactor<protos::UpdateChunk>* UploadUpdate(
-      grpc::CallbackServerContext* ctx, protos::UploadReceipt* receipt) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* DownloadModel(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* UploadUpdate(grpc::CallbackServerContext* ctx,
+                                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx,
-                                   const protos::ProgressReport* req,
-                                   protos::ReportAck* ack) override;
-  grpc::ServerReadReactor<protos::GossipChunk>* Gossip(grpc::CallbackServerContext* ctx,
-                                                       protos::UploadReceipt* receipt) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Gossip(grpc::CallbackServerContext* ctx,
+                                                    grpc::ByteBuffer* response) override;
 
   // Clients with an open event stream.
   std::vector<std::string> Connected() const;
@@ -91,11 +110,29 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   RoundEngine* engine() { return engine_; }
   RoundDriver* driver() { return driver_; }
   monitoring::Metrics* metrics() { return metrics_; }
+  uint64_t max_message_bytes() const { return options_.max_message_bytes; }
+  StreamRegistry& calls() { return calls_; }
   void NotifyChunk() {
     if (on_chunk_) on_chunk_();
   }
 
  private:
+  // The unary calls on parsed requests.
+  grpc::Status DoJoin(grpc::CallbackServerContext* ctx, const protos::JoinRequest& req,
+                      protos::JoinReply* reply);
+  grpc::Status DoReport(grpc::CallbackServerContext* ctx, const protos::ProgressReport& req,
+                        protos::ReportAck* ack);
+  // Parses a request; a refusal is counted and becomes the call's status.
+  absl::Status Parse(const grpc::ByteBuffer& in, google::protobuf::MessageLite* m);
+  // A unary call: parse the request, run `handle` on it, serialize the reply.
+  template <typename Request, typename Reply>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
+                                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                                  grpc::Status (CoordinatorService::*handle)(
+                                      grpc::CallbackServerContext*, const Request&, Reply*));
+  // Admits an upload, share or download of `client` under the stream limits (counted).
+  absl::StatusOr<std::shared_ptr<StreamTicket>> OpenStream(const std::string& client,
+                                                           grpc::CallbackServerContext* ctx);
   void OnEventsOpened(const std::string& client, EventsReactor* r);
   std::optional<protos::ServerEvent> RoundStartEvent(const std::string& client) const;
   // The blob a download asks for, or the refusal.
@@ -106,7 +143,8 @@ class CoordinatorService final : public protos::Coordinator::CallbackService {
   RoundDriver* const driver_;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
-  const bool insecure_;
+  const ServiceOptions options_;
+  StreamRegistry calls_;  // open uploads, shares and downloads
   RoundTraffic traffic_;
   std::function<void()> on_chunk_;
   mutable absl::Mutex mu_;

@@ -150,7 +150,19 @@ Metrics::Metrics()
                           .Name("fedlgc_client_skipped_rounds_total")
                           .Help("Rounds a client could not take part in, by reason (nonfinite: "
                                 "a model or update that is not finite)")
-                          .Register(*registry_)) {}
+                          .Register(*registry_)),
+      open_calls_(BuildGauge()
+                      .Name("fedlgc_open_calls")
+                      .Help("Uploads, shares and downloads open at the coordinator")
+                      .Register(*registry_)),
+      idle_cancelled_(BuildCounter()
+                          .Name("fedlgc_idle_calls_cancelled_total")
+                          .Help("Uploads, shares and downloads cancelled after the idle "
+                                "timeout without a message read or written")
+                          .Register(*registry_)) {
+  open_calls_.Add({}).Set(0);
+  idle_cancelled_.Add({});
+}
 
 absl::Status Metrics::Serve(const std::string& address) {
   try {
@@ -266,6 +278,10 @@ void Metrics::SetQuarantined(const std::string& client) {
 void Metrics::AddSkippedRound(const std::string& client, const std::string& reason) {
   skipped_rounds_.Add({{"client", client}, {"reason", reason}}).Increment();
 }
+
+void Metrics::SetOpenCalls(size_t open) { open_calls_.Add({}).Set(static_cast<double>(open)); }
+
+void Metrics::AddIdleCancelled(int calls) { idle_cancelled_.Add({}).Increment(calls); }
 
 void Metrics::AddClipped(int updates, double bound) {
   clipped_.Add({}).Increment(updates);

@@ -79,6 +79,10 @@ class Metrics {
   // Client side: a round this client could not take part in, by reason (nonfinite).
   void AddSkippedRound(const std::string& client, const std::string& reason);
   void AddClipped(int updates, double bound);
+  // Uploads, shares and downloads open at the coordinator.
+  void SetOpenCalls(size_t open);
+  // Calls cancelled for going without a message for the idle timeout.
+  void AddIdleCancelled(int calls);
   void JoinClient(const std::string& client, uint64_t current_round);
   // Creates the zero-valued series of a client (chunks, resumes) and of every rejection
   // reason, so dashboards and alerts see 0 rather than no data before the first event.
@@ -120,6 +124,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& clipped_;
   prometheus::Family<prometheus::Gauge>& clip_bound_;
   prometheus::Family<prometheus::Counter>& skipped_rounds_;
+  prometheus::Family<prometheus::Gauge>& open_calls_;
+  prometheus::Family<prometheus::Counter>& idle_cancelled_;
   absl::Mutex ratio_mu_;
   prometheus::Gauge* ratio_gauge_ ABSL_GUARDED_BY(ratio_mu_) = nullptr;
   std::string ratio_codec_ ABSL_GUARDED_BY(ratio_mu_);

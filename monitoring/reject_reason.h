@@ -26,6 +26,7 @@ enum class RejectReason {
   kIdentity,        // no certificate, or a client acting as another
   kProtocol,        // a peer speaking another protocol version
   kQuarantined,     // a client the model guard barred from the job
+  kStreams,         // a client (or the coordinator) at its cap of open calls
 };
 
 struct RejectReasonInfo {
@@ -49,6 +50,7 @@ inline constexpr RejectReasonInfo kRejectReasons[] = {
     {RejectReason::kIdentity, "identity"},
     {RejectReason::kProtocol, "protocol"},
     {RejectReason::kQuarantined, "quarantined"},
+    {RejectReason::kStreams, "streams"},
 };
 
 // The metric label; "" for kNone.

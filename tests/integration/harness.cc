@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include <grpcpp/grpcpp.h>
+
 #include "coordinator/checkpoint.h"
 #include "core/atomic_file.h"
 #include "core/model.h"
@@ -37,6 +39,20 @@ std::string MakeCerts(const std::string& dir, int clients) {
   cmd += " >/dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return certs;
+}
+
+std::shared_ptr<grpc::Channel> ClientChannel(const std::string& certs, const std::string& id,
+                                             int port, int channel_id) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = **core::ReadFileIfExists(certs + "/ca.pem");
+  ssl.pem_cert_chain = **core::ReadFileIfExists(certs + "/" + id + ".pem");
+  ssl.pem_private_key = **core::ReadFileIfExists(certs + "/" + id + ".key");
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("localhost");
+  if (channel_id > 0) args.SetInt("fedlgc.test.channel", channel_id);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), grpc::SslCredentials(ssl),
+                                   args);
 }
 
 int FreePort() {

@@ -20,6 +20,10 @@
 #include "edge_client/edge_client.h"
 #include "modes/mode_options.h"
 
+namespace grpc {
+class Channel;
+}
+
 namespace fedlgc::testing {
 
 // A fresh folder under the test temp dir.
@@ -27,6 +31,12 @@ std::string FreshDir(const std::string& name);
 
 // Certificates for `clients` (ids client-0..), made once per folder.
 std::string MakeCerts(const std::string& dir, int clients);
+
+// An mTLS channel to a coordinator on 127.0.0.1:`port` with the certificate of `id` from
+// `certs` (MakeCerts); `channel_id` > 0 gives a connection of its own. Messages up to
+// 64 MiB are received.
+std::shared_ptr<grpc::Channel> ClientChannel(const std::string& certs, const std::string& id,
+                                             int port, int channel_id = 0);
 
 // A free loopback TCP port (bound and released; racy only against other processes). For a
 // coordinator that must come back on the same address after a restart; otherwise listen

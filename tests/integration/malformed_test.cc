@@ -53,14 +53,7 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   InProcessCoordinator coord(o);
   const size_t dim = core::Model::Create("mlp", 1).value()->dim();
 
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = **core::ReadFileIfExists(certs + "/ca.pem");
-  ssl.pem_cert_chain = **core::ReadFileIfExists(certs + "/client-0.pem");
-  ssl.pem_private_key = **core::ReadFileIfExists(certs + "/client-0.key");
-  grpc::ChannelArguments args;
-  args.SetSslTargetNameOverride("localhost");
-  auto stub = protos::Coordinator::NewStub(grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(coord.port()), grpc::SslCredentials(ssl), args));
+  auto stub = protos::Coordinator::NewStub(ClientChannel(certs, "client-0", coord.port()));
   {
     grpc::ClientContext ctx;
     protos::JoinRequest req;
@@ -131,7 +124,7 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   bad_index.set_chunk_index(3);
   EXPECT_EQ(upload(bad_index).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  // Past the 4 MiB message limit: refused by gRPC before any decoding.
+  // Past the 4 MiB message limit: refused and counted before any decoding.
   EXPECT_EQ(upload(chunk(std::string(5 << 20, 'x'))).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
 
@@ -170,7 +163,7 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   const std::string text = ScrapeMetrics(coord.get().metrics_port());
   for (const char* reason :
        {"crc", "wrong_round", "range", "nonfinite", "codec", "bad_chunk_index", "duplicate",
-        "overlap"}) {
+        "overlap", "oversized"}) {
     EXPECT_NE(text.find(std::string("fedlgc_rejected_total{reason=\"") + reason + "\"} 1"),
               std::string::npos)
         << reason << "\n"

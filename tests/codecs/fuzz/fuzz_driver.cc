@@ -17,10 +17,13 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 extern "C" const char* FedlgcFuzzSpec();
+// A target that is not a codec's decoder gives its own seeds.
+std::vector<std::string> FedlgcFuzzSeeds() __attribute__((weak));
 
 namespace {
 
 std::vector<std::string> Seeds() {
+  if (FedlgcFuzzSeeds) return FedlgcFuzzSeeds();
   std::vector<std::string> seeds;
   const std::string spec = FedlgcFuzzSpec();
   if (spec.empty()) {

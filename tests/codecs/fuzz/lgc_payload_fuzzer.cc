@@ -1,0 +1,158 @@
+// Fuzz target for the LGC decoders the coordinator runs on what clients send
+// (autoencoder/lgc_payload.h, envelope.h): the first input byte picks the decoder, the rest
+// is its body. Every input must decode or fail with a status; what decodes must hold what
+// the decoder promises (indices in range and distinct, values finite). Seeds are valid
+// bodies of each kind. Built like decode_fuzzer.cc (libFuzzer with clang, the seeded
+// driver everywhere else); libtorch-free, so it builds in the codecs-only configuration.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "autoencoder/envelope.h"
+#include "autoencoder/lgc_payload.h"
+#include "codecs/dense_codec.h"
+#include "codecs/registry.h"
+
+namespace {
+
+using namespace fedlgc::autoencoder;  // NOLINT: a test of this namespace
+
+constexpr uint64_t kDim = 5000;
+constexpr size_t kSupport = 64;
+constexpr size_t kLatent = 16;
+
+enum Kind : uint8_t {
+  kLeader,
+  kLeaderPredict,
+  kInnovation,
+  kCorrection,
+  kReferenced,
+  kSupportBytes,
+  kEnvelope,
+  kKinds
+};
+
+const fedlgc::codecs::DenseCodec& LatentCodec() {
+  static const auto* codec = dynamic_cast<fedlgc::codecs::DenseCodec*>(
+      fedlgc::codecs::MakeCodec("qsgd(bits=4,bucket=8)").value().release());
+  return *codec;
+}
+
+void Check(bool ok) {
+  if (!ok) std::abort();
+}
+
+void CheckFinite(std::span<const float> v) {
+  for (float x : v) Check(std::isfinite(x));
+}
+
+void CheckSupport(std::span<const uint32_t> s) {
+  std::set<uint32_t> seen;
+  for (uint32_t i : s) Check(i < kDim && seen.insert(i).second);
+}
+
+std::string Tagged(Kind k, const std::string& body) { return std::string(1, char(k)) + body; }
+
+}  // namespace
+
+// Valid bodies of every kind, tagged (fuzz_driver.cc writes them as the corpus).
+extern "C" const char* FedlgcFuzzSpec() { return "lgc-payload"; }
+
+std::vector<std::string> FedlgcFuzzSeeds() {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<float> u(kDim);
+  for (float& x : u) x = normal(rng);
+  LeaderPayload p;
+  p.support = SelectSupport(u, kSupport);
+  const std::vector<float> v = Gather(u, p.support);
+  p.latent.resize(kLatent);
+  for (float& x : p.latent) x = normal(rng);
+  p.innovation = InnovationOfValues(v, 8);
+  p.scale = RmsScale(v);
+  std::vector<std::string> seeds;
+  seeds.push_back(Tagged(kLeader, EncodeLeader(p, kDim, LatentCodec(), 1).value()));
+  const Correction c = Correct(v, std::vector<float>(v.rbegin(), v.rend()), 8);
+  LeaderPayload q = p;
+  q.scale = c.gain;
+  q.step = c.step;
+  q.innovation = c.innovation;
+  q.sent_crc = c.sent_crc;
+  seeds.push_back(Tagged(kLeaderPredict, EncodeLeader(q, kDim, LatentCodec(), 1, true).value()));
+  seeds.push_back(Tagged(kInnovation, EncodeInnovation(p.innovation, p.scale).value()));
+  seeds.push_back(Tagged(kCorrection, EncodeCorrection(c).value()));
+  seeds.push_back(Tagged(kReferenced, EncodeReferencedValues(77, v)));
+  seeds.push_back(Tagged(kSupportBytes, SupportToBytes(p.support)));
+  seeds.push_back(Tagged(kEnvelope, Seal(kKindDecoder, kSupport, std::string(200, 'w'))));
+  return seeds;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const Kind kind = static_cast<Kind>(data[0] % kKinds);
+  const std::span<const uint8_t> body(data + 1, size - 1);
+  switch (kind) {
+    case kLeader:
+    case kLeaderPredict: {
+      auto p = DecodeLeader(body, kDim, LatentCodec(), kLatent, kind == kLeaderPredict);
+      if (p.ok()) {
+        CheckSupport(p->support);
+        CheckFinite(p->latent);
+        CheckFinite(p->innovation);
+        Check(p->latent.size() == kLatent && p->innovation.size() == p->support.size());
+        Check(std::isfinite(p->scale) && std::isfinite(p->step));
+      }
+      break;
+    }
+    case kInnovation: {
+      auto i = DecodeInnovation(body, kSupport);
+      if (i.ok()) {
+        Check(i->innovation.size() == kSupport && std::isfinite(i->scale));
+        CheckFinite(i->innovation);
+      }
+      break;
+    }
+    case kCorrection: {
+      auto c = DecodeCorrection(body, kSupport);
+      if (c.ok()) {
+        Check(c->innovation.size() == kSupport);
+        Check(std::isfinite(c->gain) && std::isfinite(c->step));
+        CheckFinite(c->innovation);
+      }
+      break;
+    }
+    case kReferenced: {
+      auto r = DecodeReferencedValues(body, kSupport);
+      if (r.ok()) {
+        Check(r->values.size() == kSupport);
+        CheckFinite(r->values);
+      }
+      break;
+    }
+    case kSupportBytes: {
+      const std::string_view bytes(reinterpret_cast<const char*>(body.data()), body.size());
+      auto s = SupportFromBytes(bytes, 0, kDim);
+      if (s.ok()) {
+        for (uint32_t i : *s) Check(i < kDim);
+      }
+      break;
+    }
+    case kEnvelope: {
+      int64_t length = 0;
+      const std::string_view bytes(reinterpret_cast<const char*>(body.data()), body.size());
+      auto b = OpenEnvelope(bytes, kKindDecoder, &length);
+      if (b.ok()) Check(b->size() <= bytes.size());
+      break;
+    }
+    default:
+      break;
+  }
+  return 0;
+}

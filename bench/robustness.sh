@@ -19,11 +19,12 @@ bin=${BIN:-build/bin}
 rounds=${ROUNDS:-15}
 common=(--clients 8 --rounds "$rounds" --model cnn --train-limit 20000 --local-epochs 1
         --seed 1 --quiet --bin-dir "$bin")
-run() {  # name, then fedlgc-sim flags
+run() {  # name, then fedlgc-sim flags (each run starts from a fresh folder)
   local name=$1
   shift
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ]; then return; fi
   echo "== $name" >&2
+  rm -rf "$out/$name.run" "$out/$name.json"
   "$bin/fedlgc-sim" "${common[@]}" --state-dir "$out/$name.run" --report "$out/$name.json" "$@" \
     | grep -v '^report:' >&2
 }

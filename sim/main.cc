@@ -342,6 +342,9 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
   Federation f;
   f.start = std::chrono::steady_clock::now();
   const std::string port_file = s.run_dir + "/coordinator.port";
+  // A port file left by an earlier run in this folder names a port nobody listens on.
+  std::error_code ignored;
+  std::filesystem::remove(port_file, ignored);
   f.coordinator = std::make_unique<ChildProcess>(
       std::vector<std::string>{s.bin_dir + "/fedlgc-coordinator", "--config=" + config,
                                "--port-file=" + port_file},

@@ -322,9 +322,11 @@ absl::StatusOr<Aggregated> AggregateUpdates(const AggregatorOptions& o,
     std::vector<const Contribution*> all;
     for (const Contribution& c : updates) all.push_back(&c);
     WeightedMean(all, clipping, dim, &out);
+    out.considered = out.used;
     return out;
   }
   const std::vector<const Contribution*> chosen = Complete(updates);
+  for (const Contribution* c : chosen) out.considered.insert(c->client);
   AggregatorKind kind = o.kind;
   if (chosen.size() < o.MinUpdates()) {
     out.fallback = StrCat(o.Spec(), " needs ", o.MinUpdates(), " complete updates, the round has ",

@@ -83,7 +83,12 @@ Clipping ClipByMedian(std::span<const Contribution> updates, double multiplier);
 
 struct Aggregated {
   std::vector<float> values;    // the aggregate update
-  std::set<std::string> used;   // clients whose update shaped it (counted in receipts)
+  std::set<std::string> used;   // clients whose update shaped it
+  // Clients whose update the aggregator weighed, picked or not: what receipts count. An
+  // update Krum or Bulyan leaves out is discarded, not handed back (the client would carry
+  // it in its residual, and grow further from the others each round); a partial update a
+  // robust aggregator cannot take is not considered, and comes back to its client.
+  std::set<std::string> considered;
   std::string fallback;         // why it fell back to the median, if it did
 };
 // Aggregates the clipped contributions over `dim` coordinates. INVALID_ARGUMENT for a

@@ -95,7 +95,7 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
       report->labels["aggregator_fallback"] = agg->fallback;
     }
     delta = std::move(agg->values);
-    used = std::move(agg->used);
+    used = std::move(agg->considered);
     return engine.Preview(delta, optimizer);
   };
   // At most a minority can be left out.

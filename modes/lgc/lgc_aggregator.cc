@@ -294,7 +294,7 @@ absl::StatusOr<std::vector<float>> LgcAggregator::CombineValues(
     for (uint64_t j = 0; j < k_; ++j) {
       delta[support[j]] += static_cast<float>(share * agg->values[j]);
     }
-    counted->insert(agg->used.begin(), agg->used.end());
+    counted->insert(agg->considered.begin(), agg->considered.end());
   }
   return delta;
 }

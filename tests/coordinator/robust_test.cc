@@ -191,6 +191,8 @@ TEST(Robust, KrumAndBulyanPickHonestUpdates) {
   const auto krum = Aggregate("krum(f=2,select=1)", Make(x), 0, {}, &full);
   ASSERT_EQ(full.used.size(), 1u);
   EXPECT_FALSE(full.used.count("u5") || full.used.count("u6"));
+  // Every update was weighed: receipts count all seven (the two left out are discarded).
+  EXPECT_EQ(full.considered.size(), 7u);
   EXPECT_LT(Distance(krum, std::vector<float>{1, 1, 1}), 0.2);
   const auto multi = Aggregate("krum(f=2,select=5)", Make(x), 0, {}, &full);
   EXPECT_EQ(full.used, (std::set<std::string>{"u0", "u1", "u2", "u3", "u4"}));
@@ -221,6 +223,7 @@ TEST(Robust, TooFewUpdatesFallBackToTheMedian) {
   c[0].ranges = u.whole;
   auto agg = AggregateUpdates(Options("median"), c, ClipByMedian(c, 0), 2).value();
   EXPECT_EQ(agg.used, std::set<std::string>{"a"});
+  EXPECT_EQ(agg.considered, std::set<std::string>{"a"}) << "the partial update comes back";
 }
 
 // One Byzantine update of eight: every aggregator with default clipping stays near the

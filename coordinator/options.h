@@ -31,7 +31,7 @@ struct CoordinatorOptions {
   // Robustness (docs/robustness.md): the aggregator (robust.h), the clip multiplier
   // (0: no clipping) and the model guard.
   std::string aggregator = "mean";
-  double clip_multiplier = 3;
+  double clip_multiplier = 2;
   GuardOptions guard;
   RoundPlan plan;
   // "fedavg", "lgc", "lsgd" or "sgp" (core/protocol.h). A codec "lgc(...)" makes a job

@@ -40,7 +40,7 @@ struct AggregatorOptions {
   uint32_t f = 1;        // krum, bulyan: the participants that may lie
   uint32_t select = 1;   // krum: updates averaged (1: Krum, more: multi-Krum)
   // Clip each update at clip x the lower median of the round's norms; 0: no clipping.
-  double clip = 3;
+  double clip = 2;
 
   // "mean", "streaming", "median", "trimmed_mean(trim=0.2)", "krum(f=1,select=3)",
   // "bulyan(f=1)".

@@ -1,0 +1,265 @@
+// Compressed broadcasts with error feedback at the sender (see broadcast.h).
+#include "codecs/broadcast.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "codecs/crc32c.h"
+#include "codecs/input_error.h"
+#include "codecs/registry.h"
+#include "codecs/status_macros.h"
+#include "codecs/str.h"
+
+namespace fedlgc::codecs {
+namespace {
+
+constexpr char kMagic[4] = {'F', 'L', 'G', 'B'};
+constexpr uint8_t kFormat = 1;
+constexpr size_t kHeaderBytes = 4 + 1 + 8 + 8 + 4 + 4 + 4;
+
+template <typename T>
+void Put(T v, std::string* out) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // the wire is little-endian, as the hosts this builds for
+  out->append(b, sizeof(T));
+}
+
+template <typename T>
+bool Get(std::string_view* in, T* v) {
+  if (in->size() < sizeof(T)) return false;
+  std::memcpy(v, in->data(), sizeof(T));
+  in->remove_prefix(sizeof(T));
+  return true;
+}
+
+// The decoded delta of `frames` over `dim` coordinates, into `out` (zeroed first): the
+// one decoding both ends run, so their additions see the same values. The frames must
+// tile [0, dim) without overlap.
+absl::Status DecodeDelta(const Codec& codec, std::span<const std::string> frames,
+                         const FrameLimits& limits, std::span<float> out) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const std::string& f : frames) {
+    FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(f, limits));
+    ranges.emplace_back(view.begin, view.length);
+    FEDLGC_RETURN_IF_ERROR(DecodeFrameInto(codec, f, limits, out));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t next = 0;
+  for (const auto& [begin, length] : ranges) {
+    if (begin != next) {
+      return InputErrorStatus(InputError::kMalformed,
+                              StrCat("the delta's frames do not tile the model: a frame starts at ",
+                                     begin, " where ", next, " was expected"));
+    }
+    next = begin + length;
+  }
+  if (next != out.size()) {
+    return InputErrorStatus(InputError::kMalformed,
+                            StrCat("the delta's frames cover ", next, " of ", out.size(),
+                                   " coordinates"));
+  }
+  for (float v : out) {
+    if (!std::isfinite(v)) return NonFiniteError("the delta decodes to a value that is not finite");
+  }
+  return absl::OkStatus();
+}
+
+void AddInto(float scale, std::span<const float> delta, std::span<float> model) {
+  for (size_t j = 0; j < model.size(); ++j) model[j] += scale * delta[j];
+}
+
+// <x, d> / <d, d>: the multiple of d nearest x (1 when d is 0).
+float LeastSquaresScale(std::span<const float> x, std::span<const float> d) {
+  double xd = 0, dd = 0;
+  for (size_t j = 0; j < x.size(); ++j) {
+    xd += double(x[j]) * d[j];
+    dd += double(d[j]) * d[j];
+  }
+  const double s = dd > 0 ? xd / dd : 1.0;
+  // A decoded delta pointing away from x (possible for a tiny x) adds nothing useful.
+  return std::isfinite(s) && s > 0 ? static_cast<float>(s) : 1.0f;
+}
+
+FrameLimits LimitsFor(uint64_t dim) {
+  FrameLimits limits;
+  limits.max_dim = std::max<uint64_t>(limits.max_dim, dim);
+  return limits;
+}
+
+}  // namespace
+
+uint64_t BroadcastDelta::wire_bytes() const {
+  uint64_t n = kHeaderBytes;
+  for (const std::string& f : frames) n += 4 + f.size();
+  return n;
+}
+
+std::string SerializeDelta(const BroadcastDelta& delta) {
+  std::string out;
+  out.reserve(delta.wire_bytes());
+  out.append(kMagic, 4);
+  Put<uint8_t>(kFormat, &out);
+  Put<uint64_t>(delta.from, &out);
+  Put<uint64_t>(delta.to, &out);
+  Put<uint32_t>(delta.model_crc, &out);
+  Put<float>(delta.scale, &out);
+  Put<uint32_t>(static_cast<uint32_t>(delta.frames.size()), &out);
+  for (const std::string& f : delta.frames) {
+    Put<uint32_t>(static_cast<uint32_t>(f.size()), &out);
+    out.append(f);
+  }
+  return out;
+}
+
+absl::StatusOr<BroadcastDelta> ParseDelta(std::string_view bytes, const FrameLimits& limits) {
+  auto malformed = [](std::string_view what) {
+    return InputErrorStatus(InputError::kMalformed, StrCat("broadcast delta: ", what));
+  };
+  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, 4) != 0) {
+    return malformed("not a delta (bad magic or too short)");
+  }
+  bytes.remove_prefix(4);
+  uint8_t format = 0;
+  BroadcastDelta d;
+  uint32_t count = 0;
+  Get(&bytes, &format);
+  Get(&bytes, &d.from);
+  Get(&bytes, &d.to);
+  Get(&bytes, &d.model_crc);
+  Get(&bytes, &d.scale);
+  Get(&bytes, &count);
+  if (format != kFormat) return malformed(StrCat("format version ", int{format}, " is not 1"));
+  if (d.to <= d.from) return malformed(StrCat("goes from version ", d.from, " to ", d.to));
+  if (!(std::isfinite(d.scale) && d.scale > 0)) {
+    return NonFiniteError(StrCat("broadcast delta: scale ", d.scale, " is not finite and > 0"));
+  }
+  // Each frame takes at least its 4-byte length: a count the bytes cannot hold is a lie.
+  if (count == 0 || count > bytes.size() / 4) return malformed(StrCat(count, " frames"));
+  d.frames.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t n = 0;
+    if (!Get(&bytes, &n) || n > bytes.size() || n > limits.max_frame_bytes) {
+      return malformed(StrCat("frame ", i, " is truncated or over the limit"));
+    }
+    d.frames.emplace_back(bytes.substr(0, n));
+    bytes.remove_prefix(n);
+  }
+  if (!bytes.empty()) return malformed(StrCat(bytes.size(), " bytes after the last frame"));
+  return d;
+}
+
+uint32_t ModelCrc(std::span<const float> model) {
+  return Crc32c(model.data(), model.size() * sizeof(float));
+}
+
+absl::StatusOr<std::unique_ptr<BroadcastEncoder>> BroadcastEncoder::Create(
+    const BroadcastOptions& options, std::vector<float> initial, uint64_t version) {
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(options.codec));
+  if (codec->traits().stateful) {
+    return absl::InvalidArgumentError(
+        StrCat("broadcast codec ", codec->spec(),
+               " keeps state of its own: the broadcast's error feedback is the sender's held "
+               "model, give the codec without ef(...)"));
+  }
+  if (options.window == 0) return absl::InvalidArgumentError("broadcast window must be >= 1");
+  for (float v : initial) {
+    if (!std::isfinite(v)) return NonFiniteError("the initial model is not finite");
+  }
+  return std::unique_ptr<BroadcastEncoder>(
+      new BroadcastEncoder(std::move(codec), options, std::move(initial), version));
+}
+
+BroadcastEncoder::BroadcastEncoder(std::unique_ptr<Codec> codec, BroadcastOptions options,
+                                   std::vector<float> initial, uint64_t version)
+    : codec_(std::move(codec)),
+      options_(std::move(options)),
+      held_(std::move(initial)),
+      version_(version),
+      held_crc_(ModelCrc(held_)) {}
+
+absl::StatusOr<const BroadcastDelta*> BroadcastEncoder::Advance(uint64_t version,
+                                                                std::span<const float> model) {
+  if (version <= version_) {
+    return absl::InvalidArgumentError(
+        StrCat("broadcast version ", version, " is not after ", version_));
+  }
+  if (model.size() != held_.size()) {
+    return absl::InvalidArgumentError(
+        StrCat("model of ", model.size(), " coordinates, the broadcast's is ", held_.size()));
+  }
+  // The error feedback: what earlier deltas lost is part of this input.
+  std::vector<float> diff(held_.size()), decoded(held_.size());
+  for (size_t j = 0; j < diff.size(); ++j) diff[j] = model[j] - held_[j];
+  std::vector<Frame> frames;
+  EncodeOptions eo;
+  eo.seed = version;
+  eo.max_frame_bytes = options_.max_frame_bytes;
+  FEDLGC_RETURN_IF_ERROR(codec_->Encode(diff, eo, &frames));
+  BroadcastDelta d;
+  d.from = version_;
+  d.to = version;
+  for (Frame& f : frames) d.frames.push_back(std::move(f.bytes));
+  // Rebuild exactly as a receiver does.
+  FEDLGC_RETURN_IF_ERROR(DecodeDelta(*codec_, d.frames, LimitsFor(held_.size()), decoded));
+  d.scale = LeastSquaresScale(diff, decoded);
+  AddInto(d.scale, decoded, held_);
+  version_ = version;
+  held_crc_ = ModelCrc(held_);
+  d.model_crc = held_crc_;
+  kept_.push_back(std::move(d));
+  while (kept_.size() > options_.window) kept_.pop_front();
+  return &kept_.back();
+}
+
+const BroadcastDelta* BroadcastEncoder::DeltaTo(uint64_t to) const {
+  for (const BroadcastDelta& d : kept_) {
+    if (d.to == to) return &d;
+  }
+  return nullptr;
+}
+
+std::vector<const BroadcastDelta*> BroadcastEncoder::ChainFrom(uint64_t from) const {
+  std::vector<const BroadcastDelta*> chain;
+  if (from >= version_) return chain;
+  uint64_t at = from, bytes = 0;
+  for (const BroadcastDelta& d : kept_) {
+    if (d.to <= at) continue;
+    if (d.from != at) return {};  // the window no longer reaches back to `from`
+    chain.push_back(&d);
+    bytes += d.wire_bytes();
+    at = d.to;
+  }
+  if (at != version_ || bytes >= held_.size() * sizeof(float)) return {};
+  return chain;
+}
+
+absl::Status ApplyDelta(const Codec& codec, const BroadcastDelta& delta, uint64_t* version,
+                        std::vector<float>* model) {
+  if (delta.from != *version) {
+    return absl::FailedPreconditionError(StrCat("the delta goes from version ", delta.from,
+                                                "; this model is version ", *version));
+  }
+  std::vector<float> d(model->size());
+  FEDLGC_RETURN_IF_ERROR(DecodeDelta(codec, delta.frames, LimitsFor(model->size()), d));
+  if (!(std::isfinite(delta.scale) && delta.scale > 0)) {
+    return NonFiniteError(StrCat("broadcast delta: scale ", delta.scale, " is not finite and > 0"));
+  }
+  std::vector<float> next = *model;
+  AddInto(delta.scale, d, next);
+  for (float v : next) {
+    if (!std::isfinite(v)) return NonFiniteError("the model rebuilt from the delta is not finite");
+  }
+  const uint32_t crc = ModelCrc(next);
+  if (crc != delta.model_crc) {
+    return absl::DataLossError(StrCat("the model rebuilt from the delta to version ", delta.to,
+                                      " has CRC32C ", crc, ", the sender's ", delta.model_crc,
+                                      ": fetch the full model"));
+  }
+  *model = std::move(next);
+  *version = delta.to;
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::codecs

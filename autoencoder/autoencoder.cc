@@ -7,12 +7,15 @@
 #include <cstring>
 #include <optional>
 
-#include "autoencoder/byte_io.h"
 #include "autoencoder/envelope.h"
+#include "codecs/byte_io.h"
 #include "codecs/rng.h"
 #include "codecs/str.h"
 
 namespace fedlgc::autoencoder {
+
+using codecs::ByteReader;
+using codecs::PutScalar;
 namespace {
 
 namespace nn = torch::nn;

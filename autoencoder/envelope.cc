@@ -3,11 +3,14 @@
 
 #include <cstring>
 
-#include "autoencoder/byte_io.h"
+#include "codecs/byte_io.h"
 #include "codecs/crc32c.h"
 #include "codecs/str.h"
 
 namespace fedlgc::autoencoder {
+
+using codecs::ByteReader;
+using codecs::PutScalar;
 namespace {
 constexpr char kMagic[4] = {'F', 'L', 'A', 'E'};
 constexpr uint32_t kFormatVersion = 1;

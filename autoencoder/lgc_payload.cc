@@ -7,13 +7,16 @@
 #include <cstring>
 #include <numeric>
 
-#include "autoencoder/byte_io.h"
+#include "codecs/byte_io.h"
 #include "codecs/bit_io.h"
 #include "codecs/crc32c.h"
 #include "codecs/input_error.h"
 #include "codecs/str.h"
 
 namespace fedlgc::autoencoder {
+
+using codecs::ByteReader;
+using codecs::PutScalar;
 namespace {
 
 // Bits that hold any value below n (at least 1).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "codecs/byte_io.h"
 #include "codecs/crc32c.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
@@ -18,21 +19,6 @@ constexpr char kMagic[4] = {'F', 'L', 'G', 'B'};
 constexpr uint8_t kFormat = 1;
 constexpr size_t kHeaderBytes = 4 + 1 + 8 + 8 + 4 + 4 + 4;
 
-template <typename T>
-void Put(T v, std::string* out) {
-  char b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));  // the wire is little-endian, as the hosts this builds for
-  out->append(b, sizeof(T));
-}
-
-template <typename T>
-bool Get(std::string_view* in, T* v) {
-  if (in->size() < sizeof(T)) return false;
-  std::memcpy(v, in->data(), sizeof(T));
-  in->remove_prefix(sizeof(T));
-  return true;
-}
-
 // The decoded delta of `frames` over `dim` coordinates, into `out` (zeroed first): the
 // one decoding both ends run, so their additions see the same values. The frames must
 // tile [0, dim) without overlap.
@@ -41,9 +27,9 @@ absl::Status DecodeDelta(const Codec& codec, std::span<const std::string> frames
   std::fill(out.begin(), out.end(), 0.0f);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const std::string& f : frames) {
-    FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(f, limits));
+    FrameView view;
+    FEDLGC_RETURN_IF_ERROR(DecodeFrameInto(codec, f, limits, out, &view));
     ranges.emplace_back(view.begin, view.length);
-    FEDLGC_RETURN_IF_ERROR(DecodeFrameInto(codec, f, limits, out));
   }
   std::sort(ranges.begin(), ranges.end());
   uint64_t next = 0;
@@ -100,14 +86,14 @@ std::string SerializeDelta(const BroadcastDelta& delta) {
   std::string out;
   out.reserve(delta.wire_bytes());
   out.append(kMagic, 4);
-  Put<uint8_t>(kFormat, &out);
-  Put<uint64_t>(delta.from, &out);
-  Put<uint64_t>(delta.to, &out);
-  Put<uint32_t>(delta.model_crc, &out);
-  Put<float>(delta.scale, &out);
-  Put<uint32_t>(static_cast<uint32_t>(delta.frames.size()), &out);
+  PutScalar<uint8_t>(&out, kFormat);
+  PutScalar<uint64_t>(&out, delta.from);
+  PutScalar<uint64_t>(&out, delta.to);
+  PutScalar<uint32_t>(&out, delta.model_crc);
+  PutScalar<float>(&out, delta.scale);
+  PutScalar<uint32_t>(&out, static_cast<uint32_t>(delta.frames.size()));
   for (const std::string& f : delta.frames) {
-    Put<uint32_t>(static_cast<uint32_t>(f.size()), &out);
+    PutScalar<uint32_t>(&out, static_cast<uint32_t>(f.size()));
     out.append(f);
   }
   return out;
@@ -120,33 +106,36 @@ absl::StatusOr<BroadcastDelta> ParseDelta(std::string_view bytes, const FrameLim
   if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, 4) != 0) {
     return malformed("not a delta (bad magic or too short)");
   }
-  bytes.remove_prefix(4);
+  ByteReader in(bytes.substr(4));
   uint8_t format = 0;
   BroadcastDelta d;
   uint32_t count = 0;
-  Get(&bytes, &format);
-  Get(&bytes, &d.from);
-  Get(&bytes, &d.to);
-  Get(&bytes, &d.model_crc);
-  Get(&bytes, &d.scale);
-  Get(&bytes, &count);
+  // The header's size was checked: these reads cannot fail.
+  in.Get(&format);
+  in.Get(&d.from);
+  in.Get(&d.to);
+  in.Get(&d.model_crc);
+  in.Get(&d.scale);
+  in.Get(&count);
   if (format != kFormat) return malformed(StrCat("format version ", int{format}, " is not 1"));
   if (d.to <= d.from) return malformed(StrCat("goes from version ", d.from, " to ", d.to));
   if (!(std::isfinite(d.scale) && d.scale > 0)) {
     return NonFiniteError(StrCat("broadcast delta: scale ", d.scale, " is not finite and > 0"));
   }
   // Each frame takes at least its 4-byte length: a count the bytes cannot hold is a lie.
-  if (count == 0 || count > bytes.size() / 4) return malformed(StrCat(count, " frames"));
+  if (count == 0 || count > (bytes.size() - kHeaderBytes) / 4) {
+    return malformed(StrCat(count, " frames"));
+  }
   d.frames.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
     uint32_t n = 0;
-    if (!Get(&bytes, &n) || n > bytes.size() || n > limits.max_frame_bytes) {
+    std::span<const uint8_t> frame;
+    if (!in.Get(&n) || n > limits.max_frame_bytes || !in.Take(n, &frame)) {
       return malformed(StrCat("frame ", i, " is truncated or over the limit"));
     }
-    d.frames.emplace_back(bytes.substr(0, n));
-    bytes.remove_prefix(n);
+    d.frames.emplace_back(reinterpret_cast<const char*>(frame.data()), frame.size());
   }
-  if (!bytes.empty()) return malformed(StrCat(bytes.size(), " bytes after the last frame"));
+  if (!in.done()) return malformed("bytes after the last frame");
   return d;
 }
 

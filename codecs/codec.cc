@@ -10,8 +10,9 @@
 namespace fedlgc::codecs {
 
 absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
-                             const FrameLimits& limits, std::span<float> out) {
+                             const FrameLimits& limits, std::span<float> out, FrameView* parsed) {
   FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(bytes, limits));
+  if (parsed != nullptr) *parsed = view;
   if (view.spec != codec.wire_spec()) {
     return WrongCodecError(
         StrCat("frame was encoded with \"", view.spec, "\", expected \"", codec.wire_spec(), "\""));
@@ -24,10 +25,10 @@ absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
 }
 
 absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes, const FrameLimits& limits,
-                             std::span<float> out) {
+                             std::span<float> out, FrameView* parsed) {
   return DecodeFrameInto(
       codec, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-      limits, out);
+      limits, out, parsed);
 }
 
 absl::Status DecodeAll(const Codec& codec, std::span<const Frame> frames, std::span<float> out) {

@@ -76,11 +76,12 @@ class Codec {
 
 // Parses `bytes`, checks that it was produced by `codec` for a vector of out.size()
 // coordinates, and decodes it into its range of `out`. Coordinates outside the frame's
-// range are left untouched.
+// range are left untouched. `parsed`, when given, receives the frame's header.
 absl::Status DecodeFrameInto(const Codec& codec, std::span<const uint8_t> bytes,
-                             const FrameLimits& limits, std::span<float> out);
+                             const FrameLimits& limits, std::span<float> out,
+                             FrameView* parsed = nullptr);
 absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes, const FrameLimits& limits,
-                             std::span<float> out);
+                             std::span<float> out, FrameView* parsed = nullptr);
 
 // Decodes a whole encoding (all frames of one Encode call) into `out`. Coordinates no
 // frame covers are zero. Convenience for senders and tests.

@@ -1,7 +1,7 @@
-// Little-endian scalar appends and a bounds-checked reader for the autoencoder's byte
-// formats (weights, LGC payloads).
-#ifndef FEDLGC_AUTOENCODER_BYTE_IO_H_
-#define FEDLGC_AUTOENCODER_BYTE_IO_H_
+// Little-endian scalar appends and a bounds-checked reader for byte formats outside the
+// frame layout (broadcast deltas, the autoencoder's weights and LGC payloads).
+#ifndef FEDLGC_CODECS_BYTE_IO_H_
+#define FEDLGC_CODECS_BYTE_IO_H_
 
 #include <cstdint>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::codecs {
 
 template <typename T>
 void PutScalar(std::string* out, T v) {
@@ -42,6 +42,6 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::codecs
 
-#endif  // FEDLGC_AUTOENCODER_BYTE_IO_H_
+#endif  // FEDLGC_CODECS_BYTE_IO_H_

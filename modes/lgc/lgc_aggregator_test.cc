@@ -204,6 +204,62 @@ TEST(LgcAggregator, EchoesAreTheReconstructionsTheRoundAveraged) {
   EXPECT_EQ((*back)->Echo("c1", 3)->crc32c, e1->crc32c);
 }
 
+std::span<const uint8_t> View(const std::string& b) {
+  return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+}
+
+// A client's autoencoder in stage 3 of predict=1: the shared encoder, its own decoder as
+// the coordinator serves it.
+std::unique_ptr<autoencoder::Autoencoder> ClientAutoencoder(LgcAggregator& lgc,
+                                                            const std::string& id) {
+  auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(lgc.k()), {}).value();
+  EXPECT_TRUE(ae->LoadEncoder(lgc.EncoderBytes()).ok());
+  auto blob = lgc.Decoder(id);
+  EXPECT_NE(blob, nullptr);
+  if (blob) {
+    EXPECT_TRUE(ae->LoadDecoder(id, blob->bytes).ok());
+  }
+  return ae;
+}
+
+// The leader c0 of a predict=1 round: the latent of its top-k values, the latent as the
+// coordinator decodes and pushes it (z), and its correction against its own prediction.
+struct PredictLeader {
+  autoencoder::LeaderPayload payload;
+  std::vector<float> values;  // on its support
+  std::vector<float> z;
+  autoencoder::Correction correction;
+};
+
+PredictLeader MakePredictLeader(LgcAggregator& lgc, const codecs::DenseCodec& dense,
+                                const std::vector<float>& u) {
+  const size_t k = lgc.k();
+  const std::vector<float> zeros(k, 0.0f);
+  auto ae0 = ClientAutoencoder(lgc, "c0");
+  PredictLeader l;
+  l.payload.support = autoencoder::SelectSupport(u, k);
+  l.values = autoencoder::Gather(u, l.payload.support);
+  std::vector<float> normalized = l.values;
+  for (float& x : normalized) x /= autoencoder::RmsScale(l.values);
+  l.payload.latent = ae0->Encode(normalized).value();
+  l.payload.innovation = zeros;
+  const std::string first = autoencoder::EncodeLeader(l.payload, kDim, dense, 3, true).value();
+  l.z = autoencoder::DecodeLeader(View(first), kDim, dense, l.payload.latent.size(), true)
+            ->latent;
+  const auto pushed = lgc.LeaderPayloadBytes(3, View(first)).value();
+  EXPECT_EQ(pushed.latent,
+            std::string(reinterpret_cast<const char*>(l.z.data()), l.z.size() * 4));
+  EXPECT_EQ(pushed.support,
+            std::string(reinterpret_cast<const char*>(l.payload.support.data()), k * 4));
+  l.correction =
+      autoencoder::Correct(l.values, ae0->Decode("c0", l.z, zeros).value(), lgc.k_innovation());
+  l.payload.scale = l.correction.gain;
+  l.payload.step = l.correction.step;
+  l.payload.sent_crc = l.correction.sent_crc;
+  l.payload.innovation = l.correction.innovation;
+  return l;
+}
+
 TEST(LgcAggregator, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItNamed) {
   // predict=1: the leader sends the latent of its values on its own top-k; the others decode
   // it with their own decoders (fetched as blobs) and send a gain and an innovation; the
@@ -219,45 +275,17 @@ TEST(LgcAggregator, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItN
   auto plan = autoencoder::ParseLgcSpec(spec).value().value();
   auto codec = codecs::MakeCodec(plan.latent).value();
   const auto& dense = static_cast<const codecs::DenseCodec&>(*codec);
-  auto client_ae = [&](const std::string& id) {
-    auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), {}).value();
-    EXPECT_TRUE(ae->LoadEncoder(lgc.EncoderBytes()).ok());
-    auto blob = lgc.Decoder(id);
-    EXPECT_NE(blob, nullptr);
-    if (blob) {
-      EXPECT_TRUE(ae->LoadDecoder(id, blob->bytes).ok());
-    }
-    return ae;
-  };
   const std::vector<float> zeros(k, 0.0f);
   // The leader: the latent of its top-k, then its own prediction from the latent as the
   // coordinator will decode it.
-  const std::vector<float> u0b = Gaussian(kDim, 4);
-  auto ae0 = client_ae("c0");
-  autoencoder::LeaderPayload l3;
-  l3.support = autoencoder::SelectSupport(u0b, k);
-  const std::vector<float> w0 = autoencoder::Gather(u0b, l3.support);
-  std::vector<float> normalized = w0;
-  for (float& x : normalized) x /= autoencoder::RmsScale(w0);
-  l3.latent = ae0->Encode(normalized).value();
-  l3.innovation = zeros;
-  auto view = [](const std::string& b) {
-    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size());
-  };
-  const std::string first = autoencoder::EncodeLeader(l3, kDim, dense, 3, true).value();
-  const auto z =
-      autoencoder::DecodeLeader(view(first), kDim, dense, l3.latent.size(), true)->latent;
-  const auto pushed = lgc.LeaderPayloadBytes(3, view(first)).value();
-  EXPECT_EQ(pushed.latent, std::string(reinterpret_cast<const char*>(z.data()), z.size() * 4));
-  EXPECT_EQ(pushed.support, std::string(reinterpret_cast<const char*>(l3.support.data()), k * 4));
-  const auto c0 = autoencoder::Correct(w0, ae0->Decode("c0", z, zeros).value(), k_inn);
-  l3.scale = c0.gain;
-  l3.step = c0.step;
-  l3.sent_crc = c0.sent_crc;
-  l3.innovation = c0.innovation;
+  const PredictLeader leader = MakePredictLeader(lgc, dense, Gaussian(kDim, 4));
+  const autoencoder::LeaderPayload& l3 = leader.payload;
+  const std::vector<float>& w0 = leader.values;
+  const std::vector<float>& z = leader.z;
+  const autoencoder::Correction& c0 = leader.correction;
   // The followers: their values on the leader's support, predicted from the pushed latent.
   auto follower = [&](const std::string& id, const std::vector<float>& u) {
-    auto ae = client_ae(id);
+    auto ae = ClientAutoencoder(lgc, id);
     auto c = autoencoder::Correct(autoencoder::Gather(u, l3.support),
                                   ae->Decode(id, z, zeros).value(), k_inn);
     c.reference = autoencoder::ReferenceOf(l3.support, z);
@@ -277,10 +305,10 @@ TEST(LgcAggregator, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItN
   }
   // A leader payload from a client that was not asked to lead counts for nothing.
   p3["c4"] = {std::string(autoencoder::kLeaderSpec), p3["c0"].body, 7};
-  for (const auto& [id, p] : p3) EXPECT_TRUE(lgc.Validate(3, p.spec, view(p.body)).ok()) << id;
+  for (const auto& [id, p] : p3) EXPECT_TRUE(lgc.Validate(3, p.spec, View(p.body)).ok()) << id;
   const std::string inn = autoencoder::EncodeInnovation(c1.innovation, 1.0f).value();
   // predict=1 rounds take corrections, not innovations: the wrong codec for the round.
-  const absl::Status wrong = lgc.Validate(3, autoencoder::kInnovationSpec, view(inn));
+  const absl::Status wrong = lgc.Validate(3, autoencoder::kInnovationSpec, View(inn));
   EXPECT_TRUE(absl::IsInvalidArgument(wrong)) << wrong;
   EXPECT_EQ(codecs::InputErrorOf(wrong), codecs::InputError::kWrongCodec);
   auto out = lgc.Aggregate(3, "c0", p3);

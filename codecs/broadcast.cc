@@ -16,8 +16,43 @@ namespace fedlgc::codecs {
 namespace {
 
 constexpr char kMagic[4] = {'F', 'L', 'G', 'B'};
+constexpr char kChainMagic[4] = {'F', 'L', 'G', 'C'};
+constexpr char kStateMagic[4] = {'F', 'L', 'G', 'S'};
 constexpr uint8_t kFormat = 1;
 constexpr size_t kHeaderBytes = 4 + 1 + 8 + 8 + 4 + 4 + 4;
+constexpr size_t kChainHeaderBytes = 4 + 1 + 8 + 4 + 4;
+
+absl::Status Malformed(std::string_view what, std::string_view detail) {
+  return InputErrorStatus(InputError::kMalformed, StrCat(what, ": ", detail));
+}
+
+// Reads `count` length-prefixed deltas; each takes at least its 4-byte length, so a count
+// the remaining bytes cannot hold is refused before anything is reserved.
+absl::Status ReadDeltas(ByteReader* in, size_t left, uint32_t count, const FrameLimits& limits,
+                        std::string_view what, std::vector<BroadcastDelta>* out) {
+  if (count > left / 4) return Malformed(what, StrCat(count, " deltas"));
+  out->reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t n = 0;
+    std::span<const uint8_t> bytes;
+    if (!in->Get(&n) || !in->Take(n, &bytes)) {
+      return Malformed(what, StrCat("delta ", i, " is truncated"));
+    }
+    auto d = ParseDelta(std::string_view(reinterpret_cast<const char*>(bytes.data()), n), limits);
+    if (!d.ok()) return d.status();
+    if (!out->empty() && d->from != out->back().to) {
+      return Malformed(what, StrCat("delta ", i, " goes from version ", d->from, ", not ",
+                                    out->back().to));
+    }
+    out->push_back(*std::move(d));
+  }
+  return absl::OkStatus();
+}
+
+void PutDelta(std::string* out, const BroadcastDelta& d) {
+  PutScalar<uint32_t>(out, static_cast<uint32_t>(d.wire_bytes()));
+  out->append(SerializeDelta(d));
+}
 
 // The decoded delta of `frames` over `dim` coordinates, into `out` (zeroed first): the
 // one decoding both ends run, so their additions see the same values. The frames must
@@ -143,6 +178,42 @@ uint32_t ModelCrc(std::span<const float> model) {
   return Crc32c(model.data(), model.size() * sizeof(float));
 }
 
+std::string SerializeChain(uint64_t to, uint32_t model_crc,
+                           std::span<const BroadcastDelta* const> deltas) {
+  std::string out(kChainMagic, 4);
+  PutScalar<uint8_t>(&out, kFormat);
+  PutScalar<uint64_t>(&out, to);
+  PutScalar<uint32_t>(&out, model_crc);
+  PutScalar<uint32_t>(&out, static_cast<uint32_t>(deltas.size()));
+  for (const BroadcastDelta* d : deltas) PutDelta(&out, *d);
+  return out;
+}
+
+absl::StatusOr<BroadcastChain> ParseChain(std::string_view bytes, const FrameLimits& limits) {
+  constexpr std::string_view kWhat = "broadcast chain";
+  if (bytes.size() < kChainHeaderBytes || std::memcmp(bytes.data(), kChainMagic, 4) != 0) {
+    return Malformed(kWhat, "not a chain (bad magic or too short)");
+  }
+  ByteReader in(bytes.substr(4));
+  uint8_t format = 0;
+  uint32_t count = 0;
+  BroadcastChain c;
+  in.Get(&format);
+  in.Get(&c.to);
+  in.Get(&c.model_crc);
+  in.Get(&count);
+  if (format != kFormat) return Malformed(kWhat, StrCat("format version ", int{format}, " is not 1"));
+  FEDLGC_RETURN_IF_ERROR(
+      ReadDeltas(&in, bytes.size() - kChainHeaderBytes, count, limits, kWhat, &c.deltas));
+  if (!in.done()) return Malformed(kWhat, "bytes after the last delta");
+  if (!c.deltas.empty() &&
+      (c.deltas.back().to != c.to || c.deltas.back().model_crc != c.model_crc)) {
+    return Malformed(kWhat, StrCat("the last delta ends at version ", c.deltas.back().to,
+                                   ", the chain at ", c.to));
+  }
+  return c;
+}
+
 absl::StatusOr<std::unique_ptr<BroadcastEncoder>> BroadcastEncoder::Create(
     const BroadcastOptions& options, std::vector<float> initial, uint64_t version) {
   FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(options.codec));
@@ -158,6 +229,54 @@ absl::StatusOr<std::unique_ptr<BroadcastEncoder>> BroadcastEncoder::Create(
   }
   return std::unique_ptr<BroadcastEncoder>(
       new BroadcastEncoder(std::move(codec), options, std::move(initial), version));
+}
+
+absl::StatusOr<std::unique_ptr<BroadcastEncoder>> BroadcastEncoder::Restore(
+    const BroadcastOptions& options, std::string_view state) {
+  constexpr std::string_view kWhat = "broadcast state";
+  constexpr size_t kHead = 4 + 1 + 8 + 8;
+  if (state.size() < kHead || std::memcmp(state.data(), kStateMagic, 4) != 0) {
+    return Malformed(kWhat, "not a broadcast state (bad magic or too short)");
+  }
+  ByteReader in(state.substr(4));
+  uint8_t format = 0;
+  uint64_t version = 0, dim = 0;
+  in.Get(&format);
+  in.Get(&version);
+  in.Get(&dim);
+  if (format != kFormat) return Malformed(kWhat, StrCat("format version ", int{format}, " is not 1"));
+  std::span<const uint8_t> raw;
+  if (dim > (state.size() - kHead) / sizeof(float) || !in.Take(dim * sizeof(float), &raw)) {
+    return Malformed(kWhat, StrCat("a model of ", dim, " coordinates does not fit"));
+  }
+  std::vector<float> held(dim);
+  std::memcpy(held.data(), raw.data(), raw.size());
+  uint32_t count = 0;
+  if (!in.Get(&count)) return Malformed(kWhat, "truncated before the deltas");
+  std::vector<BroadcastDelta> kept;
+  FrameLimits limits = LimitsFor(dim);
+  FEDLGC_RETURN_IF_ERROR(ReadDeltas(&in, state.size() - kHead - raw.size() - 4, count, limits,
+                                    kWhat, &kept));
+  if (!in.done()) return Malformed(kWhat, "bytes after the last delta");
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<BroadcastEncoder> enc,
+                          Create(options, std::move(held), version));
+  if (!kept.empty() && (kept.back().to != version || kept.back().model_crc != enc->held_crc_)) {
+    return Malformed(kWhat, "the kept deltas do not end at the held model");
+  }
+  while (kept.size() > options.window) kept.erase(kept.begin());
+  enc->kept_.assign(std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end()));
+  return enc;
+}
+
+std::string BroadcastEncoder::SaveState() const {
+  std::string out(kStateMagic, 4);
+  PutScalar<uint8_t>(&out, kFormat);
+  PutScalar<uint64_t>(&out, version_);
+  PutScalar<uint64_t>(&out, held_.size());
+  out.append(reinterpret_cast<const char*>(held_.data()), held_.size() * sizeof(float));
+  PutScalar<uint32_t>(&out, static_cast<uint32_t>(kept_.size()));
+  for (const BroadcastDelta& d : kept_) PutDelta(&out, d);
+  return out;
 }
 
 BroadcastEncoder::BroadcastEncoder(std::unique_ptr<Codec> codec, BroadcastOptions options,
@@ -248,6 +367,25 @@ absl::Status ApplyDelta(const Codec& codec, const BroadcastDelta& delta, uint64_
   }
   *model = std::move(next);
   *version = delta.to;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyChain(const Codec& codec, const BroadcastChain& chain, uint64_t* version,
+                        std::vector<float>* model) {
+  uint64_t v = *version;
+  std::vector<float> m = *model;
+  for (const BroadcastDelta& d : chain.deltas) FEDLGC_RETURN_IF_ERROR(ApplyDelta(codec, d, &v, &m));
+  if (v != chain.to) {
+    return absl::FailedPreconditionError(
+        StrCat("the chain leads to version ", chain.to, "; this model is version ", v));
+  }
+  const uint32_t crc = ModelCrc(m);
+  if (crc != chain.model_crc) {
+    return absl::DataLossError(StrCat("the model of version ", v, " has CRC32C ", crc,
+                                      ", the sender's ", chain.model_crc, ": fetch the full model"));
+  }
+  *model = std::move(m);
+  *version = v;
   return absl::OkStatus();
 }
 

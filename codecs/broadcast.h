@@ -19,7 +19,10 @@
 //
 // Delta bytes on the wire: "FLGB" magic, u8 format version (1), u64 from, u64 to, u32
 // model CRC32C, f32 scale, u32 frame count, then each frame as u32 length + the frame's bytes (frames
-// carry their own CRC32C). Little-endian.
+// carry their own CRC32C). Little-endian. A chain (what one download carries): "FLGC"
+// magic, u8 format version (1), u64 to, u32 CRC32C of the model at `to`, u32 delta count
+// (0: the receiver is up to date, and checks its model's CRC), then each delta as u32
+// length + its bytes.
 //
 // Thread-safety: a BroadcastEncoder is not thread-safe; ApplyDelta and ParseDelta are pure.
 #ifndef FEDLGC_CODECS_BROADCAST_H_
@@ -60,6 +63,20 @@ absl::StatusOr<BroadcastDelta> ParseDelta(std::string_view bytes,
 // CRC32C of a model's little-endian float bytes.
 uint32_t ModelCrc(std::span<const float> model);
 
+// The deltas one download carries to bring a receiver to the model of version `to`.
+struct BroadcastChain {
+  uint64_t to = 0;
+  uint32_t model_crc = 0;  // ModelCrc of the model at `to`
+  std::vector<BroadcastDelta> deltas;
+};
+
+std::string SerializeChain(uint64_t to, uint32_t model_crc,
+                           std::span<const BroadcastDelta* const> deltas);
+// INVALID_ARGUMENT (kMalformed) for bytes that are not a chain, deltas that do not follow
+// each other or do not end at `to`.
+absl::StatusOr<BroadcastChain> ParseChain(std::string_view bytes,
+                                          const FrameLimits& limits = FrameLimits{});
+
 struct BroadcastOptions {
   std::string codec = "fp32";  // a stateless codec spec (error feedback is the sender's)
   size_t window = 8;           // deltas kept for receivers that are behind
@@ -73,6 +90,14 @@ class BroadcastEncoder {
   // initial model that is not finite.
   static absl::StatusOr<std::unique_ptr<BroadcastEncoder>> Create(
       const BroadcastOptions& options, std::vector<float> initial, uint64_t version);
+  // An encoder as SaveState left it (the held model to the bit, and the kept deltas):
+  // receivers that held its models before go on from them. INVALID_ARGUMENT (kMalformed)
+  // for a state that is not one, or whose deltas do not end at its held model.
+  static absl::StatusOr<std::unique_ptr<BroadcastEncoder>> Restore(const BroadcastOptions& options,
+                                                                   std::string_view state);
+  // "FLGS", u8 format (1), u64 version, u64 dim, the held floats, u32 kept count, each
+  // kept delta as u32 length + its bytes.
+  std::string SaveState() const;
 
   // The true model at `version` (greater than version()): encodes true - held (seeded by
   // the version, so the same inputs give the same bytes), updates held, keeps the delta.
@@ -108,6 +133,11 @@ class BroadcastEncoder {
 // do not tile the model, and a rebuild whose CRC differs from the delta's (DATA_LOSS: fetch
 // the full model).
 absl::Status ApplyDelta(const Codec& codec, const BroadcastDelta& delta, uint64_t* version,
+                        std::vector<float>* model);
+// Applies every delta of `chain` in order, all or none: on an error `model` and `version`
+// are as they were. DATA_LOSS when the result is not the model of the chain's CRC (an
+// empty chain checks the model as it is): fetch the full model.
+absl::Status ApplyChain(const Codec& codec, const BroadcastChain& chain, uint64_t* version,
                         std::vector<float>* model);
 
 }  // namespace fedlgc::codecs

@@ -94,6 +94,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->service_ = std::make_unique<CoordinatorService>(c->engine_.get(), c->driver_.get(),
                                                      c->metrics_.get(), job, so);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
+  if (DownlinkCompressed(o.downlink)) {
+    auto downlink = Downlink::Open(o.downlink, o.state_dir, c->engine_->model()->version,
+                                   c->engine_->ModelVector());
+    if (!downlink.ok()) return downlink.status();
+    c->downlink_ = *std::move(downlink);
+    c->service_->SetDownlink(c->downlink_.get());
+  }
   return c;
 }
 
@@ -213,6 +220,7 @@ absl::Status Coordinator::RunRound() {
   service_->traffic().uplink_wire = 0;
   service_->traffic().uplink_raw = 0;
   service_->traffic().downlink = 0;
+  service_->traffic().downlink_raw = 0;
   CommitResult commit;
   RoundReport rep;
   absl::Status st = driver_->RunRound(*this, participants, deadline, &commit, &rep);
@@ -282,6 +290,10 @@ absl::StatusOr<GuardVerdict> Coordinator::CheckModel(std::span<const float> cand
   return verdict;
 }
 
+std::vector<float> Coordinator::ServedModel() const {
+  return downlink_ != nullptr ? downlink_->Held() : engine_->ModelVector();
+}
+
 void Coordinator::Quarantine(const std::set<std::string>& clients, const std::string& why) {
   for (const std::string& c : clients) {
     engine_->Quarantine(c, why);
@@ -316,7 +328,15 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   rep.uplink_bytes = service_->traffic().uplink_wire;
   rep.raw_uplink_bytes = service_->traffic().uplink_raw;
   rep.downlink_bytes = service_->traffic().downlink;
+  rep.raw_downlink_bytes = service_->traffic().downlink_raw;
   if (absl::Status st = Evaluate(commit.round, &rep); !st.ok()) return st;
+  // The next round's downloads: the delta to this version, saved before the checkpoint
+  // that names it.
+  if (downlink_ != nullptr) {
+    const auto blob = engine_->model();
+    if (absl::Status st = downlink_->Publish(blob->version, engine_->ModelVector()); !st.ok())
+      return st;
+  }
   // The driver's state of this round goes first: a restart loads the one of the checkpoint.
   if (absl::Status st = driver_->Save(commit.round); !st.ok()) return st;
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
@@ -350,6 +370,7 @@ void Coordinator::PublishRoundMetrics(const CommitResult& commit, const RoundRep
   metrics_->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
   metrics_->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
   metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
+  metrics_->SetRoundBytes("downlink", "raw", static_cast<double>(rep.raw_downlink_bytes));
   metrics_->AddClipped(static_cast<int>(rep.Figure("clipped")), rep.Figure("clip_bound"));
   if (rep.uplink_bytes > 0) {
     metrics_->SetCompressionRatio(options_.plan.CodecFor(commit.round),

@@ -86,11 +86,13 @@ class Coordinator final : private RoundHost {
   double LinkBytesPerSecond(const std::string& client) const override;
   absl::StatusOr<GuardVerdict> CheckModel(std::span<const float> candidate) override;
   void Quarantine(const std::set<std::string>& clients, const std::string& why) override;
+  std::vector<float> ServedModel() const override;
 
   CoordinatorOptions options_;
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<RoundDriver> driver_;
   std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<Downlink> downlink_;  // null: the model goes down as float32
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<core::Model> eval_model_;

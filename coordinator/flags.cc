@@ -55,6 +55,13 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
        "--codec-warmup", [o](const std::string& text) { o->plan.warmup_codecs = SplitSpecs(text); },
        "';'-separated codec specs for rounds 1, 2, ... before --codec takes over")
       ->default_str(JoinSpecs(o->plan.warmup_codecs));
+  g->add_option("--downlink-codec", o->downlink.codec,
+                "codec of the global model's downloads: fp32 (the model whole), or deltas "
+                "from the version a client holds through a stateless codec, e.g. "
+                "'qsgd(bits=4)' (error feedback at the coordinator; docs/protocol.md)");
+  g->add_option("--downlink-window", o->downlink.window,
+                "deltas the coordinator keeps for clients that are behind (older: the model "
+                "whole)");
   g->add_option("--local-epochs", o->plan.local_epochs, "local epochs per round");
   g->add_option("--local-steps", o->plan.local_steps,
                 "local steps per round (overrides epochs when > 0)");

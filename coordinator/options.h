@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/downlink.h"
 #include "coordinator/model_guard.h"
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
@@ -34,6 +35,8 @@ struct CoordinatorOptions {
   double clip_multiplier = 2;
   GuardOptions guard;
   RoundPlan plan;
+  // The global model's downloads (downlink.h): fp32, or deltas through a codec.
+  DownlinkOptions downlink;
   // "fedavg", "lgc", "lsgd" or "sgp" (core/protocol.h). A codec "lgc(...)" makes a job
   // "lgc" whether --mode says fedavg (as before the mode had its own name) or lgc.
   std::string mode = "fedavg";

@@ -75,7 +75,7 @@ DownloadReactor::DownloadReactor(CoordinatorService* svc, std::string client,
       client_(std::move(client)),
       blob_(std::move(blob)),
       offset_(offset),
-      measure_(measure && offset == 0),
+      measure_(measure && offset == 0 && !blob_->chain),
       start_(std::chrono::steady_clock::now()),
       ticket_(std::move(ticket)) {
   if (offset_ > 0) svc_->metrics()->AddResume(client_, "download");
@@ -89,8 +89,12 @@ void DownloadReactor::OnWriteDone(bool ok) {
   }
   ticket_->Progress();
   svc_->Touch(client_);
-  svc_->metrics()->AddDownlink(client_, sent_, sent_);
+  // A chain stands for the model it rebuilds: its share of that, in float32 bytes.
+  const uint64_t total = blob_->bytes.size();
+  const uint64_t raw = blob_->raw_bytes == 0 || total == 0 ? sent_ : blob_->raw_bytes * sent_ / total;
+  svc_->metrics()->AddDownlink(client_, sent_, raw);
   svc_->traffic().downlink += sent_;
+  svc_->traffic().downlink_raw += raw;
   offset_ += sent_;
   Next();
 }
@@ -122,6 +126,10 @@ grpc::ByteBuffer DownloadReactor::ChunkMessage(const std::shared_ptr<const Model
   head.set_offset(offset);
   head.set_total_bytes(blob->bytes.size());
   head.set_crc32c(blob->crc32c);
+  if (blob->chain) {
+    head.set_chain(true);
+    head.set_from_version(blob->from);
+  }
   std::string prefix = head.SerializeAsString();
   // Field 4 (data), length-delimited: a protobuf parser takes fields in any order.
   AppendVarint((4 << 3) | 2, &prefix);

@@ -70,6 +70,11 @@ class RoundHost {
   virtual absl::StatusOr<GuardVerdict> CheckModel(std::span<const float> candidate) = 0;
   // Bars `clients` from the rest of the job (engine, checkpoint, log, metrics).
   virtual void Quarantine(const std::set<std::string>& clients, const std::string& why) = 0;
+  // The global model as clients hold it at the current version: the engine's model, or
+  // under a compressed downlink (downlink.h) the one its deltas rebuild. A mode whose
+  // clients send something relative to the model they downloaded (SGP's reference) adds
+  // this back, not the engine's.
+  virtual std::vector<float> ServedModel() const = 0;
 };
 
 // What a round commits under the model guard (ChooseUnderGuard).

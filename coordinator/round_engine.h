@@ -69,6 +69,11 @@ struct ModelBlob {
   uint64_t version = 0;
   std::string bytes;
   uint32_t crc32c = 0;
+  // A chain of broadcast deltas from version `from` (downlink.h), not the model.
+  bool chain = false;
+  uint64_t from = 0;
+  // What the download stands for in float32 bytes (the model it rebuilds); 0: its size.
+  uint64_t raw_bytes = 0;
 };
 // A blob of `bytes` with its CRC32C.
 std::shared_ptr<const ModelBlob> MakeBlob(uint64_t version, std::string bytes);

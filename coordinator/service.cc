@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "codecs/str.h"
+#include "coordinator/downlink.h"
 #include "coordinator/reactors.h"
 #include "coordinator/wire.h"
 #include "core/protocol.h"
@@ -139,6 +140,7 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   reply->set_total_rounds(job_.total_rounds);
   reply->set_mode(std::string(ModeName(driver_->mode())));
   reply->set_protocol_version(kProtocolVersion);
+  if (downlink_ != nullptr) reply->set_downlink_codec(downlink_->codec());
   return grpc::Status::OK;
 }
 
@@ -279,7 +281,13 @@ void CoordinatorService::RecordDownload(const std::string& client, uint64_t byte
 absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
     const std::string& client, const protos::ModelRequest& req) {
   std::shared_ptr<const ModelBlob> blob;
-  if (req.blob().empty()) {
+  if (req.blob().empty() && downlink_ != nullptr) {
+    auto served = downlink_->Serve(req.version(), req.has_held_version()
+                                                      ? std::optional<uint64_t>(req.held_version())
+                                                      : std::nullopt);
+    if (!served.ok()) return served.status();
+    blob = *std::move(served);
+  } else if (req.blob().empty()) {
     blob = engine_->model();
   } else {
     auto served = driver_->Blob(client, req.blob(), req.version());

@@ -37,8 +37,10 @@ struct RoundTraffic {
   std::atomic<uint64_t> uplink_wire{0};
   std::atomic<uint64_t> uplink_raw{0};
   std::atomic<uint64_t> downlink{0};
+  std::atomic<uint64_t> downlink_raw{0};  // what the downloads stand for in float32
 };
 
+class Downlink;
 class EventsReactor;
 
 // How the service bounds what one client can do (docs/protocol.md#limits).
@@ -96,6 +98,9 @@ class CoordinatorService final : public RawCoordinatorService {
   RoundTraffic& traffic() { return traffic_; }
   // Set before serving: a chunk or report arrived (wakes the round loop early).
   void SetChunkCallback(std::function<void()> f) { on_chunk_ = std::move(f); }
+  // Set before serving: the global model goes down through `downlink` (must outlive the
+  // service).
+  void SetDownlink(Downlink* downlink) { downlink_ = downlink; }
   // Measured downlink throughput of a client (bytes/s of its last full model download,
   // smoothed); 0 when unknown.
   double LinkBytesPerSecond(const std::string& client) const;
@@ -141,6 +146,7 @@ class CoordinatorService final : public RawCoordinatorService {
 
   RoundEngine* const engine_;
   RoundDriver* const driver_;
+  Downlink* downlink_ = nullptr;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
   const ServiceOptions options_;

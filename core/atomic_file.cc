@@ -30,8 +30,9 @@ absl::Status SaveRoundState(const std::string& dir, std::string_view prefix, uin
   if (absl::Status st = AtomicWriteFile(RoundStatePath(dir, prefix, round), bytes); !st.ok())
     return st;
   std::error_code ec;
-  for (uint64_t old = round >= 2 ? round - 2 : 0; old > 0; --old) {
-    if (!std::filesystem::remove(RoundStatePath(dir, prefix, old), ec)) break;
+  if (round < 2) return absl::OkStatus();
+  for (uint64_t old = round - 2;; --old) {
+    if (!std::filesystem::remove(RoundStatePath(dir, prefix, old), ec) || old == 0) break;
   }
   return absl::OkStatus();
 }

@@ -53,6 +53,8 @@ RoundReport ReportFrom(const json& j) {
       r.raw_uplink_bytes = v.get<uint64_t>();
     } else if (key == "downlink_bytes") {
       r.downlink_bytes = v.get<uint64_t>();
+    } else if (key == "raw_downlink_bytes") {
+      r.raw_downlink_bytes = v.get<uint64_t>();
     } else if (key == "seconds") {
       r.seconds = NumberOf(v);
     } else if (key == "participants") {
@@ -126,6 +128,7 @@ std::string ToJson(const RoundReport& r) {
   j["uplink_bytes"] = r.uplink_bytes;
   j["raw_uplink_bytes"] = r.raw_uplink_bytes;
   j["downlink_bytes"] = r.downlink_bytes;
+  j["raw_downlink_bytes"] = r.raw_downlink_bytes;
   j["seconds"] = Number(r.seconds);
   j["participants"] = r.participants;
   j["stragglers"] = r.stragglers;

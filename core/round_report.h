@@ -25,6 +25,7 @@ struct RoundReport {
   std::string mode;                 // core/protocol.h ModeName
   double accuracy = -1, loss = -1;  // -1: not evaluated this round
   uint64_t uplink_bytes = 0, raw_uplink_bytes = 0, downlink_bytes = 0;
+  uint64_t raw_downlink_bytes = 0;  // what the downloads stand for in float32 bytes
   double seconds = 0;
   int participants = 0, stragglers = 0;
   bool hit_deadline = false;

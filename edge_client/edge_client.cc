@@ -54,6 +54,8 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
     if (absl::Status st = c->metrics_->Serve(o.metrics_listen); !st.ok()) return st;
   }
   c->state_path_ = StrCat(o.state_dir, "/", o.client_id, ".state");
+  c->downlink_ =
+      std::make_unique<DownlinkReceiver>(StrCat(o.state_dir, "/", o.client_id, ".downlink"));
   auto state = LoadClientState(c->state_path_);
   if (!state.ok()) return state.status();
   c->state_ = std::move(state).value();
@@ -106,6 +108,9 @@ absl::Status EdgeClient::Join() {
     return absl::FailedPreconditionError(StrCat("the job's model has ", reply->dim(),
                                                 " parameters; ", reply->model(), " here has ",
                                                 model_->dim()));
+  }
+  if (absl::Status st = downlink_->Configure(reply->downlink_codec(), reply->dim()); !st.ok()) {
+    return absl::FailedPreconditionError(StrCat("the job's downlink codec: ", std::string(st.message())));
   }
   const std::optional<Mode> mode = ParseMode(reply->mode());
   if (!mode) {
@@ -236,13 +241,40 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   return trained->running_loss;
 }
 
+absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(uint64_t version,
+                                                            SystemTime deadline) {
+  auto got = transport_->DownloadModel(version, deadline, downlink_->held_version());
+  absl::StatusOr<std::vector<float>> model =
+      got.ok() ? downlink_->Take(*got, version) : absl::StatusOr<std::vector<float>>(got.status());
+  if (model.ok() || !(absl::IsDataLoss(model.status()) || absl::IsInvalidArgument(model.status()))) {
+    if (model.ok() && got->chain) metrics_->AddDownlink(options_.client_id, 0, 4 * dim());
+    return model;
+  }
+  // The chain did not rebuild the coordinator's model (or a resumed download changed
+  // kind): the model whole, which the next chains start from.
+  metrics_->AddDownlinkFallback(options_.client_id,
+                                absl::IsDataLoss(model.status()) ? "mismatch" : "malformed");
+  std::fprintf(stderr, "%s: model %llu: %s; downloading it whole\n", options_.client_id.c_str(),
+               static_cast<unsigned long long>(version),
+               std::string(model.status().message()).c_str());
+  downlink_->Forget();
+  got = transport_->DownloadModel(version, deadline, std::nullopt);
+  if (!got.ok()) return got.status();
+  return downlink_->Take(*got, version);
+}
+
 absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string& blob,
                                                               uint64_t version,
                                                               SystemTime deadline) {
-  auto bytes = transport_->DownloadBlob(blob, version, deadline);
-  if (!bytes.ok()) return bytes.status();
   const std::string name = StrCat(blob.empty() ? "model" : blob, " ", version);
-  auto floats = core::FloatsFromBytes(*bytes, dim(), name);
+  absl::StatusOr<std::vector<float>> floats;
+  if (blob.empty() && downlink_->active()) {
+    floats = DownloadHeld(version, deadline);
+  } else {
+    auto bytes = transport_->DownloadBlob(blob, version, deadline);
+    if (!bytes.ok()) return bytes.status();
+    floats = core::FloatsFromBytes(*bytes, dim(), name);
+  }
   if (!floats.ok()) return floats.status();
   // Nothing trains on a broken model: the round is skipped (HandleEvent).
   for (size_t i = 0; i < floats->size(); ++i) {

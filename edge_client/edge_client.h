@@ -18,6 +18,7 @@
 #include "edge_client/attack.h"
 #include "edge_client/client_mode.h"
 #include "edge_client/client_state.h"
+#include "edge_client/downlink_receiver.h"
 #include "edge_client/options.h"
 #include "edge_client/transport.h"
 
@@ -50,6 +51,8 @@ class EdgeClient final : private ClientEnv {
   int metrics_port() const;
   monitoring::Metrics& metrics() override { return *metrics_; }
   const ClientState& client_state() const { return state_; }
+  // The global model as this client holds it under a compressed downlink.
+  const DownlinkReceiver& downlink() const { return *downlink_; }
   // The job's mode, once joined.
   std::optional<Mode> mode() const { return mode_; }
 
@@ -82,6 +85,9 @@ class EdgeClient final : private ClientEnv {
                                     std::vector<float>* weights) override;
   absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version,
                                                     SystemTime deadline) override;
+  // The global model under a compressed downlink: the chain from the held version, or the
+  // model whole when the chain does not rebuild the coordinator's (counted, logged).
+  absl::StatusOr<std::vector<float>> DownloadHeld(uint64_t version, SystemTime deadline);
   PendingUpdate NewPending(uint64_t round, uint64_t model_version) override;
   absl::Status UploadPending(uint64_t round, SystemTime deadline,
                              const std::optional<ShareFields>& share) override;
@@ -100,6 +106,7 @@ class EdgeClient final : private ClientEnv {
   std::optional<Mode> mode_;
   std::unique_ptr<ClientMode> client_mode_;
   ClientState state_;
+  std::unique_ptr<DownlinkReceiver> downlink_;
   std::string state_path_;
   Attack attack_;
   uint64_t last_round_ = 0;  // of the last RoundStart

@@ -195,11 +195,31 @@ absl::Status Transport::RunEvents(
 
 absl::StatusOr<std::string> Transport::DownloadBlob(const std::string& name, uint64_t version,
                                                     SystemTime deadline) {
+  auto got = Fetch(name, version, deadline, std::nullopt);
+  if (!got.ok()) return got.status();
+  if (got->chain) {
+    return absl::DataLossError(StrCat(name.empty() ? "model" : name, " ", version,
+                                      " came as a chain of deltas, which was not asked for"));
+  }
+  return std::move(got->bytes);
+}
+
+absl::StatusOr<Transport::ModelDownload> Transport::DownloadModel(uint64_t version,
+                                                                 SystemTime deadline,
+                                                                 std::optional<uint64_t> held) {
+  return Fetch("", version, deadline, held);
+}
+
+absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& name,
+                                                          uint64_t version, SystemTime deadline,
+                                                          std::optional<uint64_t> held) {
   const std::string what = name.empty() ? "model" : name;
   auto stub = NewStub();
   std::string blob;
   uint64_t total = 0;
   uint32_t crc = 0;
+  ModelDownload out;  // chain and from: those of the first chunk (once `known`)
+  bool known = false;
   for (int attempt = 0; !stop_; ++attempt) {
     if (std::chrono::system_clock::now() > deadline) {
       return absl::DeadlineExceededError(
@@ -217,30 +237,39 @@ absl::StatusOr<std::string> Transport::DownloadBlob(const std::string& name, uin
     req.set_version(version);
     req.set_offset(blob.size());
     req.set_blob(name);
+    if (held.has_value()) req.set_held_version(*held);
     auto reader = stub->DownloadModel(&ctx, req);
     protos::ModelChunk chunk;
     bool bad = false;
     while (reader->Read(&chunk)) {
       if (chunk.version() != version || chunk.offset() != blob.size() ||
           chunk.total_bytes() > (uint64_t{4} << 30) ||
-          blob.size() + chunk.data().size() > chunk.total_bytes()) {
+          blob.size() + chunk.data().size() > chunk.total_bytes() ||
+          (known && (out.chain != chunk.chain() || out.from != chunk.from_version()))) {
         bad = true;
         ctx.TryCancel();
         break;
       }
+      known = true;
+      out.chain = chunk.chain();
+      out.from = chunk.from_version();
       total = chunk.total_bytes();
       crc = chunk.crc32c();
       blob += chunk.data();
-      metrics_->AddDownlink(options_.client_id, chunk.data().size(), chunk.data().size());
+      // A chain's float32 equivalent (the model it rebuilds) is counted once it is applied.
+      metrics_->AddDownlink(options_.client_id, chunk.data().size(),
+                            out.chain ? 0 : chunk.data().size());
     }
     const grpc::Status st = reader->Finish();
     if (bad) return absl::DataLossError(StrCat(what, " download: inconsistent chunks"));
     if (st.ok() && blob.size() == total) {
       if (codecs::Crc32c(blob.data(), blob.size()) != crc) {
         blob.clear();  // corrupted: start over
+        known = false;
         continue;
       }
-      return blob;
+      out.bytes = std::move(blob);
+      return out;
     }
     if (!st.ok() && !Retryable(st.error_code())) return FromGrpc(st, StrCat(what, " download"));
   }

@@ -151,6 +151,12 @@ Metrics::Metrics()
                           .Help("Rounds a client could not take part in, by reason (nonfinite: "
                                 "a model or update that is not finite)")
                           .Register(*registry_)),
+      downlink_fallbacks_(BuildCounter()
+                              .Name("fedlgc_downlink_fallbacks_total")
+                              .Help("Compressed downloads that did not rebuild the "
+                                    "coordinator's model, recovered by a full download, by "
+                                    "reason (mismatch, malformed)")
+                              .Register(*registry_)),
       open_calls_(BuildGauge()
                       .Name("fedlgc_open_calls")
                       .Help("Uploads, shares and downloads open at the coordinator")
@@ -279,6 +285,10 @@ void Metrics::AddSkippedRound(const std::string& client, const std::string& reas
   skipped_rounds_.Add({{"client", client}, {"reason", reason}}).Increment();
 }
 
+void Metrics::AddDownlinkFallback(const std::string& client, const std::string& reason) {
+  downlink_fallbacks_.Add({{"client", client}, {"reason", reason}}).Increment();
+}
+
 void Metrics::SetOpenCalls(size_t open) { open_calls_.Add({}).Set(static_cast<double>(open)); }
 
 void Metrics::AddIdleCancelled(int calls) { idle_cancelled_.Add({}).Increment(calls); }
@@ -303,6 +313,9 @@ void Metrics::InitClient(const std::string& client) {
     resumes_.Add({{"client", client}, {"stream", stream}});
   }
   skipped_rounds_.Add({{"client", client}, {"reason", "nonfinite"}});
+  for (const char* reason : {"mismatch", "malformed"}) {
+    downlink_fallbacks_.Add({{"client", client}, {"reason", reason}});
+  }
 }
 
 void Metrics::InitRejectReasons() {

@@ -78,6 +78,9 @@ class Metrics {
   void SetQuarantined(const std::string& client);
   // Client side: a round this client could not take part in, by reason (nonfinite).
   void AddSkippedRound(const std::string& client, const std::string& reason);
+  // Client side, compressed downlink: a chain of deltas that did not rebuild the
+  // coordinator's model (reason: mismatch, malformed), recovered by a full download.
+  void AddDownlinkFallback(const std::string& client, const std::string& reason);
   void AddClipped(int updates, double bound);
   // Uploads, shares and downloads open at the coordinator.
   void SetOpenCalls(size_t open);
@@ -124,6 +127,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& clipped_;
   prometheus::Family<prometheus::Gauge>& clip_bound_;
   prometheus::Family<prometheus::Counter>& skipped_rounds_;
+  prometheus::Family<prometheus::Counter>& downlink_fallbacks_;
   prometheus::Family<prometheus::Gauge>& open_calls_;
   prometheus::Family<prometheus::Counter>& idle_cancelled_;
   absl::Mutex ratio_mu_;

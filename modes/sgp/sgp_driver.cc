@@ -197,7 +197,8 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
   // Shares far from the served model are withheld (their senders keep them: push-sum's
   // mass stays whole); the model guard may withhold more, and quarantines those.
   const Shares shares = collector->Updates();
-  const std::vector<float> served = engine.ModelVector();
+  // What clients downloaded as the round's model (their shares are relative to it).
+  const std::vector<float> served = host.ServedModel();
   const std::map<std::string, double> deviations = Deviations(shares, served);
   std::set<std::string> withheld;
   double bound = 0;

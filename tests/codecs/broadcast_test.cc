@@ -200,6 +200,84 @@ TEST(Broadcast, ADamagedOrMisplacedDeltaIsRefusedAndTheModelKept) {
   EXPECT_EQ(0, std::memcmp(copy.data(), enc->held().data(), kDim * sizeof(float)));
 }
 
+TEST(Broadcast, AChainTravelsAsBytesAndAppliesAllOrNothing) {
+  Trajectory t(17);
+  auto enc = Encoder("qsgd(bits=4,bucket=512)", t.model());
+  std::vector<float> at2;
+  for (uint64_t v = 1; v <= 5; ++v) {
+    ASSERT_TRUE(enc->Advance(v, t.Step()).ok());
+    if (v == 2) at2.assign(enc->held().begin(), enc->held().end());
+  }
+  const auto deltas = enc->ChainFrom(2);
+  ASSERT_EQ(deltas.size(), 3u);
+  const std::string bytes = SerializeChain(5, enc->held_crc(), deltas);
+  uint64_t wire = 4 + 1 + 8 + 4 + 4;
+  for (const BroadcastDelta* d : deltas) wire += 4 + d->wire_bytes();
+  EXPECT_EQ(bytes.size(), wire);
+  auto chain = ParseChain(bytes);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  ASSERT_EQ(chain->deltas.size(), 3u);
+  std::vector<float> model = at2;
+  uint64_t version = 2;
+  ASSERT_TRUE(ApplyChain(enc->codec(), *chain, &version, &model).ok());
+  EXPECT_EQ(version, 5u);
+  EXPECT_EQ(0, std::memcmp(model.data(), enc->held().data(), kDim * sizeof(float)));
+  // Up to date: an empty chain only checks the model's CRC.
+  auto empty = ParseChain(SerializeChain(5, enc->held_crc(), {}));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(ApplyChain(enc->codec(), *empty, &version, &model).ok());
+  std::vector<float> drifted = model;
+  drifted[3] = std::nextafter(drifted[3], 1.0f);
+  EXPECT_EQ(ApplyChain(enc->codec(), *empty, &version, &drifted).code(),
+            absl::StatusCode::kDataLoss);
+  // A model one ulp off at the start: the last CRC differs, and nothing is applied.
+  model = at2;
+  model[100] = std::nextafter(model[100], 1.0f);
+  const std::vector<float> before = model;
+  version = 2;
+  EXPECT_EQ(ApplyChain(enc->codec(), *chain, &version, &model).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(version, 2u);
+  EXPECT_EQ(model, before);
+  // Bytes that are not a chain, or a chain with a gap or the wrong end.
+  EXPECT_FALSE(ParseChain(bytes.substr(0, bytes.size() - 3)).ok());
+  EXPECT_FALSE(ParseChain(bytes + "x").ok());
+  EXPECT_FALSE(ParseChain(SerializeChain(6, enc->held_crc(), deltas)).ok()) << "wrong end";
+  const BroadcastDelta* gap[] = {deltas[0], deltas[2]};
+  EXPECT_FALSE(ParseChain(SerializeChain(5, enc->held_crc(), gap)).ok()) << "gap";
+  std::string huge = bytes;
+  huge[4 + 1 + 8 + 4] = '\xff';  // a count the bytes cannot hold
+  EXPECT_FALSE(ParseChain(huge).ok());
+}
+
+TEST(Broadcast, ARestoredEncoderGoesOnWithTheSameBytes) {
+  Trajectory t(19);
+  auto enc = Encoder("qsgd(bits=4,bucket=512)", t.model(), /*window=*/3);
+  for (uint64_t v = 1; v <= 5; ++v) ASSERT_TRUE(enc->Advance(v, t.Step()).ok());
+  const std::string state = enc->SaveState();
+  BroadcastOptions o;
+  o.codec = "qsgd(bits=4,bucket=512)";
+  o.window = 3;
+  o.max_frame_bytes = 16384;
+  auto restored = BroadcastEncoder::Restore(o, state);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->version(), 5u);
+  EXPECT_EQ((*restored)->held_crc(), enc->held_crc());
+  ASSERT_EQ((*restored)->ChainFrom(2).size(), 3u) << "the window survives";
+  // The next version codes to the same bytes from both.
+  const std::vector<float> next = t.Step();
+  auto a = enc->Advance(6, next);
+  auto b = (*restored)->Advance(6, next);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(SerializeDelta(**a), SerializeDelta(**b));
+  // A damaged state is refused.
+  EXPECT_FALSE(BroadcastEncoder::Restore(o, state.substr(0, state.size() - 1)).ok());
+  EXPECT_FALSE(BroadcastEncoder::Restore(o, "FLGS").ok());
+  std::string other = state;
+  other[4 + 1 + 8 + 8 + 40] ^= 0x01;  // a held value changed: the deltas no longer end at it
+  EXPECT_FALSE(BroadcastEncoder::Restore(o, other).ok());
+}
+
 TEST(Broadcast, RefusesStatefulCodecsAndBadOptions) {
   BroadcastOptions o;
   o.codec = "ef(topk(ratio=0.01))";

@@ -355,6 +355,7 @@ class GuardHost : public RoundHost {
   void Quarantine(const std::set<std::string>& clients, const std::string&) override {
     quarantined_.insert(clients.begin(), clients.end());
   }
+  std::vector<float> ServedModel() const override { return model_; }
   std::vector<float> model_ = {1, 0};
   std::set<std::string> quarantined_;
 

@@ -1,7 +1,8 @@
-// Fuzz target for the broadcast delta decoder (codecs/broadcast.h): any bytes must parse
-// or fail with a status, and a parsed delta must apply to the model at its version or fail
-// leaving the model untouched; what applies is finite. Seeds are serialized deltas of a
-// 4-bit QSGD broadcast. Built like decode_fuzzer.cc.
+// Fuzz target for the broadcast decoders (codecs/broadcast.h): any bytes must parse as a
+// delta, a chain or a saved encoder state, or fail with a status; a parsed delta or chain
+// must apply to the model at its version or fail leaving the model untouched (a chain: all
+// or nothing); what applies is finite. Seeds are serialized deltas, a chain and a state of
+// a 4-bit QSGD broadcast. Built like decode_fuzzer.cc.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -53,11 +54,51 @@ std::vector<std::string> FedlgcFuzzSeeds() {
     for (float& x : m) x += normal(rng);
     seeds.push_back(fedlgc::codecs::SerializeDelta(*enc->Advance(v, m).value()));
   }
+  const auto chain = enc->ChainFrom(0);
+  seeds.push_back(fedlgc::codecs::SerializeChain(enc->version(), enc->held_crc(), chain));
+  seeds.push_back(enc->SaveState());
   return seeds;
 }
 
+namespace {
+
+void FuzzChain(std::string_view bytes) {
+  auto chain = fedlgc::codecs::ParseChain(bytes);
+  if (!chain.ok()) return;
+  static const std::vector<float> start = Start();
+  std::vector<float> model = start;
+  const uint64_t from = chain->deltas.empty() ? chain->to : chain->deltas.front().from;
+  uint64_t version = from;
+  const auto st = fedlgc::codecs::ApplyChain(Encoder().codec(), *chain, &version, &model);
+  if (st.ok()) {
+    if (version != chain->to) std::abort();
+    for (float x : model) {
+      if (!std::isfinite(x)) std::abort();
+    }
+  } else if (version != from ||
+             std::memcmp(model.data(), start.data(), kDim * sizeof(float)) != 0) {
+    std::abort();  // a refused chain changed the model
+  }
+}
+
+void FuzzState(std::string_view bytes) {
+  fedlgc::codecs::BroadcastOptions o;
+  o.codec = "qsgd(bits=4,bucket=64)";
+  o.max_frame_bytes = 512;
+  auto enc = fedlgc::codecs::BroadcastEncoder::Restore(o, bytes);
+  if (!enc.ok()) return;
+  for (float x : (*enc)->held()) {
+    if (!std::isfinite(x)) std::abort();
+  }
+  if (fedlgc::codecs::ModelCrc((*enc)->held()) != (*enc)->held_crc()) std::abort();
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  FuzzChain(bytes);
+  FuzzState(bytes);
   auto delta = fedlgc::codecs::ParseDelta(bytes);
   if (!delta.ok()) return 0;
   static const std::vector<float> start = Start();

@@ -58,6 +58,8 @@ class Coordinator final : private RoundHost {
   RoundEngine& engine() override { return *engine_; }
   monitoring::Metrics& metrics() override { return *metrics_; }
   RoundDriver& driver() { return *driver_; }
+  // The compressed downlink; null when the model goes down as float32.
+  const Downlink* downlink() const { return downlink_.get(); }
   std::vector<RoundReport> reports() const;
 
  private:

@@ -248,6 +248,7 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(uint64_t version,
       got.ok() ? downlink_->Take(*got, version) : absl::StatusOr<std::vector<float>>(got.status());
   if (model.ok() || !(absl::IsDataLoss(model.status()) || absl::IsInvalidArgument(model.status()))) {
     if (model.ok() && got->chain) metrics_->AddDownlink(options_.client_id, 0, 4 * dim());
+    if (model.ok()) metrics_->AddModelDownload(options_.client_id, got->chain ? "chain" : "full");
     return model;
   }
   // The chain did not rebuild the coordinator's model (or a resumed download changed
@@ -260,7 +261,9 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(uint64_t version,
   downlink_->Forget();
   got = transport_->DownloadModel(version, deadline, std::nullopt);
   if (!got.ok()) return got.status();
-  return downlink_->Take(*got, version);
+  model = downlink_->Take(*got, version);
+  if (model.ok()) metrics_->AddModelDownload(options_.client_id, got->chain ? "chain" : "full");
+  return model;
 }
 
 absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string& blob,

@@ -157,6 +157,11 @@ Metrics::Metrics()
                                     "coordinator's model, recovered by a full download, by "
                                     "reason (mismatch, malformed)")
                               .Register(*registry_)),
+      model_downloads_(BuildCounter()
+                           .Name("fedlgc_model_downloads_total")
+                           .Help("Global models a client took under a compressed downlink, by "
+                                 "kind (full: the model whole; chain: rebuilt from deltas)")
+                           .Register(*registry_)),
       open_calls_(BuildGauge()
                       .Name("fedlgc_open_calls")
                       .Help("Uploads, shares and downloads open at the coordinator")
@@ -283,6 +288,10 @@ void Metrics::SetQuarantined(const std::string& client) {
 
 void Metrics::AddSkippedRound(const std::string& client, const std::string& reason) {
   skipped_rounds_.Add({{"client", client}, {"reason", reason}}).Increment();
+}
+
+void Metrics::AddModelDownload(const std::string& client, const std::string& kind) {
+  model_downloads_.Add({{"client", client}, {"kind", kind}}).Increment();
 }
 
 void Metrics::AddDownlinkFallback(const std::string& client, const std::string& reason) {

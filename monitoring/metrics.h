@@ -81,6 +81,9 @@ class Metrics {
   // Client side, compressed downlink: a chain of deltas that did not rebuild the
   // coordinator's model (reason: mismatch, malformed), recovered by a full download.
   void AddDownlinkFallback(const std::string& client, const std::string& reason);
+  // Client side, compressed downlink: a global model taken whole ("full") or rebuilt from a
+  // chain of deltas ("chain").
+  void AddModelDownload(const std::string& client, const std::string& kind);
   void AddClipped(int updates, double bound);
   // Uploads, shares and downloads open at the coordinator.
   void SetOpenCalls(size_t open);
@@ -128,6 +131,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& clip_bound_;
   prometheus::Family<prometheus::Counter>& skipped_rounds_;
   prometheus::Family<prometheus::Counter>& downlink_fallbacks_;
+  prometheus::Family<prometheus::Counter>& model_downloads_;
   prometheus::Family<prometheus::Gauge>& open_calls_;
   prometheus::Family<prometheus::Counter>& idle_cancelled_;
   absl::Mutex ratio_mu_;

@@ -185,12 +185,14 @@ std::vector<RoundReport> NewRounds(const std::string& path, size_t have) {
 
 void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOptions& co,
                  fedlgc::Mode mode) {
-  std::printf("fedlgc-sim: %s, %u clients, %u rounds, codec %s, %s, link %s, run folder %s\n",
-              std::string(fedlgc::ModeName(mode)).c_str(), s.clients, co.rounds,
-              co.plan.codec.c_str(), s.partition.c_str(),
+  std::printf(
+      "fedlgc-sim: %s, %u clients, %u rounds, codec %s, downlink %s, %s, link %s, run folder "
+      "%s\n",
+      std::string(fedlgc::ModeName(mode)).c_str(), s.clients, co.rounds, co.plan.codec.c_str(),
+      co.downlink.codec.c_str(), s.partition.c_str(),
               s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
-  std::printf("%5s %9s %8s %13s %13s %7s %13s %8s %5s %s\n", "round", "accuracy", "loss",
-              "uplink B", "fp32 B", "ratio", "downlink B", "seconds", "parts",
+  std::printf("%5s %9s %8s %13s %13s %7s %13s %7s %8s %5s %s\n", "round", "accuracy", "loss",
+              "uplink B", "fp32 B", "ratio", "downlink B", "ratio", "seconds", "parts",
               mode == fedlgc::Mode::kLsgd  ? "leader"
               : mode == fedlgc::Mode::kSgp ? "consensus"
                                            : "");
@@ -202,13 +204,14 @@ void PrintRow(const RoundReport& r) {
                             : r.figures.count("sgp_consensus_distance")
                                 ? StrCat(r.Figure("sgp_consensus_distance"))
                                 : std::string();
-  std::printf("%5llu %9.4f %8.4f %13llu %13llu %7.1f %13llu %8.1f %5d %s\n",
+  std::printf("%5llu %9.4f %8.4f %13llu %13llu %7.1f %13llu %7.1f %8.1f %5d %s\n",
               static_cast<unsigned long long>(r.round), r.accuracy, r.loss,
               static_cast<unsigned long long>(r.uplink_bytes),
               static_cast<unsigned long long>(r.raw_uplink_bytes),
               r.uplink_bytes > 0 ? double(r.raw_uplink_bytes) / r.uplink_bytes : 0.0,
-              static_cast<unsigned long long>(r.downlink_bytes), r.seconds, r.participants,
-              extra.c_str());
+              static_cast<unsigned long long>(r.downlink_bytes),
+              r.downlink_bytes > 0 ? double(r.raw_downlink_bytes) / r.downlink_bytes : 0.0,
+              r.seconds, r.participants, extra.c_str());
   std::fflush(stdout);
 }
 
@@ -399,6 +402,7 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"mode", co.mode},
               {"codec", co.plan.codec},
               {"codec_warmup", warmup},
+              {"downlink_codec", co.downlink.codec},
               {"partition", s.partition},
               {"local_epochs", co.plan.local_epochs},
               {"seed", co.seed},
@@ -414,11 +418,12 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
 
 // Prints the run's summary line and returns it as JSON.
 json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const SimOptions& s) {
-  double up = 0, raw = 0, down = 0;
+  double up = 0, raw = 0, down = 0, raw_down = 0;
   for (const RoundReport& r : rows) {
     up += static_cast<double>(r.uplink_bytes);
     raw += static_cast<double>(r.raw_uplink_bytes);
     down += static_cast<double>(r.downlink_bytes);
+    raw_down += static_cast<double>(r.raw_downlink_bytes);
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - f.start).count();
@@ -431,9 +436,11 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
   uint64_t cuts = 0;
   for (const auto& p : f.proxies) cuts += p->cuts();
   std::printf(
-      "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B | %.1f s | "
-      "%llu link cuts | encode %.2f%% of local training (worst client, median round %.2f%%)\n",
-      final_acc, up, raw, up > 0 ? raw / up : 0.0, down, wall,
+      "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B for %.0f "
+      "fp32 B (%.1fx) | %.1f s | %llu link cuts | encode %.2f%% of local training (worst "
+      "client, median round %.2f%%)\n",
+      final_acc, up, raw, up > 0 ? raw / up : 0.0, down, raw_down,
+      down > 0 ? raw_down / down : 0.0, wall,
       static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
   const double leader_error = Median(share.leader_error);
   const double follower_error = Median(share.follower_error);
@@ -447,7 +454,9 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
               {"uplink_bytes", static_cast<uint64_t>(up)},
               {"raw_uplink_bytes", static_cast<uint64_t>(raw)},
               {"downlink_bytes", static_cast<uint64_t>(down)},
+              {"raw_downlink_bytes", static_cast<uint64_t>(raw_down)},
               {"compression_ratio", up > 0 ? raw / up : 0},
+              {"downlink_ratio", down > 0 ? raw_down / down : 0},
               {"wall_seconds", wall},
               {"link_cuts", cuts},
               {"encode_share_of_training", Num(total_share)},

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Time to accuracy on slow links, both directions: 8 clients on all of Fashion-MNIST (CNN,
+# IID, 30 local steps of 32 examples per round), each behind its own 1 Mbit/s link with
+# 50 ms delay (fault proxies, --link rate=1mbit,delay=50ms), over the real protocol. Runs
+# the uplink codecs fp32, 8-bit QSGD and top-1% (error feedback at the clients), each with
+# the model going down as float32 and as 4-bit QSGD deltas (--downlink-codec; error
+# feedback at the coordinator), and prints two markdown tables: the final accuracy with
+# the bytes of each direction, and for 85% and 88% test accuracy the round, the wall
+# seconds (sum of round times), and the uplink and downlink bytes spent to reach it. Writes
+# a JSON report per run and a plot (accuracy against wall seconds, and against total bytes)
+# into OUT (default build/bench-tta). ONLY=<name> runs one; ROUNDS (default 30); BIN=<dir>
+# takes the binaries from elsewhere (default build/bin). About 30 minutes on the 2-core
+# build machine, most of it the float32 runs.
+#   bench/time_to_accuracy.sh [OUT] [extra fedlgc-sim flags...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build/bench-tta}
+shift || true
+mkdir -p "$out"
+bin=${BIN:-build/bin}
+rounds=${ROUNDS:-30}
+common=(--clients 8 --rounds "$rounds" --model cnn --train-limit 60000 --local-steps 30
+        --seed 1 --link rate=1mbit,delay=50ms --quiet --bin-dir "$bin")
+run() {  # name, uplink codec, downlink codec
+  local name=$1 up=$2 down=$3
+  shift 3
+  if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ]; then return; fi
+  echo "== $name" >&2
+  rm -rf "$out/$name.run" "$out/$name.json"
+  "$bin/fedlgc-sim" "${common[@]}" --codec "$up" --downlink-codec "$down" \
+    --state-dir "$out/$name.run" --report "$out/$name.json" "$@" | grep -v '^report:' >&2
+}
+q4="qsgd(bits=4)"
+run fp32__fp32 fp32 fp32 "$@"
+run fp32__q4 fp32 "$q4" "$@"
+run q8__fp32 "qsgd(bits=8)" fp32 "$@"
+run q8__q4 "qsgd(bits=8)" "$q4" "$@"
+run top1__fp32 "topk(ratio=0.01)" fp32 "$@"
+run top1__q4 "topk(ratio=0.01)" "$q4" "$@"
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+names = ["fp32__fp32", "fp32__q4", "q8__fp32", "q8__q4", "top1__fp32", "top1__q4"]
+runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
+if not runs:
+    sys.exit(0)
+MB = 1e6
+def reach(rs, target):
+    t = up = down = 0.0
+    for r in rs:
+        t += r["seconds"]; up += r["uplink_bytes"]; down += r["downlink_bytes"]
+        if r["accuracy"] >= target:
+            return r["round"], t, up, down
+    return None
+base = runs.get("fp32__fp32")
+print("| uplink codec | downlink codec | final accuracy | vs fp32 both ways | uplink MB | fewer than fp32 | downlink MB | fewer than fp32 | wall s (rounds) |")
+print("|---|---|---|---|---|---|---|---|---|")
+for n, r in runs.items():
+    c, s, rs = r["config"], r["summary"], r["rounds"]
+    acc = s["final_accuracy"]
+    vs = f"{100*(acc - base['summary']['final_accuracy']):+.2f} pt" if base else ""
+    wall = sum(x["seconds"] for x in rs)
+    print(f"| `{c['codec']}` | `{c['downlink_codec']}` | {100*acc:.2f}% | {vs} | "
+          f"{s['uplink_bytes']/MB:.1f} | {s['compression_ratio']:.1f}x | "
+          f"{s['downlink_bytes']/MB:.1f} | {s['downlink_ratio']:.1f}x | {wall:.0f} |")
+print()
+for target in (0.85, 0.88):
+    b = reach(base["rounds"], target) if base else None
+    print(f"To {100*target:.0f}% test accuracy:\n")
+    print("| uplink codec | downlink codec | round | wall s | sooner than fp32 | uplink MB | downlink MB |")
+    print("|---|---|---|---|---|---|---|")
+    for n, r in runs.items():
+        c = r["config"]
+        got = reach(r["rounds"], target)
+        if got is None:
+            print(f"| `{c['codec']}` | `{c['downlink_codec']}` | not reached | | | | |")
+            continue
+        rnd, t, up, down = got
+        sooner = f"{b[1]/t:.1f}x" if b else ""
+        print(f"| `{c['codec']}` | `{c['downlink_codec']}` | {rnd} | {t:.0f} | {sooner} | "
+              f"{up/MB:.2f} | {down/MB:.2f} |")
+    print()
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    sys.exit(0)
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+for n, r in runs.items():
+    rs = r["rounds"]
+    t = up = 0.0
+    xs, bs, ys = [], [], []
+    for x in rs:
+        t += x["seconds"]; up += x["uplink_bytes"] + x["downlink_bytes"]
+        xs.append(t); bs.append(up / MB); ys.append(100 * x["accuracy"])
+    label = f"{r['config']['codec']} up, {r['config']['downlink_codec']} down"
+    a1.plot(xs, ys, marker=".", label=label)
+    a2.plot(bs, ys, marker=".", label=label)
+for a, xl in ((a1, "wall seconds (sum of round times)"), (a2, "uplink + downlink MB, all clients")):
+    a.set_xlabel(xl); a.set_ylabel("test accuracy (%)"); a.set_ylim(60, 92); a.grid(alpha=0.3)
+    a.axhline(85, color="grey", lw=0.6); a.axhline(88, color="grey", lw=0.6)
+a2.set_xscale("log")
+a1.legend(fontsize=7, loc="lower right")
+fig.suptitle("8 clients at 1 Mbit/s, 50 ms (Fashion-MNIST, CNN)")
+fig.tight_layout()
+fig.savefig(f"{out}/time_to_accuracy.png", dpi=110)
+print(f"plot: {out}/time_to_accuracy.png")
+PY

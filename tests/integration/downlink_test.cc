@@ -1,0 +1,205 @@
+// The compressed downlink over the real protocol (coordinator/downlink.h,
+// edge_client/downlink_receiver.h): every client's model is the coordinator's held model to
+// the bit over many rounds, a late joiner takes the model whole once and chains after, a
+// restarted client goes on with a chain from the model it kept, a client whose model
+// drifted is refused by the CRC and recovers with a full download, and a download cut by
+// the link resumes.
+#include <cstring>
+
+#include "coordinator/downlink.h"
+#include "monitoring/metrics.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+
+namespace fedlgc::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// A client's counter by one label's value (clients run no exposer here).
+double ClientCounter(edge_client::EdgeClient& c, const std::string& family,
+                     const std::string& label, const std::string& value) {
+  double sum = 0;
+  for (const auto& fam : c.metrics().registry()->Collect()) {
+    if (fam.name != family) continue;
+    for (const auto& m : fam.metric) {
+      for (const auto& l : m.label) {
+        if (l.name == label && l.value == value) sum += m.counter.value;
+      }
+    }
+  }
+  return sum;
+}
+
+double Downloads(ClientThread& c, const std::string& kind) {
+  return ClientCounter(c.get(), "fedlgc_model_downloads_total", "kind", kind);
+}
+double Fallbacks(ClientThread& c) {
+  return ClientCounter(c.get(), "fedlgc_downlink_fallbacks_total", "reason", "mismatch") +
+         ClientCounter(c.get(), "fedlgc_downlink_fallbacks_total", "reason", "malformed");
+}
+
+coordinator::CoordinatorOptions Job(const std::string& dir, const std::string& certs,
+                                    uint32_t rounds, uint32_t min_clients) {
+  auto o = CoordinatorDefaults(dir, certs);
+  o.model = "mlp";
+  o.rounds = rounds;
+  o.min_clients = min_clients;
+  o.round_timeout_s = 15;
+  o.plan.codec = "topk(ratio=0.01)";
+  o.plan.local_steps = 10;
+  o.downlink.codec = "qsgd(bits=4)";
+  o.downlink.window = 8;
+  return o;
+}
+
+// The model the coordinator's deltas rebuilt at `version` (its state beside the checkpoint
+// of that version).
+std::vector<float> HeldAt(const coordinator::CoordinatorOptions& o, uint64_t version,
+                          size_t dim) {
+  auto d = coordinator::Downlink::Open(o.downlink, o.state_dir, version,
+                                       std::vector<float>(dim, 0.0f));
+  EXPECT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->version(), version);
+  return (*d)->Held();
+}
+
+// Every client holds the model of the last round's download, equal to the coordinator's
+// to the bit, and no chain failed to rebuild it.
+void ExpectAllHoldTheCoordinatorsModel(const coordinator::CoordinatorOptions& o,
+                                       std::vector<std::unique_ptr<ClientThread>>& clients,
+                                       double expected_fallbacks = 0) {
+  const uint64_t last = o.rounds - 1;  // the version the last round trained on
+  double fallbacks = 0;
+  std::vector<float> held;
+  for (auto& c : clients) {
+    const edge_client::DownlinkReceiver& r = c->get().downlink();
+    ASSERT_TRUE(r.held_version().has_value());
+    EXPECT_EQ(*r.held_version(), last);
+    if (held.empty()) held = HeldAt(o, last, r.model().size());
+    ASSERT_EQ(r.model().size(), held.size());
+    EXPECT_EQ(0, std::memcmp(r.model().data(), held.data(), held.size() * sizeof(float)))
+        << "client's model differs from the coordinator's";
+    fallbacks += Fallbacks(*c);
+  }
+  EXPECT_EQ(fallbacks, expected_fallbacks);
+}
+
+TEST(Downlink, LateJoinerAndRestartedClientHoldTheCoordinatorsModelToTheBit) {
+  const int n = 4;
+  const std::string dir = FreshDir("downlink_many");
+  const std::string certs = MakeCerts(dir, n);
+  const auto o = Job(dir, certs, 10, 3);
+  InProcessCoordinator coord(o);
+  auto committed = [&] { return coord.get().reports().size(); };
+  std::vector<std::unique_ptr<ClientThread>> clients(n);
+  auto start = [&](int i) {
+    clients[i] = std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, n, coord.port()));
+  };
+  for (int i = 0; i < 3; ++i) start(i);
+  ASSERT_TRUE(WaitFor([&] { return committed() >= 2; }, std::chrono::seconds(90)));
+  clients[1].reset();  // client-1 stops; its model stays in its state folder
+  start(3);            // client-3 joins late
+  ASSERT_TRUE(WaitFor([&] { return committed() >= 5; }, std::chrono::seconds(120)));
+  start(1);  // client-1 restarts, three or more versions behind
+  ASSERT_TRUE(coord.Wait(seconds(180)));
+  ASSERT_TRUE(coord.result().ok()) << coord.result();
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  ExpectAllHoldTheCoordinatorsModel(o, clients);
+  // The late joiner took the model whole once, then chains; the restarted client only
+  // chains (the first from the version it kept); the others one full download in all.
+  EXPECT_EQ(Downloads(*clients[3], "full"), 1);
+  EXPECT_GE(Downloads(*clients[3], "chain"), 2);
+  EXPECT_EQ(Downloads(*clients[1], "full"), 0);
+  EXPECT_GE(Downloads(*clients[1], "chain"), 2);
+  EXPECT_EQ(Downloads(*clients[0], "full"), 1);
+  EXPECT_GE(Downloads(*clients[0], "chain"), 7);
+  // Downlink bytes: 4-bit deltas, about 7.8x fewer than float32 over the run.
+  uint64_t down = 0, raw = 0;
+  for (const RoundReport& r : coord.get().reports()) {
+    down += r.downlink_bytes;
+    raw += r.raw_downlink_bytes;
+  }
+  EXPECT_GT(static_cast<double>(raw) / down, 4.0) << down << " bytes for " << raw;
+}
+
+TEST(Downlink, AModelThatDriftedIsRefusedByItsCrcAndRecoveredWhole) {
+  const int n = 2;
+  const std::string dir = FreshDir("downlink_drift");
+  const std::string certs = MakeCerts(dir, n);
+  const auto o = Job(dir, certs, 4, 2);
+  InProcessCoordinator coord(o);
+  std::vector<std::unique_ptr<ClientThread>> clients(n);
+  for (int i = 0; i < n; ++i) {
+    clients[i] = std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, n, coord.port()));
+  }
+  ASSERT_TRUE(WaitFor([&] { return coord.get().reports().size() >= 1; }, seconds(60)));
+  clients[0].reset();
+  // What client-0 kept is one ulp off in one coordinate (a rebuild that went wrong), with
+  // a valid state file.
+  {
+    edge_client::DownlinkReceiver r(dir + "/clients/client-0.downlink");
+    ASSERT_TRUE(r.Configure(coord.get().downlink()->codec(), coord.get().engine().dim()).ok());
+    ASSERT_TRUE(r.held_version().has_value());
+    std::vector<float> m = r.model();
+    m[1234] = std::nextafter(m[1234], 10.0f);
+    ASSERT_TRUE(r.Hold(*r.held_version(), m).ok());
+  }
+  clients[0] = std::make_unique<ClientThread>(ClientDefaults(dir, certs, 0, n, coord.port()));
+  ASSERT_TRUE(coord.Wait(seconds(120)));
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  EXPECT_EQ(ClientCounter(clients[0]->get(), "fedlgc_downlink_fallbacks_total", "reason",
+                          "mismatch"),
+            1);
+  EXPECT_EQ(Downloads(*clients[0], "full"), 1) << "the recovery";
+  ExpectAllHoldTheCoordinatorsModel(o, clients, /*expected_fallbacks=*/1);
+  // Each round had both clients.
+  for (const RoundReport& r : coord.get().reports()) EXPECT_EQ(r.participants, n);
+}
+
+TEST(Downlink, ADownloadCutByTheLinkResumesFromWhereItStopped) {
+  const int n = 2;
+  const std::string dir = FreshDir("downlink_cut");
+  const std::string certs = MakeCerts(dir, n);
+  const auto o = Job(dir, certs, 3, 2);
+  InProcessCoordinator coord(o);
+  // Client 0's link is cut once, 300 KB into its first download (636 KB, 64 KiB chunks).
+  auto proxy = core::FaultProxy::Start("127.0.0.1", coord.port(),
+                                       core::LinkSpec::Parse("cut_after=300k").value(), 0);
+  ASSERT_TRUE(proxy.ok());
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  clients.push_back(
+      std::make_unique<ClientThread>(ClientDefaults(dir, certs, 0, n, (*proxy)->port())));
+  clients.push_back(std::make_unique<ClientThread>(ClientDefaults(dir, certs, 1, n, coord.port())));
+  ASSERT_TRUE(coord.Wait(seconds(120)));
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  EXPECT_EQ((*proxy)->cuts(), 1u);
+  // The coordinator served the rest from an offset past 0: a resume, not a restart.
+  double resumed = 0;
+  for (const auto& fam : coord.get().metrics().registry()->Collect()) {
+    if (fam.name != "fedlgc_stream_resumes_total") continue;
+    for (const auto& m : fam.metric) {
+      bool download = false, client0 = false;
+      for (const auto& l : m.label) {
+        download |= l.name == "stream" && l.value == "download";
+        client0 |= l.name == "client" && l.value == "client-0";
+      }
+      if (download && client0) resumed += m.counter.value;
+    }
+  }
+  EXPECT_GE(resumed, 1);
+  ExpectAllHoldTheCoordinatorsModel(o, clients);
+  for (const RoundReport& r : coord.get().reports()) EXPECT_EQ(r.participants, n);
+}
+
+}  // namespace
+}  // namespace fedlgc::testing

@@ -250,7 +250,7 @@ absl::StatusOr<std::unique_ptr<BroadcastEncoder>> BroadcastEncoder::Restore(
     return Malformed(kWhat, StrCat("a model of ", dim, " coordinates does not fit"));
   }
   std::vector<float> held(dim);
-  std::memcpy(held.data(), raw.data(), raw.size());
+  if (dim > 0) std::memcpy(held.data(), raw.data(), raw.size());
   uint32_t count = 0;
   if (!in.Get(&count)) return Malformed(kWhat, "truncated before the deltas");
   std::vector<BroadcastDelta> kept;

@@ -95,11 +95,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
                                                      c->metrics_.get(), job, so);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
   if (DownlinkCompressed(o.downlink)) {
-    auto downlink = Downlink::Open(o.downlink, o.state_dir, c->engine_->model()->version,
-                                   c->engine_->ModelVector());
-    if (!downlink.ok()) return downlink.status();
-    c->downlink_ = *std::move(downlink);
-    c->service_->SetDownlink(c->downlink_.get());
+    DownlinkOptions dl = o.downlink;
+    dl.job = c->job_key_;
+    auto downlinks = Downlinks::Create(std::move(dl), o.state_dir);
+    if (!downlinks.ok()) return downlinks.status();
+    c->downlinks_ = *std::move(downlinks);
+    auto global = c->downlinks_->At("", c->engine_->model()->version,
+                                    [cp = c.get()] { return cp->engine_->ModelVector(); });
+    if (!global.ok()) return global.status();
+    c->service_->SetDownlinks(c->downlinks_.get());
   }
   return c;
 }
@@ -291,7 +295,7 @@ absl::StatusOr<GuardVerdict> Coordinator::CheckModel(std::span<const float> cand
 }
 
 std::vector<float> Coordinator::ServedModel() const {
-  return downlink_ != nullptr ? downlink_->Held() : engine_->ModelVector();
+  return downlinks_ != nullptr ? downlinks_->global()->Held() : engine_->ModelVector();
 }
 
 void Coordinator::Quarantine(const std::set<std::string>& clients, const std::string& why) {
@@ -332,10 +336,10 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   if (absl::Status st = Evaluate(commit.round, &rep); !st.ok()) return st;
   // The next round's downloads: the delta to this version, saved before the checkpoint
   // that names it.
-  if (downlink_ != nullptr) {
-    const auto blob = engine_->model();
-    if (absl::Status st = downlink_->Publish(blob->version, engine_->ModelVector()); !st.ok())
-      return st;
+  if (downlinks_ != nullptr) {
+    auto global = downlinks_->At("", engine_->model()->version,
+                                 [this] { return engine_->ModelVector(); });
+    if (!global.ok()) return global.status();
   }
   // The driver's state of this round goes first: a restart loads the one of the checkpoint.
   if (absl::Status st = driver_->Save(commit.round); !st.ok()) return st;

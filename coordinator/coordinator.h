@@ -58,8 +58,8 @@ class Coordinator final : private RoundHost {
   RoundEngine& engine() override { return *engine_; }
   monitoring::Metrics& metrics() override { return *metrics_; }
   RoundDriver& driver() { return *driver_; }
-  // The compressed downlink; null when the model goes down as float32.
-  const Downlink* downlink() const { return downlink_.get(); }
+  // The compressed downlink; null when models go down as float32.
+  const Downlinks* downlinks() const { return downlinks_.get(); }
   std::vector<RoundReport> reports() const;
 
  private:
@@ -94,7 +94,7 @@ class Coordinator final : private RoundHost {
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<RoundDriver> driver_;
   std::unique_ptr<RoundEngine> engine_;
-  std::unique_ptr<Downlink> downlink_;  // null: the model goes down as float32
+  std::unique_ptr<Downlinks> downlinks_;  // null: models go down as float32
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<core::Model> eval_model_;

@@ -1,7 +1,10 @@
 // The compressed downlink (see downlink.h).
 #include "coordinator/downlink.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <utility>
 
 #include "codecs/str.h"
@@ -11,9 +14,9 @@ namespace fedlgc::coordinator {
 namespace {
 
 
-constexpr std::string_view kPrefix = "downlink";
 constexpr uint32_t kMagic = 0x4C4E4C44;  // "DLNL"
-constexpr uint32_t kVersion = 1;
+// 2: the job key and the CRC32C of the true model the held one follows.
+constexpr uint32_t kVersion = 2;
 
 std::string FloatBytes(std::span<const float> v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -27,36 +30,99 @@ codecs::BroadcastOptions BroadcastOptionsOf(const DownlinkOptions& o) {
   return b;
 }
 
-// The broadcast saved beside the checkpoint of `version`; nullptr when there is none for
-// this codec (a fresh start, or the downlink codec changed).
-absl::StatusOr<std::unique_ptr<codecs::BroadcastEncoder>> LoadSaved(const DownlinkOptions& o,
-                                                                     const std::string& dir,
-                                                                     uint64_t version) {
-  std::string bytes;
-  auto reader = core::ReadRoundState(dir, kPrefix, version, kMagic, kVersion, &bytes);
-  if (absl::IsNotFound(reader.status())) return nullptr;
-  if (!reader.ok()) return reader.status();
-  std::string codec, state;
-  if (!reader->Str(&codec) || !reader->Str(&state, size_t{1} << 34) || !reader->done()) {
-    return absl::DataLossError(StrCat(core::RoundStatePath(dir, kPrefix, version), ": truncated"));
+// The state files' prefix: "downlink" for the global model, "downlink-<name>" (letters
+// and digits kept, anything else "_") for a mode's blob.
+std::string PrefixOf(const std::string& name) {
+  if (name.empty()) return "downlink";
+  std::string p = "downlink-";
+  for (char c : name) p += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return p;
+}
+
+// The versions of the state files <prefix>-<version>.bin in `dir`, ascending.
+std::vector<uint64_t> SavedVersions(const std::string& dir, const std::string& prefix) {
+  std::vector<uint64_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    if (f.size() <= prefix.size() + 5 || f.compare(0, prefix.size() + 1, prefix + "-") != 0 ||
+        f.compare(f.size() - 4, 4, ".bin") != 0) {
+      continue;
+    }
+    const std::string digits = f.substr(prefix.size() + 1, f.size() - prefix.size() - 5);
+    if (digits.empty() || digits.size() > 19 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    out.push_back(std::stoull(digits));
   }
-  if (codec != o.codec) {
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The newest broadcast saved at `at_most` or before; nullptr when there is none for this
+// codec and job, or when the one saved at `at_most` follows another true model (left by a
+// run that crashed before its checkpoint, or by another job).
+absl::StatusOr<std::unique_ptr<codecs::BroadcastEncoder>> LoadSaved(
+    const DownlinkOptions& o, const std::string& dir, const std::string& prefix,
+    uint64_t at_most, uint32_t true_crc) {
+  std::optional<uint64_t> saved;
+  for (uint64_t v : SavedVersions(dir, prefix)) {
+    if (v <= at_most) saved = v;
+  }
+  if (!saved) return nullptr;
+  const uint64_t version = *saved;
+  const std::string path = core::RoundStatePath(dir, prefix, version);
+  std::string bytes;
+  auto reader = core::ReadRoundState(dir, prefix, version, kMagic, kVersion, &bytes);
+  if (!reader.ok()) {
+    std::fprintf(stderr, "coordinator: %s: %s; clients download the model whole once\n",
+                 path.c_str(), std::string(reader.status().message()).c_str());
+    return nullptr;
+  }
+  std::string codec, job, state;
+  uint32_t crc = 0;
+  if (!reader->Str(&codec) || !reader->Str(&job) || !reader->U32(&crc) ||
+      !reader->Str(&state, size_t{1} << 34) || !reader->done()) {
+    return absl::DataLossError(StrCat(path, ": truncated"));
+  }
+  if (codec != o.codec || job != o.job || (version == at_most && crc != true_crc)) {
     std::fprintf(stderr,
-                 "coordinator: the saved downlink used codec %s, this job %s: clients download "
-                 "the model whole once\n",
-                 codec.c_str(), o.codec.c_str());
+                 "coordinator: %s belongs to another %s: clients download the model whole once\n",
+                 path.c_str(), codec != o.codec ? "downlink codec" : job != o.job ? "job" : "model");
     return nullptr;
   }
   auto enc = codecs::BroadcastEncoder::Restore(BroadcastOptionsOf(o), state);
   if (!enc.ok()) return enc.status();
   if ((*enc)->version() != version) {
-    return absl::DataLossError(StrCat(core::RoundStatePath(dir, kPrefix, version),
-                                      ": holds version ", (*enc)->version()));
+    return absl::DataLossError(StrCat(path, ": holds version ", (*enc)->version()));
   }
   return enc;
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<float>> Downlink::SavedHeld(const DownlinkOptions& options,
+                                                       const std::string& state_dir,
+                                                       const std::string& name,
+                                                       uint64_t version) {
+  const std::string prefix = PrefixOf(name);
+  std::string bytes;
+  auto reader = core::ReadRoundState(state_dir, prefix, version, kMagic, kVersion, &bytes);
+  if (!reader.ok()) return reader.status();
+  std::string codec, job, state;
+  uint32_t crc = 0;
+  if (!reader->Str(&codec) || !reader->Str(&job) || !reader->U32(&crc) ||
+      !reader->Str(&state, size_t{1} << 34) || !reader->done()) {
+    return absl::DataLossError(StrCat(core::RoundStatePath(state_dir, prefix, version),
+                                      ": truncated"));
+  }
+  codecs::BroadcastOptions b = BroadcastOptionsOf(options);
+  b.codec = codec;
+  auto enc = codecs::BroadcastEncoder::Restore(b, state);
+  if (!enc.ok()) return enc.status();
+  return std::vector<float>((*enc)->held().begin(), (*enc)->held().end());
+}
 
 bool DownlinkCompressed(const DownlinkOptions& options) {
   return !options.codec.empty() && options.codec != "fp32";
@@ -64,12 +130,20 @@ bool DownlinkCompressed(const DownlinkOptions& options) {
 
 absl::StatusOr<std::unique_ptr<Downlink>> Downlink::Open(const DownlinkOptions& options,
                                                          const std::string& state_dir,
+                                                         const std::string& name,
                                                          uint64_t version,
                                                          std::span<const float> model) {
-  auto saved = LoadSaved(options, state_dir, version);
+  const std::string prefix = PrefixOf(name);
+  const uint32_t true_crc = codecs::ModelCrc(model);
+  auto saved = LoadSaved(options, state_dir, prefix, version, true_crc);
   if (!saved.ok()) return saved.status();
   std::unique_ptr<codecs::BroadcastEncoder> enc = *std::move(saved);
   if (enc != nullptr && enc->held().size() != model.size()) enc = nullptr;
+  // Saved before `version` (its commit or first request came after the last state was
+  // written): the delta to it, as it would have been made.
+  if (enc != nullptr && enc->version() < version) {
+    if (auto d = enc->Advance(version, model); !d.ok()) return d.status();
+  }
   if (enc == nullptr) {
     auto made = codecs::BroadcastEncoder::Create(BroadcastOptionsOf(options),
                                                  std::vector<float>(model.begin(), model.end()),
@@ -77,16 +151,18 @@ absl::StatusOr<std::unique_ptr<Downlink>> Downlink::Open(const DownlinkOptions& 
     if (!made.ok()) return made.status();
     enc = *std::move(made);
   }
-  std::unique_ptr<Downlink> d(new Downlink(options, state_dir, std::move(enc)));
+  std::unique_ptr<Downlink> d(new Downlink(options, state_dir, prefix, std::move(enc)));
   absl::MutexLock lock(&d->mu_);
+  d->true_crc_ = true_crc;
   if (absl::Status st = d->SaveLocked(); !st.ok()) return st;
   return d;
 }
 
-Downlink::Downlink(DownlinkOptions options, std::string state_dir,
+Downlink::Downlink(DownlinkOptions options, std::string state_dir, std::string prefix,
                    std::unique_ptr<codecs::BroadcastEncoder> encoder)
     : options_(std::move(options)),
       state_dir_(std::move(state_dir)),
+      prefix_(std::move(prefix)),
       codec_spec_(encoder->codec().spec()),
       encoder_(std::move(encoder)) {
   absl::MutexLock lock(&mu_);
@@ -99,17 +175,47 @@ void Downlink::ResetBlobsLocked() {
 }
 
 absl::Status Downlink::SaveLocked() {
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, encoder_->version());
+  const uint64_t version = encoder_->version();
+  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, version);
   w.Str(options_.codec);
+  w.Str(options_.job);
+  w.U32(true_crc_);
   w.Str(encoder_->SaveState());
-  return core::SaveRoundState(state_dir_, kPrefix, encoder_->version(), w.Finish());
+  if (absl::Status st =
+          core::AtomicWriteFile(core::RoundStatePath(state_dir_, prefix_, version), w.Finish());
+      !st.ok()) {
+    return st;
+  }
+  saved_ = version;
+  // Keep this version's state and the newest before it (the checkpoint on disk may still
+  // be that one's); versions of a mode's blob are sparse, so list rather than count down.
+  const std::vector<uint64_t> versions = SavedVersions(state_dir_, prefix_);
+  std::optional<uint64_t> previous;
+  for (uint64_t v : versions) {
+    if (v < version) previous = v;
+  }
+  std::error_code ec;
+  for (uint64_t v : versions) {
+    if (v < version && v != previous) {
+      std::filesystem::remove(core::RoundStatePath(state_dir_, prefix_, v), ec);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Downlink::Publish(uint64_t version, std::span<const float> model) {
   absl::MutexLock lock(&mu_);
-  if (version == encoder_->version()) return absl::OkStatus();
+  if (version == encoder_->version()) {
+    // Published already; a state whose write failed is written now.
+    return saved_ == version ? absl::OkStatus() : SaveLocked();
+  }
+  if (version < encoder_->version()) {
+    return absl::NotFoundError(StrCat("version ", version, " is superseded by ",
+                                      encoder_->version()));
+  }
   auto delta = encoder_->Advance(version, model);
   if (!delta.ok()) return delta.status();
+  true_crc_ = codecs::ModelCrc(model);
   ResetBlobsLocked();
   return SaveLocked();
 }
@@ -143,6 +249,46 @@ std::vector<float> Downlink::Held() const {
 uint64_t Downlink::version() const {
   absl::MutexLock lock(&mu_);
   return encoder_->version();
+}
+
+absl::StatusOr<std::unique_ptr<Downlinks>> Downlinks::Create(DownlinkOptions options,
+                                                             std::string state_dir) {
+  codecs::BroadcastOptions b = BroadcastOptionsOf(options);
+  auto probe = codecs::BroadcastEncoder::Create(b, {0.0f}, 0);
+  if (!probe.ok()) return probe.status();
+  std::string spec = (*probe)->codec().spec();
+  return std::unique_ptr<Downlinks>(
+      new Downlinks(std::move(options), std::move(state_dir), std::move(spec)));
+}
+
+absl::StatusOr<Downlink*> Downlinks::At(const std::string& name, uint64_t version,
+                                        const std::function<std::vector<float>()>& model) {
+  Downlink* d = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) {
+      auto opened = Downlink::Open(options_, state_dir_, name, version, model());
+      if (!opened.ok()) return opened.status();
+      it = by_name_.emplace(name, *std::move(opened)).first;
+      return it->second.get();
+    }
+    d = it->second.get();  // never erased: the pointer outlives the lock
+  }
+  // Advanced outside the set's lock: one blob's encode and write stall no other blob.
+  const uint64_t have = d->version();
+  if (have <= version) {
+    // The same version again only retries a state write that failed: no model needed.
+    absl::Status st = have < version ? d->Publish(version, model()) : d->Publish(version, {});
+    if (!st.ok()) return st;
+  }
+  return d;
+}
+
+Downlink* Downlinks::global() const {
+  absl::MutexLock lock(&mu_);
+  auto it = by_name_.find("");
+  return it == by_name_.end() ? nullptr : it->second.get();
 }
 
 }  // namespace fedlgc::coordinator

@@ -139,6 +139,10 @@ class RoundDriver {
   virtual absl::StatusOr<std::shared_ptr<const ModelBlob>> Blob(const std::string& client,
                                                                 const std::string& name,
                                                                 uint64_t version);
+  // Whether blob `name` is a model clients keep (float32, dim values) that a compressed
+  // downlink sends as deltas from the version a client holds (downlink.h): LSGD's group
+  // references. The global model always is.
+  virtual bool Broadcasts(const std::string& /*name*/) const { return false; }
   // A participant's progress report; refused (FAILED_PRECONDITION) unless the mode
   // takes reports.
   virtual absl::Status AcceptReport(const std::string& client,

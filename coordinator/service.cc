@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "codecs/str.h"
 #include "coordinator/downlink.h"
@@ -140,7 +141,7 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   reply->set_total_rounds(job_.total_rounds);
   reply->set_mode(std::string(ModeName(driver_->mode())));
   reply->set_protocol_version(kProtocolVersion);
-  if (downlink_ != nullptr) reply->set_downlink_codec(downlink_->codec());
+  if (downlinks_ != nullptr) reply->set_downlink_codec(downlinks_->codec());
   return grpc::Status::OK;
 }
 
@@ -281,13 +282,7 @@ void CoordinatorService::RecordDownload(const std::string& client, uint64_t byte
 absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
     const std::string& client, const protos::ModelRequest& req) {
   std::shared_ptr<const ModelBlob> blob;
-  if (req.blob().empty() && downlink_ != nullptr) {
-    auto served = downlink_->Serve(req.version(), req.has_held_version()
-                                                      ? std::optional<uint64_t>(req.held_version())
-                                                      : std::nullopt);
-    if (!served.ok()) return served.status();
-    blob = *std::move(served);
-  } else if (req.blob().empty()) {
+  if (req.blob().empty()) {
     blob = engine_->model();
   } else {
     auto served = driver_->Blob(client, req.blob(), req.version());
@@ -301,6 +296,21 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
     return absl::NotFoundError(StrCat(req.blob().empty() ? "model" : req.blob(), " version ",
                                       req.version(), " is not served; the current version is ",
                                       blob->version));
+  }
+  if (downlinks_ != nullptr && (req.blob().empty() || driver_->Broadcasts(req.blob()))) {
+    // The model as clients hold it: the chain from the caller's version, or that model.
+    const std::string& bytes = blob->bytes;
+    auto channel = downlinks_->At(req.blob(), blob->version, [&bytes] {
+      std::vector<float> v(bytes.size() / sizeof(float));
+      std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+      return v;
+    });
+    if (!channel.ok()) return channel.status();
+    auto served = (*channel)->Serve(req.version(), req.has_held_version()
+                                                       ? std::optional<uint64_t>(req.held_version())
+                                                       : std::nullopt);
+    if (!served.ok()) return served.status();
+    blob = *std::move(served);
   }
   if (req.offset() > blob->bytes.size()) {
     metrics_->AddRejected(RejectReason::kRange);

@@ -40,7 +40,7 @@ struct RoundTraffic {
   std::atomic<uint64_t> downlink_raw{0};  // what the downloads stand for in float32
 };
 
-class Downlink;
+class Downlinks;
 class EventsReactor;
 
 // How the service bounds what one client can do (docs/protocol.md#limits).
@@ -98,9 +98,9 @@ class CoordinatorService final : public RawCoordinatorService {
   RoundTraffic& traffic() { return traffic_; }
   // Set before serving: a chunk or report arrived (wakes the round loop early).
   void SetChunkCallback(std::function<void()> f) { on_chunk_ = std::move(f); }
-  // Set before serving: the global model goes down through `downlink` (must outlive the
-  // service).
-  void SetDownlink(Downlink* downlink) { downlink_ = downlink; }
+  // Set before serving: the global model, and the blobs the driver broadcasts, go down
+  // through `downlinks` (must outlive the service).
+  void SetDownlinks(Downlinks* downlinks) { downlinks_ = downlinks; }
   // Measured downlink throughput of a client (bytes/s of its last full model download,
   // smoothed); 0 when unknown.
   double LinkBytesPerSecond(const std::string& client) const;
@@ -146,7 +146,7 @@ class CoordinatorService final : public RawCoordinatorService {
 
   RoundEngine* const engine_;
   RoundDriver* const driver_;
-  Downlink* downlink_ = nullptr;
+  Downlinks* downlinks_ = nullptr;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
   const ServiceOptions options_;

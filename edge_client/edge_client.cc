@@ -1,6 +1,7 @@
 // Edge client (see edge_client.h).
 #include "edge_client/edge_client.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -54,8 +55,6 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
     if (absl::Status st = c->metrics_->Serve(o.metrics_listen); !st.ok()) return st;
   }
   c->state_path_ = StrCat(o.state_dir, "/", o.client_id, ".state");
-  c->downlink_ =
-      std::make_unique<DownlinkReceiver>(StrCat(o.state_dir, "/", o.client_id, ".downlink"));
   auto state = LoadClientState(c->state_path_);
   if (!state.ok()) return state.status();
   c->state_ = std::move(state).value();
@@ -109,8 +108,12 @@ absl::Status EdgeClient::Join() {
                                                 " parameters; ", reply->model(), " here has ",
                                                 model_->dim()));
   }
-  if (absl::Status st = downlink_->Configure(reply->downlink_codec(), reply->dim()); !st.ok()) {
-    return absl::FailedPreconditionError(StrCat("the job's downlink codec: ", std::string(st.message())));
+  downlink_codec_ = reply->downlink_codec();
+  for (auto& [blob, receiver] : downlinks_) {
+    if (absl::Status st = receiver->Configure(downlink_codec_, reply->dim()); !st.ok()) {
+      return absl::FailedPreconditionError(
+          StrCat("the job's downlink codec: ", std::string(st.message())));
+    }
   }
   const std::optional<Mode> mode = ParseMode(reply->mode());
   if (!mode) {
@@ -241,11 +244,34 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   return trained->running_loss;
 }
 
-absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(uint64_t version,
+absl::StatusOr<DownlinkReceiver*> EdgeClient::ReceiverFor(const std::string& blob) {
+  auto it = downlinks_.find(blob);
+  if (it == downlinks_.end()) {
+    // <id>.downlink for the global model, <id>.downlink-<blob> (letters and digits) else.
+    std::string path = StrCat(options_.state_dir, "/", options_.client_id, ".downlink");
+    if (!blob.empty()) path += "-";
+    for (char c : blob) path += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    auto r = std::make_unique<DownlinkReceiver>(std::move(path));
+    if (absl::Status st = r->Configure(downlink_codec_, dim()); !st.ok()) return st;
+    it = downlinks_.emplace(blob, std::move(r)).first;
+  }
+  return it->second.get();
+}
+
+const DownlinkReceiver* EdgeClient::downlink(const std::string& blob) const {
+  auto it = downlinks_.find(blob);
+  return it == downlinks_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(const std::string& blob,
+                                                            uint64_t version,
                                                             SystemTime deadline) {
-  auto got = transport_->DownloadModel(version, deadline, downlink_->held_version());
+  auto receiver = ReceiverFor(blob);
+  if (!receiver.ok()) return receiver.status();
+  DownlinkReceiver* const r = *receiver;
+  auto got = transport_->DownloadModel(blob, version, deadline, r->held_version());
   absl::StatusOr<std::vector<float>> model =
-      got.ok() ? downlink_->Take(*got, version) : absl::StatusOr<std::vector<float>>(got.status());
+      got.ok() ? r->Take(*got, version) : absl::StatusOr<std::vector<float>>(got.status());
   if (model.ok() || !(absl::IsDataLoss(model.status()) || absl::IsInvalidArgument(model.status()))) {
     if (model.ok() && got->chain) metrics_->AddDownlink(options_.client_id, 0, 4 * dim());
     if (model.ok()) metrics_->AddModelDownload(options_.client_id, got->chain ? "chain" : "full");
@@ -255,13 +281,13 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(uint64_t version,
   // kind): the model whole, which the next chains start from.
   metrics_->AddDownlinkFallback(options_.client_id,
                                 absl::IsDataLoss(model.status()) ? "mismatch" : "malformed");
-  std::fprintf(stderr, "%s: model %llu: %s; downloading it whole\n", options_.client_id.c_str(),
-               static_cast<unsigned long long>(version),
+  std::fprintf(stderr, "%s: %s %llu: %s; downloading it whole\n", options_.client_id.c_str(),
+               blob.empty() ? "model" : blob.c_str(), static_cast<unsigned long long>(version),
                std::string(model.status().message()).c_str());
-  downlink_->Forget();
-  got = transport_->DownloadModel(version, deadline, std::nullopt);
+  r->Forget();
+  got = transport_->DownloadModel(blob, version, deadline, std::nullopt);
   if (!got.ok()) return got.status();
-  model = downlink_->Take(*got, version);
+  model = r->Take(*got, version);
   if (model.ok()) metrics_->AddModelDownload(options_.client_id, got->chain ? "chain" : "full");
   return model;
 }
@@ -271,8 +297,8 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string&
                                                               SystemTime deadline) {
   const std::string name = StrCat(blob.empty() ? "model" : blob, " ", version);
   absl::StatusOr<std::vector<float>> floats;
-  if (blob.empty() && downlink_->active()) {
-    floats = DownloadHeld(version, deadline);
+  if (!downlink_codec_.empty()) {
+    floats = DownloadHeld(blob, version, deadline);
   } else {
     auto bytes = transport_->DownloadBlob(blob, version, deadline);
     if (!bytes.ok()) return bytes.status();

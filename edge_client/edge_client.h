@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,7 +53,8 @@ class EdgeClient final : private ClientEnv {
   monitoring::Metrics& metrics() override { return *metrics_; }
   const ClientState& client_state() const { return state_; }
   // The global model as this client holds it under a compressed downlink.
-  const DownlinkReceiver& downlink() const { return *downlink_; }
+  // nullptr before the first download of `blob` ("" the global model).
+  const DownlinkReceiver* downlink(const std::string& blob = "") const;
   // The job's mode, once joined.
   std::optional<Mode> mode() const { return mode_; }
 
@@ -85,9 +87,11 @@ class EdgeClient final : private ClientEnv {
                                     std::vector<float>* weights) override;
   absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version,
                                                     SystemTime deadline) override;
-  // The global model under a compressed downlink: the chain from the held version, or the
-  // model whole when the chain does not rebuild the coordinator's (counted, logged).
-  absl::StatusOr<std::vector<float>> DownloadHeld(uint64_t version, SystemTime deadline);
+  // A model under a compressed downlink: the chain from the held version, or the model
+  // whole when the chain does not rebuild the coordinator's (counted, logged).
+  absl::StatusOr<std::vector<float>> DownloadHeld(const std::string& blob, uint64_t version,
+                                                  SystemTime deadline);
+  absl::StatusOr<DownlinkReceiver*> ReceiverFor(const std::string& blob);
   PendingUpdate NewPending(uint64_t round, uint64_t model_version) override;
   absl::Status UploadPending(uint64_t round, SystemTime deadline,
                              const std::optional<ShareFields>& share) override;
@@ -106,7 +110,9 @@ class EdgeClient final : private ClientEnv {
   std::optional<Mode> mode_;
   std::unique_ptr<ClientMode> client_mode_;
   ClientState state_;
-  std::unique_ptr<DownlinkReceiver> downlink_;
+  std::string downlink_codec_;  // of the job (Join); "": models come as float32
+  // Under a compressed downlink, the models this client holds by blob name.
+  std::map<std::string, std::unique_ptr<DownlinkReceiver>> downlinks_;
   std::string state_path_;
   Attack attack_;
   uint64_t last_round_ = 0;  // of the last RoundStart

@@ -204,10 +204,11 @@ absl::StatusOr<std::string> Transport::DownloadBlob(const std::string& name, uin
   return std::move(got->bytes);
 }
 
-absl::StatusOr<Transport::ModelDownload> Transport::DownloadModel(uint64_t version,
+absl::StatusOr<Transport::ModelDownload> Transport::DownloadModel(const std::string& name,
+                                                                 uint64_t version,
                                                                  SystemTime deadline,
                                                                  std::optional<uint64_t> held) {
-  return Fetch("", version, deadline, held);
+  return Fetch(name, version, deadline, held);
 }
 
 absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& name,
@@ -240,8 +241,15 @@ absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& nam
     if (held.has_value()) req.set_held_version(*held);
     auto reader = stub->DownloadModel(&ctx, req);
     protos::ModelChunk chunk;
-    bool bad = false;
+    bool bad = false, changed = false;
     while (reader->Read(&chunk)) {
+      // A resumed download whose blob is another (the coordinator restarted and rebuilt
+      // it): start over from offset 0.
+      if (known && (chunk.total_bytes() != total || chunk.crc32c() != crc)) {
+        changed = true;
+        ctx.TryCancel();
+        break;
+      }
       if (chunk.version() != version || chunk.offset() != blob.size() ||
           chunk.total_bytes() > (uint64_t{4} << 30) ||
           blob.size() + chunk.data().size() > chunk.total_bytes() ||
@@ -262,6 +270,11 @@ absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& nam
     }
     const grpc::Status st = reader->Finish();
     if (bad) return absl::DataLossError(StrCat(what, " download: inconsistent chunks"));
+    if (changed || (st.error_code() == grpc::StatusCode::OUT_OF_RANGE && !blob.empty())) {
+      blob.clear();  // the offset is past a blob that got shorter, or another blob
+      known = false;
+      continue;
+    }
     if (st.ok() && blob.size() == total) {
       if (codecs::Crc32c(blob.data(), blob.size()) != crc) {
         blob.clear();  // corrupted: start over

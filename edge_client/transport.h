@@ -85,16 +85,17 @@ class Transport {
   // once `deadline` passes.
   absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
                                            SystemTime deadline);
-  // The global model under a compressed downlink: the chain of deltas from `held` (the
-  // version this client holds; nullopt: none), or the model whole, as the coordinator
-  // chose. Resumable like DownloadBlob; DATA_LOSS when a resumed download changed kind.
+  // A model under a compressed downlink ("" the global model): the chain of deltas from
+  // `held` (the version this client holds; nullopt: none), or the model whole, as the
+  // coordinator chose. Resumable like DownloadBlob; DATA_LOSS when a resumed download
+  // changed kind.
   struct ModelDownload {
     std::string bytes;
     bool chain = false;  // bytes are a broadcast chain (codecs/broadcast.h)
     uint64_t from = 0;   // the chain's first version
   };
-  absl::StatusOr<ModelDownload> DownloadModel(uint64_t version, SystemTime deadline,
-                                              std::optional<uint64_t> held);
+  absl::StatusOr<ModelDownload> DownloadModel(const std::string& name, uint64_t version,
+                                              SystemTime deadline, std::optional<uint64_t> held);
   // Uploads `p` until the coordinator holds every chunk (through Gossip with `share`);
   // DEADLINE_EXCEEDED at `deadline`, and the coordinator's refusal (e.g.
   // FAILED_PRECONDITION once the round closed) when it is not worth a retry.

@@ -187,7 +187,9 @@ LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::strin
       FormGroupsLocked(groups);
       for (auto& ref : refs_) ref = start;
       for (size_t g = 0; g < refs_.size(); ++g) {
-        ref_versions_[g] = round;  // a new reference: new clients must not pull stale ones
+        // A new reference: new clients must not pull stale ones. Versions 2r - 1 (formed in
+        // round r) and 2r (committed in round r) never name two models.
+        ref_versions_[g] = 2 * round - 1;
         PublishLocked(g);
       }
       pulled_leaders_.clear();
@@ -275,7 +277,7 @@ std::vector<float> LsgdDriver::Commit(uint64_t round, const Election& election,
     std::vector<float>& ref = refs_[g];
     const std::vector<float>& delta = updates.at(leader).values;
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += static_cast<float>(f * delta[i]);
-    ref_versions_[g] = round;
+    ref_versions_[g] = 2 * round;
     PublishLocked(g);
     pulled_leaders_[g] = leader;
     counted->insert(leader);
@@ -316,7 +318,9 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> LsgdDriver::Blob(const std::str
   if (name.rfind("group:", 0) != 0) return RoundDriver::Blob(client, name, version);
   const std::string num = name.substr(6);
   const auto missing = absl::NotFoundError(StrCat(name, " ", version, " is not served"));
-  if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos)
+  // Canonical decimal only ("group:01" is not group 1): one name per group.
+  if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos ||
+      (num.size() > 1 && num[0] == '0'))
     return missing;
   const size_t g = std::stoul(num);
   absl::MutexLock lock(&mu_);

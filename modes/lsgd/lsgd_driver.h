@@ -79,6 +79,7 @@ class LsgdDriver final : public coordinator::RoundDriver {
   // open round (a leader that reconnects learns it again).
   void DecorateRoundStart(const std::string& client, protos::RoundStart* start) override;
   // "group:<g>" at its current version.
+  bool Broadcasts(const std::string& name) const override { return name.rfind("group:", 0) == 0; }
   absl::StatusOr<std::shared_ptr<const ModelBlob>> Blob(const std::string& client,
                                                         const std::string& name,
                                                         uint64_t version) override;

@@ -69,10 +69,12 @@ TEST(Lsgd, ElectsTheArgminPerGroupAndGloballyAndPullsTheOthers) {
   EXPECT_EQ(counted, std::set<std::string>{"b"});
   // The run's model is the reference of the best client's group, which did not move.
   EXPECT_EQ(model, std::vector<float>(kDim, 0.0f));
-  auto blob = d->Blob("a", "group:0", 1);
+  // Committed in round 1: version 2 (formed in round r is 2r - 1, committed 2r).
+  auto blob = d->Blob("a", "group:0", 2);
   ASSERT_TRUE(blob.ok()) << blob.status();
   EXPECT_EQ((*blob)->bytes.size(), kDim * 4);
-  EXPECT_TRUE(absl::IsNotFound(d->Blob("a", "group:1", 1).status()));  // still version 0
+  EXPECT_TRUE(absl::IsNotFound(d->Blob("a", "group:1", 2).status()));  // still version 0
+  EXPECT_TRUE(absl::IsNotFound(d->Blob("a", "group:00", 2).status())) << "not canonical";
   EXPECT_TRUE(absl::IsNotFound(d->Blob("a", "group:9", 0).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(d->Blob("a", "inbox", 0).status()));
   // Next round: a pulls towards its group's reference; b (the leader) does not; c and d
@@ -83,7 +85,7 @@ TEST(Lsgd, ElectsTheArgminPerGroupAndGloballyAndPullsTheOthers) {
   d->DecorateRoundStart("c", &sc);
   ASSERT_EQ(sa.lsgd().pulls_size(), 1);
   EXPECT_EQ(sa.lsgd().pulls(0).blob(), "group:0");
-  EXPECT_EQ(sa.lsgd().pulls(0).version(), 1u);
+  EXPECT_EQ(sa.lsgd().pulls(0).version(), 2u);
   EXPECT_FLOAT_EQ(sa.lsgd().pulls(0).strength(), 0.1f);
   EXPECT_EQ(sb.lsgd().pulls_size(), 0);
   EXPECT_EQ(sc.lsgd().pulls_size(), 0);
@@ -139,8 +141,8 @@ TEST(Lsgd, GroupsByLatencyAndStateSurviveARestart) {
   ASSERT_TRUE(d->Save(1).ok());
   auto back = LsgdDriver::Create(o, std::vector<float>(kDim, 0.0f), dir, 1).value();
   EXPECT_EQ(back->Groups(), d->Groups());
-  ASSERT_TRUE(back->Blob("c", "group:0", 1).ok());
-  EXPECT_EQ((*back->Blob("c", "group:0", 1))->bytes, (*d->Blob("c", "group:0", 1))->bytes);
+  ASSERT_TRUE(back->Blob("c", "group:0", 2).ok());  // committed in round 1: version 2
+  EXPECT_EQ((*back->Blob("c", "group:0", 2))->bytes, (*d->Blob("c", "group:0", 2))->bytes);
   protos::RoundStart s1, s2;
   d->DecorateRoundStart("c", &s1);
   back->DecorateRoundStart("c", &s2);

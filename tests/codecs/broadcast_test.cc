@@ -246,7 +246,7 @@ TEST(Broadcast, AChainTravelsAsBytesAndAppliesAllOrNothing) {
   const BroadcastDelta* gap[] = {deltas[0], deltas[2]};
   EXPECT_FALSE(ParseChain(SerializeChain(5, enc->held_crc(), gap)).ok()) << "gap";
   std::string huge = bytes;
-  huge[4 + 1 + 8 + 4] = '\xff';  // a count the bytes cannot hold
+  huge[4 + 1 + 8 + 4 + 3] = '\x7f';  // a count (2^31 and more) the bytes cannot hold
   EXPECT_FALSE(ParseChain(huge).ok());
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "codecs/registry.h"
@@ -61,7 +62,7 @@ TEST(Downlink, EachClientGetsTheCheapestDownloadAndRebuildsTheHeldModel) {
   std::mt19937 rng(3);
   std::vector<float> truth = Walk(std::vector<float>(kDim, 0.0f), &rng);
   const std::string dir = Dir("cheapest");
-  auto d = Downlink::Open(Options(), dir, 0, truth);
+  auto d = Downlink::Open(Options(), dir, "", 0, truth);
   ASSERT_TRUE(d.ok()) << d.status();
   auto codec = codecs::MakeCodec(Options().codec).value();
   // Three clients: one every version, one back at version 2, one that never came.
@@ -129,7 +130,7 @@ TEST(Downlink, ARestartGoesOnFromTheStateBesideTheCheckpoint) {
   std::string chain_bytes;
   std::vector<float> held;
   {
-    auto d = Downlink::Open(Options(), dir, 0, truth).value();
+    auto d = Downlink::Open(Options(), dir, "", 0, truth).value();
     for (uint64_t v = 1; v <= 5; ++v) {
       models.push_back(Walk(v == 1 ? truth : models.back(), &rng));
       ASSERT_TRUE(d->Publish(v, models.back()).ok());
@@ -143,23 +144,69 @@ TEST(Downlink, ARestartGoesOnFromTheStateBesideTheCheckpoint) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/downlink-3.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/downlink-0.bin"));
   // Reopened at the checkpoint's version: the same held model and the same chains.
-  auto d = Downlink::Open(Options(), dir, 5, models.back()).value();
+  auto d = Downlink::Open(Options(), dir, "", 5, models.back()).value();
   EXPECT_EQ(d->Held(), held);
   EXPECT_EQ(d->Serve(5, 3).value()->bytes, chain_bytes);
   // A checkpoint one version behind the newest state (a crash between the two writes):
   // the state of that version.
-  auto behind = Downlink::Open(Options(), dir, 4, models[3]).value();
+  auto behind = Downlink::Open(Options(), dir, "", 4, models[3]).value();
   EXPECT_EQ(behind->version(), 4u);
   EXPECT_TRUE(behind->Serve(4, 2).value()->chain);
   // Another codec: a fresh broadcast, everyone downloads the model whole once.
   DownlinkOptions other = Options();
   other.codec = "qsgd(bits=8,bucket=512)";
-  auto fresh = Downlink::Open(other, dir, 4, models[3]).value();
+  auto fresh = Downlink::Open(other, dir, "", 4, models[3]).value();
   EXPECT_EQ(fresh->Held(), models[3]);
   EXPECT_FALSE(fresh->Serve(4, 3).value()->chain);
   // A stateful codec is refused.
   other.codec = "ef(qsgd(bits=4))";
-  EXPECT_FALSE(Downlink::Open(other, Dir("ef"), 0, truth).ok());
+  EXPECT_FALSE(Downlink::Open(other, Dir("ef"), "", 0, truth).ok());
+}
+
+TEST(Downlink, AModesBlobIsBroadcastWhenFirstAskedForAndGoesOnAfterARestart) {
+  std::mt19937 rng(7);
+  const std::string dir = Dir("named");
+  std::map<uint64_t, std::vector<float>> truth;  // an LSGD group reference at rounds 3, 7, 9
+  truth[3] = Walk(std::vector<float>(kDim, 0.5f), &rng);
+  truth[7] = Walk(truth[3], &rng);
+  truth[9] = Walk(truth[7], &rng);
+  int calls = 0;
+  auto model = [&](uint64_t v) {
+    return [&, v] {
+      ++calls;
+      return truth[v];
+    };
+  };
+  std::vector<float> held9;
+  std::string chain_3_to_9;
+  {
+    auto set = Downlinks::Create(Options(), dir).value();
+    EXPECT_EQ(set->global(), nullptr);
+    Downlink* g = set->At("group:1", 3, model(3)).value();
+    EXPECT_EQ(g->Held(), truth[3]);
+    EXPECT_EQ(set->At("group:1", 3, model(3)).value(), g);
+    EXPECT_EQ(calls, 1) << "the model is read only to open or advance the broadcast";
+    ASSERT_TRUE(set->At("group:1", 7, model(7)).ok());
+    ASSERT_TRUE(set->At("group:1", 9, model(9)).ok());
+    EXPECT_EQ(calls, 3);
+    auto chain = g->Serve(9, 3).value();
+    EXPECT_TRUE(chain->chain) << "versions 3 -> 7 -> 9";
+    chain_3_to_9 = chain->bytes;
+    held9 = g->Held();
+    EXPECT_TRUE(std::filesystem::exists(dir + "/downlink-group_1-7.bin"));
+  }
+  // A crash after version 7's state was written but before 9's: reopened at 9, the
+  // broadcast advances from 7 exactly as it did before.
+  std::filesystem::remove(dir + "/downlink-group_1-9.bin");
+  auto set = Downlinks::Create(Options(), dir).value();
+  Downlink* g = set->At("group:1", 9, model(9)).value();
+  EXPECT_EQ(g->Held(), held9);
+  EXPECT_EQ(g->Serve(9, 3).value()->bytes, chain_3_to_9);
+  // Another name is another broadcast.
+  Downlink* other = set->At("group:2", 9, model(9)).value();
+  EXPECT_NE(other, g);
+  EXPECT_EQ(other->Held(), truth[9]);
+  EXPECT_FALSE(Downlinks::Create(DownlinkOptions{"ef(qsgd(bits=4))"}, dir).ok());
 }
 
 }  // namespace

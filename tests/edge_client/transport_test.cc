@@ -211,6 +211,85 @@ TEST(Transport, ADownloadResumesFromItsOffsetAndStartsOverOnABadChecksum) {
   EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 1000, 0}));
 }
 
+// A chain of deltas from version 3 (as the coordinator marks one).
+std::vector<protos::ModelChunk> ChainChunks(const std::string& blob, uint64_t from, uint64_t to,
+                                            uint32_t crc) {
+  std::vector<protos::ModelChunk> c = Chunks(blob, from, to, crc);
+  c[0].set_chain(true);
+  c[0].set_from_version(3);
+  return c;
+}
+
+TEST(Transport, ACutChainOfDeltasResumesFromItsOffsetWithTheHeldVersion) {
+  Fixture f;
+  std::string blob(3000, '\0');
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 13);
+  const uint32_t crc = codecs::Crc32c(blob.data(), blob.size());
+  std::vector<uint64_t> offsets, held;
+  auto record = [&](const protos::ModelRequest& req) {
+    offsets.push_back(req.offset());
+    held.push_back(req.has_held_version() ? req.held_version() : 999);
+  };
+  EXPECT_CALL(*f.stub, DownloadModelRaw(_, _))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        record(req);
+        return new testing::FakeDownloadStream(ChainChunks(blob, 0, 1200, crc),
+                                               grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut"));
+      }))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        record(req);
+        return new testing::FakeDownloadStream(ChainChunks(blob, 1200, 3000, crc),
+                                               grpc::Status::OK);
+      }));
+  auto got = f.transport->DownloadModel("", 5, Later(), 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->bytes, blob);
+  EXPECT_TRUE(got->chain);
+  EXPECT_EQ(got->from, 3u);
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 1200}));
+  EXPECT_EQ(held, (std::vector<uint64_t>{3, 3}));
+}
+
+// The coordinator restarted between two attempts and serves another blob: the second
+// attempt either sees other totals (`shorter` false) or an offset past the new blob's end
+// (true); both start over from offset 0 and end with the new blob.
+void ExpectStartsOverWhenTheBlobChanged(bool shorter) {
+  Fixture f;
+  const std::string a(3000, 'a'), b(shorter ? 800 : 2000, 'b');
+  const uint32_t crc_a = codecs::Crc32c(a.data(), a.size());
+  const uint32_t crc_b = codecs::Crc32c(b.data(), b.size());
+  std::vector<uint64_t> offsets;
+  EXPECT_CALL(*f.stub, DownloadModelRaw(_, _))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        offsets.push_back(req.offset());
+        return new testing::FakeDownloadStream(ChainChunks(a, 0, 1000, crc_a),
+                                               grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut"));
+      }))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        offsets.push_back(req.offset());
+        if (shorter) {
+          return new testing::FakeDownloadStream(
+              {}, grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "offset past the end"));
+        }
+        return new testing::FakeDownloadStream(ChainChunks(b, 1000, 2000, crc_b),
+                                               grpc::Status::OK);
+      }))
+      .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
+        offsets.push_back(req.offset());
+        return new testing::FakeDownloadStream(ChainChunks(b, 0, b.size(), crc_b),
+                                               grpc::Status::OK);
+      }));
+  auto got = f.transport->DownloadModel("", 5, Later(), 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->bytes, b);
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 1000, 0}));
+}
+
+TEST(Transport, AResumedDownloadOfABlobThatChangedStartsOver) {
+  ExpectStartsOverWhenTheBlobChanged(/*shorter=*/false);
+  ExpectStartsOverWhenTheBlobChanged(/*shorter=*/true);
+}
+
 TEST(Transport, AReportForARoundThatMovedOnIsNotAnError) {
   Fixture f;
   EXPECT_CALL(*f.stub, Report(_, _, _))

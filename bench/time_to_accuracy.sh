@@ -4,7 +4,8 @@
 # 50 ms delay (fault proxies, --link rate=1mbit,delay=50ms), over the real protocol. Runs
 # the uplink codecs fp32, 8-bit QSGD and top-1% (error feedback at the clients), each with
 # the model going down as float32 and as 4-bit QSGD deltas (--downlink-codec; error
-# feedback at the coordinator), and prints two markdown tables: the final accuracy with
+# feedback at the coordinator; with 8-bit QSGD up also 4-bit deltas on the bucket's largest
+# magnitude, norm=linf), and prints two markdown tables: the final accuracy with
 # the bytes of each direction, and for 85% and 88% test accuracy the round, the wall
 # seconds (sum of round times), and the uplink and downlink bytes spent to reach it. Writes
 # a JSON report per run and a plot (accuracy against wall seconds, and against total bytes)
@@ -31,16 +32,19 @@ run() {  # name, uplink codec, downlink codec
     --state-dir "$out/$name.run" --report "$out/$name.json" "$@" | grep -v '^report:' >&2
 }
 q4="qsgd(bits=4)"
+q4i="qsgd(bits=4,norm=linf)"  # 4-bit levels of each bucket's largest magnitude
 run fp32__fp32 fp32 fp32 "$@"
 run fp32__q4 fp32 "$q4" "$@"
 run q8__fp32 "qsgd(bits=8)" fp32 "$@"
 run q8__q4 "qsgd(bits=8)" "$q4" "$@"
+run q8__q4i "qsgd(bits=8)" "$q4i" "$@"
 run top1__fp32 "topk(ratio=0.01)" fp32 "$@"
 run top1__q4 "topk(ratio=0.01)" "$q4" "$@"
-python3 - "$out" <<'PY'
+# Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
+"${PYTHON:-/usr/bin/python3}" - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-names = ["fp32__fp32", "fp32__q4", "q8__fp32", "q8__q4", "top1__fp32", "top1__q4"]
+names = ["fp32__fp32", "fp32__q4", "q8__fp32", "q8__q4", "q8__q4i", "top1__fp32", "top1__q4"]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
 if not runs:
     sys.exit(0)

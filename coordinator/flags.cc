@@ -58,7 +58,8 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--downlink-codec", o->downlink.codec,
                 "codec of the global model's downloads: fp32 (the model whole), or deltas "
                 "from the version a client holds through a stateless codec, e.g. "
-                "'qsgd(bits=4)' (error feedback at the coordinator; docs/protocol.md)");
+                "'qsgd(bits=4,norm=linf)' (error feedback at the coordinator; "
+                "docs/protocol.md)");
   g->add_option("--downlink-window", o->downlink.window,
                 "deltas the coordinator keeps for clients that are behind (older: the model "
                 "whole)");

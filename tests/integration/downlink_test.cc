@@ -4,9 +4,15 @@
 // restarted client goes on with a chain from the model it kept, a client whose model
 // drifted is refused by the CRC and recovers with a full download, and a download cut by
 // the link resumes.
-#include <cstring>
+#include <signal.h>
 
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "codecs/registry.h"
 #include "coordinator/downlink.h"
+#include "core/round_report.h"
 #include "monitoring/metrics.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
@@ -207,6 +213,83 @@ TEST(Downlink, ADownloadCutByTheLinkResumesAndTheModelIsTheCoordinators) {
             1);
   ExpectAllHoldTheCoordinatorsModel(o, clients);
   for (const RoundReport& r : coord.get().reports()) EXPECT_EQ(r.participants, n);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The coordinator killed with SIGKILL after round 2 and restarted: it serves the same
+// broadcast from the state beside its checkpoint, so the clients (processes, which keep
+// their models across the coordinator's restart) go on with chains, none falls back to a
+// full download, and each holds the coordinator's model to the bit at the end.
+TEST(Downlink, ACoordinatorKilledWithSigkillGoesOnWithTheSameBroadcast) {
+  const int n = 3;
+  const std::string dir = FreshDir("downlink_kill");
+  const std::string certs = MakeCerts(dir, n);
+  const auto o = Job(dir, certs, 5, n);
+  const int port = FreePort();
+  const std::vector<std::string> argv = {BinPath("fedlgc-coordinator"),
+                                         "--listen=127.0.0.1:" + std::to_string(port),
+                                         "--metrics-listen=",
+                                         "--state-dir=" + o.state_dir,
+                                         "--model=" + o.model,
+                                         "--rounds=" + std::to_string(o.rounds),
+                                         "--min-clients=" + std::to_string(n),
+                                         "--test-data=" + o.test_data,
+                                         "--codec=" + o.plan.codec,
+                                         "--downlink-codec=" + o.downlink.codec,
+                                         "--local-steps=100",
+                                         "--tls-ca=" + o.tls_ca,
+                                         "--tls-cert=" + o.tls_cert,
+                                         "--tls-key=" + o.tls_key};
+  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  const std::string rounds_file = o.state_dir + "/rounds.jsonl";
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rounds = ReadRoundLog(rounds_file);
+        return rounds.ok() && rounds->size() >= 2;
+      },
+      seconds(90)))
+      << "round 2 never committed";
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
+  ChildProcess second(argv, dir + "/coordinator.log");
+  EXPECT_EQ(second.Wait(seconds(120)), 0) << "restarted coordinator did not finish";
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish cleanly";
+  auto log = ReadRoundLog(rounds_file);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->size(), 5u);
+  // From round 2 on every download was a chain, also right after the restart (a broadcast
+  // started afresh would have sent the model whole): 4-bit deltas, ~7.8x fewer bytes.
+  for (const RoundReport& r : *log) {
+    if (r.round < 2) continue;
+    ASSERT_GT(r.downlink_bytes, 0u) << "round " << r.round;
+    EXPECT_GT(static_cast<double>(r.raw_downlink_bytes) / r.downlink_bytes, 5.0)
+        << "round " << r.round << ": " << r.downlink_bytes << " bytes for "
+        << r.raw_downlink_bytes;
+  }
+  // Each client's kept model (its state file) is the coordinator's at that version.
+  const std::string spec = codecs::MakeCodec(o.downlink.codec).value()->spec();
+  const size_t dim = CheckpointModel(o.state_dir, o).size();
+  for (int i = 0; i < n; ++i) {
+    const std::string id = "client-" + std::to_string(i);
+    edge_client::DownlinkReceiver r(dir + "/clients/" + id + ".downlink");
+    ASSERT_TRUE(r.Configure(spec, dim).ok());
+    ASSERT_TRUE(r.held_version().has_value()) << id;
+    EXPECT_EQ(*r.held_version(), 4u) << id << " trained round 5 on version 4";
+    const std::vector<float> held = HeldAt(o, *r.held_version());
+    ASSERT_EQ(r.model().size(), held.size());
+    EXPECT_EQ(0, std::memcmp(r.model().data(), held.data(), held.size() * sizeof(float))) << id;
+    EXPECT_EQ(ReadAll(dir + "/client-" + std::to_string(i) + ".log").find("downloading it whole"),
+              std::string::npos)
+        << id << " fell back to a full download";
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "codecs/crc32c.h"
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 
@@ -232,8 +233,10 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> Downlink::Serve(uint64_t versio
   if (auto it = chains_.find(*held); it != chains_.end()) return it->second;
   const std::vector<const codecs::BroadcastDelta*> deltas = encoder_->ChainFrom(*held);
   if (deltas.empty() && *held != version) return full_;
-  auto blob = std::make_shared<ModelBlob>(
-      *MakeBlob(version, codecs::SerializeChain(version, encoder_->held_crc(), deltas)));
+  auto blob = std::make_shared<ModelBlob>();
+  blob->version = version;
+  blob->bytes = codecs::SerializeChain(version, encoder_->held_crc(), deltas);
+  blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
   blob->chain = true;
   blob->from = *held;
   blob->raw_bytes = full_->bytes.size();

@@ -230,22 +230,10 @@ TEST(Downlink, ACoordinatorKilledWithSigkillGoesOnWithTheSameBroadcast) {
   const int n = 3;
   const std::string dir = FreshDir("downlink_kill");
   const std::string certs = MakeCerts(dir, n);
-  const auto o = Job(dir, certs, 5, n);
+  auto o = Job(dir, certs, 5, n);
+  o.plan.local_steps = 100;  // rounds long enough to be killed in
   const int port = FreePort();
-  const std::vector<std::string> argv = {BinPath("fedlgc-coordinator"),
-                                         "--listen=127.0.0.1:" + std::to_string(port),
-                                         "--metrics-listen=",
-                                         "--state-dir=" + o.state_dir,
-                                         "--model=" + o.model,
-                                         "--rounds=" + std::to_string(o.rounds),
-                                         "--min-clients=" + std::to_string(n),
-                                         "--test-data=" + o.test_data,
-                                         "--codec=" + o.plan.codec,
-                                         "--downlink-codec=" + o.downlink.codec,
-                                         "--local-steps=100",
-                                         "--tls-ca=" + o.tls_ca,
-                                         "--tls-cert=" + o.tls_cert,
-                                         "--tls-key=" + o.tls_key};
+  const std::vector<std::string> argv = CoordinatorArgv(o, port);
   auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
   std::vector<std::unique_ptr<ChildProcess>> clients;
   for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));

@@ -235,21 +235,9 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   auto o = CoordinatorDefaults(dir, certs);
   o.rounds = 4;
   o.plan.local_steps = 150;
+  o.min_clients = 3;
   const int port = FreePort();
-  std::vector<std::string> argv = {BinPath("fedlgc-coordinator"),
-                                   "--listen=127.0.0.1:" + std::to_string(port),
-                                   "--metrics-listen=",
-                                   "--state-dir=" + o.state_dir,
-                                   "--model=" + o.model,
-                                   "--rounds=" + std::to_string(o.rounds),
-                                   "--min-clients=3",
-                                   "--test-data=" + o.test_data,
-                                   "--codec=" + o.plan.codec,
-                                   "--local-steps=" + std::to_string(o.plan.local_steps),
-                                   "--chunk-bytes=" + std::to_string(o.plan.max_chunk_bytes),
-                                   "--tls-ca=" + o.tls_ca,
-                                   "--tls-cert=" + o.tls_cert,
-                                   "--tls-key=" + o.tls_key};
+  const std::vector<std::string> argv = CoordinatorArgv(o, port);
   auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
   // The clients are processes too: gRPC clients in this process stall on connections to a
   // server this process forked (seen with gRPC 1.51), and real clients are processes.

@@ -209,6 +209,25 @@ double SumMetric(const std::string& text, const std::string& name) {
   return sum;
 }
 
+std::vector<std::string> CoordinatorArgv(const coordinator::CoordinatorOptions& o, int port) {
+  std::vector<std::string> argv = {BinPath("fedlgc-coordinator"),
+                                   "--listen=127.0.0.1:" + std::to_string(port),
+                                   "--metrics-listen=",
+                                   "--state-dir=" + o.state_dir,
+                                   "--model=" + o.model,
+                                   "--rounds=" + std::to_string(o.rounds),
+                                   "--min-clients=" + std::to_string(o.min_clients),
+                                   "--test-data=" + o.test_data,
+                                   "--codec=" + o.plan.codec,
+                                   "--downlink-codec=" + o.downlink.codec,
+                                   "--local-steps=" + std::to_string(o.plan.local_steps),
+                                   "--chunk-bytes=" + std::to_string(o.plan.max_chunk_bytes),
+                                   "--tls-ca=" + o.tls_ca,
+                                   "--tls-cert=" + o.tls_cert,
+                                   "--tls-key=" + o.tls_key};
+  return argv;
+}
+
 std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,
                                         int n, int port, const std::vector<std::string>& extra) {
   const auto c = ClientDefaults(dir, certs, i, n, port);

@@ -95,6 +95,11 @@ using core::ChildProcess;
 // Path of a binary built next to this test.
 std::string BinPath(const std::string& name);
 
+// fedlgc-coordinator's command line for the job of `o` (model, rounds, quorum, codecs,
+// local steps, chunk size, state folder, TLS) on 127.0.0.1:`port`, without metrics: for a
+// coordinator run as a child process (to be killed and restarted).
+std::vector<std::string> CoordinatorArgv(const coordinator::CoordinatorOptions& o, int port);
+
 // Edge client `i` of `n` as a child process, with the options the in-process clients get
 // (ClientDefaults) plus `extra` flags; its log in dir/client-<i>.log.
 std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,

@@ -11,6 +11,7 @@
 #include "codecs/sparse_codec.h"
 #include "codecs/status_macros.h"
 #include "codecs/terngrad.h"
+#include "codecs/zstd_codec.h"
 
 namespace fedlgc::codecs {
 namespace {
@@ -61,6 +62,10 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
       {"randk", 1, "uniform random-k (ratio|k, values, scale)", &SparseCodec::CreateRandomK}));
   FEDLGC_RETURN_IF_ERROR(
       r.Register({"ef", 1, "error feedback around any codec: ef(codec)", &ErrorFeedback::Create}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"zstd", 1,
+                                     "lossless Zstandard stage after a stateless codec "
+                                     "(codec, level)",
+                                     &ZstdCodec::Create}));
   return absl::OkStatus();
 }
 

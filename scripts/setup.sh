@@ -16,7 +16,7 @@ profile=${1:-all}
 toolchain=(build-essential cmake ninja-build ccache git pkg-config curl ca-certificates)
 # the stack, without libtorch
 stack=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libssl-dev openssl zlib1g-dev
+  prometheus-cpp-dev libssl-dev openssl zlib1g-dev libzstd-dev
   # flags and config files (CLI11), JSON round logs (nlohmann)
   libcli11-dev nlohmann-json3-dev)
 tests=(libgtest-dev libgmock-dev libbenchmark-dev python3
@@ -31,7 +31,7 @@ tests=(libgtest-dev libgmock-dev libbenchmark-dev python3
 deployment=(docker-compose prometheus yamllint)
 data=(dataset-fashion-mnist)
 runtime=(libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-pull1.0
-  libprometheus-cpp-core1.0 libtorch1.13 libssl3 zlib1g curl ca-certificates)
+  libprometheus-cpp-core1.0 libtorch1.13 libssl3 zlib1g libzstd1 curl ca-certificates)
 
 case "$profile" in
   all) packages=("${toolchain[@]}" "${stack[@]}" libtorch-dev "${tests[@]}" "${deployment[@]}"

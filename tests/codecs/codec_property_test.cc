@@ -41,6 +41,9 @@ const char* const kSpecs[] = {
     "topk(ratio=0.2,values=fp16,sampled=1)",
     "randk(ratio=0.02,values=qsgd(bits=4,bucket=32))",
     "randk(k=50)",
+    "zstd(qsgd(bits=4,norm=linf))",
+    "zstd(topk(ratio=0.05,values=qsgd(bits=8,bucket=64)),level=1)",
+    "zstd(fp32)",
 };
 
 using Param = std::tuple<std::string, size_t, uint64_t>;

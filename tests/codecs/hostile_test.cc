@@ -246,7 +246,8 @@ TEST(HostileNonFinite, EncodersRefuseNonFiniteInput) {
   for (const char* spec :
        {"fp32", "fp16", "qsgd(bits=4)", "qsgd(bits=4,elias=1)", "qsgd(bits=4,norm=linf)",
         "natdither(s=4,norm=linf)", "nuqsgd(bits=3,norm=linf,elias=1)", "natural", "terngrad",
-        "sign", "topk(ratio=0.1)", "ef(topk(ratio=0.1))", "ef(qsgd(norm=linf))"}) {
+        "sign", "topk(ratio=0.1)", "ef(topk(ratio=0.1))", "ef(qsgd(norm=linf))",
+        "zstd(qsgd(bits=4))"}) {
     auto codec = testing::Make(spec);
     for (float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {

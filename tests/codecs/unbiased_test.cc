@@ -75,7 +75,8 @@ INSTANTIATE_TEST_SUITE_P(Codecs, Unbiased,
                                            "nuqsgd(s=5,p=0.3)", "natdither(s=4)",
                                            "terngrad(bucket=512,clip=0)", "natural",
                                            "randk(ratio=0.1)",
-                                           "randk(ratio=0.25,values=qsgd(bits=4,bucket=64))"));
+                                           "randk(ratio=0.25,values=qsgd(bits=4,bucket=64))",
+                                           "zstd(qsgd(bits=4,norm=linf))"));
 
 TEST(Biased, SignAndTopKAreReportedBiased) {
   for (const char* spec : {"sign", "topk(ratio=0.1)", "terngrad", "fp16", "ef(qsgd(bits=4))"}) {

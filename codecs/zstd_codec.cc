@@ -1,0 +1,150 @@
+// Zstandard stage after a stateless codec (see zstd_codec.h).
+#include "codecs/zstd_codec.h"
+
+#include <zstd.h>
+
+#include <limits>
+
+#include "codecs/input_error.h"
+#include "codecs/params.h"
+#include "codecs/status_macros.h"
+#include "codecs/str.h"
+
+namespace fedlgc::codecs {
+namespace {
+
+constexpr uint8_t kStored = 0;
+constexpr uint8_t kCompressed = 1;
+constexpr int64_t kMaxLevel = 19;  // beyond this zstd wants --ultra amounts of memory
+
+absl::Status Malformed(std::string_view what) {
+  return InputErrorStatus(InputError::kMalformed, StrCat("zstd: ", what));
+}
+
+}  // namespace
+
+ZstdCodec::ZstdCodec(std::string spec, std::string wire_spec, std::unique_ptr<Codec> inner,
+                     int level)
+    : Codec(std::move(spec)),
+      wire_spec_(std::move(wire_spec)),
+      inner_(std::move(inner)),
+      level_(level) {}
+
+absl::StatusOr<std::unique_ptr<Codec>> ZstdCodec::Create(const SpecNode& node,
+                                                         const Registry& registry) {
+  ParamReader params(node, {"level"}, 1);
+  FEDLGC_RETURN_IF_ERROR(params.status());
+  FEDLGC_ASSIGN_OR_RETURN(const SpecNode* inner_node, params.Positional(0));
+  if (inner_node == nullptr) {
+    return absl::InvalidArgumentError(
+        "zstd: needs the codec whose frames it compresses, e.g. zstd(qsgd(bits=4))");
+  }
+  FEDLGC_ASSIGN_OR_RETURN(int64_t level, params.Int("level", 3, 1, kMaxLevel));
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, registry.Create(*inner_node));
+  if (inner->traits().stateful) {
+    return absl::InvalidArgumentError(
+        "zstd: wraps only stateless codecs; put error feedback outside, e.g. ef(zstd(topk(...)))");
+  }
+  if (dynamic_cast<ZstdCodec*>(inner.get()) != nullptr) {
+    return absl::InvalidArgumentError("zstd: zstd nested in zstd");
+  }
+  const std::string tail = StrCat(",level=", level, ")");
+  std::string spec = StrCat("zstd/1(", inner->spec(), tail);
+  std::string wire = StrCat("zstd/1(", inner->wire_spec(), tail);
+  return std::unique_ptr<Codec>(
+      new ZstdCodec(std::move(spec), std::move(wire), std::move(inner), static_cast<int>(level)));
+}
+
+CodecTraits ZstdCodec::traits() const {
+  CodecTraits t = inner_->traits();
+  t.fixed_size = false;
+  return t;
+}
+
+uint64_t ZstdCodec::ExtraBytes() const {
+  return wire_spec_.size() - inner_->wire_spec().size() + 1;
+}
+
+uint64_t ZstdCodec::MaxFrameBytes(uint64_t n) const {
+  return inner_->MaxFrameBytes(n) + ExtraBytes();
+}
+
+absl::Status ZstdCodec::Encode(std::span<const float> x, const EncodeOptions& opts,
+                               std::vector<Frame>* frames) {
+  EncodeOptions inner_opts = opts;
+  if (opts.max_frame_bytes != 0) {
+    if (opts.max_frame_bytes <= ExtraBytes()) {
+      return absl::InvalidArgumentError(StrCat("zstd: a frame budget of ", opts.max_frame_bytes,
+                                               " bytes leaves nothing for the inner codec"));
+    }
+    inner_opts.max_frame_bytes = opts.max_frame_bytes - ExtraBytes();
+  }
+  std::vector<Frame> inner_frames;
+  FEDLGC_RETURN_IF_ERROR(inner_->Encode(x, inner_opts, &inner_frames));
+
+  FrameLimits limits;
+  limits.max_dim = std::numeric_limits<uint64_t>::max();
+  limits.max_frame_bytes = std::numeric_limits<uint64_t>::max();
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), &ZSTD_freeCCtx);
+  if (cctx == nullptr) return absl::ResourceExhaustedError("zstd: no compression context");
+  std::string packed;
+  const size_t first = frames->size();
+  for (const Frame& f : inner_frames) {
+    FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(f.bytes, limits));
+    packed.resize(ZSTD_compressBound(view.body.size()));
+    const size_t n = ZSTD_compressCCtx(cctx.get(), packed.data(), packed.size(), view.body.data(),
+                                       view.body.size(), level_);
+    if (ZSTD_isError(n)) {
+      frames->resize(first);
+      return absl::InternalError(StrCat("zstd: ", ZSTD_getErrorName(n)));
+    }
+    Frame out{f.begin, f.length, {}};
+    const size_t body = BeginFrame(wire_spec_, view.dim, view.begin, view.length, &out.bytes);
+    if (n < view.body.size()) {
+      out.bytes.push_back(static_cast<char>(kCompressed));
+      out.bytes.append(packed.data(), n);
+    } else {
+      out.bytes.push_back(static_cast<char>(kStored));
+      out.bytes.append(reinterpret_cast<const char*>(view.body.data()), view.body.size());
+    }
+    FinishFrame(body, &out.bytes);
+    frames->push_back(std::move(out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZstdCodec::Decode(const FrameView& frame, std::span<float> out) const {
+  if (frame.body.empty()) return Malformed("empty body");
+  const uint8_t mode = frame.body[0];
+  const std::span<const uint8_t> data = frame.body.subspan(1);
+  FrameView inner = frame;
+  inner.spec = inner_->wire_spec();
+  if (mode == kStored) {
+    inner.body = data;
+    return inner_->Decode(inner, out);
+  }
+  if (mode != kCompressed) return Malformed(StrCat("unknown body mode ", int{mode}));
+  // The inner body is shorter than the inner codec's largest frame for this length.
+  const uint64_t cap = inner_->MaxFrameBytes(frame.length);
+  const unsigned long long declared = ZSTD_getFrameContentSize(data.data(), data.size());
+  if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return Malformed("not a zstd frame with its content size");
+  }
+  const uint64_t size = declared;
+  if (size > cap) {
+    return Malformed(StrCat("inflates to ", size, " bytes; a body for ", frame.length,
+                            " coordinates has at most ", cap));
+  }
+  const size_t whole = ZSTD_findFrameCompressedSize(data.data(), data.size());
+  if (ZSTD_isError(whole) || whole != data.size()) {
+    return Malformed("bytes before or after the zstd frame");
+  }
+  std::vector<uint8_t> body(size);
+  const size_t n = ZSTD_decompress(body.data(), body.size(), data.data(), data.size());
+  if (ZSTD_isError(n)) return Malformed(ZSTD_getErrorName(n));
+  if (n != size) return Malformed("inflated size differs from the declared one");
+  inner.body = body;
+  return inner_->Decode(inner, out);
+}
+
+}  // namespace fedlgc::codecs

@@ -18,7 +18,8 @@
 
 namespace fedlgc::coordinator {
 
-Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)), progress_(std::make_unique<Progress>(options_.rounds)) {}
 
 Coordinator::~Coordinator() {
   Stop();
@@ -94,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->service_ = std::make_unique<CoordinatorService>(c->engine_.get(), c->driver_.get(),
                                                      c->metrics_.get(), job, so);
   c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
+  c->service_->SetProgress(c->progress_.get());
   if (DownlinkCompressed(o.downlink)) {
     DownlinkOptions dl = o.downlink;
     dl.job = c->job_key_;
@@ -183,6 +185,8 @@ absl::Status Coordinator::Run() {
     if (absl::Status st = RunRound(); !st.ok()) return st;
   }
   if (!stop_) {
+    progress_->Done();
+    WriteProgress(/*force=*/true);
     service_->BroadcastDone(options_.rounds, static_cast<float>(last_accuracy_));
     metrics_->SetJobFinished(true);
     // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
@@ -201,6 +205,8 @@ std::vector<std::string> Coordinator::WaitForParticipants() {
   while (!stop_) {
     connected = service_->Connected();
     if (connected.size() >= o.min_clients) break;
+    progress_->Waiting(connected.size(), o.min_clients);
+    WriteProgress();
     absl::MutexLock lock(&mu_);
     if (!stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
   }
@@ -219,6 +225,8 @@ std::vector<std::string> Coordinator::WaitForParticipants() {
 absl::Status Coordinator::RunRound() {
   const std::vector<std::string> participants = WaitForParticipants();
   if (stop_) return absl::OkStatus();
+  progress_->StartRound(engine_->current_round(), participants);
+  WriteProgress(/*force=*/true);
   const auto deadline = Clock::now() + std::chrono::milliseconds(
                                            static_cast<int64_t>(options_.round_timeout_s * 1000));
   service_->traffic().uplink_wire = 0;
@@ -251,15 +259,22 @@ void Coordinator::WaitUntil(Clock::time_point deadline, const std::function<bool
   while (!stop_ && Clock::now() < deadline && !done()) {
     const auto wake = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
     cv_.WaitWithTimeout(&mu_, absl::FromChrono(wake - Clock::now()));
-    if (tick) {
-      mu_.Unlock();
-      tick();
-      mu_.Lock();
-    }
+    mu_.Unlock();
+    if (tick) tick();
+    WriteProgress();
+    mu_.Lock();
   }
 }
 
 std::vector<std::string> Coordinator::Connected() const { return service_->Connected(); }
+
+void Coordinator::WriteProgress(bool force) {
+  absl::Status st = progress_->WriteIfDue(options_.state_dir + "/progress.json",
+                                          std::chrono::milliseconds(250), force);
+  if (!st.ok() && !progress_error_logged_.exchange(true)) {
+    std::fprintf(stderr, "coordinator: progress file: %s\n", st.ToString().c_str());
+  }
+}
 
 std::set<std::string> Coordinator::Vanished(const std::set<std::string>& watched,
                                             Clock::time_point since) const {
@@ -358,6 +373,8 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   if (absl::Status st = AppendLine(o.state_dir + "/rounds.jsonl", ToJson(rep)); !st.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", st.ToString().c_str());
   }
+  progress_->Committed(rep.round);
+  WriteProgress(/*force=*/true);
   std::fprintf(
       stderr,
       "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",

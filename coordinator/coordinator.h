@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/model_guard.h"
 #include "coordinator/options.h"
+#include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
 #include "core/round_report.h"
@@ -73,6 +74,8 @@ class Coordinator final : private RoundHost {
   void PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep);
   absl::Status Evaluate(uint64_t round, RoundReport* rep);
   void WakeUp();
+  // <state_dir>/progress.json, when due (progress.h).
+  void WriteProgress(bool force = false);
 
   // RoundHost.
   absl::Status StartRound(const std::vector<std::string>& participants, Clock::time_point deadline,
@@ -95,6 +98,8 @@ class Coordinator final : private RoundHost {
   std::unique_ptr<RoundDriver> driver_;
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<Downlinks> downlinks_;  // null: models go down as float32
+  std::unique_ptr<Progress> progress_;    // <state_dir>/progress.json
+  std::atomic<bool> progress_error_logged_{false};
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<core::Model> eval_model_;

@@ -95,6 +95,7 @@ void DownloadReactor::OnWriteDone(bool ok) {
   svc_->metrics()->AddDownlink(client_, sent_, raw);
   svc_->traffic().downlink += sent_;
   svc_->traffic().downlink_raw += raw;
+  svc_->ReportDownload(client_, sent_, false);
   offset_ += sent_;
   Next();
 }
@@ -145,6 +146,7 @@ grpc::ByteBuffer DownloadReactor::ChunkMessage(const std::shared_ptr<const Model
 void DownloadReactor::Next() {
   const uint64_t total = blob_->bytes.size();
   if (offset_ >= total) {
+    svc_->ReportDownload(client_, 0, true);
     if (measure_) {
       svc_->RecordDownload(
           client_, total,

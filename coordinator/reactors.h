@@ -185,6 +185,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       svc_->metrics()->AddUplink(client_, r.codec, wire, r.coordinates * 4);
       svc_->traffic().uplink_wire += wire;
       svc_->traffic().uplink_raw += r.coordinates * 4;
+      svc_->ReportUpload(client_, wire, r.held.size() == in.chunk_count);
       svc_->NotifyChunk();
     }
   }

@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/stream_registry.h"
@@ -101,6 +102,15 @@ class CoordinatorService final : public RawCoordinatorService {
   // Set before serving: the global model, and the blobs the driver broadcasts, go down
   // through `downlinks` (must outlive the service).
   void SetDownlinks(Downlinks* downlinks) { downlinks_ = downlinks; }
+  // Set before serving: where downloads and uploads are reported (must outlive the service).
+  void SetProgress(Progress* progress) { progress_ = progress; }
+  // A participant's download or upload moved (no-op without SetProgress).
+  void ReportDownload(const std::string& client, uint64_t bytes, bool complete) {
+    if (progress_ != nullptr) progress_->Downloaded(client, bytes, complete);
+  }
+  void ReportUpload(const std::string& client, uint64_t bytes, bool complete) {
+    if (progress_ != nullptr) progress_->Uploaded(client, bytes, complete);
+  }
   // Measured downlink throughput of a client (bytes/s of its last full model download,
   // smoothed); 0 when unknown.
   double LinkBytesPerSecond(const std::string& client) const;
@@ -147,6 +157,7 @@ class CoordinatorService final : public RawCoordinatorService {
   RoundEngine* const engine_;
   RoundDriver* const driver_;
   Downlinks* downlinks_ = nullptr;
+  Progress* progress_ = nullptr;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
   const ServiceOptions options_;

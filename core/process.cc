@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,8 +17,19 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
   const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ == 0) {
+    // Dies with its parent, however the parent ends (a SIGKILLed fedlgc-sim leaves no
+    // orphaned federation behind). The signal is SIGTERM, so the child shuts down cleanly.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+    // Signals the parent ignores or blocks stay that way across exec: undo that.
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGINT, SIG_DFL);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);

@@ -1,6 +1,7 @@
 // A child process started with fork/exec, its output appended to a log file. Used by
 // fedlgc-sim and the integration tests. Killed with SIGKILL if still running when
-// destroyed.
+// destroyed, and sent SIGTERM by the kernel when the thread that started it ends (its
+// parent died: PR_SET_PDEATHSIG), so a killed parent leaves no orphans.
 #ifndef FEDLGC_CORE_PROCESS_H_
 #define FEDLGC_CORE_PROCESS_H_
 

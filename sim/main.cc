@@ -61,6 +61,7 @@ struct SimOptions {
   int torch_threads = 1;
   uint32_t byzantine = 0;                        // the last N clients lie
   std::string attack = "scale(factor=100)";      // how (edge_client/attack.h)
+  double join_timeout_s = 60;  // too few clients connected this long: the run fails
 };
 
 void AddSimFlags(CLI::App& app, SimOptions* s) {
@@ -86,6 +87,10 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--attack", s->attack,
                 "how the --byzantine clients lie: scale(factor=100), signflip(factor=1) or "
                 "noise(std=1)");
+  g->add_option("--join-timeout", s->join_timeout_s,
+                "seconds the coordinator may wait for too few connected clients before the run "
+                "fails (0: wait forever)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 int Fail(const std::string& msg) {
@@ -166,6 +171,22 @@ int WaitForPort(fedlgc::core::ChildProcess& coordinator, const std::string& port
   return 0;
 }
 
+// The last `lines` lines of a log, each indented; "(empty)" when there are none.
+std::string LogTail(const std::string& path, size_t lines) {
+  auto f = fedlgc::core::ReadFileIfExists(path);
+  if (!f.ok() || !f->has_value() || (*f)->empty()) return "  (empty)\n";
+  std::vector<std::string> all;
+  std::istringstream in(**f);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) all.push_back(line);
+  }
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) {
+    out += "  " + all[i] + "\n";
+  }
+  return out.empty() ? "  (empty)\n" : out;
+}
+
 // The complete lines of rounds.jsonl past the first `have`.
 std::vector<RoundReport> NewRounds(const std::string& path, size_t have) {
   std::vector<RoundReport> out;
@@ -226,6 +247,8 @@ double Median(std::vector<double> v) {
 // total training time; in LGC jobs, the relative error of each leader and follower update.
 struct EncodeShare {
   std::map<uint64_t, double> worst;  // round -> max over clients of encode / train
+  // round -> max over clients of the training's wall and CPU seconds
+  std::map<uint64_t, double> train_wall, train_cpu;
   double total_encode = 0, total_train = 0;
   std::vector<double> leader_error, follower_error;
 };
@@ -249,6 +272,8 @@ EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
       e.total_encode += enc;
       e.total_train += train;
       if (train > 0) e.worst[r.round] = std::max(e.worst[r.round], enc / train);
+      e.train_wall[r.round] = std::max(e.train_wall[r.round], train);
+      e.train_cpu[r.round] = std::max(e.train_cpu[r.round], get("train_cpu_seconds"));
     }
   }
   return e;
@@ -354,8 +379,9 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
       s.run_dir + "/coordinator.log");
   const int port = WaitForPort(*f.coordinator, port_file);
   if (port == 0) {
-    return absl::UnavailableError("the coordinator did not start; see " + s.run_dir +
-                                  "/coordinator.log");
+    return absl::UnavailableError(StrCat("the coordinator did not start:\n",
+                                         LogTail(s.run_dir + "/coordinator.log", 5), "(", s.run_dir,
+                                         "/coordinator.log)"));
   }
   for (uint32_t i = 0; i < s.clients; ++i) {
     int target = port;
@@ -376,22 +402,115 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
   return f;
 }
 
-// Follows rounds.jsonl while the coordinator runs; its exit code in *code.
-std::vector<RoundReport> Follow(Federation& f, const SimOptions& s, int* code) {
-  const std::string path = s.run_dir + "/coordinator/rounds.jsonl";
-  std::vector<RoundReport> rows;
-  for (;;) {
-    *code = f.coordinator->Wait(std::chrono::milliseconds(200));
-    for (RoundReport& r : NewRounds(path, rows.size())) {
-      if (!s.quiet) PrintRow(r);
-      rows.push_back(std::move(r));
+// SIGINT or SIGTERM received (0: none): the run stops its whole federation.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void OnStopSignal(int signal) { g_stop_signal = signal; }
+
+// Asks every process of the federation to stop, and kills what is left after `grace`.
+void StopAll(Federation& f, std::chrono::milliseconds grace) {
+  f.coordinator->Kill(SIGTERM);
+  for (auto& e : f.edges) e->Kill(SIGTERM);
+  const auto until = std::chrono::steady_clock::now() + grace;
+  auto stop = [&](ChildProcess& p) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (p.running() && p.Wait(std::max(left, std::chrono::milliseconds(0))) < 0) {
+      p.Kill(SIGKILL);
+      p.Wait(std::chrono::seconds(5));
     }
-    if (*code >= 0) break;
+  };
+  stop(*f.coordinator);
+  for (auto& e : f.edges) stop(*e);
+}
+
+// One line of what the coordinator is doing, from its progress.json
+// (coordinator/progress.h).
+std::string LiveLine(const json& p) {
+  const auto n = [&](const char* k) { return p.value(k, uint64_t{0}); };
+  if (p.value("state", "") == "waiting") {
+    return StrCat("waiting for clients: ", n("connected"), " of ", n("needed"), " connected (",
+                  static_cast<int>(p.value("waiting_seconds", 0.0)), " s)");
   }
+  if (p.value("state", "") != "round") return "";
+  const uint64_t parts = n("participants"), down = n("downloaded"), up = n("uploaded"),
+                 sending = n("uploading");
+  const uint64_t training = down > up + sending ? down - up - sending : 0;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "round %llu/%llu: %llu/%llu downloaded, %llu training, %llu uploading, %llu/%llu "
+                "uploaded | down %.2f MB, up %.2f MB | %.1f s",
+                static_cast<unsigned long long>(n("round")),
+                static_cast<unsigned long long>(n("rounds")), static_cast<unsigned long long>(down),
+                static_cast<unsigned long long>(parts), static_cast<unsigned long long>(training),
+                static_cast<unsigned long long>(sending), static_cast<unsigned long long>(up),
+                static_cast<unsigned long long>(parts), n("down_bytes") / 1e6,
+                n("up_bytes") / 1e6, p.value("round_seconds", 0.0));
+  return line;
+}
+
+struct FollowResult {
+  std::vector<RoundReport> rows;
+  int code = -1;      // the coordinator's exit code
+  std::string error;  // why the run was stopped early; empty when it was not
+};
+
+// Follows rounds.jsonl while the coordinator runs, with a live line of progress.json on a
+// terminal. Stops the federation on SIGINT/SIGTERM and when too few clients have been
+// connected for --join-timeout.
+FollowResult Follow(Federation& f, const SimOptions& s) {
+  const std::string dir = s.run_dir + "/coordinator";
+  const bool live = !s.quiet && ::isatty(STDOUT_FILENO) == 1;
+  FollowResult out;
+  std::string shown;
+  auto clear = [&] {
+    if (!shown.empty()) std::printf("\r\033[K");
+    shown.clear();
+  };
+  for (;;) {
+    out.code = f.coordinator->Wait(std::chrono::milliseconds(200));
+    std::vector<RoundReport> fresh = NewRounds(dir + "/rounds.jsonl", out.rows.size());
+    if (!fresh.empty() && !s.quiet) clear();
+    for (RoundReport& r : fresh) {
+      if (!s.quiet) PrintRow(r);
+      out.rows.push_back(std::move(r));
+    }
+    if (out.code >= 0) break;
+    if (g_stop_signal != 0) {
+      clear();
+      out.error = StrCat("stopped by ", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                         "; the run folder is ", s.run_dir);
+      StopAll(f, std::chrono::seconds(10));
+      return out;
+    }
+    auto text = fedlgc::core::ReadFileIfExists(dir + "/progress.json");
+    if (!text.ok() || !text->has_value()) continue;
+    const json p = json::parse(**text, nullptr, /*allow_exceptions=*/false);
+    if (!p.is_object()) continue;  // being replaced: read it next time
+    if (s.join_timeout_s > 0 && p.value("state", "") == "waiting" &&
+        p.value("waiting_seconds", 0.0) > s.join_timeout_s) {
+      clear();
+      out.error = StrCat("only ", p.value("connected", 0), " of ", p.value("needed", 0),
+                         " clients connected for ", s.join_timeout_s,
+                         " s (--join-timeout); client-0's log ends:\n",
+                         LogTail(s.run_dir + "/client-0.log", 5), "(run folder ", s.run_dir, ")");
+      StopAll(f, std::chrono::seconds(10));
+      return out;
+    }
+    if (live) {
+      const std::string line = LiveLine(p);
+      if (line != shown) {
+        std::printf("\r\033[K%s", line.c_str());
+        std::fflush(stdout);
+        shown = line;
+      }
+    }
+  }
+  clear();
   for (auto& e : f.edges) {
     if (e->Wait(std::chrono::seconds(20)) < 0) e->Kill(SIGKILL);
   }
-  return rows;
+  return out;
 }
 
 json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
@@ -417,7 +536,8 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
 }
 
 // Prints the run's summary line and returns it as JSON.
-json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const SimOptions& s) {
+json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
+               const EncodeShare& share) {
   double up = 0, raw = 0, down = 0, raw_down = 0;
   for (const RoundReport& r : rows) {
     up += static_cast<double>(r.uplink_bytes);
@@ -428,7 +548,6 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - f.start).count();
   const double final_acc = rows.empty() ? -1 : rows.back().accuracy;
-  const EncodeShare share = ReadEncodeShare(s.run_dir + "/clients", s.clients);
   std::vector<double> worst;
   for (const auto& [round, w] : share.worst) worst.push_back(w);
   const double worst_median = Median(worst);
@@ -482,6 +601,11 @@ int main(int argc, char** argv) {
   fedlgc::coordinator::AddGuardFlags(app, &co);
   fedlgc::modes::AddModeFlags(app, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  struct sigaction stop_action = {};
+  stop_action.sa_handler = OnStopSignal;
+  ::sigemptyset(&stop_action.sa_mask);
+  ::sigaction(SIGINT, &stop_action, nullptr);
+  ::sigaction(SIGTERM, &stop_action, nullptr);
   if (s.clients == 0) return Fail("--clients must be >= 1");
   if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
   if (app.count("--min-clients") == 0) co.min_clients = s.clients;
@@ -500,15 +624,32 @@ int main(int argc, char** argv) {
   if (!s.quiet) PrintHeader(s, co, *mode);
   auto f = Launch(s, co, mo, *link);
   if (!f.ok()) return Fail(std::string(f.status().message()));
-  int code = -1;
-  const std::vector<RoundReport> rows = Follow(*f, s, &code);
+  FollowResult run = Follow(*f, s);
+  if (g_stop_signal != 0) {
+    Fail(run.error);
+    return 128 + g_stop_signal;
+  }
+  if (!run.error.empty()) return Fail(run.error);
+  int code = run.code;
+  const std::vector<RoundReport>& rows = run.rows;
   if (code != 0) {
-    return Fail(
-        StrCat("the coordinator failed (exit ", code, "); see ", s.run_dir, "/coordinator.log"));
+    return Fail(StrCat("the coordinator failed (exit ", code, "):\n",
+                       LogTail(s.run_dir + "/coordinator.log", 5), "(", s.run_dir,
+                       "/coordinator.log)"));
   }
   json report{{"config", ConfigJson(s, co)}, {"rounds", json::array()}};
-  for (const RoundReport& r : rows) report["rounds"].push_back(json::parse(fedlgc::ToJson(r)));
-  report["summary"] = Summarize(rows, *f, s);
+  const EncodeShare share = ReadEncodeShare(s.run_dir + "/clients", s.clients);
+  for (const RoundReport& r : rows) {
+    json row = json::parse(fedlgc::ToJson(r));
+    // The slowest client's local training: its wall seconds here, and its CPU seconds,
+    // what it would take on a core of its own (benchmarks with more clients than cores).
+    if (auto it = share.train_wall.find(r.round); it != share.train_wall.end()) {
+      row["train_seconds_max"] = it->second;
+      row["train_cpu_seconds_max"] = share.train_cpu.at(r.round);
+    }
+    report["rounds"].push_back(std::move(row));
+  }
+  report["summary"] = Summarize(rows, *f, share);
   if (*mode == fedlgc::Mode::kSgp) {
     auto mass = CheckSgpMass(s.run_dir, s.clients, co.rounds, co.model, co.init_seed);
     if (mass) report["sgp_mass"] = *mass;

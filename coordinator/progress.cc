@@ -1,0 +1,120 @@
+// The coordinator's progress file (see progress.h).
+#include "coordinator/progress.h"
+
+#include "core/atomic_file.h"
+#include "nlohmann/json.hpp"
+
+namespace fedlgc::coordinator {
+
+void Progress::Waiting(size_t connected, size_t needed) {
+  absl::MutexLock lock(&mu_);
+  if (state_ != "waiting") {
+    state_ = "waiting";
+    waiting_since_ = Clock::now();
+    ++changes_;
+  }
+  if (connected != connected_ || needed != needed_) {
+    connected_ = connected;
+    needed_ = needed;
+    ++changes_;
+  }
+}
+
+void Progress::StartRound(uint64_t round, const std::vector<std::string>& participants) {
+  absl::MutexLock lock(&mu_);
+  state_ = "round";
+  round_ = round;
+  round_start_ = Clock::now();
+  connected_ = std::max(connected_, participants.size());
+  clients_.clear();
+  for (const std::string& c : participants) clients_[c];
+  ++changes_;
+}
+
+void Progress::Downloaded(const std::string& client, uint64_t bytes, bool complete) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;  // not asked this round
+  it->second.down += bytes;
+  it->second.downloaded = it->second.downloaded || complete;
+  ++changes_;
+}
+
+void Progress::Uploaded(const std::string& client, uint64_t bytes, bool complete) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  it->second.up += bytes;
+  it->second.uploaded = it->second.uploaded || complete;
+  ++changes_;
+}
+
+void Progress::Committed(uint64_t round) {
+  absl::MutexLock lock(&mu_);
+  committed_ = std::max(committed_, round);
+  ++changes_;
+}
+
+void Progress::Done() {
+  absl::MutexLock lock(&mu_);
+  state_ = "done";
+  ++changes_;
+}
+
+std::string Progress::ToJson() const {
+  absl::MutexLock lock(&mu_);
+  const auto now = Clock::now();
+  uint64_t down = 0, up = 0;
+  size_t downloaded = 0, uploading = 0, uploaded = 0;
+  nlohmann::json listed = nlohmann::json::object();
+  for (const auto& [id, c] : clients_) {
+    down += c.down;
+    up += c.up;
+    downloaded += c.downloaded;
+    uploaded += c.uploaded;
+    uploading += c.up > 0 && !c.uploaded;
+    if (clients_.size() <= kMaxListedClients) {
+      listed[id] = {{"down", c.down},
+                    {"downloaded", c.downloaded},
+                    {"up", c.up},
+                    {"uploaded", c.uploaded}};
+    }
+  }
+  nlohmann::json j = {
+      {"state", state_},
+      {"round", round_},
+      {"rounds", rounds_},
+      {"committed", committed_},
+      {"connected", connected_},
+      {"needed", needed_},
+      {"waiting_seconds",
+       state_ == "waiting" ? std::chrono::duration<double>(now - waiting_since_).count() : 0.0},
+      {"participants", clients_.size()},
+      {"downloaded", downloaded},
+      {"uploading", uploading},
+      {"uploaded", uploaded},
+      {"down_bytes", down},
+      {"up_bytes", up},
+      {"round_seconds",
+       state_ == "round" ? std::chrono::duration<double>(now - round_start_).count() : 0.0}};
+  if (clients_.size() <= kMaxListedClients) j["clients"] = std::move(listed);
+  return j.dump() + "\n";
+}
+
+absl::Status Progress::WriteIfDue(const std::string& path, std::chrono::milliseconds every,
+                                  bool force) {
+  {
+    absl::MutexLock lock(&mu_);
+    const auto now = Clock::now();
+    // While waiting the file changes by its clock alone: rewrite it every second.
+    const bool ticking = state_ == "waiting" && now - last_write_ >= std::chrono::seconds(1);
+    if (!force && ((changes_ == written_ && !ticking) || now - last_write_ < every)) {
+      return absl::OkStatus();
+    }
+    written_ = changes_;
+    last_write_ = now;
+  }
+  return core::AtomicWriteFile(path, ToJson());
+}
+
+}  // namespace fedlgc::coordinator

@@ -1,0 +1,162 @@
+// fedlgc-sim as a person runs it: stopped with SIGTERM or killed outright, it leaves no
+// process of its federation behind; a run no client can join fails with the reason after
+// --join-timeout; a job the coordinator refuses shows the coordinator's own error; on a
+// terminal it shows a live line of the open round.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/harness.h"
+
+namespace fedlgc::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A small, fast job: two clients training an MLP on synthetic data, in plaintext.
+std::vector<std::string> SimArgv(const std::string& dir, uint32_t rounds,
+                                 std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {BinPath("fedlgc-sim"), "--clients",     "2",
+                                   "--rounds",            std::to_string(rounds),
+                                   "--data",              "synthetic:512", "--model",
+                                   "mlp",                 "--local-steps", "2",
+                                   "--insecure",          "--state-dir",   dir + "/run"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// Live processes (not zombies) whose command line mentions `needle`.
+std::set<int> ProcessesMentioning(const std::string& needle) {
+  std::set<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadAll(e.path().string() + "/cmdline");
+    for (char& c : cmdline) {
+      if (c == '\0') c = ' ';
+    }
+    if (cmdline.find(needle) == std::string::npos) continue;
+    const std::string stat = ReadAll(e.path().string() + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') continue;
+    out.insert(std::stoi(name));
+  }
+  return out;
+}
+
+// Waits until the run has committed a round and its coordinator and both clients run.
+std::set<int> WaitForFederation(const std::string& dir, ChildProcess& sim) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < until) {
+    const std::set<int> pids = ProcessesMentioning(dir + "/run/");
+    if (!ReadAll(dir + "/run/coordinator/rounds.jsonl").empty() && pids.size() >= 3) return pids;
+    if (sim.Wait(std::chrono::milliseconds(200)) >= 0) break;
+  }
+  return {};
+}
+
+bool AllGone(const std::set<int>& pids, std::chrono::seconds within) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool alive = false;
+    for (int pid : pids) {
+      const std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
+      const size_t paren = stat.rfind(')');
+      alive |= paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+    }
+    if (!alive) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+TEST(Sim, SigtermStopsTheWholeFederation) {
+  const std::string dir = FreshDir("sim_sigterm");
+  ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
+  const std::set<int> pids = WaitForFederation(dir, sim);
+  ASSERT_GE(pids.size(), 3u) << ReadAll(dir + "/sim.log");
+  EXPECT_EQ(ProcessesMentioning(dir + "/run/").count(sim.pid()), 0u);  // only its children
+  sim.Kill(SIGTERM);
+  EXPECT_EQ(sim.Wait(std::chrono::seconds(30)), 128 + SIGTERM);
+  EXPECT_TRUE(AllGone(pids, std::chrono::seconds(1)));
+  EXPECT_NE(ReadAll(dir + "/sim.log").find("stopped by SIGTERM"), std::string::npos)
+      << ReadAll(dir + "/sim.log");
+}
+
+TEST(Sim, ItsProcessesDieWithAKilledSim) {
+  const std::string dir = FreshDir("sim_sigkill");
+  ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
+  const std::set<int> pids = WaitForFederation(dir, sim);
+  ASSERT_GE(pids.size(), 3u) << ReadAll(dir + "/sim.log");
+  sim.Kill(SIGKILL);  // no handler runs: the kernel tells the children
+  EXPECT_EQ(sim.Wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  EXPECT_TRUE(AllGone(pids, std::chrono::seconds(20)));
+}
+
+TEST(Sim, ARunNoClientCanJoinFailsWithTheReason) {
+  const std::string dir = FreshDir("sim_nojoin");
+  // Every connection is cut at its first byte.
+  ChildProcess sim(SimArgv(dir, 3, {"--link", "cut=1", "--join-timeout", "3"}),
+                   dir + "/sim.log");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(sim.Wait(std::chrono::seconds(60)), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(40));
+  const std::string log = ReadAll(dir + "/sim.log");
+  EXPECT_NE(log.find("only 0 of 2 clients connected for 3 s (--join-timeout)"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("client-0's log ends:"), std::string::npos) << log;
+  EXPECT_TRUE(ProcessesMentioning(dir + "/run/").empty());
+}
+
+TEST(Sim, ARefusedJobShowsTheCoordinatorsOwnError) {
+  const std::string dir = FreshDir("sim_refused");
+  ChildProcess sim(SimArgv(dir, 3, {"--codec", "nonsense(bits=4)"}), dir + "/sim.log");
+  EXPECT_EQ(sim.Wait(std::chrono::seconds(60)), 1);
+  const std::string log = ReadAll(dir + "/sim.log");
+  EXPECT_NE(log.find("the coordinator did not start:"), std::string::npos) << log;
+  EXPECT_NE(log.find("unknown codec 'nonsense'"), std::string::npos) << log;
+}
+
+TEST(Sim, ATerminalSeesTheRoundLiveAndTheProgressFileEndsDone) {
+  const std::string dir = FreshDir("sim_live");
+  // `script` gives the run a terminal; its output (with the terminal's escapes) is the log.
+  std::string cmd;
+  for (const std::string& a : SimArgv(dir, 4, {"--link", "rate=20mbit"})) cmd += "'" + a + "' ";
+  ChildProcess script({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, dir + "/tty.log");
+  ASSERT_EQ(script.Wait(std::chrono::seconds(120)), 0) << ReadAll(dir + "/tty.log");
+  const std::string out = ReadAll(dir + "/tty.log");
+  EXPECT_NE(out.find("\r\033[Kround "), std::string::npos) << out;
+  EXPECT_NE(out.find(" downloaded, "), std::string::npos) << out;
+  EXPECT_NE(out.find(" uploaded | down "), std::string::npos) << out;
+  EXPECT_NE(out.find("final accuracy"), std::string::npos) << out;
+  const auto p = nlohmann::json::parse(ReadAll(dir + "/run/coordinator/progress.json"));
+  EXPECT_EQ(p["state"], "done");
+  EXPECT_EQ(p["committed"], 4);
+  EXPECT_EQ(p["rounds"], 4);
+  EXPECT_EQ(p["participants"], 2);
+  EXPECT_EQ(p["uploaded"], 2);
+  EXPECT_EQ(p["downloaded"], 2);
+  EXPECT_GT(p["clients"]["client-0"]["up"].get<uint64_t>(), 0u);
+  // Without a terminal: the rows alone, no escapes.
+  std::filesystem::create_directories(dir + "/plain");
+  ChildProcess plain(SimArgv(dir + "/plain", 2), dir + "/plain.log");
+  ASSERT_EQ(plain.Wait(std::chrono::seconds(120)), 0) << ReadAll(dir + "/plain.log");
+  EXPECT_EQ(ReadAll(dir + "/plain.log").find('\033'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedlgc::testing

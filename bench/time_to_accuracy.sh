@@ -5,13 +5,18 @@
 # the uplink codecs fp32, 8-bit QSGD and top-1% (error feedback at the clients), each with
 # the model going down as float32 and as 4-bit QSGD deltas (--downlink-codec; error
 # feedback at the coordinator; with 8-bit QSGD up also 4-bit deltas on the bucket's largest
-# magnitude, norm=linf), and prints two markdown tables: the final accuracy with
-# the bytes of each direction, and for 85% and 88% test accuracy the round, the wall
-# seconds (sum of round times), and the uplink and downlink bytes spent to reach it. Writes
-# a JSON report per run and a plot (accuracy against wall seconds, and against total bytes)
-# into OUT (default build/bench-tta). ONLY=<name> runs one; ROUNDS (default 30); BIN=<dir>
-# takes the binaries from elsewhere (default build/bin). About 30 minutes on the 2-core
-# build machine, most of it the float32 runs.
+# magnitude, norm=linf), and the same codes through the lossless zstd(...) stage, and
+# prints two markdown tables: the final accuracy with the bytes of each direction, and for
+# 85% and 88% test accuracy the round, the wall seconds (sum of round times), the device
+# seconds, and the uplink and downlink bytes spent to reach it. Device seconds are each
+# round's wall time with the slowest client's local training replaced by its CPU seconds:
+# what the round would take if every client trained on a core of its own instead of 8
+# clients sharing this machine's cores (an estimate; the wall seconds are measured).
+# Writes a JSON report per run and a plot (accuracy against wall seconds, device seconds
+# and total bytes) into OUT (default build/bench-tta); runs already in OUT are kept and
+# tabled. ONLY=<name>[,<name>...] runs those; ROUNDS (default 30); BIN=<dir> takes the
+# binaries from elsewhere (default build/bin). About 45 minutes on the 2-core build
+# machine, most of it the float32 runs.
 #   bench/time_to_accuracy.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +30,7 @@ common=(--clients 8 --rounds "$rounds" --model cnn --train-limit 60000 --local-s
 run() {  # name, uplink codec, downlink codec
   local name=$1 up=$2 down=$3
   shift 3
-  if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ]; then return; fi
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
   echo "== $name" >&2
   rm -rf "$out/$name.run" "$out/$name.json"
   "$bin/fedlgc-sim" "${common[@]}" --codec "$up" --downlink-codec "$down" \
@@ -40,21 +45,31 @@ run q8__q4 "qsgd(bits=8)" "$q4" "$@"
 run q8__q4i "qsgd(bits=8)" "$q4i" "$@"
 run top1__fp32 "topk(ratio=0.01)" fp32 "$@"
 run top1__q4 "topk(ratio=0.01)" "$q4" "$@"
+# The same codes through a lossless Zstandard stage (zstd(...), docs/codecs.md).
+run q8z__q4iz "zstd(qsgd(bits=8))" "zstd($q4i)" "$@"
+run q4iz__q4iz "zstd($q4i)" "zstd($q4i)" "$@"
 # Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
 "${PYTHON:-/usr/bin/python3}" - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-names = ["fp32__fp32", "fp32__q4", "q8__fp32", "q8__q4", "q8__q4i", "top1__fp32", "top1__q4"]
+names = ["fp32__fp32", "fp32__q4", "q8__fp32", "q8__q4", "q8__q4i", "top1__fp32", "top1__q4",
+         "q8z__q4iz", "q4iz__q4iz"]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
 if not runs:
     sys.exit(0)
 MB = 1e6
+def device(r):
+    # The round with the slowest client's training at its CPU seconds (see the header).
+    if "train_cpu_seconds_max" not in r:
+        return None
+    return r["seconds"] - r["train_seconds_max"] + r["train_cpu_seconds_max"]
 def reach(rs, target):
-    t = up = down = 0.0
+    t = d = up = down = 0.0
     for r in rs:
         t += r["seconds"]; up += r["uplink_bytes"]; down += r["downlink_bytes"]
+        d = None if d is None or device(r) is None else d + device(r)
         if r["accuracy"] >= target:
-            return r["round"], t, up, down
+            return r["round"], t, up, down, d
     return None
 base = runs.get("fp32__fp32")
 print("| uplink codec | downlink codec | final accuracy | vs fp32 both ways | uplink MB | fewer than fp32 | downlink MB | fewer than fp32 | wall s (rounds) |")
@@ -71,18 +86,20 @@ print()
 for target in (0.85, 0.88):
     b = reach(base["rounds"], target) if base else None
     print(f"To {100*target:.0f}% test accuracy:\n")
-    print("| uplink codec | downlink codec | round | wall s | sooner than fp32 | uplink MB | downlink MB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| uplink codec | downlink codec | round | wall s | sooner than fp32 | device s | sooner than fp32 | uplink MB | downlink MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n, r in runs.items():
         c = r["config"]
         got = reach(r["rounds"], target)
         if got is None:
-            print(f"| `{c['codec']}` | `{c['downlink_codec']}` | not reached | | | | |")
+            print(f"| `{c['codec']}` | `{c['downlink_codec']}` | not reached | | | | | | |")
             continue
-        rnd, t, up, down = got
+        rnd, t, up, down, d = got
         sooner = f"{b[1]/t:.1f}x" if b else ""
+        dev = f"{d:.0f}" if d is not None else "n/a"
+        dsooner = f"{b[4]/d:.1f}x" if b and b[4] is not None and d is not None else ""
         print(f"| `{c['codec']}` | `{c['downlink_codec']}` | {rnd} | {t:.0f} | {sooner} | "
-              f"{up/MB:.2f} | {down/MB:.2f} |")
+              f"{dev} | {dsooner} | {up/MB:.2f} | {down/MB:.2f} |")
     print()
 try:
     import matplotlib
@@ -90,18 +107,23 @@ try:
     import matplotlib.pyplot as plt
 except ImportError:
     sys.exit(0)
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+fig, (a1, a3, a2) = plt.subplots(1, 3, figsize=(17, 4.8))
 for n, r in runs.items():
     rs = r["rounds"]
-    t = up = 0.0
-    xs, bs, ys = [], [], []
+    t = up = d = 0.0
+    xs, ds, bs, ys = [], [], [], []
     for x in rs:
         t += x["seconds"]; up += x["uplink_bytes"] + x["downlink_bytes"]
-        xs.append(t); bs.append(up / MB); ys.append(100 * x["accuracy"])
+        d = None if d is None or device(x) is None else d + device(x)
+        xs.append(t); ds.append(d); bs.append(up / MB); ys.append(100 * x["accuracy"])
     label = f"{r['config']['codec']} up, {r['config']['downlink_codec']} down"
     a1.plot(xs, ys, marker=".", label=label)
+    if None not in ds:
+        a3.plot(ds, ys, marker=".", label=label)
     a2.plot(bs, ys, marker=".", label=label)
-for a, xl in ((a1, "wall seconds (sum of round times)"), (a2, "uplink + downlink MB, all clients")):
+for a, xl in ((a1, "wall seconds (sum of round times), 8 clients on 2 cores"),
+              (a3, "device seconds (each client on a core of its own, estimate)"),
+              (a2, "uplink + downlink MB, all clients")):
     a.set_xlabel(xl); a.set_ylabel("test accuracy (%)"); a.set_ylim(60, 92); a.grid(alpha=0.3)
     a.axhline(85, color="grey", lw=0.6); a.axhline(88, color="grey", lw=0.6)
 a2.set_xscale("log")

@@ -117,6 +117,7 @@ class EdgeClient final : private ClientEnv {
   Attack attack_;
   uint64_t last_round_ = 0;  // of the last RoundStart
   double last_train_seconds_ = 0;
+  double last_train_cpu_seconds_ = 0;  // the process's CPU seconds during that training
   uint64_t total_rounds_ = 0;  // of the job, from Join
   bool job_over_ = false;      // the coordinator has run every round
   std::atomic<uint32_t> rounds_uploaded_{0};

@@ -348,6 +348,10 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   rep.raw_uplink_bytes = service_->traffic().uplink_raw;
   rep.downlink_bytes = service_->traffic().downlink;
   rep.raw_downlink_bytes = service_->traffic().downlink_raw;
+  for (const auto& [client, bytes] : progress_->Traffic()) {
+    rep.per_client["client_uplink_bytes"][client] = static_cast<double>(bytes.first);
+    rep.per_client["client_downlink_bytes"][client] = static_cast<double>(bytes.second);
+  }
   if (absl::Status st = Evaluate(commit.round, &rep); !st.ok()) return st;
   // The next round's downloads: the delta to this version, saved before the checkpoint
   // that names it.

@@ -61,6 +61,13 @@ void Progress::Done() {
   ++changes_;
 }
 
+std::map<std::string, std::pair<uint64_t, uint64_t>> Progress::Traffic() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [id, c] : clients_) out[id] = {c.up, c.down};
+  return out;
+}
+
 std::string Progress::ToJson() const {
   absl::MutexLock lock(&mu_);
   const auto now = Clock::now();

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -46,6 +47,9 @@ class Progress {
   void Uploaded(const std::string& client, uint64_t bytes, bool complete);
   void Committed(uint64_t round);
   void Done();
+
+  // The open round's bytes per participant: uplink (accepted chunks) and downlink.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> Traffic() const;
 
   std::string ToJson() const;
   // Writes `path` when something changed since the last write and at least `every` has

@@ -20,8 +20,9 @@ stack=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler li
   # flags and config files (CLI11), JSON round logs (nlohmann)
   libcli11-dev nlohmann-json3-dev)
 tests=(libgtest-dev libgmock-dev libbenchmark-dev python3
-  # the benchmarks' plots (bench/time_to_accuracy.sh)
-  python3-matplotlib
+  # the benchmarks' plots (bench/time_to_accuracy.sh) and fedlgc-report's pages, which
+  # the tests render in headless Chromium
+  python3-matplotlib chromium
   # network emulation for the lossy-link test
   iproute2 nftables
   # fuzzing (libFuzzer) and sanitizers with clang

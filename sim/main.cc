@@ -52,7 +52,7 @@ std::string SelfDir() {
 // What the simulator itself decides; the job is a CoordinatorOptions.
 struct SimOptions {
   uint32_t clients = 4;
-  std::string link, report, run_dir, bin_dir = SelfDir();
+  std::string link, report, html, run_dir, bin_dir = SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
   bool quiet = false, insecure = false;
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
@@ -69,6 +69,9 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--clients", s->clients, "edge clients");
   g->add_option("--link", s->link, "fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
   g->add_option("--report", s->report, "write a JSON report here");
+  g->add_option("--html", s->html,
+                "write a self-contained HTML report with plots here (fedlgc-report, which needs "
+                "python3-matplotlib)");
   g->add_flag("--quiet", s->quiet, "print only the summary");
   g->add_option("--state-dir", s->run_dir, "run folder (default: a new folder under /tmp)");
   g->add_option("--bin-dir", s->bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
@@ -553,7 +556,11 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
   const double worst_median = Median(worst);
   const double total_share = share.total_train > 0 ? share.total_encode / share.total_train : -1;
   uint64_t cuts = 0;
-  for (const auto& p : f.proxies) cuts += p->cuts();
+  json cuts_per_client = json::object();
+  for (size_t i = 0; i < f.proxies.size(); ++i) {
+    cuts += f.proxies[i]->cuts();
+    cuts_per_client[StrCat("client-", i)] = f.proxies[i]->cuts();
+  }
   std::printf(
       "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B for %.0f "
       "fp32 B (%.1fx) | %.1f s | %llu link cuts | encode %.2f%% of local training (worst "
@@ -578,6 +585,7 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
               {"downlink_ratio", down > 0 ? raw_down / down : 0},
               {"wall_seconds", wall},
               {"link_cuts", cuts},
+              {"link_cuts_per_client", cuts_per_client},
               {"encode_share_of_training", Num(total_share)},
               {"encode_share_worst_client_median", Num(worst_median)},
               {"lgc_leader_error_median", leader_error},
@@ -659,6 +667,20 @@ int main(int argc, char** argv) {
     if (auto st = fedlgc::core::AtomicWriteFile(s.report, report.dump(1) + "\n"); !st.ok())
       return Fail(st.ToString());
     std::printf("report: %s\n", s.report.c_str());
+  }
+  if (!s.html.empty()) {
+    // The page is drawn from the JSON report (the run folder's, without --report).
+    const std::string from = s.report.empty() ? s.run_dir + "/report.json" : s.report;
+    if (s.report.empty()) {
+      if (auto st = fedlgc::core::AtomicWriteFile(from, report.dump(1) + "\n"); !st.ok())
+        return Fail(st.ToString());
+    }
+    const std::string log = s.run_dir + "/report.log";
+    ChildProcess tool({s.bin_dir + "/fedlgc-report", from, "-o", s.html}, log);
+    if (const int rc = tool.Wait(std::chrono::minutes(5)); rc != 0) {
+      return Fail(StrCat("fedlgc-report failed (exit ", rc, "):\n", LogTail(log, 5)));
+    }
+    std::printf("html: %s\n", s.html.c_str());
   }
   return code;
 }

@@ -46,6 +46,10 @@ TEST(Progress, CountsWhatEachParticipantHasDone) {
   EXPECT_EQ(j["clients"]["a"]["up"], 50);
   EXPECT_EQ(j["clients"]["a"]["uploaded"], true);
   EXPECT_EQ(j["clients"]["c"]["downloaded"], false);
+  const auto traffic = p.Traffic();
+  ASSERT_EQ(traffic.size(), 3u);
+  EXPECT_EQ(traffic.at("a"), std::make_pair(uint64_t{50}, uint64_t{100}));
+  EXPECT_EQ(traffic.at("b"), std::make_pair(uint64_t{0}, uint64_t{50}));
   p.Committed(4);
   p.StartRound(5, {"a"});  // a new round starts from zero
   j = Parse(p);

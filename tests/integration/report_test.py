@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""The HTML report as a person sees it: two small fedlgc-sim runs (one behind a link that
+cuts a connection), `fedlgc-sim --html` for one and `fedlgc-report` comparing both. Checks
+that each page is self-contained, has every plot, and that its numbers are the JSON's
+(per-client bytes summing to the coordinator's totals); renders the pages in headless
+Chromium to PNG and checks the browser drew the plots.
+
+    report_test.py BIN_DIR
+Exit 77 (skipped) without Chromium or matplotlib.
+"""
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BIN = sys.argv[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.image
+except ImportError:
+    print("skip: no matplotlib")
+    sys.exit(77)
+if CHROMIUM is None:
+    print("skip: no chromium")
+    sys.exit(77)
+
+PLOTS = {"plot-accuracy", "plot-accuracy-bytes", "plot-accuracy-time", "plot-rounds",
+         "plot-clients"}
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+class Page(html.parser.HTMLParser):
+    """Figures with their SVGs, every tag name, and the cells' data attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags, self.figures, self.cells, self.differs = [], {}, [], 0
+        self.figure = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        if tag == "figure":
+            self.figure = a.get("id")
+            self.figures[self.figure] = 0
+        if tag == "svg" and self.figure is not None:
+            self.figures[self.figure] += 1
+        if tag == "tr" and a.get("class") == "differs":
+            self.differs += 1
+        if tag == "td" and "data-key" in a:
+            self.cells.append(a)
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self.figure = None
+
+
+def parse(path):
+    p = Page()
+    with open(path) as f:
+        p.feed(f.read())
+    return p
+
+
+def value(p, key, run=0):
+    for c in p.cells:
+        if c["data-key"] == key and c.get("data-run") == str(run):
+            return json.loads(c["data-value"]) if "data-value" in c else None
+    raise KeyError(key)
+
+
+def sim(tmp, name, codec, extra):
+    argv = [f"{BIN}/fedlgc-sim", "--clients", "3", "--rounds", "4", "--data", "synthetic:600",
+            "--model", "mlp", "--local-steps", "2", "--insecure", "--quiet", "--codec", codec,
+            "--state-dir", f"{tmp}/{name}.run", "--report", f"{tmp}/{name}.json"] + extra
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    print(r.stdout + r.stderr)
+    assert r.returncode == 0, f"fedlgc-sim {name} failed"
+    with open(f"{tmp}/{name}.json") as f:
+        return json.load(f)
+
+
+def render(path, png):
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", "--window-size=1280,4200", f"--screenshot={png}",
+                        "file://" + os.path.abspath(path)],
+                       capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                          "file://" + os.path.abspath(path)], capture_output=True, text=True,
+                         timeout=120)
+    return r.returncode, dom.stdout
+
+
+def check_page(path, runs, png):
+    p = parse(path)
+    check(set(p.figures) >= PLOTS, f"{path}: every plot ({sorted(PLOTS - set(p.figures))} missing)")
+    check(all(n == 1 for n in p.figures.values()), f"{path}: one SVG per figure")
+    check(not {"script", "img", "link", "iframe"} & set(p.tags),
+          f"{path}: self-contained (no script, img, link or iframe)")
+    for i, run in enumerate(runs):
+        s = run["summary"]
+        for key in ("final_accuracy", "uplink_bytes", "downlink_bytes", "link_cuts"):
+            check(value(p, key, i) == s[key], f"{path}: run {i} {key} = {s[key]}")
+        check(value(p, "rounds", i) == len(run["rounds"]), f"{path}: run {i} rounds")
+        for r in run["rounds"]:
+            for key in ("accuracy", "uplink_bytes", "downlink_bytes", "seconds", "participants"):
+                check(value(p, f"round{r['round']}.{key}", i) == r[key],
+                      f"{path}: run {i} round {r['round']} {key}")
+        # Per client: the page's totals, and the coordinator's own accounting.
+        clients = sorted(run["rounds"][0]["client_uplink_bytes"])
+        up_total = down_total = cuts_total = 0
+        for c in clients:
+            up = sum(r["client_uplink_bytes"][c] for r in run["rounds"])
+            down = sum(r["client_downlink_bytes"][c] for r in run["rounds"])
+            cuts = s["link_cuts_per_client"].get(c, 0)
+            check(value(p, f"client.{c}.uplink_bytes", i) == up, f"{path}: run {i} {c} uplink")
+            check(value(p, f"client.{c}.downlink_bytes", i) == down,
+                  f"{path}: run {i} {c} downlink")
+            check(value(p, f"client.{c}.link_cuts", i) == cuts, f"{path}: run {i} {c} cuts")
+            up_total, down_total, cuts_total = up_total + up, down_total + down, cuts_total + cuts
+        check(up_total == s["uplink_bytes"] and down_total == s["downlink_bytes"],
+              f"{path}: run {i} per-client bytes sum to the run's ({up_total}, {down_total})")
+        check(cuts_total == s["link_cuts"], f"{path}: run {i} per-client cuts sum to the run's")
+    rc, dom = render(path, png)
+    check(rc == 0 and os.path.getsize(png) > 20000, f"{path}: Chromium rendered {png}")
+    check(dom.count("<svg") >= len(PLOTS), f"{path}: the browser's DOM has every plot's SVG")
+    img = matplotlib.image.imread(png)
+    rgb = img[..., :3]
+    ink = (rgb < 0.9).any(axis=-1).mean()
+    # matplotlib's first line color, tab:blue (31, 119, 180): drawn plots, not only text.
+    blue = ((abs(rgb[..., 0] - 31 / 255) < 0.06) & (abs(rgb[..., 1] - 119 / 255) < 0.06)
+            & (abs(rgb[..., 2] - 180 / 255) < 0.06)).sum()
+    check(ink > 0.02, f"{png}: {100 * ink:.1f}% of the page is drawn on")
+    check(blue > 2000, f"{png}: {blue} pixels of plotted lines and bars")
+    return p
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="fedlgc_report_")
+    # The first run's links cut the first connection past 300 KB; the clients resume.
+    a = sim(tmp, "a", "qsgd(bits=8)",
+            ["--link", "rate=50mbit,cut_after=300k", "--html", f"{tmp}/a.html"])
+    b = sim(tmp, "b", "topk(ratio=0.1)", [])
+    check(a["summary"]["link_cuts"] >= 1, "run a had a link cut")
+    check_page(f"{tmp}/a.html", [a], f"{tmp}/a.png")
+    r = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.json", f"{tmp}/b.json", "-o",
+                        f"{tmp}/compare.html"], capture_output=True, text=True, timeout=120)
+    print(r.stdout + r.stderr)
+    check(r.returncode == 0, "fedlgc-report compared two runs")
+    p = check_page(f"{tmp}/compare.html", [a, b], f"{tmp}/compare.png")
+    check(value(p, "config.codec", 0) is None and p.differs >= 1,
+          "the compare page marks the settings that differ")
+    bad = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.run/coordinator.toml", "-o",
+                          f"{tmp}/bad.html"], capture_output=True, text=True)
+    check(bad.returncode != 0 and "fedlgc-report:" in bad.stderr and
+          not os.path.exists(f"{tmp}/bad.html"), "a file that is not a report is refused")
+    if failures:
+        print(f"{len(failures)} checks failed; pages in {tmp}")
+        sys.exit(1)
+    shutil.rmtree(tmp)
+    print("all checks passed")
+
+
+main()

@@ -68,7 +68,7 @@ def reach(rs, target):
     for r in rs:
         t += r["seconds"]; up += r["uplink_bytes"]; down += r["downlink_bytes"]
         d = None if d is None or device(r) is None else d + device(r)
-        if r["accuracy"] >= target:
+        if (r["accuracy"] if r["accuracy"] is not None else -1) >= target:
             return r["round"], t, up, down, d
     return None
 base = runs.get("fp32__fp32")

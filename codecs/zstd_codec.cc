@@ -3,6 +3,7 @@
 
 #include <zstd.h>
 
+#include <cstring>
 #include <limits>
 
 #include "codecs/input_error.h"
@@ -126,6 +127,10 @@ absl::Status ZstdCodec::Decode(const FrameView& frame, std::span<float> out) con
   if (mode != kCompressed) return Malformed(StrCat("unknown body mode ", int{mode}));
   // The inner body is shorter than the inner codec's largest frame for this length.
   const uint64_t cap = inner_->MaxFrameBytes(frame.length);
+  // A regular frame of this format only (no skippable or legacy frames).
+  uint32_t magic = 0;
+  if (data.size() >= 4) std::memcpy(&magic, data.data(), 4);
+  if (magic != ZSTD_MAGICNUMBER) return Malformed("not a zstd frame");
   const unsigned long long declared = ZSTD_getFrameContentSize(data.data(), data.size());
   if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN) {
     return Malformed("not a zstd frame with its content size");

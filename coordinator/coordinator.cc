@@ -225,14 +225,14 @@ std::vector<std::string> Coordinator::WaitForParticipants() {
 absl::Status Coordinator::RunRound() {
   const std::vector<std::string> participants = WaitForParticipants();
   if (stop_) return absl::OkStatus();
-  progress_->StartRound(engine_->current_round(), participants);
-  WriteProgress(/*force=*/true);
   const auto deadline = Clock::now() + std::chrono::milliseconds(
                                            static_cast<int64_t>(options_.round_timeout_s * 1000));
   service_->traffic().uplink_wire = 0;
   service_->traffic().uplink_raw = 0;
   service_->traffic().downlink = 0;
   service_->traffic().downlink_raw = 0;
+  progress_->StartRound(engine_->current_round(), participants);
+  WriteProgress(/*force=*/true);
   CommitResult commit;
   RoundReport rep;
   absl::Status st = driver_->RunRound(*this, participants, deadline, &commit, &rep);

@@ -1,20 +1,15 @@
 // fedlgc-coordinator: runs the rounds of one federated training job.
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <cstdio>
 
 #include "coordinator/coordinator.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
 #include "core/cli.h"
+#include "core/signals.h"
 #include "modes/drivers.h"
 
 namespace {
-fedlgc::coordinator::Coordinator* g_coordinator = nullptr;
-void OnSignal(int) {
-  if (g_coordinator) g_coordinator->Stop();
-}
-
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "fedlgc-coordinator: %s\n", st.ToString().c_str());
   return 1;
@@ -47,11 +42,11 @@ int main(int argc, char** argv) {
         std::to_string((*c)->port()) + " " + std::to_string((*c)->metrics_port()) + "\n";
     if (auto st = fedlgc::core::AtomicWriteFile(port_file, ports); !st.ok()) return Fail(st);
   }
-  g_coordinator = c->get();
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  auto st = (*c)->Run();
-  g_coordinator = nullptr;
+  absl::Status st;
+  {
+    fedlgc::core::StopOnSignals stop([coordinator = c->get()] { coordinator->Stop(); });
+    st = (*c)->Run();
+  }
   if (!st.ok()) return Fail(st);
   return 0;
 }

@@ -1,15 +1,37 @@
 // The coordinator's progress file (see progress.h).
 #include "coordinator/progress.h"
 
-#include "core/atomic_file.h"
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+
+#include "codecs/str.h"
 #include "nlohmann/json.hpp"
 
 namespace fedlgc::coordinator {
 
+const char* Progress::Name(State s) {
+  switch (s) {
+    case State::kStarting:
+      return "starting";
+    case State::kWaiting:
+      return "waiting";
+    case State::kRound:
+      return "round";
+    case State::kDone:
+      return "done";
+  }
+  return "?";
+}
+
 void Progress::Waiting(size_t connected, size_t needed) {
   absl::MutexLock lock(&mu_);
-  if (state_ != "waiting") {
-    state_ = "waiting";
+  if (state_ != State::kWaiting) {
+    state_ = State::kWaiting;
     waiting_since_ = Clock::now();
     ++changes_;
   }
@@ -22,7 +44,7 @@ void Progress::Waiting(size_t connected, size_t needed) {
 
 void Progress::StartRound(uint64_t round, const std::vector<std::string>& participants) {
   absl::MutexLock lock(&mu_);
-  state_ = "round";
+  state_ = State::kRound;
   round_ = round;
   round_start_ = Clock::now();
   connected_ = std::max(connected_, participants.size());
@@ -57,7 +79,7 @@ void Progress::Committed(uint64_t round) {
 
 void Progress::Done() {
   absl::MutexLock lock(&mu_);
-  state_ = "done";
+  state_ = State::kDone;
   ++changes_;
 }
 
@@ -88,14 +110,14 @@ std::string Progress::ToJson() const {
     }
   }
   nlohmann::json j = {
-      {"state", state_},
+      {"state", Name(state_)},
       {"round", round_},
       {"rounds", rounds_},
       {"committed", committed_},
       {"connected", connected_},
       {"needed", needed_},
       {"waiting_seconds",
-       state_ == "waiting" ? std::chrono::duration<double>(now - waiting_since_).count() : 0.0},
+       state_ == State::kWaiting ? std::chrono::duration<double>(now - waiting_since_).count() : 0.0},
       {"participants", clients_.size()},
       {"downloaded", downloaded},
       {"uploading", uploading},
@@ -103,7 +125,7 @@ std::string Progress::ToJson() const {
       {"down_bytes", down},
       {"up_bytes", up},
       {"round_seconds",
-       state_ == "round" ? std::chrono::duration<double>(now - round_start_).count() : 0.0}};
+       state_ == State::kRound ? std::chrono::duration<double>(now - round_start_).count() : 0.0}};
   if (clients_.size() <= kMaxListedClients) j["clients"] = std::move(listed);
   return j.dump() + "\n";
 }
@@ -114,14 +136,30 @@ absl::Status Progress::WriteIfDue(const std::string& path, std::chrono::millisec
     absl::MutexLock lock(&mu_);
     const auto now = Clock::now();
     // While waiting the file changes by its clock alone: rewrite it every second.
-    const bool ticking = state_ == "waiting" && now - last_write_ >= std::chrono::seconds(1);
+    const bool ticking = state_ == State::kWaiting && now - last_write_ >= std::chrono::seconds(1);
     if (!force && ((changes_ == written_ && !ticking) || now - last_write_ < every)) {
       return absl::OkStatus();
     }
     written_ = changes_;
     last_write_ = now;
   }
-  return core::AtomicWriteFile(path, ToJson());
+  // Replaced atomically (a reader sees the old file or the new one) but not synced: it
+  // says what is happening now, and an fsync per write would slow the round loop.
+  const std::string text = ToJson();
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ENOENT) {  // the state folder is made by the first checkpoint
+    std::error_code ignored;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
+  if (fd < 0) return absl::InternalError(StrCat("cannot write ", tmp));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!written || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fedlgc::coordinator

@@ -3,7 +3,7 @@
 // something changed). fedlgc-sim draws its live line and bounds its wait for clients
 // from it.
 //
-//   {"state": "waiting" | "round" | "done", "round": 5, "rounds": 30, "committed": 4,
+//   {"state": "starting" | "waiting" | "round" | "done", "round": 5, "rounds": 30, "committed": 4,
 //    "connected": 8, "needed": 8, "waiting_seconds": 0.0, "participants": 8,
 //    "downloaded": 8, "uploading": 2, "uploaded": 3, "down_bytes": 500000,
 //    "up_bytes": 300000, "round_seconds": 3.2,
@@ -11,10 +11,12 @@
 //                             "uploaded": true}, ...}}
 //
 // "waiting": too few clients connected to open the round (waiting_seconds says for how
-// long). A participant is "downloaded" once it has fetched a model (whole or as deltas)
+// long; the coordinator's own start does not count). A participant is "downloaded" once it has fetched a model (whole or as deltas)
 // in this round, "uploading" from its first accepted chunk and "uploaded" once every
 // chunk of its update is held; one that has downloaded and is not uploading is training.
-// The per-client map is left out past 64 participants, to keep the file small.
+// The per-client map is left out past 64 participants, to keep the file small. Only
+// participants are counted: with --fraction < 1, a client that is not asked but downloads
+// anyway adds to the round's downlink total and not to these.
 #ifndef FEDLGC_COORDINATOR_PROGRESS_H_
 #define FEDLGC_COORDINATOR_PROGRESS_H_
 
@@ -32,7 +34,7 @@
 namespace fedlgc::coordinator {
 
 // Thread-safe: the service's reactors report traffic, the round loop the rest.
-class Progress {
+class Progress final {
  public:
   static constexpr size_t kMaxListedClients = 64;
 
@@ -65,9 +67,12 @@ class Progress {
     bool downloaded = false, uploaded = false;
   };
 
+  enum class State { kStarting, kWaiting, kRound, kDone };
+  static const char* Name(State s);
+
   const uint64_t rounds_;
   mutable absl::Mutex mu_;
-  std::string state_ ABSL_GUARDED_BY(mu_) = "waiting";
+  State state_ ABSL_GUARDED_BY(mu_) = State::kStarting;
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t committed_ ABSL_GUARDED_BY(mu_) = 0;
   size_t connected_ ABSL_GUARDED_BY(mu_) = 0;

@@ -251,7 +251,8 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
   last_train_seconds_ = trained->seconds;
   // What the training would take on a core of its own: benchmarks that run many clients
-  // on few cores use it to tell their link time from their contention.
+  // on few cores use it to tell their link time from their contention. The process's CPU
+  // time: with --torch-threads above 1 it adds up the threads' time.
   last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
   *weights = model_->GetFlat();
   attack_.Apply(before, *weights, topts.seed);

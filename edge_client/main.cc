@@ -1,19 +1,12 @@
 // fedlgc-edge: an edge client of a fedlgc federation.
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <cstdio>
 
 #include "core/cli.h"
+#include "core/signals.h"
 #include "edge_client/edge_client.h"
 #include "edge_client/flags.h"
 #include "modes/clients.h"
-
-namespace {
-fedlgc::edge_client::EdgeClient* g_client = nullptr;
-void OnSignal(int) {
-  if (g_client) g_client->Stop();
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   fedlgc::edge_client::EdgeClientOptions o;
@@ -28,11 +21,11 @@ int main(int argc, char** argv) {
                  c.status().ToString().c_str());
     return 1;
   }
-  g_client = c->get();
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  auto st = (*c)->Run();
-  g_client = nullptr;
+  absl::Status st;
+  {
+    fedlgc::core::StopOnSignals stop([client = c->get()] { client->Stop(); });
+    st = (*c)->Run();
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "fedlgc-edge %s: %s\n", o.client_id.c_str(), st.ToString().c_str());
     return 1;

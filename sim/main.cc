@@ -478,7 +478,8 @@ FollowResult Follow(Federation& f, const SimOptions& s) {
       if (!s.quiet) PrintRow(r);
       out.rows.push_back(std::move(r));
     }
-    if (out.code >= 0) break;
+    // Before the coordinator's exit: Ctrl-C on a terminal reaches the whole process group,
+    // and a coordinator that stops on it exits 0.
     if (g_stop_signal != 0) {
       clear();
       out.error = StrCat("stopped by ", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
@@ -486,6 +487,7 @@ FollowResult Follow(Federation& f, const SimOptions& s) {
       StopAll(f, std::chrono::seconds(10));
       return out;
     }
+    if (out.code >= 0) break;
     auto text = fedlgc::core::ReadFileIfExists(dir + "/progress.json");
     if (!text.ok() || !text->has_value()) continue;
     const json p = json::parse(**text, nullptr, /*allow_exceptions=*/false);
@@ -633,11 +635,10 @@ int main(int argc, char** argv) {
   auto f = Launch(s, co, mo, *link);
   if (!f.ok()) return Fail(std::string(f.status().message()));
   FollowResult run = Follow(*f, s);
-  if (g_stop_signal != 0) {
+  if (!run.error.empty()) {
     Fail(run.error);
-    return 128 + g_stop_signal;
+    return g_stop_signal != 0 ? 128 + g_stop_signal : 1;
   }
-  if (!run.error.empty()) return Fail(run.error);
   int code = run.code;
   const std::vector<RoundReport>& rows = run.rows;
   if (code != 0) {

@@ -173,6 +173,8 @@ TEST_F(ZstdHostile, RefusesUnknownModesMissingSizesTrailingBytesAndGarbage) {
   EXPECT_TRUE(Malformed(DecodeBody(body + body.substr(1))));  // two zstd frames
   EXPECT_TRUE(Malformed(DecodeBody(body.substr(0, body.size() - 3))));
   EXPECT_TRUE(Malformed(DecodeBody(std::string("\1garbage garbage", 16))));
+  // A skippable frame (magic 0x184D2A50, 4-byte length, then nothing) declares no content.
+  EXPECT_TRUE(Malformed(DecodeBody(Body(1, std::string("\x50\x2a\x4d\x18\0\0\0\0", 8)))));
   // A zstd frame without its content size could not be bounded before inflating it.
   std::vector<float> out(1024);
   std::string inner_body;

@@ -16,6 +16,7 @@ nlohmann::json Parse(const Progress& p) { return nlohmann::json::parse(p.ToJson(
 
 TEST(Progress, CountsWhatEachParticipantHasDone) {
   Progress p(10);
+  EXPECT_EQ(Parse(p)["state"], "starting");
   p.Waiting(1, 3);
   auto j = Parse(p);
   EXPECT_EQ(j["state"], "waiting");
@@ -79,8 +80,10 @@ TEST(Progress, ListsClientsOnlyForSmallRounds) {
 }
 
 TEST(Progress, WritesOnlyWhenSomethingChangedAndNotTooOften) {
-  std::string path = ::testing::TempDir();
-  path += "/progress_test.json";
+  std::string dir = ::testing::TempDir();
+  dir += "/progress_test";
+  std::filesystem::remove_all(dir);
+  const std::string path = dir + "/state/progress.json";  // folders made as needed
   std::filesystem::remove(path);
   Progress p(3);
   p.StartRound(1, {"a"});

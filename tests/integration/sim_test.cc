@@ -97,6 +97,22 @@ TEST(Sim, SigtermStopsTheWholeFederation) {
       << ReadAll(dir + "/sim.log");
 }
 
+// Ctrl-C on a terminal: SIGINT reaches the sim and its children at once, and the
+// coordinator, which stops on it, exits 0 before the sim looks.
+TEST(Sim, CtrlCToTheWholeGroupStopsTheRunAndSaysSo) {
+  const std::string dir = FreshDir("sim_sigint");
+  ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
+  const std::set<int> pids = WaitForFederation(dir, sim);
+  ASSERT_GE(pids.size(), 3u) << ReadAll(dir + "/sim.log");
+  for (int pid : pids) ::kill(pid, SIGINT);
+  sim.Kill(SIGINT);
+  EXPECT_EQ(sim.Wait(std::chrono::seconds(30)), 128 + SIGINT);
+  EXPECT_TRUE(AllGone(pids, std::chrono::seconds(1)));
+  EXPECT_NE(ReadAll(dir + "/sim.log").find("stopped by SIGINT; the run folder is"),
+            std::string::npos)
+      << ReadAll(dir + "/sim.log");
+}
+
 TEST(Sim, ItsProcessesDieWithAKilledSim) {
   const std::string dir = FreshDir("sim_sigkill");
   ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
@@ -132,6 +148,7 @@ TEST(Sim, ARefusedJobShowsTheCoordinatorsOwnError) {
 }
 
 TEST(Sim, ATerminalSeesTheRoundLiveAndTheProgressFileEndsDone) {
+  if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no script(1) for a terminal";
   const std::string dir = FreshDir("sim_live");
   // `script` gives the run a terminal; its output (with the terminal's escapes) is the log.
   std::string cmd;

@@ -1,15 +1,9 @@
 // The coordinator's progress file (see progress.h).
 #include "coordinator/progress.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <filesystem>
 
-#include "codecs/str.h"
+#include "core/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace fedlgc::coordinator {
@@ -143,23 +137,9 @@ absl::Status Progress::WriteIfDue(const std::string& path, std::chrono::millisec
     written_ = changes_;
     last_write_ = now;
   }
-  // Replaced atomically (a reader sees the old file or the new one) but not synced: it
-  // says what is happening now, and an fsync per write would slow the round loop.
-  const std::string text = ToJson();
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == ENOENT) {  // the state folder is made by the first checkpoint
-    std::error_code ignored;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  }
-  if (fd < 0) return absl::InternalError(StrCat("cannot write ", tmp));
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!written || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(StrCat("cannot write ", path));
-  }
-  return absl::OkStatus();
+  // Not synced: it says what is happening now, and an fsync per write would slow the
+  // round loop.
+  return core::AtomicWriteFile(path, ToJson(), core::Durability::kVisible);
 }
 
 }  // namespace fedlgc::coordinator

@@ -64,7 +64,8 @@ absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_v
   return reader;
 }
 
-absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes) {
+absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes,
+                             Durability durability) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
@@ -83,12 +84,13 @@ absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes) {
     }
     off += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
+  if (durability == Durability::kDurable && ::fsync(fd) != 0) {
     ::close(fd);
     return Errno("fsync", tmp);
   }
   if (::close(fd) != 0) return Errno("close", tmp);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename", tmp);
+  if (durability == Durability::kVisible) return absl::OkStatus();
   const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {

@@ -17,9 +17,15 @@
 
 namespace fedlgc::core {
 
+// kDurable: synced to disk before and after the rename. kVisible: readers see the old or
+// the new contents, never a mix, but a crash may lose the write (files that say what is
+// happening now, rewritten often).
+enum class Durability { kDurable, kVisible };
+
 // Replaces `path` with `bytes` atomically: after a crash the file holds either the old or
 // the new contents, never a mix. Creates the parent folder if needed.
-absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes);
+absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes,
+                             Durability durability = Durability::kDurable);
 // The whole file; nullopt when it does not exist.
 absl::StatusOr<std::optional<std::string>> ReadFileIfExists(const std::string& path);
 // The whole file; NotFound when it does not exist.

@@ -31,6 +31,7 @@
 #include "core/model.h"
 #include "core/process.h"
 #include "core/round_report.h"
+#include "core/signals.h"
 #include "edge_client/client_state.h"
 #include "edge_client/flags.h"
 #include "modes/mode_options.h"
@@ -405,11 +406,6 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
   return f;
 }
 
-// SIGINT or SIGTERM received (0: none): the run stops its whole federation.
-volatile sig_atomic_t g_stop_signal = 0;
-
-void OnStopSignal(int signal) { g_stop_signal = signal; }
-
 // Asks every process of the federation to stop, and kills what is left after `grace`.
 void StopAll(Federation& f, std::chrono::milliseconds grace) {
   f.coordinator->Kill(SIGTERM);
@@ -461,7 +457,8 @@ struct FollowResult {
 // Follows rounds.jsonl while the coordinator runs, with a live line of progress.json on a
 // terminal. Stops the federation on SIGINT/SIGTERM and when too few clients have been
 // connected for --join-timeout.
-FollowResult Follow(Federation& f, const SimOptions& s) {
+FollowResult Follow(Federation& f, const SimOptions& s,
+                    const fedlgc::core::StopOnSignals& signals) {
   const std::string dir = s.run_dir + "/coordinator";
   const bool live = !s.quiet && ::isatty(STDOUT_FILENO) == 1;
   FollowResult out;
@@ -480,9 +477,9 @@ FollowResult Follow(Federation& f, const SimOptions& s) {
     }
     // Before the coordinator's exit: Ctrl-C on a terminal reaches the whole process group,
     // and a coordinator that stops on it exits 0.
-    if (g_stop_signal != 0) {
+    if (const int signal = signals.signal(); signal != 0) {
       clear();
-      out.error = StrCat("stopped by ", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+      out.error = StrCat("stopped by ", signal == SIGINT ? "SIGINT" : "SIGTERM",
                          "; the run folder is ", s.run_dir);
       StopAll(f, std::chrono::seconds(10));
       return out;
@@ -594,6 +591,42 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
               {"lgc_follower_error_median", follower_error}};
 }
 
+// The run's JSON report: its settings, every round (with its slowest client's training in
+// wall and CPU seconds, what it would take on a core of its own), and the summary.
+json Report(const std::vector<RoundReport>& rows, const Federation& f, const SimOptions& s,
+            const CoordinatorOptions& co) {
+  json report{{"config", ConfigJson(s, co)}, {"rounds", json::array()}};
+  const EncodeShare share = ReadEncodeShare(s.run_dir + "/clients", s.clients);
+  for (const RoundReport& r : rows) {
+    json row = json::parse(fedlgc::ToJson(r));
+    if (auto it = share.train_wall.find(r.round); it != share.train_wall.end()) {
+      row["train_seconds_max"] = it->second;
+      row["train_cpu_seconds_max"] = share.train_cpu.at(r.round);
+    }
+    report["rounds"].push_back(std::move(row));
+  }
+  report["summary"] = Summarize(rows, f, share);
+  return report;
+}
+
+// --report's JSON and --html's page (drawn by fedlgc-report from the JSON, the run
+// folder's without --report).
+absl::Status WriteReports(const json& report, const SimOptions& s) {
+  if (s.report.empty() && s.html.empty()) return absl::OkStatus();
+  const std::string json_path = s.report.empty() ? s.run_dir + "/report.json" : s.report;
+  if (auto st = fedlgc::core::AtomicWriteFile(json_path, report.dump(1) + "\n"); !st.ok())
+    return st;
+  if (!s.report.empty()) std::printf("report: %s\n", s.report.c_str());
+  if (s.html.empty()) return absl::OkStatus();
+  const std::string log = s.run_dir + "/report.log";
+  ChildProcess tool({s.bin_dir + "/fedlgc-report", json_path, "-o", s.html}, log);
+  if (const int rc = tool.Wait(std::chrono::minutes(5)); rc != 0) {
+    return absl::InternalError(StrCat("fedlgc-report failed (exit ", rc, "):\n", LogTail(log, 5)));
+  }
+  std::printf("html: %s\n", s.html.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -611,11 +644,8 @@ int main(int argc, char** argv) {
   fedlgc::coordinator::AddGuardFlags(app, &co);
   fedlgc::modes::AddModeFlags(app, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
-  struct sigaction stop_action = {};
-  stop_action.sa_handler = OnStopSignal;
-  ::sigemptyset(&stop_action.sa_mask);
-  ::sigaction(SIGINT, &stop_action, nullptr);
-  ::sigaction(SIGTERM, &stop_action, nullptr);
+  // Follow sees the signal and stops the federation.
+  const fedlgc::core::StopOnSignals signals([] {});
   if (s.clients == 0) return Fail("--clients must be >= 1");
   if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
   if (app.count("--min-clients") == 0) co.min_clients = s.clients;
@@ -634,54 +664,23 @@ int main(int argc, char** argv) {
   if (!s.quiet) PrintHeader(s, co, *mode);
   auto f = Launch(s, co, mo, *link);
   if (!f.ok()) return Fail(std::string(f.status().message()));
-  FollowResult run = Follow(*f, s);
+  FollowResult run = Follow(*f, s, signals);
   if (!run.error.empty()) {
     Fail(run.error);
-    return g_stop_signal != 0 ? 128 + g_stop_signal : 1;
+    return signals.signal() != 0 ? 128 + signals.signal() : 1;
   }
-  int code = run.code;
-  const std::vector<RoundReport>& rows = run.rows;
-  if (code != 0) {
-    return Fail(StrCat("the coordinator failed (exit ", code, "):\n",
+  if (run.code != 0) {
+    return Fail(StrCat("the coordinator failed (exit ", run.code, "):\n",
                        LogTail(s.run_dir + "/coordinator.log", 5), "(", s.run_dir,
                        "/coordinator.log)"));
   }
-  json report{{"config", ConfigJson(s, co)}, {"rounds", json::array()}};
-  const EncodeShare share = ReadEncodeShare(s.run_dir + "/clients", s.clients);
-  for (const RoundReport& r : rows) {
-    json row = json::parse(fedlgc::ToJson(r));
-    // The slowest client's local training: its wall seconds here, and its CPU seconds,
-    // what it would take on a core of its own (benchmarks with more clients than cores).
-    if (auto it = share.train_wall.find(r.round); it != share.train_wall.end()) {
-      row["train_seconds_max"] = it->second;
-      row["train_cpu_seconds_max"] = share.train_cpu.at(r.round);
-    }
-    report["rounds"].push_back(std::move(row));
-  }
-  report["summary"] = Summarize(rows, *f, share);
+  json report = Report(run.rows, *f, s, co);
+  int code = 0;
   if (*mode == fedlgc::Mode::kSgp) {
     auto mass = CheckSgpMass(s.run_dir, s.clients, co.rounds, co.model, co.init_seed);
     if (mass) report["sgp_mass"] = *mass;
     if (!mass || !(*mass)["conserved"].get<bool>()) code = 1;
   }
-  if (!s.report.empty()) {
-    if (auto st = fedlgc::core::AtomicWriteFile(s.report, report.dump(1) + "\n"); !st.ok())
-      return Fail(st.ToString());
-    std::printf("report: %s\n", s.report.c_str());
-  }
-  if (!s.html.empty()) {
-    // The page is drawn from the JSON report (the run folder's, without --report).
-    const std::string from = s.report.empty() ? s.run_dir + "/report.json" : s.report;
-    if (s.report.empty()) {
-      if (auto st = fedlgc::core::AtomicWriteFile(from, report.dump(1) + "\n"); !st.ok())
-        return Fail(st.ToString());
-    }
-    const std::string log = s.run_dir + "/report.log";
-    ChildProcess tool({s.bin_dir + "/fedlgc-report", from, "-o", s.html}, log);
-    if (const int rc = tool.Wait(std::chrono::minutes(5)); rc != 0) {
-      return Fail(StrCat("fedlgc-report failed (exit ", rc, "):\n", LogTail(log, 5)));
-    }
-    std::printf("html: %s\n", s.html.c_str());
-  }
+  if (absl::Status st = WriteReports(report, s); !st.ok()) return Fail(st.ToString());
   return code;
 }

@@ -84,33 +84,36 @@ bool AllGone(const std::set<int>& pids, std::chrono::seconds within) {
   }
 }
 
-TEST(Sim, SigtermStopsTheWholeFederation) {
-  const std::string dir = FreshDir("sim_sigterm");
+// Starts a long run, sends `signal` to the sim (and first to every process of its
+// federation when `whole_group`, as Ctrl-C on a terminal does), and checks that the sim
+// stops them all and says why.
+void ExpectStoppedBy(const std::string& name, int signal, const char* signal_name,
+                     bool whole_group) {
+  const std::string dir = FreshDir(name);
   ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
   const std::set<int> pids = WaitForFederation(dir, sim);
   ASSERT_GE(pids.size(), 3u) << ReadAll(dir + "/sim.log");
-  EXPECT_EQ(ProcessesMentioning(dir + "/run/").count(sim.pid()), 0u);  // only its children
-  sim.Kill(SIGTERM);
-  EXPECT_EQ(sim.Wait(std::chrono::seconds(30)), 128 + SIGTERM);
+  EXPECT_EQ(pids.count(sim.pid()), 0u);  // only its children
+  if (whole_group) {
+    for (int pid : pids) ::kill(pid, signal);
+  }
+  sim.Kill(signal);
+  EXPECT_EQ(sim.Wait(std::chrono::seconds(30)), 128 + signal);
   EXPECT_TRUE(AllGone(pids, std::chrono::seconds(1)));
-  EXPECT_NE(ReadAll(dir + "/sim.log").find("stopped by SIGTERM"), std::string::npos)
+  EXPECT_NE(ReadAll(dir + "/sim.log")
+                .find(std::string("stopped by ") + signal_name + "; the run folder is"),
+            std::string::npos)
       << ReadAll(dir + "/sim.log");
+}
+
+TEST(Sim, SigtermStopsTheWholeFederation) {
+  ExpectStoppedBy("sim_sigterm", SIGTERM, "SIGTERM", /*whole_group=*/false);
 }
 
 // Ctrl-C on a terminal: SIGINT reaches the sim and its children at once, and the
 // coordinator, which stops on it, exits 0 before the sim looks.
 TEST(Sim, CtrlCToTheWholeGroupStopsTheRunAndSaysSo) {
-  const std::string dir = FreshDir("sim_sigint");
-  ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
-  const std::set<int> pids = WaitForFederation(dir, sim);
-  ASSERT_GE(pids.size(), 3u) << ReadAll(dir + "/sim.log");
-  for (int pid : pids) ::kill(pid, SIGINT);
-  sim.Kill(SIGINT);
-  EXPECT_EQ(sim.Wait(std::chrono::seconds(30)), 128 + SIGINT);
-  EXPECT_TRUE(AllGone(pids, std::chrono::seconds(1)));
-  EXPECT_NE(ReadAll(dir + "/sim.log").find("stopped by SIGINT; the run folder is"),
-            std::string::npos)
-      << ReadAll(dir + "/sim.log");
+  ExpectStoppedBy("sim_sigint", SIGINT, "SIGINT", /*whole_group=*/true);
 }
 
 TEST(Sim, ItsProcessesDieWithAKilledSim) {

@@ -14,8 +14,9 @@
 # clients sharing this machine's cores (an estimate; the wall seconds are measured).
 # Writes a JSON report per run and a plot (accuracy against wall seconds, device seconds
 # and total bytes) into OUT (default build/bench-tta); runs already in OUT are kept and
-# tabled. ONLY=<name>[,<name>...] runs those; ROUNDS (default 30); BIN=<dir> takes the
-# binaries from elsewhere (default build/bin). About 45 minutes on the 2-core build
+# tabled. ONLY=<name>[,<name>...] runs those; ROUNDS (default 30); LINK (default
+# rate=1mbit,delay=50ms) sets every client's link; BIN=<dir> takes the binaries from
+# elsewhere (default build/bin). About 45 minutes on the 2-core build
 # machine, most of it the float32 runs.
 #   bench/time_to_accuracy.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
@@ -26,7 +27,7 @@ mkdir -p "$out"
 bin=${BIN:-build/bin}
 rounds=${ROUNDS:-30}
 common=(--clients 8 --rounds "$rounds" --model cnn --train-limit 60000 --local-steps 30
-        --seed 1 --link rate=1mbit,delay=50ms --quiet --bin-dir "$bin")
+        --seed 1 --link "${LINK:-rate=1mbit,delay=50ms}" --quiet --bin-dir "$bin")
 run() {  # name, uplink codec, downlink codec
   local name=$1 up=$2 down=$3
   shift 3
@@ -49,9 +50,9 @@ run top1__q4 "topk(ratio=0.01)" "$q4" "$@"
 run q8z__q4iz "zstd(qsgd(bits=8))" "zstd($q4i)" "$@"
 run q4iz__q4iz "zstd($q4i)" "zstd($q4i)" "$@"
 # Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
-"${PYTHON:-/usr/bin/python3}" - "$out" <<'PY'
+"${PYTHON:-/usr/bin/python3}" - "$out" "${LINK:-rate=1mbit,delay=50ms}" <<'PY'
 import json, os, sys
-out = sys.argv[1]
+out, link = sys.argv[1], dict(kv.split("=", 1) for kv in sys.argv[2].split(","))
 names = ["fp32__fp32", "fp32__q4", "q8__fp32", "q8__q4", "q8__q4i", "top1__fp32", "top1__q4",
          "q8z__q4iz", "q4iz__q4iz"]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
@@ -128,7 +129,8 @@ for a, xl in ((a1, "wall seconds (sum of round times), 8 clients on 2 cores"),
     a.axhline(85, color="grey", lw=0.6); a.axhline(88, color="grey", lw=0.6)
 a2.set_xscale("log")
 a1.legend(fontsize=7, loc="lower right")
-fig.suptitle("8 clients at 1 Mbit/s, 50 ms (Fashion-MNIST, CNN)")
+fig.suptitle(f"8 clients at {link.get('rate', 'unlimited')}, {link.get('delay', '0ms')} "
+             "(Fashion-MNIST, CNN)")
 fig.tight_layout()
 fig.savefig(f"{out}/time_to_accuracy.png", dpi=110)
 print(f"plot: {out}/time_to_accuracy.png")

@@ -55,13 +55,20 @@ dockerfilelint Dockerfile Dockerfile.cuda >"$tmp/dfl.txt" || {
 python3 - Dockerfile Dockerfile.cuda <<'PY'
 import re, sys
 for path in sys.argv[1:]:
-    stages, finals, current = set(), {}, None
+    stages, finals, current, args, copied = set(), {}, None, {}, set()
     lines = open(path).read().replace("\\\n", " ").splitlines()
     for line in lines:
+        m = re.match(r"\s*ARG\s+(\w+)=(\S+)", line)
+        if m and current is None:
+            args[m.group(1)] = m.group(2)
+        copied.update(re.findall(r"--from=(\S+)", line))
         m = re.match(r"\s*FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
         if m:
             image, name = m.group(1), m.group(2)
-            if image not in stages and not re.search(r":[^/]+$|@sha256:", image):
+            # FROM ${ARG}: the stage or image its default names
+            image = re.sub(r"\$\{(\w+)\}", lambda a: args.get(a.group(1), a.group(0)), image)
+            if image not in stages and image != "scratch" and \
+                    not re.search(r":[^/]+$|@sha256:", image):
                 sys.exit(f"{path}: base image {image} has no tag")
             if name:
                 stages.add(name)
@@ -75,7 +82,9 @@ for path in sys.argv[1:]:
         if re.match(r"\s*HEALTHCHECK\s+", line):
             finals[current]["health"] = True
     # Stages nothing else builds on are the images people run.
-    used = {f["from"] for f in finals.values()}
+    # (a stage FROM scratch only holds files for others to copy)
+    used = {f["from"] for f in finals.values()} | copied
+    used |= {n for n, f in finals.items() if f["from"] == "scratch"}
     for name, f in finals.items():
         if name in used or name == "build":
             continue
@@ -122,5 +131,5 @@ PY
 promtool check rules "$tmp/panels.yml" >/dev/null || fail "a dashboard query does not parse"
 
 echo "-- shell scripts"
-for s in gen-edges.sh lossy-link.sh collect-libs.sh check.sh; do bash -n "$s"; done
+for s in gen-edges.sh lossy-link.sh collect-libs.sh check.sh base-images.sh stage-prebuilt.sh; do bash -n "$s"; done
 echo "PASS: deployment static checks"

@@ -81,7 +81,7 @@ fi
     echo "    networks: [fedlgc]"
     echo "    command: [\"--server=coordinator:50051\", \"--tls-server-name=coordinator\", \"--id=$id\","
     echo "              \"--tls-cert=/certs/client.pem\", \"--tls-key=/certs/client.key\","
-    echo "              \"--shard=$shard\", \"--num-shards=$total\"]"
+    echo "              \"--shard=$shard\", \"--num-shards=$total\", \"--linger=15\"]"
     if [ $gpu = 0 ] && [ $lossy = 1 ]; then
       echo "    entrypoint: [\"/usr/local/bin/fedlgc-lossy-link\", \"/usr/local/bin/fedlgc-edge\","
       echo "                 \"--metrics-listen=0.0.0.0:9464\", \"--state-dir=/var/lib/fedlgc\","

@@ -157,13 +157,17 @@ absl::Status EdgeClient::Run() {
     }
     if (st.ok() && job_over_) {
       FinishOverJob();
+      transport_->Sleep(options_.linger_s);
       return absl::OkStatus();
     }
     if (st.ok()) {
       bool done = false;
       st = EventLoop(&done);
       client_mode_->Settle();  // before any backoff: a share's upload uses the transport
-      if (done) return absl::OkStatus();
+      if (done) {
+        transport_->Sleep(options_.linger_s);  // the job is over: a last scrape
+        return absl::OkStatus();
+      }
       if (st.ok()) attempt = 0;  // a clean end of stream: reconnect promptly
     }
     if (!st.ok()) {

@@ -26,6 +26,8 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
                    "Prometheus exposer address; empty disables it");
   link->add_option("--exit-after-rounds", o->exit_after_rounds,
                    "exit after uploading this many rounds (0: run to the end)");
+  link->add_option("--linger", o->linger_s,
+                   "seconds to keep serving /metrics after the job is done (for a last scrape)");
   link->add_option("--attack", o->attack,
                    "robustness experiments only: lie about the update: none, scale(factor=100), "
                    "signflip(factor=1) or noise(std=1)");

@@ -35,6 +35,8 @@ struct EdgeClientOptions {
   double call_timeout_s = 60;  // per upload/download attempt
   // Stop after this many rounds were uploaded (0: run until the job is done). For tests.
   uint32_t exit_after_rounds = 0;
+  // Seconds to keep serving /metrics after the job is done, for Prometheus's last scrape.
+  double linger_s = 0;
   // Robustness experiments only: how this client lies about its update (attack.h).
   std::string attack = "none";
 

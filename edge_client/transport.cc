@@ -132,8 +132,12 @@ void Transport::Backoff(int attempt) {
   const double cap =
       std::min(options_.backoff_max_s, options_.backoff_initial_s * (1 << std::min(attempt, 10)));
   std::uniform_real_distribution<double> u(0.5 * cap, cap);
+  Sleep(u(rng_));
+}
+
+void Transport::Sleep(double seconds) {
   const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(u(rng_) * 1000));
+                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   while (!stop_ && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -107,6 +107,8 @@ class Transport {
 
   // Sleeps the backoff of retry `attempt` (exponential, with jitter), or until Stop().
   void Backoff(int attempt);
+  // Sleeps `seconds`, or until Stop().
+  void Sleep(double seconds);
   // Smallest round trip of a unary call so far (ms; 0 before the first).
   double min_rtt_ms() const { return min_rtt_ms_; }
   // A random update id (odd, never 0).

@@ -6,25 +6,28 @@
 #   3. libFuzzer targets built with clang (ASan+UBSan), each run for a few seconds from
 #      seed frames.
 #   4. The codec tests again under ASan+UBSan (g++; codecs only: no gRPC or libtorch).
+#   5. The compose deployment on a real Docker engine with the binaries of build 1
+#      (tests/deployment/compose_engine_test.py; images cached in /var/cache/fedlgc-docker,
+#      FEDLGC_DOCKER_CACHE to move it; FEDLGC_SKIP_DOCKER=1 skips the stage).
 # Build folders: build/, build-fuzz/, build-asan/. JOBS overrides the parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-8}
 
-echo "== 1/4 release build and tests"
+echo "== 1/5 release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFEDLGC_WERROR=ON >/dev/null
 cmake --build build -j"$JOBS"
 ctest --test-dir build -j"$JOBS" --output-on-failure
 
-echo "== 2/4 thread-safety analysis (clang -Wthread-safety)"
+echo "== 2/5 thread-safety analysis (clang -Wthread-safety)"
 if command -v clang++ >/dev/null; then
   JOBS=$JOBS scripts/thread_safety.sh build
 else
   echo "clang++ not found: no thread-safety analysis"
 fi
 
-echo "== 3/4 fuzzing the decoders (libFuzzer, ${FUZZ_SECONDS}s each)"
+echo "== 3/5 fuzzing the decoders (libFuzzer, ${FUZZ_SECONDS}s each)"
 if command -v clang++ >/dev/null; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFEDLGC_FUZZ=ON -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF >/dev/null
@@ -42,9 +45,18 @@ else
   echo "clang++ not found: the seeded fuzz drivers in step 1 stand in for libFuzzer"
 fi
 
-echo "== 4/4 codec tests under ASan+UBSan"
+echo "== 4/5 codec tests under ASan+UBSan"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDLGC_SANITIZE=ON \
   -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
 cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -j"$JOBS" --output-on-failure -L codecs
+
+echo "== 5/5 the compose deployment on a real Docker engine"
+if [ "${FEDLGC_SKIP_DOCKER:-0}" = 1 ]; then
+  echo "FEDLGC_SKIP_DOCKER=1: skipped"
+else
+  rc=0
+  python3 tests/deployment/compose_engine_test.py build/bin . || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+fi

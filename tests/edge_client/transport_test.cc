@@ -6,6 +6,7 @@
 #include "edge_client/transport.h"
 
 #include <set>
+#include <thread>
 
 #include "codecs/crc32c.h"
 #include "codecs/registry.h"
@@ -77,6 +78,23 @@ std::set<uint32_t> All(const PendingUpdate& p) {
   std::set<uint32_t> all;
   for (uint32_t i = 0; i < p.frames.size(); ++i) all.insert(i);
   return all;
+}
+
+TEST(Transport, SleepLastsItsSecondsUnlessStopped) {
+  Fixture f;
+  auto t0 = std::chrono::steady_clock::now();
+  f.transport->Sleep(0.3);
+  const double slept = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(slept, 0.3);
+  EXPECT_LT(slept, 5.0);
+  std::thread stopper([&f] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    f.transport->Stop();
+  });
+  t0 = std::chrono::steady_clock::now();
+  f.transport->Sleep(60);  // an edge's --linger, cut short by SIGTERM
+  stopper.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 TEST(Transport, AnUploadCutMidStreamResumesWithOnlyTheChunksTheCoordinatorLacks) {

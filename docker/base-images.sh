@@ -13,7 +13,9 @@ set -euo pipefail
 images=(debian:12 debian:12-slim)
 missing=()
 for image in "${images[@]}"; do
-  docker image inspect "$image" >/dev/null 2>&1 || missing+=("$image")
+  # present, or pulled where a registry can be reached
+  docker image inspect "$image" >/dev/null 2>&1 || docker pull -q "$image" >/dev/null 2>&1 ||
+    missing+=("$image")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "base-images: ${images[*]} present"
@@ -33,13 +35,14 @@ if [ -z "$work" ]; then
 fi
 mkdir -p "$work"
 rootfs=$work/bookworm
-if [ ! -x "$rootfs/usr/bin/apt-get" ]; then
+if [ ! -e "$work/bookworm.complete" ]; then
   rm -rf "$rootfs"
   echo "base-images: debootstrap bookworm from $mirror (about a minute)"
   debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || {
     tail -20 "$work/debootstrap.log" >&2
     exit 1
   }
+  touch "$work/bookworm.complete"
 fi
 # The host's sources (security updates too) replace debootstrap's one-line list.
 if [ -f "$sources" ]; then
@@ -57,11 +60,12 @@ rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var
 
 # The filesystem without the kernel's mounts (debootstrap leaves them empty).
 import() {
-  tar -C "$rootfs" --numeric-owner --exclude=./proc/* --exclude=./sys/* --exclude=./dev/* \
+  tar -C "$rootfs" --numeric-owner --exclude='./proc/*' --exclude='./sys/*' --exclude='./dev/*' \
     "$@" -c . | docker import --change 'CMD ["bash"]' - "$image" >/dev/null
   echo "base-images: $image $(docker image inspect -f '{{.Size}}' "$image" | numfmt --to=iec)"
 }
 slim_dpkg=$rootfs/etc/dpkg/dpkg.cfg.d/fedlgc-slim
+rm -f "$slim_dpkg"  # an interrupted earlier run's: never in debian:12
 for image in "${missing[@]}"; do
   case "$image" in
     debian:12) import ;;
@@ -71,8 +75,9 @@ for image in "${missing[@]}"; do
       printf '%s\n' 'path-exclude /usr/share/man/*' 'path-exclude /usr/share/info/*' \
         'path-exclude /usr/share/locale/*' 'path-include /usr/share/locale/locale.alias' \
         'path-exclude /usr/share/doc/*' 'path-include /usr/share/doc/*/copyright' >"$slim_dpkg"
-      import --exclude=./usr/share/man/* --exclude=./usr/share/info/* \
-        --exclude=./usr/share/locale/* --exclude='./usr/share/doc/*/[!c]*' --exclude='./usr/share/doc/*/changelog*'
+      import --exclude='./usr/share/man/*' --exclude='./usr/share/info/*' \
+        --exclude='./usr/share/locale/*/*' --exclude='./usr/share/doc/*/[!c]*' \
+        --exclude='./usr/share/doc/*/changelog*'
       rm -f "$slim_dpkg" ;;
   esac
 done

@@ -62,7 +62,7 @@ fi
       echo "    image: fedlgc/edge-cuda:0.1.0"
       echo "    build: {context: .., dockerfile: docker/Dockerfile.cuda}"
     else
-      echo "    image: fedlgc/edge:0.1.0"
+      echo "    image: fedlgc/edge:\${FEDLGC_TAG:-0.1.0}"
       echo "    build: {context: .., dockerfile: docker/Dockerfile, target: edge}"
     fi
     echo "    depends_on: [coordinator]"

@@ -17,7 +17,9 @@ absl::Status EdgeClientOptions::Validate() const {
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
   }
   if (auto p = core::PartitionSpec::Parse(partition); !p.ok()) return p.status();
-  if (!(linger_s >= 0)) return absl::InvalidArgumentError("--linger must be >= 0");
+  if (!(linger_s >= 0 && linger_s <= 86400)) {
+    return absl::InvalidArgumentError("--linger must be 0 to 86400 seconds");
+  }
   if (!(backoff_initial_s > 0) || !(backoff_max_s >= backoff_initial_s)) {
     return absl::InvalidArgumentError("--backoff-max must be >= the initial backoff (> 0)");
   }

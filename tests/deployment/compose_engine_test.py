@@ -38,7 +38,7 @@ import urllib.parse
 import urllib.request
 
 PROJECT = "fedlgc-ci"
-TAG = "0.1.0"
+TAG = "ci"  # FEDLGC_TAG: never the tag users' own deployments run
 EDGES = ["edge-1", "edge-2", "edge-3"]
 START = time.time()
 
@@ -51,12 +51,12 @@ def fail(msg):
     raise SystemExit(f"FAIL: {msg}")
 
 
-def run(args, env=None, check=True, capture=True, timeout=900, **kw):
-    r = subprocess.run(args, env=env, text=True, timeout=timeout,
-                       stdout=subprocess.PIPE if capture else None,
-                       stderr=subprocess.STDOUT if capture else None, **kw)
+def run(args, env=None, check=True, timeout=900, **kw):
+    """Runs a command; its stdout is what callers parse, its stderr only goes into errors."""
+    r = subprocess.run(args, env=env, text=True, timeout=timeout, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, **kw)
     if check and r.returncode != 0:
-        fail(f"{' '.join(args)} exited {r.returncode}:\n{(r.stdout or '')[-3000:]}")
+        fail(f"{' '.join(args)} exited {r.returncode}:\n{(r.stdout + r.stderr)[-3000:]}")
     return r
 
 
@@ -79,19 +79,38 @@ class Engine:
         self.env = dict(os.environ)
 
     def answers(self, env):
-        return subprocess.run(["docker", "info"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+        try:
+            return subprocess.run(["docker", "info"], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+        except subprocess.TimeoutExpired:
+            fail(f"the engine on {env.get('DOCKER_HOST', 'the default socket')} does not answer "
+                 "within 30 s")
 
     def start(self):
+        host = self.env.get("DOCKER_HOST", "")
+        if host and not host.startswith("unix://"):
+            # The deployment bind-mounts files from this host's /tmp and is reached on
+            # 127.0.0.1: only an engine on this host will do.
+            fail(f"DOCKER_HOST={host}: the test needs an engine on this host (unix://)")
         if self.answers(self.env):
-            log(f"engine: using the running one ({self.env.get('DOCKER_HOST', 'default socket')})")
+            log(f"engine: using the running one ({host or 'default socket'})")
             return
         os.makedirs(self.cache, exist_ok=True)
         sock = os.path.join(self.cache, "sock")
         self.env["DOCKER_HOST"] = f"unix://{sock}"
         if self.answers(self.env):
-            log(f"engine: using the running one on {sock}")
+            log(f"engine: using the running one on {sock} (left running)")
             return
+        # A dockerd that does not answer here is someone else's: a second one beside it
+        # would fight it over docker0 and the iptables chains.
+        others = [pid for pid in os.listdir("/proc") if pid.isdigit() and
+                  open(f"/proc/{pid}/comm").read().strip() == "dockerd"] if os.path.isdir("/proc") else []
+        if others:
+            fail(f"a dockerd runs (pid {', '.join(others)}) but does not answer on "
+                 f"{host or 'the default socket'}: set DOCKER_HOST to its socket")
+        pidfile = os.path.join(self.cache, "pid")
+        if os.path.exists(pidfile):
+            os.remove(pidfile)  # stale: its dockerd is gone (none runs, above)
         self.proc = subprocess.Popen(
             ["dockerd", "--storage-driver=vfs", f"--data-root={self.cache}/data",
              f"--exec-root={self.cache}/exec", f"--pidfile={self.cache}/pid", f"-H=unix://{sock}"],
@@ -109,7 +128,7 @@ class Engine:
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)  # with its containerd
             self.proc.wait()
         log("engine: stopped the dockerd this test started")
 
@@ -142,7 +161,8 @@ def build_images(src, bin_dir, cache, env):
              "-t", f"fedlgc/{target}:{TAG}", src], env=benv)
         log(f"image fedlgc/{target}:{TAG} built in {time.time() - t:.0f}s")
     if run(["docker", "image", "inspect", "prom/prometheus:v2.42.0"], env=env,
-           check=False).returncode != 0:
+           check=False).returncode != 0 and \
+            run(["docker", "pull", "-q", "prom/prometheus:v2.42.0"], env=env, check=False).returncode != 0:
         here = os.path.dirname(os.path.abspath(__file__))
         run([client, "build", "-q", "-f", os.path.join(here, "Dockerfile.prometheus"),
              "-t", "prom/prometheus:v2.42.0", here], env=benv)
@@ -154,7 +174,7 @@ def build_images(src, bin_dir, cache, env):
                    f"id -u; ldd /usr/local/bin/{binary} | grep -c 'not found' || true; "
                    "for c in cc gcc g++ c++ clang ld; do command -v $c; done; true"],
                   env=env).stdout.split()
-        if out[0] == "0" or out[1] != "0" or len(out) > 2:
+        if out[0] != "10001" or out[1] != "0" or len(out) > 2:
             fail(f"fedlgc/{target}: uid {out[0]}, {out[1]} missing libraries, tools {out[2:]}")
     log("images: non-root, no compiler or linker, every library resolves")
 
@@ -170,19 +190,26 @@ class Deployment:
         os.makedirs(os.path.join(tmp, "scripts"))
         shutil.copy(os.path.join(src, "scripts/gen-certs.sh"), os.path.join(tmp, "scripts"))
         run([os.path.join(self.dir, "gen-edges.sh"), "3"])
-        self.env = dict(env, FEDLGC_GRPC_PORT="", PROMETHEUS_PORT="",
+        # The images' healthchecks, probed every 2 s instead of 15 s so that a short job
+        # sees them turn healthy (the probe itself is the image's).
+        with open(os.path.join(self.dir, "docker-compose.test.yml"), "w") as f:
+            f.write("services:\n" + "".join(f"  {s}:\n    healthcheck:\n      interval: 2s\n"
+                                            for s in ["coordinator"] + EDGES))
+        self.env = dict(env, FEDLGC_TAG=TAG, FEDLGC_GRPC_PORT="", PROMETHEUS_PORT="",
                         FEDLGC_CODEC="qsgd(bits=4)", FEDLGC_MODEL="mlp", FEDLGC_LOCAL_STEPS="30",
                         FEDLGC_ROUND_TIMEOUT="120")
-        self.files = ["-f", "docker-compose.yml"]
+        self.files = []
 
     def compose(self, *args, check=True, **kw):
         return run(["docker-compose", "-p", PROJECT, *self.files, *args], env=self.env,
                    check=check, cwd=self.dir, **kw)
 
     def up(self, rounds, lossy=False):
-        self.files = ["-f", "docker-compose.yml"] + (["-f", "docker-compose.lossy.yml"] if lossy else [])
+        self.files = ["-f", "docker-compose.yml", "-f", "docker-compose.test.yml"] + (
+            ["-f", "docker-compose.lossy.yml"] if lossy else [])
         self.env["FEDLGC_ROUNDS"] = str(rounds)
         self.compose("up", "-d", "--no-build", "coordinator", *EDGES, "prometheus")
+        self.ids = {}
         port = self.compose("port", "prometheus", "9090").stdout.strip().rsplit(":", 1)[1]
         self.api = f"http://127.0.0.1:{port}/api/v1"
 
@@ -190,7 +217,13 @@ class Deployment:
         self.compose("down", "-v", "--remove-orphans", check=False)
 
     def container(self, service):
-        return self.compose("ps", "-q", service).stdout.strip()
+        if service not in self.ids:
+            self.ids[service] = self.compose("ps", "-q", service).stdout.strip()
+        return self.ids[service]
+
+    def started_at(self, service):
+        return run(["docker", "inspect", "-f", "{{.State.StartedAt}}", self.container(service)],
+                   env=self.env).stdout.strip()
 
     def query(self, expr):
         url = f"{self.api}/query?" + urllib.parse.urlencode({"query": expr})
@@ -206,7 +239,8 @@ class Deployment:
             return json.load(r)["data"]["activeTargets"]
 
     def job_finished(self):
-        r = self.query("fedlgc_job_finished")
+        # over a window: the coordinator exits 15 s after the job, and its series go stale
+        r = self.query("max_over_time(fedlgc_job_finished[15m])")
         return bool(r) and float(r[0]["value"][1]) == 1
 
     def rounds(self):
@@ -242,27 +276,42 @@ def clean_job(dep, rounds):
 
     log(f"healthchecks: {wait_for('every fedlgc container healthy', healthy, 120)}")
 
-    def all_up():
-        t = dep.query("up")
-        return t is not None and len(t) == 4 and all(x["value"][1] == "1" for x in t)
+    # Scraped: each target listed, each with a successful scrape (over a window: the
+    # processes exit 15 s after the job).
+    expected = sorted([("coordinator", "coordinator:9464")] + [("edge", f"{e}:9464") for e in EDGES])
 
-    wait_for("Prometheus to scrape all 4 targets up", all_up, 60)
-    scraped = sorted((t["labels"]["job"], t["labels"]["instance"], t["health"]) for t in dep.targets())
-    if scraped != sorted([("coordinator", "coordinator:9464", "up")] +
-                         [("edge", f"{e}:9464", "up") for e in EDGES]):
-        fail(f"scrape targets: {scraped}")
-    log(f"prometheus scraped {len(scraped)} targets, all up")
+    def all_scraped():
+        up = dep.query("max_over_time(up[15m])") or []
+        return sorted((x["metric"]["job"], x["metric"]["instance"]) for x in up
+                      if x["value"][1] == "1") == expected
+
+    wait_for("Prometheus to scrape all 4 targets up", all_scraped, 60)
+    listed = sorted((t["labels"]["job"], t["labels"]["instance"]) for t in dep.targets())
+    if listed != expected:
+        fail(f"scrape targets: {listed}")
+    log(f"prometheus scraped {len(listed)} targets: {', '.join(i for _, i in listed)}")
     wait_for("fedlgc_job_finished == 1", dep.job_finished, 600, every=2)
     check_round_numbers(dep.rounds(), rounds)
-    # The coordinator lingers a few scrapes after the job: its counters and the clients'
-    # are final by now.
-    time.sleep(6)
-    by_side = {}
-    for side in ("coordinator", "edge"):
-        for s in dep.query(f'last_over_time(fedlgc_uplink_wire_bytes_total{{job="{side}"}}[5m])') or []:
-            by_side.setdefault(side, {})[s["metric"]["client"]] = float(s["value"][1])
-    coord, edge = by_side.get("coordinator", {}), by_side.get("edge", {})
-    if sorted(coord) != EDGES or coord != edge or min(coord.values()) <= 0:
+
+    def uplink_bytes():
+        by_side = {}
+        for side in ("coordinator", "edge"):
+            expr = f'last_over_time(fedlgc_uplink_wire_bytes_total{{job="{side}"}}[15m])'
+            for x in dep.query(expr) or []:
+                by_side.setdefault(side, {})[x["metric"]["client"]] = float(x["value"][1])
+        return by_side.get("coordinator", {}), by_side.get("edge", {})
+
+    def equal():
+        c, e = uplink_bytes()
+        return sorted(c) == EDGES and c == e and (c, e)
+
+    # Both sides linger 15 s after the job, a few scrapes of their final counters.
+    try:
+        coord, edge = wait_for("equal uplink bytes on both sides", equal, 20)
+    except SystemExit:
+        coord, edge = uplink_bytes()
+        fail(f"uplink bytes per client: coordinator {coord}, clients {edge}")
+    if min(coord.values()) <= 0:
         fail(f"uplink bytes per client: coordinator {coord}, clients {edge}")
     log("uplink bytes per client, coordinator = client: " +
         ", ".join(f"{c} {int(v)}" for c, v in sorted(coord.items())))
@@ -272,15 +321,16 @@ def clean_job(dep, rounds):
 def killed_coordinator(dep, rounds):
     dep.up(rounds)
     before = wait_for("2 committed rounds", lambda: len(dep.rounds()) >= 2 and dep.rounds(), 300)
-    cid = dep.container("coordinator")
-    run(["docker", "kill", cid], env=dep.env)
+    started = dep.started_at("coordinator")
+    run(["docker", "kill", dep.container("coordinator")], env=dep.env)
     kept = dep.rounds()
     if kept[:len(before)] != before:
         fail("rounds committed before the kill changed")
+    if len(kept) >= rounds:
+        fail(f"the job had ended ({len(kept)} rounds) before the kill: nothing was restarted")
     log(f"docker kill coordinator after {len(kept)} committed rounds")
     dep.compose("start", "coordinator")
-    if dep.container("coordinator") != cid:
-        fail("the coordinator came back as another container (its state volume?)")
+    wait_for("the coordinator to run again", lambda: dep.started_at("coordinator") != started, 60)
     wait_for("the job to finish after the restart", dep.job_finished, 600, every=2)
     after = dep.rounds()
     if after[:len(kept)] != kept:
@@ -309,6 +359,13 @@ def main():
     if os.geteuid() != 0 or missing:
         print(f"SKIP: needs root and {missing or 'is not root'} (scripts/setup.sh installs them)")
         return 77
+    release = open("/etc/os-release").read() if os.path.exists("/etc/os-release") else ""
+    if "ID=debian" not in release or 'VERSION_ID="12"' not in release:
+        print("SKIP: the images and the host-built binaries they carry need a Debian 12 host")
+        return 77
+    # SIGTERM or SIGHUP (a CI timeout) still takes the deployment down and stops our dockerd.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
     engine = Engine(os.environ.get("FEDLGC_DOCKER_CACHE", "/var/cache/fedlgc-docker"))
     tmp = tempfile.mkdtemp(prefix="fedlgc-compose-")
     dep = None
@@ -317,13 +374,13 @@ def main():
         build_images(src, bin_dir, engine.cache, engine.env)
         dep = Deployment(src, engine.env, tmp)
         dep.down()  # what an interrupted earlier run left
-        phases = [("clean job", clean_job, 8), ("killed coordinator", killed_coordinator, 6),
+        phases = [("clean job", clean_job, 12), ("killed coordinator", killed_coordinator, 10),
                   ("lossy links", lossy_job, 3)]
         for name, phase, rounds in phases:
             t = time.time()
             try:
                 phase(dep, rounds)
-            except SystemExit:
+            except BaseException:
                 print(dep.logs())
                 raise
             finally:
@@ -334,7 +391,12 @@ def main():
     finally:
         if dep is not None:
             dep.down()
+        if engine.proc is None:  # someone else's engine: leave no test images in it
+            run(["docker", "image", "rm", f"fedlgc/coordinator:{TAG}", f"fedlgc/edge:{TAG}"],
+                env=engine.env, check=False)
         engine.stop()
+        for d in ("bin", "lib"):  # the staged binaries and libraries, ~500 MB
+            shutil.rmtree(os.path.join(src, "docker/prebuilt", d), ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

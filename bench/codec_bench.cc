@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,37 +62,105 @@ const char* const kDefaultSpecs[] = {
     "randk(ratio=0.01,values=fp16)",
 };
 
-int Main(int argc, char** argv) {
+struct Args {
   size_t n = size_t{1} << 24;
   int reps = 5;
   std::string json;
   std::vector<std::string> specs;
+};
+
+// Parses the flags into *a; returns an exit code when the program should stop.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+    const std::string flag = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::fprintf(stderr, "%s needs a value\n", flag.c_str());
         std::exit(2);
       }
       return argv[++i];
     };
-    if (a == "--n") {
-      n = std::stoull(next());
-    } else if (a == "--reps") {
-      reps = std::max(1, std::stoi(next()));
-    } else if (a == "--json") {
-      json = next();
-    } else if (a == "--codec") {
-      specs.push_back(next());
+    if (flag == "--n") {
+      a->n = std::stoull(next());
+    } else if (flag == "--reps") {
+      a->reps = std::max(1, std::stoi(next()));
+    } else if (flag == "--json") {
+      a->json = next();
+    } else if (flag == "--codec") {
+      a->specs.push_back(next());
     } else {
       std::fprintf(
           stderr,
           "usage: fedlgc-bench-codecs [--n N] [--reps R] [--json FILE] [--codec SPEC]...\n");
-      return a == "--help" ? 0 : 2;
+      return flag == "--help" ? 0 : 2;
     }
   }
-  if (specs.empty()) specs.assign(std::begin(kDefaultSpecs), std::end(kDefaultSpecs));
+  if (a->specs.empty()) a->specs.assign(std::begin(kDefaultSpecs), std::end(kDefaultSpecs));
+  return std::nullopt;
+}
 
+// Encode and decode speed (median of `reps`) and wire bits of one codec on x.
+std::optional<Row> MeasureCodec(Codec& codec, const std::vector<float>& x,
+                                std::vector<float>& y, int reps) {
+  const size_t n = x.size();
+  const double bytes = static_cast<double>(n) * 4;
+  std::vector<Frame> frames;
+  EncodeOptions opts;
+  opts.shared_scale = 1.0f;
+  bool ok = true;
+  const double enc = MedianSeconds(reps, [&] {
+    frames.clear();
+    ++opts.seed;
+    ok &= codec.Encode(x, opts, &frames).ok();
+  });
+  const double dec = MedianSeconds(reps, [&] { ok &= DecodeAll(codec, frames, y).ok(); });
+  if (!ok) return std::nullopt;
+  Row r;
+  r.spec = codec.spec();
+  r.encode_gbps = bytes / enc / 1e9;
+  r.decode_gbps = bytes / dec / 1e9;
+  size_t wire = 0;
+  for (const Frame& f : frames) wire += f.bytes.size();
+  r.frames = frames.size();
+  r.bits = 8.0 * wire / n;
+  if (auto* d = dynamic_cast<DenseCodec*>(&codec)) {
+    r.bound = d->BoundBitsPerCoord();
+  } else if (auto* s = dynamic_cast<SparseCodec*>(&codec)) {
+    r.bound = s->BoundBits(n) / n;
+  }
+  return r;
+}
+
+struct TopKTiming {
+  size_t k = 0;
+  double exact_s = 0, sampled_s = 0;
+  size_t kept = 0;
+  bool same = false;
+};
+
+bool WriteJson(const std::string& path, const Args& a, double memcpy_gbps,
+               const std::vector<Row>& rows, const TopKTiming& t) {
+  std::ofstream out(path);
+  out << "{\"n\": " << a.n << ", \"reps\": " << a.reps << ", \"memcpy_gbps\": " << memcpy_gbps
+      << ", \"codecs\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << (i ? ", " : "") << "{\"spec\": \"" << r.spec
+        << "\", \"encode_gbps\": " << r.encode_gbps << ", \"decode_gbps\": " << r.decode_gbps
+        << ", \"bits_per_coord\": " << r.bits << ", \"bound_bits_per_coord\": " << r.bound
+        << ", \"frames\": " << r.frames << "}";
+  }
+  out << "], \"topk\": {\"k\": " << t.k << ", \"exact_ms\": " << t.exact_s * 1e3
+      << ", \"sampled_ms\": " << t.sampled_s * 1e3 << ", \"kept\": " << t.kept
+      << ", \"same_as_exact\": " << (t.same ? "true" : "false") << "}}\n";
+  return static_cast<bool>(out);
+}
+
+int Main(int argc, char** argv) {
+  Args a;
+  if (auto code = ParseArgs(argc, argv, &a)) return *code;
+  const size_t n = a.n;
+  const int reps = a.reps;
   std::printf("fedlgc codec benchmark: %zu floats (%.1f MB), median of %d, one thread\n", n,
               n * 4 / 1e6, reps);
   std::vector<float> x(n), y(n);
@@ -113,78 +182,44 @@ int Main(int argc, char** argv) {
               "dec/mcp", "bits", "bound");
 
   std::vector<Row> rows;
-  for (const std::string& spec : specs) {
+  for (const std::string& spec : a.specs) {
     auto made = MakeCodec(spec);
     if (!made.ok()) {
       std::fprintf(stderr, "%s: %s\n", spec.c_str(), made.status().ToString().c_str());
       return 2;
     }
-    auto& codec = **made;
-    std::vector<Frame> frames;
-    EncodeOptions opts;
-    opts.shared_scale = 1.0f;
-    bool ok = true;
-    const double enc = MedianSeconds(reps, [&] {
-      frames.clear();
-      ++opts.seed;
-      ok &= codec.Encode(x, opts, &frames).ok();
-    });
-    const double dec = MedianSeconds(reps, [&] { ok &= DecodeAll(codec, frames, y).ok(); });
-    if (!ok) {
+    std::optional<Row> r = MeasureCodec(**made, x, y, reps);
+    if (!r) {
       std::fprintf(stderr, "%s: encode/decode failed\n", spec.c_str());
       return 1;
     }
-    Row r;
-    r.spec = codec.spec();
-    r.encode_gbps = bytes / enc / 1e9;
-    r.decode_gbps = bytes / dec / 1e9;
-    size_t wire = 0;
-    for (const Frame& f : frames) wire += f.bytes.size();
-    r.frames = frames.size();
-    r.bits = 8.0 * wire / n;
-    if (auto* d = dynamic_cast<DenseCodec*>(&codec)) {
-      r.bound = d->BoundBitsPerCoord();
-    } else if (auto* s = dynamic_cast<SparseCodec*>(&codec)) {
-      r.bound = s->BoundBits(n) / n;
-    }
-    std::printf("%-58s %9.2f %9.2f %7.0f%% %7.0f%% %7.3f %7.3f\n", spec.c_str(), r.encode_gbps,
-                r.decode_gbps, 100 * r.encode_gbps / memcpy_gbps, 100 * r.decode_gbps / memcpy_gbps,
-                r.bits, r.bound);
-    rows.push_back(r);
+    std::printf("%-58s %9.2f %9.2f %7.0f%% %7.0f%% %7.3f %7.3f\n", spec.c_str(), r->encode_gbps,
+                r->decode_gbps, 100 * r->encode_gbps / memcpy_gbps,
+                100 * r->decode_gbps / memcpy_gbps, r->bits, r->bound);
+    rows.push_back(*r);
   }
 
   // Top-k selection alone: exact nth_element vs sampled threshold, 1% of n.
-  const size_t k = std::max<size_t>(1, n / 100);
+  TopKTiming t;
+  t.k = std::max<size_t>(1, n / 100);
   std::vector<uint32_t> exact_idx, sampled_idx;
-  const double exact_s = MedianSeconds(reps, [&] { TopKExact(x, k, &exact_idx); });
+  t.exact_s = MedianSeconds(reps, [&] { TopKExact(x, t.k, &exact_idx); });
   uint64_t seed = 0;
-  const double sampled_s =
-      MedianSeconds(reps, [&] { TopKSampled(x, k, 0.01, ++seed, &sampled_idx); });
+  t.sampled_s = MedianSeconds(reps, [&] { TopKSampled(x, t.k, 0.01, ++seed, &sampled_idx); });
+  t.kept = sampled_idx.size();
+  t.same = sampled_idx == exact_idx;
   std::printf(
       "\ntop-k selection, k = %zu (1%%): exact nth_element %.1f ms, sampled %.1f ms "
       "(%.1fx), kept %zu, same set as exact: %s\n",
-      k, exact_s * 1e3, sampled_s * 1e3, exact_s / sampled_s, sampled_idx.size(),
-      sampled_idx == exact_idx ? "yes" : "no");
+      t.k, t.exact_s * 1e3, t.sampled_s * 1e3, t.exact_s / t.sampled_s, t.kept,
+      t.same ? "yes" : "no");
 
-  if (!json.empty()) {
-    std::ofstream out(json);
-    out << "{\"n\": " << n << ", \"reps\": " << reps << ", \"memcpy_gbps\": " << memcpy_gbps
-        << ", \"codecs\": [";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      out << (i ? ", " : "") << "{\"spec\": \"" << r.spec
-          << "\", \"encode_gbps\": " << r.encode_gbps << ", \"decode_gbps\": " << r.decode_gbps
-          << ", \"bits_per_coord\": " << r.bits << ", \"bound_bits_per_coord\": " << r.bound
-          << ", \"frames\": " << r.frames << "}";
-    }
-    out << "], \"topk\": {\"k\": " << k << ", \"exact_ms\": " << exact_s * 1e3
-        << ", \"sampled_ms\": " << sampled_s * 1e3 << ", \"kept\": " << sampled_idx.size()
-        << ", \"same_as_exact\": " << (sampled_idx == exact_idx ? "true" : "false") << "}}\n";
-    if (!out) {
-      std::fprintf(stderr, "cannot write %s\n", json.c_str());
+  if (!a.json.empty()) {
+    if (!WriteJson(a.json, a, memcpy_gbps, rows, t)) {
+      std::fprintf(stderr, "cannot write %s\n", a.json.c_str());
       return 1;
     }
-    std::printf("wrote %s\n", json.c_str());
+    std::printf("wrote %s\n", a.json.c_str());
   }
   return 0;
 }

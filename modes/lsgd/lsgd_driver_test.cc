@@ -31,10 +31,10 @@ protos::ProgressReport Report(uint64_t round, double loss, double rtt = 0) {
   return r;
 }
 
-TEST(Lsgd, ElectsTheArgminPerGroupAndGloballyAndPullsTheOthers) {
+TEST(Lsgd, RefusesReportsThatAreNotFiniteNotThisRoundsOrNotLsgd) {
   LsgdOptions o;
   o.groups = {{"a", "b"}, {"c", "d"}};
-  auto d = LsgdDriver::Create(o, std::vector<float>(kDim, 0.0f), TempDir("elect"), 0).value();
+  auto d = LsgdDriver::Create(o, std::vector<float>(kDim, 0.0f), TempDir("refuse"), 0).value();
   d->BeginRound(1, {"a", "b", "c", "d"});
   // A non-finite loss is refused as such; another round's or a stranger's report is not
   // this round's.
@@ -46,6 +46,15 @@ TEST(Lsgd, ElectsTheArgminPerGroupAndGloballyAndPullsTheOthers) {
   protos::ProgressReport sgp_shaped = Report(1, 1.0);
   sgp_shaped.mutable_sgp();
   EXPECT_TRUE(absl::IsInvalidArgument(d->AcceptReport("a", sgp_shaped)));
+  // The refusals left room for a's real report.
+  ASSERT_TRUE(d->AcceptReport("a", Report(1, 0.9)).ok());
+}
+
+TEST(Lsgd, ElectsTheArgminPerGroupAndGloballyAndPullsTheOthers) {
+  LsgdOptions o;
+  o.groups = {{"a", "b"}, {"c", "d"}};
+  auto d = LsgdDriver::Create(o, std::vector<float>(kDim, 0.0f), TempDir("elect"), 0).value();
+  d->BeginRound(1, {"a", "b", "c", "d"});
   for (auto [c, loss] : {std::pair{"a", 0.9}, {"b", 0.4}, {"c", 0.7}, {"d", 0.3}})
     ASSERT_TRUE(d->AcceptReport(c, Report(1, loss)).ok());
   EXPECT_TRUE(d->AllReported());

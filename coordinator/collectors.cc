@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "codecs/str.h"
 #include "core/mixing.h"
@@ -134,18 +135,27 @@ absl::StatusOr<DecodedChunk> PerClientCollector::Decode(const ChunkIn& chunk,
 
 void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, bool complete,
                                  const RoundFacts& round) {
+  double sq = 0;
+  if (compact_) {
+    for (float x : d.values) sq += double(x) * x;
+  }
   absl::MutexLock lock(&mu_);
+  facts_ = round;
   Update& u = updates_[c.client_id];
   if (fresh) {
     u = Update();
-    u.values.assign(round.dim, 0.0f);
+    if (!compact_) u.values.assign(round.dim, 0.0f);
     u.weight = c.weight;
     if (c.share) {
       u.weight_share = c.share->weight;
       u.reference_version = c.share->reference_version;
     }
   }
-  std::copy(d.values.begin(), d.values.end(), u.values.begin() + d.begin);
+  if (compact_) {
+    u.frames.push_back({d.begin, std::string(c.frame), c.scale, sq});
+  } else {
+    std::copy(d.values.begin(), d.values.end(), u.values.begin() + d.begin);
+  }
   // The engine refused overlapping chunks: insert and merge with touching neighbours.
   const Range r{d.begin, d.begin + d.values.size()};
   if (r.second > r.first) {
@@ -163,9 +173,46 @@ void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, b
   u.complete = complete;
 }
 
+double PerClientCollector::Update::Norm() const {
+  if (frames.empty()) return L2Norm(values);
+  std::vector<std::pair<uint64_t, double>> parts;
+  for (const Frame& f : frames) parts.emplace_back(f.begin, f.sum_sq);
+  std::sort(parts.begin(), parts.end());
+  double sq = 0;
+  for (const auto& [begin, s] : parts) sq += s;
+  return std::sqrt(sq);
+}
+
 std::map<std::string, PerClientCollector::Update> PerClientCollector::Updates() const {
   absl::MutexLock lock(&mu_);
   return updates_;
+}
+
+std::map<std::string, PerClientCollector::Update> PerClientCollector::TakeUpdates() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(updates_, {});
+}
+
+absl::Status PerClientCollector::Fill(const Update& update, std::span<float> dense) const {
+  RoundFacts facts;
+  {
+    absl::MutexLock lock(&mu_);
+    facts = facts_;
+  }
+  std::fill(dense.begin(), dense.end(), 0.0f);
+  for (const Frame& f : update.frames) {
+    ChunkIn c;
+    c.frame = f.bytes;
+    c.scale = f.scale;
+    auto d = DecodeCodecChunk(c, facts);
+    if (!d.ok()) return d.status();
+    if (d->begin + d->values.size() > dense.size()) {
+      return absl::OutOfRangeError(StrCat("a chunk ends at ", d->begin + d->values.size(),
+                                          " of ", dense.size(), " coordinates"));
+    }
+    std::copy(d->values.begin(), d->values.end(), dense.begin() + d->begin);
+  }
+  return absl::OkStatus();
 }
 
 std::set<std::string> PerClientCollector::CompleteClients() const {

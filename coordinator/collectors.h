@@ -46,10 +46,13 @@ class WeightedSumCollector final : public Collector {
 
 // FedAvg's buffered aggregators, LSGD and SGP: each client's decoded update, kept apart
 // for the driver (O(clients x dim) memory). With `push_sum`, chunks are SGP shares and
-// carry a push-sum weight share.
+// carry a push-sum weight share. `compact` keeps each update as the frames that arrived
+// (O(clients x compressed size)) and decodes it again on demand (Fill), one client at a
+// time: the buffered mean needs one dense vector, not one per client.
 class PerClientCollector final : public Collector {
  public:
-  explicit PerClientCollector(bool push_sum) : push_sum_(push_sum) {}
+  explicit PerClientCollector(bool push_sum, bool compact = false)
+      : push_sum_(push_sum), compact_(compact) {}
   bool takes_shares() const override { return push_sum_; }
   std::optional<Rejection> Admit(const ChunkIn& chunk, const HeldUpdate* held,
                                  const RoundFacts& round) const override;
@@ -57,22 +60,40 @@ class PerClientCollector final : public Collector {
   void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
                const RoundFacts& round) override;
 
+  // A chunk of a compact update: its frame and scale, and the sum of its decoded values'
+  // squares.
+  struct Frame {
+    uint64_t begin = 0;
+    std::string bytes;
+    float scale = 1;
+    double sum_sq = 0;
+  };
   struct Update {
-    std::vector<float> values;  // zero where no chunk arrived
+    std::vector<float> values;  // zero where no chunk arrived; empty when compact
+    std::vector<Frame> frames;  // compact: the chunks that arrived
     std::vector<Range> ranges;  // the coordinates that arrived, sorted and merged
     bool complete = false;
     double weight = 0;  // the client's weight in the round
     double weight_share = 0;  // SGP
     uint64_t reference_version = 0;
+    // The L2 norm of what arrived (compact: from the chunks' sums in coordinate order).
+    double Norm() const;
   };
   std::map<std::string, Update> Updates() const;
+  // The updates, moved out: the collector holds nothing after (the round is frozen).
+  std::map<std::string, Update> TakeUpdates();
+  // Writes a compact update's values over the whole dimension into `dense` (zeros where
+  // nothing arrived). Valid while the round is open (the round's decoder decodes).
+  absl::Status Fill(const Update& update, std::span<float> dense) const;
   // The clients whose update is complete (cheap: no copy of the values).
   std::set<std::string> CompleteClients() const;
 
  private:
   const bool push_sum_;
+  const bool compact_;
   mutable absl::Mutex mu_;
   std::map<std::string, Update> updates_ ABSL_GUARDED_BY(mu_);
+  RoundFacts facts_ ABSL_GUARDED_BY(mu_);  // of the round, for Fill
 };
 
 // LGC: one frame over the whole model per client, whose body `validate` checks; the driver

@@ -45,16 +45,24 @@ double Factor(const Clipping& clipping, const std::string& client) {
   return it == clipping.factors.end() ? 1.0 : it->second;
 }
 
-// Weighted mean of `chosen`, each over its ranges.
-void WeightedMean(std::span<const Contribution* const> chosen, const Clipping& clipping,
-                  uint64_t dim, Aggregated* out) {
+// Weighted mean of `chosen`, each over its ranges; compact contributions are filled into
+// one scratch vector in turn.
+absl::Status WeightedMean(std::span<const Contribution* const> chosen, const Clipping& clipping,
+                          uint64_t dim, Aggregated* out) {
   std::vector<double> sum(dim, 0.0), weight(dim, 0.0);
+  std::vector<float> scratch;
   for (const Contribution* c : chosen) {
     if (!(c->weight > 0) || c->ranges.empty()) continue;
+    std::span<const float> values = c->values;
+    if (c->fill) {
+      scratch.resize(dim);
+      if (absl::Status st = c->fill(scratch); !st.ok()) return st;
+      values = scratch;
+    }
     const double w = c->weight, f = Factor(clipping, c->client);
     for (const auto& [begin, end] : c->ranges) {
       for (uint64_t j = begin; j < end && j < dim; ++j) {
-        sum[j] += w * f * c->values[j];
+        sum[j] += w * f * values[j];
         weight[j] += w;
       }
     }
@@ -64,6 +72,7 @@ void WeightedMean(std::span<const Contribution* const> chosen, const Clipping& c
   for (uint64_t j = 0; j < dim; ++j) {
     if (weight[j] > 0) out->values[j] = static_cast<float>(sum[j] / weight[j]);
   }
+  return absl::OkStatus();
 }
 
 // Per coordinate, `reduce` of the clipped values of `chosen` (sorted ascending).
@@ -151,7 +160,8 @@ void Krum(const AggregatorOptions& o, std::span<const Contribution* const> chose
   const size_t keep = std::min<size_t>(o.select, chosen.size() - o.f);
   std::vector<const Contribution*> picked;
   for (size_t i : Smallest(scores, keep)) picked.push_back(chosen[i]);
-  WeightedMean(picked, clipping, dim, out);
+  // Krum's contributions are whole (AggregateUpdates refuses compact ones): nothing to fill.
+  WeightedMean(picked, clipping, dim, out).IgnoreError();
 }
 
 void Bulyan(const AggregatorOptions& o, std::span<const Contribution* const> chosen,
@@ -289,7 +299,7 @@ Clipping ClipByMedian(std::span<const Contribution> updates, double multiplier) 
   Clipping c;
   std::vector<double> complete, all;
   for (const Contribution& u : updates) {
-    const double n = L2Norm(u.values);
+    const double n = u.norm >= 0 ? u.norm : L2Norm(u.values);
     c.norms[u.client] = n;
     c.factors[u.client] = 1.0;
     all.push_back(n);
@@ -312,7 +322,11 @@ absl::StatusOr<Aggregated> AggregateUpdates(const AggregatorOptions& o,
                                             std::span<const Contribution> updates,
                                             const Clipping& clipping, uint64_t dim) {
   for (const Contribution& c : updates) {
-    if (c.values.size() != dim) {
+    if (c.fill && !o.takes_partial()) {
+      return absl::InvalidArgumentError(
+          StrCat(o.Spec(), " needs every update whole; ", c.client, "'s is compact"));
+    }
+    if (!c.fill && c.values.size() != dim) {
       return absl::InvalidArgumentError(StrCat(c.client, "'s update has ", c.values.size(),
                                                " values, the model ", dim));
     }
@@ -321,7 +335,7 @@ absl::StatusOr<Aggregated> AggregateUpdates(const AggregatorOptions& o,
   if (o.takes_partial()) {
     std::vector<const Contribution*> all;
     for (const Contribution& c : updates) all.push_back(&c);
-    WeightedMean(all, clipping, dim, &out);
+    if (absl::Status st = WeightedMean(all, clipping, dim, &out); !st.ok()) return st;
     out.considered = out.used;
     return out;
   }

@@ -20,6 +20,7 @@
 #define FEDLGC_COORDINATOR_ROBUST_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <span>
@@ -65,6 +66,10 @@ struct Contribution {
   std::span<const float> values;   // the whole dimension, 0 where nothing arrived
   std::span<const Range> ranges;   // the coordinates that arrived, sorted, disjoint
   bool complete = false;           // ranges cover the dimension
+  // A compact contribution (values empty): writes the whole dimension into `dense` when
+  // the aggregator needs it, one contribution at a time. Only the means take these.
+  std::function<absl::Status(std::span<float> dense)> fill;
+  double norm = -1;  // of the values; < 0: computed from `values`
 };
 
 double L2Norm(std::span<const float> v);
@@ -92,7 +97,7 @@ struct Aggregated {
   std::string fallback;         // why it fell back to the median, if it did
 };
 // Aggregates the clipped contributions over `dim` coordinates. INVALID_ARGUMENT for a
-// contribution of another size.
+// contribution of another size, or a compact one for an aggregator other than the means.
 absl::StatusOr<Aggregated> AggregateUpdates(const AggregatorOptions& options,
                                             std::span<const Contribution> updates,
                                             const Clipping& clipping, uint64_t dim);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Writes docs/configuration.md from the --help of fedlgc-coordinator, fedlgc-edge and
-# fedlgc-sim, so the reference is the binaries' own. With --check, compares instead and
+# Writes docs/configuration.md from the --help of fedlgc-coordinator, fedlgc-edge,
+# fedlgc-sim and fedlgc-load, so the reference is the binaries' own. With --check, compares instead and
 # fails when the file is out of date (a ctest runs this).
 #   scripts/gen-config-doc.sh [--check] [BIN_DIR]
 set -euo pipefail
@@ -51,6 +51,8 @@ MD
   help fedlgc-edge
   printf '```\n\n## fedlgc-sim\n\n```\n'
   help fedlgc-sim
+  printf '```\n\n## fedlgc-load\n\n```\n'
+  help fedlgc-load
   printf '```\n'
 } >"$out"
 if [ "$check" = 1 ]; then

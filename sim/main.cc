@@ -37,23 +37,21 @@
 #include "modes/mode_options.h"
 #include "modes/sgp/sgp_driver.h"
 #include "nlohmann/json.hpp"
+#include "sim/launch.h"
 
 namespace {
 
 using fedlgc::RoundReport;
 using fedlgc::StrCat;
 using nlohmann::json;
-
-std::string SelfDir() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : p.parent_path().string();
-}
+using fedlgc::sim::LogTail;
+using fedlgc::sim::Median;
+using fedlgc::sim::NewRounds;
 
 // What the simulator itself decides; the job is a CoordinatorOptions.
 struct SimOptions {
   uint32_t clients = 4;
-  std::string link, report, html, run_dir, bin_dir = SelfDir();
+  std::string link, report, html, run_dir, bin_dir = fedlgc::sim::SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
   bool quiet = false, insecure = false;
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
@@ -100,16 +98,6 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "fedlgc-sim: %s\n", msg.c_str());
   return 1;
-}
-
-// The coordinator's config file: every job, service and mode option.
-std::string CoordinatorConfig(fedlgc::coordinator::CoordinatorOptions co,
-                              fedlgc::modes::ModeOptions mo) {
-  CLI::App app;
-  fedlgc::core::CaptureDefaults(app);
-  fedlgc::coordinator::AddCoordinatorFlags(app, &co);
-  fedlgc::modes::AddModeFlags(app, &mo);
-  return fedlgc::core::ConfigText(app);
 }
 
 std::string ClientConfig(fedlgc::edge_client::EdgeClientOptions eo) {
@@ -163,51 +151,6 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
   return eo;
 }
 
-// Waits for the coordinator's port file; 0 when it exited or never wrote one.
-int WaitForPort(fedlgc::core::ChildProcess& coordinator, const std::string& port_file) {
-  for (int i = 0; i < 600; ++i) {
-    auto f = fedlgc::core::ReadFileIfExists(port_file);
-    if (f.ok() && f->has_value()) {
-      if (const int port = std::atoi((*f)->c_str()); port > 0) return port;
-    }
-    if (coordinator.Wait(std::chrono::milliseconds(50)) >= 0) return 0;
-  }
-  return 0;
-}
-
-// The last `lines` lines of a log, each indented; "(empty)" when there are none.
-std::string LogTail(const std::string& path, size_t lines) {
-  auto f = fedlgc::core::ReadFileIfExists(path);
-  if (!f.ok() || !f->has_value() || (*f)->empty()) return "  (empty)\n";
-  std::vector<std::string> all;
-  std::istringstream in(**f);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) all.push_back(line);
-  }
-  std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) {
-    out += "  " + all[i] + "\n";
-  }
-  return out.empty() ? "  (empty)\n" : out;
-}
-
-// The complete lines of rounds.jsonl past the first `have`.
-std::vector<RoundReport> NewRounds(const std::string& path, size_t have) {
-  std::vector<RoundReport> out;
-  auto f = fedlgc::core::ReadFileIfExists(path);
-  if (!f.ok() || !f->has_value()) return out;
-  const std::string& text = **f;
-  size_t n = 0;
-  for (size_t begin = 0, end; (end = text.find('\n', begin)) != std::string::npos;
-       begin = end + 1) {
-    if (n++ < have) continue;
-    auto r = fedlgc::RoundReportFromJson(std::string_view(text).substr(begin, end - begin));
-    if (!r.ok()) break;  // a line being written: read it next time
-    out.push_back(*std::move(r));
-  }
-  return out;
-}
-
 void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOptions& co,
                  fedlgc::Mode mode) {
   std::printf(
@@ -238,12 +181,6 @@ void PrintRow(const RoundReport& r) {
               r.downlink_bytes > 0 ? double(r.raw_downlink_bytes) / r.downlink_bytes : 0.0,
               r.seconds, r.participants, extra.c_str());
   std::fflush(stdout);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The clients' encode and local training seconds per round (their rounds.jsonl): per
@@ -368,25 +305,12 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
     return absl::InternalError("certificate generation failed: " + cmd);
   }
   SetService(s, certs, &co);
-  const std::string config = s.run_dir + "/coordinator.toml";
-  if (auto st = fedlgc::core::AtomicWriteFile(config, CoordinatorConfig(co, mo)); !st.ok())
-    return st;
   Federation f;
   f.start = std::chrono::steady_clock::now();
-  const std::string port_file = s.run_dir + "/coordinator.port";
-  // A port file left by an earlier run in this folder names a port nobody listens on.
-  std::error_code ignored;
-  std::filesystem::remove(port_file, ignored);
-  f.coordinator = std::make_unique<ChildProcess>(
-      std::vector<std::string>{s.bin_dir + "/fedlgc-coordinator", "--config=" + config,
-                               "--port-file=" + port_file},
-      s.run_dir + "/coordinator.log");
-  const int port = WaitForPort(*f.coordinator, port_file);
-  if (port == 0) {
-    return absl::UnavailableError(StrCat("the coordinator did not start:\n",
-                                         LogTail(s.run_dir + "/coordinator.log", 5), "(", s.run_dir,
-                                         "/coordinator.log)"));
-  }
+  int port = 0;
+  auto coordinator = fedlgc::sim::StartCoordinator(s.bin_dir, s.run_dir, co, mo, &port);
+  if (!coordinator.ok()) return coordinator.status();
+  f.coordinator = *std::move(coordinator);
   for (uint32_t i = 0; i < s.clients; ++i) {
     int target = port;
     if (!link.trivial()) {
@@ -640,9 +564,7 @@ int main(int argc, char** argv) {
                "fedlgc-sim");
   fedlgc::core::AddCommonFlags(app);
   AddSimFlags(app, &s);
-  fedlgc::coordinator::AddJobFlags(app, &co);
-  fedlgc::coordinator::AddGuardFlags(app, &co);
-  fedlgc::modes::AddModeFlags(app, &mo);
+  fedlgc::sim::AddJobFlags(app, &co, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
   // Follow sees the signal and stops the federation.
   const fedlgc::core::StopOnSignals signals([] {});
@@ -655,12 +577,8 @@ int main(int argc, char** argv) {
   if (auto st = mo.Validate(*mode); !st.ok()) return Fail(std::string(st.message()));
   auto link = fedlgc::core::LinkSpec::Parse(s.link);
   if (!link.ok()) return Fail(link.status().ToString());
-  if (s.run_dir.empty()) {
-    char tmpl[] = "/tmp/fedlgc-sim-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return Fail("cannot make a run folder");
-    s.run_dir = tmpl;
-  }
-  std::filesystem::create_directories(s.run_dir);
+  if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-sim", &s.run_dir); !st.ok())
+    return Fail(std::string(st.message()));
   if (!s.quiet) PrintHeader(s, co, *mode);
   auto f = Launch(s, co, mo, *link);
   if (!f.ok()) return Fail(std::string(f.status().message()));

@@ -64,13 +64,21 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
                               RoundReport* report) {
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
-  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false);
+  // The mean takes updates one at a time: they wait as the frames that arrived.
+  const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
+  auto collector =
+      std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
   auto open = Collect(host, participants, deadline, collector, report);
   if (!open.ok() || !*open) return open.status();
-  const auto updates = collector->Updates();
+  const auto updates = collector->TakeUpdates();
   std::vector<Contribution> all;
   for (const auto& [client, u] : updates) {
-    all.push_back({client, u.weight, u.values, u.ranges, u.complete});
+    Contribution c{client, u.weight, u.values, u.ranges, u.complete};
+    if (compact) {
+      c.fill = [&collector, &u](std::span<float> dense) { return collector->Fill(u, dense); };
+      c.norm = u.Norm();
+    }
+    all.push_back(std::move(c));
   }
   const coordinator::Clipping clipping = coordinator::ClipByMedian(all, robust.clip);
   report->figures["clip_bound"] = clipping.bound;

@@ -1,0 +1,126 @@
+// Running a coordinator for fedlgc-sim and fedlgc-load (see launch.h).
+#include "sim/launch.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <unistd.h>
+#include <filesystem>
+#include <sstream>
+
+#include "codecs/str.h"
+#include "coordinator/flags.h"
+#include "core/atomic_file.h"
+#include "core/cli.h"
+
+namespace fedlgc::sim {
+namespace {
+
+// Waits for the coordinator's port file; 0 when it exited or never wrote one.
+int WaitForPort(core::ChildProcess& coordinator, const std::string& port_file) {
+  for (int i = 0; i < 600; ++i) {
+    auto f = core::ReadFileIfExists(port_file);
+    if (f.ok() && f->has_value()) {
+      if (const int port = std::atoi((*f)->c_str()); port > 0) return port;
+    }
+    if (coordinator.Wait(std::chrono::milliseconds(50)) >= 0) return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+void AddJobFlags(CLI::App& app, coordinator::CoordinatorOptions* co, modes::ModeOptions* mo) {
+  coordinator::AddJobFlags(app, co);
+  coordinator::AddGuardFlags(app, co);
+  modes::AddModeFlags(app, mo);
+}
+
+absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir) {
+  if (run_dir->empty()) {
+    std::string tmpl = StrCat("/tmp/", prefix, "-XXXXXX");
+    if (::mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("cannot make a run folder");
+    *run_dir = tmpl;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(*run_dir, ec);
+  if (ec) return absl::InternalError(StrCat("cannot make ", *run_dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOptions mo) {
+  CLI::App app;
+  core::CaptureDefaults(app);
+  coordinator::AddCoordinatorFlags(app, &co);
+  modes::AddModeFlags(app, &mo);
+  return core::ConfigText(app);
+}
+
+absl::StatusOr<std::unique_ptr<core::ChildProcess>> StartCoordinator(
+    const std::string& bin_dir, const std::string& run_dir,
+    const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port) {
+  const std::string config = run_dir + "/coordinator.toml";
+  if (absl::Status st = core::AtomicWriteFile(config, CoordinatorConfig(co, mo)); !st.ok())
+    return st;
+  const std::string port_file = run_dir + "/coordinator.port";
+  // A port file left by an earlier run in this folder names a port nobody listens on.
+  std::error_code ignored;
+  std::filesystem::remove(port_file, ignored);
+  const std::string log = run_dir + "/coordinator.log";
+  auto child = std::make_unique<core::ChildProcess>(
+      std::vector<std::string>{bin_dir + "/fedlgc-coordinator", "--config=" + config,
+                               "--port-file=" + port_file},
+      log);
+  *port = WaitForPort(*child, port_file);
+  if (*port == 0) {
+    return absl::UnavailableError(
+        StrCat("the coordinator did not start:\n", LogTail(log, 5), "(", log, ")"));
+  }
+  return child;
+}
+
+std::string LogTail(const std::string& path, size_t lines) {
+  auto f = core::ReadFileIfExists(path);
+  if (!f.ok() || !f->has_value() || (*f)->empty()) return "  (empty)\n";
+  std::vector<std::string> all;
+  std::istringstream in(**f);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) all.push_back(line);
+  }
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) {
+    out += "  " + all[i] + "\n";
+  }
+  return out.empty() ? "  (empty)\n" : out;
+}
+
+std::vector<RoundReport> NewRounds(const std::string& path, size_t have) {
+  std::vector<RoundReport> out;
+  auto f = core::ReadFileIfExists(path);
+  if (!f.ok() || !f->has_value()) return out;
+  const std::string& text = **f;
+  size_t n = 0;
+  for (size_t begin = 0, end; (end = text.find('\n', begin)) != std::string::npos;
+       begin = end + 1) {
+    if (n++ < have) continue;
+    auto r = RoundReportFromJson(std::string_view(text).substr(begin, end - begin));
+    if (!r.ok()) break;  // a line being written: read it next time
+    out.push_back(*std::move(r));
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace fedlgc::sim

@@ -1,0 +1,55 @@
+// What fedlgc-sim and fedlgc-load share to run a coordinator of their own: where the
+// binaries are, the coordinator's config file from its options, its start (waiting for
+// its port file), the tail of a log, and rounds.jsonl as it grows.
+#ifndef FEDLGC_SIM_LAUNCH_H_
+#define FEDLGC_SIM_LAUNCH_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace CLI {
+class App;
+}
+#include "coordinator/options.h"
+#include "core/process.h"
+#include "core/round_report.h"
+#include "modes/mode_options.h"
+
+namespace fedlgc::sim {
+
+// The folder of the running executable ("." when it cannot be read).
+std::string SelfDir();
+
+// The flags of the job a tool runs on a coordinator of its own: job, model guard and
+// modes (the coordinator's own, coordinator/flags.h and modes/mode_options.h).
+void AddJobFlags(CLI::App& app, coordinator::CoordinatorOptions* co, modes::ModeOptions* mo);
+
+// `*run_dir`, or a new folder /tmp/PREFIX-XXXXXX when it is empty; made if missing.
+absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir);
+
+// The coordinator's config file: every job, service and mode option.
+std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOptions mo);
+
+// A coordinator of `bin_dir` with the config `co`/`mo` written to RUN_DIR/coordinator.toml,
+// logging to RUN_DIR/coordinator.log; *port is the port it listens on once it wrote its
+// port file. UNAVAILABLE with the log's tail when it exited first.
+absl::StatusOr<std::unique_ptr<core::ChildProcess>> StartCoordinator(
+    const std::string& bin_dir, const std::string& run_dir,
+    const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port);
+
+// The last `lines` lines of a log, each indented; "(empty)" when there are none.
+std::string LogTail(const std::string& path, size_t lines);
+
+// The complete lines of rounds.jsonl past the first `have`.
+std::vector<RoundReport> NewRounds(const std::string& path, size_t have);
+
+// The median (the upper one of an even count); -1 when empty.
+double Median(std::vector<double> v);
+
+}  // namespace fedlgc::sim
+
+#endif  // FEDLGC_SIM_LAUNCH_H_

@@ -1,0 +1,572 @@
+// fedlgc-load: N emulated clients in one process against one coordinator, over the real
+// protocol (sim/load_client.h). By default it starts a coordinator of its own (like
+// fedlgc-sim, with the job's flags); --server points it at one already running. It prints
+// a line per round and writes a JSON report: per round its seconds, participants, bytes,
+// upload latency p50/p99, the coordinator's memory and CPU seconds (from /proc), the
+// receipts checked and the aggregate check (sim/load_book.h). Exit 0 only when every round
+// was checked and counted every update exactly once.
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codecs/str.h"
+#include "coordinator/flags.h"
+#include "core/atomic_file.h"
+#include "core/cli.h"
+#include "core/fault_proxy.h"
+#include "core/float_bytes.h"
+#include "core/process.h"
+#include "core/signals.h"
+#include "absl/synchronization/mutex.h"
+#include "monitoring/metrics.h"
+#include "nlohmann/json.hpp"
+#include "sim/client_certs.h"
+#include "sim/launch.h"
+#include "sim/load_book.h"
+#include "sim/load_client.h"
+
+namespace {
+
+using fedlgc::StrCat;
+using fedlgc::coordinator::CoordinatorOptions;
+using fedlgc::sim::LoadBook;
+using fedlgc::sim::RoundFigures;
+using nlohmann::json;
+
+struct LoadOptions {
+  uint32_t clients = 100;
+  double think_s = 1, think_jitter = 0.5;
+  uint64_t samples = 100;
+  float update_scale = 1e-3f;
+  std::string server;      // empty: a coordinator of our own
+  int server_pid = 0;      // with --server on this host: its /proc figures
+  std::string certs;       // with --server: the folder with ca.pem and ca.key
+  std::string tls_server_name = "localhost";
+  std::string id_prefix = "load-";
+  std::string link, report, run_dir, bin_dir = fedlgc::sim::SelfDir();
+  std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
+  std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string metrics_listen;  // the emulated clients' own metrics
+  bool insecure = false, quiet = false, check = true;
+  double timeout_s = 3600;
+};
+
+void AddLoadFlags(CLI::App& app, LoadOptions* o) {
+  CLI::Option_group* g = app.add_option_group("Load", "the emulated clients");
+  g->add_option("--clients", o->clients, "emulated clients")->check(CLI::Range(1u, 100000u));
+  g->add_option("--think", o->think_s, "seconds each client waits in place of training")
+      ->check(CLI::NonNegativeNumber);
+  g->add_option("--think-jitter", o->think_jitter,
+                "the think time is uniform in think x [1 - j, 1 + j]")
+      ->check(CLI::Range(0.0, 1.0));
+  g->add_option("--samples", o->samples, "each client's sample count (its FedAvg weight)")
+      ->check(CLI::PositiveNumber);
+  g->add_option("--update-scale", o->update_scale,
+                "synthetic update coordinates are uniform in [-scale, scale]")
+      ->check(CLI::PositiveNumber);
+  g->add_option("--server", o->server,
+                "an already running coordinator (HOST:PORT); default: start one");
+  g->add_option("--server-pid", o->server_pid,
+                "with --server on this host: its pid, for memory and CPU figures");
+  g->add_option("--certs", o->certs,
+                "with --server: the folder of its CA (ca.pem, ca.key); client certificates are "
+                "issued there");
+  g->add_option("--tls-server-name", o->tls_server_name, "name in the coordinator's certificate");
+  g->add_option("--id-prefix", o->id_prefix, "client ids are PREFIX0, PREFIX1, ...");
+  g->add_option("--link", o->link,
+                "a fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
+  g->add_option("--report", o->report, "write the JSON report here");
+  g->add_option("--state-dir", o->run_dir, "run folder (default: a new folder under /tmp)");
+  g->add_option("--bin-dir", o->bin_dir, "where fedlgc-coordinator is");
+  g->add_option("--certs-script", o->certs_script, "scripts/gen-certs.sh");
+  g->add_option("--data", o->data, "the coordinator's test data: fashion-mnist or synthetic:N");
+  g->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
+  g->add_option("--client-metrics-listen", o->metrics_listen,
+                "serve the emulated clients' metrics here (empty: not served)");
+  g->add_flag("--insecure", o->insecure, "plaintext instead of mTLS");
+  g->add_flag("--quiet", o->quiet, "print only the summary");
+  fedlgc::core::AddBoolFlag(*g, "--check", &o->check,
+                            "check every round's aggregate against the updates sent (with "
+                            "--server: pass its --server-lr)");
+  g->add_option("--timeout", o->timeout_s, "give up after this many seconds")
+      ->check(CLI::PositiveNumber);
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "fedlgc-load: %s\n", msg.c_str());
+  return 1;
+}
+
+// What /proc says of a process.
+struct ProcStats {
+  double rss_mb = 0, peak_rss_mb = 0, cpu_seconds = 0;
+  int threads = 0;
+};
+
+std::optional<ProcStats> ReadProc(int pid) {
+  std::ifstream status(StrCat("/proc/", pid, "/status"));
+  std::ifstream stat(StrCat("/proc/", pid, "/stat"));
+  if (!status || !stat) return std::nullopt;
+  ProcStats p;
+  for (std::string line; std::getline(status, line);) {
+    std::istringstream in(line);
+    std::string key;
+    double value = 0;
+    in >> key >> value;
+    if (key == "VmRSS:") p.rss_mb = value / 1024;
+    if (key == "VmHWM:") p.peak_rss_mb = value / 1024;
+    if (key == "Threads:") p.threads = static_cast<int>(value);
+  }
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  // Fields 3.. after the name: utime and stime are fields 14 and 15.
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::atof(f.c_str());
+    if (i == 15) stime = std::atof(f.c_str());
+  }
+  p.cpu_seconds = (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return p;
+}
+
+// The coordinator's /proc figures over time, to split its CPU seconds by round.
+class ProcSampler {
+ public:
+  explicit ProcSampler(int pid) : pid_(pid) {}
+  void Sample(double now) {
+    if (pid_ <= 0) return;
+    if (auto p = ReadProc(pid_)) {
+      samples_.push_back({now, *p});
+      peak_rss_mb_ = std::max(peak_rss_mb_, p->peak_rss_mb);
+      max_threads_ = std::max(max_threads_, p->threads);
+    }
+  }
+  bool active() const { return pid_ > 0 && !samples_.empty(); }
+  // CPU seconds at time t (linear between samples).
+  double CpuAt(double t) const {
+    if (samples_.empty()) return 0;
+    if (t <= samples_.front().first) return samples_.front().second.cpu_seconds;
+    for (size_t i = 1; i < samples_.size(); ++i) {
+      const auto& [t1, p1] = samples_[i];
+      if (t > t1) continue;
+      const auto& [t0, p0] = samples_[i - 1];
+      const double a = t1 > t0 ? (t - t0) / (t1 - t0) : 1;
+      return p0.cpu_seconds + a * (p1.cpu_seconds - p0.cpu_seconds);
+    }
+    return samples_.back().second.cpu_seconds;
+  }
+  // The largest resident set sampled in [t0, t1].
+  double RssIn(double t0, double t1) const {
+    double m = 0;
+    for (const auto& [t, p] : samples_) {
+      if (t >= t0 && t <= t1) m = std::max(m, p.rss_mb);
+    }
+    return m;
+  }
+  double peak_rss_mb() const { return peak_rss_mb_; }
+  int max_threads() const { return max_threads_; }
+  double cpu_seconds() const { return samples_.empty() ? 0 : samples_.back().second.cpu_seconds; }
+
+ private:
+  const int pid_;
+  std::vector<std::pair<double, ProcStats>> samples_;
+  double peak_rss_mb_ = 0;
+  int max_threads_ = 0;
+};
+
+// The soft limit of open files raised to the hard one: every client holds a connection.
+void RaiseFileLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+std::string ClientId(const LoadOptions& o, uint32_t i) { return StrCat(o.id_prefix, i); }
+
+// The CA and the server's certificate (gen-certs.sh), then every client's in process.
+absl::Status MakeCertificates(const LoadOptions& o, const std::string& dir) {
+  if (o.server.empty()) {
+    const std::string cmd = StrCat(o.certs_script, " ", dir, " >/dev/null");
+    if (std::system(cmd.c_str()) != 0) {
+      return absl::InternalError("certificate generation failed: " + cmd);
+    }
+  }
+  std::vector<std::string> ids;
+  for (uint32_t i = 0; i < o.clients; ++i) ids.push_back(ClientId(o, i));
+  return fedlgc::sim::IssueClientCertificates(dir, ids);
+}
+
+// The service settings of the coordinator fedlgc-load starts.
+void SetService(const LoadOptions& o, const std::string& certs, CoordinatorOptions* co) {
+  co->listen = "127.0.0.1:0";
+  co->metrics_listen = "127.0.0.1:0";
+  co->state_dir = o.run_dir + "/coordinator";
+  co->test_data = o.data;
+  co->data_dir = o.data_dir;
+  co->eval_every = 0;  // the load is the protocol's, not the evaluation's
+  co->linger_s = 30;   // the final model is downloaded after the last round
+  co->insecure = o.insecure;
+  if (!o.insecure) {
+    co->tls_ca = certs + "/ca.pem";
+    co->tls_cert = certs + "/server.pem";
+    co->tls_key = certs + "/server.key";
+  }
+}
+
+fedlgc::sim::LoadClientOptions ClientOptions(const LoadOptions& o, const std::string& certs,
+                                             const std::string& server, uint32_t i,
+                                             uint64_t seed) {
+  fedlgc::sim::LoadClientOptions c;
+  c.transport.server = server;
+  c.transport.client_id = ClientId(o, i);
+  c.transport.insecure = o.insecure;
+  c.transport.tls_server_name = o.tls_server_name;
+  if (!o.insecure) {
+    c.transport.tls_ca = certs + "/ca.pem";
+    c.transport.tls_cert = StrCat(certs, "/", c.transport.client_id, ".pem");
+    c.transport.tls_key = StrCat(certs, "/", c.transport.client_id, ".key");
+  }
+  c.samples = o.samples;
+  c.think_s = o.think_s;
+  c.think_jitter = o.think_jitter;
+  c.update_scale = o.update_scale;
+  c.seed = seed;
+  return c;
+}
+
+struct Run {
+  std::unique_ptr<fedlgc::core::ChildProcess> coordinator;  // null with --server
+  std::string server;  // HOST:PORT the clients dial (before any fault proxy)
+  std::vector<std::unique_ptr<fedlgc::core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<fedlgc::sim::LoadClient>> clients;
+  std::vector<std::thread> threads;
+  std::atomic<uint32_t> finished{0}, failed{0};
+  std::string first_error;
+  absl::Mutex mu;
+};
+
+void PrintHeader(const LoadOptions& o, const CoordinatorOptions& co, const std::string& server) {
+  std::printf("fedlgc-load: %u clients against %s, think %.2f s, codec %s, fraction %.2f%s\n",
+              o.clients, server.c_str(), o.think_s, co.plan.codec.c_str(), co.fraction,
+              o.link.empty() ? "" : (", link " + o.link).c_str());
+  std::printf("%5s %6s %6s %7s %7s %8s %9s %9s %7s %7s %8s %8s %8s %7s %s\n", "round", "start",
+              "parts", "seconds", "slowest", "overhead", "up MB", "down MB", "up p50", "up p99",
+              "coord MB", "coord s", "MB/cpu-s", "threads", "check");
+}
+
+// One line of a settled round, and its JSON row.
+json Row(const RoundFigures& f, const ProcSampler& proc, bool quiet) {
+  const double cpu = proc.active() ? proc.CpuAt(f.last_receipt) - proc.CpuAt(f.opened) : 0;
+  const double rss = proc.RssIn(f.opened, f.last_receipt);
+  const double ingest = cpu > 0 ? f.up_bytes / 1e6 / cpu : 0;
+  const std::string check = !f.check.made ? "unchecked: " + f.check.why
+                            : f.check.ok
+                                ? StrCat("ok (", f.receipts, " receipts)")
+                                : "MISMATCH: " + f.check.why;
+  if (!quiet) {
+    std::printf("%5llu %6u %6u %7.2f %7.2f %8.2f %9.2f %9.2f %7.3f %7.3f %8.0f %8.2f %8.1f %7d %s\n",
+                static_cast<unsigned long long>(f.round), f.started, f.participants, f.seconds,
+                f.slowest_client, f.overhead, f.up_bytes / 1e6, f.down_bytes / 1e6, f.upload_p50,
+                f.upload_p99, rss, cpu, ingest, proc.max_threads(), check.c_str());
+    std::fflush(stdout);
+  }
+  return json{{"round", f.round},
+              {"model_version", f.model_version},
+              {"started", f.started},
+              {"uploaded", f.uploaded},
+              {"receipts", f.receipts},
+              {"participants", f.participants},
+              {"chunks", f.chunks},
+              {"counted_chunks", f.counted_chunks},
+              {"seconds", f.seconds},
+              {"slowest_client_seconds", f.slowest_client},
+              {"overhead_seconds", f.overhead},
+              {"download_p50_seconds", f.download_p50},
+              {"upload_p50_seconds", f.upload_p50},
+              {"upload_p99_seconds", f.upload_p99},
+              {"up_bytes", f.up_bytes},
+              {"down_bytes", f.down_bytes},
+              {"coordinator_cpu_seconds", cpu},
+              {"coordinator_rss_mb", rss},
+              {"ingest_mb_per_cpu_second", ingest},
+              {"check",
+               {{"made", f.check.made},
+                {"ok", f.check.ok},
+                {"why", f.check.why},
+                {"coordinates", f.check.coordinates},
+                {"off", f.check.off},
+                {"worst_gap", f.check.worst_gap},
+                {"worst_ratio", f.check.worst_ratio},
+                {"median_allowed", f.check.median_allowed}}}};
+}
+
+}  // namespace
+
+namespace {
+
+void StopClients(Run& run) {
+  for (auto& c : run.clients) c->Stop();
+  for (std::thread& t : run.threads) t.join();
+  run.threads.clear();
+}
+
+// The coordinator (unless --server), fault proxies and the clients' threads.
+absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
+                    const fedlgc::modes::ModeOptions& mo, LoadBook* book,
+                    fedlgc::monitoring::Metrics* metrics, Run* run) {
+  const std::string certs =
+      o.certs.empty() ? o.run_dir + "/certs" : o.certs;
+  if (!o.insecure) {
+    if (absl::Status st = MakeCertificates(o, certs); !st.ok()) return st;
+  }
+  run->server = o.server;
+  if (o.server.empty()) {
+    SetService(o, certs, &co);
+    int port = 0;
+    auto child = fedlgc::sim::StartCoordinator(o.bin_dir, o.run_dir, co, mo, &port);
+    if (!child.ok()) return child.status();
+    run->coordinator = *std::move(child);
+    run->server = StrCat("127.0.0.1:", port);
+  }
+  auto link = fedlgc::core::LinkSpec::Parse(o.link);
+  if (!link.ok()) return link.status();
+  const size_t colon = run->server.rfind(':');
+  for (uint32_t i = 0; i < o.clients; ++i) {
+    std::string target = run->server;
+    if (!link->trivial()) {
+      auto p = fedlgc::core::FaultProxy::Start(run->server.substr(0, colon),
+                                               std::atoi(run->server.c_str() + colon + 1), *link,
+                                               co.seed * 1000 + i);
+      if (!p.ok()) return p.status();
+      target = StrCat("127.0.0.1:", (*p)->port());
+      run->proxies.push_back(std::move(p).value());
+    }
+    run->clients.push_back(std::make_unique<fedlgc::sim::LoadClient>(
+        i, ClientOptions(o, certs, target, i, co.seed), book, metrics));
+  }
+  for (auto& c : run->clients) {
+    run->threads.emplace_back([c = c.get(), run] {
+      const absl::Status st = c->Run();
+      if (!st.ok() && !absl::IsCancelled(st)) {
+        absl::MutexLock lock(&run->mu);
+        if (run->failed++ == 0) run->first_error = st.ToString();
+      }
+      ++run->finished;
+    });
+  }
+  return absl::OkStatus();
+}
+
+// After the last round: the model it made, for the last round's check (only the current
+// version is served: the one after the last round started with).
+void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBook* book,
+                     fedlgc::monitoring::Metrics* metrics, const Run& run) {
+  const uint64_t version = book->last_version() + 1;
+  if (!o.check || book->last_version() == 0 || !book->WantsModel(version)) return;
+  fedlgc::sim::LoadClientOptions c =
+      ClientOptions(o, o.certs.empty() ? o.run_dir + "/certs" : o.certs, run.server, 0, co.seed);
+  fedlgc::edge_client::Transport t(c.transport, metrics);
+  if (!t.Connect().ok()) return;
+  auto bytes = t.DownloadBlob("", version, std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (!bytes.ok()) {
+    std::fprintf(stderr, "fedlgc-load: the final model: %s\n", bytes.status().ToString().c_str());
+    return;
+  }
+  if (auto model = fedlgc::core::FloatsFromBytes(*bytes, bytes->size() / 4, "the model"); model.ok())
+    book->Model(version, *std::move(model));
+}
+
+struct Outcome {
+  json rows = json::array();
+  uint64_t rounds = 0, checked = 0, failed_checks = 0, receipts = 0;
+  std::string error;
+};
+
+void Take(LoadBook& book, bool final, const ProcSampler& proc, bool quiet, Outcome* out) {
+  for (const RoundFigures& f : book.TakeSettled(final)) {
+    out->rows.push_back(Row(f, proc, quiet));
+    ++out->rounds;
+    out->receipts += f.receipts;
+    if (f.check.made && f.check.ok) ++out->checked;
+    if (!f.check.made || !f.check.ok) ++out->failed_checks;
+  }
+}
+
+// Follows the run until every client is done, one fails, the coordinator exits, a signal
+// or --timeout; prints the rounds as they settle.
+Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& book,
+               fedlgc::monitoring::Metrics* metrics, Run& run, ProcSampler& proc,
+               const fedlgc::core::StopOnSignals& signals) {
+  Outcome out;
+  while (run.finished < o.clients) {
+    proc.Sample(book.Now());
+    Take(book, false, proc, o.quiet, &out);
+    if (signals.signal() != 0) {
+      out.error = StrCat("stopped by signal ", signals.signal());
+      break;
+    }
+    if (book.Now() > o.timeout_s) {
+      out.error = StrCat("--timeout of ", o.timeout_s, " s passed");
+      break;
+    }
+    if (run.coordinator && run.coordinator->Wait(std::chrono::milliseconds(200)) >= 0) {
+      out.error = StrCat("the coordinator exited:\n",
+                         fedlgc::sim::LogTail(o.run_dir + "/coordinator.log", 5));
+      break;
+    }
+    if (!run.coordinator) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (out.error.empty() && run.failed == 0) FetchFinalModel(o, co, &book, metrics, run);
+  StopClients(run);
+  proc.Sample(book.Now());
+  Take(book, true, proc, o.quiet, &out);
+  if (out.error.empty() && run.failed > 0) {
+    out.error = StrCat(run.failed.load(), " clients failed; the first: ", run.first_error);
+  }
+  return out;
+}
+
+json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& out,
+             const ProcSampler& proc, const Run& run, double wall) {
+  uint64_t cuts = 0;
+  for (const auto& p : run.proxies) cuts += p->cuts();
+  rusage self{};
+  ::getrusage(RUSAGE_SELF, &self);
+  const double self_cpu = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 +
+                          self.ru_stime.tv_sec + self.ru_stime.tv_usec / 1e6;
+  const bool ok = out.error.empty() && out.failed_checks == 0 && out.rounds > 0;
+  if (out.error.empty() && out.rounds == 0) std::fprintf(stderr, "fedlgc-load: no round ran\n");
+  std::printf(
+      "%s: %llu rounds, %llu checked (%llu receipts) | coordinator peak RSS %.0f MB, %.1f CPU s, "
+      "%d threads | fedlgc-load %.0f MB, %.1f CPU s | %llu link cuts | %.1f s\n",
+      ok ? "every update counted exactly once" : "FAILED",
+      static_cast<unsigned long long>(out.rounds), static_cast<unsigned long long>(out.checked),
+      static_cast<unsigned long long>(out.receipts), proc.peak_rss_mb(), proc.cpu_seconds(),
+      proc.max_threads(), self.ru_maxrss / 1024.0, self_cpu, static_cast<unsigned long long>(cuts),
+      wall);
+  return json{{"ok", ok},
+              {"error", out.error},
+              {"rounds", out.rounds},
+              {"rounds_checked", out.checked},
+              {"receipts", out.receipts},
+              {"coordinator_peak_rss_mb", proc.peak_rss_mb()},
+              {"coordinator_cpu_seconds", proc.cpu_seconds()},
+              {"coordinator_max_threads", proc.max_threads()},
+              {"load_peak_rss_mb", self.ru_maxrss / 1024.0},
+              {"load_cpu_seconds", self_cpu},
+              {"link_cuts", cuts},
+              {"wall_seconds", wall},
+              {"config",
+               {{"clients", o.clients},
+                {"think_seconds", o.think_s},
+                {"codec", co.plan.codec},
+                {"fraction", co.fraction},
+                {"rounds", co.rounds},
+                {"model", co.model},
+                {"link", o.link},
+                {"server", o.server.empty() ? "own" : o.server}}}};
+}
+
+}  // namespace
+
+namespace {
+
+// The options as a whole, and the run folder.
+absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
+                    const fedlgc::modes::ModeOptions& mo) {
+  // The quorum is also the fewest participants a round asks: with a fraction, it is that
+  // share of the clients (rounds may open before every client has joined).
+  if (app.count("--min-clients") == 0) {
+    co->min_clients = std::max<uint32_t>(
+        1, static_cast<uint32_t>(std::ceil(co->fraction * o->clients - 1e-9)));
+  }
+  if (!o->server.empty() && !o->insecure && o->certs.empty()) {
+    return absl::InvalidArgumentError(
+        "--server needs --certs (its CA, to issue client certificates) or --insecure");
+  }
+  if (o->check && mo.fedavg.server_momentum != 0) {
+    return absl::InvalidArgumentError(
+        "--check needs --server-momentum 0 (with momentum a round's step is not its mean); "
+        "pass --check=false");
+  }
+  if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-load", &o->run_dir); !st.ok())
+    return st;
+  std::error_code ec;
+  if (o->server.empty() && !std::filesystem::is_empty(o->run_dir + "/coordinator", ec) && !ec) {
+    return absl::FailedPreconditionError(
+        StrCat(o->run_dir, " holds the state of an earlier job: give a new --state-dir"));
+  }
+  return absl::OkStatus();
+}
+
+// Launches, follows and reports the run; the exit code.
+int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
+            const fedlgc::modes::ModeOptions& mo, const fedlgc::core::StopOnSignals& signals) {
+  RaiseFileLimit();
+  fedlgc::monitoring::Metrics metrics;
+  if (!o.metrics_listen.empty()) {
+    if (absl::Status st = metrics.Serve(o.metrics_listen); !st.ok()) return Fail(st.ToString());
+  }
+  LoadBook book(o.check, mo.fedavg.server_lr);
+  Run run;
+  if (absl::Status st = Launch(o, co, mo, &book, &metrics, &run); !st.ok()) {
+    StopClients(run);
+    return Fail(std::string(st.message()));
+  }
+  if (!o.quiet) PrintHeader(o, co, run.server);
+  ProcSampler proc(run.coordinator ? run.coordinator->pid() : o.server_pid);
+  const Outcome out = Follow(o, co, book, &metrics, run, proc, signals);
+  if (run.coordinator) {
+    run.coordinator->Kill(SIGTERM);
+    if (run.coordinator->Wait(std::chrono::seconds(20)) < 0) run.coordinator->Kill(SIGKILL);
+  }
+  json report{{"rounds", out.rows}, {"summary", Summary(o, co, out, proc, run, book.Now())}};
+  if (!out.error.empty()) Fail(out.error);
+  if (!o.report.empty()) {
+    if (absl::Status st = fedlgc::core::AtomicWriteFile(o.report, report.dump(1) + "\n");
+        !st.ok())
+      return Fail(st.ToString());
+    std::printf("report: %s\n", o.report.c_str());
+  }
+  return report["summary"]["ok"].get<bool>() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  LoadOptions o;
+  CoordinatorOptions co;
+  co.rounds = 5;
+  co.plan.codec = "qsgd(bits=4)";
+  co.round_timeout_s = 600;
+  fedlgc::modes::ModeOptions mo;
+  CLI::App app("Emulates N edge clients over the real protocol against one coordinator.",
+               "fedlgc-load");
+  fedlgc::core::AddCommonFlags(app);
+  AddLoadFlags(app, &o);
+  fedlgc::sim::AddJobFlags(app, &co, &mo);
+  if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  const fedlgc::core::StopOnSignals signals([] {});
+  if (absl::Status st = Settle(app, &o, &co, mo); !st.ok()) return Fail(std::string(st.message()));
+  return RunLoad(o, co, mo, signals);
+}

@@ -1,0 +1,116 @@
+// fedlgc-load as a person runs it: emulated clients over mTLS against a coordinator it
+// starts, each round's aggregate checked against what the clients sent. Sampled rounds
+// (fraction), links that cut connections mid-transfer (the clients resume), a server lr
+// the check follows, and a coordinator already running (--server, --certs).
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/harness.h"
+
+namespace fedlgc::testing {
+namespace {
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+struct LoadRun {
+  int code = -1;
+  nlohmann::json report;
+};
+
+// A small job: an MLP, synthetic test data, short think times.
+LoadRun RunLoad(const std::string& dir, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {BinPath("fedlgc-load"), "--model",   "mlp",
+                                   "--data",               "synthetic:256", "--think",
+                                   "0.05",                 "--state-dir", dir + "/run",
+                                   "--report",             dir + "/report.json", "--quiet"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  ChildProcess load(argv, dir + "/load.log");
+  LoadRun r;
+  r.code = load.Wait(std::chrono::seconds(240));
+  if (r.code < 0) load.Kill(SIGKILL);
+  r.report = ReadJson(dir + "/report.json");
+  return r;
+}
+
+// Every round settled, checked and counted each started client's update exactly once.
+void ExpectEveryRoundChecked(const nlohmann::json& report, uint32_t rounds, uint32_t per_round) {
+  ASSERT_TRUE(report.is_object());
+  ASSERT_EQ(report["rounds"].size(), rounds);
+  for (const auto& r : report["rounds"]) {
+    EXPECT_EQ(r["started"], per_round) << r.dump();
+    EXPECT_EQ(r["receipts"], per_round) << r.dump();
+    EXPECT_EQ(r["participants"], per_round) << r.dump();
+    EXPECT_EQ(r["counted_chunks"], r["chunks"]) << r.dump();
+    EXPECT_TRUE(r["check"]["made"].get<bool>() && r["check"]["ok"].get<bool>()) << r.dump();
+    EXPECT_GT(r["check"]["coordinates"].get<uint64_t>(), 100000u);
+  }
+  EXPECT_TRUE(report["summary"]["ok"].get<bool>());
+  EXPECT_EQ(report["summary"]["receipts"], rounds * per_round);
+  EXPECT_GT(report["summary"]["coordinator_peak_rss_mb"].get<double>(), 10);
+}
+
+TEST(FedlgcLoad, SampledRoundsCountEveryUpdateOnce) {
+  const std::string dir = FreshDir("load_sampled");
+  const LoadRun r = RunLoad(dir, {"--clients", "16", "--rounds", "3", "--fraction", "0.5",
+                                  "--server-lr", "0.5", "--chunk-bytes", "20000"});
+  EXPECT_EQ(r.code, 0);
+  ExpectEveryRoundChecked(r.report, 3, 8);
+  for (const auto& round : r.report["rounds"]) {
+    EXPECT_GT(round["chunks"].get<uint64_t>(), 8u * 3) << "updates travel in several chunks";
+  }
+}
+
+TEST(FedlgcLoad, CutConnectionsResumeAndStillCountOnce) {
+  const std::string dir = FreshDir("load_cuts");
+  // About one cut per MiB a connection carries: most downloads and some uploads break.
+  const LoadRun r = RunLoad(dir, {"--clients", "6", "--rounds", "3", "--link", "cut=0.7"});
+  EXPECT_EQ(r.code, 0);
+  ExpectEveryRoundChecked(r.report, 3, 6);
+  EXPECT_GT(r.report["summary"]["link_cuts"].get<uint64_t>(), 0u);
+}
+
+TEST(FedlgcLoad, DrivesACoordinatorAlreadyRunning) {
+  const std::string dir = FreshDir("load_server");
+  const std::string certs = MakeCerts(dir, 0);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.model = "mlp";
+  o.test_data = "synthetic:256";
+  o.rounds = 2;
+  o.min_clients = 5;
+  const int port = FreePort();
+  std::vector<std::string> argv = CoordinatorArgv(o, port);
+  // The final model stays downloadable a while after the last round (the last check).
+  argv.insert(argv.end(), {"--eval-every=0", "--linger=20"});
+  ChildProcess coordinator(argv, dir + "/coordinator.log");
+  const LoadRun r =
+      RunLoad(dir, {"--clients", "5", "--server", "127.0.0.1:" + std::to_string(port), "--certs",
+                    certs, "--server-pid", std::to_string(coordinator.pid())});
+  EXPECT_EQ(r.code, 0);
+  ExpectEveryRoundChecked(r.report, 2, 5);
+  coordinator.Kill(SIGTERM);
+  coordinator.Wait(std::chrono::seconds(20));
+}
+
+TEST(FedlgcLoad, RefusesARunFolderWithAnEarlierJob) {
+  const std::string dir = FreshDir("load_reused");
+  std::filesystem::create_directories(dir + "/run/coordinator");
+  std::ofstream(dir + "/run/coordinator/checkpoint.bin") << "x";
+  const LoadRun r = RunLoad(dir, {"--clients", "2", "--rounds", "1"});
+  EXPECT_EQ(r.code, 1);
+  std::ifstream log(dir + "/load.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("holds the state of an earlier job"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace fedlgc::testing

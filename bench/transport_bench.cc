@@ -212,6 +212,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "repetitions (medians are reported)");
   app.add_option("--json", json, "write results as JSON here");
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::core::InitProcess();
   const size_t total = size_t{mb} << 20, chunk = size_t{chunk_kb} << 10;
 
   // Certificates for the mTLS case.

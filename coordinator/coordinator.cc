@@ -216,8 +216,10 @@ std::vector<std::string> Coordinator::WaitForParticipants() {
   std::sort(connected.begin(), connected.end());
   std::mt19937_64 rng(o.seed ^ (engine_->current_round() * 0x9E3779B97F4A7C15ull));
   std::shuffle(connected.begin(), connected.end(), rng);
+  // --fraction of the connected clients, at least one: --min-clients is how many must be
+  // connected, not how many are asked.
   const size_t want = std::max<size_t>(
-      o.min_clients, static_cast<size_t>(std::ceil(o.fraction * connected.size())));
+      1, static_cast<size_t>(std::ceil(o.fraction * static_cast<double>(connected.size()) - 1e-9)));
   connected.resize(std::min(want, connected.size()));
   return connected;
 }

@@ -34,7 +34,7 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
                 "(push-sum gossip)");
   g->add_option("--rounds", o->rounds, "rounds to run");
   g->add_option("--min-clients", o->min_clients, "connected clients needed to open a round");
-  g->add_option("--fraction", o->fraction, "share of connected clients asked per round");
+  g->add_option("--fraction", o->fraction, "share of the connected clients asked per round (at least one)");
   g->add_option("--round-timeout", o->round_timeout_s,
                 "seconds before a round closes with what arrived");
   g->add_option("--max-client-weight", o->max_client_weight,

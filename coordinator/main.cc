@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   coord::AddCoordinatorFlags(app, &o);
   fedlgc::modes::AddModeFlags(app, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::core::InitProcess();
   auto mode = o.JobMode();
   if (!mode.ok()) return Fail(mode.status());
   auto c = coord::Coordinator::Create(o, [&](const coord::DriverEnv& env) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+
 namespace fedlgc::core {
 
 const char* Version() { return FEDLGC_VERSION; }
@@ -20,6 +22,8 @@ void AddCommonFlags(CLI::App& app) {
 }
 
 void CaptureDefaults(CLI::App& app) { app.option_defaults()->always_capture_default(); }
+
+void InitProcess() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
 
 std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv) {
   // CLI11 reads "--name=" as "--name" and takes the next argument as its value; it means an

@@ -18,6 +18,12 @@ namespace fedlgc::core {
 // fedlgc's version (the CMake project version).
 const char* Version();
 
+// What every fedlgc binary sets for its whole process before it starts work: absl's mutex
+// deadlock detection off. Debian builds abseil with it on (no NDEBUG), and gRPC's own
+// locks are absl mutexes: with thousands of connections the lock graph it keeps costs
+// more CPU than the work (measured with fedlgc-load: docs/scale.md).
+void InitProcess();
+
 // Sets up --config (unknown keys in the file are errors) and --version on `app`, and
 // CaptureDefaults.
 void AddCommonFlags(CLI::App& app);

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   fedlgc::core::AddCommonFlags(app);
   fedlgc::edge_client::AddEdgeClientFlags(app, &o);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::core::InitProcess();
   auto c = fedlgc::edge_client::EdgeClient::Create(o, &fedlgc::modes::MakeClientMode);
   if (!c.ok()) {
     std::fprintf(stderr, "fedlgc-edge %s: %s\n", o.client_id.c_str(),

@@ -115,6 +115,10 @@ std::shared_ptr<protos::Coordinator::StubInterface> Transport::NewStub() {
 
 void Transport::Stop() {
   stop_ = true;
+  {
+    absl::MutexLock lock(&sleep_mu_);
+    sleep_stop_ = true;
+  }
   absl::MutexLock lock(&events_mu_);
   if (events_ctx_ != nullptr) events_ctx_->TryCancel();
 }
@@ -136,11 +140,10 @@ void Transport::Backoff(int attempt) {
 }
 
 void Transport::Sleep(double seconds) {
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  while (!stop_ && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // Woken by Stop(), not by polling: fedlgc-load runs thousands of transports in one
+  // process, and a poll every few milliseconds each costs more than their work.
+  absl::MutexLock lock(&sleep_mu_);
+  sleep_mu_.AwaitWithTimeout(absl::Condition(&sleep_stop_), absl::Seconds(seconds));
 }
 
 uint64_t Transport::NewUpdateId() { return rng_() | 1; }
@@ -155,7 +158,10 @@ absl::StatusOr<protos::JoinReply> Transport::Join(const protos::JoinRequest& req
   auto stub = NewStub();
   protos::JoinReply reply;
   grpc::ClientContext ctx;
-  PrepareContext(&ctx, 10);
+  // The first call on a channel also connects it (TCP and TLS): a coordinator that
+  // thousands of clients join at once needs a while for every handshake, and a client that
+  // gave up early only adds another.
+  PrepareContext(&ctx, options_.call_timeout_s);
   const auto t0 = std::chrono::steady_clock::now();
   const grpc::Status st = stub->Join(&ctx, request, &reply);
   if (!st.ok()) return FromGrpc(st, "join");

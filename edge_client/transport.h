@@ -139,6 +139,8 @@ class Transport {
   std::mt19937_64 rng_;
   double min_rtt_ms_ = 0;
   std::atomic<bool> stop_{false};
+  absl::Mutex sleep_mu_;  // Sleep waits on sleep_stop_
+  bool sleep_stop_ ABSL_GUARDED_BY(sleep_mu_) = false;
   absl::Mutex events_mu_;  // guards events_ctx_ against Stop()
   grpc::ClientContext* events_ctx_ ABSL_GUARDED_BY(events_mu_) = nullptr;
 };

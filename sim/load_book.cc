@@ -145,6 +145,26 @@ void LoadBook::Receipt(uint64_t round, uint32_t client, uint32_t /*chunk_count*/
   }
 }
 
+void LoadBook::Broke(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  auto& [n, first] = breaks_[absl::StatusCodeToString(status.code())];
+  if (n++ == 0) first = std::string(status.message());
+}
+
+std::map<std::string, std::string> LoadBook::Breaks() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, std::string> out;
+  for (const auto& [code, b] : breaks_) out[code] = StrCat(b.first, " (first: ", b.second, ")");
+  return out;
+}
+
+uint64_t LoadBook::breaks() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t n = 0;
+  for (const auto& [code, b] : breaks_) n += b.first;
+  return n;
+}
+
 uint64_t LoadBook::last_version() const {
   absl::MutexLock lock(&mu_);
   return last_version_;

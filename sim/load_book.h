@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
 namespace fedlgc::sim {
@@ -88,6 +89,12 @@ class LoadBook {
   // A receipt, with the decoded values of the chunks it counted.
   void Receipt(uint64_t round, uint32_t client, uint32_t chunk_count,
                const std::vector<CountedChunk>& counted);
+  // A client's join or event stream broke with `status` (it reconnects).
+  void Broke(const absl::Status& status);
+  // Breaks so far by status code ("UNAVAILABLE: 12 (first: ...)").
+  std::map<std::string, std::string> Breaks() const;
+  uint64_t breaks() const;
+
   // The last model version any round started with (0: none yet).
   uint64_t last_version() const;
 
@@ -119,6 +126,8 @@ class LoadBook {
   std::map<uint64_t, std::vector<float>> models_ ABSL_GUARDED_BY(mu_);
   uint64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t taken_ ABSL_GUARDED_BY(mu_) = 0;  // rounds up to this one were taken
+  // By status code: how many, and the first message.
+  std::map<std::string, std::pair<uint64_t, std::string>> breaks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fedlgc::sim

@@ -59,6 +59,7 @@ absl::Status LoadClient::Run() {
       if (st.ok()) attempt = 0;  // a clean end of stream: reconnect promptly
     }
     if (!st.ok() && Permanent(st)) return st;
+    if (!st.ok() && !transport_.stopped()) book_->Broke(st);
     transport_.Backoff(attempt++);
   }
   return absl::CancelledError("stopped");
@@ -130,6 +131,7 @@ absl::StatusOr<std::optional<edge_client::PendingUpdate>> LoadClient::Prepare(
     if (!model.ok()) return model.status();
     book_->Model(start.model_version(), *std::move(model));
   }
+  std::string().swap(*bytes);  // thousands of clients think at once: hold no model meanwhile
   const double j = options_.think_jitter;
   transport_.Sleep(options_.think_s *
                    std::uniform_real_distribution<double>(1 - j, 1 + j)(think_rng_));

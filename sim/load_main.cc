@@ -447,7 +447,7 @@ Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& boo
 }
 
 json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& out,
-             const ProcSampler& proc, const Run& run, double wall) {
+             const ProcSampler& proc, const Run& run, const LoadBook& book, double wall) {
   uint64_t cuts = 0;
   for (const auto& p : run.proxies) cuts += p->cuts();
   rusage self{};
@@ -458,12 +458,13 @@ json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& 
   if (out.error.empty() && out.rounds == 0) std::fprintf(stderr, "fedlgc-load: no round ran\n");
   std::printf(
       "%s: %llu rounds, %llu checked (%llu receipts) | coordinator peak RSS %.0f MB, %.1f CPU s, "
-      "%d threads | fedlgc-load %.0f MB, %.1f CPU s | %llu link cuts | %.1f s\n",
+      "%d threads | fedlgc-load %.0f MB, %.1f CPU s | %llu link cuts, %llu reconnects | %.1f s\n",
       ok ? "every update counted exactly once" : "FAILED",
       static_cast<unsigned long long>(out.rounds), static_cast<unsigned long long>(out.checked),
       static_cast<unsigned long long>(out.receipts), proc.peak_rss_mb(), proc.cpu_seconds(),
       proc.max_threads(), self.ru_maxrss / 1024.0, self_cpu, static_cast<unsigned long long>(cuts),
-      wall);
+      static_cast<unsigned long long>(book.breaks()), wall);
+  for (const auto& [code, what] : book.Breaks()) std::printf("  %s: %s\n", code.c_str(), what.c_str());
   return json{{"ok", ok},
               {"error", out.error},
               {"rounds", out.rounds},
@@ -475,6 +476,8 @@ json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& 
               {"load_peak_rss_mb", self.ru_maxrss / 1024.0},
               {"load_cpu_seconds", self_cpu},
               {"link_cuts", cuts},
+              {"reconnects", book.breaks()},
+              {"reconnects_by_code", book.Breaks()},
               {"wall_seconds", wall},
               {"config",
                {{"clients", o.clients},
@@ -494,12 +497,8 @@ namespace {
 // The options as a whole, and the run folder.
 absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
                     const fedlgc::modes::ModeOptions& mo) {
-  // The quorum is also the fewest participants a round asks: with a fraction, it is that
-  // share of the clients (rounds may open before every client has joined).
-  if (app.count("--min-clients") == 0) {
-    co->min_clients = std::max<uint32_t>(
-        1, static_cast<uint32_t>(std::ceil(co->fraction * o->clients - 1e-9)));
-  }
+  // Rounds open once every emulated client is connected (--fraction samples them).
+  if (app.count("--min-clients") == 0) co->min_clients = o->clients;
   if (!o->server.empty() && !o->insecure && o->certs.empty()) {
     return absl::InvalidArgumentError(
         "--server needs --certs (its CA, to issue client certificates) or --insecure");
@@ -540,7 +539,7 @@ int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
     run.coordinator->Kill(SIGTERM);
     if (run.coordinator->Wait(std::chrono::seconds(20)) < 0) run.coordinator->Kill(SIGKILL);
   }
-  json report{{"rounds", out.rows}, {"summary", Summary(o, co, out, proc, run, book.Now())}};
+  json report{{"rounds", out.rows}, {"summary", Summary(o, co, out, proc, run, book, book.Now())}};
   if (!out.error.empty()) Fail(out.error);
   if (!o.report.empty()) {
     if (absl::Status st = fedlgc::core::AtomicWriteFile(o.report, report.dump(1) + "\n");
@@ -566,6 +565,7 @@ int main(int argc, char** argv) {
   AddLoadFlags(app, &o);
   fedlgc::sim::AddJobFlags(app, &co, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::core::InitProcess();
   const fedlgc::core::StopOnSignals signals([] {});
   if (absl::Status st = Settle(app, &o, &co, mo); !st.ok()) return Fail(std::string(st.message()));
   return RunLoad(o, co, mo, signals);

@@ -566,6 +566,7 @@ int main(int argc, char** argv) {
   AddSimFlags(app, &s);
   fedlgc::sim::AddJobFlags(app, &co, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::core::InitProcess();
   // Follow sees the signal and stops the federation.
   const fedlgc::core::StopOnSignals signals([] {});
   if (s.clients == 0) return Fail("--clients must be >= 1");

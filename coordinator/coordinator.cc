@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
+  c->metrics_->SetMaxClientSeries(o.max_client_series);
   JobInfo job{StrCat("fedlgc-", o.model), o.model, dim, o.rounds};
   ServiceOptions so;
   so.insecure = o.insecure;

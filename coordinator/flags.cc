@@ -114,6 +114,9 @@ void AddServiceFlags(CLI::App& app, CoordinatorOptions* o) {
                 "cancelled");
   g->add_option("--linger", o->linger_s,
                 "seconds to keep serving /metrics after the last round (for a last scrape)");
+  g->add_option("--max-client-series", o->max_client_series,
+                "clients with per-client metric series of their own (the first to join); the "
+                "others' counters add up under client=\"_other\" (0: every client)");
   g->add_option("--ratio-target", o->ratio_target,
                 "compression ratio the job should reach; exported for alerting (0: none)");
 }

@@ -42,6 +42,7 @@ struct CoordinatorOptions {
   std::string mode = "fedavg";
   double ratio_target = 0;                  // exported for the compression-ratio alert; 0: none
   double linger_s = 0;                      // seconds to keep serving /metrics after the last round
+  uint32_t max_client_series = 1000;        // clients with metric series of their own (0: all)
   uint32_t eval_every = 1;                  // 0: never
   uint64_t eval_limit = 0;                  // test examples (0 = all)
   std::string test_data = "fashion-mnist";  // or "synthetic:N"

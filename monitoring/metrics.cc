@@ -193,21 +193,21 @@ int Metrics::port() const {
 
 void Metrics::AddUplink(const std::string& client, const std::string& codec, uint64_t wire,
                         uint64_t raw) {
-  uplink_wire_.Add({{"client", client}, {"codec", codec}}).Increment(static_cast<double>(wire));
-  uplink_raw_.Add({{"client", client}, {"codec", codec}}).Increment(static_cast<double>(raw));
+  uplink_wire_.Add({{"client", CounterClient(client)}, {"codec", codec}}).Increment(static_cast<double>(wire));
+  uplink_raw_.Add({{"client", CounterClient(client)}, {"codec", codec}}).Increment(static_cast<double>(raw));
 }
 
 void Metrics::AddDownlink(const std::string& client, uint64_t wire, uint64_t raw) {
-  downlink_wire_.Add({{"client", client}}).Increment(static_cast<double>(wire));
-  downlink_raw_.Add({{"client", client}}).Increment(static_cast<double>(raw));
+  downlink_wire_.Add({{"client", CounterClient(client)}}).Increment(static_cast<double>(wire));
+  downlink_raw_.Add({{"client", CounterClient(client)}}).Increment(static_cast<double>(raw));
 }
 
 void Metrics::AddChunks(const std::string& client, const std::string& result, uint64_t n) {
-  chunks_.Add({{"client", client}, {"result", result}}).Increment(static_cast<double>(n));
+  chunks_.Add({{"client", CounterClient(client)}, {"result", result}}).Increment(static_cast<double>(n));
 }
 
 void Metrics::AddResume(const std::string& client, const std::string& stream) {
-  resumes_.Add({{"client", client}, {"stream", stream}}).Increment();
+  resumes_.Add({{"client", CounterClient(client)}, {"stream", stream}}).Increment();
 }
 
 void Metrics::AddRejected(RejectReason reason) {
@@ -222,6 +222,7 @@ void Metrics::ObserveDecodeSeconds(double s) {
 }
 
 void Metrics::SetTrainLoss(const std::string& client, double loss) {
+  if (!OwnSeries(client)) return;
   train_loss_.Add({{"client", client}}).Set(loss);
 }
 
@@ -261,15 +262,17 @@ void Metrics::SetRoundBytes(const std::string& direction, const std::string& kin
 }
 
 void Metrics::SetClientLastRound(const std::string& client, uint64_t round) {
+  if (!OwnSeries(client)) return;
   client_last_round_.Add({{"client", client}}).Set(static_cast<double>(round));
 }
 
 void Metrics::SetLsgdLeader(const std::string& client, bool leader) {
+  if (!OwnSeries(client)) return;
   lsgd_leader_.Add({{"client", client}}).Set(leader ? 1.0 : 0.0);
 }
 
 void Metrics::AddOverlappedPeriod(const std::string& client) {
-  overlapped_periods_.Add({{"client", client}}).Increment();
+  overlapped_periods_.Add({{"client", CounterClient(client)}}).Increment();
 }
 
 void Metrics::SetSgpConsensusDistance(double distance) {
@@ -287,15 +290,15 @@ void Metrics::SetQuarantined(const std::string& client) {
 }
 
 void Metrics::AddSkippedRound(const std::string& client, const std::string& reason) {
-  skipped_rounds_.Add({{"client", client}, {"reason", reason}}).Increment();
+  skipped_rounds_.Add({{"client", CounterClient(client)}, {"reason", reason}}).Increment();
 }
 
 void Metrics::AddModelDownload(const std::string& client, const std::string& kind) {
-  model_downloads_.Add({{"client", client}, {"kind", kind}}).Increment();
+  model_downloads_.Add({{"client", CounterClient(client)}, {"kind", kind}}).Increment();
 }
 
 void Metrics::AddDownlinkFallback(const std::string& client, const std::string& reason) {
-  downlink_fallbacks_.Add({{"client", client}, {"reason", reason}}).Increment();
+  downlink_fallbacks_.Add({{"client", CounterClient(client)}, {"reason", reason}}).Increment();
 }
 
 void Metrics::SetOpenCalls(size_t open) { open_calls_.Add({}).Set(static_cast<double>(open)); }
@@ -307,23 +310,38 @@ void Metrics::AddClipped(int updates, double bound) {
   clip_bound_.Add({}).Set(bound);
 }
 
+void Metrics::SetMaxClientSeries(size_t max) {
+  absl::MutexLock lock(&clients_mu_);
+  max_client_series_ = max;
+}
+
+std::string Metrics::CounterClient(const std::string& client) {
+  absl::MutexLock lock(&clients_mu_);
+  if (max_client_series_ == 0 || own_series_.count(client)) return client;
+  if (own_series_.size() < max_client_series_) {
+    own_series_.insert(client);
+    return client;
+  }
+  return "_other";
+}
+
 void Metrics::JoinClient(const std::string& client, uint64_t current_round) {
   InitClient(client);
-  if (!client_last_round_.Has({{"client", client}})) {
+  if (OwnSeries(client) && !client_last_round_.Has({{"client", client}})) {
     SetClientLastRound(client, current_round > 0 ? current_round - 1 : 0);
   }
 }
 
 void Metrics::InitClient(const std::string& client) {
   for (const char* result : {"sent", "retransmitted", "counted", "lost"}) {
-    chunks_.Add({{"client", client}, {"result", result}});
+    chunks_.Add({{"client", CounterClient(client)}, {"result", result}});
   }
   for (const char* stream : {"upload", "download", "events"}) {
-    resumes_.Add({{"client", client}, {"stream", stream}});
+    resumes_.Add({{"client", CounterClient(client)}, {"stream", stream}});
   }
-  skipped_rounds_.Add({{"client", client}, {"reason", "nonfinite"}});
+  skipped_rounds_.Add({{"client", CounterClient(client)}, {"reason", "nonfinite"}});
   for (const char* reason : {"mismatch", "malformed"}) {
-    downlink_fallbacks_.Add({{"client", client}, {"reason", reason}});
+    downlink_fallbacks_.Add({{"client", CounterClient(client)}, {"reason", reason}});
   }
 }
 

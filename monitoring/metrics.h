@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,12 @@ class Metrics {
   Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
+
+  // Per-client series: only the first `max` clients to appear get series of their own;
+  // the others' counters add up under client="_other" and they have no per-client gauges
+  // (training loss, last round, LSGD leader). Quarantine gauges are always per client.
+  // 0 (the default): every client.
+  void SetMaxClientSeries(size_t max);
 
   // Starts the HTTP exposer on `address` ("127.0.0.1:0" picks a free port).
   absl::Status Serve(const std::string& address);
@@ -96,6 +103,14 @@ class Metrics {
   void InitRejectReasons();
 
  private:
+  // The client label of a counter: the client, or "_other" past the limit.
+  std::string CounterClient(const std::string& client);
+  // Whether the client has series of its own (gauges are set only then).
+  bool OwnSeries(const std::string& client) { return CounterClient(client) == client; }
+
+  absl::Mutex clients_mu_;
+  size_t max_client_series_ ABSL_GUARDED_BY(clients_mu_) = 0;
+  std::set<std::string> own_series_ ABSL_GUARDED_BY(clients_mu_);
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>& uplink_wire_;

@@ -77,7 +77,7 @@ void LoadBook::Started(uint64_t round, uint64_t model_version, uint32_t client) 
   }
   ClientRound& c = r.clients[client];
   if (c.started < 0) c.started = now;
-  last_version_ = std::max(last_version_, model_version);
+  last_version_ = std::max(last_version_.value_or(0), model_version);
 }
 
 void LoadBook::Downloaded(uint64_t round, uint32_t client, uint64_t bytes, double seconds) {
@@ -165,7 +165,7 @@ uint64_t LoadBook::breaks() const {
   return n;
 }
 
-uint64_t LoadBook::last_version() const {
+std::optional<uint64_t> LoadBook::last_version() const {
   absl::MutexLock lock(&mu_);
   return last_version_;
 }
@@ -220,7 +220,8 @@ std::vector<RoundFigures> LoadBook::TakeSettled(bool final) {
     rounds_.erase(it);
   }
   // Models older than the oldest round still open are needed no more.
-  const uint64_t keep = rounds_.empty() ? last_version_ : rounds_.begin()->second.model_version;
+  const uint64_t keep =
+      rounds_.empty() ? last_version_.value_or(0) : rounds_.begin()->second.model_version;
   models_.erase(models_.begin(), models_.lower_bound(keep));
   return out;
 }

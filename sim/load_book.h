@@ -95,8 +95,8 @@ class LoadBook {
   std::map<std::string, std::string> Breaks() const;
   uint64_t breaks() const;
 
-  // The last model version any round started with (0: none yet).
-  uint64_t last_version() const;
+  // The last model version any round started with; nullopt before the first round.
+  std::optional<uint64_t> last_version() const;
 
   // The rounds settled since the last call, in order: each has every receipt of a client
   // that started it and the model after it. With `final`, every round left, settled or not.
@@ -124,7 +124,7 @@ class LoadBook {
   mutable absl::Mutex mu_;
   std::map<uint64_t, Round> rounds_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::vector<float>> models_ ABSL_GUARDED_BY(mu_);
-  uint64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<uint64_t> last_version_ ABSL_GUARDED_BY(mu_);
   uint64_t taken_ ABSL_GUARDED_BY(mu_) = 0;  // rounds up to this one were taken
   // By status code: how many, and the first message.
   std::map<std::string, std::pair<uint64_t, std::string>> breaks_ ABSL_GUARDED_BY(mu_);

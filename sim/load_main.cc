@@ -381,8 +381,9 @@ absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
 // version is served: the one after the last round started with).
 void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBook* book,
                      fedlgc::monitoring::Metrics* metrics, const Run& run) {
-  const uint64_t version = book->last_version() + 1;
-  if (!o.check || book->last_version() == 0 || !book->WantsModel(version)) return;
+  const std::optional<uint64_t> last = book->last_version();
+  if (!o.check || !last || !book->WantsModel(*last + 1)) return;
+  const uint64_t version = *last + 1;
   fedlgc::sim::LoadClientOptions c =
       ClientOptions(o, o.certs.empty() ? o.run_dir + "/certs" : o.certs, run.server, 0, co.seed);
   fedlgc::edge_client::Transport t(c.transport, metrics);
@@ -523,6 +524,7 @@ int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
             const fedlgc::modes::ModeOptions& mo, const fedlgc::core::StopOnSignals& signals) {
   RaiseFileLimit();
   fedlgc::monitoring::Metrics metrics;
+  metrics.SetMaxClientSeries(100);  // the emulated clients' own counters, bounded
   if (!o.metrics_listen.empty()) {
     if (absl::Status st = metrics.Serve(o.metrics_listen); !st.ok()) return Fail(st.ToString());
   }

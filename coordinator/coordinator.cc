@@ -200,6 +200,12 @@ absl::Status Coordinator::Run() {
   return absl::OkStatus();
 }
 
+size_t Coordinator::MinParticipants() const {
+  size_t n = driver_->mode() == Mode::kSgp ? 2 : 1;
+  if (auto robust = options_.Robust(); robust.ok()) n = std::max(n, robust->MinUpdates());
+  return n;
+}
+
 std::vector<std::string> Coordinator::WaitForParticipants() {
   const CoordinatorOptions& o = options_;
   std::vector<std::string> connected;
@@ -217,10 +223,12 @@ std::vector<std::string> Coordinator::WaitForParticipants() {
   std::sort(connected.begin(), connected.end());
   std::mt19937_64 rng(o.seed ^ (engine_->current_round() * 0x9E3779B97F4A7C15ull));
   std::shuffle(connected.begin(), connected.end(), rng);
-  // --fraction of the connected clients, at least one: --min-clients is how many must be
-  // connected, not how many are asked.
+  // --fraction of the connected clients: --min-clients is how many must be connected, not
+  // how many are asked. At least what the job needs to mean anything: one client, the
+  // robust aggregator's fewest updates (Krum, Bulyan), two peers for SGP.
   const size_t want = std::max<size_t>(
-      1, static_cast<size_t>(std::ceil(o.fraction * static_cast<double>(connected.size()) - 1e-9)));
+      MinParticipants(),
+      static_cast<size_t>(std::ceil(o.fraction * static_cast<double>(connected.size()) - 1e-9)));
   connected.resize(std::min(want, connected.size()));
   return connected;
 }

@@ -68,6 +68,8 @@ class Coordinator final : private RoundHost {
   absl::Status RunRound();
   // The round's participants: a seeded sample of the connected clients, once a quorum
   // is connected (empty when stopped).
+  // The fewest clients a round asks when enough are connected (coordinator.cc).
+  size_t MinParticipants() const;
   std::vector<std::string> WaitForParticipants();
   // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
   absl::Status FinishRound(const CommitResult& commit, RoundReport rep);

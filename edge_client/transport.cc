@@ -121,6 +121,7 @@ void Transport::Stop() {
   }
   absl::MutexLock lock(&events_mu_);
   if (events_ctx_ != nullptr) events_ctx_->TryCancel();
+  if (join_ctx_ != nullptr) join_ctx_->TryCancel();
 }
 
 void Transport::PrepareContext(grpc::ClientContext* ctx, double timeout_s) const {
@@ -162,8 +163,17 @@ absl::StatusOr<protos::JoinReply> Transport::Join(const protos::JoinRequest& req
   // thousands of clients join at once needs a while for every handshake, and a client that
   // gave up early only adds another.
   PrepareContext(&ctx, options_.call_timeout_s);
+  {
+    absl::MutexLock lock(&events_mu_);
+    if (stop_) return absl::CancelledError("stopped");
+    join_ctx_ = &ctx;  // Stop() cancels a join that waits on a slow coordinator
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const grpc::Status st = stub->Join(&ctx, request, &reply);
+  {
+    absl::MutexLock lock(&events_mu_);
+    join_ctx_ = nullptr;
+  }
   if (!st.ok()) return FromGrpc(st, "join");
   NoteRoundTrip(t0);
   return reply;

@@ -71,7 +71,7 @@ class Transport {
   // A new channel when the current one is in TRANSIENT_FAILURE (gRPC's own reconnect
   // schedule can keep it down ~20 s after the coordinator is back); true if replaced.
   bool RefreshChannelIfDown();
-  // Cancels the event stream and every retry loop.
+  // Cancels the event stream, a join in flight, and every retry loop.
   void Stop();
   bool stopped() const { return stop_; }
 
@@ -141,8 +141,9 @@ class Transport {
   std::atomic<bool> stop_{false};
   absl::Mutex sleep_mu_;  // Sleep waits on sleep_stop_
   bool sleep_stop_ ABSL_GUARDED_BY(sleep_mu_) = false;
-  absl::Mutex events_mu_;  // guards events_ctx_ against Stop()
+  absl::Mutex events_mu_;  // guards events_ctx_ and join_ctx_ against Stop()
   grpc::ClientContext* events_ctx_ ABSL_GUARDED_BY(events_mu_) = nullptr;
+  grpc::ClientContext* join_ctx_ ABSL_GUARDED_BY(events_mu_) = nullptr;
 };
 
 }  // namespace fedlgc::edge_client

@@ -9,6 +9,7 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <filesystem>
 #include <memory>
 
@@ -105,10 +106,22 @@ absl::Status WriteClient(const std::string& dir, const std::string& id, X509* ca
   const std::string key_path = StrCat(dir, "/", id, ".key");
   if (absl::Status st = core::AtomicWriteFile(key_path, BioText(key_pem.get()), core::Durability::kVisible); !st.ok())
     return st;
-  ::chmod(key_path.c_str(), 0600);
   // The certificate last: its presence says the pair is complete.
   return core::AtomicWriteFile(StrCat(dir, "/", id, ".pem"), BioText(cert_pem.get()),
                                core::Durability::kVisible);
+}
+
+absl::Status IssueAll(const std::string& dir, const std::vector<std::string>& ids, X509* ca,
+                      EVP_PKEY* ca_key) {
+  for (const std::string& id : ids) {
+    if (!ValidId(id)) {
+      return absl::InvalidArgumentError(
+          StrCat("client id '", id, "' must be 1-64 characters of [A-Za-z0-9._-]"));
+    }
+    if (std::filesystem::exists(StrCat(dir, "/", id, ".pem"))) continue;
+    if (absl::Status st = WriteClient(dir, id, ca, ca_key); !st.ok()) return st;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -121,15 +134,11 @@ absl::Status IssueClientCertificates(const std::string& dir, const std::vector<s
   X509Ptr ca(PEM_read_bio_X509(ca_bio->get(), nullptr, nullptr, nullptr));
   KeyPtr ca_key(PEM_read_bio_PrivateKey(ca_key_bio->get(), nullptr, nullptr, nullptr));
   if (!ca || !ca_key) return absl::InvalidArgumentError(StrCat("cannot read the CA in ", dir));
-  for (const std::string& id : ids) {
-    if (!ValidId(id)) {
-      return absl::InvalidArgumentError(
-          StrCat("client id '", id, "' must be 1-64 characters of [A-Za-z0-9._-]"));
-    }
-    if (std::filesystem::exists(StrCat(dir, "/", id, ".pem"))) continue;
-    if (absl::Status st = WriteClient(dir, id, ca.get(), ca_key.get()); !st.ok()) return st;
-  }
-  return absl::OkStatus();
+  // Keys are written owner-only from the start (the folder may be anyone's).
+  const mode_t old_mask = ::umask(077);
+  absl::Status st = IssueAll(dir, ids, ca.get(), ca_key.get());
+  ::umask(old_mask);
+  return st;
 }
 
 }  // namespace fedlgc::sim

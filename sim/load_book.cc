@@ -116,6 +116,12 @@ void LoadBook::Uploaded(uint64_t round, uint32_t client, double seconds, uint64_
   c.uploaded = now;
 }
 
+void LoadBook::SentNothing(uint64_t round, uint32_t client) {
+  absl::MutexLock lock(&mu_);
+  auto it = rounds_.find(round);
+  if (it != rounds_.end()) it->second.clients[client].sent_nothing = true;
+}
+
 void LoadBook::Receipt(uint64_t round, uint32_t client, uint32_t /*chunk_count*/,
                        const std::vector<CountedChunk>& counted) {
   const double now = Now();
@@ -172,7 +178,7 @@ std::optional<uint64_t> LoadBook::last_version() const {
 
 bool LoadBook::SettledLocked(const Round& r) const {
   for (const auto& [client, c] : r.clients) {
-    if (!c.receipt) return false;
+    if (!c.receipt && !c.sent_nothing) return false;
   }
   return !check_ || (models_.count(r.model_version) && models_.count(r.model_version + 1));
 }
@@ -197,8 +203,10 @@ RoundFigures LoadBook::FinishLocked(uint64_t round, Round& r) {
   f.upload_p99 = Percentile(uploads, 0.99);
   if (!check_) return f;
   auto old_model = models_.find(r.model_version), new_model = models_.find(r.model_version + 1);
-  if (f.receipts < f.started) {
-    f.check.why = StrCat(f.started - f.receipts, " receipts never arrived");
+  uint32_t waited = 0;  // receipts the round waited for
+  for (const auto& [client, c] : r.clients) waited += c.receipt || !c.sent_nothing;
+  if (f.receipts < waited) {
+    f.check.why = StrCat(waited - f.receipts, " receipts never arrived");
   } else if (old_model == models_.end() || new_model == models_.end()) {
     f.check.why = StrCat("the model of version ",
                          old_model == models_.end() ? r.model_version : r.model_version + 1,

@@ -86,6 +86,9 @@ class LoadBook {
   bool WantsModel(uint64_t version) const;
   void Model(uint64_t version, std::vector<float> values);
   void Uploaded(uint64_t round, uint32_t client, double seconds, uint64_t bytes, uint32_t chunks);
+  // The client could not take part (the round moved on before its download): the round
+  // does not wait for its receipt, which the coordinator need not send again.
+  void SentNothing(uint64_t round, uint32_t client);
   // A receipt, with the decoded values of the chunks it counted.
   void Receipt(uint64_t round, uint32_t client, uint32_t chunk_count,
                const std::vector<CountedChunk>& counted);
@@ -107,6 +110,7 @@ class LoadBook {
     double started = -1, uploaded = -1;
     double download_s = -1, upload_s = -1;
     bool receipt = false;
+    bool sent_nothing = false;
   };
   struct Round {
     uint64_t model_version = 0;

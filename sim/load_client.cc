@@ -22,8 +22,9 @@ double Since(std::chrono::steady_clock::time_point t0) {
 
 // What a retry cannot fix: identity, configuration, a job these clients cannot run.
 bool Permanent(const absl::Status& st) {
+  // DATA_LOSS: a receipt that names chunks this client never sent.
   return absl::IsPermissionDenied(st) || absl::IsUnauthenticated(st) ||
-         absl::IsInvalidArgument(st) || absl::IsFailedPrecondition(st);
+         absl::IsInvalidArgument(st) || absl::IsFailedPrecondition(st) || absl::IsDataLoss(st);
 }
 
 }  // namespace
@@ -159,7 +160,11 @@ absl::Status LoadClient::OnRoundStart(const protos::RoundStart& start) {
   if (!pending_) {
     auto prepared = Prepare(start, deadline);
     if (!prepared.ok()) return prepared.status();
-    if (!prepared->has_value()) return absl::OkStatus();
+    if (!prepared->has_value()) {
+      // Nothing was sent: no receipt needs to come for the round to settle.
+      book_->SentNothing(start.round(), index_);
+      return absl::OkStatus();
+    }
     pending_ = **std::move(prepared);
   }
   const auto t0 = std::chrono::steady_clock::now();

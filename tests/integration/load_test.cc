@@ -101,6 +101,24 @@ TEST(FedlgcLoad, DrivesACoordinatorAlreadyRunning) {
   coordinator.Wait(std::chrono::seconds(20));
 }
 
+// The check holds for the means only: another aggregator is refused with it, and runs
+// without it (exit 0 once every round ran).
+TEST(FedlgcLoad, TheCheckNeedsAMeanAndRunsWithoutItReportUnchecked) {
+  const std::string dir = FreshDir("load_median");
+  const LoadRun refused = RunLoad(dir, {"--clients", "3", "--rounds", "1", "--aggregator", "median"});
+  EXPECT_EQ(refused.code, 1);
+  const LoadRun r = RunLoad(dir, {"--clients", "3", "--rounds", "2", "--aggregator", "median",
+                                  "--check=false", "--state-dir", dir + "/run2"});
+  EXPECT_EQ(r.code, 0);
+  ASSERT_TRUE(r.report.is_object());
+  ASSERT_EQ(r.report["rounds"].size(), 2u);
+  for (const auto& round : r.report["rounds"]) {
+    EXPECT_EQ(round["receipts"], 3);
+    EXPECT_FALSE(round["check"]["made"].get<bool>());
+  }
+  EXPECT_TRUE(r.report["summary"]["ok"].get<bool>());
+}
+
 TEST(FedlgcLoad, RefusesARunFolderWithAnEarlierJob) {
   const std::string dir = FreshDir("load_reused");
   std::filesystem::create_directories(dir + "/run/coordinator");

@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <unistd.h>
 #include <filesystem>
+#include <cstdio>
 #include <sstream>
 
 #include "codecs/str.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
 #include "core/cli.h"
+#include "nlohmann/json.hpp"
 
 namespace fedlgc::sim {
 namespace {
@@ -115,6 +117,48 @@ std::vector<RoundReport> NewRounds(const std::string& path, size_t have) {
     out.push_back(*std::move(r));
   }
   return out;
+}
+
+void TerminalLine::Show(const std::string& line) {
+  if (!enabled_ || line == shown_) return;
+  std::printf("\r\033[K%s", line.c_str());
+  std::fflush(stdout);
+  shown_ = line;
+}
+
+void TerminalLine::Clear() {
+  if (enabled_ && !shown_.empty()) std::printf("\r\033[K");
+  shown_.clear();
+}
+
+std::string ProgressLine(const nlohmann::json& p) {
+  const auto n = [&](const char* k) { return p.value(k, uint64_t{0}); };
+  if (p.value("state", "") == "waiting") {
+    return StrCat("waiting for clients: ", n("connected"), " of ", n("needed"), " connected (",
+                  static_cast<int>(p.value("waiting_seconds", 0.0)), " s)");
+  }
+  if (p.value("state", "") != "round") return "";
+  const uint64_t parts = n("participants"), down = n("downloaded"), up = n("uploaded"),
+                 sending = n("uploading");
+  const uint64_t training = down > up + sending ? down - up - sending : 0;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "round %llu/%llu: %llu/%llu downloaded, %llu training, %llu uploading, %llu/%llu "
+                "uploaded | down %.2f MB, up %.2f MB | %.1f s",
+                static_cast<unsigned long long>(n("round")),
+                static_cast<unsigned long long>(n("rounds")), static_cast<unsigned long long>(down),
+                static_cast<unsigned long long>(parts), static_cast<unsigned long long>(training),
+                static_cast<unsigned long long>(sending), static_cast<unsigned long long>(up),
+                static_cast<unsigned long long>(parts), n("down_bytes") / 1e6,
+                n("up_bytes") / 1e6, p.value("round_seconds", 0.0));
+  return line;
+}
+
+std::string ReadProgressLine(const std::string& coordinator_dir) {
+  auto text = core::ReadFileIfExists(coordinator_dir + "/progress.json");
+  if (!text.ok() || !text->has_value()) return "";
+  const nlohmann::json p = nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
+  return p.is_object() ? ProgressLine(p) : "";
 }
 
 double Median(std::vector<double> v) {

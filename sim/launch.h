@@ -18,6 +18,7 @@ class App;
 #include "core/process.h"
 #include "core/round_report.h"
 #include "modes/mode_options.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace fedlgc::sim {
 
@@ -46,6 +47,29 @@ std::string LogTail(const std::string& path, size_t lines);
 
 // The complete lines of rounds.jsonl past the first `have`.
 std::vector<RoundReport> NewRounds(const std::string& path, size_t have);
+
+// One line kept up to date on a terminal (carriage return, erase line); does nothing when
+// not enabled (output that is not a terminal gets plain lines only).
+class TerminalLine {
+ public:
+  explicit TerminalLine(bool enabled) : enabled_(enabled) {}
+  // Replaces the line when it changed ("" clears it).
+  void Show(const std::string& line);
+  // Erases the line before other output.
+  void Clear();
+
+ private:
+  const bool enabled_;
+  std::string shown_;
+};
+
+// One line of what a coordinator is doing, from its progress.json (coordinator/progress.h):
+// the open round's downloads, training, uploads and bytes, or the clients connected while
+// it waits; "" in other states.
+std::string ProgressLine(const nlohmann::json& progress);
+// ProgressLine of the progress.json in `coordinator_dir`; "" while it is missing or being
+// replaced.
+std::string ReadProgressLine(const std::string& coordinator_dir);
 
 // The median (the upper one of an even count); -1 when empty.
 double Median(std::vector<double> v);

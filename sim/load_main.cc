@@ -406,8 +406,9 @@ struct Outcome {
 };
 
 void Take(LoadBook& book, bool final, const ProcSampler& proc, bool check, bool quiet,
-          Outcome* out) {
+          fedlgc::sim::TerminalLine& line, Outcome* out) {
   for (const RoundFigures& f : book.TakeSettled(final)) {
+    line.Clear();
     out->rows.push_back(Row(f, proc, quiet));
     ++out->rounds;
     out->receipts += f.receipts;
@@ -422,10 +423,14 @@ Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& boo
                fedlgc::monitoring::Metrics* metrics, Run& run, ProcSampler& proc,
                const fedlgc::core::StopOnSignals& signals) {
   Outcome out;
+  // On a terminal, a live line of the open round from the coordinator's progress.json.
+  fedlgc::sim::TerminalLine line(!o.quiet && run.coordinator && ::isatty(STDOUT_FILENO) == 1);
   while (run.finished < o.clients) {
     proc.Sample(book.Now());
-    Take(book, false, proc, o.check, o.quiet, &out);
+    if (run.coordinator) line.Show(fedlgc::sim::ReadProgressLine(o.run_dir + "/coordinator"));
+    Take(book, false, proc, o.check, o.quiet, line, &out);
     if (signals.signal() != 0) {
+      line.Clear();
       out.error = StrCat("stopped by signal ", signals.signal());
       break;
     }
@@ -442,8 +447,9 @@ Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& boo
   }
   if (out.error.empty() && run.failed == 0) FetchFinalModel(o, co, &book, metrics, run);
   StopClients(run);
+  line.Clear();
   proc.Sample(book.Now());
-  Take(book, true, proc, o.check, o.quiet, &out);
+  Take(book, true, proc, o.check, o.quiet, line, &out);
   if (out.error.empty() && run.failed > 0) {
     out.error = StrCat(run.failed.load(), " clients failed; the first: ", run.first_error);
   }

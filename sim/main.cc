@@ -347,31 +347,6 @@ void StopAll(Federation& f, std::chrono::milliseconds grace) {
   for (auto& e : f.edges) stop(*e);
 }
 
-// One line of what the coordinator is doing, from its progress.json
-// (coordinator/progress.h).
-std::string LiveLine(const json& p) {
-  const auto n = [&](const char* k) { return p.value(k, uint64_t{0}); };
-  if (p.value("state", "") == "waiting") {
-    return StrCat("waiting for clients: ", n("connected"), " of ", n("needed"), " connected (",
-                  static_cast<int>(p.value("waiting_seconds", 0.0)), " s)");
-  }
-  if (p.value("state", "") != "round") return "";
-  const uint64_t parts = n("participants"), down = n("downloaded"), up = n("uploaded"),
-                 sending = n("uploading");
-  const uint64_t training = down > up + sending ? down - up - sending : 0;
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "round %llu/%llu: %llu/%llu downloaded, %llu training, %llu uploading, %llu/%llu "
-                "uploaded | down %.2f MB, up %.2f MB | %.1f s",
-                static_cast<unsigned long long>(n("round")),
-                static_cast<unsigned long long>(n("rounds")), static_cast<unsigned long long>(down),
-                static_cast<unsigned long long>(parts), static_cast<unsigned long long>(training),
-                static_cast<unsigned long long>(sending), static_cast<unsigned long long>(up),
-                static_cast<unsigned long long>(parts), n("down_bytes") / 1e6,
-                n("up_bytes") / 1e6, p.value("round_seconds", 0.0));
-  return line;
-}
-
 struct FollowResult {
   std::vector<RoundReport> rows;
   int code = -1;      // the coordinator's exit code
@@ -384,13 +359,9 @@ struct FollowResult {
 FollowResult Follow(Federation& f, const SimOptions& s,
                     const fedlgc::core::StopOnSignals& signals) {
   const std::string dir = s.run_dir + "/coordinator";
-  const bool live = !s.quiet && ::isatty(STDOUT_FILENO) == 1;
+  fedlgc::sim::TerminalLine line(!s.quiet && ::isatty(STDOUT_FILENO) == 1);
   FollowResult out;
-  std::string shown;
-  auto clear = [&] {
-    if (!shown.empty()) std::printf("\r\033[K");
-    shown.clear();
-  };
+  auto clear = [&] { line.Clear(); };
   for (;;) {
     out.code = f.coordinator->Wait(std::chrono::milliseconds(200));
     std::vector<RoundReport> fresh = NewRounds(dir + "/rounds.jsonl", out.rows.size());
@@ -423,14 +394,7 @@ FollowResult Follow(Federation& f, const SimOptions& s,
       StopAll(f, std::chrono::seconds(10));
       return out;
     }
-    if (live) {
-      const std::string line = LiveLine(p);
-      if (line != shown) {
-        std::printf("\r\033[K%s", line.c_str());
-        std::fflush(stdout);
-        shown = line;
-      }
-    }
+    line.Show(fedlgc::sim::ProgressLine(p));
   }
   clear();
   for (auto& e : f.edges) {

@@ -119,6 +119,39 @@ TEST(FedlgcLoad, TheCheckNeedsAMeanAndRunsWithoutItReportUnchecked) {
   EXPECT_TRUE(r.report["summary"]["ok"].get<bool>());
 }
 
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// On a terminal a live line follows the open round; without one, plain lines only.
+TEST(FedlgcLoad, ATerminalSeesTheRoundLive) {
+  if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no script(1) for a terminal";
+  const std::string dir = FreshDir("load_live");
+  std::string cmd;
+  for (const std::string& a :
+       {BinPath("fedlgc-load"), std::string("--model"), std::string("mlp"), std::string("--data"),
+        std::string("synthetic:256"), std::string("--clients"), std::string("4"),
+        std::string("--rounds"), std::string("2"), std::string("--think"), std::string("1.5"),
+        std::string("--state-dir"), dir + "/run"}) {
+    cmd += "'" + a + "' ";
+  }
+  ChildProcess script({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, dir + "/tty.log");
+  ASSERT_EQ(script.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/tty.log");
+  const std::string out = ReadText(dir + "/tty.log");
+  EXPECT_NE(out.find("\r\033[Kround "), std::string::npos) << out;
+  EXPECT_NE(out.find(" downloaded, "), std::string::npos) << out;
+  EXPECT_NE(out.find("every update counted exactly once"), std::string::npos) << out;
+  ChildProcess plain({BinPath("fedlgc-load"), "--model", "mlp", "--data", "synthetic:256",
+                      "--clients", "2", "--rounds", "1", "--think", "0.1", "--state-dir",
+                      dir + "/plain"},
+                     dir + "/plain.log");
+  ASSERT_EQ(plain.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/plain.log");
+  const std::string text = ReadText(dir + "/plain.log");
+  EXPECT_NE(text.find("ok (2 receipts)"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\033'), std::string::npos);
+}
+
 TEST(FedlgcLoad, RefusesARunFolderWithAnEarlierJob) {
   const std::string dir = FreshDir("load_reused");
   std::filesystem::create_directories(dir + "/run/coordinator");

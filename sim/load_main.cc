@@ -204,6 +204,11 @@ void RaiseFileLimit() {
 
 std::string ClientId(const LoadOptions& o, uint32_t i) { return StrCat(o.id_prefix, i); }
 
+// Where the CA and the clients' certificates are: --certs, or the run folder's.
+std::string CertsDir(const LoadOptions& o) {
+  return o.certs.empty() ? o.run_dir + "/certs" : o.certs;
+}
+
 // The CA and the server's certificate (gen-certs.sh), then every client's in process.
 absl::Status MakeCertificates(const LoadOptions& o, const std::string& dir) {
   if (o.server.empty()) {
@@ -336,8 +341,7 @@ void StopClients(Run& run) {
 absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
                     const fedlgc::modes::ModeOptions& mo, LoadBook* book,
                     fedlgc::monitoring::Metrics* metrics, Run* run) {
-  const std::string certs =
-      o.certs.empty() ? o.run_dir + "/certs" : o.certs;
+  const std::string certs = CertsDir(o);
   if (!o.insecure) {
     if (absl::Status st = MakeCertificates(o, certs); !st.ok()) return st;
   }
@@ -387,7 +391,7 @@ void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBoo
   if (!o.check || !last || !book->WantsModel(*last + 1)) return;
   const uint64_t version = *last + 1;
   fedlgc::sim::LoadClientOptions c =
-      ClientOptions(o, o.certs.empty() ? o.run_dir + "/certs" : o.certs, run.server, 0, co.seed);
+      ClientOptions(o, CertsDir(o), run.server, 0, co.seed);
   fedlgc::edge_client::Transport t(c.transport, metrics);
   if (!t.Connect().ok()) return;
   auto bytes = t.DownloadBlob("", version, std::chrono::system_clock::now() + std::chrono::seconds(30));

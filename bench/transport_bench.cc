@@ -4,6 +4,10 @@
 // authentication), in the same run; prints throughput and the ratios (medians).
 //
 //   fedlgc-bench-transport [--mb 64] [--chunk-kb 256] [--reps 5] [--json FILE]
+//                          [--only tcp|tls|grpc|grpc-tls] [--arg NAME=INT ...]
+//
+// The process sets malloc up as every fedlgc binary does (core::InitProcess); run it with
+// GLIBC_TUNABLES=glibc.malloc.perturb=0 to measure glibc's defaults instead.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -23,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "core/atomic_file.h"
 #include "core/cli.h"
 #include "protos/fedlgc.grpc.pb.h"
@@ -200,17 +205,56 @@ double GrpcSeconds(fedlgc::protos::Coordinator::Stub& stub, size_t total, size_t
   return s;
 }
 
+// Medians of each transport's seconds per transfer (raw TCP, gRPC plaintext, raw TLS,
+// gRPC mTLS; empty where not run) as GB/s and ratios, on stdout and in `json`.
+void PrintResults(const std::string& only, uint32_t mb, uint32_t chunk_kb, uint32_t reps,
+                  const std::string& json, const std::vector<std::vector<double>>& seconds) {
+  const bool all = only.empty();
+  const double total = static_cast<double>(mb) * (1 << 20);
+  auto gbps = [&](const std::vector<double>& s) { return s.empty() ? 0 : total / Median(s) / 1e9; };
+  const double raw_gbps = gbps(seconds[0]), plain_gbps = gbps(seconds[1]),
+               raw_tls_gbps = gbps(seconds[2]), tls_gbps = gbps(seconds[3]);
+  std::printf("loopback, %u MB in %u KiB chunks, median of %u\n", mb, chunk_kb, reps);
+  if (!all) {  // one transport: its throughput, no ratios
+    std::printf("%s %7.3f GB/s\n", only.c_str(),
+                std::max({raw_gbps, plain_gbps, tls_gbps, raw_tls_gbps}));
+  } else {
+    std::printf("raw TCP        %7.3f GB/s\n", raw_gbps);
+    std::printf("gRPC plaintext %7.3f GB/s  (%.0f%% of raw TCP)\n", plain_gbps,
+                100 * plain_gbps / raw_gbps);
+    std::printf("raw TLS 1.3    %7.3f GB/s  (%.0f%% of raw TCP)\n", raw_tls_gbps,
+                100 * raw_tls_gbps / raw_gbps);
+    std::printf("gRPC mTLS      %7.3f GB/s  (%.0f%% of raw TCP, %.0f%% of raw TLS)\n", tls_gbps,
+                100 * tls_gbps / raw_gbps, 100 * tls_gbps / raw_tls_gbps);
+  }
+  if (all && !json.empty()) {
+    std::ofstream(json) << "{\"mb\": " << mb << ", \"chunk_kb\": " << chunk_kb
+                        << ", \"raw_tcp_gbps\": " << raw_gbps
+                        << ", \"grpc_plain_gbps\": " << plain_gbps
+                        << ", \"grpc_tls_gbps\": " << tls_gbps
+                        << ", \"raw_tls_gbps\": " << raw_tls_gbps
+                        << ", \"plain_ratio\": " << plain_gbps / raw_gbps
+                        << ", \"tls_ratio\": " << tls_gbps / raw_gbps
+                        << ", \"tls_vs_raw_tls\": " << tls_gbps / raw_tls_gbps << "}\n";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   uint32_t mb = 64, chunk_kb = 256, reps = 5;
-  std::string json;
+  std::string json, only;
+  std::vector<std::string> extra_args;
   CLI::App app("gRPC streaming vs raw TCP on loopback.", "fedlgc-bench-transport");
   fedlgc::core::AddCommonFlags(app);
   app.add_option("--mb", mb, "megabytes per transfer");
   app.add_option("--chunk-kb", chunk_kb, "chunk size in KiB");
   app.add_option("--reps", reps, "repetitions (medians are reported)");
   app.add_option("--json", json, "write results as JSON here");
+  app.add_option("--only", only, "run only this transport (its throughput, no ratios)")
+      ->check(CLI::IsMember({"tcp", "tls", "grpc", "grpc-tls"}));
+  app.add_option("--arg", extra_args, "a gRPC channel argument NAME=INT for both ends (repeat)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
   fedlgc::core::InitProcess();
   const size_t total = size_t{mb} << 20, chunk = size_t{chunk_kb} << 10;
@@ -233,9 +277,19 @@ int main(int argc, char** argv) {
   builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(ssl), &tls_port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(8 << 20);
+  grpc::ChannelArguments args;
+  for (const std::string& kv : extra_args) {
+    const size_t eq = kv.find('=');
+    int value = 0;
+    if (eq == std::string::npos || !absl::SimpleAtoi(kv.substr(eq + 1), &value)) {
+      std::fprintf(stderr, "--arg %s: expected NAME=INT\n", kv.c_str());
+      return 2;
+    }
+    builder.AddChannelArgument(kv.substr(0, eq), value);
+    args.SetInt(kv.substr(0, eq), value);
+  }
   auto server = builder.BuildAndStart();
 
-  grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(8 << 20);
   auto plain = fedlgc::protos::Coordinator::NewStub(grpc::CreateCustomChannel(
       "127.0.0.1:" + std::to_string(plain_port), grpc::InsecureChannelCredentials(), args));
@@ -250,33 +304,15 @@ int main(int argc, char** argv) {
 
   GrpcSeconds(*plain, chunk * 4, chunk);  // warm up connections
   GrpcSeconds(*tls, chunk * 4, chunk);
+  const bool all = only.empty();
   std::vector<double> raw, rtls, gp, gt;
   for (uint32_t r = 0; r < reps; ++r) {
-    raw.push_back(RawTcpSeconds(total, chunk));
-    rtls.push_back(RawTlsSeconds(dir, total, chunk));
-    gp.push_back(GrpcSeconds(*plain, total, chunk));
-    gt.push_back(GrpcSeconds(*tls, total, chunk));
+    if (all || only == "tcp") raw.push_back(RawTcpSeconds(total, chunk));
+    if (all || only == "tls") rtls.push_back(RawTlsSeconds(dir, total, chunk));
+    if (all || only == "grpc") gp.push_back(GrpcSeconds(*plain, total, chunk));
+    if (all || only == "grpc-tls") gt.push_back(GrpcSeconds(*tls, total, chunk));
   }
-  const double raw_gbps = total / Median(raw) / 1e9, plain_gbps = total / Median(gp) / 1e9,
-               tls_gbps = total / Median(gt) / 1e9, raw_tls_gbps = total / Median(rtls) / 1e9;
-  std::printf("loopback, %u MB in %u KiB chunks, median of %u\n", mb, chunk_kb, reps);
-  std::printf("raw TCP        %7.3f GB/s\n", raw_gbps);
-  std::printf("gRPC plaintext %7.3f GB/s  (%.0f%% of raw TCP)\n", plain_gbps,
-              100 * plain_gbps / raw_gbps);
-  std::printf("raw TLS 1.3    %7.3f GB/s  (%.0f%% of raw TCP)\n", raw_tls_gbps,
-              100 * raw_tls_gbps / raw_gbps);
-  std::printf("gRPC mTLS      %7.3f GB/s  (%.0f%% of raw TCP, %.0f%% of raw TLS)\n", tls_gbps,
-              100 * tls_gbps / raw_gbps, 100 * tls_gbps / raw_tls_gbps);
-  if (!json.empty()) {
-    std::ofstream(json) << "{\"mb\": " << mb << ", \"chunk_kb\": " << chunk_kb
-                        << ", \"raw_tcp_gbps\": " << raw_gbps
-                        << ", \"grpc_plain_gbps\": " << plain_gbps
-                        << ", \"grpc_tls_gbps\": " << tls_gbps
-                        << ", \"raw_tls_gbps\": " << raw_tls_gbps
-                        << ", \"plain_ratio\": " << plain_gbps / raw_gbps
-                        << ", \"tls_ratio\": " << tls_gbps / raw_gbps
-                        << ", \"tls_vs_raw_tls\": " << tls_gbps / raw_tls_gbps << "}\n";
-  }
+  PrintResults(only, mb, chunk_kb, reps, json, {raw, gp, rtls, gt});
   server->Shutdown();
   std::string rm = "rm -rf " + dir;
   return std::system(rm.c_str()) == 0 ? 0 : 1;

@@ -1,8 +1,12 @@
 // CLI11 setup shared by fedlgc's binaries (see cli.h).
 #include "core/cli.h"
 
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -23,7 +27,15 @@ void AddCommonFlags(CLI::App& app) {
 
 void CaptureDefaults(CLI::App& app) { app.option_defaults()->always_capture_default(); }
 
-void InitProcess() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
+void InitProcess() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr || std::strstr(tunables, "glibc.malloc.") == nullptr) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    mallopt(M_ARENA_MAX, 2);
+  }
+}
 
 std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv) {
   // CLI11 reads "--name=" as "--name" and takes the next argument as its value; it means an
@@ -31,8 +43,7 @@ std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments last first
     const std::string a = argv[i];
-    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' &&
-        a.find('=') == a.size() - 1) {
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' && a.find('=') == a.size() - 1) {
       args.push_back("");
       args.push_back(a.substr(0, a.size() - 1));
     } else {

@@ -18,10 +18,18 @@ namespace fedlgc::core {
 // fedlgc's version (the CMake project version).
 const char* Version();
 
-// What every fedlgc binary sets for its whole process before it starts work: absl's mutex
-// deadlock detection off. Debian builds abseil with it on (no NDEBUG), and gRPC's own
-// locks are absl mutexes: with thousands of connections the lock graph it keeps costs
-// more CPU than the work (measured with fedlgc-load: docs/scale.md).
+// What every fedlgc binary sets for its whole process before it starts work:
+// - absl's mutex deadlock detection off. Debian builds abseil with it on (no NDEBUG), and
+//   gRPC's own locks are absl mutexes: with thousands of connections the lock graph it
+//   keeps costs more CPU than the work (measured with fedlgc-load: docs/scale.md).
+// - glibc malloc: up to 64 MiB kept free at the top of a heap (M_TRIM_THRESHOLD), only
+//   blocks over 32 MiB mapped on their own (M_MMAP_THRESHOLD), two arenas (M_ARENA_MAX).
+//   gRPC reads a stream into slices of up to megabytes and frees them soon after, often
+//   on another thread; with glibc's defaults the pages went back to the kernel and were
+//   faulted in again, read after read, and gRPC over mTLS moved a tenth of what raw TLS
+//   moves (fedlgc-bench-transport; more arenas brought the faults back in some runs, and
+//   a lower mmap threshold made libtorch fault in its activations on every forward pass).
+//   A GLIBC_TUNABLES that names a glibc.malloc setting leaves malloc as the operator set it.
 void InitProcess();
 
 // Sets up --config (unknown keys in the file are errors) and --version on `app`, and

@@ -113,8 +113,14 @@ int StreamRegistry::CancelIdle(Clock::time_point now) {
       ctx = ticket->ctx_;
       if (ctx != nullptr) ticket->idle_cancelled_ = true;
     }
-    // Without a lock: gRPC may end the call (and run its reactor's OnDone) right here.
     if (ctx != nullptr) {
+      // Counted before the cancel: a client that sees CANCELLED finds it in the metrics.
+      if (on_idle_) on_idle_(1);
+      {
+        absl::MutexLock lock(&mu_);
+        ++idle_cancelled_;
+      }
+      // Without a lock: gRPC may end the call (and run its reactor's OnDone) right here.
       ctx->TryCancel();
       ++cancelled;
     }
@@ -129,9 +135,6 @@ int StreamRegistry::CancelIdle(Clock::time_point now) {
   if (cancelled > 0) {
     std::fprintf(stderr, "coordinator: %d call(s) cancelled after %.0f s without progress\n",
                  cancelled, limits_.idle_timeout_s);
-    if (on_idle_) on_idle_(cancelled);
-    absl::MutexLock lock(&mu_);
-    idle_cancelled_ += static_cast<uint64_t>(cancelled);
   }
   return cancelled;
 }

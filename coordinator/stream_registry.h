@@ -69,7 +69,8 @@ class StreamRegistry {
   // `watchdog`: run the idle check every second on a thread of its own (tests call
   // CancelIdle themselves).
   // `observe` (when given) hears the number of open calls whenever it changes, and
-  // `on_idle` how many calls each idle check cancelled.
+  // `on_idle` each idle call (with 1) just before it is cancelled, so that whoever sees
+  // the cancel finds it counted.
   explicit StreamRegistry(StreamLimits limits, bool watchdog = true,
                           std::function<void(size_t)> observe = nullptr,
                           std::function<void(int)> on_idle = nullptr);

@@ -60,6 +60,8 @@ const char* const kDefaultSpecs[] = {
     "topk(ratio=0.01,values=qsgd(bits=8,bucket=512),sampled=1)",
     "topk(ratio=0.001,values=fp32,sampled=1)",
     "randk(ratio=0.01,values=fp16)",
+    "adacomp(bin=50)",
+    "adacomp(bin=500)",
 };
 
 struct Args {

@@ -13,9 +13,9 @@ topk="topk(ratio=0.01,values=qsgd(bits=8))"
 # DGC-style sparsity warm-up: rounds 1-3 send 10%, 5%, 2%, then 1% (residuals carry over).
 warm="topk(ratio=0.1,values=qsgd(bits=8));topk(ratio=0.05,values=qsgd(bits=8))"
 warm="$warm;topk(ratio=0.02,values=qsgd(bits=8))"
-codecs=("fp32" "fp16" "qsgd(bits=8)" "qsgd(bits=4)" "$topk" "$topk")
-warmups=("" "" "" "" "" "$warm")
-names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8 topk1_ef_q8_warm)
+codecs=("fp32" "fp16" "qsgd(bits=8)" "qsgd(bits=4)" "$topk" "$topk" "adacomp(bin=50)")
+warmups=("" "" "" "" "" "$warm" "")
+names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8 topk1_ef_q8_warm adacomp50)
 for i in "${!codecs[@]}"; do
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "${names[$i]}" ]; then continue; fi
   ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed 1 \

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "codecs/adacomp.h"
 #include "codecs/error_feedback.h"
 #include "codecs/float_codecs.h"
 #include "codecs/level_quantizer.h"
@@ -60,6 +61,10 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
                   &SparseCodec::CreateTopK}));
   FEDLGC_RETURN_IF_ERROR(r.Register(
       {"randk", 1, "uniform random-k (ratio|k, values, scale)", &SparseCodec::CreateRandomK}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"adacomp", 1,
+                                     "AdaComp: per bin, what reaches the bin's largest |x|, "
+                                     "as signs and a scale; use inside ef(...) (bin)",
+                                     Leaf(&AdaComp::Create)}));
   FEDLGC_RETURN_IF_ERROR(
       r.Register({"ef", 1, "error feedback around any codec: ef(codec)", &ErrorFeedback::Create}));
   FEDLGC_RETURN_IF_ERROR(r.Register({"zstd", 1,

@@ -28,6 +28,9 @@ struct EncodeOptions {
   uint64_t max_frame_bytes = 0;
   // A scale agreed between all workers of a round (TernGrad's shared scaler); 0 = none.
   float shared_scale = 0;
+  // The update alone, when a decorator (error feedback) added its residual to it: the
+  // same size as the input, or empty. AdaComp's soft threshold reads it; others ignore it.
+  std::span<const float> fresh;
 };
 
 struct CodecTraits {

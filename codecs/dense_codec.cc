@@ -68,6 +68,10 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
                                              " coordinates make a body over 4 GiB;",
                                              " set EncodeOptions::max_frame_bytes to chunk it"));
   }
+  if (!opts.fresh.empty() && opts.fresh.size() != n) {
+    return absl::InvalidArgumentError(StrCat(wire_spec(), ": the update alone has ",
+                                             opts.fresh.size(), " coordinates, the input ", n));
+  }
   const size_t first = frames->size();
   uint64_t begin = 0;
   do {
@@ -76,7 +80,8 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
     f.begin = begin;
     f.length = len;
     const size_t body = BeginFrame(wire_spec(), n, begin, len, &f.bytes);
-    BodyContext ctx{opts.seed, begin / block, opts.shared_scale};
+    BodyContext ctx{opts.seed, begin / block, opts.shared_scale,
+                    opts.fresh.empty() ? opts.fresh : opts.fresh.subspan(begin, len)};
     absl::Status st = EncodeBody(x.subspan(begin, len), ctx, &f.bytes);
     if (!st.ok()) {
       frames->resize(first);

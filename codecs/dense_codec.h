@@ -18,6 +18,7 @@ struct BodyContext {
   uint64_t seed = 0;
   uint64_t first_block = 0;  // global block index of the body's first value
   float shared_scale = 0;
+  std::span<const float> fresh;  // EncodeOptions::fresh over the body's values, or empty
 };
 
 // Thread-safe: dense codecs hold no mutable state.

@@ -46,7 +46,9 @@ absl::Status ErrorFeedback::Encode(std::span<const float> x, const EncodeOptions
   scratch_.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) scratch_[i] = x[i] + residual_[i];
   const size_t first = frames->size();
-  FEDLGC_RETURN_IF_ERROR(inner_->Encode(scratch_, opts, frames));
+  EncodeOptions inner_opts = opts;
+  inner_opts.fresh = x;  // what the update alone is, for codecs that weigh it (AdaComp)
+  FEDLGC_RETURN_IF_ERROR(inner_->Encode(scratch_, inner_opts, frames));
   if (!feed_back_error_) {
     // The residual carried only restored frames; they are sent now.
     std::fill(residual_.begin(), residual_.end(), 0.0f);

@@ -44,6 +44,8 @@ const char* const kSpecs[] = {
     "zstd(qsgd(bits=4,norm=linf))",
     "zstd(topk(ratio=0.05,values=qsgd(bits=8,bucket=64)),level=1)",
     "zstd(fp32)",
+    "adacomp(bin=50)",
+    "adacomp(bin=7)",
 };
 
 using Param = std::tuple<std::string, size_t, uint64_t>;

@@ -38,7 +38,7 @@ TEST(ErrorFeedback, ConservesExactlyWithTopK) {
 
 TEST(ErrorFeedback, ConservesWithQuantizedValuesUpToRounding) {
   for (const char* spec : {"ef(topk(ratio=0.01,values=qsgd(bits=8)))", "ef(qsgd(bits=2))",
-                           "ef(sign)", "ef(natural)"}) {
+                           "ef(sign)", "ef(natural)", "ef(adacomp(bin=50))"}) {
     auto codec = testing::Make(spec);
     auto& ef = dynamic_cast<ErrorFeedback&>(*codec);
     const size_t n = 3000;

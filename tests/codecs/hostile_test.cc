@@ -47,7 +47,8 @@ const char* const kDecoders[] = {"fp32",
                                  "topk(ratio=0.1)",
                                  "topk(ratio=0.1,values=qsgd(bits=4,bucket=8))",
                                  "randk(ratio=0.2,values=qsgd(bits=8,elias=1,bucket=16))",
-                                 "topk(ratio=0.05,values=natural)"};
+                                 "topk(ratio=0.05,values=natural)",
+                                 "adacomp(bin=50)"};
 
 class Hostile : public ::testing::TestWithParam<const char*> {
  protected:

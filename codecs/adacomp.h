@@ -1,8 +1,9 @@
 // AdaComp (Chen et al., "AdaComp: Adaptive Residual Gradient Compression for Data-Parallel
 // Distributed Training", AAAI 2018): the vector is cut into bins of `bin` coordinates; in
 // each bin every coordinate whose soft-thresholded value |H_i| = |G_i + g_i| reaches the
-// bin's largest |G_j| is sent (at least the largest one), as its sign times one scale per
-// 64 bins (the mean |G| of what those bins send). G is the error-corrected input (residual +
+// bin's largest |G_j| is sent (at least one per bin: the largest |G| when none qualifies;
+// zeros never, having no sign), as its sign times one scale per 64 bins (the mean |G| of
+// what those bins send). G is the error-corrected input (residual +
 // update), g the update alone, so that a coordinate whose latest update pushes it further
 // goes out before it has grown to the bin's maximum.
 //
@@ -12,8 +13,9 @@
 //   adacomp(bin=500)      without ef: H = G, only each bin's largest magnitudes are sent.
 //
 // Body of a frame, per group of 64 bins: the scale (float32), then per bin a mode bit and
-// either the count - 1 and the positions in the bin (ceil(log2 bin) bits each, ascending)
-// or a bitmap of the bin, whichever is shorter, then one sign bit per sent coordinate.
+// either the count (bit_width(bin) bits) and the positions in the bin (ceil(log2 bin) bits
+// each, ascending) or a bitmap of the bin, whichever is shorter, then one sign bit per sent
+// coordinate; the last byte's padding is zero. A group that sends nothing has scale +0.
 // Frames hold whole groups, so a chunked encoding decodes like the whole. Biased: use it
 // with error feedback. The paper's bins: about 50 for convolutions, 500 for dense layers
 // (here 2 to 4,096).
@@ -42,8 +44,8 @@ class AdaComp final : public DenseCodec {
   absl::Status EncodeBody(std::span<const float> values, const BodyContext& ctx,
                           std::string* out) const override;
   absl::Status DecodeBody(std::span<const uint8_t> body, std::span<float> out) const override;
-  // Worst case: a full bitmap and every sign.
-  double BoundBitsPerCoord() const override { return 2.0 + 1.0 / bin_; }
+  // Worst case: a mode bit, a full bitmap and every sign, and a scale per 64 bins.
+  double BoundBitsPerCoord() const override { return 2.0 + (1.0 + 32.0 / kBinsPerScale) / bin_; }
 
   uint32_t bin() const { return bin_; }
 

@@ -129,6 +129,9 @@ class BitReader {
     *v = (uint64_t{1} << nbits) | low;
     return true;
   }
+  // Whether the bits of the bytes taken so far that no Read has returned are all zero
+  // (once every byte is consumed: the padding of the last one).
+  bool UnreadBitsAreZero() const { return acc_ == 0; }
   // Bytes consumed so far, counting a partially read byte as consumed.
   size_t BytesConsumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }
 

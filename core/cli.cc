@@ -29,11 +29,16 @@ void CaptureDefaults(CLI::App& app) { app.option_defaults()->always_capture_defa
 
 void InitProcess() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Malloc as the operator set it, through tunables or glibc's older variables.
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables == nullptr || std::strstr(tunables, "glibc.malloc.") == nullptr) {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    mallopt(M_ARENA_MAX, 2);
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
+  for (const char* v : {"MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                        "MALLOC_TOP_PAD_"}) {
+    if (std::getenv(v) != nullptr) return;
+  }
+  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 64 << 20) != 1 ||
+      mallopt(M_ARENA_MAX, 2) != 1) {
+    std::fprintf(stderr, "warning: mallopt refused fedlgc's malloc settings\n");
   }
 }
 

@@ -26,10 +26,12 @@ const char* Version();
 //   blocks over 32 MiB mapped on their own (M_MMAP_THRESHOLD), two arenas (M_ARENA_MAX).
 //   gRPC reads a stream into slices of up to megabytes and frees them soon after, often
 //   on another thread; with glibc's defaults the pages went back to the kernel and were
-//   faulted in again, read after read, and gRPC over mTLS moved a tenth of what raw TLS
+//   faulted in again, read after read, and gRPC over mTLS moved 15% of what raw TLS
 //   moves (fedlgc-bench-transport; more arenas brought the faults back in some runs, and
 //   a lower mmap threshold made libtorch fault in its activations on every forward pass).
-//   A GLIBC_TUNABLES that names a glibc.malloc setting leaves malloc as the operator set it.
+//   A GLIBC_TUNABLES that names a glibc.malloc setting, or one of glibc's MALLOC_ARENA_MAX,
+//   MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_, leaves malloc as the
+//   operator set it.
 void InitProcess();
 
 // Sets up --config (unknown keys in the file are errors) and --version on `app`, and

@@ -5,10 +5,12 @@
 #include "codecs/adacomp.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "codecs/bit_io.h"
 #include "codecs/error_feedback.h"
 #include "gtest/gtest.h"
 #include "tests/codecs/test_util.h"
@@ -16,8 +18,9 @@
 namespace fedlgc::codecs {
 namespace {
 
-// The coordinates AdaComp must send, from its definition: per bin, every i with
-// |G_i + g_i| >= max_bin |G| (g empty: H = G), else the bin's first largest |G|.
+// The coordinates AdaComp must send, from its definition: per bin, every i with G_i != 0
+// and |G_i + g_i| >= max_bin |G| (g empty: H = G), else the bin's first largest |G|, and
+// nothing in a bin of zeros.
 std::vector<size_t> Oracle(const std::vector<float>& big_g, const std::vector<float>& g,
                            size_t bin) {
   std::vector<size_t> out;
@@ -28,14 +31,34 @@ std::vector<size_t> Oracle(const std::vector<float>& big_g, const std::vector<fl
     for (size_t i = b; i < e; ++i) {
       if (std::fabs(big_g[i]) > gmax) gmax = std::fabs(big_g[i]), arg = i;
     }
+    if (gmax == 0) continue;
     const size_t before = out.size();
     for (size_t i = b; i < e; ++i) {
       const float h = g.empty() ? big_g[i] : big_g[i] + g[i];
-      if (std::fabs(h) >= gmax) out.push_back(i);
+      if (big_g[i] != 0 && std::fabs(h) >= gmax) out.push_back(i);
     }
     if (out.size() == before) out.push_back(arg);
   }
   return out;
+}
+
+// Every sent value of a group of 64 bins has magnitude the mean |G| of the group's sent
+// coordinates, and G's sign.
+void ExpectGroupScales(const std::vector<float>& big_g, const std::vector<float>& y,
+                       const std::vector<size_t>& sent, size_t bin) {
+  const size_t group = bin * AdaComp::kBinsPerScale;
+  for (size_t g0 = 0; g0 < big_g.size(); g0 += group) {
+    double sum = 0;
+    size_t k = 0;
+    for (size_t i : sent) {
+      if (i >= g0 && i < g0 + group) sum += std::fabs(big_g[i]), ++k;
+    }
+    for (size_t i : sent) {
+      if (i < g0 || i >= g0 + group) continue;
+      ASSERT_FLOAT_EQ(std::fabs(y[i]), static_cast<float>(sum / k)) << "bin " << bin << " " << i;
+      ASSERT_EQ(std::signbit(y[i]), std::signbit(big_g[i])) << i;
+    }
+  }
 }
 
 std::vector<size_t> Support(const std::vector<float>& y) {
@@ -73,10 +96,7 @@ TEST(AdaComp, SendsWhatTheRuleSelectsAsSignsTimesTheMeanMagnitude) {
       const auto y = EncodeDecode(*codec, big_g, g, &bytes);
       const std::vector<size_t> want = Oracle(big_g, g, bin);
       ASSERT_EQ(Support(y), want) << "bin " << bin << " fresh " << with_fresh;
-      // Every sent value has G's sign (its magnitude: the next test).
-      for (size_t i : want) {
-        ASSERT_EQ(std::signbit(y[i]), std::signbit(big_g[i])) << i;
-      }
+      ExpectGroupScales(big_g, y, want, bin);
       const size_t bins = (n + bin - 1) / bin;
       ASSERT_GE(want.size(), bins);  // at least one per bin
       RecordProperty("bin_" + std::to_string(bin) + (with_fresh ? "_fresh" : "") + "_sent",
@@ -144,7 +164,84 @@ TEST(AdaComp, BytesOnGradientLikeInput) {
   RecordProperty("ratio_vs_fp32", std::to_string(ratio));
   RecordProperty("sent_per_bin", std::to_string(sent / (n / 50.0)));
   EXPECT_GT(ratio, 25.0);
-  EXPECT_LE(bytes, codec->MaxFrameBytes(n) + 64);
+}
+
+TEST(AdaComp, ZerosAreNeverSentAndABinOfZerosSendsNothing) {
+  auto codec = testing::Make("adacomp(bin=50)");
+  auto x = testing::GradientLike(50 * 64 * 2 + 30, 8);
+  for (size_t i = 0; i < 50 * 64; ++i) x[i] = 0;                    // a whole group of zeros
+  for (size_t i = 50 * 64; i < x.size(); i += 3) x[i] = 0;          // zeros among the rest
+  for (size_t i = 50 * 64 + 100; i < 50 * 64 + 150; ++i) x[i] = 0;  // a bin of zeros
+  const std::vector<float> g = testing::GradientLike(x.size(), 9);  // pushes zeros too
+  size_t bytes = 0;
+  const auto y = EncodeDecode(*codec, x, g, &bytes);
+  const std::vector<size_t> want = Oracle(x, g, 50);
+  ASSERT_EQ(Support(y), want);
+  for (size_t i : want) ASSERT_NE(x[i], 0.0f) << i;
+  for (size_t i = 0; i < 50 * 64; ++i) ASSERT_EQ(y[i], 0.0f);
+  ExpectGroupScales(x, y, want, 50);
+}
+
+// A body for one group of two bins of 50 (n = 100), written bit by bit.
+struct Body {
+  std::string bytes;
+  BitWriter w{&bytes};
+  explicit Body(float scale) { w.Write(std::bit_cast<uint32_t>(scale), 32); }
+  Body& List(std::vector<uint32_t> pos, bool neg = false) {
+    w.WriteBit(false);
+    w.Write(pos.size(), 6);  // bit_width(50)
+    for (uint32_t p : pos) w.Write(p, 6);
+    for (size_t i = 0; i < pos.size(); ++i) w.WriteBit(neg);
+    return *this;
+  }
+  std::vector<uint8_t> Done() {
+    w.Flush();
+    return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  }
+};
+
+TEST(AdaComp, RefusesEveryBodyTheEncoderCouldNotHaveWritten) {
+  auto codec = testing::Make("adacomp(bin=50)");
+  const auto& ada = dynamic_cast<const AdaComp&>(*codec);
+  std::vector<float> out(100);
+  auto decode = [&](std::vector<uint8_t> b) { return ada.DecodeBody(b, out); };
+  ASSERT_TRUE(decode(Body(0.5f).List({3}).List({7, 9}).Done()).ok());
+  EXPECT_EQ(out[3], 0.5f);
+  EXPECT_EQ(out[50 + 9], 0.5f);  // the second bin starts at 50
+  EXPECT_EQ(out[9], 0.0f);
+  ASSERT_TRUE(decode(Body(0.0f).List({}).List({}).Done()).ok());        // nothing sent, scale +0
+  EXPECT_FALSE(decode(Body(0.5f).List({7, 3}).List({1}).Done()).ok());  // out of order
+  EXPECT_FALSE(decode(Body(0.5f).List({3, 3}).List({1}).Done()).ok());  // repeated
+  EXPECT_FALSE(decode(Body(0.5f).List({50}).List({1}).Done()).ok());    // out of range
+  EXPECT_FALSE(decode(Body(-0.5f).List({3}).List({1}).Done()).ok());    // negative scale
+  EXPECT_FALSE(decode(Body(-0.0f).List({}).List({}).Done()).ok());      // -0
+  EXPECT_FALSE(decode(Body(0.0f).List({3}).List({}).Done()).ok());      // sent, scale 0
+  EXPECT_FALSE(decode(Body(0.5f).List({}).List({}).Done()).ok());       // nothing, scale
+  EXPECT_FALSE(decode(Body(std::nanf("")).List({3}).List({}).Done()).ok());
+  // Nine positions cost 6 + 54 bits, more than a bitmap of 50: the list is refused.
+  EXPECT_FALSE(decode(Body(0.5f).List({0, 1, 2, 3, 4, 5, 6, 7, 8}).List({}).Done()).ok());
+  {  // a bitmap of one position, which a list codes shorter
+    Body b(0.5f);
+    b.w.WriteBit(true);
+    for (int i = 0; i < 50; ++i) b.w.WriteBit(i == 4);
+    b.w.WriteBit(false);
+    b.List({});
+    EXPECT_FALSE(decode(b.Done()).ok());
+  }
+  {  // a count over the bin
+    Body b(0.5f);
+    b.w.WriteBit(false);
+    b.w.Write(51, 6);
+    EXPECT_FALSE(decode(b.Done()).ok());
+  }
+  auto good = Body(0.5f).List({3}).List({7}).Done();
+  good.push_back(0);  // a byte after the last bin
+  EXPECT_FALSE(decode(good).ok());
+  good.pop_back();
+  good.back() |= 0x80;  // a padding bit set
+  EXPECT_FALSE(decode(good).ok());
+  good.resize(good.size() - 1);  // cut short
+  EXPECT_FALSE(decode(good).ok());
 }
 
 TEST(AdaComp, RefusesBadBinsAndMismatchedUpdates) {

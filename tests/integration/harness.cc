@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,8 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
-
-#include <grpcpp/grpcpp.h>
 
 #include "coordinator/checkpoint.h"
 #include "core/atomic_file.h"
@@ -169,6 +168,19 @@ bool ClientThread::Wait(std::chrono::seconds timeout) {
 }
 
 std::string BinPath(const std::string& name) { return std::string(FEDLGC_BIN_DIR) + "/" + name; }
+
+std::string ReadText(const std::string& path) {
+  auto text = core::ReadFile(path);
+  return text.ok() ? *std::move(text) : std::string();
+}
+
+int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
+                  std::chrono::milliseconds timeout) {
+  std::string cmd;
+  for (const std::string& a : argv) cmd += "'" + a + "' ";
+  core::ChildProcess script({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, log);
+  return script.Wait(timeout);
+}
 
 std::vector<float> CheckpointModel(const std::string& state_dir,
                                    const coordinator::CoordinatorOptions& o) {

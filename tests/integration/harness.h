@@ -95,6 +95,14 @@ using core::ChildProcess;
 // Path of a binary built next to this test.
 std::string BinPath(const std::string& name);
 
+// The whole file as text; empty when it cannot be read.
+std::string ReadText(const std::string& path);
+
+// Runs argv on a terminal of its own (script(1)); what it writes, with the terminal's
+// escapes, goes to `log`. Returns its exit status, as ChildProcess::Wait.
+int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
+                  std::chrono::milliseconds timeout);
+
 // fedlgc-coordinator's command line for the job of `o` (model, rounds, quorum, codecs,
 // local steps, chunk size, state folder, TLS) on 127.0.0.1:`port`, without metrics: for a
 // coordinator run as a child process (to be killed and restarted).

@@ -29,10 +29,18 @@ struct LoadRun {
 
 // A small job: an MLP, synthetic test data, short think times.
 LoadRun RunLoad(const std::string& dir, std::vector<std::string> extra) {
-  std::vector<std::string> argv = {BinPath("fedlgc-load"), "--model",   "mlp",
-                                   "--data",               "synthetic:256", "--think",
-                                   "0.05",                 "--state-dir", dir + "/run",
-                                   "--report",             dir + "/report.json", "--quiet"};
+  std::vector<std::string> argv = {BinPath("fedlgc-load"),
+                                   "--model",
+                                   "mlp",
+                                   "--data",
+                                   "synthetic:256",
+                                   "--think",
+                                   "0.05",
+                                   "--state-dir",
+                                   dir + "/run",
+                                   "--report",
+                                   dir + "/report.json",
+                                   "--quiet"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   ChildProcess load(argv, dir + "/load.log");
   LoadRun r;
@@ -105,7 +113,8 @@ TEST(FedlgcLoad, DrivesACoordinatorAlreadyRunning) {
 // without it (exit 0 once every round ran).
 TEST(FedlgcLoad, TheCheckNeedsAMeanAndRunsWithoutItReportUnchecked) {
   const std::string dir = FreshDir("load_median");
-  const LoadRun refused = RunLoad(dir, {"--clients", "3", "--rounds", "1", "--aggregator", "median"});
+  const LoadRun refused =
+      RunLoad(dir, {"--clients", "3", "--rounds", "1", "--aggregator", "median"});
   EXPECT_EQ(refused.code, 1);
   const LoadRun r = RunLoad(dir, {"--clients", "3", "--rounds", "2", "--aggregator", "median",
                                   "--check=false", "--state-dir", dir + "/run2"});
@@ -119,33 +128,24 @@ TEST(FedlgcLoad, TheCheckNeedsAMeanAndRunsWithoutItReportUnchecked) {
   EXPECT_TRUE(r.report["summary"]["ok"].get<bool>());
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // On a terminal a live line follows the open round; without one, plain lines only.
 TEST(FedlgcLoad, ATerminalSeesTheRoundLive) {
   if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no script(1) for a terminal";
   const std::string dir = FreshDir("load_live");
-  std::string cmd;
-  for (const std::string& a :
-       {BinPath("fedlgc-load"), std::string("--model"), std::string("mlp"), std::string("--data"),
-        std::string("synthetic:256"), std::string("--clients"), std::string("4"),
-        std::string("--rounds"), std::string("2"), std::string("--think"), std::string("1.5"),
-        std::string("--state-dir"), dir + "/run"}) {
-    cmd += "'" + a + "' ";
-  }
-  ChildProcess script({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, dir + "/tty.log");
-  ASSERT_EQ(script.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/tty.log");
+  ASSERT_EQ(RunOnTerminal(
+                {BinPath("fedlgc-load"), "--model", "mlp", "--data", "synthetic:256", "--clients",
+                 "4", "--rounds", "2", "--think", "1.5", "--state-dir", dir + "/run"},
+                dir + "/tty.log", std::chrono::seconds(120)),
+            0)
+      << ReadText(dir + "/tty.log");
   const std::string out = ReadText(dir + "/tty.log");
   EXPECT_NE(out.find("\r\033[Kround "), std::string::npos) << out;
   EXPECT_NE(out.find(" downloaded, "), std::string::npos) << out;
   EXPECT_NE(out.find("every update counted exactly once"), std::string::npos) << out;
-  ChildProcess plain({BinPath("fedlgc-load"), "--model", "mlp", "--data", "synthetic:256",
-                      "--clients", "2", "--rounds", "1", "--think", "0.1", "--state-dir",
-                      dir + "/plain"},
-                     dir + "/plain.log");
+  ChildProcess plain(
+      {BinPath("fedlgc-load"), "--model", "mlp", "--data", "synthetic:256", "--clients", "2",
+       "--rounds", "1", "--think", "0.1", "--state-dir", dir + "/plain"},
+      dir + "/plain.log");
   ASSERT_EQ(plain.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/plain.log");
   const std::string text = ReadText(dir + "/plain.log");
   EXPECT_NE(text.find("ok (2 receipts)"), std::string::npos) << text;
@@ -158,8 +158,7 @@ TEST(FedlgcLoad, RefusesARunFolderWithAnEarlierJob) {
   std::ofstream(dir + "/run/coordinator/checkpoint.bin") << "x";
   const LoadRun r = RunLoad(dir, {"--clients", "2", "--rounds", "1"});
   EXPECT_EQ(r.code, 1);
-  std::ifstream log(dir + "/load.log");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = ReadText(dir + "/load.log");
   EXPECT_NE(text.find("holds the state of an earlier job"), std::string::npos) << text;
 }
 

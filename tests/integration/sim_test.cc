@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,21 +19,23 @@
 namespace fedlgc::testing {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A small, fast job: two clients training an MLP on synthetic data, in plaintext.
 std::vector<std::string> SimArgv(const std::string& dir, uint32_t rounds,
                                  std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {BinPath("fedlgc-sim"), "--clients",     "2",
-                                   "--rounds",            std::to_string(rounds),
-                                   "--data",              "synthetic:512", "--model",
-                                   "mlp",                 "--local-steps", "2",
-                                   "--insecure",          "--state-dir",   dir + "/run"};
+  std::vector<std::string> argv = {BinPath("fedlgc-sim"),
+                                   "--clients",
+                                   "2",
+                                   "--rounds",
+                                   std::to_string(rounds),
+                                   "--data",
+                                   "synthetic:512",
+                                   "--model",
+                                   "mlp",
+                                   "--local-steps",
+                                   "2",
+                                   "--insecure",
+                                   "--state-dir",
+                                   dir + "/run"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -45,12 +46,12 @@ std::set<int> ProcessesMentioning(const std::string& needle) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = ReadAll(e.path().string() + "/cmdline");
+    std::string cmdline = ReadText(e.path().string() + "/cmdline");
     for (char& c : cmdline) {
       if (c == '\0') c = ' ';
     }
     if (cmdline.find(needle) == std::string::npos) continue;
-    const std::string stat = ReadAll(e.path().string() + "/stat");
+    const std::string stat = ReadText(e.path().string() + "/stat");
     const size_t paren = stat.rfind(')');
     if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') continue;
     out.insert(std::stoi(name));
@@ -63,7 +64,7 @@ std::set<int> WaitForFederation(const std::string& dir, ChildProcess& sim) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < until) {
     const std::set<int> pids = ProcessesMentioning(dir + "/run/");
-    if (!ReadAll(dir + "/run/coordinator/rounds.jsonl").empty() && pids.size() >= 3) return pids;
+    if (!ReadText(dir + "/run/coordinator/rounds.jsonl").empty() && pids.size() >= 3) return pids;
     if (sim.Wait(std::chrono::milliseconds(200)) >= 0) break;
   }
   return {};
@@ -74,7 +75,7 @@ bool AllGone(const std::set<int>& pids, std::chrono::seconds within) {
   for (;;) {
     bool alive = false;
     for (int pid : pids) {
-      const std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
+      const std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
       const size_t paren = stat.rfind(')');
       alive |= paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
     }
@@ -92,7 +93,7 @@ void ExpectStoppedBy(const std::string& name, int signal, const char* signal_nam
   const std::string dir = FreshDir(name);
   ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
   const std::set<int> pids = WaitForFederation(dir, sim);
-  ASSERT_GE(pids.size(), 3u) << ReadAll(dir + "/sim.log");
+  ASSERT_GE(pids.size(), 3u) << ReadText(dir + "/sim.log");
   EXPECT_EQ(pids.count(sim.pid()), 0u);  // only its children
   if (whole_group) {
     for (int pid : pids) ::kill(pid, signal);
@@ -100,10 +101,10 @@ void ExpectStoppedBy(const std::string& name, int signal, const char* signal_nam
   sim.Kill(signal);
   EXPECT_EQ(sim.Wait(std::chrono::seconds(30)), 128 + signal);
   EXPECT_TRUE(AllGone(pids, std::chrono::seconds(1)));
-  EXPECT_NE(ReadAll(dir + "/sim.log")
+  EXPECT_NE(ReadText(dir + "/sim.log")
                 .find(std::string("stopped by ") + signal_name + "; the run folder is"),
             std::string::npos)
-      << ReadAll(dir + "/sim.log");
+      << ReadText(dir + "/sim.log");
 }
 
 TEST(Sim, SigtermStopsTheWholeFederation) {
@@ -120,7 +121,7 @@ TEST(Sim, ItsProcessesDieWithAKilledSim) {
   const std::string dir = FreshDir("sim_sigkill");
   ChildProcess sim(SimArgv(dir, 100000), dir + "/sim.log");
   const std::set<int> pids = WaitForFederation(dir, sim);
-  ASSERT_GE(pids.size(), 3u) << ReadAll(dir + "/sim.log");
+  ASSERT_GE(pids.size(), 3u) << ReadText(dir + "/sim.log");
   sim.Kill(SIGKILL);  // no handler runs: the kernel tells the children
   EXPECT_EQ(sim.Wait(std::chrono::seconds(10)), 128 + SIGKILL);
   EXPECT_TRUE(AllGone(pids, std::chrono::seconds(20)));
@@ -129,12 +130,11 @@ TEST(Sim, ItsProcessesDieWithAKilledSim) {
 TEST(Sim, ARunNoClientCanJoinFailsWithTheReason) {
   const std::string dir = FreshDir("sim_nojoin");
   // Every connection is cut at its first byte.
-  ChildProcess sim(SimArgv(dir, 3, {"--link", "cut=1", "--join-timeout", "3"}),
-                   dir + "/sim.log");
+  ChildProcess sim(SimArgv(dir, 3, {"--link", "cut=1", "--join-timeout", "3"}), dir + "/sim.log");
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(sim.Wait(std::chrono::seconds(60)), 1);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(40));
-  const std::string log = ReadAll(dir + "/sim.log");
+  const std::string log = ReadText(dir + "/sim.log");
   EXPECT_NE(log.find("only 0 of 2 clients connected for 3 s (--join-timeout)"), std::string::npos)
       << log;
   EXPECT_NE(log.find("client-0's log ends:"), std::string::npos) << log;
@@ -145,7 +145,7 @@ TEST(Sim, ARefusedJobShowsTheCoordinatorsOwnError) {
   const std::string dir = FreshDir("sim_refused");
   ChildProcess sim(SimArgv(dir, 3, {"--codec", "nonsense(bits=4)"}), dir + "/sim.log");
   EXPECT_EQ(sim.Wait(std::chrono::seconds(60)), 1);
-  const std::string log = ReadAll(dir + "/sim.log");
+  const std::string log = ReadText(dir + "/sim.log");
   EXPECT_NE(log.find("the coordinator did not start:"), std::string::npos) << log;
   EXPECT_NE(log.find("unknown codec 'nonsense'"), std::string::npos) << log;
 }
@@ -153,17 +153,16 @@ TEST(Sim, ARefusedJobShowsTheCoordinatorsOwnError) {
 TEST(Sim, ATerminalSeesTheRoundLiveAndTheProgressFileEndsDone) {
   if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no script(1) for a terminal";
   const std::string dir = FreshDir("sim_live");
-  // `script` gives the run a terminal; its output (with the terminal's escapes) is the log.
-  std::string cmd;
-  for (const std::string& a : SimArgv(dir, 4, {"--link", "rate=20mbit"})) cmd += "'" + a + "' ";
-  ChildProcess script({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, dir + "/tty.log");
-  ASSERT_EQ(script.Wait(std::chrono::seconds(120)), 0) << ReadAll(dir + "/tty.log");
-  const std::string out = ReadAll(dir + "/tty.log");
+  ASSERT_EQ(RunOnTerminal(SimArgv(dir, 4, {"--link", "rate=20mbit"}), dir + "/tty.log",
+                          std::chrono::seconds(120)),
+            0)
+      << ReadText(dir + "/tty.log");
+  const std::string out = ReadText(dir + "/tty.log");
   EXPECT_NE(out.find("\r\033[Kround "), std::string::npos) << out;
   EXPECT_NE(out.find(" downloaded, "), std::string::npos) << out;
   EXPECT_NE(out.find(" uploaded | down "), std::string::npos) << out;
   EXPECT_NE(out.find("final accuracy"), std::string::npos) << out;
-  const auto p = nlohmann::json::parse(ReadAll(dir + "/run/coordinator/progress.json"));
+  const auto p = nlohmann::json::parse(ReadText(dir + "/run/coordinator/progress.json"));
   EXPECT_EQ(p["state"], "done");
   EXPECT_EQ(p["committed"], 4);
   EXPECT_EQ(p["rounds"], 4);
@@ -174,8 +173,8 @@ TEST(Sim, ATerminalSeesTheRoundLiveAndTheProgressFileEndsDone) {
   // Without a terminal: the rows alone, no escapes.
   std::filesystem::create_directories(dir + "/plain");
   ChildProcess plain(SimArgv(dir + "/plain", 2), dir + "/plain.log");
-  ASSERT_EQ(plain.Wait(std::chrono::seconds(120)), 0) << ReadAll(dir + "/plain.log");
-  EXPECT_EQ(ReadAll(dir + "/plain.log").find('\033'), std::string::npos);
+  ASSERT_EQ(plain.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/plain.log");
+  EXPECT_EQ(ReadText(dir + "/plain.log").find('\033'), std::string::npos);
 }
 
 }  // namespace

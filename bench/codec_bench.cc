@@ -16,6 +16,7 @@
 
 #include "codecs/codec.h"
 #include "codecs/dense_codec.h"
+#include "codecs/dgc.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
 #include "codecs/topk.h"
@@ -62,6 +63,8 @@ const char* const kDefaultSpecs[] = {
     "randk(ratio=0.01,values=fp16)",
     "adacomp(bin=50)",
     "adacomp(bin=500)",
+    "dgc(ratio=0.001,warmup=0)",
+    "topk(ratio=0.01,values=natdither(s=8,bucket=512),sampled=1)",
 };
 
 struct Args {
@@ -102,8 +105,8 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
 }
 
 // Encode and decode speed (median of `reps`) and wire bits of one codec on x.
-std::optional<Row> MeasureCodec(Codec& codec, const std::vector<float>& x,
-                                std::vector<float>& y, int reps) {
+std::optional<Row> MeasureCodec(Codec& codec, const std::vector<float>& x, std::vector<float>& y,
+                                int reps) {
   const size_t n = x.size();
   const double bytes = static_cast<double>(n) * 4;
   std::vector<Frame> frames;
@@ -129,6 +132,8 @@ std::optional<Row> MeasureCodec(Codec& codec, const std::vector<float>& x,
     r.bound = d->BoundBitsPerCoord();
   } else if (auto* s = dynamic_cast<SparseCodec*>(&codec)) {
     r.bound = s->BoundBits(n) / n;
+  } else if (auto* g = dynamic_cast<Dgc*>(&codec)) {
+    r.bound = g->BoundBits(n) / n;
   }
   return r;
 }
@@ -147,10 +152,9 @@ bool WriteJson(const std::string& path, const Args& a, double memcpy_gbps,
       << ", \"codecs\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    out << (i ? ", " : "") << "{\"spec\": \"" << r.spec
-        << "\", \"encode_gbps\": " << r.encode_gbps << ", \"decode_gbps\": " << r.decode_gbps
-        << ", \"bits_per_coord\": " << r.bits << ", \"bound_bits_per_coord\": " << r.bound
-        << ", \"frames\": " << r.frames << "}";
+    out << (i ? ", " : "") << "{\"spec\": \"" << r.spec << "\", \"encode_gbps\": " << r.encode_gbps
+        << ", \"decode_gbps\": " << r.decode_gbps << ", \"bits_per_coord\": " << r.bits
+        << ", \"bound_bits_per_coord\": " << r.bound << ", \"frames\": " << r.frames << "}";
   }
   out << "], \"topk\": {\"k\": " << t.k << ", \"exact_ms\": " << t.exact_s * 1e3
       << ", \"sampled_ms\": " << t.sampled_s * 1e3 << ", \"kept\": " << t.kept

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "codecs/adacomp.h"
+#include "codecs/dgc.h"
 #include "codecs/error_feedback.h"
 #include "codecs/float_codecs.h"
 #include "codecs/level_quantizer.h"
@@ -65,8 +66,13 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
                                      "AdaComp: per bin, what reaches the bin's largest |x|, "
                                      "as signs and a scale; use inside ef(...) (bin)",
                                      Leaf(&AdaComp::Create)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"dgc", 1,
+                                     "Deep Gradient Compression: top-k with momentum correction, "
+                                     "its own residual and a warm-up (ratio, momentum, clip, "
+                                     "warmup, sample, values)",
+                                     &Dgc::Create}));
   FEDLGC_RETURN_IF_ERROR(
-      r.Register({"ef", 1, "error feedback around any codec: ef(codec)", &ErrorFeedback::Create}));
+      r.Register({"ef", 1, "error feedback around a codec without its own residual: ef(codec)", &ErrorFeedback::Create}));
   FEDLGC_RETURN_IF_ERROR(r.Register({"zstd", 1,
                                      "lossless Zstandard stage after a stateless codec "
                                      "(codec, level)",

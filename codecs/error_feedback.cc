@@ -10,7 +10,7 @@
 namespace fedlgc::codecs {
 
 ErrorFeedback::ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner, bool feed_back_error)
-    : Codec(std::move(spec)), inner_(std::move(inner)), feed_back_error_(feed_back_error) {}
+    : ResidualCodec(std::move(spec)), inner_(std::move(inner)), feed_back_error_(feed_back_error) {}
 
 absl::StatusOr<std::unique_ptr<Codec>> ErrorFeedback::Create(const SpecNode& node,
                                                              const Registry& registry) {
@@ -23,6 +23,10 @@ absl::StatusOr<std::unique_ptr<Codec>> ErrorFeedback::Create(const SpecNode& nod
   FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, registry.Create(*inner_node));
   if (dynamic_cast<ErrorFeedback*>(inner.get()) != nullptr) {
     return absl::InvalidArgumentError("ef: error feedback nested in error feedback");
+  }
+  if (dynamic_cast<ResidualCodec*>(inner.get()) != nullptr) {
+    return absl::InvalidArgumentError(
+        StrCat("ef: ", inner->spec(), " keeps its own residual; use it without ef(...)"));
   }
   FEDLGC_ASSIGN_OR_RETURN(bool error, params.Flag("error", true));
   std::string spec = StrCat("ef/1(", inner->spec(), error ? ")" : ",error=0)");
@@ -38,11 +42,7 @@ CodecTraits ErrorFeedback::traits() const {
 
 absl::Status ErrorFeedback::Encode(std::span<const float> x, const EncodeOptions& opts,
                                    std::vector<Frame>* frames) {
-  if (residual_.empty()) residual_.assign(x.size(), 0.0f);
-  if (residual_.size() != x.size()) {
-    return absl::InvalidArgumentError(
-        StrCat("ef: input has ", x.size(), " coordinates, the residual ", residual_.size()));
-  }
+  FEDLGC_RETURN_IF_ERROR(PrepareResidual(x.size()));
   scratch_.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) scratch_[i] = x[i] + residual_[i];
   const size_t first = frames->size();
@@ -62,39 +62,6 @@ absl::Status ErrorFeedback::Encode(std::span<const float> x, const EncodeOptions
     return st;
   }
   for (size_t i = 0; i < x.size(); ++i) residual_[i] = scratch_[i] - recon_[i];
-  return absl::OkStatus();
-}
-
-absl::Status ErrorFeedback::Restore(std::string_view frame_bytes) {
-  FrameLimits limits;
-  limits.max_dim = std::max<uint64_t>(limits.max_dim, residual_.size());
-  limits.max_frame_bytes = ~uint64_t{0};
-  FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(frame_bytes, limits));
-  if (view.spec != wire_spec() || view.dim != residual_.size()) {
-    return absl::InvalidArgumentError("ef: Restore of a frame this codec did not produce");
-  }
-  scratch_.assign(view.length, 0.0f);
-  FEDLGC_RETURN_IF_ERROR(inner_->Decode(view, scratch_));
-  for (uint64_t i = 0; i < view.length; ++i) residual_[view.begin + i] += scratch_[i];
-  return absl::OkStatus();
-}
-
-absl::Status ErrorFeedback::RestoreAny(std::string_view frame_bytes) {
-  FrameLimits limits;
-  limits.max_dim = std::max<uint64_t>(limits.max_dim, residual_.size());
-  limits.max_frame_bytes = ~uint64_t{0};
-  FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(frame_bytes, limits));
-  if (view.spec == wire_spec()) return Restore(frame_bytes);
-  if (residual_.empty()) residual_.assign(view.dim, 0.0f);
-  if (view.dim != residual_.size()) {
-    return absl::InvalidArgumentError(
-        StrCat("ef: frame for ", view.dim, " coordinates; the residual has ", residual_.size()));
-  }
-  // Frames name their codec with its canonical spec, which the registry parses back.
-  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(view.spec));
-  scratch_.assign(view.length, 0.0f);
-  FEDLGC_RETURN_IF_ERROR(codec->Decode(view, scratch_));
-  for (uint64_t i = 0; i < view.length; ++i) residual_[view.begin + i] += scratch_[i];
   return absl::OkStatus();
 }
 

@@ -12,7 +12,7 @@
 //
 // Frames carry the inner codec's spec: error feedback is the sender's business and the
 // receiver decodes with the inner codec. Frames that never got counted (lost, late) go
-// back into the residual with Restore(), so nothing the sender computed is lost.
+// back into the residual with Restore() (residual_codec.h).
 #ifndef FEDLGC_CODECS_ERROR_FEEDBACK_H_
 #define FEDLGC_CODECS_ERROR_FEEDBACK_H_
 
@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "codecs/codec.h"
 #include "codecs/registry.h"
+#include "codecs/residual_codec.h"
 
 namespace fedlgc::codecs {
 
 // Not thread-safe: one sender owns it.
-class ErrorFeedback final : public Codec {
+class ErrorFeedback final : public ResidualCodec {
  public:
   static absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
                                                        const Registry& registry);
@@ -41,26 +41,12 @@ class ErrorFeedback final : public Codec {
     return inner_->Decode(frame, out);
   }
 
-  // Adds the decoded content of a frame this codec produced back into the residual
-  // (for a frame the receiver did not count).
-  absl::Status Restore(std::string_view frame_bytes);
-  // Like Restore, for a frame of any codec with this dimension (e.g. one encoded before
-  // the job switched codecs after its warm-up rounds).
-  absl::Status RestoreAny(std::string_view frame_bytes);
-
-  // The residual; empty before the first Encode.
-  std::span<const float> residual() const { return residual_; }
-  // Replaces the residual (e.g. after a restart). Its size fixes the dimension.
-  void SetResidual(std::span<const float> r) { residual_.assign(r.begin(), r.end()); }
-
   const Codec& inner() const { return *inner_; }
 
  private:
   std::unique_ptr<Codec> inner_;
   const bool feed_back_error_;
-  std::vector<float> residual_;
-  std::vector<float> scratch_;  // x + e of the current encode, or a restored frame
-  std::vector<float> recon_;    // what the receiver decodes
+  std::vector<float> recon_;  // what the receiver decodes
 };
 
 }  // namespace fedlgc::codecs

@@ -37,6 +37,14 @@ absl::StatusOr<SparseParams> ReadSparse(const ParamReader& params, const Registr
     if (p.ratio <= 0) return params.Error("ratio", "must be above 0");
     p.count_spec = StrCat("ratio=", FormatSpecNumber(p.ratio));
   }
+  FEDLGC_ASSIGN_OR_RETURN(p.values, ReadValueCodec(params, registry));
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DenseCodec>> ReadValueCodec(const ParamReader& params,
+                                                           const Registry& registry) {
   FEDLGC_ASSIGN_OR_RETURN(const SpecNode* vnode, params.Node("values"));
   std::unique_ptr<Codec> codec;
   if (vnode == nullptr) {
@@ -50,11 +58,8 @@ absl::StatusOr<SparseParams> ReadSparse(const ParamReader& params, const Registr
                         StrCat("must be a dense codec (fp32, qsgd, ...), got ", codec->spec()));
   }
   codec.release();
-  p.values.reset(dense);
-  return p;
+  return std::unique_ptr<DenseCodec>(dense);
 }
-
-}  // namespace
 
 SparseCodec::SparseCodec(std::string spec, Kind kind, double ratio, uint64_t k,
                          std::unique_ptr<DenseCodec> values, bool sampled, double sample,
@@ -97,7 +102,7 @@ absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateRandomK(const SpecNode
 
 CodecTraits SparseCodec::traits() const {
   const CodecTraits v = values_->traits();
-  return CodecTraits{.fixed_size = v.fixed_size,
+  return CodecTraits{.fixed_size = v.fixed_size && kind_ != Kind::kGiven,
                      .unbiased = kind_ == Kind::kRandomK && scale_ && v.unbiased,
                      .stateful = false,
                      .block = 1};
@@ -114,7 +119,9 @@ uint64_t SparseCodec::FrameBytes(uint64_t m, uint64_t u) const {
   return FrameOverhead(spec().size()) + 4 + EliasFanoBytes(m, u) + values_->MaxBodyBytes(m);
 }
 
-uint64_t SparseCodec::MaxFrameBytes(uint64_t n) const { return FrameBytes(KeptCount(n), n); }
+uint64_t SparseCodec::MaxFrameBytes(uint64_t n) const {
+  return FrameBytes(kind_ == Kind::kGiven ? n : KeptCount(n), n);
+}
 
 double SparseCodec::BoundBits(uint64_t n) const {
   const uint64_t k = KeptCount(n);
@@ -133,15 +140,21 @@ void SparseCodec::Select(std::span<const float> x, uint64_t seed,
   }
 }
 
-absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& opts,
-                                 std::vector<Frame>* frames) {
+std::unique_ptr<SparseCodec> SparseCodec::ForGivenSets(std::string spec,
+                                                       std::unique_ptr<DenseCodec> values) {
+  return std::unique_ptr<SparseCodec>(
+      new SparseCodec(std::move(spec), Kind::kGiven, 0, 0, std::move(values), false, 0, false));
+}
+
+absl::Status SparseCodec::CheckInput(std::span<const float> x, uint64_t k,
+                                     const EncodeOptions& opts) const {
   const uint64_t n = x.size();
   if (n >= (uint64_t{1} << 32)) {
     return absl::InvalidArgumentError(
         StrCat(spec(), ": ", n, " coordinates; the limit is 2^32 - 1"));
   }
   if (opts.max_frame_bytes == 0 &&
-      MaxFrameBytes(n) - FrameOverhead(spec().size()) > kMaxBodyBytes) {
+      FrameBytes(k, n) - FrameOverhead(spec().size()) > kMaxBodyBytes) {
     return absl::InvalidArgumentError(StrCat(spec(), ": the body would exceed 4 GiB;",
                                              " set EncodeOptions::max_frame_bytes to chunk it"));
   }
@@ -150,8 +163,37 @@ absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& 
     return NonFiniteError(
         StrCat("input value ", i, " is not finite (", x[i], "); nothing was encoded"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& opts,
+                                 std::vector<Frame>* frames) {
+  if (kind_ == Kind::kGiven) {
+    return absl::FailedPreconditionError(
+        StrCat(spec(), ": the sender chooses the kept set; use EncodeSelected"));
+  }
+  FEDLGC_RETURN_IF_ERROR(CheckInput(x, KeptCount(x.size()), opts));
   std::vector<uint32_t> idx;
   Select(x, opts.seed, &idx);
+  return WriteFrames(x, idx, opts, frames);
+}
+
+absl::Status SparseCodec::EncodeSelected(std::span<const float> x, std::span<const uint32_t> idx,
+                                         const EncodeOptions& opts,
+                                         std::vector<Frame>* frames) const {
+  for (size_t j = 0; j < idx.size(); ++j) {
+    if (idx[j] >= x.size() || (j > 0 && idx[j] <= idx[j - 1])) {
+      return absl::InvalidArgumentError(
+          StrCat(spec(), ": kept index ", j, " is out of range or out of order"));
+    }
+  }
+  FEDLGC_RETURN_IF_ERROR(CheckInput(x, idx.size(), opts));
+  return WriteFrames(x, idx, opts, frames);
+}
+
+absl::Status SparseCodec::WriteFrames(std::span<const float> x, std::span<const uint32_t> idx,
+                                      const EncodeOptions& opts, std::vector<Frame>* frames) const {
+  const uint64_t n = x.size();
   const uint64_t k = idx.size();
   std::vector<float> vals(k);
   const float mult = (kind_ == Kind::kRandomK && scale_ && k > 0)

@@ -19,9 +19,14 @@
 
 #include "absl/status/statusor.h"
 #include "codecs/dense_codec.h"
+#include "codecs/params.h"
 #include "codecs/registry.h"
 
 namespace fedlgc::codecs {
+
+// The dense codec named by `values=` (fp32 when absent), for codecs that send kept values.
+absl::StatusOr<std::unique_ptr<DenseCodec>> ReadValueCodec(const ParamReader& params,
+                                                           const Registry& registry);
 
 // Thread-safe like DenseCodec: no mutable state.
 class SparseCodec final : public Codec {
@@ -31,11 +36,21 @@ class SparseCodec final : public Codec {
   static absl::StatusOr<std::unique_ptr<Codec>> CreateRandomK(const SpecNode& node,
                                                               const Registry& registry);
 
+  // A codec whose sender chooses the kept set of every encode (DGC): frames of `spec`
+  // with any number of kept values; Encode fails, EncodeSelected writes the frames.
+  static std::unique_ptr<SparseCodec> ForGivenSets(std::string spec,
+                                                   std::unique_ptr<DenseCodec> values);
+
   CodecTraits traits() const override;
   uint64_t MaxFrameBytes(uint64_t n) const override;
   absl::Status Encode(std::span<const float> x, const EncodeOptions& opts,
                       std::vector<Frame>* frames) override;
   absl::Status Decode(const FrameView& frame, std::span<float> out) const override;
+
+  // Encodes the coordinates idx (ascending, distinct, each < x.size()) of x exactly as
+  // Encode encodes the set it selects.
+  absl::Status EncodeSelected(std::span<const float> x, std::span<const uint32_t> idx,
+                              const EncodeOptions& opts, std::vector<Frame>* frames) const;
 
   // Coordinates kept out of n.
   uint64_t KeptCount(uint64_t n) const;
@@ -47,9 +62,13 @@ class SparseCodec final : public Codec {
   const DenseCodec& values() const { return *values_; }
 
  private:
-  enum class Kind { kTopK, kRandomK };
+  enum class Kind { kTopK, kRandomK, kGiven };
   SparseCodec(std::string spec, Kind kind, double ratio, uint64_t k,
               std::unique_ptr<DenseCodec> values, bool sampled, double sample, bool scale);
+
+  absl::Status CheckInput(std::span<const float> x, uint64_t k, const EncodeOptions& opts) const;
+  absl::Status WriteFrames(std::span<const float> x, std::span<const uint32_t> idx,
+                           const EncodeOptions& opts, std::vector<Frame>* frames) const;
 
   // Bytes of a frame holding m kept values over a range of u coordinates.
   uint64_t FrameBytes(uint64_t m, uint64_t u) const;

@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<Codec>> ZstdCodec::Create(const SpecNode& node,
   FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, registry.Create(*inner_node));
   if (inner->traits().stateful) {
     return absl::InvalidArgumentError(
-        "zstd: wraps only stateless codecs; put error feedback outside, e.g. ef(zstd(topk(...)))");
+        "zstd: wraps only stateless codecs; put error feedback outside, e.g. ef(zstd(topk(...))), "
+        "and use dgc(...) without zstd");
   }
   if (dynamic_cast<ZstdCodec*>(inner.get()) != nullptr) {
     return absl::InvalidArgumentError("zstd: zstd nested in zstd");

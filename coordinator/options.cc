@@ -8,9 +8,18 @@
 namespace fedlgc::coordinator {
 namespace {
 
-absl::Status ValidateCodecs(const RoundPlan& plan, bool lgc) {
+absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode) {
+  const bool lgc = mode == Mode::kLgc;
   if (!lgc) {
-    if (auto c = codecs::MakeCodec(plan.codec); !c.ok()) return c.status();
+    auto c = codecs::MakeCodec(plan.codec);
+    if (!c.ok()) return c.status();
+    // LSGD and SGP clients encode with the plain codec: their protocols account for what a
+    // codec loses, so a codec that keeps its own residual would count it twice.
+    if ((mode == Mode::kLsgd || mode == Mode::kSgp) && (*c)->traits().stateful) {
+      return absl::InvalidArgumentError(
+          StrCat((*c)->spec(), " keeps sender state (a residual); --mode ", ModeName(mode),
+                 " encodes with stateless codecs only (use it with --mode fedavg)"));
+    }
   } else if (plan.warmup_codecs.empty()) {
     return absl::InvalidArgumentError(
         "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
@@ -67,7 +76,7 @@ absl::Status CoordinatorOptions::Validate() const {
   }
   auto job_mode = JobMode();
   if (!job_mode.ok()) return job_mode.status();
-  if (absl::Status st = ValidateCodecs(plan, *job_mode == Mode::kLgc); !st.ok()) return st;
+  if (absl::Status st = ValidateCodecs(plan, *job_mode); !st.ok()) return st;
   if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
     return absl::InvalidArgumentError(
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");

@@ -1,12 +1,13 @@
-// Client state file: u32 magic 'FLCS', u32 version 4, str codec, floats residual,
+// Client state file: u32 magic 'FLCS', u32 version 6, str codec, floats residual,
 // u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
 // u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 flags (1 gossip share,
 // 2 LSGD lead), floats scales], then the local
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
 // floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, floats
-// values, u32 leader; CRC32C (core/atomic_file.h). Version 1 files (no LGC
-// fields), version 2 files (no flags, no local model), version 3 files (whose share in flight was
-// still inside x and w) and version 4 files (no echo) still load.
+// values, u32 leader; then str codec_state; CRC32C (core/atomic_file.h). Version 1 files (no
+// LGC fields), version 2 files (no flags, no local model), version 3 files (whose share in flight
+// was still inside x and w), version 4 files (no echo) and version 5 files (no codec state)
+// still load.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -17,7 +18,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 5;
+constexpr uint32_t kVersion = 6;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -55,6 +56,11 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   w.U64(s.lgc_echo.round);
   w.Floats(s.lgc_echo.values);
   w.U32(s.lgc_echo.leader ? 1 : 0);
+  if (s.codec_state.size() > ~uint32_t{0}) {
+    return absl::InvalidArgumentError(
+        StrCat(path, ": codec state of ", s.codec_state.size(), " bytes exceeds 4 GiB"));
+  }
+  w.Str(s.codec_state);
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -122,6 +128,7 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
     if (!r.U64(&e.round) || !r.Floats(&e.values) || !r.U32(&leader)) return corrupt();
     e.leader = leader != 0;
   }
+  if (version >= 6 && !r.Str(&s.codec_state, ~uint32_t{0})) return corrupt();
   if (!r.done()) return corrupt();
   return s;
 }

@@ -1,4 +1,5 @@
-// What an edge client must not lose across a restart: its error-feedback residual, the
+// What an edge client must not lose across a restart: its error-feedback residual (and the
+// codec's other sender state, such as DGC's momentum), the
 // update it is uploading (its frames, so a resumed upload sends the very same bytes and
 // the coordinator's receipts refer to them) and, in LSGD and SGP jobs, its own model.
 // Written atomically after every encode, receipt, pull, mixing step and local period.
@@ -63,6 +64,9 @@ struct LgcEcho {
 struct ClientState {
   std::string codec;            // spec the residual belongs to
   std::vector<float> residual;  // error-feedback residual (empty before the first round)
+  // The codec's sender state besides the residual (DGC's momentum and warm-up position;
+  // codecs/residual_codec.h), written by the codec of `codec`; empty for most codecs.
+  std::string codec_state;
   std::optional<PendingUpdate> pending;
   LocalModel local;
   LgcEcho lgc_echo;

@@ -1,9 +1,11 @@
 // FedAvg at the edge (see fedavg_client.h).
 #include "modes/fedavg/fedavg_client.h"
 
-#include "codecs/error_feedback.h"
+#include <cstdio>
+
 #include "codecs/frame.h"
 #include "codecs/registry.h"
+#include "codecs/residual_codec.h"
 #include "codecs/str.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
@@ -37,24 +39,44 @@ absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
   // is noise with mean zero and feeding it back can grow without bound.
   auto parsed = codecs::MakeCodec(spec);
   if (!parsed.ok()) return parsed.status();
-  std::string ef_spec = spec;
-  if (dynamic_cast<codecs::ErrorFeedback*>(parsed->get()) == nullptr) {
-    ef_spec =
+  std::string sender_spec = spec;
+  if (dynamic_cast<codecs::ResidualCodec*>(parsed->get()) == nullptr) {
+    sender_spec =
         (*parsed)->traits().unbiased ? StrCat("ef(", spec, ",error=0)") : StrCat("ef(", spec, ")");
   }
-  auto made = codecs::MakeCodec(ef_spec);
+  auto made = codecs::MakeCodec(sender_spec);
   if (!made.ok()) return made.status();
-  codec_.reset(static_cast<codecs::ErrorFeedback*>(made->release()));
+  codec_.reset(static_cast<codecs::ResidualCodec*>(made->release()));
   codec_spec_ = spec;
   // The residual is plain coordinates: it carries over when the job switches codecs.
+  // Other sender state (DGC's momentum) belongs to the codec that wrote it.
   edge_client::ClientState& state = env_.state();
   if (state.residual.size() == env_.dim()) {
     codec_->SetResidual(state.residual);
   } else {
     state.residual.clear();
+    state.codec_state.clear();
+  }
+  if (state.codec != spec) state.codec_state.clear();
+  if (absl::Status st = codec_->LoadState(state.codec_state); !st.ok()) {
+    // Momentum-like state is soft: a sender that cannot read it (a newer codec version,
+    // say) starts it afresh rather than stop; the residual, the update's mass, is kept.
+    std::fprintf(stderr, "%s: %s; starting the codec's state afresh\n", env_.client_id().c_str(),
+                 st.ToString().c_str());
+    state.codec_state.clear();
+    if (absl::Status again = codec_->LoadState(""); !again.ok()) {
+      codec_.reset();
+      return again;
+    }
   }
   state.codec = spec;
   return absl::OkStatus();
+}
+
+void FedAvgClient::KeepCodecState() {
+  edge_client::ClientState& state = env_.state();
+  state.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  state.codec_state = codec_->SaveState();
 }
 
 void FedAvgClient::ResidualChanged() {
@@ -86,7 +108,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     PendingUpdate p = env_.NewPending(start.round(), start.model_version());
     for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
     state.pending = std::move(p);
-    state.residual.assign(codec_->residual().begin(), codec_->residual().end());
+    KeepCodecState();
     if (absl::Status st = env_.Persist(); !st.ok()) return st;
   }
   return env_.UploadPending(start.round(), deadline);
@@ -109,7 +131,7 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
     if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
     ++lost;
   }
-  state.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  KeepCodecState();
   if (lost) env_.metrics().AddChunks(env_.client_id(), "lost", lost);
   state.pending.reset();
   return env_.Persist();
@@ -121,7 +143,7 @@ absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
   for (const std::string& f : p.frames) {
     if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
   }
-  state.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  KeepCodecState();
   return absl::OkStatus();
 }
 

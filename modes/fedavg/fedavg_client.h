@@ -13,7 +13,7 @@
 #include "edge_client/client_mode.h"
 
 namespace fedlgc::codecs {
-class ErrorFeedback;
+class ResidualCodec;
 }
 
 namespace fedlgc::modes {
@@ -44,11 +44,14 @@ class FedAvgClient final : public edge_client::ClientMode {
   void ResidualChanged();
 
  private:
-  // The codec of `spec` wrapped in error feedback, its residual the client's.
+  // The codec of `spec` wrapped in error feedback (unless it keeps its own residual, as
+  // dgc(...) does), its residual and sender state the client's.
   absl::Status EnsureCodec(const std::string& spec);
+  // Copies the codec's residual and sender state into the client state.
+  void KeepCodecState();
 
   ClientEnv& env_;  // outlives this mode
-  std::unique_ptr<codecs::ErrorFeedback> codec_;
+  std::unique_ptr<codecs::ResidualCodec> codec_;
   std::string codec_spec_;
 };
 

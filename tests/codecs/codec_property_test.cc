@@ -39,6 +39,7 @@ const char* const kSpecs[] = {
     "topk(ratio=0.05,values=qsgd(bits=8,bucket=64))",
     "topk(k=300,values=natural,sampled=1)",
     "topk(ratio=0.2,values=fp16,sampled=1)",
+    "topk(ratio=0.05,values=natdither(s=6,bucket=16))",
     "randk(ratio=0.02,values=qsgd(bits=4,bucket=32))",
     "randk(k=50)",
     "zstd(qsgd(bits=4,norm=linf))",

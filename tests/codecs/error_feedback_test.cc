@@ -11,14 +11,9 @@
 namespace fedlgc::codecs {
 namespace {
 
-// Inputs on a dyadic grid (multiples of 2^-12 below 2^8): every sum and difference the
+// Inputs on a dyadic grid (multiples of 2^-12 in [-1, 1]): every sum and difference the
 // decorator and top-k compute is exact in float, so conservation must hold bit for bit.
-std::vector<float> Dyadic(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = std::ldexp(static_cast<float>(static_cast<int>(rng() % 8193) - 4096), -12);
-  return v;
-}
+std::vector<float> Dyadic(size_t n, uint64_t seed) { return testing::Dyadic(n, seed, 12); }
 
 TEST(ErrorFeedback, ConservesExactlyWithTopK) {
   auto codec = testing::Make("ef(topk(ratio=0.05))");

@@ -48,7 +48,10 @@ const char* const kDecoders[] = {"fp32",
                                  "topk(ratio=0.1,values=qsgd(bits=4,bucket=8))",
                                  "randk(ratio=0.2,values=qsgd(bits=8,elias=1,bucket=16))",
                                  "topk(ratio=0.05,values=natural)",
-                                 "adacomp(bin=50)"};
+                                 "topk(ratio=0.1,values=natdither(s=6,bucket=16))",
+                                 "adacomp(bin=50)",
+                                 "dgc(ratio=0.1,warmup=0)",
+                                 "dgc(ratio=0.05,values=qsgd(bits=4,bucket=8))"};
 
 class Hostile : public ::testing::TestWithParam<const char*> {
  protected:

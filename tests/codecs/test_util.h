@@ -2,6 +2,7 @@
 #ifndef FEDLGC_TESTS_CODECS_TEST_UTIL_H_
 #define FEDLGC_TESTS_CODECS_TEST_UTIL_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -23,6 +24,20 @@ inline std::vector<float> GradientLike(size_t n, uint64_t seed) {
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng) * 0.01f;
   for (size_t i = 0; i < n / 100; ++i) v[rng() % n] *= 30.0f;
+  return v;
+}
+
+// Multiples of 2^-bits in [-1, 1]: sums and differences of a few of them are exact in float,
+// so conservation laws can be checked bit for bit.
+inline std::vector<float> Dyadic(size_t n, uint64_t seed, int bits) {
+  std::mt19937_64 rng(seed);
+  const uint64_t half = uint64_t{1} << bits;
+  std::vector<float> v(n);
+  for (float& x : v) {
+    x = std::ldexp(static_cast<float>(static_cast<int64_t>(rng() % (2 * half + 1)) -
+                                      static_cast<int64_t>(half)),
+                   -bits);
+  }
   return v;
 }
 

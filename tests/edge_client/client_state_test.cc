@@ -40,11 +40,12 @@ ClientState Sample() {
   s.lgc_echo.round = 6;
   s.lgc_echo.values = {-0.25f, 4.0f};
   s.lgc_echo.leader = true;
+  s.codec_state = std::string("DGCS\0\x01 sender state", 20);
   return s;
 }
 
 TEST(ClientState, RoundTripsEveryField) {
-  const std::string path = Path("v5.state");
+  const std::string path = Path("v6.state");
   ClientState s = Sample();
   s.pending->lead = true;
   ASSERT_TRUE(SaveClientState(path, s).ok());
@@ -67,10 +68,12 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_EQ(back->lgc_echo.round, 6u);
   EXPECT_EQ(back->lgc_echo.values, s.lgc_echo.values);
   EXPECT_TRUE(back->lgc_echo.leader);
+  EXPECT_EQ(back->codec_state, s.codec_state);
 }
 
 // An older state file of Sample() by hand: version 3 (x and w still hold the gossip share
-// in flight) or version 4 (an LGC update in flight, chunk scales), neither with an echo.
+// in flight), version 4 (an LGC update in flight, chunk scales; no echo) or version 5 (with
+// the echo, without codec state).
 std::string OldFile(uint32_t version) {
   const ClientState s = Sample();
   core::StateWriter w;
@@ -107,6 +110,11 @@ std::string OldFile(uint32_t version) {
   w.Floats(s.local.contributed);
   w.F64(0.5);
   w.Floats(s.local.share);
+  if (version >= 5) {
+    w.U64(s.lgc_echo.round);
+    w.Floats(s.lgc_echo.values);
+    w.U32(1);
+  }
   return w.Finish();
 }
 
@@ -133,6 +141,16 @@ TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
   EXPECT_EQ(back->local.w, 0.5);
   EXPECT_EQ(back->lgc_echo.round, 0u);
   EXPECT_TRUE(back->lgc_echo.values.empty());
+}
+
+TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {
+  const std::string path = Path("v5-old.state");
+  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(5)).ok());
+  auto back = LoadClientState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->lgc_echo.round, 6u);
+  EXPECT_TRUE(back->lgc_echo.leader);
+  EXPECT_TRUE(back->codec_state.empty());
 }
 
 TEST(ClientState, ACorruptedFileIsRefused) {

@@ -100,6 +100,17 @@ RunResult RunFederation(const std::string& name, int n, const Job& job,
   return r;
 }
 
+// Waits up to a minute for the coordinator with `state_dir` to log its first committed round.
+bool WaitForFirstCommit(const std::string& state_dir) {
+  const std::string rounds_file = state_dir + "/rounds.jsonl";
+  return WaitFor(
+      [&] {
+        auto rounds = ReadRoundLog(rounds_file);
+        return rounds.ok() && !rounds->empty();
+      },
+      seconds(60));
+}
+
 // Largest |a - b| and the share of coordinates that differ at all.
 std::pair<double, double> Compare(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
@@ -228,6 +239,52 @@ TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
   EXPECT_LT(share, 1e-3);
 }
 
+// DGC keeps a momentum and a warm-up position besides its residual: a client killed with
+// SIGKILL after round 1 restarts from its state file with both, and the run ends on the
+// clean run's model (a client that lost its momentum would send other coordinates).
+TEST(Federation, ADgcClientKilledAfterARoundKeepsItsMomentum) {
+  const int n = 2;
+  Job job;
+  job.rounds = 4;
+  job.plan.codec = "dgc(ratio=0.01,momentum=0.9,warmup=2)";
+  job.plan.local_steps = 20;
+  // Both runs use client processes, so they train exactly alike.
+  auto run = [&](const std::string& name, bool kill) {
+    const std::string dir = FreshDir(name);
+    const std::string certs = MakeCerts(dir, n);
+    auto o = CoordinatorDefaults(dir, certs);
+    o.rounds = job.rounds;
+    o.min_clients = n;
+    o.plan = job.plan;
+    InProcessCoordinator coord(o);
+    auto victim = SpawnEdge(dir, certs, 0, n, coord.port());
+    auto other = SpawnEdge(dir, certs, 1, n, coord.port());
+    if (kill) {
+      EXPECT_TRUE(WaitForFirstCommit(o.state_dir)) << "round 1 never committed";
+      victim->Kill(SIGKILL);
+      EXPECT_EQ(victim->Wait(seconds(10)), 128 + SIGKILL);
+      victim = SpawnEdge(dir, certs, 0, n, coord.port());
+    }
+    EXPECT_TRUE(coord.Wait(seconds(120)));
+    EXPECT_EQ(victim->Wait(seconds(30)), 0);
+    EXPECT_EQ(other->Wait(seconds(30)), 0);
+    const auto reports = coord.get().reports();
+    EXPECT_EQ(reports.size(), job.rounds);
+    for (const auto& rep : reports) {
+      EXPECT_EQ(rep.participants, n);
+      EXPECT_EQ(rep.stragglers, 0);
+    }
+    return coord.get().engine().ModelVector();
+  };
+  const std::vector<float> clean = run("dgc_clean", false);
+  const std::vector<float> killed = run("dgc_kill", true);
+  ASSERT_EQ(killed.size(), clean.size());
+  // Two updates per round add up in either order to the same floats.
+  const auto [worst, share] = Compare(killed, clean);
+  EXPECT_EQ(worst, 0.0);
+  EXPECT_EQ(share, 0.0);
+}
+
 TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   const int n = 3;
   const std::string dir = FreshDir("restart");
@@ -244,14 +301,7 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   std::vector<std::unique_ptr<ChildProcess>> clients;
   for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
   // Kill it as soon as round 1 is committed, while round 2 runs.
-  const std::string rounds_file = o.state_dir + "/rounds.jsonl";
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto rounds = ReadRoundLog(rounds_file);
-        return rounds.ok() && !rounds->empty();
-      },
-      seconds(60)))
-      << "round 1 never committed";
+  ASSERT_TRUE(WaitForFirstCommit(o.state_dir)) << "round 1 never committed";
   first->Kill(SIGKILL);
   EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
   const auto committed = CheckpointModel(o.state_dir, o);
@@ -277,7 +327,7 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   EXPECT_LT(worst, 1e-6);
   EXPECT_LT(share, 1e-3);
   // Round numbering went on from the checkpoint: four committed rounds in all.
-  auto log = ReadRoundLog(rounds_file);
+  auto log = ReadRoundLog(o.state_dir + "/rounds.jsonl");
   ASSERT_TRUE(log.ok()) << log.status();
   ASSERT_EQ(log->size(), 4u);
   for (size_t i = 0; i < log->size(); ++i) EXPECT_EQ((*log)[i].round, i + 1);

@@ -102,6 +102,27 @@ double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
   return worst;
 }
 
+// LSGD and SGP account for what a codec loses in their own protocol: a codec with its own
+// residual (ef, dgc) would count it twice, so the job is refused before it starts.
+TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
+  auto o = CoordinatorDefaults(FreshDir("stateful_codecs"), "");
+  o.insecure = true;
+  for (const char* mode : {"lsgd", "sgp"}) {
+    o.mode = mode;
+    for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))"}) {
+      o.plan.codec = codec;
+      const absl::Status st = o.Validate();
+      EXPECT_TRUE(absl::IsInvalidArgument(st)) << mode << " " << codec << ": " << st;
+      EXPECT_NE(std::string(st.message()).find("--mode fedavg"), std::string::npos) << st;
+    }
+    o.plan.codec = "topk(ratio=0.01)";
+    EXPECT_TRUE(o.Validate().ok()) << mode;
+  }
+  o.mode = "fedavg";
+  o.plan.codec = "dgc(ratio=0.01)";
+  EXPECT_TRUE(o.Validate().ok());
+}
+
 TEST(Lsgd, TwoConfiguredGroupsElectTheArgminAndTheRunsModelIsTheGlobalLeaders) {
   const std::string dir = FreshDir("lsgd-groups");
   const std::string certs = MakeCerts(dir, 4);

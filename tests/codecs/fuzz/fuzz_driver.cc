@@ -30,12 +30,13 @@ std::vector<std::string> Seeds() {
     return {"ef(topk(ratio=0.01, values=qsgd(bits=8)))", "qsgd(bits=4,bucket=64,elias=1)",
             "terngrad(clip=2.5)", "randk(k=3,values=natural)", "natdither/1(s=3)"};
   }
-  auto codec = fedlgc::codecs::MakeCodec(spec).value();
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0, 1);
   for (size_t n : {1, 17, 300, 2000}) {
     std::vector<float> x(n);
     for (float& v : x) v = normal(rng);
+    // One codec per n: a stateful sender (dgc) fixes its dimension on the first encode.
+    auto codec = fedlgc::codecs::MakeCodec(spec).value();
     std::vector<fedlgc::codecs::Frame> frames;
     fedlgc::codecs::EncodeOptions opts;
     opts.shared_scale = 4.0f;

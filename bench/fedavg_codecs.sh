@@ -2,7 +2,8 @@
 # Fashion-MNIST FedAvg with each codec under the same seed: 8 clients IID, 20 rounds,
 # 1 local epoch, the full training set. Prints a markdown table and writes one JSON
 # report per codec into OUT (default build/bench-fedavg). About 9-10 minutes per codec
-# on the 2-core build machine; ONLY=<name> runs one (e.g. ONLY=topk1_ef_q8_warm).
+# on the 2-core build machine; ONLY=<name> runs one (e.g. ONLY=topk1_ef_q8_warm). Once the
+# table in docs/results.md is updated, bench/plot_fedavg_codecs.py redraws docs/fedavg_codecs.png.
 #   bench/fedavg_codecs.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -28,7 +28,8 @@ Dgc::Dgc(std::string spec, std::unique_ptr<SparseCodec> wire, double ratio, doub
       momentum_(momentum),
       clip_(clip),
       warmup_(warmup),
-      sample_(sample) {}
+      sample_(sample),
+      exact_values_(wire_->values().spec() == "fp32/1") {}
 
 absl::StatusOr<std::unique_ptr<Codec>> Dgc::Create(const SpecNode& node, const Registry& registry) {
   ParamReader params(node, {"ratio", "momentum", "clip", "warmup", "sample", "values"});
@@ -109,13 +110,19 @@ absl::Status Dgc::Encode(std::span<const float> x, const EncodeOptions& opts,
   if (n > 0) TopKSampled(scratch_, KeptCount(n, encodes_), sample_, opts.seed, &idx_);
   const size_t first = frames->size();
   FEDLGC_RETURN_IF_ERROR(wire_->EncodeSelected(scratch_, idx_, opts, frames));
-  recon_.resize(n);
-  if (absl::Status st = DecodeAll(*wire_, std::span<const Frame>(*frames).subspan(first), recon_);
-      !st.ok()) {
-    frames->resize(first);
-    return st;
+  if (exact_values_) {
+    // fp32 values decode to exactly what was kept: v keeps the rest, zero on the kept set.
+    residual_.swap(scratch_);
+    for (uint32_t i : idx_) residual_[i] = 0.0f;
+  } else {
+    recon_.resize(n);
+    absl::Status st = DecodeAll(*wire_, std::span<const Frame>(*frames).subspan(first), recon_);
+    if (!st.ok()) {
+      frames->resize(first);
+      return st;
+    }
+    for (size_t i = 0; i < n; ++i) residual_[i] = scratch_[i] - recon_[i];
   }
-  for (size_t i = 0; i < n; ++i) residual_[i] = scratch_[i] - recon_[i];
   for (uint32_t i : idx_) next_u_[i] = 0.0f;  // momentum-factor masking
   u_.swap(next_u_);
   ++encodes_;

@@ -84,6 +84,7 @@ class Dgc final : public ResidualCodec {
   const double clip_;
   const uint32_t warmup_;
   const double sample_;
+  const bool exact_values_;  // fp32 values: what is kept decodes exactly
   uint64_t encodes_ = 0;
   std::vector<float> u_;       // momentum, empty before the first encode
   std::vector<float> next_u_;  // u of the current encode, committed once it succeeded

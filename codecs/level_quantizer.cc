@@ -361,6 +361,11 @@ absl::Status LevelQuantizer::DecodeBody(std::span<const uint8_t> body, std::span
     float norm;
     std::memcpy(&norm, body.data() + 4 * b, 4);
     UnpackCodes(p, len, bits_, codes.data());
+    const size_t used = len * static_cast<size_t>(bits_);
+    if (used % 8 != 0 && (p[used / 8] >> (used % 8)) != 0) {
+      return absl::InvalidArgumentError(
+          StrCat(spec(), ": bucket ", b, " has padding bits set (the encoder writes zeros)"));
+    }
     p += PackedBytes(len, bits_);
     if (MaxCode(codes.data(), len) > 2 * s_) {
       return absl::InvalidArgumentError(
@@ -415,6 +420,10 @@ absl::Status LevelQuantizer::DecodeElias(std::span<const uint8_t> body,
   if (br.BytesConsumed() != stream.size()) {
     return absl::InvalidArgumentError(StrCat(spec(), ": ", stream.size() - br.BytesConsumed(),
                                              " trailing bytes after the last bucket"));
+  }
+  if (!br.UnreadBitsAreZero()) {
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": padding bits after the last bucket are set (the encoder writes zeros)"));
   }
   return absl::OkStatus();
 }

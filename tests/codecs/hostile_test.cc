@@ -277,6 +277,23 @@ TEST(HostileHeader, ReservedByteMustBeZero) {
   EXPECT_TRUE(Malformed(DecodeFrameInto(*codec, f, FrameLimits{}, out)));
 }
 
+TEST(HostileQuantizer, PaddingBitsMustBeZero) {
+  // 70 coordinates in buckets of 64: the second bucket's 6 codes of 3 bits fill 18 bits of
+  // 3 bytes; the top 6 bits of the body's last byte are padding, and the encoder writes 0.
+  auto codec = testing::Make("qsgd(bits=3,bucket=64)");
+  std::vector<Frame> frames;
+  testing::RoundTrip(*codec, testing::GradientLike(70, 3), 1, 0, &frames);
+  std::vector<float> out(70);
+  ASSERT_TRUE(DecodeFrameInto(*codec, frames[0].bytes, FrameLimits{}, out).ok());
+  for (int bit = 2; bit < 8; ++bit) {
+    std::string f = frames[0].bytes;
+    f[f.size() - 5] = static_cast<char>(f[f.size() - 5] | (1 << bit));
+    FixCrc(&f);
+    const absl::Status st = DecodeFrameInto(*codec, f, FrameLimits{}, out);
+    EXPECT_NE(std::string(st.message()).find("padding"), std::string::npos) << bit << ": " << st;
+  }
+}
+
 TEST(HostileSparse, IndicesOutsideTheFrameRangeAreRefused) {
   // Shrink the frame's declared range below the indices it carries: the index code then
   // disagrees with the universe and the frame is refused.

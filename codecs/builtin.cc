@@ -72,7 +72,8 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
                                      "warmup, sample, values)",
                                      &Dgc::Create}));
   FEDLGC_RETURN_IF_ERROR(
-      r.Register({"ef", 1, "error feedback around a codec without its own residual: ef(codec)", &ErrorFeedback::Create}));
+      r.Register({"ef", 1, "error feedback around a codec without its own residual: ef(codec)",
+                  &ErrorFeedback::Create}));
   FEDLGC_RETURN_IF_ERROR(r.Register({"zstd", 1,
                                      "lossless Zstandard stage after a stateless codec "
                                      "(codec, level)",

@@ -1,7 +1,6 @@
 // Deep Gradient Compression (see dgc.h).
 #include "codecs/dgc.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -60,11 +59,7 @@ double Dgc::RatioAt(uint64_t t) const {
   return std::pow(ratio_, static_cast<double>(t + 1) / static_cast<double>(warmup_ + 1));
 }
 
-uint64_t Dgc::KeptCount(uint64_t n, uint64_t t) const {
-  if (n == 0) return 0;
-  const double k = std::llround(RatioAt(t) * static_cast<double>(n));
-  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, n);
-}
+uint64_t Dgc::KeptCount(uint64_t n, uint64_t t) const { return KeptForRatio(RatioAt(t), n); }
 
 double Dgc::BoundBits(uint64_t n) const {
   const uint64_t k = KeptCount(n, encodes_ > 0 ? encodes_ - 1 : 0);
@@ -82,10 +77,9 @@ absl::Status Dgc::Encode(std::span<const float> x, const EncodeOptions& opts,
     return NonFiniteError(
         StrCat("input value ", i, " is not finite (", x[i], "); nothing was encoded"));
   }
-  if ((!u_.empty() && u_.size() != n) || (!residual_.empty() && residual_.size() != n)) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": input has ", n, " coordinates, the ",
-                                             "residual ", residual_.size(), " and the momentum ",
-                                             u_.size()));
+  if (!u_.empty() && u_.size() != n) {
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": input has ", n, " coordinates, the momentum ", u_.size()));
   }
   FEDLGC_RETURN_IF_ERROR(PrepareResidual(n));
   if (u_.empty()) u_.assign(n, 0.0f);

@@ -108,11 +108,15 @@ CodecTraits SparseCodec::traits() const {
                      .block = 1};
 }
 
-uint64_t SparseCodec::KeptCount(uint64_t n) const {
+uint64_t KeptForRatio(double ratio, uint64_t n) {
   if (n == 0) return 0;
-  if (k_ != 0) return std::min(k_, n);
-  const double k = std::llround(ratio_ * static_cast<double>(n));
+  const double k = std::llround(ratio * static_cast<double>(n));
   return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, n);
+}
+
+uint64_t SparseCodec::KeptCount(uint64_t n) const {
+  if (k_ != 0) return std::min(k_, n);
+  return KeptForRatio(ratio_, n);
 }
 
 uint64_t SparseCodec::FrameBytes(uint64_t m, uint64_t u) const {

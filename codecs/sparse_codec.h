@@ -28,6 +28,9 @@ namespace fedlgc::codecs {
 absl::StatusOr<std::unique_ptr<DenseCodec>> ReadValueCodec(const ParamReader& params,
                                                            const Registry& registry);
 
+// Coordinates a ratio keeps out of n: round(ratio * n), at least 1 (0 when n is 0).
+uint64_t KeptForRatio(double ratio, uint64_t n);
+
 // Thread-safe like DenseCodec: no mutable state.
 class SparseCodec final : public Codec {
  public:

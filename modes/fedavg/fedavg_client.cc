@@ -64,19 +64,14 @@ absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
     std::fprintf(stderr, "%s: %s; starting the codec's state afresh\n", env_.client_id().c_str(),
                  st.ToString().c_str());
     state.codec_state.clear();
-    if (absl::Status again = codec_->LoadState(""); !again.ok()) {
-      codec_.reset();
-      return again;
-    }
+    codec_->LoadState("").IgnoreError();  // an empty state is always accepted
   }
   state.codec = spec;
   return absl::OkStatus();
 }
 
-void FedAvgClient::KeepCodecState() {
-  edge_client::ClientState& state = env_.state();
-  state.residual.assign(codec_->residual().begin(), codec_->residual().end());
-  state.codec_state = codec_->SaveState();
+void FedAvgClient::KeepResidual() {
+  env_.state().residual.assign(codec_->residual().begin(), codec_->residual().end());
 }
 
 void FedAvgClient::ResidualChanged() {
@@ -108,7 +103,8 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     PendingUpdate p = env_.NewPending(start.round(), start.model_version());
     for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
     state.pending = std::move(p);
-    KeepCodecState();
+    KeepResidual();
+    state.codec_state = codec_->SaveState();  // only an encode changes it
     if (absl::Status st = env_.Persist(); !st.ok()) return st;
   }
   return env_.UploadPending(start.round(), deadline);
@@ -131,7 +127,7 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
     if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
     ++lost;
   }
-  KeepCodecState();
+  KeepResidual();
   if (lost) env_.metrics().AddChunks(env_.client_id(), "lost", lost);
   state.pending.reset();
   return env_.Persist();
@@ -143,7 +139,7 @@ absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
   for (const std::string& f : p.frames) {
     if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
   }
-  KeepCodecState();
+  KeepResidual();
   return absl::OkStatus();
 }
 

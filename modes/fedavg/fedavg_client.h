@@ -47,8 +47,8 @@ class FedAvgClient final : public edge_client::ClientMode {
   // The codec of `spec` wrapped in error feedback (unless it keeps its own residual, as
   // dgc(...) does), its residual and sender state the client's.
   absl::Status EnsureCodec(const std::string& spec);
-  // Copies the codec's residual and sender state into the client state.
-  void KeepCodecState();
+  // Copies the codec's residual into the client state.
+  void KeepResidual();
 
   ClientEnv& env_;  // outlives this mode
   std::unique_ptr<codecs::ResidualCodec> codec_;

@@ -137,7 +137,7 @@ TEST(TopKNatDither, ErrorFeedbackConservesTheSum) {
     const auto y = testing::RoundTrip(*codec, x, step);
     for (size_t i = 0; i < n; ++i) sent[i] += y[i];
   }
-  const double tol = 25 * 25 * scale * std::ldexp(1.0, -22);
+  const double tol = 25 * 25 * scale * std::ldexp(1.0, -23);
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(sent[i] + ef.residual()[i], input[i], tol) << i;
 }
 

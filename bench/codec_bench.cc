@@ -3,6 +3,9 @@
 // one run on the same input so the ratios hold on a noisy machine.
 //
 //   fedlgc-bench-codecs [--n 16777216] [--reps 5] [--json FILE] [--codec SPEC]...
+//
+// Codecs that work per tensor (powersgd) see the vector as one matrix of 1,024 rows (and
+// a dense tail); their rows also give GFLOP/s of the matrix products.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +20,8 @@
 #include "codecs/codec.h"
 #include "codecs/dense_codec.h"
 #include "codecs/dgc.h"
+#include "codecs/layout.h"
+#include "codecs/powersgd.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
 #include "codecs/topk.h"
@@ -41,6 +46,7 @@ double MedianSeconds(int reps, F&& f) {
 struct Row {
   std::string spec;
   double encode_gbps = 0, decode_gbps = 0, bits = 0, bound = 0;
+  double encode_gflops = 0, decode_gflops = 0;  // matrix codecs
   size_t frames = 0;
 };
 
@@ -53,6 +59,9 @@ const char* const kDefaultSpecs[] = {
     "qsgd(bits=2,bucket=512)",
     "qsgd(bits=4,bucket=512,elias=1)",
     "nuqsgd(bits=4,bucket=512)",
+    "alq(bits=3,bucket=512)",
+    "amq(bits=3,bucket=512)",
+    "alq(bits=4,bucket=512)",
     "natdither(s=8,bucket=512)",
     "terngrad(bucket=4096)",
     "natural",
@@ -65,7 +74,18 @@ const char* const kDefaultSpecs[] = {
     "adacomp(bin=500)",
     "dgc(ratio=0.001,warmup=0)",
     "topk(ratio=0.01,values=natdither(s=8,bucket=512),sampled=1)",
+    "powersgd(rank=1)",
+    "powersgd(rank=2)",
+    "powersgd(rank=4)",
 };
+
+// The layout per-tensor codecs get: one matrix of 1,024 rows and a dense tail.
+ModelLayout BenchLayout(size_t n) {
+  if (n < 2048) return ModelLayout::Flat(n);
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> t = {{"m", {1024, n / 1024}}};
+  if (n % 1024) t.push_back({"tail", {n % 1024}});
+  return ModelLayout::Create(std::move(t)).value();
+}
 
 struct Args {
   size_t n = size_t{1} << 24;
@@ -134,6 +154,12 @@ std::optional<Row> MeasureCodec(Codec& codec, const std::vector<float>& x, std::
     r.bound = s->BoundBits(n) / n;
   } else if (auto* g = dynamic_cast<Dgc*>(&codec)) {
     r.bound = g->BoundBits(n) / n;
+  } else if (auto* p = dynamic_cast<PowerSgd*>(&codec)) {
+    // Encode: P = M Q, Q = M^T P^ and its own decode P^ Q^T; decode: P^ Q^T.
+    double flops = 0;
+    for (const PowerSgd::Block& b : p->blocks()) flops += 2.0 * b.rows * b.cols * b.rank;
+    r.encode_gflops = 3 * flops / enc / 1e9;
+    r.decode_gflops = flops / dec / 1e9;
   }
   return r;
 }
@@ -154,7 +180,12 @@ bool WriteJson(const std::string& path, const Args& a, double memcpy_gbps,
     const Row& r = rows[i];
     out << (i ? ", " : "") << "{\"spec\": \"" << r.spec << "\", \"encode_gbps\": " << r.encode_gbps
         << ", \"decode_gbps\": " << r.decode_gbps << ", \"bits_per_coord\": " << r.bits
-        << ", \"bound_bits_per_coord\": " << r.bound << ", \"frames\": " << r.frames << "}";
+        << ", \"bound_bits_per_coord\": " << r.bound << ", \"frames\": " << r.frames;
+    if (r.encode_gflops > 0) {
+      out << ", \"encode_gflops\": " << r.encode_gflops
+          << ", \"decode_gflops\": " << r.decode_gflops;
+    }
+    out << "}";
   }
   out << "], \"topk\": {\"k\": " << t.k << ", \"exact_ms\": " << t.exact_s * 1e3
       << ", \"sampled_ms\": " << t.sampled_s * 1e3 << ", \"kept\": " << t.kept
@@ -188,8 +219,9 @@ int Main(int argc, char** argv) {
               "dec/mcp", "bits", "bound");
 
   std::vector<Row> rows;
+  const ModelLayout layout = BenchLayout(n);
   for (const std::string& spec : a.specs) {
-    auto made = MakeCodec(spec);
+    auto made = MakeCodec(spec, &layout);
     if (!made.ok()) {
       std::fprintf(stderr, "%s: %s\n", spec.c_str(), made.status().ToString().c_str());
       return 2;
@@ -202,6 +234,10 @@ int Main(int argc, char** argv) {
     std::printf("%-58s %9.2f %9.2f %7.0f%% %7.0f%% %7.3f %7.3f\n", spec.c_str(), r->encode_gbps,
                 r->decode_gbps, 100 * r->encode_gbps / memcpy_gbps,
                 100 * r->decode_gbps / memcpy_gbps, r->bits, r->bound);
+    if (r->encode_gflops > 0) {
+      std::printf("%-58s matrix products: encode %.2f GFLOP/s, decode %.2f GFLOP/s\n", "",
+                  r->encode_gflops, r->decode_gflops);
+    }
     rows.push_back(*r);
   }
 

@@ -15,9 +15,12 @@ topk="topk(ratio=0.01,values=qsgd(bits=8))"
 warm="topk(ratio=0.1,values=qsgd(bits=8));topk(ratio=0.05,values=qsgd(bits=8))"
 warm="$warm;topk(ratio=0.02,values=qsgd(bits=8))"
 codecs=("fp32" "fp16" "qsgd(bits=8)" "qsgd(bits=4)" "$topk" "$topk" "adacomp(bin=50)"
-  "dgc(ratio=0.001,momentum=0.9)" "dgc(ratio=0.001)" "topk(ratio=0.01,values=natdither(s=8))")
-warmups=("" "" "" "" "" "$warm" "" "" "" "")
-names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8 topk1_ef_q8_warm adacomp50 dgc01_m09 dgc01 topk1_ef_nd8)
+  "dgc(ratio=0.001,momentum=0.9)" "dgc(ratio=0.001)" "topk(ratio=0.01,values=natdither(s=8))"
+  "powersgd(rank=1)" "powersgd(rank=2)" "powersgd(rank=4)" "alq(bits=3)" "amq(bits=3)"
+  "qsgd(bits=3)")
+warmups=("" "" "" "" "" "$warm" "" "" "" "" "" "" "" "" "" "")
+names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8 topk1_ef_q8_warm adacomp50 dgc01_m09 dgc01 topk1_ef_nd8
+  psgd1 psgd2 psgd4 alq3 amq3 qsgd3)
 for i in "${!codecs[@]}"; do
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "${names[$i]}" ]; then continue; fi
   ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed 1 \
@@ -31,7 +34,7 @@ import os
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
 names = [n for n in names if n in runs]
 base = runs[names[0]]["summary"]
-print("| codec (client adds error feedback; dgc keeps its own) | warm-up rounds | final accuracy | uplink bytes | fewer bytes than fp32 | wall s |")
+print("| codec (client adds error feedback; dgc and powersgd keep their own) | warm-up rounds | final accuracy | uplink bytes | fewer bytes than fp32 | wall s |")
 print("|---|---|---|---|---|---|")
 for n in names:
     s, c = runs[n]["summary"], runs[n]["config"]

@@ -3,11 +3,13 @@
 #include <cstdlib>
 
 #include "codecs/adacomp.h"
+#include "codecs/adaptive_levels.h"
 #include "codecs/dgc.h"
 #include "codecs/error_feedback.h"
 #include "codecs/float_codecs.h"
 #include "codecs/level_quantizer.h"
 #include "codecs/natural.h"
+#include "codecs/powersgd.h"
 #include "codecs/registry.h"
 #include "codecs/sign.h"
 #include "codecs/sparse_codec.h"
@@ -21,12 +23,13 @@ namespace {
 // Adapts a factory that needs no registry.
 template <typename F>
 CodecFactory Leaf(F f) {
-  return [f](const SpecNode& node, const Registry&) { return f(node); };
+  return [f](const SpecNode& node, const CodecContext&) { return f(node); };
 }
 
 CodecFactory FloatFactory(FloatFormat format) {
-  return
-      [format](const SpecNode& node, const Registry&) { return FloatCodec::Create(format, node); };
+  return [format](const SpecNode& node, const CodecContext&) {
+    return FloatCodec::Create(format, node);
+  };
 }
 
 }  // namespace
@@ -46,6 +49,16 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
                                      "NUQSGD: stochastic exponential levels p^j "
                                      "(bits|s, p, bucket, norm, elias)",
                                      Leaf(&LevelQuantizer::CreateNuqsgd)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"alq", 1,
+                                     "ALQ: QSGD with levels fitted to the update by coordinate "
+                                     "descent on the variance, sent in each frame "
+                                     "(bits|s, bucket, norm, elias, sweeps, sample)",
+                                     Leaf(&AdaptiveQuantizer::CreateAlq)}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"amq", 1,
+                                     "AMQ: QSGD with levels p^(s-j), p fitted to the update by "
+                                     "gradient descent on the variance (bits|s, bucket, norm, "
+                                     "elias, epochs, sample)",
+                                     Leaf(&AdaptiveQuantizer::CreateAmq)}));
   FEDLGC_RETURN_IF_ERROR(
       r.Register({"natdither", 1, "natural dithering: levels 2^-j of the norm (s, bucket, norm)",
                   Leaf(&LevelQuantizer::CreateNatDither)}));
@@ -71,6 +84,11 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
                                      "its own residual and a warm-up (ratio, momentum, clip, "
                                      "warmup, sample, values)",
                                      &Dgc::Create}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"powersgd", 1,
+                                     "PowerSGD: rank-r factors P, Q per matrix of the model, "
+                                     "warm-started, with its own residual; needs the model's "
+                                     "layout (rank, min_ratio, warm)",
+                                     &PowerSgd::Create}));
   FEDLGC_RETURN_IF_ERROR(
       r.Register({"ef", 1, "error feedback around a codec without its own residual: ef(codec)",
                   &ErrorFeedback::Create}));

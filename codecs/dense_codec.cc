@@ -72,6 +72,8 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
     return absl::InvalidArgumentError(StrCat(wire_spec(), ": the update alone has ",
                                              opts.fresh.size(), " coordinates, the input ", n));
   }
+  std::vector<float> fitted;
+  FEDLGC_RETURN_IF_ERROR(Fit(x, &fitted));
   const size_t first = frames->size();
   uint64_t begin = 0;
   do {
@@ -81,7 +83,7 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
     f.length = len;
     const size_t body = BeginFrame(wire_spec(), n, begin, len, &f.bytes);
     BodyContext ctx{opts.seed, begin / block, opts.shared_scale,
-                    opts.fresh.empty() ? opts.fresh : opts.fresh.subspan(begin, len)};
+                    opts.fresh.empty() ? opts.fresh : opts.fresh.subspan(begin, len), fitted};
     absl::Status st = EncodeBody(x.subspan(begin, len), ctx, &f.bytes);
     if (!st.ok()) {
       frames->resize(first);

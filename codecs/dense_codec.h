@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "codecs/codec.h"
 
@@ -19,6 +20,9 @@ struct BodyContext {
   uint64_t first_block = 0;  // global block index of the body's first value
   float shared_scale = 0;
   std::span<const float> fresh;  // EncodeOptions::fresh over the body's values, or empty
+  // What Fit chose from the whole input (alq's levels; a sparse codec fits its value codec
+  // on all kept values), or empty: a body that needs it then fits its own values.
+  std::span<const float> fitted;
 };
 
 // Thread-safe: dense codecs hold no mutable state.
@@ -40,6 +44,14 @@ class DenseCodec : public Codec {
   // Decodes a body of exactly out.size() values; fails unless it consumes exactly `body`
   // and every decoded value is finite.
   virtual absl::Status DecodeBody(std::span<const uint8_t> body, std::span<float> out) const = 0;
+
+  // Parameters chosen from the whole input before it is cut into bodies, so that every
+  // body of one Encode uses the same ones (each body that needs them carries them).
+  // On non-finite input it leaves `fitted` empty (the bodies refuse that input). Default:
+  // none.
+  virtual absl::Status Fit(std::span<const float> /*x*/, std::vector<float>* /*fitted*/) const {
+    return absl::OkStatus();
+  }
 
   // Bits per coordinate the information in a body needs (for benchmark reporting):
   // code bits plus per-block scales.

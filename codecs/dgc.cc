@@ -30,7 +30,8 @@ Dgc::Dgc(std::string spec, std::unique_ptr<SparseCodec> wire, double ratio, doub
       sample_(sample),
       exact_values_(wire_->values().spec() == "fp32/1") {}
 
-absl::StatusOr<std::unique_ptr<Codec>> Dgc::Create(const SpecNode& node, const Registry& registry) {
+absl::StatusOr<std::unique_ptr<Codec>> Dgc::Create(const SpecNode& node,
+                                                   const CodecContext& context) {
   ParamReader params(node, {"ratio", "momentum", "clip", "warmup", "sample", "values"});
   FEDLGC_RETURN_IF_ERROR(params.status());
   FEDLGC_ASSIGN_OR_RETURN(double ratio, params.Real("ratio", 0.001, 1e-9, 1.0));
@@ -39,7 +40,7 @@ absl::StatusOr<std::unique_ptr<Codec>> Dgc::Create(const SpecNode& node, const R
   FEDLGC_ASSIGN_OR_RETURN(double clip, params.Real("clip", 0.0, 0.0, 1e30));
   FEDLGC_ASSIGN_OR_RETURN(int64_t warmup, params.Int("warmup", 4, 0, 1000));
   FEDLGC_ASSIGN_OR_RETURN(double sample, params.Real("sample", 0.01, 1e-6, 1.0));
-  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<DenseCodec> values, ReadValueCodec(params, registry));
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<DenseCodec> values, ReadValueCodec(params, context));
   std::string wire_spec = StrCat("dgc/1(values=", values->spec(), ")");
   std::string spec =
       StrCat("dgc/1(ratio=", FormatSpecNumber(ratio), ",momentum=", FormatSpecNumber(momentum),
@@ -124,11 +125,7 @@ absl::Status Dgc::Encode(std::span<const float> x, const EncodeOptions& opts,
 }
 
 std::string Dgc::SaveState() const {
-  std::string out;
-  PutScalar(&out, kStateMagic);
-  PutScalar(&out, kStateVersion);
-  PutScalar(&out, static_cast<uint32_t>(spec().size()));
-  out.append(spec());
+  std::string out = BeginState(kStateMagic, kStateVersion);
   PutScalar(&out, encodes_);
   PutScalar(&out, static_cast<uint64_t>(u_.size()));
   out.append(reinterpret_cast<const char*>(u_.data()), u_.size() * sizeof(float));
@@ -142,19 +139,10 @@ absl::Status Dgc::LoadState(std::string_view bytes) {
     return absl::OkStatus();
   }
   ByteReader r(bytes);
-  uint32_t magic = 0, version = 0, spec_len = 0;
+  FEDLGC_RETURN_IF_ERROR(ReadStateStart(r, kStateMagic, kStateVersion, "DGC"));
   uint64_t encodes = 0, n = 0;
-  std::span<const uint8_t> spec_bytes, u_bytes;
-  auto refuse = [&](std::string_view why) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": refusing sender state: ", why));
-  };
-  if (!r.Get(&magic) || !r.Get(&version) || magic != kStateMagic) return refuse("not DGC state");
-  if (version != kStateVersion) return refuse(StrCat("version ", version));
-  if (!r.Get(&spec_len) || !r.Take(spec_len, &spec_bytes)) return refuse("truncated");
-  if (std::string_view(reinterpret_cast<const char*>(spec_bytes.data()), spec_bytes.size()) !=
-      spec()) {
-    return refuse("written by another codec spec");
-  }
+  std::span<const uint8_t> u_bytes;
+  auto refuse = [&](std::string_view why) { return RefuseState(why); };
   if (!r.Get(&encodes) || !r.Get(&n) || n > (bytes.size() / sizeof(float)) ||
       !r.Take(n * sizeof(float), &u_bytes) || !r.done()) {
     return refuse("truncated or trailing bytes");

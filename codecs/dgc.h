@@ -48,7 +48,7 @@ namespace fedlgc::codecs {
 class Dgc final : public ResidualCodec {
  public:
   static absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
-                                                       const Registry& registry);
+                                                       const CodecContext& context);
 
   const std::string& wire_spec() const override { return wire_->spec(); }
   CodecTraits traits() const override;

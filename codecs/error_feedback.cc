@@ -13,14 +13,14 @@ ErrorFeedback::ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner, boo
     : ResidualCodec(std::move(spec)), inner_(std::move(inner)), feed_back_error_(feed_back_error) {}
 
 absl::StatusOr<std::unique_ptr<Codec>> ErrorFeedback::Create(const SpecNode& node,
-                                                             const Registry& registry) {
+                                                             const CodecContext& context) {
   ParamReader params(node, {"error"}, 1);
   FEDLGC_RETURN_IF_ERROR(params.status());
   FEDLGC_ASSIGN_OR_RETURN(const SpecNode* inner_node, params.Positional(0));
   if (inner_node == nullptr) {
     return absl::InvalidArgumentError("ef: needs the codec it wraps, e.g. ef(topk(ratio=0.01))");
   }
-  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, registry.Create(*inner_node));
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, context.Create(*inner_node));
   if (dynamic_cast<ErrorFeedback*>(inner.get()) != nullptr) {
     return absl::InvalidArgumentError("ef: error feedback nested in error feedback");
   }

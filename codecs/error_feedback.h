@@ -29,7 +29,7 @@ namespace fedlgc::codecs {
 class ErrorFeedback final : public ResidualCodec {
  public:
   static absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
-                                                       const Registry& registry);
+                                                       const CodecContext& context);
   ErrorFeedback(std::string spec, std::unique_ptr<Codec> inner, bool feed_back_error = true);
 
   const std::string& wire_spec() const override { return inner_->wire_spec(); }

@@ -134,17 +134,11 @@ void DequantizeTable(const uint8_t* c, size_t n, const float* value, float norm,
   for (size_t i = 0; i < n; ++i) out[i] = value[c[i]] * norm;
 }
 
-struct CommonParams {
-  int s = 0;
-  NormKind norm = NormKind::kL2;
-  uint32_t bucket = 512;
-  bool elias = false;
-  std::string bits_or_s;  // canonical spelling of the level count
-};
+}  // namespace
 
-absl::StatusOr<CommonParams> ReadCommon(const ParamReader& params, bool allow_bits, int def_bits,
-                                        int def_s) {
-  CommonParams c;
+absl::StatusOr<LevelParams> ReadLevelParams(const ParamReader& params, bool allow_bits,
+                                            int def_bits, int def_s) {
+  LevelParams c;
   if (allow_bits && params.Has("bits") && params.Has("s")) {
     return params.Error("bits", "and 's' both given; give one of them");
   }
@@ -170,12 +164,17 @@ absl::StatusOr<CommonParams> ReadCommon(const ParamReader& params, bool allow_bi
   return c;
 }
 
-std::string CommonSuffix(const CommonParams& c) {
+std::string LevelParamsSuffix(const LevelParams& c) {
   return StrCat(",bucket=", c.bucket, ",norm=", c.norm == NormKind::kL2 ? "l2" : "linf",
                 ",elias=", c.elias ? 1 : 0, ")");
 }
 
-}  // namespace
+std::unique_ptr<LevelQuantizer> LevelQuantizer::WithLevels(std::string spec,
+                                                           std::vector<float> levels, NormKind norm,
+                                                           uint32_t bucket, bool elias) {
+  return std::unique_ptr<LevelQuantizer>(
+      new LevelQuantizer(std::move(spec), Kind::kTable, std::move(levels), norm, bucket, elias));
+}
 
 LevelQuantizer::LevelQuantizer(std::string spec, Kind kind, std::vector<float> levels,
                                NormKind norm, uint32_t bucket, bool elias)
@@ -199,18 +198,18 @@ LevelQuantizer::LevelQuantizer(std::string spec, Kind kind, std::vector<float> l
 absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateQsgd(const SpecNode& node) {
   ParamReader params(node, {"bits", "s", "bucket", "norm", "elias"});
   FEDLGC_RETURN_IF_ERROR(params.status());
-  FEDLGC_ASSIGN_OR_RETURN(CommonParams c, ReadCommon(params, true, 8, 127));
+  FEDLGC_ASSIGN_OR_RETURN(LevelParams c, ReadLevelParams(params, true, 8, 127));
   std::vector<float> lv(c.s + 1);
   for (int j = 0; j <= c.s; ++j) lv[j] = static_cast<float>(j) / static_cast<float>(c.s);
-  return std::unique_ptr<Codec>(new LevelQuantizer(StrCat("qsgd/1(", c.bits_or_s, CommonSuffix(c)),
-                                                   Kind::kUniform, std::move(lv), c.norm, c.bucket,
-                                                   c.elias));
+  return std::unique_ptr<Codec>(
+      new LevelQuantizer(StrCat("qsgd/1(", c.bits_or_s, LevelParamsSuffix(c)), Kind::kUniform,
+                         std::move(lv), c.norm, c.bucket, c.elias));
 }
 
 absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateNuqsgd(const SpecNode& node) {
   ParamReader params(node, {"bits", "s", "p", "bucket", "norm", "elias"});
   FEDLGC_RETURN_IF_ERROR(params.status());
-  FEDLGC_ASSIGN_OR_RETURN(CommonParams c, ReadCommon(params, true, 4, 7));
+  FEDLGC_ASSIGN_OR_RETURN(LevelParams c, ReadLevelParams(params, true, 4, 7));
   FEDLGC_ASSIGN_OR_RETURN(double p, params.Real("p", 0.5, 0.01, 0.99));
   std::vector<float> lv(c.s + 1, 0.0f);
   for (int j = 1; j <= c.s; ++j) lv[j] = static_cast<float>(std::pow(p, c.s - j));
@@ -222,18 +221,18 @@ absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateNuqsgd(const SpecNo
   }
   const Kind kind = p == 0.5 && c.s <= 126 ? Kind::kExp2 : Kind::kTable;
   return std::unique_ptr<Codec>(new LevelQuantizer(
-      StrCat("nuqsgd/1(", c.bits_or_s, ",p=", FormatSpecNumber(p), CommonSuffix(c)), kind,
+      StrCat("nuqsgd/1(", c.bits_or_s, ",p=", FormatSpecNumber(p), LevelParamsSuffix(c)), kind,
       std::move(lv), c.norm, c.bucket, c.elias));
 }
 
 absl::StatusOr<std::unique_ptr<Codec>> LevelQuantizer::CreateNatDither(const SpecNode& node) {
   ParamReader params(node, {"s", "bucket", "norm", "elias"});
   FEDLGC_RETURN_IF_ERROR(params.status());
-  FEDLGC_ASSIGN_OR_RETURN(CommonParams c, ReadCommon(params, false, 0, 8));
+  FEDLGC_ASSIGN_OR_RETURN(LevelParams c, ReadLevelParams(params, false, 0, 8));
   std::vector<float> lv(c.s + 1, 0.0f);
   for (int j = 1; j <= c.s; ++j) lv[j] = std::ldexp(1.0f, j - c.s);
   return std::unique_ptr<Codec>(
-      new LevelQuantizer(StrCat("natdither/1(", c.bits_or_s, CommonSuffix(c)), Kind::kExp2,
+      new LevelQuantizer(StrCat("natdither/1(", c.bits_or_s, LevelParamsSuffix(c)), Kind::kExp2,
                          std::move(lv), c.norm, c.bucket, c.elias));
 }
 

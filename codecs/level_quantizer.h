@@ -27,11 +27,31 @@ namespace fedlgc::codecs {
 
 enum class NormKind { kL2, kLinf };
 
+class ParamReader;
+
+// The parameters every level quantizer spec shares: bits | s, bucket, norm, elias.
+struct LevelParams {
+  int s = 0;
+  NormKind norm = NormKind::kL2;
+  uint32_t bucket = 512;
+  bool elias = false;
+  std::string bits_or_s;  // canonical spelling of the level count
+};
+// `allow_bits`: the level count may be given as bits (s = 2^(bits-1) - 1).
+absl::StatusOr<LevelParams> ReadLevelParams(const ParamReader& params, bool allow_bits,
+                                            int def_bits, int def_s);
+// ",bucket=...,norm=...,elias=...)": the end of a canonical spec.
+std::string LevelParamsSuffix(const LevelParams& c);
+
 class LevelQuantizer final : public DenseCodec {
  public:
   static absl::StatusOr<std::unique_ptr<Codec>> CreateQsgd(const SpecNode& node);
   static absl::StatusOr<std::unique_ptr<Codec>> CreateNuqsgd(const SpecNode& node);
   static absl::StatusOr<std::unique_ptr<Codec>> CreateNatDither(const SpecNode& node);
+  // A quantizer onto `levels` (0 = l_0 < ... < l_s = 1, which the caller checks), for
+  // codecs that choose their levels per encode (alq, amq); `spec` names it in messages.
+  static std::unique_ptr<LevelQuantizer> WithLevels(std::string spec, std::vector<float> levels,
+                                                    NormKind norm, uint32_t bucket, bool elias);
 
   uint64_t MaxBodyBytes(uint64_t n) const override;
   absl::Status EncodeBody(std::span<const float> values, const BodyContext& ctx,

@@ -21,12 +21,22 @@ absl::Status Registry::Register(CodecEntry entry) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(std::string_view spec) const {
-  FEDLGC_ASSIGN_OR_RETURN(SpecNode node, ParseSpec(spec));
-  return Create(node);
+absl::StatusOr<std::unique_ptr<Codec>> CodecContext::Create(const SpecNode& node) const {
+  return registry_.Create(node, layout_);
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(const SpecNode& node) const {
+absl::StatusOr<std::unique_ptr<Codec>> CodecContext::Create(std::string_view spec) const {
+  return registry_.Create(spec, layout_);
+}
+
+absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(std::string_view spec,
+                                                        const ModelLayout* layout) const {
+  FEDLGC_ASSIGN_OR_RETURN(SpecNode node, ParseSpec(spec));
+  return Create(node, layout);
+}
+
+absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(const SpecNode& node,
+                                                        const ModelLayout* layout) const {
   auto it = entries_.find(node.name);
   if (it == entries_.end()) {
     std::vector<std::string_view> names;
@@ -40,7 +50,7 @@ absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(const SpecNode& node) co
                                            " is not supported (this build speaks version ",
                                            e.version, ")"));
   }
-  return e.make(node, *this);
+  return e.make(node, CodecContext(*this, layout));
 }
 
 std::vector<const CodecEntry*> Registry::List() const {
@@ -63,8 +73,8 @@ const Registry& DefaultRegistry() {
   return *kRegistry;
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec) {
-  return DefaultRegistry().Create(spec);
+absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, const ModelLayout* layout) {
+  return DefaultRegistry().Create(spec, layout);
 }
 
 }  // namespace fedlgc::codecs

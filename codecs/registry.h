@@ -14,14 +14,32 @@
 
 #include "absl/status/statusor.h"
 #include "codecs/codec.h"
+#include "codecs/layout.h"
 #include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 
 class Registry;
 
+// What a factory has besides its spec: the registry, for nested codecs, and the model's
+// layout when the caller has one (codecs that work per tensor need it; others ignore it).
+class CodecContext {
+ public:
+  CodecContext(const Registry& registry, const ModelLayout* layout)
+      : registry_(registry), layout_(layout) {}
+  const Registry& registry() const { return registry_; }
+  const ModelLayout* layout() const { return layout_; }
+  // Builds a nested codec with the same layout.
+  absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node) const;
+  absl::StatusOr<std::unique_ptr<Codec>> Create(std::string_view spec) const;
+
+ private:
+  const Registry& registry_;
+  const ModelLayout* layout_;
+};
+
 using CodecFactory =
-    std::function<absl::StatusOr<std::unique_ptr<Codec>>(const SpecNode&, const Registry&)>;
+    std::function<absl::StatusOr<std::unique_ptr<Codec>>(const SpecNode&, const CodecContext&)>;
 
 struct CodecEntry {
   std::string name;
@@ -42,9 +60,12 @@ class Registry {
   absl::Status Register(CodecEntry entry);
 
   // Builds a codec from spec text or a parsed node. A version in the spec must equal the
-  // registered one (frames from another wire version are refused, not misread).
-  absl::StatusOr<std::unique_ptr<Codec>> Create(std::string_view spec) const;
-  absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node) const;
+  // registered one (frames from another wire version are refused, not misread). `layout`
+  // (may be null) is the model's, for codecs that need it; it must outlive the call only.
+  absl::StatusOr<std::unique_ptr<Codec>> Create(std::string_view spec,
+                                                const ModelLayout* layout = nullptr) const;
+  absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
+                                                const ModelLayout* layout = nullptr) const;
 
   std::vector<const CodecEntry*> List() const;
 
@@ -58,8 +79,9 @@ absl::Status RegisterBuiltinCodecs(Registry& registry);
 // A registry holding the builtin codecs, built on first use (thread-safe).
 const Registry& DefaultRegistry();
 
-// Shorthand for DefaultRegistry().Create(spec).
-absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec);
+// Shorthand for DefaultRegistry().Create(spec, layout).
+absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
+                                                 const ModelLayout* layout = nullptr);
 
 }  // namespace fedlgc::codecs
 

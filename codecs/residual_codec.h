@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "codecs/byte_io.h"
 #include "codecs/codec.h"
+#include "codecs/layout.h"
 
 namespace fedlgc::codecs {
 
@@ -28,8 +30,8 @@ class ResidualCodec : public Codec {
   // (for a frame the receiver did not count).
   absl::Status Restore(std::string_view frame_bytes);
   // Like Restore, for a frame of any codec with this dimension (e.g. one encoded before
-  // the job switched codecs after its warm-up rounds).
-  absl::Status RestoreAny(std::string_view frame_bytes);
+  // the job switched codecs after its warm-up rounds); `layout` builds per-tensor codecs.
+  absl::Status RestoreAny(std::string_view frame_bytes, const ModelLayout* layout = nullptr);
 
   // The residual; empty before the first Encode.
   std::span<const float> residual() const { return residual_; }
@@ -46,6 +48,15 @@ class ResidualCodec : public Codec {
 
   // Sizes the residual to n zeros on first use; an error when it holds another dimension.
   absl::Status PrepareResidual(size_t n);
+
+  // The start of a SaveState blob: u32 magic, u32 version, u32 spec length, the spec.
+  std::string BeginState(uint32_t magic, uint32_t version) const;
+  // Reads that start back, refusing another magic (`kind` names the expected state),
+  // version or spec.
+  absl::Status ReadStateStart(ByteReader& r, uint32_t magic, uint32_t version,
+                              std::string_view kind) const;
+  // The error for a state LoadState refuses.
+  absl::Status RefuseState(std::string_view why) const;
 
   std::vector<float> residual_;
   std::vector<float> scratch_;  // per-encode work space, or a restored frame

@@ -23,7 +23,7 @@ struct SparseParams {
   std::string count_spec;
 };
 
-absl::StatusOr<SparseParams> ReadSparse(const ParamReader& params, const Registry& registry) {
+absl::StatusOr<SparseParams> ReadSparse(const ParamReader& params, const CodecContext& context) {
   SparseParams p;
   if (params.Has("ratio") && params.Has("k")) {
     return params.Error("ratio", "and 'k' both given; give one of them");
@@ -37,20 +37,20 @@ absl::StatusOr<SparseParams> ReadSparse(const ParamReader& params, const Registr
     if (p.ratio <= 0) return params.Error("ratio", "must be above 0");
     p.count_spec = StrCat("ratio=", FormatSpecNumber(p.ratio));
   }
-  FEDLGC_ASSIGN_OR_RETURN(p.values, ReadValueCodec(params, registry));
+  FEDLGC_ASSIGN_OR_RETURN(p.values, ReadValueCodec(params, context));
   return p;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DenseCodec>> ReadValueCodec(const ParamReader& params,
-                                                           const Registry& registry) {
+                                                           const CodecContext& context) {
   FEDLGC_ASSIGN_OR_RETURN(const SpecNode* vnode, params.Node("values"));
   std::unique_ptr<Codec> codec;
   if (vnode == nullptr) {
-    FEDLGC_ASSIGN_OR_RETURN(codec, registry.Create("fp32"));
+    FEDLGC_ASSIGN_OR_RETURN(codec, context.Create("fp32"));
   } else {
-    FEDLGC_ASSIGN_OR_RETURN(codec, registry.Create(*vnode));
+    FEDLGC_ASSIGN_OR_RETURN(codec, context.Create(*vnode));
   }
   auto* dense = dynamic_cast<DenseCodec*>(codec.get());
   if (dense == nullptr) {
@@ -74,10 +74,10 @@ SparseCodec::SparseCodec(std::string spec, Kind kind, double ratio, uint64_t k,
       scale_(scale) {}
 
 absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateTopK(const SpecNode& node,
-                                                               const Registry& registry) {
+                                                               const CodecContext& context) {
   ParamReader params(node, {"ratio", "k", "values", "sampled", "sample"});
   FEDLGC_RETURN_IF_ERROR(params.status());
-  FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, registry));
+  FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, context));
   FEDLGC_ASSIGN_OR_RETURN(bool sampled, params.Flag("sampled", false));
   FEDLGC_ASSIGN_OR_RETURN(double sample, params.Real("sample", 0.01, 1e-6, 1.0));
   std::string spec =
@@ -89,10 +89,10 @@ absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateTopK(const SpecNode& n
 }
 
 absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateRandomK(const SpecNode& node,
-                                                                  const Registry& registry) {
+                                                                  const CodecContext& context) {
   ParamReader params(node, {"ratio", "k", "values", "scale"});
   FEDLGC_RETURN_IF_ERROR(params.status());
-  FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, registry));
+  FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, context));
   FEDLGC_ASSIGN_OR_RETURN(bool scale, params.Flag("scale", true));
   std::string spec =
       StrCat("randk/1(", p.count_spec, ",values=", p.values->spec(), ",scale=", scale ? 1 : 0, ")");
@@ -205,6 +205,10 @@ absl::Status SparseCodec::WriteFrames(std::span<const float> x, std::span<const 
                          : 1.0f;
   for (uint64_t j = 0; j < k; ++j) vals[j] = x[idx[j]] * mult;
 
+  // Parameters the value codec fits (alq's levels) are fitted once on all kept values, so
+  // chunks decode like the whole.
+  std::vector<float> fitted;
+  if (absl::Status st = values_->Fit(vals, &fitted); !st.ok()) return st;
   const uint64_t vb = values_->traits().block;
   const size_t first = frames->size();
   auto range_end = [&](uint64_t p) { return p < k ? static_cast<uint64_t>(idx[p]) : n; };
@@ -245,7 +249,7 @@ absl::Status SparseCodec::WriteFrames(std::span<const float> x, std::span<const 
                               idx.begin() + static_cast<ptrdiff_t>(p + m));
     for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
     EliasFanoEncode(rel, f.length, &f.bytes);
-    BodyContext ctx{opts.seed, p / vb, opts.shared_scale};
+    BodyContext ctx{opts.seed, p / vb, opts.shared_scale, {}, fitted};
     absl::Status st =
         values_->EncodeBody(std::span<const float>(vals).subspan(p, m), ctx, &f.bytes);
     if (!st.ok()) {

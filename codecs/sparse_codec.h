@@ -26,7 +26,7 @@ namespace fedlgc::codecs {
 
 // The dense codec named by `values=` (fp32 when absent), for codecs that send kept values.
 absl::StatusOr<std::unique_ptr<DenseCodec>> ReadValueCodec(const ParamReader& params,
-                                                           const Registry& registry);
+                                                           const CodecContext& context);
 
 // Coordinates a ratio keeps out of n: round(ratio * n), at least 1 (0 when n is 0).
 uint64_t KeptForRatio(double ratio, uint64_t n);
@@ -35,9 +35,9 @@ uint64_t KeptForRatio(double ratio, uint64_t n);
 class SparseCodec final : public Codec {
  public:
   static absl::StatusOr<std::unique_ptr<Codec>> CreateTopK(const SpecNode& node,
-                                                           const Registry& registry);
+                                                           const CodecContext& context);
   static absl::StatusOr<std::unique_ptr<Codec>> CreateRandomK(const SpecNode& node,
-                                                              const Registry& registry);
+                                                              const CodecContext& context);
 
   // A codec whose sender chooses the kept set of every encode (DGC): frames of `spec`
   // with any number of kept values; Encode fails, EncodeSelected writes the frames.

@@ -32,7 +32,7 @@ ZstdCodec::ZstdCodec(std::string spec, std::string wire_spec, std::unique_ptr<Co
       level_(level) {}
 
 absl::StatusOr<std::unique_ptr<Codec>> ZstdCodec::Create(const SpecNode& node,
-                                                         const Registry& registry) {
+                                                         const CodecContext& context) {
   ParamReader params(node, {"level"}, 1);
   FEDLGC_RETURN_IF_ERROR(params.status());
   FEDLGC_ASSIGN_OR_RETURN(const SpecNode* inner_node, params.Positional(0));
@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<Codec>> ZstdCodec::Create(const SpecNode& node,
         "zstd: needs the codec whose frames it compresses, e.g. zstd(qsgd(bits=4))");
   }
   FEDLGC_ASSIGN_OR_RETURN(int64_t level, params.Int("level", 3, 1, kMaxLevel));
-  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, registry.Create(*inner_node));
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, context.Create(*inner_node));
   if (inner->traits().stateful) {
     return absl::InvalidArgumentError(
         "zstd: wraps only stateless codecs; put error feedback outside, e.g. ef(zstd(topk(...))), "

@@ -29,7 +29,7 @@ namespace fedlgc::codecs {
 class ZstdCodec final : public Codec {
  public:
   static absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
-                                                       const Registry& registry);
+                                                       const CodecContext& context);
 
   const std::string& wire_spec() const override { return wire_spec_; }
   CodecTraits traits() const override;

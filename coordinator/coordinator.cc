@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   auto robust = o.Robust();
   if (!robust.ok()) return robust.status();
   const uint64_t dim = c->eval_model_->dim();
-  c->job_key_ = o.JobKey(dim);
+  c->job_key_ = o.JobKey(dim, &c->eval_model_->layout());
   EngineState state;
   auto ckpt = ReadCheckpoint(o.state_dir, c->job_key_);
   if (!ckpt.ok()) return ckpt.status();
@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->driver_ = std::move(driver).value();
   EngineOptions eo;
   eo.plan = o.plan;
+  eo.layout = c->eval_model_->layout();
   c->driver_->AdjustPlan(&eo.plan);
   eo.seed = o.seed;
   eo.max_client_weight = o.max_client_weight;
@@ -367,8 +368,8 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   // The next round's downloads: the delta to this version, saved before the checkpoint
   // that names it.
   if (downlinks_ != nullptr) {
-    auto global = downlinks_->At("", engine_->model()->version,
-                                 [this] { return engine_->ModelVector(); });
+    auto global =
+        downlinks_->At("", engine_->model()->version, [this] { return engine_->ModelVector(); });
     if (!global.ok()) return global.status();
   }
   // The driver's state of this round goes first: a restart loads the one of the checkpoint.

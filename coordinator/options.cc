@@ -4,14 +4,17 @@
 #include "autoencoder/lgc_plan.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
+#include "core/model.h"
 
 namespace fedlgc::coordinator {
 namespace {
 
-absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode) {
+// `layout`: the model's. The edge client and the round engine give it to the codecs of
+// FedAvg, LSGD and SGP jobs; LGC's warm-up rounds build their codecs without one.
+absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::ModelLayout& layout) {
   const bool lgc = mode == Mode::kLgc;
   if (!lgc) {
-    auto c = codecs::MakeCodec(plan.codec);
+    auto c = codecs::MakeCodec(plan.codec, &layout);
     if (!c.ok()) return c.status();
     // LSGD and SGP clients encode with the plain codec: their protocols account for what a
     // codec loses, so a codec that keeps its own residual would count it twice.
@@ -25,7 +28,7 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode) {
         "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
   }
   for (const std::string& spec : plan.warmup_codecs) {
-    if (auto c = codecs::MakeCodec(spec); !c.ok()) {
+    if (auto c = codecs::MakeCodec(spec, lgc ? nullptr : &layout); !c.ok()) {
       return absl::InvalidArgumentError(
           StrCat("--codec-warmup: ", std::string(c.status().message())));
     }
@@ -76,7 +79,9 @@ absl::Status CoordinatorOptions::Validate() const {
   }
   auto job_mode = JobMode();
   if (!job_mode.ok()) return job_mode.status();
-  if (absl::Status st = ValidateCodecs(plan, *job_mode); !st.ok()) return st;
+  auto layout = core::ModelLayoutOf(model);
+  if (!layout.ok()) return layout.status();
+  if (absl::Status st = ValidateCodecs(plan, *job_mode, *layout); !st.ok()) return st;
   if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
     return absl::InvalidArgumentError(
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
@@ -111,8 +116,8 @@ absl::StatusOr<AggregatorOptions> CoordinatorOptions::Robust() const {
   return robust;
 }
 
-std::string CoordinatorOptions::JobKey(uint64_t dim) const {
-  auto codec = codecs::MakeCodec(plan.codec);
+std::string CoordinatorOptions::JobKey(uint64_t dim, const codecs::ModelLayout* layout) const {
+  auto codec = codecs::MakeCodec(plan.codec, layout);
   std::string key = StrCat(model, "/", dim, "/", codec.ok() ? (*codec)->wire_spec() : plan.codec,
                            "/seed", init_seed);
   // FedAvg and LGC jobs (which ran as --mode fedavg before LGC had a mode name) carry no
@@ -120,7 +125,7 @@ std::string CoordinatorOptions::JobKey(uint64_t dim) const {
   const auto m = JobMode();
   if (m.ok() && *m != Mode::kFedAvg && *m != Mode::kLgc) StrAppend(&key, "/mode:", mode);
   for (const std::string& spec : plan.warmup_codecs) {
-    auto w = codecs::MakeCodec(spec);
+    auto w = codecs::MakeCodec(spec, layout);
     StrAppend(&key, "/warmup:", w.ok() ? (*w)->wire_spec() : spec);
   }
   return key;

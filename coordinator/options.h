@@ -25,9 +25,9 @@ struct CoordinatorOptions {
   std::string model = "cnn";
   uint64_t init_seed = 1;  // of the initial model
   uint32_t rounds = 20;
-  uint32_t min_clients = 1;      // quorum to open a round
-  double fraction = 1.0;         // of connected clients per round
-  double round_timeout_s = 300;  // deadline after opening
+  uint32_t min_clients = 1;         // quorum to open a round
+  double fraction = 1.0;            // of connected clients per round
+  double round_timeout_s = 300;     // deadline after opening
   double max_client_weight = 0.25;  // largest share of a round's weight one client holds
   // Robustness (docs/robustness.md): the aggregator (robust.h), the clip multiplier
   // (0: no clipping) and the model guard.
@@ -62,7 +62,9 @@ struct CoordinatorOptions {
   // The job's mode: `mode`, or kLgc when the codec is lgc(...).
   absl::StatusOr<Mode> JobMode() const;
   // Identifies the job in checkpoints: changing any of these makes a new job.
-  std::string JobKey(uint64_t dim) const;
+  // `layout`: the model's (per-tensor codecs name it in their spec); null only for jobs
+  // whose codecs need none.
+  std::string JobKey(uint64_t dim, const codecs::ModelLayout* layout) const;
   // --aggregator and --clip-multiplier, checked against the job's mode.
   absl::StatusOr<AggregatorOptions> Robust() const;
 };

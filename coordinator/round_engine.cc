@@ -72,7 +72,7 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state)
   specs.push_back(options_.plan.codec);
   for (const std::string& spec : specs) {
     if (decoders_.count(spec)) continue;
-    if (auto codec = codecs::MakeCodec(spec); codec.ok())
+    if (auto codec = codecs::MakeCodec(spec, &options_.layout); codec.ok())
       decoders_[spec] = std::move(codec).value();
   }
   absl::MutexLock lock(&mu_);
@@ -188,13 +188,13 @@ std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
   }
   if (auto q = state_.quarantined.find(c.client_id); q != state_.quarantined.end()) {
     return Refused(RejectReason::kQuarantined,
-                   absl::PermissionDeniedError(StrCat("client ", c.client_id,
-                                                      " is quarantined: ", q->second)));
+                   absl::PermissionDeniedError(
+                       StrCat("client ", c.client_id, " is quarantined: ", q->second)));
   }
   if (auto w = r.weights.find(c.client_id); w == r.weights.end() || !(w->second > 0)) {
     return Refused(RejectReason::kNotParticipant,
-                   absl::FailedPreconditionError(StrCat("client ", c.client_id,
-                                                        " has not joined (no sample count)")));
+                   absl::FailedPreconditionError(
+                       StrCat("client ", c.client_id, " has not joined (no sample count)")));
   }
   if (c.share.has_value() != r.collector->takes_shares()) {
     return Refused(RejectReason::kMalformed,
@@ -309,10 +309,10 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
   // Each coordinate counts at most once in an update, whatever the chunk index.
   const uint64_t begin = decoded.begin, end = decoded.begin + decoded.coordinates;
   if (auto overlap = Overlap(u, begin, end)) {
-    return Refused(RejectReason::kOverlap,
-                   absl::InvalidArgumentError(StrCat(
-                       "chunk ", c.chunk_index, " covers [", begin, ", ", end, "), which overlaps [",
-                       overlap->first, ", ", overlap->second, ") of this update")));
+    return Refused(RejectReason::kOverlap, absl::InvalidArgumentError(StrCat(
+                                               "chunk ", c.chunk_index, " covers [", begin, ", ",
+                                               end, "), which overlaps [", overlap->first, ", ",
+                                               overlap->second, ") of this update")));
   }
   if (end > begin) u.ranges[begin] = end;
   u.held[c.chunk_index] = true;
@@ -326,9 +326,8 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
   return res;
 }
 
-std::optional<std::pair<uint64_t, uint64_t>> RoundEngine::Overlap(const Update& u,
-                                                                       uint64_t begin,
-                                                                       uint64_t end) {
+std::optional<std::pair<uint64_t, uint64_t>> RoundEngine::Overlap(const Update& u, uint64_t begin,
+                                                                  uint64_t end) {
   if (end <= begin) return std::nullopt;
   // The range starting after `begin`, and the one before it.
   auto next = u.ranges.upper_bound(begin);
@@ -423,7 +422,7 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
 }
 
 absl::StatusOr<std::vector<float>> RoundEngine::Preview(std::span<const float> delta,
-                                                       const ServerOptimizer& optimizer) const {
+                                                        const ServerOptimizer& optimizer) const {
   absl::MutexLock lock(&mu_);
   if (delta.size() != dim_) {
     return absl::InternalError(StrCat("an aggregate of ", delta.size(), " values for ", dim_));

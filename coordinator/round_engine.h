@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "codecs/codec.h"
+#include "codecs/layout.h"
 #include "coordinator/collector.h"
 
 namespace fedlgc::coordinator {
@@ -55,6 +56,8 @@ struct EngineOptions {
   uint64_t max_chunks_per_update = 1 << 16;
   codecs::FrameLimits frame_limits;
   uint64_t seed = 1;
+  // The model's layout, for codecs that work per tensor (empty: none can be used).
+  codecs::ModelLayout layout;
 };
 
 // Server SGD with momentum, applied to a round's mean update (lr 1, momentum 0: FedAvg).
@@ -233,8 +236,8 @@ class RoundEngine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::vector<uint32_t> HeldList(const Update& u);
   // A range of `u` that [begin, end) overlaps; nullopt when none does.
-  static std::optional<std::pair<uint64_t, uint64_t>> Overlap(const Update& u,
-                                                                     uint64_t begin, uint64_t end);
+  static std::optional<std::pair<uint64_t, uint64_t>> Overlap(const Update& u, uint64_t begin,
+                                                              uint64_t end);
   // One decoder per distinct codec of the plan (warm-up codecs, then the job codec);
   // Decode is const, so chunks decode outside the lock.
   const codecs::Codec* DecoderFor(uint64_t round) const;

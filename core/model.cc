@@ -51,12 +51,21 @@ class TorchModel final : public Model {
     torch::manual_seed(seed);
     net_ = std::make_shared<Net>();  // initialised on the CPU: the same weights everywhere
     net_->to(device_);
-    for (const torch::Tensor& p : net_->parameters()) dim_ += static_cast<size_t>(p.numel());
+    std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors;
+    for (const auto& item : net_->named_parameters()) {
+      dim_ += static_cast<size_t>(item.value().numel());
+      std::vector<uint64_t> shape;
+      for (int64_t e : item.value().sizes()) shape.push_back(static_cast<uint64_t>(e));
+      tensors.emplace_back(item.key(), std::move(shape));
+    }
+    // Parameter names and shapes of the zoo's nets are always a valid layout.
+    layout_ = codecs::ModelLayout::Create(std::move(tensors)).value();
   }
 
   const std::string& name() const override { return name_; }
   std::string device() const override { return device_.str(); }
   size_t dim() const override { return dim_; }
+  const codecs::ModelLayout& layout() const override { return layout_; }
 
   std::vector<float> GetFlat() const override {
     std::vector<float> flat(dim_);
@@ -191,6 +200,7 @@ class TorchModel final : public Model {
   torch::Device device_;
   std::shared_ptr<Net> net_;
   size_t dim_ = 0;
+  codecs::ModelLayout layout_;
 };
 
 }  // namespace
@@ -225,6 +235,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const std::string& name, ui
     return absl::InternalError(StrCat("model ", name, ": ", e.what()));
   }
   return absl::InvalidArgumentError(StrCat("unknown model '", name, "' (known: cnn, mlp)"));
+}
+
+absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const std::string& name) {
+  auto model = Model::Create(name, 0, "cpu");
+  if (!model.ok()) return model.status();
+  return (*model)->layout();
 }
 
 void SetTorchThreads(int n) { torch::set_num_threads(std::max(1, n)); }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codecs/layout.h"
 #include "core/dataset.h"
 
 namespace fedlgc::core {
@@ -51,6 +52,8 @@ class Model {
   virtual const std::string& name() const = 0;
   virtual std::string device() const = 0;  // where it trains, e.g. "cpu" or "cuda:0"
   virtual size_t dim() const = 0;
+  // Its parameters in flat order: names as libtorch gives them ("conv1.weight") and shapes.
+  virtual const codecs::ModelLayout& layout() const = 0;
   virtual std::vector<float> GetFlat() const = 0;
   virtual absl::Status SetFlat(std::span<const float> flat) = 0;
 
@@ -60,6 +63,9 @@ class Model {
   // Loss and accuracy over the first `limit` examples (0 = all).
   virtual absl::StatusOr<EvalResult> Evaluate(const Dataset& data, size_t limit = 0) = 0;
 };
+
+// The layout of the model `name` (builds it on the CPU; an unknown name is an error).
+absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const std::string& name);
 
 // True when the libtorch in use was built with CUDA and sees a GPU.
 bool CudaAvailable();

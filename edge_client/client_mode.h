@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codecs/layout.h"
 #include "core/protocol.h"
 #include "core/round_report.h"
 #include "edge_client/client_state.h"
@@ -43,6 +44,8 @@ class ClientEnv {
   virtual ClientState& state() = 0;
   virtual absl::Status Persist() = 0;
   virtual uint64_t dim() const = 0;
+  // The job model's layout (names and shapes of its tensors), for per-tensor codecs.
+  virtual const codecs::ModelLayout& layout() const = 0;
   virtual const std::string& device() const = 0;  // resolved: "cpu", "cuda:0", ...
   virtual uint64_t total_rounds() const = 0;      // of the job (Join)
 

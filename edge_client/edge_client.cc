@@ -91,6 +91,11 @@ absl::Status EdgeClient::Persist() { return SaveClientState(state_path_, state_)
 
 uint64_t EdgeClient::dim() const { return model_ ? model_->dim() : 0; }
 
+const codecs::ModelLayout& EdgeClient::layout() const {
+  static const codecs::ModelLayout* const kNone = new codecs::ModelLayout();
+  return model_ ? model_->layout() : *kNone;
+}
+
 absl::Status EdgeClient::Join() {
   protos::JoinRequest req;
   req.set_client_id(options_.client_id);
@@ -223,8 +228,7 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
       break;
   }
   if (!st.ok() && event.kind_case() != protos::ServerEvent::kReceipt &&
-      absl::IsInvalidArgument(st) &&
-      codecs::InputErrorOf(st) == codecs::InputError::kNonFinite) {
+      absl::IsInvalidArgument(st) && codecs::InputErrorOf(st) == codecs::InputError::kNonFinite) {
     SkipRound(last_round_, st);
     st = absl::OkStatus();
   }
@@ -283,15 +287,15 @@ const DownlinkReceiver* EdgeClient::downlink(const std::string& blob) const {
 }
 
 absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(const std::string& blob,
-                                                            uint64_t version,
-                                                            SystemTime deadline) {
+                                                            uint64_t version, SystemTime deadline) {
   auto receiver = ReceiverFor(blob);
   if (!receiver.ok()) return receiver.status();
   DownlinkReceiver* const r = *receiver;
   auto got = transport_->DownloadModel(blob, version, deadline, r->held_version());
   absl::StatusOr<std::vector<float>> model =
       got.ok() ? r->Take(*got, version) : absl::StatusOr<std::vector<float>>(got.status());
-  if (model.ok() || !(absl::IsDataLoss(model.status()) || absl::IsInvalidArgument(model.status()))) {
+  if (model.ok() ||
+      !(absl::IsDataLoss(model.status()) || absl::IsInvalidArgument(model.status()))) {
     if (model.ok() && got->chain) metrics_->AddDownlink(options_.client_id, 0, 4 * dim());
     if (model.ok()) metrics_->AddModelDownload(options_.client_id, got->chain ? "chain" : "full");
     return model;
@@ -327,8 +331,8 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string&
   // Nothing trains on a broken model: the round is skipped (HandleEvent).
   for (size_t i = 0; i < floats->size(); ++i) {
     if (!std::isfinite((*floats)[i])) {
-      return codecs::NonFiniteError(StrCat(name, " has a value that is not finite (coordinate ",
-                                           i, "): not training on it"));
+      return codecs::NonFiniteError(
+          StrCat(name, " has a value that is not finite (coordinate ", i, "): not training on it"));
     }
   }
   return floats;

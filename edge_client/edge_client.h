@@ -81,6 +81,7 @@ class EdgeClient final : private ClientEnv {
   ClientState& state() override { return state_; }
   absl::Status Persist() override;
   uint64_t dim() const override;
+  const codecs::ModelLayout& layout() const override;
   const std::string& device() const override { return device_; }
   uint64_t total_rounds() const override { return total_rounds_; }
   absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
@@ -118,8 +119,8 @@ class EdgeClient final : private ClientEnv {
   uint64_t last_round_ = 0;  // of the last RoundStart
   double last_train_seconds_ = 0;
   double last_train_cpu_seconds_ = 0;  // the process's CPU seconds during that training
-  uint64_t total_rounds_ = 0;  // of the job, from Join
-  bool job_over_ = false;      // the coordinator has run every round
+  uint64_t total_rounds_ = 0;          // of the job, from Join
+  bool job_over_ = false;              // the coordinator has run every round
   std::atomic<uint32_t> rounds_uploaded_{0};
 };
 

@@ -169,10 +169,10 @@ TEST(CoordinatorOptions, TheJobsModeComesFromTheModeAndTheCodec) {
   // Checkpoints of FedAvg and LGC jobs carry no mode in their key, those of LSGD do.
   co.mode = "fedavg";
   co.plan.warmup_codecs.clear();
-  const std::string fedavg = co.JobKey(10);
+  const std::string fedavg = co.JobKey(10, nullptr);
   EXPECT_EQ(fedavg, "cnn/10/fp32/1/seed1");
   co.mode = "lsgd";
-  EXPECT_EQ(co.JobKey(10), fedavg + "/mode:lsgd");
+  EXPECT_EQ(co.JobKey(10, nullptr), fedavg + "/mode:lsgd");
 }
 
 }  // namespace

@@ -3,12 +3,16 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <memory>
 
+#include "absl/synchronization/mutex.h"
 #include "codecs/frame.h"
 #include "codecs/registry.h"
 #include "codecs/rng.h"
 #include "codecs/str.h"
 #include "core/float_bytes.h"
+#include "core/model.h"
 #include "core/protocol.h"
 #include "edge_client/client_mode.h"
 #include "protos/fedlgc.pb.h"
@@ -84,8 +88,30 @@ absl::Status LoadClient::JoinJob() {
         StrCat("the job runs mode '", reply->mode(), "'; fedlgc-load emulates FedAvg clients"));
   }
   dim_ = reply->dim();
+  model_ = reply->model();
   return absl::OkStatus();
 }
+
+namespace {
+
+// The layout of a zoo model, built once per process for all emulated clients (per-tensor
+// codecs such as powersgd need it); null when the model is not in this build's zoo.
+const codecs::ModelLayout* SharedLayout(const std::string& model) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* layouts = new std::map<std::string, std::unique_ptr<codecs::ModelLayout>>();
+  absl::MutexLock lock(&mu);
+  auto it = layouts->find(model);
+  if (it == layouts->end()) {
+    auto made = core::ModelLayoutOf(model);
+    it = layouts
+             ->emplace(model, made.ok() ? std::make_unique<codecs::ModelLayout>(*std::move(made))
+                                        : nullptr)
+             .first;
+  }
+  return it->second.get();
+}
+
+}  // namespace
 
 absl::StatusOr<edge_client::EventVerdict> LoadClient::Handle(const protos::ServerEvent& event) {
   absl::Status st;
@@ -108,7 +134,7 @@ absl::StatusOr<edge_client::EventVerdict> LoadClient::Handle(const protos::Serve
 
 absl::Status LoadClient::EnsureCodec(const std::string& spec) {
   if (codec_ && codec_spec_ == spec) return absl::OkStatus();
-  auto made = codecs::MakeCodec(spec);
+  auto made = codecs::MakeCodec(spec, SharedLayout(model_));
   if (!made.ok()) return made.status();
   codec_ = *std::move(made);
   codec_spec_ = spec;
@@ -190,8 +216,8 @@ absl::Status LoadClient::OnReceipt(const protos::RoundReceipt& receipt) {
     limits.max_frame_bytes = ~uint64_t{0};
     for (uint32_t c : receipt.counted_chunks()) {
       if (c >= pending_->frames.size()) {
-        return absl::DataLossError(StrCat("receipt of round ", receipt.round(), " counts chunk ",
-                                          c, " of ", pending_->frames.size()));
+        return absl::DataLossError(StrCat("receipt of round ", receipt.round(), " counts chunk ", c,
+                                          " of ", pending_->frames.size()));
       }
       auto view = codecs::ParseFrame(pending_->frames[c], limits);
       if (!view.ok()) return view.status();

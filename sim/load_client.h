@@ -66,6 +66,7 @@ class LoadClient {
   edge_client::Transport transport_;
   std::mt19937_64 think_rng_;
   uint64_t dim_ = 0;
+  std::string model_;  // the job's, from Join
   bool done_ = false;
   std::string codec_spec_;
   std::unique_ptr<codecs::Codec> codec_;

@@ -37,14 +37,14 @@ absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
   // Every client keeps a residual. Biased codecs (top-k, sign) feed their compression
   // error back; unbiased ones keep only chunks that did not count, because their error
   // is noise with mean zero and feeding it back can grow without bound.
-  auto parsed = codecs::MakeCodec(spec);
+  auto parsed = codecs::MakeCodec(spec, &env_.layout());
   if (!parsed.ok()) return parsed.status();
   std::string sender_spec = spec;
   if (dynamic_cast<codecs::ResidualCodec*>(parsed->get()) == nullptr) {
     sender_spec =
         (*parsed)->traits().unbiased ? StrCat("ef(", spec, ",error=0)") : StrCat("ef(", spec, ")");
   }
-  auto made = codecs::MakeCodec(sender_spec);
+  auto made = codecs::MakeCodec(sender_spec, &env_.layout());
   if (!made.ok()) return made.status();
   codec_.reset(static_cast<codecs::ResidualCodec*>(made->release()));
   codec_spec_ = spec;
@@ -124,7 +124,7 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
   uint64_t lost = 0;
   for (size_t i = 0; i < p.frames.size(); ++i) {
     if (counted[i]) continue;
-    if (absl::Status st = codec_->RestoreAny(p.frames[i]); !st.ok()) return st;
+    if (absl::Status st = codec_->RestoreAny(p.frames[i], &env_.layout()); !st.ok()) return st;
     ++lost;
   }
   KeepResidual();
@@ -137,7 +137,7 @@ absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
   edge_client::ClientState& state = env_.state();
   if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
   for (const std::string& f : p.frames) {
-    if (absl::Status st = codec_->RestoreAny(f); !st.ok()) return st;
+    if (absl::Status st = codec_->RestoreAny(f, &env_.layout()); !st.ok()) return st;
   }
   KeepResidual();
   return absl::OkStatus();

@@ -47,6 +47,9 @@ const char* const kSpecs[] = {
     "zstd(fp32)",
     "adacomp(bin=50)",
     "adacomp(bin=7)",
+    "alq(bits=3)",
+    "amq(bits=4,bucket=128,elias=1)",
+    "topk(ratio=0.05,values=alq(bits=3,bucket=16))",
 };
 
 using Param = std::tuple<std::string, size_t, uint64_t>;
@@ -135,8 +138,8 @@ TEST_P(CodecProperty, DecodedValuesAreFiniteAndCloseForDenseCodecs) {
   }
   // Codecs with fine levels must not blow a vector up (TernGrad, sign, 2-bit QSGD and
   // scaled random-k have variance far above |x|^2 by design and are bounded elsewhere).
-  for (const char* fine :
-       {"fp", "bf16", "natural", "topk", "qsgd(bits=4", "qsgd(bits=8", "nuqsgd", "natdither"}) {
+  for (const char* fine : {"fp", "bf16", "natural", "topk", "qsgd(bits=4", "qsgd(bits=8", "nuqsgd",
+                           "natdither", "alq", "amq"}) {
     if (spec().rfind(fine, 0) == 0) {
       EXPECT_LT(err, 8 * testing::SquaredNorm(x)) << spec();
     }

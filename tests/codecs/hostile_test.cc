@@ -51,7 +51,10 @@ const char* const kDecoders[] = {"fp32",
                                  "topk(ratio=0.1,values=natdither(s=6,bucket=16))",
                                  "adacomp(bin=50)",
                                  "dgc(ratio=0.1,warmup=0)",
-                                 "dgc(ratio=0.05,values=qsgd(bits=4,bucket=8))"};
+                                 "dgc(ratio=0.05,values=qsgd(bits=4,bucket=8))",
+                                 "alq(bits=3,bucket=64)",
+                                 "amq(bits=4,bucket=64,elias=1)",
+                                 "topk(ratio=0.1,values=alq(bits=3,bucket=8))"};
 
 class Hostile : public ::testing::TestWithParam<const char*> {
  protected:
@@ -250,8 +253,8 @@ TEST(HostileNonFinite, EncodersRefuseNonFiniteInput) {
   for (const char* spec :
        {"fp32", "fp16", "qsgd(bits=4)", "qsgd(bits=4,elias=1)", "qsgd(bits=4,norm=linf)",
         "natdither(s=4,norm=linf)", "nuqsgd(bits=3,norm=linf,elias=1)", "natural", "terngrad",
-        "sign", "topk(ratio=0.1)", "ef(topk(ratio=0.1))", "ef(qsgd(norm=linf))",
-        "zstd(qsgd(bits=4))"}) {
+        "alq(bits=3)", "amq(bits=4,norm=linf)", "sign", "topk(ratio=0.1)", "ef(topk(ratio=0.1))",
+        "ef(qsgd(norm=linf))", "zstd(qsgd(bits=4))"}) {
     auto codec = testing::Make(spec);
     for (float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {

@@ -69,14 +69,13 @@ TEST_P(Unbiased, MonteCarloMeanMatchesInput) {
   EXPECT_LT(chi2, 56.0) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, Unbiased,
-                         ::testing::Values("qsgd(bits=4)", "qsgd(bits=2,bucket=64)",
-                                           "qsgd(bits=4,norm=linf,elias=1)", "nuqsgd(bits=4)",
-                                           "nuqsgd(s=5,p=0.3)", "natdither(s=4)",
-                                           "terngrad(bucket=512,clip=0)", "natural",
-                                           "randk(ratio=0.1)",
-                                           "randk(ratio=0.25,values=qsgd(bits=4,bucket=64))",
-                                           "zstd(qsgd(bits=4,norm=linf))"));
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, Unbiased,
+    ::testing::Values("qsgd(bits=4)", "qsgd(bits=2,bucket=64)", "qsgd(bits=4,norm=linf,elias=1)",
+                      "nuqsgd(bits=4)", "nuqsgd(s=5,p=0.3)", "natdither(s=4)",
+                      "terngrad(bucket=512,clip=0)", "natural", "randk(ratio=0.1)",
+                      "randk(ratio=0.25,values=qsgd(bits=4,bucket=64))",
+                      "zstd(qsgd(bits=4,norm=linf))", "alq(bits=3)", "amq(bits=4,bucket=64)"));
 
 TEST(Biased, SignAndTopKAreReportedBiased) {
   for (const char* spec : {"sign", "topk(ratio=0.1)", "terngrad", "fp16", "ef(qsgd(bits=4))"}) {

@@ -39,15 +39,22 @@ struct Job {
   coordinator::RoundPlan plan;
 };
 
-RunResult RunFederation(const std::string& name, int n, const Job& job,
-                        const std::vector<std::string>& proxy_link = {}) {
-  const std::string dir = FreshDir(name);
-  const std::string certs = MakeCerts(dir, n);
+// The coordinator options of `job` for n clients in `dir`.
+coordinator::CoordinatorOptions JobOptions(const std::string& dir, const std::string& certs, int n,
+                                           const Job& job) {
   auto o = CoordinatorDefaults(dir, certs);
   o.model = job.model;
   o.rounds = job.rounds;
   o.min_clients = static_cast<uint32_t>(n);
   o.plan = job.plan;
+  return o;
+}
+
+RunResult RunFederation(const std::string& name, int n, const Job& job,
+                        const std::vector<std::string>& proxy_link = {}) {
+  const std::string dir = FreshDir(name);
+  const std::string certs = MakeCerts(dir, n);
+  const auto o = JobOptions(dir, certs, n, job);
   InProcessCoordinator coord(o);
   std::vector<std::unique_ptr<core::FaultProxy>> proxies;
   std::vector<std::unique_ptr<ClientThread>> clients;
@@ -201,11 +208,7 @@ TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
 
   const std::string dir = FreshDir("client_kill");
   const std::string certs = MakeCerts(dir, n);
-  auto o = CoordinatorDefaults(dir, certs);
-  o.rounds = job.rounds;
-  o.min_clients = n;
-  o.plan = job.plan;
-  InProcessCoordinator coord(o);
+  InProcessCoordinator coord(JobOptions(dir, certs, n, job));
   // Client 0 sits behind a 4 Mbit/s link, so its upload takes more than a second.
   auto proxy = core::FaultProxy::Start("127.0.0.1", coord.port(),
                                        core::LinkSpec::Parse("rate=4mbit").value(), 0);
@@ -239,50 +242,66 @@ TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
   EXPECT_LT(share, 1e-3);
 }
 
+// Runs `job` with two client processes; with `kill`, client 0 is SIGKILLed once round 1
+// is committed and restarted from its state file. Returns the final model.
+std::vector<float> RunWithClientKilledAfterRound1(const Job& job, const std::string& name,
+                                                  bool kill) {
+  const int n = 2;
+  const std::string dir = FreshDir(name);
+  const std::string certs = MakeCerts(dir, n);
+  const auto o = JobOptions(dir, certs, n, job);
+  InProcessCoordinator coord(o);
+  auto victim = SpawnEdge(dir, certs, 0, n, coord.port());
+  auto other = SpawnEdge(dir, certs, 1, n, coord.port());
+  if (kill) {
+    EXPECT_TRUE(WaitForFirstCommit(o.state_dir)) << "round 1 never committed";
+    victim->Kill(SIGKILL);
+    EXPECT_EQ(victim->Wait(seconds(10)), 128 + SIGKILL);
+    victim = SpawnEdge(dir, certs, 0, n, coord.port());
+  }
+  EXPECT_TRUE(coord.Wait(seconds(120)));
+  EXPECT_EQ(victim->Wait(seconds(30)), 0);
+  EXPECT_EQ(other->Wait(seconds(30)), 0);
+  const auto reports = coord.get().reports();
+  EXPECT_EQ(reports.size(), job.rounds);
+  for (const auto& rep : reports) {
+    EXPECT_EQ(rep.participants, n);
+    EXPECT_EQ(rep.stragglers, 0);
+  }
+  return coord.get().engine().ModelVector();
+}
+
+// Both runs use client processes, so they train exactly alike, and two updates per round
+// add up in either order to the same floats: the killed run must end bit for bit on the
+// clean one.
+void ExpectAKilledClientKeepsItsCodecState(const Job& job, const std::string& name) {
+  const std::vector<float> clean = RunWithClientKilledAfterRound1(job, name + "_clean", false);
+  const std::vector<float> killed = RunWithClientKilledAfterRound1(job, name + "_kill", true);
+  ASSERT_EQ(killed.size(), clean.size());
+  const auto [worst, share] = Compare(killed, clean);
+  EXPECT_EQ(worst, 0.0);
+  EXPECT_EQ(share, 0.0);
+}
+
 // DGC keeps a momentum and a warm-up position besides its residual: a client killed with
 // SIGKILL after round 1 restarts from its state file with both, and the run ends on the
 // clean run's model (a client that lost its momentum would send other coordinates).
 TEST(Federation, ADgcClientKilledAfterARoundKeepsItsMomentum) {
-  const int n = 2;
   Job job;
   job.rounds = 4;
   job.plan.codec = "dgc(ratio=0.01,momentum=0.9,warmup=2)";
   job.plan.local_steps = 20;
-  // Both runs use client processes, so they train exactly alike.
-  auto run = [&](const std::string& name, bool kill) {
-    const std::string dir = FreshDir(name);
-    const std::string certs = MakeCerts(dir, n);
-    auto o = CoordinatorDefaults(dir, certs);
-    o.rounds = job.rounds;
-    o.min_clients = n;
-    o.plan = job.plan;
-    InProcessCoordinator coord(o);
-    auto victim = SpawnEdge(dir, certs, 0, n, coord.port());
-    auto other = SpawnEdge(dir, certs, 1, n, coord.port());
-    if (kill) {
-      EXPECT_TRUE(WaitForFirstCommit(o.state_dir)) << "round 1 never committed";
-      victim->Kill(SIGKILL);
-      EXPECT_EQ(victim->Wait(seconds(10)), 128 + SIGKILL);
-      victim = SpawnEdge(dir, certs, 0, n, coord.port());
-    }
-    EXPECT_TRUE(coord.Wait(seconds(120)));
-    EXPECT_EQ(victim->Wait(seconds(30)), 0);
-    EXPECT_EQ(other->Wait(seconds(30)), 0);
-    const auto reports = coord.get().reports();
-    EXPECT_EQ(reports.size(), job.rounds);
-    for (const auto& rep : reports) {
-      EXPECT_EQ(rep.participants, n);
-      EXPECT_EQ(rep.stragglers, 0);
-    }
-    return coord.get().engine().ModelVector();
-  };
-  const std::vector<float> clean = run("dgc_clean", false);
-  const std::vector<float> killed = run("dgc_kill", true);
-  ASSERT_EQ(killed.size(), clean.size());
-  // Two updates per round add up in either order to the same floats.
-  const auto [worst, share] = Compare(killed, clean);
-  EXPECT_EQ(worst, 0.0);
-  EXPECT_EQ(share, 0.0);
+  ExpectAKilledClientKeepsItsCodecState(job, "dgc");
+}
+
+// PowerSGD's warm-start Q is sender state too (and its codec is built from the model's
+// layout at both ends): a client that lost it would draw a new Q and send other factors.
+TEST(Federation, APowerSgdClientKilledAfterARoundKeepsItsWarmStart) {
+  Job job;
+  job.rounds = 4;
+  job.plan.codec = "powersgd(rank=2)";
+  job.plan.local_steps = 5;
+  ExpectAKilledClientKeepsItsCodecState(job, "powersgd");
 }
 
 TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {

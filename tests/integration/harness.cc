@@ -185,7 +185,7 @@ int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
 std::vector<float> CheckpointModel(const std::string& state_dir,
                                    const coordinator::CoordinatorOptions& o) {
   auto m = core::Model::Create(o.model, o.init_seed).value();
-  auto s = coordinator::ReadCheckpoint(state_dir, o.JobKey(m->dim()));
+  auto s = coordinator::ReadCheckpoint(state_dir, o.JobKey(m->dim(), &m->layout()));
   EXPECT_TRUE(s.ok() && s->has_value()) << s.status();
   return s.ok() && s->has_value() ? (*s)->model : std::vector<float>{};
 }

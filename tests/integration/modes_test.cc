@@ -109,7 +109,7 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   o.insecure = true;
   for (const char* mode : {"lsgd", "sgp"}) {
     o.mode = mode;
-    for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))"}) {
+    for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))", "powersgd(rank=2)"}) {
       o.plan.codec = codec;
       const absl::Status st = o.Validate();
       EXPECT_TRUE(absl::IsInvalidArgument(st)) << mode << " " << codec << ": " << st;
@@ -121,6 +121,12 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   o.mode = "fedavg";
   o.plan.codec = "dgc(ratio=0.01)";
   EXPECT_TRUE(o.Validate().ok());
+  // PowerSGD is built from the job model's layout, which the validation reads too; LGC's
+  // warm-up rounds build their codecs without one and refuse it.
+  o.plan.codec = "powersgd(rank=2)";
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.model = "no-such-model";
+  EXPECT_FALSE(o.Validate().ok());
 }
 
 TEST(Lsgd, TwoConfiguredGroupsElectTheArgminAndTheRunsModelIsTheGlobalLeaders) {

@@ -34,7 +34,8 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
                 "(push-sum gossip)");
   g->add_option("--rounds", o->rounds, "rounds to run");
   g->add_option("--min-clients", o->min_clients, "connected clients needed to open a round");
-  g->add_option("--fraction", o->fraction, "share of the connected clients asked per round (at least one)");
+  g->add_option("--fraction", o->fraction,
+                "share of the connected clients asked per round (at least one)");
   g->add_option("--round-timeout", o->round_timeout_s,
                 "seconds before a round closes with what arrived");
   g->add_option("--max-client-weight", o->max_client_weight,
@@ -69,6 +70,10 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--lr", o->plan.lr, "client learning rate");
   g->add_option("--batch", o->plan.batch_size, "client batch size");
   g->add_option("--chunk-bytes", o->plan.max_chunk_bytes, "largest update chunk in bytes");
+  g->add_option("--upload-order", o->plan.upload_order,
+                "order in which a client's chunks leave: index (coordinate order), layer "
+                "(input-side tensors first, as P3) or magnitude (most energy per byte first), "
+                "so a client cut off by the deadline has sent its most important part");
   g->add_option("--seed", o->seed, "seed for participant sampling and client rounds");
   g->add_option("--init-seed", o->init_seed, "seed of the initial model");
 }

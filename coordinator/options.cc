@@ -2,6 +2,7 @@
 #include "coordinator/options.h"
 
 #include "autoencoder/lgc_plan.h"
+#include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/model.h"
@@ -76,6 +77,10 @@ absl::Status CoordinatorOptions::Validate() const {
   if (plan.max_chunk_bytes < 1024 || plan.max_chunk_bytes > max_message_bytes - 1024) {
     return absl::InvalidArgumentError(
         StrCat("--chunk-bytes must be in [1024, ", max_message_bytes - 1024, "]"));
+  }
+  if (auto order = codecs::ParseUploadOrder(plan.upload_order); !order.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("--upload-order: ", std::string(order.status().message())));
   }
   auto job_mode = JobMode();
   if (!job_mode.ok()) return job_mode.status();

@@ -40,6 +40,8 @@ struct RoundPlan {
   float lr = 0.05f;
   uint32_t batch_size = 32;
   uint32_t max_chunk_bytes = 256 * 1024;
+  // The order in which a client's chunks leave: index, layer or magnitude (P3).
+  std::string upload_order = "index";
 
   const std::string& CodecFor(uint64_t round) const {
     return round >= 1 && round - 1 < warmup_codecs.size() ? warmup_codecs[round - 1] : codec;

@@ -34,9 +34,10 @@ CoordinatorService::CoordinatorService(RoundEngine* engine, RoundDriver* driver,
       metrics_(metrics),
       job_(std::move(job)),
       options_(std::move(options)),
-      calls_(options_.streams, options_.watchdog,
-             [metrics](size_t open) { metrics->SetOpenCalls(open); },
-             [metrics](int cancelled) { metrics->AddIdleCancelled(cancelled); }) {}
+      calls_(
+          options_.streams, options_.watchdog,
+          [metrics](size_t open) { metrics->SetOpenCalls(open); },
+          [metrics](int cancelled) { metrics->AddIdleCancelled(cancelled); }) {}
 
 CoordinatorService::~CoordinatorService() = default;
 
@@ -87,8 +88,7 @@ absl::StatusOr<std::shared_ptr<StreamTicket>> CoordinatorService::OpenStream(
 
 template <typename Request, typename Reply>
 grpc::ServerUnaryReactor* CoordinatorService::Unary(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response,
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
     grpc::Status (CoordinatorService::*handle)(grpc::CallbackServerContext*, const Request&,
                                                Reply*)) {
   auto* reactor = ctx->DefaultReactor();
@@ -108,8 +108,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
 }
 
 grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
-                                        const protos::JoinRequest& req,
-                                        protos::JoinReply* reply) {
+                                        const protos::JoinRequest& req, protos::JoinReply* reply) {
   auto id = Identity(ctx, req.client_id());
   if (!id.ok()) return ToGrpc(id.status());
   // Protocol version 1 clients did not send one (0).
@@ -223,6 +222,7 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   s->set_lr(plan.lr);
   s->set_batch_size(plan.batch_size);
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
+  s->set_upload_order(plan.upload_order);
   driver_->DecorateRoundStart(client, s);
   s->set_seed(info->seed);
   s->set_next_seed(info->next_seed);

@@ -225,14 +225,14 @@ absl::StatusOr<std::string> Transport::DownloadBlob(const std::string& name, uin
 }
 
 absl::StatusOr<Transport::ModelDownload> Transport::DownloadModel(const std::string& name,
-                                                                 uint64_t version,
-                                                                 SystemTime deadline,
-                                                                 std::optional<uint64_t> held) {
+                                                                  uint64_t version,
+                                                                  SystemTime deadline,
+                                                                  std::optional<uint64_t> held) {
   return Fetch(name, version, deadline, held);
 }
 
-absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& name,
-                                                          uint64_t version, SystemTime deadline,
+absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& name, uint64_t version,
+                                                          SystemTime deadline,
                                                           std::optional<uint64_t> held) {
   const std::string what = name.empty() ? "model" : name;
   auto stub = NewStub();
@@ -374,8 +374,8 @@ absl::Status Transport::UploadAs(const PendingUpdate& p, const std::string& code
     protos::UpdateChunk& chunk = *Wire<Msg>::Chunk(&msg);
     chunk.set_chunk_count(static_cast<uint32_t>(p.frames.size()));
     chunk.set_num_samples(p.num_samples);
-    // Chunks go in index order: frames are ranges in coordinate order, so the front of
-    // the model (input layers, which the next forward pass needs first) leads.
+    // Chunks go in index order, which the mode made its upload order (codecs/priority.h:
+    // coordinate order by default, or what matters most first).
     for (uint32_t i = 0; i < p.frames.size() && !stop_; ++i) {
       if (held.count(i)) continue;
       chunk.set_chunk_index(i);

@@ -43,10 +43,10 @@ namespace {
 
 using fedlgc::RoundReport;
 using fedlgc::StrCat;
-using nlohmann::json;
 using fedlgc::sim::LogTail;
 using fedlgc::sim::Median;
 using fedlgc::sim::NewRounds;
+using nlohmann::json;
 
 // What the simulator itself decides; the job is a CoordinatorOptions.
 struct SimOptions {
@@ -58,9 +58,9 @@ struct SimOptions {
   uint64_t train_limit = 20000, eval_limit = 0;
   std::string partition = "iid", device = "auto";
   int torch_threads = 1;
-  uint32_t byzantine = 0;                        // the last N clients lie
-  std::string attack = "scale(factor=100)";      // how (edge_client/attack.h)
-  double join_timeout_s = 60;  // too few clients connected this long: the run fails
+  uint32_t byzantine = 0;                    // the last N clients lie
+  std::string attack = "scale(factor=100)";  // how (edge_client/attack.h)
+  double join_timeout_s = 60;                // too few clients connected this long: the run fails
 };
 
 void AddSimFlags(CLI::App& app, SimOptions* s) {
@@ -157,8 +157,8 @@ void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOpti
       "fedlgc-sim: %s, %u clients, %u rounds, codec %s, downlink %s, %s, link %s, run folder "
       "%s\n",
       std::string(fedlgc::ModeName(mode)).c_str(), s.clients, co.rounds, co.plan.codec.c_str(),
-      co.downlink.codec.c_str(), s.partition.c_str(),
-              s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
+      co.downlink.codec.c_str(), s.partition.c_str(), s.link.empty() ? "direct" : s.link.c_str(),
+      s.run_dir.c_str());
   std::printf("%5s %9s %8s %13s %13s %7s %13s %7s %8s %5s %s\n", "round", "accuracy", "loss",
               "uplink B", "fp32 B", "ratio", "downlink B", "ratio", "seconds", "parts",
               mode == fedlgc::Mode::kLsgd  ? "leader"
@@ -414,6 +414,7 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"downlink_codec", co.downlink.codec},
               {"partition", s.partition},
               {"local_epochs", co.plan.local_epochs},
+              {"upload_order", co.plan.upload_order},
               {"seed", co.seed},
               {"link", s.link},
               {"model", co.model},
@@ -452,9 +453,8 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
       "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B for %.0f "
       "fp32 B (%.1fx) | %.1f s | %llu link cuts | encode %.2f%% of local training (worst "
       "client, median round %.2f%%)\n",
-      final_acc, up, raw, up > 0 ? raw / up : 0.0, down, raw_down,
-      down > 0 ? raw_down / down : 0.0, wall,
-      static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
+      final_acc, up, raw, up > 0 ? raw / up : 0.0, down, raw_down, down > 0 ? raw_down / down : 0.0,
+      wall, static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
   const double leader_error = Median(share.leader_error);
   const double follower_error = Median(share.follower_error);
   if (leader_error >= 0 || follower_error >= 0) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "codecs/frame.h"
+#include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
 #include "codecs/str.h"
@@ -99,6 +100,12 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     eopts.seed = start.seed();
     eopts.max_frame_bytes = start.max_chunk_bytes();
     if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
+    // Chunk i is the i-th frame to leave: what matters most first (P3).
+    auto order = codecs::ParseUploadOrder(start.upload_order());
+    if (!order.ok()) return order.status();
+    if (absl::Status st = codecs::OrderFrames(*codec_, *order, env_.layout(), &frames); !st.ok()) {
+      return st;
+    }
     env_.ObserveEncode(start.round(), t0);
     PendingUpdate p = env_.NewPending(start.round(), start.model_version());
     for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));

@@ -4,8 +4,8 @@
 // an upload refused because the round closed (FAILED_PRECONDITION) is not retried, and the
 // round's empty receipt puts the whole update back.
 #include <cmath>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "codecs/crc32c.h"
@@ -38,6 +38,7 @@ struct ScriptedCoordinator {
   grpc::Status upload_status = grpc::Status::OK;
   std::set<uint32_t> counted;  // chunks the round's receipt counts
   int uploads = 1;             // UploadUpdate calls expected
+  std::string upload_order;    // RoundStart.upload_order
 
   void Expect() {
     EXPECT_CALL(*stub, Join(_, _, _))
@@ -101,6 +102,7 @@ struct ScriptedCoordinator {
       s->set_batch_size(16);
       s->set_seed(9);
       s->set_max_chunk_bytes(64 * 1024);
+      s->set_upload_order(upload_order);
       s->set_deadline_unix_ms(
           std::chrono::duration_cast<std::chrono::milliseconds>(
               (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
@@ -181,6 +183,42 @@ TEST(FedAvgClient, AReceiptCountingSomeChunksPutsExactlyTheOthersBackIntoTheResi
       << "training moved no coordinate of the uncounted chunks";
 }
 
+// P3's point: chunks leave by decoded energy per byte, so a receipt that counts only the
+// first two (a client cut off by the deadline) counted the two most energetic frames, and
+// exactly the others are back in the residual.
+TEST(FedAvgClient, ByMagnitudeTheChunksThatCountedFirstCarryTheMostEnergy) {
+  ScriptedCoordinator coordinator;
+  coordinator.upload_order = "magnitude";
+  coordinator.counted = {0, 1};
+  coordinator.Expect();
+  auto client = Client("magnitude", coordinator);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Run().ok());
+  ASSERT_GE(coordinator.sent.size(), 4u);
+  auto codec = codecs::MakeCodec("fp32").value();
+  std::vector<std::pair<uint32_t, double>> density;  // chunk index, energy per byte
+  bool reordered = false;
+  uint64_t last_begin = 0;
+  for (const auto& c : coordinator.sent) {
+    auto view = codecs::ParseFrame(c.frame(), codecs::FrameLimits()).value();
+    std::vector<float> values(view.length);
+    ASSERT_TRUE(codec->Decode(view, values).ok());
+    double e = 0;
+    for (float v : values) e += double(v) * v;
+    density.emplace_back(c.chunk_index(), e / c.frame().size());
+    reordered |= c.chunk_index() > 0 && view.begin < last_begin;
+    last_begin = view.begin;
+  }
+  for (size_t i = 1; i < density.size(); ++i) {
+    EXPECT_EQ(density[i].first, i) << "chunks leave in index order";
+    EXPECT_GE(density[i - 1].second, density[i].second) << "chunk " << i;
+  }
+  EXPECT_TRUE(reordered) << "an MLP update's energy is not in coordinate order";
+  const auto& state = client->client_state();
+  ASSERT_EQ(state.residual.size(), coordinator.model.size());
+  EXPECT_GT(CheckResidual(coordinator.sent, coordinator.counted, state.residual), 0);
+}
+
 TEST(FedAvgClient, AnUploadToAClosedRoundIsNotRetriedAndAllOfItComesBack) {
   ScriptedCoordinator coordinator;
   coordinator.upload_status =
@@ -219,9 +257,9 @@ void ExpectSkipped(const std::string& name, ScriptedCoordinator& coordinator,
   const auto& state = client->client_state();
   EXPECT_FALSE(state.pending.has_value());
   for (float r : state.residual) ASSERT_EQ(r, 0.0f) << "nothing of the bad round is kept";
-  const auto log = ReadClientRoundLog(::testing::TempDir() + "/fedavg-client-" + name +
-                                      "/client-0.rounds.jsonl")
-                       .value();
+  const auto log =
+      ReadClientRoundLog(::testing::TempDir() + "/fedavg-client-" + name + "/client-0.rounds.jsonl")
+          .value();
   ASSERT_EQ(log.size(), 1u);
   EXPECT_EQ(log[0].round, 1u);
   EXPECT_EQ(log[0].figures.at("skipped"), 1);

@@ -129,6 +129,19 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   EXPECT_FALSE(o.Validate().ok());
 }
 
+TEST(Modes, TheUploadOrderIsOneTheClientsKnow) {
+  auto o = CoordinatorDefaults(FreshDir("upload_order"), "");
+  o.insecure = true;
+  for (const char* order : {"index", "layer", "magnitude"}) {
+    o.plan.upload_order = order;
+    EXPECT_TRUE(o.Validate().ok()) << order;
+  }
+  o.plan.upload_order = "random";
+  const absl::Status st = o.Validate();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_NE(std::string(st.message()).find("--upload-order"), std::string::npos) << st;
+}
+
 TEST(Lsgd, TwoConfiguredGroupsElectTheArgminAndTheRunsModelIsTheGlobalLeaders) {
   const std::string dir = FreshDir("lsgd-groups");
   const std::string certs = MakeCerts(dir, 4);

@@ -103,11 +103,15 @@ std::vector<double> ExponentialLevels(double p, int s) {
   return l;
 }
 
+std::vector<double> UniformLevels(int s) {
+  std::vector<double> l(s + 1);
+  for (int j = 0; j <= s; ++j) l[j] = static_cast<double>(j) / s;
+  return l;
+}
+
 std::vector<double> FitAlq(const LevelObjective& f, int s, int sweeps) {
   std::vector<std::vector<double>> starts;
-  std::vector<double> uniform(s + 1);
-  for (int j = 0; j <= s; ++j) uniform[j] = static_cast<double>(j) / s;
-  starts.push_back(uniform);
+  starts.push_back(UniformLevels(s));
   starts.push_back(ExponentialLevels(0.5, s));
   // Quantiles of the nonzero samples, when they are distinct.
   const auto& r = f.samples();
@@ -177,8 +181,8 @@ AdaptiveQuantizer::AdaptiveQuantizer(std::string spec, std::string wire_spec, Ki
       params_(params),
       iterations_(iterations),
       sample_(sample) {
-  std::vector<float> uniform(params_.s + 1);
-  for (int j = 0; j <= params_.s; ++j) uniform[j] = static_cast<float>(j) / params_.s;
+  const std::vector<double> l = UniformLevels(params_.s);
+  std::vector<float> uniform(l.begin(), l.end());
   shape_ = LevelQuantizer::WithLevels(wire_spec_, std::move(uniform), params_.norm, params_.bucket,
                                       params_.elias);
 }
@@ -237,8 +241,8 @@ LevelObjective AdaptiveQuantizer::Sample(std::span<const float> x) const {
 
 std::vector<float> AdaptiveQuantizer::FitLevels(std::span<const float> x) const {
   const int s = params_.s;
-  std::vector<float> uniform(s + 1);
-  for (int j = 0; j <= s; ++j) uniform[j] = static_cast<float>(j) / s;
+  const std::vector<double> u = UniformLevels(s);
+  const std::vector<float> uniform(u.begin(), u.end());
   if (s < 2 || x.empty() || FindNonFinite(x) != x.size()) return uniform;
   const LevelObjective f = Sample(x);
   const std::vector<double> l = kind_ == Kind::kAlq

@@ -72,6 +72,8 @@ std::vector<double> FitAlq(const LevelObjective& f, int s, int sweeps);
 // AMQ: returns the p of levels p^(s-j) with the least V found.
 double FitAmq(const LevelObjective& f, int s, int epochs);
 std::vector<double> ExponentialLevels(double p, int s);
+// QSGD's levels j / s, j = 0 .. s.
+std::vector<double> UniformLevels(int s);
 
 // Thread-safe: holds no mutable state.
 class AdaptiveQuantizer final : public DenseCodec {

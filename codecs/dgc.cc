@@ -142,17 +142,16 @@ absl::Status Dgc::LoadState(std::string_view bytes) {
   FEDLGC_RETURN_IF_ERROR(ReadStateStart(r, kStateMagic, kStateVersion, "DGC"));
   uint64_t encodes = 0, n = 0;
   std::span<const uint8_t> u_bytes;
-  auto refuse = [&](std::string_view why) { return RefuseState(why); };
   if (!r.Get(&encodes) || !r.Get(&n) || n > (bytes.size() / sizeof(float)) ||
       !r.Take(n * sizeof(float), &u_bytes) || !r.done()) {
-    return refuse("truncated or trailing bytes");
+    return RefuseState("truncated or trailing bytes");
   }
   if (!residual_.empty() && n != 0 && n != residual_.size()) {
-    return refuse(StrCat("momentum for ", n, " coordinates, residual for ", residual_.size()));
+    return RefuseState(StrCat("momentum for ", n, " coordinates, residual for ", residual_.size()));
   }
   std::vector<float> u(n);
   if (n > 0) std::memcpy(u.data(), u_bytes.data(), u_bytes.size());
-  if (FindNonFinite(u) != u.size()) return refuse("non-finite momentum");
+  if (FindNonFinite(u) != u.size()) return RefuseState("non-finite momentum");
   u_ = std::move(u);
   encodes_ = encodes;
   return absl::OkStatus();

@@ -384,8 +384,7 @@ absl::Status PowerSgd::LoadState(std::string_view bytes) {
   FEDLGC_RETURN_IF_ERROR(ReadStateStart(r, kStateMagic, kStateVersion, "PowerSGD"));
   uint32_t matrices = 0;
   uint64_t encodes = 0;
-  auto refuse = [&](std::string_view why) { return RefuseState(why); };
-  if (!r.Get(&encodes) || !r.Get(&matrices)) return refuse("truncated");
+  if (!r.Get(&encodes) || !r.Get(&matrices)) return RefuseState("truncated");
   std::vector<std::vector<float>> q(blocks_.size());
   uint32_t seen = 0;
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
@@ -394,14 +393,14 @@ absl::Status PowerSgd::LoadState(std::string_view bytes) {
     ++seen;
     uint64_t m = 0;
     std::span<const uint8_t> floats;
-    if (seen > matrices || !r.Get(&m)) return refuse("truncated");
-    if (m != 0 && m != b.cols * b.rank) return refuse(StrCat(b.name, ": Q of ", m, " values"));
-    if (!r.Take(m * sizeof(float), &floats)) return refuse("truncated");
+    if (seen > matrices || !r.Get(&m)) return RefuseState("truncated");
+    if (m != 0 && m != b.cols * b.rank) return RefuseState(StrCat(b.name, ": Q of ", m, " values"));
+    if (!r.Take(m * sizeof(float), &floats)) return RefuseState("truncated");
     q[bi].resize(m);
     if (m > 0) std::memcpy(q[bi].data(), floats.data(), floats.size());
-    if (FindNonFinite(q[bi]) != m) return refuse(StrCat(b.name, ": non-finite Q"));
+    if (FindNonFinite(q[bi]) != m) return RefuseState(StrCat(b.name, ": non-finite Q"));
   }
-  if (seen != matrices || !r.done()) return refuse("matrix count or trailing bytes");
+  if (seen != matrices || !r.done()) return RefuseState("matrix count or trailing bytes");
   q_ = std::move(q);
   encodes_ = encodes;
   return absl::OkStatus();

@@ -17,18 +17,6 @@ absl::StatusOr<UploadOrder> ParseUploadOrder(std::string_view name) {
       StrCat("upload order '", name, "': known orders are index, layer and magnitude"));
 }
 
-std::string_view UploadOrderName(UploadOrder order) {
-  switch (order) {
-    case UploadOrder::kIndex:
-      return "index";
-    case UploadOrder::kLayer:
-      return "layer";
-    case UploadOrder::kMagnitude:
-      return "magnitude";
-  }
-  return "index";
-}
-
 absl::StatusOr<std::vector<double>> FramePriorities(const Codec& decoder,
                                                     std::span<const Frame> frames,
                                                     UploadOrder order, const ModelLayout& layout) {

@@ -31,7 +31,6 @@ enum class UploadOrder { kIndex, kLayer, kMagnitude };
 
 // "index" (or empty), "layer" or "magnitude".
 absl::StatusOr<UploadOrder> ParseUploadOrder(std::string_view name);
-std::string_view UploadOrderName(UploadOrder order);
 
 // One priority per frame, higher first. `decoder` decodes the frames (kMagnitude);
 // `layout` places them (kLayer; a frame past the layout's end ranks last).

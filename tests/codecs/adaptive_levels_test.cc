@@ -101,8 +101,7 @@ TEST(LevelObjective, BestLevelIsTheExactMinimizerAndSweepsNeverIncreaseV) {
     }
   }
   for (int s : {3, 7}) {
-    std::vector<double> uniform(s + 1);
-    for (int j = 0; j <= s; ++j) uniform[j] = double(j) / s;
+    const std::vector<double> uniform = UniformLevels(s);
     std::vector<double> trace;
     const auto l = AlqDescend(f, uniform, 30, &trace);
     ASSERT_FALSE(trace.empty());

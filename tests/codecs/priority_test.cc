@@ -19,7 +19,6 @@ TEST(UploadOrder, NamesParseAndOthersAreRefused) {
   EXPECT_EQ(ParseUploadOrder("index").value(), UploadOrder::kIndex);
   EXPECT_EQ(ParseUploadOrder("layer").value(), UploadOrder::kLayer);
   EXPECT_EQ(ParseUploadOrder("magnitude").value(), UploadOrder::kMagnitude);
-  EXPECT_EQ(UploadOrderName(UploadOrder::kMagnitude), "magnitude");
   EXPECT_FALSE(ParseUploadOrder("random").ok());
 }
 

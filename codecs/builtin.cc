@@ -7,6 +7,7 @@
 #include "codecs/dgc.h"
 #include "codecs/error_feedback.h"
 #include "codecs/float_codecs.h"
+#include "codecs/gradiveq.h"
 #include "codecs/level_quantizer.h"
 #include "codecs/natural.h"
 #include "codecs/powersgd.h"
@@ -89,6 +90,11 @@ absl::Status RegisterBuiltinCodecs(Registry& r) {
                                      "warm-started, with its own residual; needs the model's "
                                      "layout (rank, min_ratio, warm)",
                                      &PowerSgd::Create}));
+  FEDLGC_RETURN_IF_ERROR(r.Register({"gradiveq", 1,
+                                     "GradiVeQ: PCA codes of tensor slices, summable; bases "
+                                     "fitted by the coordinator and served; use inside ef(...); "
+                                     "needs the model's layout (dims, slice, refit)",
+                                     &GradiVeQ::Create}));
   FEDLGC_RETURN_IF_ERROR(
       r.Register({"ef", 1, "error feedback around a codec without its own residual: ef(codec)",
                   &ErrorFeedback::Create}));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "codecs/frame.h"
 
 namespace fedlgc::codecs {
@@ -38,6 +39,13 @@ struct CodecTraits {
   bool unbiased = false;   // E[Decode(Encode(x))] = x over the seed
   bool stateful = false;   // Encode changes the codec (e.g. error feedback residual)
   uint64_t block = 1;      // chunk boundaries fall on multiples of this many coordinates
+  // Codes add up without decoding: the codec is a LinearCode (below), and a receiver may
+  // sum the codes of many senders and decode the sum once.
+  bool summable = false;
+  // Senders keep no compression error, only what did not count, although the codec is
+  // biased: GradiVeQ, whose dropped part (outside the basis) would pile up until a refit
+  // round delivered it all at once.
+  bool no_error_feedback = false;
 };
 
 // Thread-safety: Decode is const and may run concurrently; Encode of a stateful codec
@@ -75,6 +83,25 @@ class Codec {
 
  private:
   std::string spec_;
+};
+
+// A codec whose frames carry a linear code of the vector: Decode(a c1 + b c2) =
+// a Decode(c1) + b Decode(c2), and the code of a frame is the slice of the whole vector's
+// code that its range maps to. A receiver sums the codes of many senders (weighted) and
+// decodes once (GradiVeQ's PCA codes: traits().summable). Codes keep norms: ||code|| equals
+// the norm of what it decodes to, so clipping can work on codes.
+class LinearCode {
+ public:
+  virtual ~LinearCode() = default;
+  // Floats in the code of a whole vector.
+  virtual uint64_t code_size() const = 0;
+  // The code a frame carries (*code) and the index of its first float in the whole
+  // vector's code; checks what Decode checks (the frame's header was verified by
+  // ParseFrame, its spec equals wire_spec()).
+  virtual absl::StatusOr<uint64_t> ReadCode(const FrameView& frame,
+                                            std::vector<float>* code) const = 0;
+  // Decodes the code of a whole vector (code_size() floats) into out (the dimension).
+  virtual absl::Status DecodeCode(std::span<const float> code, std::span<float> out) const = 0;
 };
 
 // Parses `bytes`, checks that it was produced by `codec` for a vector of out.size()

@@ -37,6 +37,7 @@ CodecTraits ErrorFeedback::traits() const {
   CodecTraits t = inner_->traits();
   t.stateful = true;
   t.unbiased = false;
+  t.summable = false;  // its frames are the inner codec's, but ef itself is no LinearCode
   return t;
 }
 

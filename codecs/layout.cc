@@ -8,11 +8,6 @@
 #include "codecs/str.h"
 
 namespace fedlgc::codecs {
-namespace {
-
-constexpr size_t kMaxTensors = size_t{1} << 16;
-constexpr size_t kMaxRank = 8;
-constexpr uint64_t kMaxDim = uint64_t{1} << 40;
 
 uint64_t Fnv1a64(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -22,6 +17,12 @@ uint64_t Fnv1a64(std::string_view s) {
   }
   return h;
 }
+
+namespace {
+
+constexpr size_t kMaxTensors = size_t{1} << 16;
+constexpr size_t kMaxRank = 8;
+constexpr uint64_t kMaxDim = uint64_t{1} << 40;
 
 bool NameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||

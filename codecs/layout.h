@@ -19,6 +19,9 @@
 
 namespace fedlgc::codecs {
 
+// 64-bit FNV-1a of `s`: the hash that names a layout (and GradiVeQ's bases) in specs.
+uint64_t Fnv1a64(std::string_view s);
+
 struct TensorSlot {
   std::string name;             // e.g. "conv1.weight"
   std::vector<uint64_t> shape;  // outermost first; empty for a scalar

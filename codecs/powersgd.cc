@@ -29,15 +29,17 @@ struct Params {
   int64_t rank = 2;
   double min_ratio = 2;
   bool warm = true;
+  int64_t iters = 1;
 };
 
 absl::StatusOr<Params> ReadParams(const SpecNode& node, const CodecContext& context) {
-  ParamReader params(node, {"rank", "min_ratio", "warm", "layout"});
+  ParamReader params(node, {"rank", "min_ratio", "warm", "iters", "layout"});
   FEDLGC_RETURN_IF_ERROR(params.status());
   Params p;
   FEDLGC_ASSIGN_OR_RETURN(p.rank, params.Int("rank", 2, 1, 64));
   FEDLGC_ASSIGN_OR_RETURN(p.min_ratio, params.Real("min_ratio", 2.0, 1.0, 1e9));
   FEDLGC_ASSIGN_OR_RETURN(p.warm, params.Flag("warm", true));
+  FEDLGC_ASSIGN_OR_RETURN(p.iters, params.Int("iters", 1, 1, 32));
   FEDLGC_ASSIGN_OR_RETURN(const SpecNode* named, params.Node("layout"));
   if (context.layout() == nullptr || context.layout()->dim() == 0) {
     return absl::InvalidArgumentError(
@@ -55,13 +57,14 @@ absl::StatusOr<Params> ReadParams(const SpecNode& node, const CodecContext& cont
 }  // namespace
 
 PowerSgd::PowerSgd(std::string spec, std::string wire_spec, ModelLayout layout, uint32_t rank,
-                   double min_ratio, bool warm)
+                   double min_ratio, bool warm, uint32_t iters)
     : ResidualCodec(std::move(spec)),
       wire_spec_(std::move(wire_spec)),
       layout_(std::move(layout)),
       rank_(rank),
       min_ratio_(min_ratio),
-      warm_(warm) {
+      warm_(warm),
+      iters_(iters) {
   for (const TensorSlot& t : layout_.tensors()) {
     Block b{t.name, t.offset, t.size, 0, 0, 0};
     if (t.shape.size() >= 2) {
@@ -86,11 +89,12 @@ absl::StatusOr<std::unique_ptr<Codec>> PowerSgd::Create(const SpecNode& node,
   FEDLGC_ASSIGN_OR_RETURN(Params p, ReadParams(node, context));
   const std::string common = StrCat("rank=", p.rank, ",min_ratio=", FormatSpecNumber(p.min_ratio));
   const std::string layout = context.layout()->HashWord();
-  std::string spec =
-      StrCat("powersgd/1(", common, ",warm=", p.warm ? 1 : 0, ",layout=", layout, ")");
+  std::string spec = StrCat("powersgd/1(", common, ",warm=", p.warm ? 1 : 0, ",iters=", p.iters,
+                            ",layout=", layout, ")");
   std::string wire = StrCat("powersgd/1(", common, ",layout=", layout, ")");
   return std::unique_ptr<Codec>(new PowerSgd(std::move(spec), std::move(wire), *context.layout(),
-                                             static_cast<uint32_t>(p.rank), p.min_ratio, p.warm));
+                                             static_cast<uint32_t>(p.rank), p.min_ratio, p.warm,
+                                             static_cast<uint32_t>(p.iters)));
 }
 
 CodecTraits PowerSgd::traits() const {
@@ -254,8 +258,13 @@ absl::Status PowerSgd::Encode(std::span<const float> x, const EncodeOptions& opt
       DrawQuery(bi, encodes_, fresh);
       q = fresh;
     }
-    Factorize(bi, std::span<const float>(scratch_).subspan(b.offset, b.size), q, &p_hat_[bi],
-              &q_new_[bi]);
+    const std::span<const float> m = std::span<const float>(scratch_).subspan(b.offset, b.size);
+    Factorize(bi, m, q, &p_hat_[bi], &q_new_[bi]);
+    // Further power iterations on the same M: P^ nearer its top-r subspace.
+    for (uint32_t it = 1; it < iters_; ++it) {
+      iterate_.assign(q_new_[bi].begin(), q_new_[bi].end());
+      Factorize(bi, m, iterate_, &p_hat_[bi], &q_new_[bi]);
+    }
     if (FindNonFinite(q_new_[bi]) != q_new_[bi].size()) {
       return absl::InvalidArgumentError(
           StrCat(spec(), ": ", b.name, "'s factor overflowed; nothing was encoded"));

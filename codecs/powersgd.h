@@ -2,7 +2,7 @@
 // Compression for Distributed Optimization", NeurIPS 2019) as a sender-side codec, in its
 // one-phase per-client form:
 //
-//   powersgd(rank=2, min_ratio=2, warm=1)
+//   powersgd(rank=2, min_ratio=2, warm=1, iters=1)
 //
 // It needs the model's layout (layout.h), given by the job when the codec is built; its
 // canonical spec then names the layout, powersgd/1(...,layout=l<hash>). Each tensor of
@@ -15,7 +15,10 @@
 //      each time; the first is Gaussian);
 //   3. P^ = P with orthonormal columns (modified Gram-Schmidt in double; a column with no
 //      length left is zero);
-//   4. Q = M^T P^;
+//   4. Q = M^T P^; with iters=k > 1, steps 2-4 run k times on the same M, each from the
+//      last Q (k power iterations per encode: P^ nearer M's top-r subspace, at k times the
+//      products; the paper's one iteration per step suits many similar steps, a FedAvg
+//      round's update is one large step);
 //   5. P^ and Q go out (fp32), the receiver rebuilds M^ = P^ Q^T, and the residual keeps
 //      M - M^ (exactly what the receiver lacks: the sender decodes its own frames).
 // Q is the sender's state (SaveState), persisted with the residual by the edge client, so a
@@ -80,6 +83,7 @@ class PowerSgd final : public ResidualCodec {
   const std::vector<Block>& blocks() const { return blocks_; }
   const ModelLayout& layout() const { return layout_; }
   uint64_t encodes() const { return encodes_; }
+  uint32_t iters() const { return iters_; }
   // Q of compressed block b (cols x rank, row-major), empty before the first encode.
   std::span<const float> query(size_t b) const { return q_[b]; }
   // Floats a frame covering the whole vector carries.
@@ -92,7 +96,7 @@ class PowerSgd final : public ResidualCodec {
   };
 
   PowerSgd(std::string spec, std::string wire_spec, ModelLayout layout, uint32_t rank,
-           double min_ratio, bool warm);
+           double min_ratio, bool warm, uint32_t iters);
 
   // Frame ranges for a body budget of `max_frame_bytes` (0: one frame).
   absl::Status PlanFrames(uint64_t max_frame_bytes, std::vector<Cut>* cuts) const;
@@ -109,10 +113,12 @@ class PowerSgd final : public ResidualCodec {
   uint32_t rank_;
   double min_ratio_;
   bool warm_;
+  uint32_t iters_;
   uint64_t encodes_ = 0;
   std::vector<std::vector<float>> q_;  // per block; empty for dense blocks
   // Per-encode work space.
   std::vector<std::vector<float>> p_hat_, q_new_;
+  std::vector<float> iterate_;
   std::vector<float> recon_;
 };
 

@@ -22,21 +22,23 @@ absl::Status Registry::Register(CodecEntry entry) {
 }
 
 absl::StatusOr<std::unique_ptr<Codec>> CodecContext::Create(const SpecNode& node) const {
-  return registry_.Create(node, layout_);
+  return registry_.Create(node, layout_, basis_);
 }
 
 absl::StatusOr<std::unique_ptr<Codec>> CodecContext::Create(std::string_view spec) const {
-  return registry_.Create(spec, layout_);
+  return registry_.Create(spec, layout_, basis_);
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(std::string_view spec,
-                                                        const ModelLayout* layout) const {
+absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(
+    std::string_view spec, const ModelLayout* layout,
+    std::shared_ptr<const SliceBasis> basis) const {
   FEDLGC_ASSIGN_OR_RETURN(SpecNode node, ParseSpec(spec));
-  return Create(node, layout);
+  return Create(node, layout, std::move(basis));
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(const SpecNode& node,
-                                                        const ModelLayout* layout) const {
+absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(
+    const SpecNode& node, const ModelLayout* layout,
+    std::shared_ptr<const SliceBasis> basis) const {
   auto it = entries_.find(node.name);
   if (it == entries_.end()) {
     std::vector<std::string_view> names;
@@ -50,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Codec>> Registry::Create(const SpecNode& node,
                                            " is not supported (this build speaks version ",
                                            e.version, ")"));
   }
-  return e.make(node, CodecContext(*this, layout));
+  return e.make(node, CodecContext(*this, layout, std::move(basis)));
 }
 
 std::vector<const CodecEntry*> Registry::List() const {
@@ -73,8 +75,9 @@ const Registry& DefaultRegistry() {
   return *kRegistry;
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, const ModelLayout* layout) {
-  return DefaultRegistry().Create(spec, layout);
+absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, const ModelLayout* layout,
+                                                 std::shared_ptr<const SliceBasis> basis) {
+  return DefaultRegistry().Create(spec, layout, std::move(basis));
 }
 
 }  // namespace fedlgc::codecs

@@ -20,22 +20,27 @@
 namespace fedlgc::codecs {
 
 class Registry;
+class SliceBasis;  // gradiveq.h
 
-// What a factory has besides its spec: the registry, for nested codecs, and the model's
-// layout when the caller has one (codecs that work per tensor need it; others ignore it).
+// What a factory has besides its spec: the registry, for nested codecs, the model's
+// layout when the caller has one (codecs that work per tensor need it; others ignore it)
+// and GradiVeQ's bases when the job has fitted them (gradiveq.h; others ignore them).
 class CodecContext {
  public:
-  CodecContext(const Registry& registry, const ModelLayout* layout)
-      : registry_(registry), layout_(layout) {}
+  CodecContext(const Registry& registry, const ModelLayout* layout,
+               std::shared_ptr<const SliceBasis> basis = nullptr)
+      : registry_(registry), layout_(layout), basis_(std::move(basis)) {}
   const Registry& registry() const { return registry_; }
   const ModelLayout* layout() const { return layout_; }
-  // Builds a nested codec with the same layout.
+  const std::shared_ptr<const SliceBasis>& basis() const { return basis_; }
+  // Builds a nested codec with the same layout and bases.
   absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node) const;
   absl::StatusOr<std::unique_ptr<Codec>> Create(std::string_view spec) const;
 
  private:
   const Registry& registry_;
   const ModelLayout* layout_;
+  std::shared_ptr<const SliceBasis> basis_;
 };
 
 using CodecFactory =
@@ -62,10 +67,13 @@ class Registry {
   // Builds a codec from spec text or a parsed node. A version in the spec must equal the
   // registered one (frames from another wire version are refused, not misread). `layout`
   // (may be null) is the model's, for codecs that need it; it must outlive the call only.
-  absl::StatusOr<std::unique_ptr<Codec>> Create(std::string_view spec,
-                                                const ModelLayout* layout = nullptr) const;
-  absl::StatusOr<std::unique_ptr<Codec>> Create(const SpecNode& node,
-                                                const ModelLayout* layout = nullptr) const;
+  // `basis` (may be null): GradiVeQ's fitted bases, shared with the codec.
+  absl::StatusOr<std::unique_ptr<Codec>> Create(
+      std::string_view spec, const ModelLayout* layout = nullptr,
+      std::shared_ptr<const SliceBasis> basis = nullptr) const;
+  absl::StatusOr<std::unique_ptr<Codec>> Create(
+      const SpecNode& node, const ModelLayout* layout = nullptr,
+      std::shared_ptr<const SliceBasis> basis = nullptr) const;
 
   std::vector<const CodecEntry*> List() const;
 
@@ -79,9 +87,10 @@ absl::Status RegisterBuiltinCodecs(Registry& registry);
 // A registry holding the builtin codecs, built on first use (thread-safe).
 const Registry& DefaultRegistry();
 
-// Shorthand for DefaultRegistry().Create(spec, layout).
+// Shorthand for DefaultRegistry().Create(spec, layout, basis).
 absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
-                                                 const ModelLayout* layout = nullptr);
+                                                 const ModelLayout* layout = nullptr,
+                                                 std::shared_ptr<const SliceBasis> basis = nullptr);
 
 }  // namespace fedlgc::codecs
 

@@ -41,7 +41,8 @@ absl::Status ResidualCodec::Restore(std::string_view frame_bytes) {
   return absl::OkStatus();
 }
 
-absl::Status ResidualCodec::RestoreAny(std::string_view frame_bytes, const ModelLayout* layout) {
+absl::Status ResidualCodec::RestoreAny(std::string_view frame_bytes, const ModelLayout* layout,
+                                       std::shared_ptr<const SliceBasis> basis) {
   FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseOwnFrame(frame_bytes, residual_.size()));
   if (view.spec == wire_spec()) return Restore(frame_bytes);
   if (residual_.empty()) residual_.assign(view.dim, 0.0f);
@@ -50,7 +51,8 @@ absl::Status ResidualCodec::RestoreAny(std::string_view frame_bytes, const Model
                                              " coordinates; the residual has ", residual_.size()));
   }
   // Frames name their codec with its canonical spec, which the registry parses back.
-  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(view.spec, layout));
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec,
+                          MakeCodec(view.spec, layout, std::move(basis)));
   scratch_.assign(view.length, 0.0f);
   FEDLGC_RETURN_IF_ERROR(codec->Decode(view, scratch_));
   for (uint64_t i = 0; i < view.length; ++i) residual_[view.begin + i] += scratch_[i];

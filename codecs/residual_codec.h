@@ -10,6 +10,7 @@
 #ifndef FEDLGC_CODECS_RESIDUAL_CODEC_H_
 #define FEDLGC_CODECS_RESIDUAL_CODEC_H_
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@
 #include "codecs/byte_io.h"
 #include "codecs/codec.h"
 #include "codecs/layout.h"
+#include "codecs/registry.h"
 
 namespace fedlgc::codecs {
 
@@ -30,8 +32,10 @@ class ResidualCodec : public Codec {
   // (for a frame the receiver did not count).
   absl::Status Restore(std::string_view frame_bytes);
   // Like Restore, for a frame of any codec with this dimension (e.g. one encoded before
-  // the job switched codecs after its warm-up rounds); `layout` builds per-tensor codecs.
-  absl::Status RestoreAny(std::string_view frame_bytes, const ModelLayout* layout = nullptr);
+  // the job switched codecs after its warm-up rounds); `layout` builds per-tensor codecs,
+  // `basis` a gradiveq codec whose spec names it.
+  absl::Status RestoreAny(std::string_view frame_bytes, const ModelLayout* layout = nullptr,
+                          std::shared_ptr<const SliceBasis> basis = nullptr);
 
   // The residual; empty before the first Encode.
   std::span<const float> residual() const { return residual_; }

@@ -39,8 +39,8 @@ struct ChunkIn {
   uint64_t update_id = 0;
   uint32_t chunk_index = 0;
   uint32_t chunk_count = 0;
-  uint64_t num_samples = 0;  // what the client claims: informational, never a weight
-  std::string_view frame;    // empty: a query for the receipt
+  uint64_t num_samples = 0;           // what the client claims: informational, never a weight
+  std::string_view frame;             // empty: a query for the receipt
   float scale = 1;                    // the decoded values are multiplied by this (in (0, 16])
   std::optional<PushSumShare> share;  // set when it came through Gossip
   // The client's weight in the round, set by the engine at admission: its sample count
@@ -68,8 +68,11 @@ struct HeldUpdate {
 struct DecodedChunk {
   uint64_t begin = 0;
   std::vector<float> values;  // codec rounds: the frame's range, times the chunk's scale
-  std::string spec, body;     // payload rounds: the frame's spec and body
-  uint64_t coordinates = 0;   // coordinates carried (4 fp32 bytes each in the raw count)
+  // Summed-code rounds: values hold the frame's code (times the scale), which begins at
+  // this index of the whole vector's code (codecs::LinearCode).
+  uint64_t code_begin = 0;
+  std::string spec, body;    // payload rounds: the frame's spec and body
+  uint64_t coordinates = 0;  // coordinates carried (4 fp32 bytes each in the raw count)
 };
 
 // Not thread-safe on its own: the engine calls Admit and Collect with its lock held, and
@@ -102,6 +105,10 @@ class Collector {
 // Decodes a codec frame of a summing or per-client round: the frame of the round's codec,
 // for the model's dimension, times the chunk's scale.
 absl::StatusOr<DecodedChunk> DecodeCodecChunk(const ChunkIn& chunk, const RoundFacts& round);
+// The same for a summable codec (`code`: the round's decoder), decoding nothing: the
+// chunk's code, times its scale (DecodedChunk::code_begin).
+absl::StatusOr<DecodedChunk> ReadCodeChunk(const ChunkIn& chunk, const RoundFacts& round,
+                                           const codecs::LinearCode& code);
 
 }  // namespace fedlgc::coordinator
 

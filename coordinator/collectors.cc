@@ -10,7 +10,10 @@
 
 namespace fedlgc::coordinator {
 
-absl::StatusOr<DecodedChunk> DecodeCodecChunk(const ChunkIn& c, const RoundFacts& round) {
+namespace {
+
+// The chunk's frame, checked against the round: the round's codec, the model's dimension.
+absl::StatusOr<codecs::FrameView> ParseCodecChunk(const ChunkIn& c, const RoundFacts& round) {
   if (round.decoder == nullptr) {
     return codecs::WrongCodecError("this round's codec has no decoder here");
   }
@@ -25,30 +28,63 @@ absl::StatusOr<DecodedChunk> DecodeCodecChunk(const ChunkIn& c, const RoundFacts
     return absl::OutOfRangeError(
         StrCat("chunk is for ", view->dim, " coordinates; the model has ", round.dim));
   }
+  return view;
+}
+
+// Scales the values of `d` by the chunk's scale; what reaches the aggregate is checked
+// after every scale: a finite value times a scale can overflow.
+absl::Status ScaleChecked(const ChunkIn& c, DecodedChunk* d, std::string_view what) {
+  if (c.scale != 1.0f) core::ScaleInPlace(d->values, c.scale);
+  for (size_t i = 0; i < d->values.size(); ++i) {
+    if (!std::isfinite(d->values[i])) {
+      return codecs::NonFiniteError(StrCat(what, " ", i, " of the chunk is not finite after ",
+                                           "the chunk's scale ", c.scale));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedChunk> DecodeCodecChunk(const ChunkIn& c, const RoundFacts& round) {
+  auto view = ParseCodecChunk(c, round);
+  if (!view.ok()) return view.status();
   DecodedChunk d;
   d.begin = view->begin;
   d.coordinates = view->length;
   d.values.resize(view->length);
-  if (absl::Status st = decoder.Decode(*view, d.values); !st.ok()) return st;
-  if (c.scale != 1.0f) core::ScaleInPlace(d.values, c.scale);
-  // What reaches the aggregate is checked after every scale: a finite value times a scale
-  // can overflow.
-  for (size_t i = 0; i < d.values.size(); ++i) {
-    if (!std::isfinite(d.values[i])) {
-      return codecs::NonFiniteError(StrCat("coordinate ", d.begin + i, " is not finite after ",
-                                           "the chunk's scale ", c.scale));
-    }
-  }
+  if (absl::Status st = round.decoder->Decode(*view, d.values); !st.ok()) return st;
+  if (absl::Status st = ScaleChecked(c, &d, "coordinate"); !st.ok()) return st;
+  return d;
+}
+
+absl::StatusOr<DecodedChunk> ReadCodeChunk(const ChunkIn& c, const RoundFacts& round,
+                                           const codecs::LinearCode& code) {
+  auto view = ParseCodecChunk(c, round);
+  if (!view.ok()) return view.status();
+  DecodedChunk d;
+  d.begin = view->begin;
+  d.coordinates = view->length;
+  auto at = code.ReadCode(*view, &d.values);
+  if (!at.ok()) return at.status();
+  d.code_begin = *at;
+  if (absl::Status st = ScaleChecked(c, &d, "code value"); !st.ok()) return st;
   return d;
 }
 
 // ---- WeightedSumCollector ----
 
-WeightedSumCollector::WeightedSumCollector(uint64_t dim, double clip_bound)
-    : clip_bound_(clip_bound), sum_(dim, 0.0), weight_(dim, 0.0f) {}
+WeightedSumCollector::WeightedSumCollector(uint64_t dim, double clip_bound,
+                                           const codecs::LinearCode* code)
+    : clip_bound_(clip_bound),
+      code_(code),
+      dim_(dim),
+      sum_(code ? code->code_size() : dim, 0.0),
+      weight_(sum_.size(), 0.0f) {}
 
 absl::StatusOr<DecodedChunk> WeightedSumCollector::Decode(const ChunkIn& chunk,
                                                           const RoundFacts& round) const {
+  if (code_ != nullptr) return ReadCodeChunk(chunk, round, *code_);
   return DecodeCodecChunk(chunk, round);
 }
 
@@ -70,8 +106,10 @@ void WeightedSumCollector::Collect(const ChunkIn& chunk, DecodedChunk d, bool, b
     counted += sq * factor * factor;
   }
   const double w = chunk.weight * factor;
-  double* sum = sum_.data() + d.begin;
-  float* weight = weight_.data() + d.begin;
+  const uint64_t at = code_ ? d.code_begin : d.begin;
+  if (at + d.values.size() > sum_.size()) return;  // the decoder checked it; never here
+  double* sum = sum_.data() + at;
+  float* weight = weight_.data() + at;
   for (size_t i = 0; i < d.values.size(); ++i) {
     sum[i] += w * d.values[i];
     weight[i] += static_cast<float>(chunk.weight);
@@ -90,13 +128,17 @@ int WeightedSumCollector::clipped() const {
   return static_cast<int>(clipped_.size());
 }
 
-std::vector<float> WeightedSumCollector::Mean() const {
+absl::StatusOr<std::vector<float>> WeightedSumCollector::Mean() const {
   absl::MutexLock lock(&mu_);
   std::vector<float> mean(sum_.size());
   for (size_t i = 0; i < mean.size(); ++i) {
     mean[i] = weight_[i] > 0 ? static_cast<float>(sum_[i] / weight_[i]) : 0.0f;
   }
-  return mean;
+  if (code_ == nullptr) return mean;
+  // One decode of the mean code: the mean of the decodes, the code being linear.
+  std::vector<float> decoded(dim_);
+  if (absl::Status st = code_->DecodeCode(mean, decoded); !st.ok()) return st;
+  return decoded;
 }
 
 // ---- PerClientCollector ----
@@ -207,8 +249,8 @@ absl::Status PerClientCollector::Fill(const Update& update, std::span<float> den
     auto d = DecodeCodecChunk(c, facts);
     if (!d.ok()) return d.status();
     if (d->begin + d->values.size() > dense.size()) {
-      return absl::OutOfRangeError(StrCat("a chunk ends at ", d->begin + d->values.size(),
-                                          " of ", dense.size(), " coordinates"));
+      return absl::OutOfRangeError(StrCat("a chunk ends at ", d->begin + d->values.size(), " of ",
+                                          dense.size(), " coordinates"));
     }
     std::copy(d->values.begin(), d->values.end(), dense.begin() + d->begin);
   }

@@ -21,14 +21,19 @@ namespace fedlgc::coordinator {
 // chunk for it arrived. O(dim) memory whatever the number of clients. With a `clip_bound`
 // B > 0, the chunks of one update are scaled in arrival order so that what counts of it
 // has norm at most B (a chunk that would pass B is scaled to what is left).
+// With a summable codec (`code`: the round's decoder, which must outlive the collector),
+// the sums are of the chunks' codes, O(code size), and nothing is decoded until Mean
+// decodes the mean code once; codes keep norms, so clipping reads them as they are.
 class WeightedSumCollector final : public Collector {
  public:
-  explicit WeightedSumCollector(uint64_t dim, double clip_bound = 0);
+  explicit WeightedSumCollector(uint64_t dim, double clip_bound = 0,
+                                const codecs::LinearCode* code = nullptr);
   absl::StatusOr<DecodedChunk> Decode(const ChunkIn& chunk, const RoundFacts& round) const override;
   void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
                const RoundFacts& round) override;
-  // Per coordinate, the weighted mean of what arrived (0 where nothing did).
-  std::vector<float> Mean() const;
+  // Per coordinate, the weighted mean of what arrived (0 where nothing did); an error
+  // only when the mean code decodes to values that are not finite.
+  absl::StatusOr<std::vector<float>> Mean() const;
   // Each client's update norm as sent (before clipping), of the chunks that arrived.
   std::map<std::string, double> Norms() const;
   // Updates scaled down by the bound.
@@ -36,8 +41,10 @@ class WeightedSumCollector final : public Collector {
 
  private:
   const double clip_bound_;
+  const codecs::LinearCode* const code_;
+  const uint64_t dim_;
   mutable absl::Mutex mu_;
-  std::vector<double> sum_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> sum_ ABSL_GUARDED_BY(mu_);  // of values, or of codes
   std::vector<float> weight_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> sent_sq_ ABSL_GUARDED_BY(mu_);     // squared norm as sent
   std::map<std::string, double> counted_sq_ ABSL_GUARDED_BY(mu_);  // squared norm counted
@@ -73,7 +80,7 @@ class PerClientCollector final : public Collector {
     std::vector<Frame> frames;  // compact: the chunks that arrived
     std::vector<Range> ranges;  // the coordinates that arrived, sorted and merged
     bool complete = false;
-    double weight = 0;  // the client's weight in the round
+    double weight = 0;        // the client's weight in the round
     double weight_share = 0;  // SGP
     uint64_t reference_version = 0;
     // The L2 norm of what arrived (compact: from the chunks' sums in coordinate order).

@@ -74,6 +74,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   env.state_dir = o.state_dir;
   env.committed_round = state.next_round - 1;
   env.plan = &o.plan;
+  env.layout = c->eval_model_->layout();
   env.init_seed = o.init_seed;
   env.robust = *robust;
   auto driver = make_driver(env);

@@ -12,8 +12,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <span>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -109,8 +109,9 @@ struct DriverEnv {
   std::string state_dir;             // where Save writes, beside the checkpoint
   uint64_t committed_round = 0;      // the checkpoint's round: Load its state when > 0
   const RoundPlan* plan = nullptr;   // the job's codecs and local training
+  codecs::ModelLayout layout;        // the model's (per-tensor codecs need it)
   uint64_t init_seed = 1;
-  AggregatorOptions robust;          // clipping and the aggregator (--aggregator)
+  AggregatorOptions robust;  // clipping and the aggregator (--aggregator)
 };
 
 // Thread-safety: RunRound runs on the round loop's thread; DecorateRoundStart, Blob,

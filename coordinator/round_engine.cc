@@ -98,7 +98,7 @@ RoundFacts RoundEngine::FactsLocked() const {
   f.dim = dim_;
   f.model_version = state_.model_version;
   f.registered_clients = state_.clients.size();
-  f.decoder = round_ ? DecoderFor(round_->number) : nullptr;
+  f.decoder = round_ ? round_->decoder : nullptr;
   f.frame_limits = options_.frame_limits;
   return f;
 }
@@ -126,8 +126,25 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   r->weights = CappedWeights(samples, options_.max_client_weight);
   r->opened = Clock::now();
   r->deadline = deadline;
+  if (codec_override_.empty()) {
+    r->codec = options_.plan.CodecFor(r->number);
+    r->decoder = DecoderFor(r->number);
+  } else {
+    r->codec = codec_override_;
+    r->decoder = decoder_override_.get();
+  }
   round_ = std::move(r);
   return absl::OkStatus();
+}
+
+void RoundEngine::UseCodec(std::string spec, std::shared_ptr<const codecs::Codec> decoder) {
+  absl::MutexLock lock(&mu_);
+  codec_override_ = std::move(spec);
+  decoder_override_ = codec_override_.empty() ? nullptr : std::move(decoder);
+  if (decoder_override_ && std::find(used_decoders_.begin(), used_decoders_.end(),
+                                     decoder_override_) == used_decoders_.end()) {
+    used_decoders_.push_back(decoder_override_);
+  }
 }
 
 void RoundEngine::SetUploaders(const std::set<std::string>& uploaders) {
@@ -158,7 +175,7 @@ std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id)
   };
   info.seed = seed_of(round_->number);
   info.next_seed = seed_of(round_->number + 1);
-  info.codec = options_.plan.CodecFor(round_->number);
+  info.codec = round_->codec;
   return info;
 }
 

@@ -164,6 +164,10 @@ class RoundEngine {
   // client does not take part. The seed (codec randomness, data order) is per client.
   std::optional<RoundInfo> OpenRoundFor(const std::string& client_id) const;
   const RoundPlan& plan() const { return options_.plan; }
+  // Rounds opened from now on send `spec` to their participants and decode with `decoder`
+  // instead of the plan's codec for the round (GradiVeQ: the spec names the basis in
+  // force); an empty spec goes back to the plan's. Metric labels keep the plan's spec.
+  void UseCodec(std::string spec, std::shared_ptr<const codecs::Codec> decoder);
 
   // Admits, decodes and collects one chunk (or answers a query: an empty frame).
   ChunkResult AcceptChunk(const ChunkIn& chunk);
@@ -218,6 +222,8 @@ class RoundEngine {
     std::map<std::string, double> weights;  // of the participants (CappedWeights)
     Clock::time_point opened, deadline;
     bool frozen = false;
+    std::string codec;                       // the spec participants are sent
+    const codecs::Codec* decoder = nullptr;  // of that spec
   };
 
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -248,6 +254,11 @@ class RoundEngine {
   const uint64_t dim_;
   std::map<std::string, std::unique_ptr<codecs::Codec>> decoders_;
   mutable absl::Mutex mu_;
+  // UseCodec's: the one in force, and every one used, kept for the job (a chunk decoding
+  // outside the lock may still hold one).
+  std::string codec_override_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const codecs::Codec> decoder_override_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<const codecs::Codec>> used_decoders_ ABSL_GUARDED_BY(mu_);
   EngineState state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);

@@ -1,13 +1,13 @@
-// Client state file: u32 magic 'FLCS', u32 version 6, str codec, floats residual,
+// Client state file: u32 magic 'FLCS', u32 version 7, str codec, floats residual,
 // u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
 // u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 flags (1 gossip share,
 // 2 LSGD lead), floats scales], then the local
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
 // floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, floats
-// values, u32 leader; then str codec_state; CRC32C (core/atomic_file.h). Version 1 files (no
-// LGC fields), version 2 files (no flags, no local model), version 3 files (whose share in flight
-// was still inside x and w), version 4 files (no echo) and version 5 files (no codec state)
-// still load.
+// values, u32 leader; then str codec_state, str codec_basis; CRC32C (core/atomic_file.h).
+// Version 1 files (no LGC fields), version 2 files (no flags, no local model), version 3 files
+// (whose share in flight was still inside x and w), version 4 files (no echo), version 5
+// files (no codec state) and version 6 files (no codec basis) still load.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -18,7 +18,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 6;
+constexpr uint32_t kVersion = 7;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -61,6 +61,7 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
         StrCat(path, ": codec state of ", s.codec_state.size(), " bytes exceeds 4 GiB"));
   }
   w.Str(s.codec_state);
+  w.Str(s.codec_basis);
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -129,6 +130,7 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
     e.leader = leader != 0;
   }
   if (version >= 6 && !r.Str(&s.codec_state, ~uint32_t{0})) return corrupt();
+  if (version >= 7 && !r.Str(&s.codec_basis, ~uint32_t{0})) return corrupt();
   if (!r.done()) return corrupt();
   return s;
 }

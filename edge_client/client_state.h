@@ -67,6 +67,10 @@ struct ClientState {
   // The codec's sender state besides the residual (DGC's momentum and warm-up position;
   // codecs/residual_codec.h), written by the codec of `codec`; empty for most codecs.
   std::string codec_state;
+  // What `codec` was built with besides its spec: GradiVeQ's basis, as the coordinator
+  // served it (codecs/gradiveq.h), so frames of an update in flight decode after a restart
+  // even when the coordinator has moved on to another basis. Empty for most codecs.
+  std::string codec_basis;
   std::optional<PendingUpdate> pending;
   LocalModel local;
   LgcEcho lgc_echo;

@@ -18,7 +18,7 @@ DriverOr MakeRoundDriver(Mode mode, const ModeOptions& o, const DriverEnv& env) 
   };
   switch (mode) {
     case Mode::kFedAvg:
-      return std::unique_ptr<RoundDriver>(std::make_unique<FedAvgDriver>(o.fedavg, env.robust));
+      return up(FedAvgDriver::Create(o.fedavg, env));
     case Mode::kLgc:
       return up(LgcDriver::Create(o.lgc, o.fedavg.optimizer(), env));
     case Mode::kLsgd:

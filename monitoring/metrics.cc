@@ -39,7 +39,7 @@ Metrics::Metrics()
                         .Register(*registry_)),
       chunks_(BuildCounter()
                   .Name("fedlgc_chunks_total")
-                  .Help("Update chunks by result: sent, retransmitted, counted, lost")
+                  .Help("Update chunks by result: sent, retransmitted, counted, lost, dropped")
                   .Register(*registry_)),
       resumes_(BuildCounter()
                    .Name("fedlgc_stream_resumes_total")
@@ -193,8 +193,10 @@ int Metrics::port() const {
 
 void Metrics::AddUplink(const std::string& client, const std::string& codec, uint64_t wire,
                         uint64_t raw) {
-  uplink_wire_.Add({{"client", CounterClient(client)}, {"codec", codec}}).Increment(static_cast<double>(wire));
-  uplink_raw_.Add({{"client", CounterClient(client)}, {"codec", codec}}).Increment(static_cast<double>(raw));
+  uplink_wire_.Add({{"client", CounterClient(client)}, {"codec", codec}})
+      .Increment(static_cast<double>(wire));
+  uplink_raw_.Add({{"client", CounterClient(client)}, {"codec", codec}})
+      .Increment(static_cast<double>(raw));
 }
 
 void Metrics::AddDownlink(const std::string& client, uint64_t wire, uint64_t raw) {
@@ -203,7 +205,8 @@ void Metrics::AddDownlink(const std::string& client, uint64_t wire, uint64_t raw
 }
 
 void Metrics::AddChunks(const std::string& client, const std::string& result, uint64_t n) {
-  chunks_.Add({{"client", CounterClient(client)}, {"result", result}}).Increment(static_cast<double>(n));
+  chunks_.Add({{"client", CounterClient(client)}, {"result", result}})
+      .Increment(static_cast<double>(n));
 }
 
 void Metrics::AddResume(const std::string& client, const std::string& stream) {
@@ -333,7 +336,7 @@ void Metrics::JoinClient(const std::string& client, uint64_t current_round) {
 }
 
 void Metrics::InitClient(const std::string& client) {
-  for (const char* result : {"sent", "retransmitted", "counted", "lost"}) {
+  for (const char* result : {"sent", "retransmitted", "counted", "lost", "dropped"}) {
     chunks_.Add({{"client", CounterClient(client)}, {"result", result}});
   }
   for (const char* stream : {"upload", "download", "events"}) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "codecs/frame.h"
+#include "codecs/gradiveq.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
@@ -33,19 +34,53 @@ FedAvgClient::FedAvgClient(ClientEnv& env) : env_(env) {}
 
 FedAvgClient::~FedAvgClient() = default;
 
+absl::StatusOr<std::shared_ptr<const codecs::SliceBasis>> FedAvgClient::BasisFor(
+    const std::string& spec, std::optional<SystemTime> deadline) {
+  const auto named = codecs::GradiveqBasisOf(spec);
+  if (!named) return nullptr;
+  const std::string& word = named->second;
+  if (basis_ && basis_->word() == word) return basis_;
+  const std::string& saved = env_.state().codec_basis;
+  if (!saved.empty()) {
+    auto parsed = codecs::SliceBasis::Parse(saved, env_.layout());
+    if (parsed.ok() && parsed->word() == word) {
+      basis_ = std::make_shared<const codecs::SliceBasis>(*std::move(parsed));
+      return basis_;
+    }
+  }
+  if (!deadline) {
+    return absl::FailedPreconditionError(
+        StrCat("the GradiVeQ basis ", word, " that \"", spec, "\" names is not held here"));
+  }
+  auto bytes = env_.transport().DownloadBlob(codecs::kGradiveqBasisBlob, named->first, *deadline);
+  if (!bytes.ok()) return bytes.status();
+  auto parsed = codecs::SliceBasis::Parse(*bytes, env_.layout());
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->word() != word) {
+    return absl::DataLossError(
+        StrCat("the coordinator served the basis ", parsed->word(), "; the round names ", word));
+  }
+  basis_ = std::make_shared<const codecs::SliceBasis>(*std::move(parsed));
+  return basis_;
+}
+
 absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
   if (codec_ && codec_spec_ == spec) return absl::OkStatus();
+  auto basis = BasisFor(spec, std::nullopt);
+  if (!basis.ok()) return basis.status();
   // Every client keeps a residual. Biased codecs (top-k, sign) feed their compression
   // error back; unbiased ones keep only chunks that did not count, because their error
   // is noise with mean zero and feeding it back can grow without bound.
-  auto parsed = codecs::MakeCodec(spec, &env_.layout());
+  auto parsed = codecs::MakeCodec(spec, &env_.layout(), *basis);
   if (!parsed.ok()) return parsed.status();
+  // GradiVeQ is biased but keeps no error either (codecs/gradiveq.h).
   std::string sender_spec = spec;
   if (dynamic_cast<codecs::ResidualCodec*>(parsed->get()) == nullptr) {
-    sender_spec =
-        (*parsed)->traits().unbiased ? StrCat("ef(", spec, ",error=0)") : StrCat("ef(", spec, ")");
+    const codecs::CodecTraits traits = (*parsed)->traits();
+    sender_spec = traits.unbiased || traits.no_error_feedback ? StrCat("ef(", spec, ",error=0)")
+                                                              : StrCat("ef(", spec, ")");
   }
-  auto made = codecs::MakeCodec(sender_spec, &env_.layout());
+  auto made = codecs::MakeCodec(sender_spec, &env_.layout(), *basis);
   if (!made.ok()) return made.status();
   codec_.reset(static_cast<codecs::ResidualCodec*>(made->release()));
   codec_spec_ = spec;
@@ -68,7 +103,21 @@ absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
     codec_->LoadState("").IgnoreError();  // an empty state is always accepted
   }
   state.codec = spec;
+  state.codec_basis = *basis ? (*basis)->bytes() : std::string();
   return absl::OkStatus();
+}
+
+absl::Status FedAvgClient::RestoreFrame(const std::string& frame) {
+  absl::Status st = codec_->RestoreAny(frame, &env_.layout(), basis_);
+  if (absl::IsFailedPrecondition(st)) {
+    // Coded against a GradiVeQ basis no longer held anywhere: its values cannot be
+    // recovered, and keeping the frame would stall every later round.
+    std::fprintf(stderr, "%s: a frame of an update in flight cannot be restored (%s): dropped\n",
+                 env_.client_id().c_str(), std::string(st.message()).c_str());
+    env_.metrics().AddChunks(env_.client_id(), "dropped", 1);
+    return absl::OkStatus();
+  }
+  return st;
 }
 
 void FedAvgClient::KeepResidual() {
@@ -82,12 +131,22 @@ void FedAvgClient::ResidualChanged() {
 absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
   edge_client::ClientState& state = env_.state();
   const SystemTime deadline = edge_client::DeadlineOf(start);
-  if (state.pending && (state.pending->round != start.round() ||
-                        state.pending->model_version != start.model_version())) {
+  if (state.pending &&
+      (state.pending->round != start.round() ||
+       state.pending->model_version != start.model_version() || state.codec != start.codec())) {
     // An update whose round ended without a receipt reaching us: nothing of it counted
-    // as far as we can know, so all of it goes back into the residual.
+    // as far as we can know, so all of it goes back into the residual. So does one coded
+    // with another codec than the round's (a restarted coordinator that lost the GradiVeQ
+    // basis it was coded against): the coordinator refuses its frames.
     if (absl::Status st = Restore(*state.pending); !st.ok()) return st;
     state.pending.reset();
+  }
+  if (auto basis = BasisFor(start.codec(), deadline); !basis.ok()) {
+    // The round moved on (another basis is served) or ended: wait for the next one.
+    if (absl::IsNotFound(basis.status()) || absl::IsDeadlineExceeded(basis.status())) {
+      return absl::OkStatus();
+    }
+    return basis.status();
   }
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
   if (!state.pending) {
@@ -131,7 +190,7 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
   uint64_t lost = 0;
   for (size_t i = 0; i < p.frames.size(); ++i) {
     if (counted[i]) continue;
-    if (absl::Status st = codec_->RestoreAny(p.frames[i], &env_.layout()); !st.ok()) return st;
+    if (absl::Status st = RestoreFrame(p.frames[i]); !st.ok()) return st;
     ++lost;
   }
   KeepResidual();
@@ -144,7 +203,7 @@ absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
   edge_client::ClientState& state = env_.state();
   if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
   for (const std::string& f : p.frames) {
-    if (absl::Status st = codec_->RestoreAny(f, &env_.layout()); !st.ok()) return st;
+    if (absl::Status st = RestoreFrame(f); !st.ok()) return st;
   }
   KeepResidual();
   return absl::OkStatus();

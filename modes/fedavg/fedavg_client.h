@@ -7,6 +7,7 @@
 #define FEDLGC_MODES_FEDAVG_FEDAVG_CLIENT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,8 @@
 
 namespace fedlgc::codecs {
 class ResidualCodec;
-}
+class SliceBasis;
+}  // namespace fedlgc::codecs
 
 namespace fedlgc::modes {
 
@@ -47,12 +49,20 @@ class FedAvgClient final : public edge_client::ClientMode {
   // The codec of `spec` wrapped in error feedback (unless it keeps its own residual, as
   // dgc(...) does), its residual and sender state the client's.
   absl::Status EnsureCodec(const std::string& spec);
+  // The GradiVeQ basis `spec` names (nullptr when it names none): the one held, the one
+  // saved with the client state, or, given a deadline, the coordinator's blob.
+  absl::StatusOr<std::shared_ptr<const codecs::SliceBasis>> BasisFor(
+      const std::string& spec, std::optional<SystemTime> deadline);
   // Copies the codec's residual into the client state.
   void KeepResidual();
+  // Adds a frame that did not count back into the residual (RestoreAny); one coded
+  // against a basis that is not held is dropped with a message instead of stalling.
+  absl::Status RestoreFrame(const std::string& frame);
 
   ClientEnv& env_;  // outlives this mode
   std::unique_ptr<codecs::ResidualCodec> codec_;
   std::string codec_spec_;
+  std::shared_ptr<const codecs::SliceBasis> basis_;
 };
 
 }  // namespace fedlgc::modes

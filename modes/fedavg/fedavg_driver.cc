@@ -66,8 +66,7 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
   const uint64_t round = engine.current_round();
   // The mean takes updates one at a time: they wait as the frames that arrived.
   const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
-  auto collector =
-      std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
+  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
   auto open = Collect(host, participants, deadline, collector, report);
   if (!open.ok() || !*open) return open.status();
   const auto updates = collector->TakeUpdates();
@@ -93,13 +92,12 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
     for (const Contribution& c : all) {
       if (!excluded.count(c.client)) kept.push_back(c);
     }
-    auto agg = coordinator::AggregateUpdates(robust, kept,
-                                             coordinator::ClipByMedian(kept, robust.clip),
-                                             engine.dim());
+    auto agg = coordinator::AggregateUpdates(
+        robust, kept, coordinator::ClipByMedian(kept, robust.clip), engine.dim());
     if (!agg.ok()) return agg.status();
     if (!agg->fallback.empty()) {
-      std::fprintf(stderr, "coordinator: round %llu: %s\n",
-                   static_cast<unsigned long long>(round), agg->fallback.c_str());
+      std::fprintf(stderr, "coordinator: round %llu: %s\n", static_cast<unsigned long long>(round),
+                   agg->fallback.c_str());
       report->labels["aggregator_fallback"] = agg->fallback;
     }
     delta = std::move(agg->values);
@@ -122,10 +120,23 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
                                coordinator::CommitResult* commit, RoundReport* report) {
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
-  auto sum = std::make_shared<coordinator::WeightedSumCollector>(engine.dim(), state->next_bound);
+  auto sum = std::make_shared<coordinator::WeightedSumCollector>(engine.dim(), state->next_bound,
+                                                                 state->code);
   auto open = Collect(host, participants, deadline, sum, report);
   if (!open.ok() || !*open) return open.status();
-  const std::vector<float> mean = sum->Mean();
+  auto summed = sum->Mean();
+  if (!summed.ok()) {
+    // Codes that decode to values beyond float (the decoders bound what one chunk can
+    // carry, so this is a guard): the round counts nothing, the job goes on.
+    std::fprintf(stderr, "coordinator: round %llu: %s: the round counts nothing\n",
+                 static_cast<unsigned long long>(round),
+                 std::string(summed.status().message()).c_str());
+    coordinator::GuardedChoice none;
+    none.first.detail = std::string(summed.status().message());
+    report->labels["aggregate_error"] = none.first.detail;
+    return Commit(engine, round, none, {}, optimizer, nullptr, commit);
+  }
+  const std::vector<float> mean = *std::move(summed);
   const std::map<std::string, double> norms = sum->Norms();
   report->figures["clip_bound"] = state->next_bound;
   report->figures["clipped"] = sum->clipped();
@@ -164,8 +175,60 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
   return RunStreamingRound(host, participants, deadline, optimizer, robust, state, commit, report);
 }
 
+absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
+    const FedAvgOptions& options, const coordinator::DriverEnv& env) {
+  std::unique_ptr<FedAvgDriver> d(new FedAvgDriver(options, env.robust));
+  if (env.plan != nullptr && codecs::IsGradiveq(env.plan->codec)) {
+    auto bases =
+        GradiveqBases::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
+    if (!bases.ok()) return bases.status();
+    d->bases_ = *std::move(bases);
+  }
+  return d;
+}
+
+absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
+                                    const std::vector<std::string>& participants,
+                                    coordinator::Clock::time_point deadline,
+                                    coordinator::CommitResult* commit, RoundReport* report) {
+  if (!bases_) {
+    return RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit,
+                          report);
+  }
+  coordinator::RoundEngine& engine = host.engine();
+  const uint64_t round = engine.current_round();
+  state_.code = bases_->BeginRound(engine, round);
+  std::vector<float> before;
+  if (bases_->fitting()) before = engine.ModelVector();
+  // Fit rounds carry whole updates, coded rounds their projections: each kind keeps its
+  // own clip bound (the median of the last round of its kind).
+  const bool fitting = bases_->fitting();
+  std::swap(state_.next_bound, fitting ? fit_bound_ : coded_bound_);
+  absl::Status st =
+      RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit, report);
+  std::swap(state_.next_bound, fitting ? fit_bound_ : coded_bound_);
+  state_.code = nullptr;
+  if (!st.ok() || commit->round != round) return st;  // stopped: nothing committed
+  std::vector<float> step;
+  if (bases_->fitting()) {
+    step = engine.ModelVector();
+    for (size_t i = 0; i < step.size(); ++i) step[i] -= before[i];
+  }
+  return bases_->EndRound(round, step, report);
+}
+
 void FedAvgDriver::DecorateRoundStart(const std::string&, protos::RoundStart* start) {
   start->mutable_fedavg();
+}
+
+absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> FedAvgDriver::Blob(
+    const std::string& client, const std::string& name, uint64_t version) {
+  if (bases_ && name == codecs::kGradiveqBasisBlob) return bases_->Blob(version);
+  return RoundDriver::Blob(client, name, version);
+}
+
+absl::Status FedAvgDriver::Save(uint64_t round) {
+  return bases_ ? bases_->Save(round) : absl::OkStatus();
 }
 
 }  // namespace fedlgc::modes

@@ -12,6 +12,7 @@
 
 #include "coordinator/robust.h"
 #include "coordinator/round_driver.h"
+#include "modes/fedavg/gradiveq_bases.h"
 
 namespace fedlgc::modes {
 
@@ -28,6 +29,9 @@ struct FedAvgOptions {
 // the next round (its multiplier x the lower median of this round's update norms).
 struct SummedRoundState {
   double next_bound = 0;  // 0: none yet
+  // The round's codec when its codes are summed without decoding (GradiVeQ), set by the
+  // driver before each round; null: chunks are decoded as they arrive.
+  const codecs::LinearCode* code = nullptr;
 };
 
 // One FedAvg round: opens it collecting each client's update (or, with the streaming
@@ -44,25 +48,32 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
                             const coordinator::AggregatorOptions& robust, SummedRoundState* state,
                             coordinator::CommitResult* commit, RoundReport* report);
 
+// With a gradiveq job codec, the driver also fits, serves and saves its bases
+// (gradiveq_bases.h): blob "gradiveq-basis".
 class FedAvgDriver final : public coordinator::RoundDriver {
  public:
-  FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust)
-      : optimizer_(options.optimizer()), robust_(robust) {}
+  static absl::StatusOr<std::unique_ptr<FedAvgDriver>> Create(const FedAvgOptions& options,
+                                                              const coordinator::DriverEnv& env);
 
   Mode mode() const override { return Mode::kFedAvg; }
   absl::Status RunRound(coordinator::RoundHost& host, const std::vector<std::string>& participants,
                         coordinator::Clock::time_point deadline, coordinator::CommitResult* commit,
-                        RoundReport* report) override {
-    return RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit,
-                          report);
-  }
+                        RoundReport* report) override;
   void DecorateRoundStart(const std::string& client, protos::RoundStart* start) override;
-  absl::Status Save(uint64_t) override { return absl::OkStatus(); }  // nothing beyond the engine
+  absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> Blob(const std::string& client,
+                                                                     const std::string& name,
+                                                                     uint64_t version) override;
+  absl::Status Save(uint64_t round) override;
 
  private:
+  FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust)
+      : optimizer_(options.optimizer()), robust_(robust) {}
+
   const coordinator::ServerOptimizer optimizer_;
   const coordinator::AggregatorOptions robust_;
-  SummedRoundState state_;  // the round loop's thread only
+  SummedRoundState state_;                  // the round loop's thread only
+  std::unique_ptr<GradiveqBases> bases_;    // gradiveq jobs only
+  double fit_bound_ = 0, coded_bound_ = 0;  // their streaming clip bounds
 };
 
 }  // namespace fedlgc::modes

@@ -18,19 +18,6 @@
 namespace fedlgc::codecs {
 namespace {
 
-// The layout of the CNN of core/model.cc (215,370 parameters).
-ModelLayout Cnn() {
-  return ModelLayout::Create({{"conv1.weight", {16, 1, 5, 5}},
-                              {"conv1.bias", {16}},
-                              {"conv2.weight", {32, 16, 5, 5}},
-                              {"conv2.bias", {32}},
-                              {"fc1.weight", {128, 1568}},
-                              {"fc1.bias", {128}},
-                              {"fc2.weight", {10, 128}},
-                              {"fc2.bias", {10}}})
-      .value();
-}
-
 // A small layout: a 12 x 30 matrix, a bias, a 6 x 2 x 3 tensor (6 x 6) and a scalar.
 ModelLayout Small() {
   return ModelLayout::Create({{"w", {12, 30}}, {"b", {12}}, {"k", {6, 2, 3}}, {"s", {}}}).value();
@@ -79,7 +66,7 @@ TEST(ModelLayout, TextHashAndRefusals) {
   // Another shape of the same size, or another name, is another layout.
   EXPECT_NE(ModelLayout::Parse("w:30x12;b:12;k:6x2x3;s:")->hash(), l.hash());
   EXPECT_NE(ModelLayout::Parse("v:12x30;b:12;k:6x2x3;s:")->hash(), l.hash());
-  EXPECT_EQ(Cnn().dim(), 215370u);
+  EXPECT_EQ(testing::CnnLayout().dim(), 215370u);
   EXPECT_EQ(ModelLayout::Flat(5).Text(), "flat:5");
   for (const char* bad : {"w:0", "w:2x", "w", "w:2;w:3", "a b:2", "w:-1", "w:1x0", "w:x2",
                           "w:99999999999999", ";", "w:2;"}) {
@@ -97,7 +84,7 @@ TEST(PowerSgd, NeedsTheLayoutAndNamesItInItsSpec) {
   auto c = MakePsgd("powersgd(rank=2)", l);
   ASSERT_NE(c, nullptr);
   const std::string word = l.HashWord();
-  EXPECT_EQ(c->spec(), "powersgd/1(rank=2,min_ratio=2,warm=1,layout=" + word + ")");
+  EXPECT_EQ(c->spec(), "powersgd/1(rank=2,min_ratio=2,warm=1,iters=1,layout=" + word + ")");
   EXPECT_EQ(c->wire_spec(), "powersgd/1(rank=2,min_ratio=2,layout=" + word + ")");
   // Its own canonical spec builds it again; another layout's is refused as another codec.
   EXPECT_TRUE(MakeCodec(c->spec(), &l).ok());
@@ -112,7 +99,7 @@ TEST(PowerSgd, NeedsTheLayoutAndNamesItInItsSpec) {
 }
 
 TEST(PowerSgd, WhichTensorsAreCompressedAndExactBytes) {
-  auto c = MakePsgd("powersgd(rank=2)", Cnn());
+  auto c = MakePsgd("powersgd(rank=2)", testing::CnnLayout());
   ASSERT_NE(c, nullptr);
   const auto& b = c->blocks();
   ASSERT_EQ(b.size(), 8u);
@@ -133,7 +120,7 @@ TEST(PowerSgd, WhichTensorsAreCompressedAndExactBytes) {
   EXPECT_EQ(frames[0].bytes.size(), FrameOverhead(c->wire_spec().size()) + 4 * 4800);
   EXPECT_EQ(frames[0].bytes.size(), c->MaxFrameBytes(215370));
   // A min_ratio the small matrices miss sends them dense; a rank above a side is capped.
-  auto strict = MakePsgd("powersgd(rank=2,min_ratio=10)", Cnn());
+  auto strict = MakePsgd("powersgd(rank=2,min_ratio=10)", testing::CnnLayout());
   EXPECT_EQ(strict->blocks()[0].rank, 0u);  // 400 < 10 * 82
   EXPECT_EQ(strict->blocks()[6].rank, 0u);
   EXPECT_EQ(strict->blocks()[4].rank, 2u);
@@ -225,12 +212,20 @@ TEST(PowerSgd, ErrorFeedbackConservesTheSumAndWarmStartIterates) {
   const double cold8 = error_after("powersgd(rank=2,warm=0)", 8);
   EXPECT_LT(warm8, warm1);
   EXPECT_LT(warm8, cold8);
+  // iters=8 runs those eight power iterations inside one encode: the very same factors.
+  const double iters8 = error_after("powersgd(rank=2,iters=8)", 1);
+  EXPECT_EQ(iters8, warm8);
+  auto spec = MakeCodec("powersgd(rank=2,iters=8)", &l);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ((*spec)->wire_spec(), MakePsgd("powersgd(rank=2)", l)->wire_spec())
+      << "iterations are the sender's business: the frames are the same format";
+  EXPECT_FALSE(MakeCodec("powersgd(rank=2,iters=0)", &l).ok());
 }
 
 // A sender restarted from its saved state sends the same bytes as one that never stopped;
 // one that lost its Q does not.
 TEST(PowerSgd, RestartedSenderContinuesTheSameIteration) {
-  const ModelLayout l = Cnn();
+  const ModelLayout l = testing::CnnLayout();
   auto a = MakePsgd("powersgd(rank=2)", l);
   for (int t = 0; t < 3; ++t) {
     std::vector<Frame> f;
@@ -261,8 +256,8 @@ TEST(PowerSgd, RefusesStateItDidNotWrite) {
   auto b = MakePsgd("powersgd(rank=2)", l);
   const std::string before = b->SaveState();
   std::vector<std::string> bad = {"x", good.substr(0, good.size() - 1), good + "z"};
-  bad.push_back(MakePsgd("powersgd(rank=3)", l)->SaveState());      // another spec
-  bad.push_back(MakePsgd("powersgd(rank=2)", Cnn())->SaveState());  // another layout
+  bad.push_back(MakePsgd("powersgd(rank=3)", l)->SaveState());                     // another spec
+  bad.push_back(MakePsgd("powersgd(rank=2)", testing::CnnLayout())->SaveState());  // another layout
   std::string nan = good;
   const float q = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(nan.data() + nan.size() - 4, &q, 4);
@@ -283,7 +278,7 @@ TEST(PowerSgd, RefusesStateItDidNotWrite) {
 // decodes alone, and together decode to what one frame does; a budget below one row of
 // the largest matrix plus its Q is refused with the tensor's name.
 TEST(PowerSgd, FrameBudgetsCutOnRowsAndDecodeAlike) {
-  const ModelLayout l = Cnn();
+  const ModelLayout l = testing::CnnLayout();
   const auto x = testing::GradientLike(l.dim(), 5);
   auto whole = MakePsgd("powersgd(rank=2)", l);
   auto cut = MakePsgd("powersgd(rank=2)", l);

@@ -12,10 +12,24 @@
 
 #include "codecs/codec.h"
 #include "codecs/crc32c.h"
+#include "codecs/layout.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::codecs::testing {
+
+// The layout of the CNN of core/model.cc (215,370 parameters).
+inline ModelLayout CnnLayout() {
+  return ModelLayout::Create({{"conv1.weight", {16, 1, 5, 5}},
+                              {"conv1.bias", {16}},
+                              {"conv2.weight", {32, 16, 5, 5}},
+                              {"conv2.bias", {32}},
+                              {"fc1.weight", {128, 1568}},
+                              {"fc1.bias", {128}},
+                              {"fc2.weight", {10, 128}},
+                              {"fc2.bias", {10}}})
+      .value();
+}
 
 // Gaussian vector with a few large outliers, like a gradient.
 inline std::vector<float> GradientLike(size_t n, uint64_t seed) {

@@ -6,11 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
-#include <cstdio>
 #include <random>
 
+#include "codecs/gradiveq.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "coordinator/collectors.h"
@@ -48,7 +49,7 @@ AggregatorOptions Options(const std::string& spec, double clip = 0) {
 }
 
 std::vector<float> Aggregate(const std::string& spec, const Updates& u, double clip = 0,
-                       std::vector<double> weights = {}, Aggregated* full = nullptr) {
+                             std::vector<double> weights = {}, Aggregated* full = nullptr) {
   const auto c = u.Contributions(weights);
   const AggregatorOptions o = Options(spec, clip);
   auto agg = AggregateUpdates(o, c, ClipByMedian(c, o.clip), u.x[0].size()).value();
@@ -63,9 +64,8 @@ double Distance(std::span<const float> a, std::span<const float> b) {
 }
 
 TEST(Robust, SpecsParseAndPrintBack) {
-  for (const char* spec :
-       {"mean", "streaming", "median", "trimmed_mean(trim=0.2)", "krum(f=2,select=3)",
-        "bulyan(f=1)"}) {
+  for (const char* spec : {"mean", "streaming", "median", "trimmed_mean(trim=0.2)",
+                           "krum(f=2,select=3)", "bulyan(f=1)"}) {
     auto o = AggregatorOptions::Parse(spec, 3);
     ASSERT_TRUE(o.ok()) << spec << ": " << o.status();
     EXPECT_EQ(o->Spec(), spec);
@@ -138,7 +138,7 @@ TEST(Robust, MeanIsWeightedPerCoordinateOverTheRangesThatArrived) {
     c.push_back({StrCat("u", i), w[i], x[i], ranges[i], false});
   }
   auto agg = AggregateUpdates(Options("mean"), c, ClipByMedian(c, 0), kDim).value();
-  const auto expect = sum.Mean();
+  const auto expect = sum.Mean().value();
   for (uint64_t j = 0; j < kDim; ++j) ASSERT_NEAR(agg.values[j], expect[j], 1e-6) << j;
 }
 
@@ -184,9 +184,9 @@ TEST(Robust, KrumScoresAreSumsOfTheNearestSquaredDistances) {
 
 TEST(Robust, KrumAndBulyanPickHonestUpdates) {
   // Five honest updates near (1, 1, 1) and two far ones (f = 2; Krum needs 2f + 3 = 7).
-  std::vector<std::vector<float>> x = {{1.0f, 1.1f, 0.9f}, {0.9f, 1.0f, 1.1f}, {1.1f, 0.9f, 1.0f},
-                                       {1.0f, 1.0f, 1.0f}, {1.05f, 0.95f, 1.0f},
-                                       {50, -50, 50},      {-40, 60, 30}};
+  std::vector<std::vector<float>> x = {{1.0f, 1.1f, 0.9f}, {0.9f, 1.0f, 1.1f},   {1.1f, 0.9f, 1.0f},
+                                       {1.0f, 1.0f, 1.0f}, {1.05f, 0.95f, 1.0f}, {50, -50, 50},
+                                       {-40, 60, 30}};
   Aggregated full;
   const auto krum = Aggregate("krum(f=2,select=1)", Make(x), 0, {}, &full);
   ASSERT_EQ(full.used.size(), 1u);
@@ -232,7 +232,7 @@ TEST(Robust, OneByzantineOfEightMovesNoAggregatorFar) {
   constexpr size_t kDim = 200;
   std::mt19937_64 rng(17);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  const std::vector<std::string> specs = {"mean",         "median",    "trimmed_mean(trim=0.2)",
+  const std::vector<std::string> specs = {"mean", "median", "trimmed_mean(trim=0.2)",
                                           "krum(f=1,select=4)", "bulyan(f=1)"};
   std::map<std::string, double> worst;
   double worst_unclipped = std::numeric_limits<double>::infinity();
@@ -265,7 +265,8 @@ TEST(Robust, OneByzantineOfEightMovesNoAggregatorFar) {
       const double bound = (3 * LowerMedian(norms) + L2Norm(honest)) / 8;
       EXPECT_LE(Distance(Aggregate("mean", u, 3), honest), bound * (1 + 1e-6));
       if (attack != 1) {
-        worst_unclipped = std::min(worst_unclipped, Distance(Aggregate("mean", u, 0), honest) / scale);
+        worst_unclipped =
+            std::min(worst_unclipped, Distance(Aggregate("mean", u, 0), honest) / scale);
       }
     }
   }
@@ -273,8 +274,8 @@ TEST(Robust, OneByzantineOfEightMovesNoAggregatorFar) {
   // from the honest mean by their own sampling noise (about 0.2 for the median here).
   for (const std::string& spec : specs) {
     EXPECT_LT(worst[spec], 0.6) << spec;
-    std::printf("%-24s worst distance to the honest mean: %.3f of an update's norm\n",
-                spec.c_str(), worst[spec]);
+    std::printf("%-24s worst distance to the honest mean: %.3f of an update's norm\n", spec.c_str(),
+                worst[spec]);
   }
   EXPECT_GT(worst_unclipped, 5) << "without clipping, x100 or noise drags the mean away";
 }
@@ -285,7 +286,8 @@ TEST(WeightedSumCollector, ClipsWhatCountsOfAnUpdateInArrivalOrder) {
   RoundFacts facts;
   facts.dim = kDim;
   // An update of norm 10 in three chunks of norm 6, 6 and sqrt(28): only norm 5 counts.
-  const std::vector<std::vector<float>> chunks = {{6, 0, 0, 0}, {0, 6, 0, 0}, {0, 0, 4, 2 * std::sqrt(3.0f)}};
+  const std::vector<std::vector<float>> chunks = {
+      {6, 0, 0, 0}, {0, 6, 0, 0}, {0, 0, 4, 2 * std::sqrt(3.0f)}};
   for (uint64_t k = 0; k < chunks.size(); ++k) {
     DecodedChunk d;
     d.begin = 4 * k;
@@ -295,12 +297,74 @@ TEST(WeightedSumCollector, ClipsWhatCountsOfAnUpdateInArrivalOrder) {
     c.weight = 1;
     sum.Collect(c, std::move(d), k == 0, k == 2, facts);
   }
-  const auto mean = sum.Mean();
+  const auto mean = sum.Mean().value();
   EXPECT_NEAR(L2Norm(mean), 5.0, 1e-6);
   EXPECT_FLOAT_EQ(mean[0], 5.0f) << "the first chunk takes the budget";
   EXPECT_FLOAT_EQ(mean[4], 0.0f);
   EXPECT_NEAR(sum.Norms().at("big"), 10.0, 1e-5) << "as sent";
   EXPECT_EQ(sum.clipped(), 1);
+}
+
+// GradiVeQ's codes are summed without decoding and the mean code decoded once: the same
+// mean, to float rounding, as decoding every chunk and summing the values, with partial
+// updates, weights, chunk scales and a clip bound that cuts one update.
+TEST(WeightedSumCollector, SummingGradiveqCodesEqualsSummingTheirDecodes) {
+  const auto layout =
+      codecs::ModelLayout::Create({{"w", {40, 64}}, {"b", {40}}, {"m", {3, 4}}}).value();
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> sample(layout.dim());
+  for (float& v : sample) v = g(rng);
+  auto basis = std::make_shared<const codecs::SliceBasis>(
+      codecs::SliceBasis::Fit(layout, 16, 4, 1, sample).value());
+  auto made = codecs::MakeCodec("gradiveq(dims=4,slice=16)", &layout, basis).value();
+  auto* gvq = dynamic_cast<codecs::GradiVeQ*>(made.get());
+  ASSERT_NE(gvq, nullptr);
+  ASSERT_LT(gvq->code_size(), layout.dim() / 3);
+  RoundFacts facts;
+  facts.dim = layout.dim();
+  facts.decoder = gvq;
+  for (double bound : {0.0, 30.0}) {
+    WeightedSumCollector decoded(layout.dim(), bound);
+    WeightedSumCollector summed(layout.dim(), bound, gvq);
+    for (int i = 0; i < 5; ++i) {
+      std::vector<float> x(layout.dim());
+      for (float& v : x) v = g(rng) * (i == 3 ? 4.0f : 1.0f);  // client 3 is clipped
+      std::vector<codecs::Frame> frames;
+      codecs::EncodeOptions opts;
+      opts.max_frame_bytes = 700;
+      ASSERT_TRUE(gvq->Encode(x, opts, &frames).ok());
+      for (size_t k = 0; k < frames.size(); ++k) {
+        if (i % 2 == 1 && k % 3 == 0) continue;  // chunks that did not arrive
+        ChunkIn c;
+        c.client_id = StrCat("u", i);
+        c.weight = 1 + i;
+        c.scale = i == 2 ? 0.5f : 1.0f;
+        c.frame = frames[k].bytes;
+        auto a = decoded.Decode(c, facts);
+        auto b = summed.Decode(c, facts);
+        ASSERT_TRUE(a.ok()) << a.status();
+        ASSERT_TRUE(b.ok()) << b.status();
+        EXPECT_EQ(a->begin, b->begin);
+        EXPECT_EQ(a->coordinates, b->coordinates);
+        EXPECT_LT(b->values.size(), a->values.size() / 2 + 4) << "codes, not coordinates";
+        decoded.Collect(c, *std::move(a), k == 0, false, facts);
+        summed.Collect(c, *std::move(b), k == 0, false, facts);
+      }
+    }
+    const auto want = decoded.Mean().value(), got = summed.Mean().value();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < want.size(); ++j) {
+      ASSERT_NEAR(got[j], want[j], 1e-5 * (1 + std::abs(want[j]))) << j << " bound " << bound;
+    }
+    for (const auto& [client, norm] : decoded.Norms()) {
+      EXPECT_NEAR(summed.Norms().at(client), norm, 1e-4 * norm) << client;
+    }
+    EXPECT_EQ(summed.clipped(), decoded.clipped());
+    if (bound > 0) {
+      EXPECT_EQ(summed.clipped(), 1);
+    }
+  }
 }
 
 TEST(ModelGuard, RefusesNonFiniteGrownOrExplodedModels) {

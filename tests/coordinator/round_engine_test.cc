@@ -47,7 +47,7 @@ struct Summed {
   }
   CommitResult Commit() {
     engine->Freeze();
-    return engine->CommitDelta(sum->Mean(), optimizer).value();
+    return engine->CommitDelta(sum->Mean().value(), optimizer).value();
   }
 };
 
@@ -199,7 +199,8 @@ TEST(RoundEngine, OverlappingChunksOfOneUpdateAreRefused) {
   }
   // A range straddling the one held, [n/2, n/2 + n), as chunk 2 of a 3-chunk update.
   std::string straddle;
-  const size_t body = codecs::BeginFrame(codecs::MakeCodec("fp32").value()->wire_spec(), kDim, n / 2, n, &straddle);
+  const size_t body =
+      codecs::BeginFrame(codecs::MakeCodec("fp32").value()->wire_spec(), kDim, n / 2, n, &straddle);
   ASSERT_GT(body, 0u);
   for (uint64_t i = 0; i < n; ++i) {
     const float v = 8.0f;
@@ -376,8 +377,8 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   ASSERT_EQ(s.receipts.at("a").size(), 1u);
   EXPECT_EQ(s.receipts.at("a").back().counted, std::vector<uint32_t>{0});
   EXPECT_EQ(s.receipts.count("b"), 0u) << "b sent nothing: no receipt to keep";
-  EXPECT_EQ(s.quarantined, (std::map<std::string, std::string>{
-                               {"b", "round 1: the guard refused it"}}));
+  EXPECT_EQ(s.quarantined,
+            (std::map<std::string, std::string>{{"b", "round 1: the guard refused it"}}));
   // Quarantined is refused from now on, with its own reason.
   e.Open({"a", "b"});
   const ChunkResult barred = e->AcceptChunk(Chunk("b", f, 0, 300, 2));

@@ -37,6 +37,7 @@ struct Job {
   std::string model = "mlp";
   uint32_t rounds = 3;
   coordinator::RoundPlan plan;
+  std::string aggregator = "mean";
 };
 
 // The coordinator options of `job` for n clients in `dir`.
@@ -47,6 +48,7 @@ coordinator::CoordinatorOptions JobOptions(const std::string& dir, const std::st
   o.rounds = job.rounds;
   o.min_clients = static_cast<uint32_t>(n);
   o.plan = job.plan;
+  o.aggregator = job.aggregator;
   return o;
 }
 
@@ -302,6 +304,50 @@ TEST(Federation, APowerSgdClientKilledAfterARoundKeepsItsWarmStart) {
   job.plan.codec = "powersgd(rank=2)";
   job.plan.local_steps = 5;
   ExpectAKilledClientKeepsItsCodecState(job, "powersgd");
+}
+
+// GradiVeQ: round 1 goes fp32 and the coordinator fits the bases to its step; rounds 2
+// and 3 send PCA codes against them (the clients download the basis once), summed at
+// the coordinator (the streaming aggregator) and decoded once; round 4 refits from fp32
+// again (refit=3).
+TEST(Federation, GradiveqFitsBasesFromAnFp32RoundThenSendsSummedCodes) {
+  Job job;
+  job.rounds = 4;
+  job.plan.codec = "gradiveq(dims=4,slice=64,refit=3)";
+  job.plan.local_steps = 20;
+  job.aggregator = "streaming";
+  job.plan.max_chunk_bytes = 64 * 1024;
+  const RunResult r = RunFederation("gradiveq", 2, job);
+  ASSERT_EQ(r.reports.size(), 4u);
+  const std::vector<double> basis = {1, 1, 1, 4};  // in force after each round
+  for (size_t i = 0; i < r.reports.size(); ++i) {
+    const RoundReport& rep = r.reports[i];
+    EXPECT_EQ(rep.participants, 2);
+    EXPECT_EQ(rep.stragglers, 0);
+    EXPECT_EQ(rep.figures.at("gradiveq_basis"), basis[i]) << "round " << i + 1;
+    const double ratio = static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes;
+    if (i == 0 || i == 3) {
+      EXPECT_NEAR(ratio, 1.0, 0.01) << "round " << i + 1;  // fp32 fit rounds
+      EXPECT_GT(rep.figures.at("gradiveq_kept"), 0.0);
+    } else {
+      // fc1 (784 x 200) in 2,450 slices of 64 coded to 4 values each; fc2 and biases fp32.
+      EXPECT_GT(ratio, 12.0) << "round " << i + 1;
+    }
+  }
+  EXPECT_GT(r.reports.back().accuracy, 0.7);
+  EXPECT_EQ(r.coordinator_uplink, r.clients_uplink);
+  EXPECT_EQ(r.coordinator_raw, r.clients_raw);
+}
+
+// A GradiVeQ client killed after round 1 restarts with its residual and, for an update in
+// flight, the basis it was coded against (saved with its state): the run ends on the clean
+// run's model.
+TEST(Federation, AGradiveqClientKilledAfterARoundKeepsItsBasisAndResidual) {
+  Job job;
+  job.rounds = 4;
+  job.plan.codec = "gradiveq(dims=4,slice=64,refit=2)";
+  job.plan.local_steps = 5;
+  ExpectAKilledClientKeepsItsCodecState(job, "gradiveq_kill");
 }
 
 TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {

@@ -2,6 +2,7 @@
 #include "coordinator/options.h"
 
 #include "autoencoder/lgc_plan.h"
+#include "codecs/gradiveq.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
@@ -28,7 +29,24 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::Mode
     return absl::InvalidArgumentError(
         "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
   }
+  // GradiVeQ's bases are fitted, served and saved by the FedAvg driver, for the job codec.
+  if (codecs::IsGradiveq(plan.codec)) {
+    if (mode != Mode::kFedAvg) {
+      return absl::InvalidArgumentError(
+          StrCat("gradiveq(...) runs with --mode fedavg (its bases are fitted and served by the "
+                 "FedAvg coordinator), not ",
+                 ModeName(mode)));
+    }
+    if (plan.codec.rfind("gradiveq", 0) != 0) {
+      return absl::InvalidArgumentError(
+          "--codec: give gradiveq(...) itself; clients add what they keep of its error");
+    }
+  }
   for (const std::string& spec : plan.warmup_codecs) {
+    if (codecs::IsGradiveq(spec)) {
+      return absl::InvalidArgumentError(
+          "--codec-warmup: gradiveq's bases belong to the job codec; warm up with another codec");
+    }
     if (auto c = codecs::MakeCodec(spec, lgc ? nullptr : &layout); !c.ok()) {
       return absl::InvalidArgumentError(
           StrCat("--codec-warmup: ", std::string(c.status().message())));

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "codecs/gradiveq.h"
 #include "codecs/str.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
@@ -32,7 +34,6 @@
 #include "core/float_bytes.h"
 #include "core/process.h"
 #include "core/signals.h"
-#include "absl/synchronization/mutex.h"
 #include "monitoring/metrics.h"
 #include "nlohmann/json.hpp"
 #include "sim/client_certs.h"
@@ -53,9 +54,9 @@ struct LoadOptions {
   double think_s = 1, think_jitter = 0.5;
   uint64_t samples = 100;
   float update_scale = 1e-3f;
-  std::string server;      // empty: a coordinator of our own
-  int server_pid = 0;      // with --server on this host: its /proc figures
-  std::string certs;       // with --server: the folder with ca.pem and ca.key
+  std::string server;  // empty: a coordinator of our own
+  int server_pid = 0;  // with --server on this host: its /proc figures
+  std::string certs;   // with --server: the folder with ca.pem and ca.key
   std::string tls_server_name = "localhost";
   std::string id_prefix = "load-";
   std::string link, report, run_dir, bin_dir = fedlgc::sim::SelfDir();
@@ -240,8 +241,7 @@ void SetService(const LoadOptions& o, const std::string& certs, CoordinatorOptio
 }
 
 fedlgc::sim::LoadClientOptions ClientOptions(const LoadOptions& o, const std::string& certs,
-                                             const std::string& server, uint32_t i,
-                                             uint64_t seed) {
+                                             const std::string& server, uint32_t i, uint64_t seed) {
   fedlgc::sim::LoadClientOptions c;
   c.transport.server = server;
   c.transport.client_id = ClientId(o, i);
@@ -286,15 +286,15 @@ json Row(const RoundFigures& f, const ProcSampler& proc, bool quiet) {
   const double rss = proc.RssIn(f.opened, f.last_receipt);
   const double ingest = cpu > 0 ? f.up_bytes / 1e6 / cpu : 0;
   const std::string check = !f.check.made ? (f.check.why.empty() ? "unchecked (--check=false)"
-                                                                  : "unchecked: " + f.check.why)
-                            : f.check.ok
-                                ? StrCat("ok (", f.receipts, " receipts)")
-                                : "MISMATCH: " + f.check.why;
+                                                                 : "unchecked: " + f.check.why)
+                            : f.check.ok  ? StrCat("ok (", f.receipts, " receipts)")
+                                          : "MISMATCH: " + f.check.why;
   if (!quiet) {
-    std::printf("%5llu %6u %6u %7.2f %7.2f %8.2f %9.2f %9.2f %7.3f %7.3f %8.0f %8.2f %8.1f %7d %s\n",
-                static_cast<unsigned long long>(f.round), f.started, f.participants, f.seconds,
-                f.slowest_client, f.overhead, f.up_bytes / 1e6, f.down_bytes / 1e6, f.upload_p50,
-                f.upload_p99, rss, cpu, ingest, proc.max_threads(), check.c_str());
+    std::printf(
+        "%5llu %6u %6u %7.2f %7.2f %8.2f %9.2f %9.2f %7.3f %7.3f %8.0f %8.2f %8.1f %7d %s\n",
+        static_cast<unsigned long long>(f.round), f.started, f.participants, f.seconds,
+        f.slowest_client, f.overhead, f.up_bytes / 1e6, f.down_bytes / 1e6, f.upload_p50,
+        f.upload_p99, rss, cpu, ingest, proc.max_threads(), check.c_str());
     std::fflush(stdout);
   }
   return json{{"round", f.round},
@@ -390,16 +390,17 @@ void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBoo
   const std::optional<uint64_t> last = book->last_version();
   if (!o.check || !last || !book->WantsModel(*last + 1)) return;
   const uint64_t version = *last + 1;
-  fedlgc::sim::LoadClientOptions c =
-      ClientOptions(o, CertsDir(o), run.server, 0, co.seed);
+  fedlgc::sim::LoadClientOptions c = ClientOptions(o, CertsDir(o), run.server, 0, co.seed);
   fedlgc::edge_client::Transport t(c.transport, metrics);
   if (!t.Connect().ok()) return;
-  auto bytes = t.DownloadBlob("", version, std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto bytes =
+      t.DownloadBlob("", version, std::chrono::system_clock::now() + std::chrono::seconds(30));
   if (!bytes.ok()) {
     std::fprintf(stderr, "fedlgc-load: the final model: %s\n", bytes.status().ToString().c_str());
     return;
   }
-  if (auto model = fedlgc::core::FloatsFromBytes(*bytes, bytes->size() / 4, "the model"); model.ok())
+  if (auto model = fedlgc::core::FloatsFromBytes(*bytes, bytes->size() / 4, "the model");
+      model.ok())
     book->Model(version, *std::move(model));
 }
 
@@ -473,12 +474,15 @@ json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& 
   std::printf(
       "%s: %llu rounds, %llu checked (%llu receipts) | coordinator peak RSS %.0f MB, %.1f CPU s, "
       "%d threads | fedlgc-load %.0f MB, %.1f CPU s | %llu link cuts, %llu reconnects | %.1f s\n",
-      !ok ? "FAILED" : o.check ? "every update counted exactly once" : "done (not checked)",
+      !ok       ? "FAILED"
+      : o.check ? "every update counted exactly once"
+                : "done (not checked)",
       static_cast<unsigned long long>(out.rounds), static_cast<unsigned long long>(out.checked),
       static_cast<unsigned long long>(out.receipts), proc.peak_rss_mb(), proc.cpu_seconds(),
       proc.max_threads(), self.ru_maxrss / 1024.0, self_cpu, static_cast<unsigned long long>(cuts),
       static_cast<unsigned long long>(book.breaks()), wall);
-  for (const auto& [code, what] : book.Breaks()) std::printf("  %s: %s\n", code.c_str(), what.c_str());
+  for (const auto& [code, what] : book.Breaks())
+    std::printf("  %s: %s\n", code.c_str(), what.c_str());
   return json{{"ok", ok},
               {"error", out.error},
               {"rounds", out.rounds},
@@ -527,8 +531,11 @@ absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
         "--check compares each round with the mean of the counted updates: --aggregator mean "
         "or streaming, or pass --check=false");
   }
-  if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-load", &o->run_dir); !st.ok())
-    return st;
+  if (fedlgc::codecs::IsGradiveq(co->plan.codec)) {
+    return absl::InvalidArgumentError(
+        "fedlgc-load's emulated clients do not fetch GradiVeQ's bases: use another --codec");
+  }
+  if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-load", &o->run_dir); !st.ok()) return st;
   std::error_code ec;
   if (o->server.empty() && !std::filesystem::is_empty(o->run_dir + "/coordinator", ec) && !ec) {
     return absl::FailedPreconditionError(
@@ -562,8 +569,7 @@ int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
   json report{{"rounds", out.rows}, {"summary", Summary(o, co, out, proc, run, book, book.Now())}};
   if (!out.error.empty()) Fail(out.error);
   if (!o.report.empty()) {
-    if (absl::Status st = fedlgc::core::AtomicWriteFile(o.report, report.dump(1) + "\n");
-        !st.ok())
+    if (absl::Status st = fedlgc::core::AtomicWriteFile(o.report, report.dump(1) + "\n"); !st.ok())
       return Fail(st.ToString());
     std::printf("report: %s\n", o.report.c_str());
   }

@@ -103,13 +103,15 @@ double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
 }
 
 // LSGD and SGP account for what a codec loses in their own protocol: a codec with its own
-// residual (ef, dgc) would count it twice, so the job is refused before it starts.
+// residual (ef, dgc) would count it twice, so the job is refused before it starts; so is
+// gradiveq, whose bases only the FedAvg coordinator fits and serves.
 TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   auto o = CoordinatorDefaults(FreshDir("stateful_codecs"), "");
   o.insecure = true;
   for (const char* mode : {"lsgd", "sgp"}) {
     o.mode = mode;
-    for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))", "powersgd(rank=2)"}) {
+    for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))", "powersgd(rank=2)",
+                              "gradiveq(dims=4,slice=64)"}) {
       o.plan.codec = codec;
       const absl::Status st = o.Validate();
       EXPECT_TRUE(absl::IsInvalidArgument(st)) << mode << " " << codec << ": " << st;
@@ -125,6 +127,17 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   // warm-up rounds build their codecs without one and refuse it.
   o.plan.codec = "powersgd(rank=2)";
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  // GradiVeQ: bare (clients add what they keep of its error), and never as a warm-up codec
+  // (its bases belong to the job codec).
+  o.plan.codec = "gradiveq(dims=4,slice=64)";
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.plan.warmup_codecs = {"gradiveq(dims=4,slice=64)"};
+  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  o.plan.warmup_codecs = {"fp32"};
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.plan.codec = "ef(gradiveq(dims=4,slice=64))";
+  EXPECT_NE(std::string(o.Validate().message()).find("gradiveq(...) itself"), std::string::npos);
+  o.plan.warmup_codecs.clear();
   o.model = "no-such-model";
   EXPECT_FALSE(o.Validate().ok());
 }

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <numeric>
 
@@ -181,9 +180,7 @@ void SliceBasis::Seal(uint64_t layout_hash) {
     PutScalar<uint32_t>(&bytes_, static_cast<uint32_t>(tensors_[i].tensor));
     bytes_.append(reinterpret_cast<const char*>(u_[i].data()), u_[i].size() * sizeof(float));
   }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a64(bytes_)));
-  word_ = StrCat("v", version_, "h", hex);
+  word_ = StrCat("v", version_, "h", Hex16(Fnv1a64(bytes_)));
 }
 
 absl::StatusOr<SliceBasis> SliceBasis::Parse(std::string_view bytes, const ModelLayout& layout) {

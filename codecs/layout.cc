@@ -110,10 +110,12 @@ ModelLayout ModelLayout::Flat(uint64_t dim) {
   return Create({{"flat", {dim}}}).value();
 }
 
-std::string ModelLayout::HashWord() const {
-  char buf[20];
-  std::snprintf(buf, sizeof(buf), "l%016llx", static_cast<unsigned long long>(hash_));
+std::string Hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
+
+std::string ModelLayout::HashWord() const { return StrCat("l", Hex16(hash_)); }
 
 }  // namespace fedlgc::codecs

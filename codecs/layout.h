@@ -21,6 +21,8 @@ namespace fedlgc::codecs {
 
 // 64-bit FNV-1a of `s`: the hash that names a layout (and GradiVeQ's bases) in specs.
 uint64_t Fnv1a64(std::string_view s);
+// `v` as 16 lowercase hex digits (how hashes are written in specs).
+std::string Hex16(uint64_t v);
 
 struct TensorSlot {
   std::string name;             // e.g. "conv1.weight"

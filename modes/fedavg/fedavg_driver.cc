@@ -198,11 +198,11 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
   state_.code = bases_->BeginRound(engine, round);
+  const bool fitting = bases_->fitting();
   std::vector<float> before;
-  if (bases_->fitting()) before = engine.ModelVector();
+  if (fitting) before = engine.ModelVector();
   // Fit rounds carry whole updates, coded rounds their projections: each kind keeps its
   // own clip bound (the median of the last round of its kind).
-  const bool fitting = bases_->fitting();
   std::swap(state_.next_bound, fitting ? fit_bound_ : coded_bound_);
   absl::Status st =
       RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit, report);
@@ -210,7 +210,7 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
   state_.code = nullptr;
   if (!st.ok() || commit->round != round) return st;  // stopped: nothing committed
   std::vector<float> step;
-  if (bases_->fitting()) {
+  if (fitting) {
     step = engine.ModelVector();
     for (size_t i = 0; i < step.size(); ++i) step[i] -= before[i];
   }

@@ -346,46 +346,37 @@ TEST(GradiVeQ, HostileFramesAreRefused) {
       Make("gradiveq(dims=3,slice=8)", layout, FitTo(layout, 8, 3, Gaussian(layout.dim(), 1)));
   ASSERT_NE(codec, nullptr);
   std::vector<float> out(layout.dim());
+  // A frame of the codec's spec for [begin, begin + length) of `dim` coordinates whose body
+  // is `count` copies of `value`.
+  auto hand_made = [&](uint64_t dim, uint64_t begin, uint64_t length, float value, int count) {
+    std::string bytes;
+    const size_t body = BeginFrame(codec->spec(), dim, begin, length, &bytes);
+    for (int i = 0; i < count; ++i) bytes.append(reinterpret_cast<const char*>(&value), 4);
+    FinishFrame(body, &bytes);
+    return bytes;
+  };
+  auto refusal = [&](const std::string& bytes) {
+    return InputErrorOf(DecodeFrameInto(*codec, bytes, FrameLimits{}, out));
+  };
   // A range that starts inside a slice.
-  std::string bytes;
-  size_t body = BeginFrame(codec->spec(), layout.dim(), 4, 12, &bytes);
-  bytes.append(4 * 12, '\0');
-  FinishFrame(body, &bytes);
-  EXPECT_EQ(InputErrorOf(DecodeFrameInto(*codec, bytes, FrameLimits{}, out)),
-            InputError::kMalformed);
-  // The right range with a body one value short, and a code that is not finite.
-  bytes.clear();
-  body = BeginFrame(codec->spec(), layout.dim(), 0, 16, &bytes);
-  bytes.append(4 * 5, '\0');
-  FinishFrame(body, &bytes);
-  EXPECT_EQ(InputErrorOf(DecodeFrameInto(*codec, bytes, FrameLimits{}, out)),
-            InputError::kMalformed);
-  bytes.clear();
-  body = BeginFrame(codec->spec(), layout.dim(), 0, 16, &bytes);
-  const float inf = std::numeric_limits<float>::infinity();
-  for (int i = 0; i < 6; ++i) bytes.append(reinterpret_cast<const char*>(&inf), 4);
-  FinishFrame(body, &bytes);
-  EXPECT_EQ(InputErrorOf(DecodeFrameInto(*codec, bytes, FrameLimits{}, out)),
+  EXPECT_EQ(refusal(hand_made(layout.dim(), 4, 12, 0.0f, 12)), InputError::kMalformed);
+  // The right range (two slices: 6 code values) with a body one value short, and a code
+  // that is not finite.
+  EXPECT_EQ(refusal(hand_made(layout.dim(), 0, 16, 0.0f, 5)), InputError::kMalformed);
+  EXPECT_EQ(refusal(hand_made(layout.dim(), 0, 16, std::numeric_limits<float>::infinity(), 6)),
             InputError::kNonFinite);
   // Finite codes so large that a sum of them, or their decode, could overflow.
-  bytes.clear();
-  body = BeginFrame(codec->spec(), layout.dim(), 0, 16, &bytes);
-  const float huge = 3e38f;
-  for (int i = 0; i < 6; ++i) bytes.append(reinterpret_cast<const char*>(&huge), 4);
-  FinishFrame(body, &bytes);
-  EXPECT_EQ(InputErrorOf(DecodeFrameInto(*codec, bytes, FrameLimits{}, out)),
-            InputError::kNonFinite);
+  const std::string huge = hand_made(layout.dim(), 0, 16, 3e38f, 6);
+  EXPECT_EQ(refusal(huge), InputError::kNonFinite);
   std::vector<float> code;
-  auto view = ParseFrame(bytes, FrameLimits{});
+  auto view = ParseFrame(huge, FrameLimits{});
   ASSERT_TRUE(view.ok());
   EXPECT_FALSE(codec->ReadCode(*view, &code).ok());
   // A frame for another dimension.
-  bytes.clear();
-  body = BeginFrame(codec->spec(), layout.dim() + 8, 0, 16, &bytes);
-  bytes.append(4 * 6, '\0');
-  FinishFrame(body, &bytes);
   std::vector<float> more(layout.dim() + 8);
-  EXPECT_FALSE(DecodeFrameInto(*codec, bytes, FrameLimits{}, more).ok());
+  EXPECT_FALSE(
+      DecodeFrameInto(*codec, hand_made(layout.dim() + 8, 0, 16, 0.0f, 6), FrameLimits{}, more)
+          .ok());
 }
 
 }  // namespace

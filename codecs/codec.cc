@@ -31,6 +31,19 @@ absl::Status DecodeFrameInto(const Codec& codec, std::string_view bytes, const F
       limits, out, parsed);
 }
 
+absl::StatusOr<std::vector<uint64_t>> RequiredBounds(std::span<const uint64_t> cuts, uint64_t n) {
+  std::vector<uint64_t> bounds{0};
+  for (uint64_t c : cuts) {
+    if (c <= bounds.back() || c >= n) {
+      return absl::InvalidArgumentError(
+          StrCat("frame cut at ", c, " is not increasing inside (0, ", n, ")"));
+    }
+    bounds.push_back(c);
+  }
+  bounds.push_back(n);
+  return bounds;
+}
+
 absl::Status DecodeAll(const Codec& codec, std::span<const Frame> frames, std::span<float> out) {
   // The frames of one Encode call tile the vector and overwrite every coordinate; only
   // a partial set needs the zero fill.

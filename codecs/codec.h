@@ -32,6 +32,13 @@ struct EncodeOptions {
   // The update alone, when a decorator (error feedback) added its residual to it: the
   // same size as the input, or empty. AdaComp's soft threshold reads it; others ignore it.
   std::span<const float> fresh;
+  // Coordinates where a frame must end, strictly increasing, each in (0, n): P3's slicing,
+  // with the model's tensor boundaries (ModelLayout::TensorCuts), makes every frame lie in
+  // one tensor so that the frames of a tensor tile it. Frames still respect
+  // max_frame_bytes and the codec's block, which restarts after each cut; a cut the codec
+  // cannot honour (inside a PowerSGD row, a GradiVeQ slice) is an error. Empty: no cuts,
+  // and a chunked encoding decodes exactly like the unchunked one.
+  std::span<const uint64_t> cuts;
 };
 
 struct CodecTraits {
@@ -103,6 +110,17 @@ class LinearCode {
   // Decodes the code of a whole vector (code_size() floats) into out (the dimension).
   virtual absl::Status DecodeCode(std::span<const float> code, std::span<float> out) const = 0;
 };
+
+// The frame boundaries a codec must keep: [0, cuts..., n]. Fails unless the cuts are
+// strictly increasing and inside (0, n).
+absl::StatusOr<std::vector<uint64_t>> RequiredBounds(std::span<const uint64_t> cuts, uint64_t n);
+
+// Block key of a frame's first block, unique over one encoding: begin / block for a frame
+// that starts on a block, and past every such key (by its begin) for one that starts at a
+// cut between blocks, so no two blocks of an encoding draw the same random stream.
+inline uint64_t FirstBlockKey(uint64_t begin, uint64_t block, uint64_t n) {
+  return begin % block == 0 ? begin / block : (n + block - 1) / block + begin;
+}
 
 // Parses `bytes`, checks that it was produced by `codec` for a vector of out.size()
 // coordinates, and decodes it into its range of `out`. Coordinates outside the frame's

@@ -72,27 +72,31 @@ absl::Status DenseCodec::Encode(std::span<const float> x, const EncodeOptions& o
     return absl::InvalidArgumentError(StrCat(wire_spec(), ": the update alone has ",
                                              opts.fresh.size(), " coordinates, the input ", n));
   }
+  FEDLGC_ASSIGN_OR_RETURN(const std::vector<uint64_t> bounds, RequiredBounds(opts.cuts, n));
   std::vector<float> fitted;
   FEDLGC_RETURN_IF_ERROR(Fit(x, &fitted));
   const size_t first = frames->size();
-  uint64_t begin = 0;
-  do {
-    const uint64_t len = std::min(chunk, n - begin);
-    Frame f;
-    f.begin = begin;
-    f.length = len;
-    const size_t body = BeginFrame(wire_spec(), n, begin, len, &f.bytes);
-    BodyContext ctx{opts.seed, begin / block, opts.shared_scale,
-                    opts.fresh.empty() ? opts.fresh : opts.fresh.subspan(begin, len), fitted};
-    absl::Status st = EncodeBody(x.subspan(begin, len), ctx, &f.bytes);
-    if (!st.ok()) {
-      frames->resize(first);
-      return st;
-    }
-    FinishFrame(body, &f.bytes);
-    frames->push_back(std::move(f));
-    begin += len;
-  } while (begin < n);
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const uint64_t end = bounds[s + 1];
+    uint64_t begin = bounds[s];
+    do {
+      const uint64_t len = std::min(chunk, end - begin);
+      Frame f;
+      f.begin = begin;
+      f.length = len;
+      const size_t body = BeginFrame(wire_spec(), n, begin, len, &f.bytes);
+      BodyContext ctx{opts.seed, FirstBlockKey(begin, block, n), opts.shared_scale,
+                      opts.fresh.empty() ? opts.fresh : opts.fresh.subspan(begin, len), fitted};
+      absl::Status st = EncodeBody(x.subspan(begin, len), ctx, &f.bytes);
+      if (!st.ok()) {
+        frames->resize(first);
+        return st;
+      }
+      FinishFrame(body, &f.bytes);
+      frames->push_back(std::move(f));
+      begin += len;
+    } while (begin < end);
+  }
   return absl::OkStatus();
 }
 

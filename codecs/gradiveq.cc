@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 
 #include "codecs/byte_io.h"
@@ -469,6 +470,15 @@ absl::Status GradiVeQ::Encode(std::span<const float> x, const EncodeOptions& opt
     }
   }
   cuts.push_back(dim_);
+  if (!opts.cuts.empty()) {
+    // P3's slices: frames also end where the caller says; CodeRange refuses a cut inside
+    // a slice.
+    FEDLGC_ASSIGN_OR_RETURN(const std::vector<uint64_t> required, RequiredBounds(opts.cuts, n));
+    std::vector<uint64_t> merged;
+    std::set_union(cuts.begin(), cuts.end(), required.begin(), required.end(),
+                   std::back_inserter(merged));
+    cuts.swap(merged);
+  }
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     if (cuts[i] == cuts[i + 1]) continue;
     Frame f;

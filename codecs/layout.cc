@@ -116,6 +116,12 @@ std::string Hex16(uint64_t v) {
   return buf;
 }
 
+std::vector<uint64_t> ModelLayout::TensorCuts() const {
+  std::vector<uint64_t> cuts;
+  for (size_t i = 1; i < tensors_.size(); ++i) cuts.push_back(tensors_[i].offset);
+  return cuts;
+}
+
 std::string ModelLayout::HashWord() const { return StrCat("l", Hex16(hash_)); }
 
 }  // namespace fedlgc::codecs

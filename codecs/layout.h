@@ -52,6 +52,8 @@ class ModelLayout {
   std::string HashWord() const;
   // "name:AxBxC;name:D;..." (a scalar as "name:"); the text the hash is computed over.
   const std::string& Text() const { return text_; }
+  // Where each tensor after the first begins: the EncodeOptions::cuts of P3's slicing.
+  std::vector<uint64_t> TensorCuts() const;
 
   bool operator==(const ModelLayout& o) const { return text_ == o.text_; }
 

@@ -210,6 +210,32 @@ absl::Status PowerSgd::PlanFrames(uint64_t max_frame_bytes, std::vector<Cut>* cu
   return absl::OkStatus();
 }
 
+absl::Status PowerSgd::SplitAt(std::span<const uint64_t> required, std::vector<Cut>* cuts) const {
+  if (required.empty()) return absl::OkStatus();
+  FEDLGC_ASSIGN_OR_RETURN(const std::vector<uint64_t> bounds,
+                          RequiredBounds(required, layout_.dim()));
+  for (const Block& b : blocks_) {
+    for (uint64_t c : required) {
+      if (b.rank != 0 && c > b.offset && c < b.offset + b.size && (c - b.offset) % b.cols != 0) {
+        return absl::InvalidArgumentError(
+            StrCat(spec(), ": a frame cannot end at ", c, ", inside a row of ", b.name));
+      }
+    }
+  }
+  std::vector<Cut> split;
+  for (const Cut& cut : *cuts) {
+    uint64_t begin = cut.begin;
+    for (auto it = std::upper_bound(bounds.begin(), bounds.end(), begin);
+         it != bounds.end() && *it < cut.end; ++it) {
+      split.push_back({begin, *it});
+      begin = *it;
+    }
+    split.push_back({begin, cut.end});
+  }
+  cuts->swap(split);
+  return absl::OkStatus();
+}
+
 void PowerSgd::WriteBody(const Cut& cut, std::string* out) const {
   auto put = [out](std::span<const float> v) {
     out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -241,6 +267,7 @@ absl::Status PowerSgd::Encode(std::span<const float> x, const EncodeOptions& opt
   }
   std::vector<Cut> cuts;
   FEDLGC_RETURN_IF_ERROR(PlanFrames(opts.max_frame_bytes, &cuts));
+  FEDLGC_RETURN_IF_ERROR(SplitAt(opts.cuts, &cuts));
   FEDLGC_RETURN_IF_ERROR(PrepareResidual(n));
   scratch_.resize(n);
   for (size_t i = 0; i < n; ++i) scratch_[i] = x[i] + residual_[i];

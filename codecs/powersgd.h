@@ -100,6 +100,8 @@ class PowerSgd final : public ResidualCodec {
 
   // Frame ranges for a body budget of `max_frame_bytes` (0: one frame).
   absl::Status PlanFrames(uint64_t max_frame_bytes, std::vector<Cut>* cuts) const;
+  // Splits the planned ranges at EncodeOptions::cuts, which must fall between rows.
+  absl::Status SplitAt(std::span<const uint64_t> required, std::vector<Cut>* cuts) const;
   // P^ and the new Q of compressed block b from M (scratch_) and the current Q.
   void Factorize(size_t b, std::span<const float> m, std::span<const float> q,
                  std::vector<float>* p_hat, std::vector<float>* q_new) const;

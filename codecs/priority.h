@@ -6,7 +6,8 @@
 //   index      the encoder's order: coordinate order, the front of the model first
 //   layer      P3's order: by the first tensor a frame covers, input-side layers first
 //              (for the models of the zoo, whose parameters are laid out in forward order,
-//              the same as index)
+//              the same as index). Senders encode with EncodeOptions::cuts at the tensor
+//              boundaries (P3's slices), so each frame lies in one tensor.
 //   magnitude  by the decoded frame's squared L2 norm per byte: the most energy per
 //              transmitted byte first
 //

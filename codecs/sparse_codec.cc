@@ -210,56 +210,69 @@ absl::Status SparseCodec::WriteFrames(std::span<const float> x, std::span<const 
   std::vector<float> fitted;
   if (absl::Status st = values_->Fit(vals, &fitted); !st.ok()) return st;
   const uint64_t vb = values_->traits().block;
+  FEDLGC_ASSIGN_OR_RETURN(const std::vector<uint64_t> bounds, RequiredBounds(opts.cuts, n));
   const size_t first = frames->size();
-  auto range_end = [&](uint64_t p) { return p < k ? static_cast<uint64_t>(idx[p]) : n; };
-  uint64_t p = 0;
-  do {
-    const uint64_t begin = p == 0 ? 0 : idx[p];
-    uint64_t m = k - p;
-    if (opts.max_frame_bytes != 0 && FrameBytes(m, range_end(k) - begin) > opts.max_frame_bytes) {
-      // Largest number of value blocks whose frame fits the budget.
-      uint64_t lo = 0;
-      uint64_t hi = (k - p + vb - 1) / vb;
-      while (lo < hi) {
-        const uint64_t mid = lo + (hi - lo + 1) / 2;
-        const uint64_t mm = std::min(mid * vb, k - p);
-        if (FrameBytes(mm, range_end(p + mm) - begin) <= opts.max_frame_bytes) {
-          lo = mid;
-        } else {
-          hi = mid - 1;
+  auto fail = [&](absl::Status st) {
+    frames->resize(first);
+    return st;
+  };
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    // The kept values [p, pe) of the segment [bounds[s], bounds[s + 1]).
+    uint64_t p =
+        static_cast<uint64_t>(std::lower_bound(idx.begin(), idx.end(), bounds[s]) - idx.begin());
+    const uint64_t ps = p;
+    const uint64_t pe = static_cast<uint64_t>(
+        std::lower_bound(idx.begin(), idx.end(), bounds[s + 1]) - idx.begin());
+    auto range_end = [&](uint64_t q) {
+      return q < pe ? static_cast<uint64_t>(idx[q]) : bounds[s + 1];
+    };
+    do {
+      const uint64_t begin = p == ps ? bounds[s] : idx[p];
+      uint64_t m = pe - p;
+      if (opts.max_frame_bytes != 0 &&
+          FrameBytes(m, range_end(pe) - begin) > opts.max_frame_bytes) {
+        // Largest number of value blocks whose frame fits the budget.
+        uint64_t lo = 0;
+        uint64_t hi = (pe - p + vb - 1) / vb;
+        while (lo < hi) {
+          const uint64_t mid = lo + (hi - lo + 1) / 2;
+          const uint64_t mm = std::min(mid * vb, pe - p);
+          if (FrameBytes(mm, range_end(p + mm) - begin) <= opts.max_frame_bytes) {
+            lo = mid;
+          } else {
+            hi = mid - 1;
+          }
         }
+        if (lo == 0) {
+          const uint64_t mm = std::min(vb, pe - p);
+          return fail(absl::InvalidArgumentError(StrCat(
+              "frame budget of ", opts.max_frame_bytes, " bytes is too small for ", spec(),
+              ": one value block needs ", FrameBytes(mm, range_end(p + mm) - begin), " bytes")));
+        }
+        m = std::min(lo * vb, pe - p);
       }
-      if (lo == 0) {
-        frames->resize(first);
-        const uint64_t mm = std::min(vb, k - p);
-        return absl::InvalidArgumentError(StrCat(
-            "frame budget of ", opts.max_frame_bytes, " bytes is too small for ", spec(),
-            ": one value block needs ", FrameBytes(mm, range_end(p + mm) - begin), " bytes"));
+      const uint64_t end = range_end(p + m);
+      Frame f;
+      f.begin = begin;
+      f.length = end - begin;
+      const size_t body = BeginFrame(wire_spec(), n, begin, f.length, &f.bytes);
+      const uint32_t m32 = static_cast<uint32_t>(m);
+      f.bytes.append(reinterpret_cast<const char*>(&m32), 4);
+      std::vector<uint32_t> rel(idx.begin() + static_cast<ptrdiff_t>(p),
+                                idx.begin() + static_cast<ptrdiff_t>(p + m));
+      for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
+      EliasFanoEncode(rel, f.length, &f.bytes);
+      BodyContext ctx{opts.seed, FirstBlockKey(p, vb, k), opts.shared_scale, {}, fitted};
+      if (absl::Status st =
+              values_->EncodeBody(std::span<const float>(vals).subspan(p, m), ctx, &f.bytes);
+          !st.ok()) {
+        return fail(st);
       }
-      m = std::min(lo * vb, k - p);
-    }
-    const uint64_t end = range_end(p + m);
-    Frame f;
-    f.begin = begin;
-    f.length = end - begin;
-    const size_t body = BeginFrame(wire_spec(), n, begin, f.length, &f.bytes);
-    const uint32_t m32 = static_cast<uint32_t>(m);
-    f.bytes.append(reinterpret_cast<const char*>(&m32), 4);
-    std::vector<uint32_t> rel(idx.begin() + static_cast<ptrdiff_t>(p),
-                              idx.begin() + static_cast<ptrdiff_t>(p + m));
-    for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
-    EliasFanoEncode(rel, f.length, &f.bytes);
-    BodyContext ctx{opts.seed, p / vb, opts.shared_scale, {}, fitted};
-    absl::Status st =
-        values_->EncodeBody(std::span<const float>(vals).subspan(p, m), ctx, &f.bytes);
-    if (!st.ok()) {
-      frames->resize(first);
-      return st;
-    }
-    FinishFrame(body, &f.bytes);
-    frames->push_back(std::move(f));
-    p += m;
-  } while (p < k);
+      FinishFrame(body, &f.bytes);
+      frames->push_back(std::move(f));
+      p += m;
+    } while (p < pe);
+  }
   return absl::OkStatus();
 }
 

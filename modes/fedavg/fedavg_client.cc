@@ -158,10 +158,16 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     codecs::EncodeOptions eopts;
     eopts.seed = start.seed();
     eopts.max_frame_bytes = start.max_chunk_bytes();
-    if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
-    // Chunk i is the i-th frame to leave: what matters most first (P3).
     auto order = codecs::ParseUploadOrder(start.upload_order());
     if (!order.ok()) return order.status();
+    // P3's slices: by layer, every frame lies in one tensor.
+    const std::vector<uint64_t> cuts =
+        *order == codecs::UploadOrder::kLayer && env_.layout().dim() == update->size()
+            ? env_.layout().TensorCuts()
+            : std::vector<uint64_t>{};
+    eopts.cuts = cuts;
+    if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
+    // Chunk i is the i-th frame to leave: what matters most first (P3).
     if (absl::Status st = codecs::OrderFrames(*codec_, *order, env_.layout(), &frames); !st.ok()) {
       return st;
     }

@@ -4,10 +4,13 @@
 #include "codecs/priority.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
+#include "codecs/registry.h"
 #include "gtest/gtest.h"
 #include "tests/codecs/test_util.h"
 
@@ -93,6 +96,179 @@ TEST(UploadOrder, LayerRanksInputSideTensorsFirstAndIndexKeepsTheOrder) {
   // A frame of another codec is refused, not misread.
   auto other = testing::Make("fp32");
   EXPECT_FALSE(FramePriorities(*other, frames, UploadOrder::kMagnitude, layout).ok());
+}
+
+// A layout whose tensors do not end on any codec's block: 216, 8, 720 and 10 coordinates.
+ModelLayout Awkward() {
+  return ModelLayout::Create({{"conv.weight", {8, 3, 3, 3}},
+                              {"conv.bias", {8}},
+                              {"fc.weight", {10, 72}},
+                              {"fc.bias", {10}}})
+      .value();
+}
+
+std::vector<Frame> EncodeWithCuts(Codec& codec, const std::vector<float>& x, uint64_t budget,
+                                  std::span<const uint64_t> cuts) {
+  EncodeOptions opts;
+  opts.seed = 5;
+  opts.max_frame_bytes = budget;
+  opts.cuts = cuts;
+  std::vector<Frame> frames;
+  const absl::Status st = codec.Encode(x, opts, &frames);
+  EXPECT_TRUE(st.ok()) << codec.spec() << ": " << st;
+  return frames;
+}
+
+// P3's slices: with the layout's tensor cuts every frame lies in one tensor and the frames of
+// each tensor tile it; the layer order then lists them by tensor, input side first. Cuts
+// change where frames end, not what deterministic codecs decode to.
+TEST(UploadOrder, P3SlicesTileEachTensor) {
+  const ModelLayout layout = Awkward();
+  const std::vector<uint64_t> cuts = layout.TensorCuts();
+  ASSERT_EQ(cuts, (std::vector<uint64_t>{216, 224, 944}));
+  const auto x = testing::GradientLike(layout.dim(), 8);
+  const std::string layout_word = layout.HashWord();
+  struct Case {
+    std::string spec;
+    bool deterministic;
+  };
+  const std::vector<Case> cases = {
+      {"fp32", true},       {"qsgd(bits=4,bucket=64)", false}, {"terngrad(bucket=128)", false},
+      {"natural", false},   {"topk(ratio=0.05)", true},        {"ef(topk(ratio=0.05))", true},
+      {"zstd(fp16)", true}, {"powersgd(rank=2)", true},
+  };
+  for (const Case& c : cases) {
+    for (uint64_t budget : {uint64_t{0}, uint64_t{1200}, uint64_t{3000}}) {
+      SCOPED_TRACE(c.spec + " budget " + std::to_string(budget));
+      auto plain = MakeCodec(c.spec, &layout);
+      auto sliced = MakeCodec(c.spec, &layout);
+      ASSERT_TRUE(plain.ok() && sliced.ok()) << plain.status() << sliced.status();
+      const std::vector<Frame> frames = EncodeWithCuts(**sliced, x, budget, cuts);
+      // Each frame inside one tensor; per tensor, the frames in order tile it.
+      std::vector<uint64_t> next(layout.tensors().size());
+      for (size_t t = 0; t < next.size(); ++t) next[t] = layout.tensors()[t].offset;
+      for (const Frame& f : frames) {
+        ASSERT_GT(f.length, 0u);
+        size_t t = 0;
+        while (t + 1 < next.size() && layout.tensors()[t + 1].offset <= f.begin) ++t;
+        const TensorSlot& slot = layout.tensors()[t];
+        ASSERT_LE(f.begin + f.length, slot.offset + slot.size) << "frame at " << f.begin;
+        ASSERT_EQ(f.begin, next[t]) << "frame at " << f.begin;
+        next[t] += f.length;
+        if (budget != 0) {
+          EXPECT_LE(f.bytes.size(), budget);
+        }
+      }
+      for (size_t t = 0; t < next.size(); ++t) {
+        EXPECT_EQ(next[t], layout.tensors()[t].offset + layout.tensors()[t].size);
+      }
+      std::vector<float> got(x.size(), -7.0f);
+      ASSERT_TRUE(DecodeAll(**sliced, frames, got).ok());
+      for (float v : got) ASSERT_TRUE(std::isfinite(v));
+      if (c.deterministic) {
+        std::vector<float> want(x.size(), -7.0f);
+        const std::vector<Frame> whole = EncodeWithCuts(**plain, x, budget, {});
+        ASSERT_TRUE(DecodeAll(**plain, whole, want).ok());
+        EXPECT_EQ(got, want);
+      }
+      // Dequeued by layer: non-increasing priority, and each frame's is its tensor's.
+      std::vector<Frame> ordered = frames;
+      ASSERT_TRUE(OrderFrames(**sliced, UploadOrder::kLayer, layout, &ordered).ok());
+      auto prio = FramePriorities(**sliced, ordered, UploadOrder::kLayer, layout).value();
+      for (size_t i = 0; i < ordered.size(); ++i) {
+        if (i > 0) {
+          ASSERT_GE(prio[i - 1], prio[i]);
+        }
+        size_t t = 0;
+        while (t + 1 < next.size() && layout.tensors()[t + 1].offset <= ordered[i].begin) ++t;
+        EXPECT_EQ(prio[i], -static_cast<double>(t));
+      }
+    }
+  }
+}
+
+// Stochastic rounding stays unbiased when blocks restart at cuts (Monte Carlo over seeds:
+// each tensor's decoded sum within 5 standard errors of its true sum), and no two blocks of
+// one encoding share a random stream.
+TEST(UploadOrder, CutsKeepStochasticCodecsUnbiased) {
+  const ModelLayout layout = Awkward();
+  const std::vector<uint64_t> cuts = layout.TensorCuts();
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(layout.dim());
+  for (float& v : x) v = uniform(rng);
+  auto codec = testing::Make("qsgd(bits=2,bucket=64)");
+  const int trials = 800;
+  const size_t nt = layout.tensors().size();
+  std::vector<double> sum(nt, 0), sq(nt, 0), truth(nt, 0);
+  for (size_t t = 0; t < nt; ++t) {
+    const TensorSlot& slot = layout.tensors()[t];
+    for (uint64_t i = slot.offset; i < slot.offset + slot.size; ++i) truth[t] += x[i];
+  }
+  for (int s = 0; s < trials; ++s) {
+    std::vector<Frame> frames;
+    std::vector<float> out(x.size());
+    EncodeOptions opts;
+    opts.seed = 100 + s;
+    opts.max_frame_bytes = 120;
+    opts.cuts = cuts;
+    ASSERT_TRUE(codec->Encode(x, opts, &frames).ok());
+    ASSERT_TRUE(DecodeAll(*codec, frames, out).ok());
+    for (size_t t = 0; t < nt; ++t) {
+      const TensorSlot& slot = layout.tensors()[t];
+      double acc = 0;
+      for (uint64_t i = slot.offset; i < slot.offset + slot.size; ++i) acc += out[i];
+      sum[t] += acc;
+      sq[t] += acc * acc;
+    }
+  }
+  for (size_t t = 0; t < nt; ++t) {
+    const double mean = sum[t] / trials;
+    const double se = std::sqrt(std::max(0.0, sq[t] / trials - mean * mean) / trials);
+    EXPECT_GT(se, 0) << layout.tensors()[t].name;
+    EXPECT_LE(std::abs(mean - truth[t]), 5 * se) << layout.tensors()[t].name;
+  }
+  // Every block of the frames above gets its own key.
+  std::vector<Frame> frames;
+  EncodeOptions opts;
+  opts.max_frame_bytes = 120;
+  opts.cuts = cuts;
+  ASSERT_TRUE(codec->Encode(x, opts, &frames).ok());
+  std::set<uint64_t> keys;
+  size_t blocks = 0;
+  for (const Frame& f : frames) {
+    const uint64_t first = FirstBlockKey(f.begin, 64, x.size());
+    for (uint64_t j = 0; j * 64 < f.length; ++j, ++blocks) keys.insert(first + j);
+  }
+  EXPECT_EQ(keys.size(), blocks);
+  EXPECT_GT(frames.size(), 8u);
+}
+
+TEST(UploadOrder, CutsACodecCannotHonourAreRefused) {
+  const ModelLayout layout = Awkward();
+  const auto x = testing::GradientLike(layout.dim(), 10);
+  auto fp32 = testing::Make("fp32");
+  std::vector<Frame> frames;
+  EncodeOptions opts;
+  for (const std::vector<uint64_t>& bad :
+       {std::vector<uint64_t>{0}, {300, 200}, {216, 216}, {layout.dim()}}) {
+    opts.cuts = bad;
+    EXPECT_FALSE(fp32->Encode(x, opts, &frames).ok());
+    auto topk = testing::Make("topk(ratio=0.1)");
+    EXPECT_FALSE(topk->Encode(x, opts, &frames).ok());
+  }
+  EXPECT_TRUE(frames.empty());
+  // fc.weight is 10 x 72: a PowerSGD frame may end between its rows, not inside one.
+  auto psgd = MakeCodec("powersgd(rank=2)", &layout);
+  ASSERT_TRUE(psgd.ok());
+  const std::vector<uint64_t> between{224 + 72 * 3}, inside{224 + 100};
+  opts.cuts = between;
+  EXPECT_TRUE((*psgd)->Encode(x, opts, &frames).ok());
+  opts.cuts = inside;
+  frames.clear();
+  const absl::Status st = (*psgd)->Encode(x, opts, &frames);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("inside a row of fc.weight"), std::string::npos) << st;
 }
 
 }  // namespace

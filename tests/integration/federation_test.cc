@@ -9,6 +9,7 @@
 
 #include "codecs/registry.h"
 #include "core/atomic_file.h"
+#include "core/model.h"
 #include "core/protocol.h"
 #include "core/round_report.h"
 #include "gtest/gtest.h"
@@ -199,6 +200,49 @@ TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {
 }
 
 // The coordinator's count of a client's uplink bytes so far.
+// P3 by layer: clients cut their updates at tensor boundaries, so each chunk lies in one
+// tensor. The wire carries exactly the frames an fp32 encoding with those cuts makes (one
+// frame header more per extra cut), and the run ends where the coordinate-order run does.
+TEST(Federation, ByLayerEachChunkLiesInOneTensorAndTheRunMatchesCoordinateOrder) {
+  Job o;
+  o.rounds = 2;
+  o.plan.codec = "fp32";
+  o.plan.local_steps = 20;
+  o.plan.max_chunk_bytes = 32 * 1024;
+  const RunResult by_index = RunFederation("p3_index", 2, o);
+  o.plan.upload_order = "layer";
+  const RunResult by_layer = RunFederation("p3_layer", 2, o);
+  const codecs::ModelLayout layout = core::ModelLayoutOf(o.model).value();
+  ASSERT_EQ(layout.dim(), by_layer.model.size());
+  ASSERT_GT(layout.tensors().size(), 2u);
+  auto codec = codecs::MakeCodec("fp32").value();
+  auto wire_bytes = [&](std::span<const uint64_t> cuts) {
+    std::vector<float> zero(layout.dim(), 0.0f);
+    std::vector<codecs::Frame> frames;
+    codecs::EncodeOptions eo;
+    eo.max_frame_bytes = o.plan.max_chunk_bytes;
+    eo.cuts = cuts;
+    EXPECT_TRUE(codec->Encode(zero, eo, &frames).ok());
+    uint64_t bytes = 0;
+    for (const auto& f : frames) bytes += f.bytes.size();
+    return std::make_pair(bytes, frames.size());
+  };
+  const std::vector<uint64_t> cuts = layout.TensorCuts();
+  const auto [index_bytes, index_frames] = wire_bytes({});
+  const auto [layer_bytes, layer_frames] = wire_bytes(cuts);
+  EXPECT_GT(layer_frames, index_frames);
+  ASSERT_EQ(by_layer.reports.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(by_index.reports[i].uplink_bytes, 2 * index_bytes) << "round " << i + 1;
+    EXPECT_EQ(by_layer.reports[i].uplink_bytes, 2 * layer_bytes) << "round " << i + 1;
+    EXPECT_EQ(by_layer.reports[i].raw_uplink_bytes, by_index.reports[i].raw_uplink_bytes);
+  }
+  EXPECT_EQ(by_layer.coordinator_uplink, by_layer.clients_uplink);
+  const auto [worst, share] = Compare(by_layer.model, by_index.model);
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_LT(share, 1e-3);
+}
+
 TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
   const int n = 2;
   Job job;

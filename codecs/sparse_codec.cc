@@ -90,14 +90,69 @@ absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateTopK(const SpecNode& n
 
 absl::StatusOr<std::unique_ptr<Codec>> SparseCodec::CreateRandomK(const SpecNode& node,
                                                                   const CodecContext& context) {
-  ParamReader params(node, {"ratio", "k", "values", "scale"});
+  ParamReader params(node, {"ratio", "k", "values", "scale", "seed"});
   FEDLGC_RETURN_IF_ERROR(params.status());
   FEDLGC_ASSIGN_OR_RETURN(SparseParams p, ReadSparse(params, context));
   FEDLGC_ASSIGN_OR_RETURN(bool scale, params.Flag("scale", true));
+  uint64_t seed = 0;
+  bool round_seed = false;
+  if (params.Has("seed")) {
+    if (params.Word("seed", "", {"round"}).ok()) {
+      round_seed = true;
+    } else {
+      auto s = params.Int("seed", 0, 1, static_cast<int64_t>(kMaxSharedSeed));
+      if (!s.ok()) return params.Error("seed", StrCat("must be round or an integer in [1, 2^52)"));
+      seed = static_cast<uint64_t>(*s);
+    }
+  }
   std::string spec =
-      StrCat("randk/1(", p.count_spec, ",values=", p.values->spec(), ",scale=", scale ? 1 : 0, ")");
-  return std::unique_ptr<Codec>(new SparseCodec(std::move(spec), Kind::kRandomK, p.ratio, p.k,
-                                                std::move(p.values), false, 0, scale));
+      StrCat("randk/1(", p.count_spec, ",values=", p.values->spec(), ",scale=", scale ? 1 : 0);
+  if (round_seed) StrAppend(&spec, ",seed=round");
+  if (seed != 0) StrAppend(&spec, ",seed=", seed);
+  spec += ")";
+  std::unique_ptr<SparseCodec> c(new SparseCodec(std::move(spec), Kind::kRandomK, p.ratio, p.k,
+                                                 std::move(p.values), false, 0, scale));
+  c->seed_ = seed;
+  c->round_seed_ = round_seed;
+  if (context.layout() != nullptr && context.layout()->dim() < (uint64_t{1} << 32)) {
+    c->has_dim_ = true;
+    c->dim_ = context.layout()->dim();
+    if (seed != 0) RandomK(c->dim_, c->KeptCount(c->dim_), seed, &c->shared_);
+  }
+  return std::unique_ptr<Codec>(std::move(c));
+}
+
+namespace {
+// The largest value a summed code may carry (a chunk's scale is at most 16: sums of any
+// number of clients' weighted codes stay far from float overflow).
+constexpr float kMaxSummedValue = 1e30f;
+}  // namespace
+
+bool NamesRoundSeed(std::string_view spec) {
+  return spec.find("seed=round") != std::string_view::npos;
+}
+
+std::string WithRoundSeed(std::string_view spec, uint64_t seed) {
+  std::string out(spec);
+  const std::string word = "seed=round";
+  for (size_t at = out.find(word); at != std::string::npos; at = out.find(word, at)) {
+    out.replace(at, word.size(), StrCat("seed=", seed));
+  }
+  return out;
+}
+
+std::span<const uint32_t> SparseCodec::SharedSet(uint64_t n, std::vector<uint32_t>* scratch) const {
+  if (has_dim_ && n == dim_) return shared_;
+  RandomK(n, KeptCount(n), seed_, scratch);
+  return *scratch;
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> SparseCodec::SharedRange(
+    const FrameView& frame, std::span<const uint32_t> set) const {
+  const auto first = std::lower_bound(set.begin(), set.end(), frame.begin);
+  const auto last = std::lower_bound(first, set.end(), frame.begin + frame.length);
+  return std::make_pair(static_cast<uint64_t>(first - set.begin()),
+                        static_cast<uint64_t>(last - set.begin()));
 }
 
 CodecTraits SparseCodec::traits() const {
@@ -105,7 +160,8 @@ CodecTraits SparseCodec::traits() const {
   return CodecTraits{.fixed_size = v.fixed_size && kind_ != Kind::kGiven,
                      .unbiased = kind_ == Kind::kRandomK && scale_ && v.unbiased,
                      .stateful = false,
-                     .block = 1};
+                     .block = 1,
+                     .summable = seed_ != 0 && has_dim_};
 }
 
 uint64_t KeptForRatio(double ratio, uint64_t n) {
@@ -120,6 +176,7 @@ uint64_t SparseCodec::KeptCount(uint64_t n) const {
 }
 
 uint64_t SparseCodec::FrameBytes(uint64_t m, uint64_t u) const {
+  if (seed_ != 0) return FrameOverhead(spec().size()) + values_->MaxBodyBytes(m);
   return FrameOverhead(spec().size()) + 4 + EliasFanoBytes(m, u) + values_->MaxBodyBytes(m);
 }
 
@@ -136,7 +193,7 @@ void SparseCodec::Select(std::span<const float> x, uint64_t seed,
                          std::vector<uint32_t>* idx) const {
   const size_t k = KeptCount(x.size());
   if (kind_ == Kind::kRandomK) {
-    RandomK(x.size(), k, seed, idx);
+    RandomK(x.size(), k, seed_ != 0 ? seed_ : seed, idx);
   } else if (sampled_) {
     TopKSampled(x, k, sample_, seed, idx);
   } else {
@@ -175,6 +232,12 @@ absl::Status SparseCodec::Encode(std::span<const float> x, const EncodeOptions& 
   if (kind_ == Kind::kGiven) {
     return absl::FailedPreconditionError(
         StrCat(spec(), ": the sender chooses the kept set; use EncodeSelected"));
+  }
+  if (round_seed_) {
+    return absl::FailedPreconditionError(
+        StrCat(spec(),
+               ": seed=round is the plan's form; encode with the round's spec, which "
+               "names the seed"));
   }
   FEDLGC_RETURN_IF_ERROR(CheckInput(x, KeptCount(x.size()), opts));
   std::vector<uint32_t> idx;
@@ -256,12 +319,14 @@ absl::Status SparseCodec::WriteFrames(std::span<const float> x, std::span<const 
       f.begin = begin;
       f.length = end - begin;
       const size_t body = BeginFrame(wire_spec(), n, begin, f.length, &f.bytes);
-      const uint32_t m32 = static_cast<uint32_t>(m);
-      f.bytes.append(reinterpret_cast<const char*>(&m32), 4);
-      std::vector<uint32_t> rel(idx.begin() + static_cast<ptrdiff_t>(p),
-                                idx.begin() + static_cast<ptrdiff_t>(p + m));
-      for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
-      EliasFanoEncode(rel, f.length, &f.bytes);
+      if (seed_ == 0) {  // with a shared seed the receiver draws the set itself
+        const uint32_t m32 = static_cast<uint32_t>(m);
+        f.bytes.append(reinterpret_cast<const char*>(&m32), 4);
+        std::vector<uint32_t> rel(idx.begin() + static_cast<ptrdiff_t>(p),
+                                  idx.begin() + static_cast<ptrdiff_t>(p + m));
+        for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
+        EliasFanoEncode(rel, f.length, &f.bytes);
+      }
       BodyContext ctx{opts.seed, FirstBlockKey(p, vb, k), opts.shared_scale, {}, fitted};
       if (absl::Status st =
               values_->EncodeBody(std::span<const float>(vals).subspan(p, m), ctx, &f.bytes);
@@ -280,6 +345,16 @@ absl::Status SparseCodec::Decode(const FrameView& frame, std::span<float> out) c
   if (out.size() != frame.length) {
     return absl::InvalidArgumentError(
         StrCat("output holds ", out.size(), " values, the frame covers ", frame.length));
+  }
+  if (seed_ != 0) {
+    std::vector<uint32_t> scratch;
+    const std::span<const uint32_t> set = SharedSet(frame.dim, &scratch);
+    FEDLGC_ASSIGN_OR_RETURN(const auto range, SharedRange(frame, set));
+    std::vector<float> vals(range.second - range.first);
+    FEDLGC_RETURN_IF_ERROR(ReadValues(frame.body, vals));
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (uint64_t j = 0; j < vals.size(); ++j) out[set[range.first + j] - frame.begin] = vals[j];
+    return absl::OkStatus();
   }
   if (frame.body.size() < 4) return absl::InvalidArgumentError(StrCat(spec(), ": body truncated"));
   uint32_t m;
@@ -302,6 +377,49 @@ absl::Status SparseCodec::Decode(const FrameView& frame, std::span<float> out) c
   FEDLGC_RETURN_IF_ERROR(values_->DecodeBody(frame.body.subspan(4 + ef_bytes), vals));
   std::fill(out.begin(), out.end(), 0.0f);
   for (uint32_t j = 0; j < m; ++j) out[idx[j]] = vals[j];
+  return absl::OkStatus();
+}
+
+absl::Status SparseCodec::ReadValues(std::span<const uint8_t> body, std::span<float> vals) const {
+  const uint64_t max_values = values_->MaxBodyBytes(vals.size());
+  if (body.size() > max_values || (values_->traits().fixed_size && body.size() != max_values)) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": body of ", body.size(),
+                                             " bytes does not fit ", vals.size(), " kept values"));
+  }
+  return values_->DecodeBody(body, vals);
+}
+
+absl::StatusOr<uint64_t> SparseCodec::ReadCode(const FrameView& frame,
+                                               std::vector<float>* code) const {
+  if (seed_ == 0 || !has_dim_) {
+    return absl::FailedPreconditionError(
+        StrCat(spec(), ": codes add up only with a shared seed and the model's layout"));
+  }
+  if (frame.dim != dim_) {
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": frame of ", frame.dim, " coordinates for a layout of ", dim_));
+  }
+  FEDLGC_ASSIGN_OR_RETURN(const auto range, SharedRange(frame, shared_));
+  code->resize(range.second - range.first);
+  FEDLGC_RETURN_IF_ERROR(ReadValues(frame.body, *code));
+  // Summed codes must not overflow: a weighted sum of values this size cannot.
+  for (float v : *code) {
+    if (!(std::fabs(v) <= kMaxSummedValue)) {
+      return absl::InvalidArgumentError(
+          StrCat(spec(), ": kept value ", v, " is beyond ", kMaxSummedValue, " or not finite"));
+    }
+  }
+  return range.first;
+}
+
+absl::Status SparseCodec::DecodeCode(std::span<const float> code, std::span<float> out) const {
+  if (seed_ == 0 || !has_dim_ || code.size() != shared_.size() || out.size() != dim_) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": a code of ", code.size(), " values for ",
+                                             out.size(), " coordinates; expected ", shared_.size(),
+                                             " for ", dim_));
+  }
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (size_t j = 0; j < code.size(); ++j) out[shared_[j]] = code[j];
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include "codecs/gradiveq.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
+#include "codecs/sparse_codec.h"
 #include "codecs/str.h"
 #include "core/model.h"
 
@@ -41,6 +42,20 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::Mode
       return absl::InvalidArgumentError(
           "--codec: give gradiveq(...) itself; clients add what they keep of its error");
     }
+  }
+  // A kept set drawn from each round's seed is named by the FedAvg driver.
+  const bool seeded_job = codecs::NamesRoundSeed(plan.codec);
+  bool seeded_warmup = false;
+  for (const std::string& spec : plan.warmup_codecs) seeded_warmup |= codecs::NamesRoundSeed(spec);
+  if ((seeded_job || seeded_warmup) && mode != Mode::kFedAvg) {
+    return absl::InvalidArgumentError(
+        StrCat("randk(seed=round) runs with --mode fedavg (the FedAvg coordinator names each "
+               "round's seed), not ",
+               ModeName(mode)));
+  }
+  if (seeded_warmup && codecs::IsGradiveq(plan.codec)) {
+    return absl::InvalidArgumentError(
+        "--codec-warmup: randk(seed=round) cannot warm up a gradiveq job; use another codec");
   }
   for (const std::string& spec : plan.warmup_codecs) {
     if (codecs::IsGradiveq(spec)) {

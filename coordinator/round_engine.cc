@@ -147,6 +147,10 @@ void RoundEngine::UseCodec(std::string spec, std::shared_ptr<const codecs::Codec
   }
 }
 
+uint64_t RoundEngine::SharedSeed(uint64_t round) const {
+  return (codecs::Mix64(codecs::Mix64(options_.seed ^ 0x5EED5EED5EED5EEDull) ^ round) >> 12) | 1;
+}
+
 void RoundEngine::SetUploaders(const std::set<std::string>& uploaders) {
   absl::MutexLock lock(&mu_);
   if (!round_) return;

@@ -168,6 +168,9 @@ class RoundEngine {
   // instead of the plan's codec for the round (GradiVeQ: the spec names the basis in
   // force); an empty spec goes back to the plan's. Metric labels keep the plan's spec.
   void UseCodec(std::string spec, std::shared_ptr<const codecs::Codec> decoder);
+  // The seed every client of `round` shares (randk(seed=round)), in [1, 2^52): from the
+  // job's seed and the round, the same on every restart.
+  uint64_t SharedSeed(uint64_t round) const;
 
   // Admits, decodes and collects one chunk (or answers a query: an empty frame).
   ChunkResult AcceptChunk(const ChunkIn& chunk);

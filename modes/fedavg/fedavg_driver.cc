@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "codecs/registry.h"
+#include "codecs/sparse_codec.h"
 #include "coordinator/collectors.h"
 #include "protos/fedlgc.pb.h"
 
@@ -140,6 +142,8 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
   const std::map<std::string, double> norms = sum->Norms();
   report->figures["clip_bound"] = state->next_bound;
   report->figures["clipped"] = sum->clipped();
+  // Summed codes: floats in the code each update added to the round's sum.
+  if (state->code != nullptr) report->figures["summed_code_floats"] = state->code->code_size();
   report->per_client["update_norm"] = norms;
   std::vector<double> values;
   for (const auto& [client, n] : norms) values.push_back(n);
@@ -177,7 +181,7 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
 
 absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     const FedAvgOptions& options, const coordinator::DriverEnv& env) {
-  std::unique_ptr<FedAvgDriver> d(new FedAvgDriver(options, env.robust));
+  std::unique_ptr<FedAvgDriver> d(new FedAvgDriver(options, env.robust, env.layout));
   if (env.plan != nullptr && codecs::IsGradiveq(env.plan->codec)) {
     auto bases =
         GradiveqBases::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
@@ -191,12 +195,17 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                                     const std::vector<std::string>& participants,
                                     coordinator::Clock::time_point deadline,
                                     coordinator::CommitResult* commit, RoundReport* report) {
-  if (!bases_) {
-    return RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit,
-                          report);
-  }
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
+  if (!bases_) {
+    auto code = UseRoundSeed(engine, round);
+    if (!code.ok()) return code.status();
+    state_.code = *code;
+    absl::Status st =
+        RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit, report);
+    state_.code = nullptr;
+    return st;
+  }
   state_.code = bases_->BeginRound(engine, round);
   const bool fitting = bases_->fitting();
   std::vector<float> before;
@@ -215,6 +224,26 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
     for (size_t i = 0; i < step.size(); ++i) step[i] -= before[i];
   }
   return bases_->EndRound(round, step, report);
+}
+
+absl::StatusOr<const codecs::LinearCode*> FedAvgDriver::UseRoundSeed(
+    coordinator::RoundEngine& engine, uint64_t round) {
+  const std::string& plan_spec = engine.plan().CodecFor(round);
+  if (!codecs::NamesRoundSeed(plan_spec)) {
+    if (seeded_) engine.UseCodec("", nullptr);
+    seeded_ = false;
+    return nullptr;
+  }
+  auto sender =
+      codecs::MakeCodec(codecs::WithRoundSeed(plan_spec, engine.SharedSeed(round)), &layout_);
+  if (!sender.ok()) return sender.status();
+  auto decoder = codecs::MakeCodec((*sender)->wire_spec(), &layout_);
+  if (!decoder.ok()) return decoder.status();
+  std::shared_ptr<const codecs::Codec> shared = *std::move(decoder);
+  engine.UseCodec((*sender)->spec(), shared);
+  seeded_ = true;
+  return shared->traits().summable ? dynamic_cast<const codecs::LinearCode*>(shared.get())
+                                   : nullptr;
 }
 
 void FedAvgDriver::DecorateRoundStart(const std::string&, protos::RoundStart* start) {

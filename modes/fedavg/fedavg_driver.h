@@ -66,11 +66,20 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   absl::Status Save(uint64_t round) override;
 
  private:
-  FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust)
-      : optimizer_(options.optimizer()), robust_(robust) {}
+  FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust,
+               codecs::ModelLayout layout)
+      : optimizer_(options.optimizer()), robust_(robust), layout_(std::move(layout)) {}
+
+  // A round whose codec draws its kept set from the round's seed (randk(seed=round)):
+  // names the seed in the round's spec and decodes with that codec, whose codes add up
+  // (returned; nullptr for other rounds).
+  absl::StatusOr<const codecs::LinearCode*> UseRoundSeed(coordinator::RoundEngine& engine,
+                                                         uint64_t round);
 
   const coordinator::ServerOptimizer optimizer_;
   const coordinator::AggregatorOptions robust_;
+  const codecs::ModelLayout layout_;
+  bool seeded_ = false;                     // the last round named its seed (UseCodec in force)
   SummedRoundState state_;                  // the round loop's thread only
   std::unique_ptr<GradiveqBases> bases_;    // gradiveq jobs only
   double fit_bound_ = 0, coded_bound_ = 0;  // their streaming clip bounds

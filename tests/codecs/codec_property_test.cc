@@ -42,6 +42,7 @@ const char* const kSpecs[] = {
     "topk(ratio=0.05,values=natdither(s=6,bucket=16))",
     "randk(ratio=0.02,values=qsgd(bits=4,bucket=32))",
     "randk(k=50)",
+    "randk(ratio=0.05,values=qsgd(bits=4,bucket=16),seed=99)",
     "zstd(qsgd(bits=4,norm=linf))",
     "zstd(topk(ratio=0.05,values=qsgd(bits=8,bucket=64)),level=1)",
     "zstd(fp32)",

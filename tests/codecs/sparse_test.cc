@@ -5,6 +5,7 @@
 #include <random>
 
 #include "codecs/elias_fano.h"
+#include "codecs/frame.h"
 #include "codecs/sparse_codec.h"
 #include "codecs/topk.h"
 #include "gtest/gtest.h"
@@ -92,6 +93,111 @@ TEST(RandomK, UniformDistinctSorted) {
   }
   // Each index is kept with probability k/d = 0.1: expected 2000 +- 42 (sd).
   for (int h : hits) EXPECT_NEAR(h, 2000, 6 * 42.4);
+}
+
+// rand-k with a shared seed: senders with different seeds keep the same set, drawn from
+// S; frames carry only the values (exactly the index bytes fewer than per-sender rand-k);
+// chunks and cuts decode like the whole; the plan's seed=round encodes nothing.
+TEST(RandomK, ASharedSeedKeepsOneSetAndSendsNoIndices) {
+  const uint64_t n = 5000;
+  const auto x = testing::GradientLike(n, 21);
+  auto shared = testing::Make("randk(ratio=0.02,seed=777)");
+  auto own = testing::Make("randk(ratio=0.02)");
+  EXPECT_EQ(shared->spec(), "randk/1(ratio=0.02,values=fp32/1,scale=1,seed=777)");
+  EXPECT_FALSE(shared->traits().summable) << "no layout: no dimension for the code";
+  std::vector<Frame> a, b, c;
+  const auto ya = testing::RoundTrip(*shared, x, 1, 0, &a);
+  const auto yb = testing::RoundTrip(*shared, x, 2, 0, &b);
+  const auto yc = testing::RoundTrip(*own, x, 1, 0, &c);
+  EXPECT_EQ(ya, yb) << "the senders' own seeds do not matter";
+  std::vector<uint32_t> set;
+  RandomK(n, 100, 777, &set);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; ++i) nonzero += ya[i] != 0;
+  ASSERT_EQ(nonzero, 100u);
+  for (uint32_t i : set) EXPECT_EQ(ya[i], x[i] * 50.0f);  // scale=1: n/k
+  // The same frame as per-sender rand-k less its count and Elias-Fano indices, and
+  // another spec.
+  const int64_t spec_delta =
+      static_cast<int64_t>(shared->spec().size()) - static_cast<int64_t>(own->spec().size());
+  EXPECT_EQ(static_cast<int64_t>(a[0].bytes.size()),
+            static_cast<int64_t>(c[0].bytes.size()) - 4 -
+                static_cast<int64_t>(EliasFanoBytes(100, n)) + spec_delta);
+  EXPECT_EQ(a[0].bytes.size(), FrameOverhead(shared->spec().size()) + 400);
+  // Chunked and cut, the same values.
+  std::vector<Frame> chunks;
+  EncodeOptions opts;
+  opts.seed = 3;
+  opts.max_frame_bytes = FrameOverhead(shared->spec().size()) + 64;
+  const std::vector<uint64_t> cuts{1000, 1001, 4000};
+  opts.cuts = cuts;
+  ASSERT_TRUE(shared->Encode(x, opts, &chunks).ok());
+  EXPECT_GT(chunks.size(), 6u);
+  std::vector<float> y(n, -1.0f);
+  ASSERT_TRUE(DecodeAll(*shared, chunks, y).ok());
+  EXPECT_EQ(y, ya);
+  // The plan's form names no seed: it encodes nothing.
+  auto plan = testing::Make("randk(ratio=0.02,seed=round)");
+  EXPECT_EQ(plan->spec(), "randk/1(ratio=0.02,values=fp32/1,scale=1,seed=round)");
+  std::vector<Frame> none;
+  EXPECT_TRUE(absl::IsFailedPrecondition(plan->Encode(x, {}, &none)));
+  EXPECT_TRUE(none.empty());
+  EXPECT_TRUE(NamesRoundSeed(plan->spec()));
+  EXPECT_FALSE(NamesRoundSeed(shared->spec()));
+  EXPECT_EQ(WithRoundSeed("ef/1(randk/1(k=5,values=fp32/1,scale=0,seed=round))", 42),
+            "ef/1(randk/1(k=5,values=fp32/1,scale=0,seed=42))");
+  for (const char* bad : {"randk(seed=0)", "randk(seed=-3)", "randk(seed=1.5)",
+                          "randk(seed=4503599627370496)", "randk(seed=fixed)"}) {
+    EXPECT_FALSE(MakeCodec(bad).ok()) << bad;
+  }
+  EXPECT_TRUE(MakeCodec("randk(seed=4503599627370495)").ok());
+}
+
+// With the model's layout it is a LinearCode: the code is the kept values in index order;
+// a frame's code starts at the rank of its first kept index; codes of senders add up.
+TEST(RandomK, SharedSeedCodesAddUp) {
+  const ModelLayout layout = ModelLayout::Flat(4000);
+  auto made = MakeCodec("randk(k=200,values=fp32,seed=5)", &layout).value();
+  ASSERT_TRUE(made->traits().summable);
+  const auto& code = dynamic_cast<const LinearCode&>(*made);
+  ASSERT_EQ(code.code_size(), 200u);
+  const auto x = testing::GradientLike(4000, 1), z = testing::GradientLike(4000, 2);
+  std::vector<float> sum_code(200, 0.0f), want(4000, 0.0f);
+  for (const auto* v : {&x, &z}) {
+    std::vector<Frame> frames;
+    const auto y =
+        testing::RoundTrip(*made, *v, 9, FrameOverhead(made->spec().size()) + 100, &frames);
+    ASSERT_GT(frames.size(), 5u);
+    for (size_t i = 0; i < y.size(); ++i) want[i] += 3.0f * y[i];
+    for (const Frame& f : frames) {
+      auto view = ParseFrame(f.bytes, FrameLimits{}).value();
+      std::vector<float> c;
+      auto first = code.ReadCode(view, &c);
+      ASSERT_TRUE(first.ok()) << first.status();
+      ASSERT_LE(*first + c.size(), 200u);
+      for (size_t j = 0; j < c.size(); ++j) sum_code[*first + j] += 3.0f * c[j];
+    }
+  }
+  std::vector<float> got(4000, -1.0f);
+  ASSERT_TRUE(code.DecodeCode(sum_code, got).ok());
+  EXPECT_EQ(got, want);
+  EXPECT_FALSE(code.DecodeCode(std::vector<float>(199), got).ok());
+  // A code value that could overflow a sum, and a frame for another dimension, are refused.
+  std::vector<float> huge = x;
+  std::vector<uint32_t> set;
+  RandomK(4000, 200, 5, &set);
+  huge[set[7]] = 3e37f;  // times n/k = 20: 6e38 overflows float; use the unscaled codec
+  auto plain = MakeCodec("randk(k=200,values=fp32,scale=0,seed=5)", &layout).value();
+  std::vector<Frame> frames;
+  ASSERT_TRUE(plain->Encode(huge, {}, &frames).ok());
+  std::vector<float> c;
+  const auto view = ParseFrame(frames[0].bytes, FrameLimits{}).value();
+  EXPECT_FALSE(dynamic_cast<const LinearCode&>(*plain).ReadCode(view, &c).ok());
+  auto other = MakeCodec("randk(k=200,values=fp32,scale=0,seed=5)").value();
+  std::vector<Frame> small;
+  ASSERT_TRUE(other->Encode(std::vector<float>(3000, 1.0f), {}, &small).ok());
+  const auto small_view = ParseFrame(small[0].bytes, FrameLimits{}).value();
+  EXPECT_FALSE(dynamic_cast<const LinearCode&>(*plain).ReadCode(small_view, &c).ok());
 }
 
 TEST(EliasFano, RoundTripAndSizeNearTheBound) {

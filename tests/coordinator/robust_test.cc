@@ -305,9 +305,62 @@ TEST(WeightedSumCollector, ClipsWhatCountsOfAnUpdateInArrivalOrder) {
   EXPECT_EQ(sum.clipped(), 1);
 }
 
-// GradiVeQ's codes are summed without decoding and the mean code decoded once: the same
-// mean, to float rounding, as decoding every chunk and summing the values, with partial
-// updates, weights, chunk scales and a clip bound that cuts one update.
+// Codes summed without decoding and the mean code decoded once give the same mean, to
+// float rounding, as decoding every chunk and summing the values, with partial updates,
+// weights, chunk scales and a clip bound that cuts one update (client 3's, 4x the others).
+void ExpectSummedCodesMatchDecodes(codecs::Codec& codec, uint64_t dim, uint64_t frame_bytes,
+                                   double bound, std::mt19937_64& rng) {
+  const auto* code = dynamic_cast<const codecs::LinearCode*>(&codec);
+  ASSERT_NE(code, nullptr);
+  ASSERT_TRUE(codec.traits().summable);
+  ASSERT_LT(code->code_size(), dim / 3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  RoundFacts facts;
+  facts.dim = dim;
+  facts.decoder = &codec;
+  WeightedSumCollector decoded(dim, bound);
+  WeightedSumCollector summed(dim, bound, code);
+  for (int i = 0; i < 5; ++i) {
+    std::vector<float> x(dim);
+    for (float& v : x) v = g(rng) * (i == 3 ? 4.0f : 1.0f);
+    std::vector<codecs::Frame> frames;
+    codecs::EncodeOptions opts;
+    opts.seed = 50 + i;  // senders' own seeds do not matter to a shared code
+    opts.max_frame_bytes = frame_bytes;
+    ASSERT_TRUE(codec.Encode(x, opts, &frames).ok());
+    ASSERT_GT(frames.size(), 3u);
+    for (size_t k = 0; k < frames.size(); ++k) {
+      if (i % 2 == 1 && k % 3 == 0) continue;  // chunks that did not arrive
+      ChunkIn c;
+      c.client_id = StrCat("u", i);
+      c.weight = 1 + i;
+      c.scale = i == 2 ? 0.5f : 1.0f;
+      c.frame = frames[k].bytes;
+      auto a = decoded.Decode(c, facts);
+      auto b = summed.Decode(c, facts);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(a->begin, b->begin);
+      EXPECT_EQ(a->coordinates, b->coordinates);
+      EXPECT_LT(b->values.size(), a->values.size() / 2 + 4) << "codes, not coordinates";
+      decoded.Collect(c, *std::move(a), k == 0, false, facts);
+      summed.Collect(c, *std::move(b), k == 0, false, facts);
+    }
+  }
+  const auto want = decoded.Mean().value(), got = summed.Mean().value();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) {
+    ASSERT_NEAR(got[j], want[j], 1e-5 * (1 + std::abs(want[j]))) << j << " bound " << bound;
+  }
+  for (const auto& [client, norm] : decoded.Norms()) {
+    EXPECT_NEAR(summed.Norms().at(client), norm, 1e-4 * norm) << client;
+  }
+  EXPECT_EQ(summed.clipped(), decoded.clipped());
+  if (bound > 0) {
+    EXPECT_EQ(summed.clipped(), 1);
+  }
+}
+
 TEST(WeightedSumCollector, SummingGradiveqCodesEqualsSummingTheirDecodes) {
   const auto layout =
       codecs::ModelLayout::Create({{"w", {40, 64}}, {"b", {40}}, {"m", {3, 4}}}).value();
@@ -318,52 +371,18 @@ TEST(WeightedSumCollector, SummingGradiveqCodesEqualsSummingTheirDecodes) {
   auto basis = std::make_shared<const codecs::SliceBasis>(
       codecs::SliceBasis::Fit(layout, 16, 4, 1, sample).value());
   auto made = codecs::MakeCodec("gradiveq(dims=4,slice=16)", &layout, basis).value();
-  auto* gvq = dynamic_cast<codecs::GradiVeQ*>(made.get());
-  ASSERT_NE(gvq, nullptr);
-  ASSERT_LT(gvq->code_size(), layout.dim() / 3);
-  RoundFacts facts;
-  facts.dim = layout.dim();
-  facts.decoder = gvq;
   for (double bound : {0.0, 30.0}) {
-    WeightedSumCollector decoded(layout.dim(), bound);
-    WeightedSumCollector summed(layout.dim(), bound, gvq);
-    for (int i = 0; i < 5; ++i) {
-      std::vector<float> x(layout.dim());
-      for (float& v : x) v = g(rng) * (i == 3 ? 4.0f : 1.0f);  // client 3 is clipped
-      std::vector<codecs::Frame> frames;
-      codecs::EncodeOptions opts;
-      opts.max_frame_bytes = 700;
-      ASSERT_TRUE(gvq->Encode(x, opts, &frames).ok());
-      for (size_t k = 0; k < frames.size(); ++k) {
-        if (i % 2 == 1 && k % 3 == 0) continue;  // chunks that did not arrive
-        ChunkIn c;
-        c.client_id = StrCat("u", i);
-        c.weight = 1 + i;
-        c.scale = i == 2 ? 0.5f : 1.0f;
-        c.frame = frames[k].bytes;
-        auto a = decoded.Decode(c, facts);
-        auto b = summed.Decode(c, facts);
-        ASSERT_TRUE(a.ok()) << a.status();
-        ASSERT_TRUE(b.ok()) << b.status();
-        EXPECT_EQ(a->begin, b->begin);
-        EXPECT_EQ(a->coordinates, b->coordinates);
-        EXPECT_LT(b->values.size(), a->values.size() / 2 + 4) << "codes, not coordinates";
-        decoded.Collect(c, *std::move(a), k == 0, false, facts);
-        summed.Collect(c, *std::move(b), k == 0, false, facts);
-      }
-    }
-    const auto want = decoded.Mean().value(), got = summed.Mean().value();
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t j = 0; j < want.size(); ++j) {
-      ASSERT_NEAR(got[j], want[j], 1e-5 * (1 + std::abs(want[j]))) << j << " bound " << bound;
-    }
-    for (const auto& [client, norm] : decoded.Norms()) {
-      EXPECT_NEAR(summed.Norms().at(client), norm, 1e-4 * norm) << client;
-    }
-    EXPECT_EQ(summed.clipped(), decoded.clipped());
-    if (bound > 0) {
-      EXPECT_EQ(summed.clipped(), 1);
-    }
+    ExpectSummedCodesMatchDecodes(*made, layout.dim(), 700, bound, rng);
+  }
+}
+
+// rand-k with a shared seed: every sender keeps the same set, and the code is its values.
+TEST(WeightedSumCollector, SummingSharedSeedRandkCodesEqualsSummingTheirDecodes) {
+  const auto layout = codecs::ModelLayout::Flat(3000);
+  std::mt19937_64 rng(8);
+  auto made = codecs::MakeCodec("randk(ratio=0.1,seed=12345)", &layout).value();
+  for (double bound : {0.0, 350.0}) {
+    ExpectSummedCodesMatchDecodes(*made, layout.dim(), 400, bound, rng);
   }
 }
 

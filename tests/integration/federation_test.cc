@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "codecs/registry.h"
+#include "codecs/sparse_codec.h"
 #include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/protocol.h"
@@ -40,6 +41,16 @@ struct Job {
   coordinator::RoundPlan plan;
   std::string aggregator = "mean";
 };
+
+// A job of `rounds` rounds of 20 local steps with `codec` in chunks of `chunk_bytes`.
+Job ShortJob(uint32_t rounds, std::string codec, uint64_t chunk_bytes) {
+  Job o;
+  o.rounds = rounds;
+  o.plan.codec = std::move(codec);
+  o.plan.local_steps = 20;
+  o.plan.max_chunk_bytes = chunk_bytes;
+  return o;
+}
 
 // The coordinator options of `job` for n clients in `dir`.
 coordinator::CoordinatorOptions JobOptions(const std::string& dir, const std::string& certs, int n,
@@ -199,16 +210,11 @@ TEST(Federation, AClientCutMidUploadResumesAndCountsExactlyOnce) {
   EXPECT_LT(share, 1e-3);
 }
 
-// The coordinator's count of a client's uplink bytes so far.
 // P3 by layer: clients cut their updates at tensor boundaries, so each chunk lies in one
 // tensor. The wire carries exactly the frames an fp32 encoding with those cuts makes (one
 // frame header more per extra cut), and the run ends where the coordinate-order run does.
 TEST(Federation, ByLayerEachChunkLiesInOneTensorAndTheRunMatchesCoordinateOrder) {
-  Job o;
-  o.rounds = 2;
-  o.plan.codec = "fp32";
-  o.plan.local_steps = 20;
-  o.plan.max_chunk_bytes = 32 * 1024;
+  Job o = ShortJob(2, "fp32", 32 * 1024);
   const RunResult by_index = RunFederation("p3_index", 2, o);
   o.plan.upload_order = "layer";
   const RunResult by_layer = RunFederation("p3_layer", 2, o);
@@ -241,6 +247,52 @@ TEST(Federation, ByLayerEachChunkLiesInOneTensorAndTheRunMatchesCoordinateOrder)
   const auto [worst, share] = Compare(by_layer.model, by_index.model);
   EXPECT_LT(worst, 1e-6);
   EXPECT_LT(share, 1e-3);
+}
+
+// rand-k from the round's seed: every client keeps the same set, frames carry only values,
+// and the streaming aggregator sums the codes and decodes once. Its model equals, to float
+// rounding, the one of decoding each update and averaging (--aggregator mean).
+TEST(Federation, SharedSeedRandkSumsCodesLikeDecodingEachUpdate) {
+  Job o = ShortJob(3, "randk(ratio=0.05,scale=0,seed=round)", 16 * 1024);
+  o.aggregator = "streaming";
+  const RunResult summed = RunFederation("randk_summed", 2, o);
+  o.aggregator = "mean";
+  const RunResult decoded = RunFederation("randk_decoded", 2, o);
+  const codecs::ModelLayout layout = core::ModelLayoutOf(o.model).value();
+  // Every round's frames: k fp32 values and a header each, no indices. The frame count
+  // does not depend on the round's seed; the spec's length does, by the seed's digits.
+  auto codec = codecs::MakeCodec(codecs::WithRoundSeed(o.plan.codec, 1), &layout).value();
+  std::vector<codecs::Frame> frames;
+  codecs::EncodeOptions eo;
+  eo.max_frame_bytes = o.plan.max_chunk_bytes;
+  ASSERT_TRUE(codec->Encode(std::vector<float>(layout.dim(), 1.0f), eo, &frames).ok());
+  ASSERT_GT(frames.size(), 1u);
+  const uint64_t k = codecs::KeptForRatio(0.05, layout.dim());
+  const uint64_t one_digit_header = codecs::FrameOverhead(codec->spec().size());
+  for (const RunResult* r : {&summed, &decoded}) {
+    ASSERT_EQ(r->reports.size(), 3u);
+    for (const auto& rep : r->reports) {
+      EXPECT_EQ(rep.participants, 2);
+      ASSERT_EQ(rep.uplink_bytes % 2, 0u);
+      const uint64_t headers = rep.uplink_bytes / 2 - 4 * k;
+      EXPECT_EQ(headers % frames.size(), 0u) << "round " << rep.round;
+      const uint64_t digits = headers / frames.size() - one_digit_header + 1;
+      EXPECT_GE(digits, 1u) << "round " << rep.round;
+      EXPECT_LE(digits, 16u) << "round " << rep.round;
+      // Only the streaming aggregator sums codes: k floats per update, not the dimension.
+      if (r == &summed) {
+        EXPECT_EQ(
+            rep.figures.count("summed_code_floats") ? rep.figures.at("summed_code_floats") : -1.0,
+            static_cast<double>(k));
+      } else {
+        EXPECT_EQ(rep.figures.count("summed_code_floats"), 0u);
+      }
+    }
+    EXPECT_EQ(r->coordinator_uplink, r->clients_uplink);
+  }
+  const auto [worst, share] = Compare(summed.model, decoded.model);
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GT(summed.reports.back().accuracy, summed.reports.front().accuracy - 0.05);
 }
 
 TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {

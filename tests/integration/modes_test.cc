@@ -111,7 +111,7 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   for (const char* mode : {"lsgd", "sgp"}) {
     o.mode = mode;
     for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))", "powersgd(rank=2)",
-                              "gradiveq(dims=4,slice=64)"}) {
+                              "gradiveq(dims=4,slice=64)", "randk(ratio=0.01,seed=round)"}) {
       o.plan.codec = codec;
       const absl::Status st = o.Validate();
       EXPECT_TRUE(absl::IsInvalidArgument(st)) << mode << " " << codec << ": " << st;
@@ -135,6 +135,15 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
   o.plan.warmup_codecs = {"fp32"};
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  // rand-k from the round's seed: the FedAvg driver names it, also in warm-up rounds,
+  // except before a gradiveq job (whose bases name the rounds' codecs).
+  o.plan.warmup_codecs = {"randk(ratio=0.05,seed=round)"};
+  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  o.plan.codec = "topk(ratio=0.01)";
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.plan.codec = "ef(randk(ratio=0.01,scale=0,seed=round))";
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.plan.warmup_codecs = {"fp32"};
   o.plan.codec = "ef(gradiveq(dims=4,slice=64))";
   EXPECT_NE(std::string(o.Validate().message()).find("gradiveq(...) itself"), std::string::npos);
   o.plan.warmup_codecs.clear();

@@ -73,6 +73,10 @@ class Codec {
   // Bytes of the single frame encoding n coordinates: exact when traits().fixed_size,
   // otherwise an upper bound.
   virtual uint64_t MaxFrameBytes(uint64_t n) const = 0;
+  // Bytes of any frame that covers n coordinates of a longer vector (a chunk): the same as
+  // MaxFrameBytes(n) unless what a frame holds per coordinate varies (a sparse codec's
+  // chunk of a dense region keeps more than its share).
+  virtual uint64_t MaxRangeFrameBytes(uint64_t n) const { return MaxFrameBytes(n); }
 
   // Encodes x into frames (appended to *frames) whose ranges partition [0, x.size()),
   // each at most opts.max_frame_bytes when that is set.

@@ -479,12 +479,23 @@ absl::Status GradiVeQ::Encode(std::span<const float> x, const EncodeOptions& opt
                    std::back_inserter(merged));
     cuts.swap(merged);
   }
+  // Every range first, so that a cut inside a slice writes no frame.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges(cuts.size());
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    if (cuts[i] == cuts[i + 1]) continue;
+    auto range = CodeRange(cuts[i], cuts[i + 1]);
+    if (!range.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat(spec(), ": cannot cut the frames there: ", std::string(range.status().message())));
+    }
+    ranges[i] = *range;
+  }
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     if (cuts[i] == cuts[i + 1]) continue;
     Frame f;
     f.begin = cuts[i];
     f.length = cuts[i + 1] - cuts[i];
-    FEDLGC_ASSIGN_OR_RETURN(auto range, CodeRange(cuts[i], cuts[i + 1]));
+    const auto& range = ranges[i];
     const size_t body = BeginFrame(spec(), dim_, f.begin, f.length, &f.bytes);
     f.bytes.append(reinterpret_cast<const char*>(code.data() + range.first),
                    (range.second - range.first) * sizeof(float));

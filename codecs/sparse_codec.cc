@@ -9,6 +9,7 @@
 #include "codecs/input_error.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
+#include "codecs/spec.h"
 #include "codecs/status_macros.h"
 #include "codecs/str.h"
 #include "codecs/topk.h"
@@ -128,8 +129,22 @@ namespace {
 constexpr float kMaxSummedValue = 1e30f;
 }  // namespace
 
+namespace {
+bool NodeNamesRoundSeed(const SpecNode& node) {
+  for (const SpecArg& a : node.args) {
+    if (a.node == nullptr) continue;
+    if (node.name == "randk" && a.key == "seed" && a.node->IsWord() && a.node->name == "round") {
+      return true;
+    }
+    if (NodeNamesRoundSeed(*a.node)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 bool NamesRoundSeed(std::string_view spec) {
-  return spec.find("seed=round") != std::string_view::npos;
+  auto node = ParseSpec(spec);
+  return node.ok() && NodeNamesRoundSeed(*node);
 }
 
 std::string WithRoundSeed(std::string_view spec, uint64_t seed) {
@@ -192,7 +207,9 @@ double SparseCodec::BoundBits(uint64_t n) const {
 void SparseCodec::Select(std::span<const float> x, uint64_t seed,
                          std::vector<uint32_t>* idx) const {
   const size_t k = KeptCount(x.size());
-  if (kind_ == Kind::kRandomK) {
+  if (kind_ == Kind::kRandomK && seed_ != 0 && has_dim_ && x.size() == dim_) {
+    idx->assign(shared_.begin(), shared_.end());  // drawn once, at construction
+  } else if (kind_ == Kind::kRandomK) {
     RandomK(x.size(), k, seed_ != 0 ? seed_ : seed, idx);
   } else if (sampled_) {
     TopKSampled(x, k, sample_, seed, idx);
@@ -347,6 +364,10 @@ absl::Status SparseCodec::Decode(const FrameView& frame, std::span<float> out) c
         StrCat("output holds ", out.size(), " values, the frame covers ", frame.length));
   }
   if (seed_ != 0) {
+    if (frame.dim >= (uint64_t{1} << 32)) {
+      return absl::InvalidArgumentError(
+          StrCat(spec(), ": ", frame.dim, " coordinates; the limit is 2^32 - 1"));
+    }
     std::vector<uint32_t> scratch;
     const std::span<const uint32_t> set = SharedSet(frame.dim, &scratch);
     FEDLGC_ASSIGN_OR_RETURN(const auto range, SharedRange(frame, set));

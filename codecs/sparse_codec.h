@@ -46,7 +46,8 @@ inline constexpr uint64_t kMaxSharedSeed = (uint64_t{1} << 52) - 1;
 
 // True when `spec` is a plan whose randk draws its kept set from each round's seed.
 bool NamesRoundSeed(std::string_view spec);
-// `spec` (a canonical plan spec, NamesRoundSeed) with seed=round replaced by `seed`.
+// `spec` (a canonical plan spec, NamesRoundSeed: canonical specs write it `seed=round`)
+// with seed=round replaced by `seed`.
 std::string WithRoundSeed(std::string_view spec, uint64_t seed);
 
 // Thread-safe like DenseCodec: no mutable state.
@@ -64,6 +65,8 @@ class SparseCodec final : public Codec, public LinearCode {
 
   CodecTraits traits() const override;
   uint64_t MaxFrameBytes(uint64_t n) const override;
+  // Every coordinate of the range kept.
+  uint64_t MaxRangeFrameBytes(uint64_t n) const override { return FrameBytes(n, n); }
   absl::Status Encode(std::span<const float> x, const EncodeOptions& opts,
                       std::vector<Frame>* frames) override;
   absl::Status Decode(const FrameView& frame, std::span<float> out) const override;

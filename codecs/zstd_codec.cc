@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<Codec>> ZstdCodec::Create(const SpecNode& node,
 CodecTraits ZstdCodec::traits() const {
   CodecTraits t = inner_->traits();
   t.fixed_size = false;
+  t.summable = false;  // its frames are no LinearCode's
   return t;
 }
 
@@ -127,7 +128,7 @@ absl::Status ZstdCodec::Decode(const FrameView& frame, std::span<float> out) con
   }
   if (mode != kCompressed) return Malformed(StrCat("unknown body mode ", int{mode}));
   // The inner body is shorter than the inner codec's largest frame for this length.
-  const uint64_t cap = inner_->MaxFrameBytes(frame.length);
+  const uint64_t cap = inner_->MaxRangeFrameBytes(frame.length);
   // A regular frame of this format only (no skippable or legacy frames).
   uint32_t magic = 0;
   if (data.size() >= 4) std::memcpy(&magic, data.data(), 4);

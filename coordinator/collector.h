@@ -54,6 +54,9 @@ struct RoundFacts {
   uint64_t model_version = 0;              // the version the round serves
   size_t registered_clients = 0;           // clients that ever joined
   const codecs::Codec* decoder = nullptr;  // of the round's codec; null in payload rounds
+  // Keeps a decoder the driver chose for the round (RoundEngine::UseCodec) alive while a
+  // chunk decodes outside the engine's lock.
+  std::shared_ptr<const codecs::Codec> keep;
   codecs::FrameLimits frame_limits;
 };
 

@@ -99,6 +99,7 @@ RoundFacts RoundEngine::FactsLocked() const {
   f.model_version = state_.model_version;
   f.registered_clients = state_.clients.size();
   f.decoder = round_ ? round_->decoder : nullptr;
+  if (round_) f.keep = round_->decoder_ref;
   f.frame_limits = options_.frame_limits;
   return f;
 }
@@ -132,6 +133,7 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   } else {
     r->codec = codec_override_;
     r->decoder = decoder_override_.get();
+    r->decoder_ref = decoder_override_;
   }
   round_ = std::move(r);
   return absl::OkStatus();
@@ -141,10 +143,6 @@ void RoundEngine::UseCodec(std::string spec, std::shared_ptr<const codecs::Codec
   absl::MutexLock lock(&mu_);
   codec_override_ = std::move(spec);
   decoder_override_ = codec_override_.empty() ? nullptr : std::move(decoder);
-  if (decoder_override_ && std::find(used_decoders_.begin(), used_decoders_.end(),
-                                     decoder_override_) == used_decoders_.end()) {
-    used_decoders_.push_back(decoder_override_);
-  }
 }
 
 uint64_t RoundEngine::SharedSeed(uint64_t round) const {

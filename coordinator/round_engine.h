@@ -225,8 +225,9 @@ class RoundEngine {
     std::map<std::string, double> weights;  // of the participants (CappedWeights)
     Clock::time_point opened, deadline;
     bool frozen = false;
-    std::string codec;                       // the spec participants are sent
-    const codecs::Codec* decoder = nullptr;  // of that spec
+    std::string codec;                                 // the spec participants are sent
+    const codecs::Codec* decoder = nullptr;            // of that spec
+    std::shared_ptr<const codecs::Codec> decoder_ref;  // owns it when UseCodec chose it
   };
 
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -257,11 +258,11 @@ class RoundEngine {
   const uint64_t dim_;
   std::map<std::string, std::unique_ptr<codecs::Codec>> decoders_;
   mutable absl::Mutex mu_;
-  // UseCodec's: the one in force, and every one used, kept for the job (a chunk decoding
-  // outside the lock may still hold one).
+  // UseCodec's: the one in force. The open round and the facts of chunks decoding outside
+  // the lock share it, so one a driver stops using goes once nothing decodes with it
+  // (randk(seed=round) makes one per round).
   std::string codec_override_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const codecs::Codec> decoder_override_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<const codecs::Codec>> used_decoders_ ABSL_GUARDED_BY(mu_);
   EngineState state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);

@@ -234,8 +234,10 @@ absl::StatusOr<const codecs::LinearCode*> FedAvgDriver::UseRoundSeed(
     seeded_ = false;
     return nullptr;
   }
-  auto sender =
-      codecs::MakeCodec(codecs::WithRoundSeed(plan_spec, engine.SharedSeed(round)), &layout_);
+  auto plan_codec = codecs::MakeCodec(plan_spec, &layout_);  // canonical: `seed=round`
+  if (!plan_codec.ok()) return plan_codec.status();
+  auto sender = codecs::MakeCodec(
+      codecs::WithRoundSeed((*plan_codec)->spec(), engine.SharedSeed(round)), &layout_);
   if (!sender.ok()) return sender.status();
   auto decoder = codecs::MakeCodec((*sender)->wire_spec(), &layout_);
   if (!decoder.ok()) return decoder.status();

@@ -5,6 +5,7 @@
 // frames and bases.
 #include "codecs/gradiveq.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -274,6 +275,30 @@ TEST(GradiVeQ, FramesCutOnSliceBoundariesWithinTheBudget) {
   EncodeOptions tiny;
   tiny.max_frame_bytes = FrameOverhead(codec->spec().size()) + 31;  // less than a slice's code
   EXPECT_FALSE(codec->Encode(x, tiny, &frames).ok());
+  // P3's tensor cuts: frames end at every tensor, and decode as without cuts; a cut inside
+  // a slice is the caller's error, and no frame is written.
+  const std::vector<uint64_t> cuts = cnn.TensorCuts();
+  EncodeOptions by_tensor;
+  by_tensor.max_frame_bytes = 65536;
+  by_tensor.cuts = cuts;
+  ASSERT_TRUE(codec->Encode(x, by_tensor, &frames).ok());
+  size_t at_cut = 0;
+  for (const Frame& f : frames) {
+    at_cut += std::count(cuts.begin(), cuts.end(), f.begin);
+    for (uint64_t c : cuts) {
+      EXPECT_FALSE(c > f.begin && c < f.begin + f.length) << "frame at " << f.begin;
+    }
+  }
+  EXPECT_EQ(at_cut, cuts.size());
+  std::vector<float> out(cnn.dim());
+  ASSERT_TRUE(DecodeAll(*codec, frames, out).ok());
+  EXPECT_EQ(out, RoundTrip(*codec, x));
+  frames.clear();
+  const std::vector<uint64_t> inside{cnn.tensors()[2].offset + 10};  // conv2.weight's slice 0
+  by_tensor.cuts = inside;
+  const absl::Status st = codec->Encode(x, by_tensor, &frames);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_TRUE(frames.empty());
 }
 
 TEST(GradiVeQ, WithErrorFeedbackWhatTheProjectionDropsWaitsInTheResidual) {

@@ -5,7 +5,7 @@
 # the uplink codecs fp32, 8-bit QSGD and top-1% (error feedback at the clients), each with
 # the model going down as float32 and as 4-bit QSGD deltas (--downlink-codec; error
 # feedback at the coordinator; with 8-bit QSGD up also 4-bit deltas on the bucket's largest
-# magnitude, norm=linf), and the same codes through the lossless zstd(...) stage, and
+# magnitude, norm=linf), the same codes through the lossless zstd(...) stage, and LGC, and
 # prints two markdown tables: the final accuracy with the bytes of each direction, and for
 # 85% and 88% test accuracy the round, the wall seconds (sum of round times), the device
 # seconds, and the uplink and downlink bytes spent to reach it. Device seconds are each
@@ -49,12 +49,16 @@ run top1__q4 "topk(ratio=0.01)" "$q4" "$@"
 # The same codes through a lossless Zstandard stage (zstd(...), docs/codecs.md).
 run q8z__q4iz "zstd(qsgd(bits=8))" "zstd($q4i)" "$@"
 run q4iz__q4iz "zstd($q4i)" "zstd($q4i)" "$@"
+# LGC with predictive coding (docs/lgc.md): one warm-up round of top-10%, 6 rounds of
+# autoencoder training on top-1%, then latents.
+lgc="lgc(ratio=0.01,train=6,ae_steps=20,innovation=0.1,predict=1,latent=qsgd(bits=8,bucket=64))"
+run lgc__q4 "$lgc" "$q4" --codec-warmup "topk(ratio=0.1,values=qsgd(bits=8))" "$@"
 # Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
 "${PYTHON:-/usr/bin/python3}" - "$out" "${LINK:-rate=1mbit,delay=50ms}" <<'PY'
 import json, os, sys
 out, link = sys.argv[1], dict(kv.split("=", 1) for kv in sys.argv[2].split(","))
 names = ["fp32__fp32", "fp32__q4", "q8__fp32", "q8__q4", "q8__q4i", "top1__fp32", "top1__q4",
-         "q8z__q4iz", "q4iz__q4iz"]
+         "q8z__q4iz", "q4iz__q4iz", "lgc__q4"]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names if os.path.exists(f"{out}/{n}.json")}
 if not runs:
     sys.exit(0)

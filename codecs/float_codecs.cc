@@ -119,6 +119,7 @@ absl::StatusOr<std::unique_ptr<Codec>> FloatCodec::Create(FloatFormat format,
 absl::Status FloatCodec::EncodeBody(std::span<const float> values, const BodyContext&,
                                     std::string* out) const {
   if (FindNonFinite(values) != values.size()) return NonFiniteInput(values);
+  if (values.empty()) return absl::OkStatus();  // a sparse frame that keeps nothing
   const size_t base = out->size();
   out->resize(base + MaxBodyBytes(values.size()));
   uint8_t* dst = reinterpret_cast<uint8_t*>(out->data() + base);
@@ -147,6 +148,7 @@ absl::Status FloatCodec::EncodeBody(std::span<const float> values, const BodyCon
 
 absl::Status FloatCodec::DecodeBody(std::span<const uint8_t> body, std::span<float> out) const {
   FEDLGC_RETURN_IF_ERROR(ExpectBodyBytes(body, out.size()));
+  if (out.empty()) return absl::OkStatus();  // a sparse frame that keeps nothing
   bool bad = false;
   switch (format_) {
     case FloatFormat::kFp32:

@@ -127,9 +127,7 @@ namespace {
 // The largest value a summed code may carry (a chunk's scale is at most 16: sums of any
 // number of clients' weighted codes stay far from float overflow).
 constexpr float kMaxSummedValue = 1e30f;
-}  // namespace
 
-namespace {
 bool NodeNamesRoundSeed(const SpecNode& node) {
   for (const SpecArg& a : node.args) {
     if (a.node == nullptr) continue;
@@ -162,8 +160,8 @@ std::span<const uint32_t> SparseCodec::SharedSet(uint64_t n, std::vector<uint32_
   return *scratch;
 }
 
-absl::StatusOr<std::pair<uint64_t, uint64_t>> SparseCodec::SharedRange(
-    const FrameView& frame, std::span<const uint32_t> set) const {
+std::pair<uint64_t, uint64_t> SparseCodec::SharedRange(const FrameView& frame,
+                                                       std::span<const uint32_t> set) const {
   const auto first = std::lower_bound(set.begin(), set.end(), frame.begin);
   const auto last = std::lower_bound(first, set.end(), frame.begin + frame.length);
   return std::make_pair(static_cast<uint64_t>(first - set.begin()),
@@ -207,10 +205,12 @@ double SparseCodec::BoundBits(uint64_t n) const {
 void SparseCodec::Select(std::span<const float> x, uint64_t seed,
                          std::vector<uint32_t>* idx) const {
   const size_t k = KeptCount(x.size());
-  if (kind_ == Kind::kRandomK && seed_ != 0 && has_dim_ && x.size() == dim_) {
-    idx->assign(shared_.begin(), shared_.end());  // drawn once, at construction
+  if (kind_ == Kind::kRandomK && seed_ != 0) {
+    std::vector<uint32_t> scratch;
+    const std::span<const uint32_t> set = SharedSet(x.size(), &scratch);
+    idx->assign(set.begin(), set.end());
   } else if (kind_ == Kind::kRandomK) {
-    RandomK(x.size(), k, seed_ != 0 ? seed_ : seed, idx);
+    RandomK(x.size(), k, seed, idx);
   } else if (sampled_) {
     TopKSampled(x, k, sample_, seed, idx);
   } else {
@@ -370,7 +370,7 @@ absl::Status SparseCodec::Decode(const FrameView& frame, std::span<float> out) c
     }
     std::vector<uint32_t> scratch;
     const std::span<const uint32_t> set = SharedSet(frame.dim, &scratch);
-    FEDLGC_ASSIGN_OR_RETURN(const auto range, SharedRange(frame, set));
+    const auto range = SharedRange(frame, set);
     std::vector<float> vals(range.second - range.first);
     FEDLGC_RETURN_IF_ERROR(ReadValues(frame.body, vals));
     std::fill(out.begin(), out.end(), 0.0f);
@@ -420,7 +420,7 @@ absl::StatusOr<uint64_t> SparseCodec::ReadCode(const FrameView& frame,
     return absl::InvalidArgumentError(
         StrCat(spec(), ": frame of ", frame.dim, " coordinates for a layout of ", dim_));
   }
-  FEDLGC_ASSIGN_OR_RETURN(const auto range, SharedRange(frame, shared_));
+  const auto range = SharedRange(frame, shared_);
   code->resize(range.second - range.first);
   FEDLGC_RETURN_IF_ERROR(ReadValues(frame.body, *code));
   // Summed codes must not overflow: a weighted sum of values this size cannot.

@@ -101,9 +101,9 @@ class SparseCodec final : public Codec, public LinearCode {
   // construction when n is the layout's dimension, else drawn into *scratch).
   std::span<const uint32_t> SharedSet(uint64_t n, std::vector<uint32_t>* scratch) const;
   // randk with seed=S: the kept positions [first, last) of the set that fall in the
-  // frame's range, after checking its dimension.
-  absl::StatusOr<std::pair<uint64_t, uint64_t>> SharedRange(const FrameView& frame,
-                                                            std::span<const uint32_t> set) const;
+  // frame's range.
+  std::pair<uint64_t, uint64_t> SharedRange(const FrameView& frame,
+                                            std::span<const uint32_t> set) const;
   // The value codec's body for vals.size() values, checked for size, into vals.
   absl::Status ReadValues(std::span<const uint8_t> body, std::span<float> vals) const;
 

@@ -30,16 +30,22 @@ struct Params {
   double min_ratio = 2;
   bool warm = true;
   int64_t iters = 1;
+  int64_t phases = 1;
 };
 
 absl::StatusOr<Params> ReadParams(const SpecNode& node, const CodecContext& context) {
-  ParamReader params(node, {"rank", "min_ratio", "warm", "iters", "layout"});
+  ParamReader params(node, {"rank", "min_ratio", "warm", "iters", "phases", "layout"});
   FEDLGC_RETURN_IF_ERROR(params.status());
   Params p;
   FEDLGC_ASSIGN_OR_RETURN(p.rank, params.Int("rank", 2, 1, 64));
   FEDLGC_ASSIGN_OR_RETURN(p.min_ratio, params.Real("min_ratio", 2.0, 1.0, 1e9));
   FEDLGC_ASSIGN_OR_RETURN(p.warm, params.Flag("warm", true));
   FEDLGC_ASSIGN_OR_RETURN(p.iters, params.Int("iters", 1, 1, 32));
+  FEDLGC_ASSIGN_OR_RETURN(p.phases, params.Int("phases", 1, 1, 2));
+  if (p.phases == 2 && p.iters != 1) {
+    return absl::InvalidArgumentError(
+        "powersgd: phases=2 runs one power iteration per round (iters=1)");
+  }
   FEDLGC_ASSIGN_OR_RETURN(const SpecNode* named, params.Node("layout"));
   if (context.layout() == nullptr || context.layout()->dim() == 0) {
     return absl::InvalidArgumentError(
@@ -56,29 +62,66 @@ absl::StatusOr<Params> ReadParams(const SpecNode& node, const CodecContext& cont
 
 }  // namespace
 
-PowerSgd::PowerSgd(std::string spec, std::string wire_spec, ModelLayout layout, uint32_t rank,
-                   double min_ratio, bool warm, uint32_t iters)
-    : ResidualCodec(std::move(spec)),
-      wire_spec_(std::move(wire_spec)),
-      layout_(std::move(layout)),
-      rank_(rank),
-      min_ratio_(min_ratio),
-      warm_(warm),
-      iters_(iters) {
-  for (const TensorSlot& t : layout_.tensors()) {
-    Block b{t.name, t.offset, t.size, 0, 0, 0};
+std::vector<PowerSgd::Block> PowerSgdBlocks(const ModelLayout& layout, uint32_t rank,
+                                            double min_ratio) {
+  std::vector<PowerSgd::Block> blocks;
+  for (const TensorSlot& t : layout.tensors()) {
+    PowerSgd::Block b{t.name, t.offset, t.size, 0, 0, 0};
     if (t.shape.size() >= 2) {
       const uint64_t rows = t.shape[0], cols = t.size / t.shape[0];
-      const uint64_t r = std::min<uint64_t>({rank_, rows, cols});
+      const uint64_t r = std::min<uint64_t>({rank, rows, cols});
       if (static_cast<double>(rows) * static_cast<double>(cols) >=
-          min_ratio_ * static_cast<double>(r * (rows + cols))) {
+          min_ratio * static_cast<double>(r * (rows + cols))) {
         b.rows = rows;
         b.cols = cols;
         b.rank = static_cast<uint32_t>(r);
       }
     }
-    blocks_.push_back(std::move(b));
+    blocks.push_back(std::move(b));
   }
+  return blocks;
+}
+
+void OrthonormalizeColumns(std::span<double> p, uint64_t rows, uint64_t r) {
+  for (uint64_t k = 0; k < r; ++k) {
+    double before = 0;
+    for (uint64_t i = 0; i < rows; ++i) before += p[i * r + k] * p[i * r + k];
+    for (uint64_t l = 0; l < k; ++l) {
+      double dot = 0;
+      for (uint64_t i = 0; i < rows; ++i) dot += p[i * r + k] * p[i * r + l];
+      for (uint64_t i = 0; i < rows; ++i) p[i * r + k] -= dot * p[i * r + l];
+    }
+    double sq = 0;
+    for (uint64_t i = 0; i < rows; ++i) sq += p[i * r + k] * p[i * r + k];
+    // A column with no length left, or only rounding noise (below 1e-6 of its length
+    // before the projections: the columns span fewer than k + 1 directions), is zero.
+    const double inv = sq > 1e-12 * before && sq > 0 ? 1.0 / std::sqrt(sq) : 0.0;
+    for (uint64_t i = 0; i < rows; ++i) p[i * r + k] *= inv;
+  }
+}
+
+void FillGaussian(uint64_t key, uint32_t r, std::span<float> q, int column) {
+  SplitMix rng(key ^ (column < 0 ? 0 : column + 1));
+  for (size_t i = 0; i < q.size(); ++i) {
+    if (column >= 0 && i % r != static_cast<size_t>(column)) continue;
+    // Box-Muller from two 53-bit uniforms in (0, 1].
+    const double u1 = (static_cast<double>(rng.Next() >> 11) + 1) * 0x1p-53;
+    const double u2 = static_cast<double>(rng.Next() >> 11) * 0x1p-53;
+    q[i] = static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * kPi * u2));
+  }
+}
+
+PowerSgd::PowerSgd(std::string spec, std::string wire_spec, ModelLayout layout, uint32_t rank,
+                   double min_ratio, bool warm, uint32_t iters, uint32_t phases)
+    : ResidualCodec(std::move(spec)),
+      wire_spec_(std::move(wire_spec)),
+      layout_(std::move(layout)),
+      blocks_(PowerSgdBlocks(layout_, rank, min_ratio)),
+      rank_(rank),
+      min_ratio_(min_ratio),
+      warm_(warm),
+      iters_(iters),
+      phases_(phases) {
   q_.resize(blocks_.size());
   p_hat_.resize(blocks_.size());
   q_new_.resize(blocks_.size());
@@ -89,12 +132,14 @@ absl::StatusOr<std::unique_ptr<Codec>> PowerSgd::Create(const SpecNode& node,
   FEDLGC_ASSIGN_OR_RETURN(Params p, ReadParams(node, context));
   const std::string common = StrCat("rank=", p.rank, ",min_ratio=", FormatSpecNumber(p.min_ratio));
   const std::string layout = context.layout()->HashWord();
+  // Two-phase payloads are the round protocol's, whose spec names phases=2.
+  const std::string phases = p.phases == 2 ? ",phases=2" : "";
   std::string spec = StrCat("powersgd/1(", common, ",warm=", p.warm ? 1 : 0, ",iters=", p.iters,
-                            ",layout=", layout, ")");
-  std::string wire = StrCat("powersgd/1(", common, ",layout=", layout, ")");
-  return std::unique_ptr<Codec>(new PowerSgd(std::move(spec), std::move(wire), *context.layout(),
-                                             static_cast<uint32_t>(p.rank), p.min_ratio, p.warm,
-                                             static_cast<uint32_t>(p.iters)));
+                            phases, ",layout=", layout, ")");
+  std::string wire = StrCat("powersgd/1(", common, phases, ",layout=", layout, ")");
+  return std::unique_ptr<Codec>(new PowerSgd(
+      std::move(spec), std::move(wire), *context.layout(), static_cast<uint32_t>(p.rank),
+      p.min_ratio, p.warm, static_cast<uint32_t>(p.iters), static_cast<uint32_t>(p.phases)));
 }
 
 CodecTraits PowerSgd::traits() const {
@@ -117,15 +162,7 @@ uint64_t PowerSgd::MaxFrameBytes(uint64_t n) const {
 }
 
 void PowerSgd::DrawQuery(size_t b, uint64_t draw, std::span<float> q, int column) const {
-  const uint32_t r = blocks_[b].rank;
-  SplitMix rng(Mix64(draw * 0x9E3779B97F4A7C15ull ^ Mix64(b + 1)) ^ (column < 0 ? 0 : column + 1));
-  for (size_t i = 0; i < q.size(); ++i) {
-    if (column >= 0 && i % r != static_cast<size_t>(column)) continue;
-    // Box-Muller from two 53-bit uniforms in (0, 1].
-    const double u1 = (static_cast<double>(rng.Next() >> 11) + 1) * 0x1p-53;
-    const double u2 = static_cast<double>(rng.Next() >> 11) * 0x1p-53;
-    q[i] = static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * kPi * u2));
-  }
+  FillGaussian(Mix64(draw * 0x9E3779B97F4A7C15ull ^ Mix64(b + 1)), blocks_[b].rank, q, column);
 }
 
 void PowerSgd::Factorize(size_t bi, std::span<const float> m, std::span<const float> q,
@@ -143,21 +180,7 @@ void PowerSgd::Factorize(size_t bi, std::span<const float> m, std::span<const fl
       for (uint64_t k = 0; k < r; ++k) pi[k] += mij * qj[k];
     }
   }
-  for (uint64_t k = 0; k < r; ++k) {
-    double before = 0;
-    for (uint64_t i = 0; i < rows; ++i) before += p[i * r + k] * p[i * r + k];
-    for (uint64_t l = 0; l < k; ++l) {
-      double dot = 0;
-      for (uint64_t i = 0; i < rows; ++i) dot += p[i * r + k] * p[i * r + l];
-      for (uint64_t i = 0; i < rows; ++i) p[i * r + k] -= dot * p[i * r + l];
-    }
-    double sq = 0;
-    for (uint64_t i = 0; i < rows; ++i) sq += p[i * r + k] * p[i * r + k];
-    // A column with no length left, or only rounding noise (below 1e-6 of its length
-    // before the projections: M Q has rank below k + 1), goes out as zeros.
-    const double inv = sq > 1e-12 * before && sq > 0 ? 1.0 / std::sqrt(sq) : 0.0;
-    for (uint64_t i = 0; i < rows; ++i) p[i * r + k] *= inv;
-  }
+  OrthonormalizeColumns(p, rows, r);
   p_hat->resize(rows * r);
   for (uint64_t i = 0; i < rows * r; ++i) (*p_hat)[i] = static_cast<float>(p[i]);
   // Q = M^T P^ with the P^ that is sent, so the receiver's P^ Q^T is what the sender means.
@@ -254,8 +277,16 @@ void PowerSgd::WriteBody(const Cut& cut, std::string* out) const {
   }
 }
 
+absl::Status PowerSgd::RefuseTwoPhase() const {
+  return absl::FailedPreconditionError(
+      StrCat(spec(),
+             ": phases=2 is a round protocol (FedAvg jobs, powersgd_two_phase.h) and "
+             "makes no frames of its own"));
+}
+
 absl::Status PowerSgd::Encode(std::span<const float> x, const EncodeOptions& opts,
                               std::vector<Frame>* frames) {
+  if (phases_ == 2) return RefuseTwoPhase();
   const size_t n = x.size();
   if (n != layout_.dim()) {
     return absl::InvalidArgumentError(
@@ -331,6 +362,7 @@ absl::Status PowerSgd::Encode(std::span<const float> x, const EncodeOptions& opt
 }
 
 absl::Status PowerSgd::Decode(const FrameView& frame, std::span<float> out) const {
+  if (phases_ == 2) return RefuseTwoPhase();
   if (out.size() != frame.length) {
     return absl::InvalidArgumentError(
         StrCat("output holds ", out.size(), " values, the frame covers ", frame.length));

@@ -32,8 +32,13 @@
 // then its Q (cols x r fp32), a dense one's values (fp32).
 //
 // Traffic: 32 r (rows + cols) bits per compressed matrix. Biased: keeps its own residual
-// (no ef(...) around it). The two-phase form of the paper (P averaged over clients and
-// orthonormalized at the coordinator before clients send Q) is not built.
+// (no ef(...) around it).
+//
+// powersgd(rank=r, phases=2) names the paper's two-phase form instead: clients send
+// P_i = M_i Q for one Q shared by the round, the coordinator averages and orthonormalizes
+// them, clients send Q_i = M_i^T P^ for that P^. It is a round protocol of FedAvg jobs
+// (powersgd_two_phase.h, modes/fedavg/powersgd_rounds.h): this codec only names it, and
+// its Encode and Decode refuse.
 #ifndef FEDLGC_CODECS_POWERSGD_H_
 #define FEDLGC_CODECS_POWERSGD_H_
 
@@ -84,6 +89,8 @@ class PowerSgd final : public ResidualCodec {
   const ModelLayout& layout() const { return layout_; }
   uint64_t encodes() const { return encodes_; }
   uint32_t iters() const { return iters_; }
+  uint32_t phases() const { return phases_; }
+  bool warm() const { return warm_; }
   // Q of compressed block b (cols x rank, row-major), empty before the first encode.
   std::span<const float> query(size_t b) const { return q_[b]; }
   // Floats a frame covering the whole vector carries.
@@ -96,7 +103,8 @@ class PowerSgd final : public ResidualCodec {
   };
 
   PowerSgd(std::string spec, std::string wire_spec, ModelLayout layout, uint32_t rank,
-           double min_ratio, bool warm, uint32_t iters);
+           double min_ratio, bool warm, uint32_t iters, uint32_t phases);
+  absl::Status RefuseTwoPhase() const;
 
   // Frame ranges for a body budget of `max_frame_bytes` (0: one frame).
   absl::Status PlanFrames(uint64_t max_frame_bytes, std::vector<Cut>* cuts) const;
@@ -116,6 +124,7 @@ class PowerSgd final : public ResidualCodec {
   double min_ratio_;
   bool warm_;
   uint32_t iters_;
+  uint32_t phases_;
   uint64_t encodes_ = 0;
   std::vector<std::vector<float>> q_;  // per block; empty for dense blocks
   // Per-encode work space.
@@ -123,6 +132,18 @@ class PowerSgd final : public ResidualCodec {
   std::vector<float> iterate_;
   std::vector<float> recon_;
 };
+
+// The blocks of `layout` for `rank` and `min_ratio`: each tensor compressed or dense, as
+// the header comment says.
+std::vector<PowerSgd::Block> PowerSgdBlocks(const ModelLayout& layout, uint32_t rank,
+                                            double min_ratio);
+// Modified Gram-Schmidt on the r columns of `p`, a row-major rows x r matrix: orthonormal
+// columns, and a column with no length left (or only rounding noise, below 1e-6 of its
+// length before the projections) set to zero.
+void OrthonormalizeColumns(std::span<double> p, uint64_t rows, uint64_t r);
+// Standard normal values, from `key`, into `q` (row-major, r columns); column >= 0: only
+// that column's.
+void FillGaussian(uint64_t key, uint32_t r, std::span<float> q, int column = -1);
 
 }  // namespace fedlgc::codecs
 

@@ -5,7 +5,8 @@
 //   WeightedSumCollector  FedAvg: a weighted sum and a weight per coordinate, so a
 //                         partial update counts for the ranges that arrived
 //   PerClientCollector    LSGD and SGP: each client's decoded update kept apart
-//   PayloadCollector      LGC: one validated frame per client, aggregated by the driver
+//   PayloadCollector      LGC and two-phase PowerSGD: one validated frame per client,
+//                         aggregated by the driver
 // A chunk goes through three steps: Admit (the engine's lock held: checks that need the
 // round), Decode (no lock: parsing and decoding, concurrently), Collect (the engine's
 // lock held again: the decoded chunk joins the round).

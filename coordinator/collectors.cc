@@ -272,7 +272,7 @@ std::optional<Rejection> PayloadCollector::Admit(const ChunkIn& c, const HeldUpd
                                                  const RoundFacts&) const {
   if (c.chunk_count != 1 || c.chunk_index != 0) {
     return Reject(RejectReason::kBadChunkIndex,
-                  absl::InvalidArgumentError("an LGC update is one chunk"));
+                  absl::InvalidArgumentError("a payload update is one chunk"));
   }
   return std::nullopt;
 }
@@ -283,7 +283,7 @@ absl::StatusOr<DecodedChunk> PayloadCollector::Decode(const ChunkIn& c,
   if (!view.ok()) return view.status();
   if (view->dim != round.dim || view->begin != 0 || view->length != round.dim) {
     return absl::OutOfRangeError(
-        StrCat("an LGC frame covers the whole model (", round.dim, " coordinates)"));
+        StrCat("a payload frame covers the whole model (", round.dim, " coordinates)"));
   }
   if (absl::Status st = validate_(view->spec, view->body); !st.ok()) return st;
   DecodedChunk d;
@@ -301,6 +301,13 @@ void PayloadCollector::Collect(const ChunkIn& c, DecodedChunk d, bool, bool, con
 std::map<std::string, PayloadCollector::Payload> PayloadCollector::Payloads() const {
   absl::MutexLock lock(&mu_);
   return payloads_;
+}
+
+size_t PayloadCollector::Count(std::string_view spec) const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [client, p] : payloads_) n += p.spec == spec ? 1 : 0;
+  return n;
 }
 
 }  // namespace fedlgc::coordinator

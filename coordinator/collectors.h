@@ -103,8 +103,8 @@ class PerClientCollector final : public Collector {
   RoundFacts facts_ ABSL_GUARDED_BY(mu_);  // of the round, for Fill
 };
 
-// LGC: one frame over the whole model per client, whose body `validate` checks; the driver
-// decodes and aggregates the payloads itself.
+// LGC and two-phase PowerSGD: one frame over the whole model per client, whose body
+// `validate` checks; the driver decodes and aggregates the payloads itself.
 class PayloadCollector final : public Collector {
  public:
   // Checks a payload's spec and body; a refusal's reason comes from its status
@@ -124,6 +124,8 @@ class PayloadCollector final : public Collector {
     double weight = 0;  // the client's weight in the round
   };
   std::map<std::string, Payload> Payloads() const;
+  // How many clients' latest payload has `spec` (cheap: no copy).
+  size_t Count(std::string_view spec) const;
 
  private:
   const Validator validate_;

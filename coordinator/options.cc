@@ -1,8 +1,11 @@
 // Coordinator options (see options.h).
 #include "coordinator/options.h"
 
+#include <algorithm>
+
 #include "autoencoder/lgc_plan.h"
 #include "codecs/gradiveq.h"
+#include "codecs/powersgd_two_phase.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
@@ -16,6 +19,25 @@ namespace {
 // FedAvg, LSGD and SGP jobs; LGC's warm-up rounds build their codecs without one.
 absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::ModelLayout& layout) {
   const bool lgc = mode == Mode::kLgc;
+  // Two-phase PowerSGD is a round protocol of the FedAvg driver, for the job codec.
+  if (codecs::NamesTwoPhasePowerSgd(plan.codec)) {
+    if (mode != Mode::kFedAvg || !codecs::IsTwoPhasePowerSgd(plan.codec)) {
+      return absl::InvalidArgumentError(
+          "powersgd(..., phases=2) is a round protocol of --mode fedavg: give it as the job's "
+          "--codec itself, unwrapped");
+    }
+    auto two = codecs::PowerSgdTwoPhase::Create(plan.codec, layout);
+    if (!two.ok()) return two.status();
+    const uint64_t bytes =
+        std::max(two->FrameBytes(codecs::kPowerSgdMessageSpec, two->message_floats()),
+                 two->FrameBytes(codecs::kPowerSgdProjectionSpec, two->projection_floats()));
+    if (bytes > plan.max_chunk_bytes) {
+      return absl::InvalidArgumentError(
+          StrCat("powersgd(..., phases=2) sends P, then Q and the dense tensors, as one chunk "
+                 "each, of up to ",
+                 bytes, " bytes: raise --chunk-bytes to at least that"));
+    }
+  }
   if (!lgc) {
     auto c = codecs::MakeCodec(plan.codec, &layout);
     if (!c.ok()) return c.status();
@@ -58,6 +80,10 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::Mode
         "--codec-warmup: randk(seed=round) cannot warm up a gradiveq job; use another codec");
   }
   for (const std::string& spec : plan.warmup_codecs) {
+    if (codecs::NamesTwoPhasePowerSgd(spec)) {
+      return absl::InvalidArgumentError(
+          "--codec-warmup: powersgd(..., phases=2) runs as the job codec only");
+    }
     if (codecs::IsGradiveq(spec)) {
       return absl::InvalidArgumentError(
           "--codec-warmup: gradiveq's bases belong to the job codec; warm up with another codec");

@@ -30,6 +30,8 @@ inline RejectReason ReasonOf(const absl::Status& st) {
       return RejectReason::kRange;
     case absl::StatusCode::kUnimplemented:
       return RejectReason::kVersion;
+    case absl::StatusCode::kFailedPrecondition:  // made against state the round moved past
+      return RejectReason::kWrongRound;
     default:
       break;
   }

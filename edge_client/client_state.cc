@@ -1,13 +1,15 @@
-// Client state file: u32 magic 'FLCS', u32 version 7, str codec, floats residual,
+// Client state file: u32 magic 'FLCS', u32 version 8, str codec, floats residual,
 // u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
 // u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 flags (1 gossip share,
 // 2 LSGD lead), floats scales], then the local
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
 // floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, floats
-// values, u32 leader; then str codec_state, str codec_basis; CRC32C (core/atomic_file.h).
+// values, u32 leader; then str codec_state, str codec_basis; then the pending update's
+// u32 psgd_phase, floats psgd_factor (0 and none without one); CRC32C (core/atomic_file.h).
 // Version 1 files (no LGC fields), version 2 files (no flags, no local model), version 3 files
 // (whose share in flight was still inside x and w), version 4 files (no echo), version 5
-// files (no codec state) and version 6 files (no codec basis) still load.
+// files (no codec state), version 6 files (no codec basis) and version 7 files (no
+// PowerSGD phase) still load.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -18,7 +20,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 7;
+constexpr uint32_t kVersion = 8;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -62,6 +64,8 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   }
   w.Str(s.codec_state);
   w.Str(s.codec_basis);
+  w.U32(s.pending ? s.pending->psgd_phase : 0);
+  w.Floats(s.pending ? std::span<const float>(s.pending->psgd_factor) : std::span<const float>());
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -131,6 +135,16 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
   }
   if (version >= 6 && !r.Str(&s.codec_state, ~uint32_t{0})) return corrupt();
   if (version >= 7 && !r.Str(&s.codec_basis, ~uint32_t{0})) return corrupt();
+  if (version >= 8) {
+    uint32_t phase = 0;
+    std::vector<float> factor;
+    if (!r.U32(&phase) || phase > 2 || !r.Floats(&factor)) return corrupt();
+    if ((phase != 0 || !factor.empty()) && !s.pending) return corrupt();
+    if (s.pending) {
+      s.pending->psgd_phase = phase;
+      s.pending->psgd_factor = std::move(factor);
+    }
+  }
   if (!r.done()) return corrupt();
   return s;
 }

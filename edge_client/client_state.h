@@ -33,6 +33,11 @@ struct PendingUpdate {
   // LSGD: a leader's model minus its group's reference, coded without error feedback (the
   // reference holds what the coordinator decoded, so the next upload carries the error).
   bool lead = false;
+  // Two-phase PowerSGD (modes/fedavg/powersgd_client.h): 1 P sent (the residual holds
+  // all of M), 2 Q sent against psgd_factor (restored into the residual when it does not
+  // count); 0: another kind of update.
+  uint32_t psgd_phase = 0;
+  std::vector<float> psgd_factor;
 };
 
 // LSGD and SGP: the model the client keeps between rounds, and where it stands.

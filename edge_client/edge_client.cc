@@ -351,14 +351,18 @@ absl::Status EdgeClient::UploadPending(uint64_t round, SystemTime deadline,
                                        const std::optional<ShareFields>& share) {
   const absl::Status st = transport_->Upload(*state_.pending, state_.codec, deadline, share);
   if (st.ok() || absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) {
-    // Done, or the round closed first: the receipt will say what counted.
-    CountUploaded(round);
+    // Done, or the round closed first: the receipt will say what counted. A two-phase
+    // PowerSGD P is the first half of its round's upload.
+    if (state_.pending->psgd_phase != 1) CountUploaded(round);
     return absl::OkStatus();
   }
   return st;
 }
 
-void EdgeClient::CountUploaded(uint64_t) { ++rounds_uploaded_; }
+void EdgeClient::CountUploaded(uint64_t round) {
+  // A round counts once, however many updates it took (an LGC leader promoted resends).
+  if (last_uploaded_round_.exchange(round) != round) ++rounds_uploaded_;
+}
 
 void EdgeClient::ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) {
   const double seconds =

@@ -122,6 +122,7 @@ class EdgeClient final : private ClientEnv {
   uint64_t total_rounds_ = 0;          // of the job, from Join
   bool job_over_ = false;              // the coordinator has run every round
   std::atomic<uint32_t> rounds_uploaded_{0};
+  std::atomic<uint64_t> last_uploaded_round_{0};  // the last round CountUploaded counted
 };
 
 }  // namespace fedlgc::edge_client

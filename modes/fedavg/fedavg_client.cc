@@ -5,6 +5,7 @@
 
 #include "codecs/frame.h"
 #include "codecs/gradiveq.h"
+#include "codecs/powersgd_two_phase.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
@@ -30,7 +31,8 @@ absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::Rou
   return update;
 }
 
-FedAvgClient::FedAvgClient(ClientEnv& env) : env_(env) {}
+FedAvgClient::FedAvgClient(ClientEnv& env)
+    : env_(env), two_phase_(env, [this] { ResidualChanged(); }) {}
 
 FedAvgClient::~FedAvgClient() = default;
 
@@ -141,6 +143,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     if (absl::Status st = Restore(*state.pending); !st.ok()) return st;
     state.pending.reset();
   }
+  if (codecs::IsTwoPhasePowerSgd(start.codec())) return two_phase_.OnRoundStart(start);
   if (auto basis = BasisFor(start.codec(), deadline); !basis.ok()) {
     // The round moved on (another basis is served) or ended: wait for the next one.
     if (absl::IsNotFound(basis.status()) || absl::IsDeadlineExceeded(basis.status())) {
@@ -185,6 +188,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
 absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
   edge_client::ClientState& state = env_.state();
   if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
+  if (state.pending->psgd_phase != 0) return two_phase_.OnReceipt(receipt);
   const PendingUpdate& p = *state.pending;
   std::vector<bool> counted(p.frames.size(), false);
   if (receipt.update_id() == p.update_id) {
@@ -205,7 +209,13 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
   return env_.Persist();
 }
 
+absl::Status FedAvgClient::OnModeEvent(const protos::ModeEvent& event) {
+  if (event.has_powersgd_factor()) return two_phase_.OnFactor(event.powersgd_factor());
+  return absl::OkStatus();
+}
+
 absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
+  if (p.psgd_phase != 0) return two_phase_.Restore(p);
   edge_client::ClientState& state = env_.state();
   if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
   for (const std::string& f : p.frames) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "edge_client/client_mode.h"
+#include "modes/fedavg/powersgd_client.h"
 
 namespace fedlgc::codecs {
 class ResidualCodec;
@@ -37,6 +38,7 @@ class FedAvgClient final : public edge_client::ClientMode {
 
   absl::Status OnRoundStart(const protos::RoundStart& start) override;
   absl::Status OnReceipt(const protos::RoundReceipt& receipt) override;
+  absl::Status OnModeEvent(const protos::ModeEvent& event) override;
 
   // For modes built on this one (LGC's warm-up rounds):
   // An update whose round ended without a receipt reaching us: all of it goes back into
@@ -63,6 +65,7 @@ class FedAvgClient final : public edge_client::ClientMode {
   std::unique_ptr<codecs::ResidualCodec> codec_;
   std::string codec_spec_;
   std::shared_ptr<const codecs::SliceBasis> basis_;
+  PowerSgdClient two_phase_;  // rounds of powersgd(..., phases=2)
 };
 
 }  // namespace fedlgc::modes

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
 #include "coordinator/collectors.h"
@@ -64,8 +65,6 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
                               const coordinator::ServerOptimizer& optimizer,
                               const AggregatorOptions& robust, coordinator::CommitResult* commit,
                               RoundReport* report) {
-  coordinator::RoundEngine& engine = host.engine();
-  const uint64_t round = engine.current_round();
   // The mean takes updates one at a time: they wait as the frames that arrived.
   const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
   auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
@@ -81,38 +80,7 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
     }
     all.push_back(std::move(c));
   }
-  const coordinator::Clipping clipping = coordinator::ClipByMedian(all, robust.clip);
-  report->figures["clip_bound"] = clipping.bound;
-  report->figures["clipped"] = clipping.clipped;
-  report->per_client["update_norm"] = clipping.norms;
-  // The candidate of each exclusion tried; the last one made is the one chosen.
-  std::vector<float> delta;
-  std::set<std::string> used;
-  const coordinator::CandidateFn candidate =
-      [&](const std::set<std::string>& excluded) -> absl::StatusOr<std::vector<float>> {
-    std::vector<Contribution> kept;
-    for (const Contribution& c : all) {
-      if (!excluded.count(c.client)) kept.push_back(c);
-    }
-    auto agg = coordinator::AggregateUpdates(
-        robust, kept, coordinator::ClipByMedian(kept, robust.clip), engine.dim());
-    if (!agg.ok()) return agg.status();
-    if (!agg->fallback.empty()) {
-      std::fprintf(stderr, "coordinator: round %llu: %s\n", static_cast<unsigned long long>(round),
-                   agg->fallback.c_str());
-      report->labels["aggregator_fallback"] = agg->fallback;
-    }
-    delta = std::move(agg->values);
-    used = std::move(agg->considered);
-    return engine.Preview(delta, optimizer);
-  };
-  // At most a minority can be left out.
-  const size_t max_excluded = all.empty() ? 0 : (all.size() - 1) / 2;
-  auto choice = coordinator::ChooseUnderGuard(host, coordinator::ByNormDescending(clipping.norms),
-                                              max_excluded, candidate, report);
-  if (!choice.ok()) return choice.status();
-  coordinator::QuarantineExcluded(host, round, *choice);
-  return Commit(engine, round, *choice, delta, optimizer, &used, commit);
+  return AggregateAndCommit(host, all, optimizer, robust, commit, report, nullptr);
 }
 
 absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& participants,
@@ -167,6 +135,50 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
 
 }  // namespace
 
+absl::Status AggregateAndCommit(coordinator::RoundHost& host,
+                                std::span<const coordinator::Contribution> all,
+                                const coordinator::ServerOptimizer& optimizer,
+                                const AggregatorOptions& robust, coordinator::CommitResult* commit,
+                                RoundReport* report, std::set<std::string>* counted) {
+  coordinator::RoundEngine& engine = host.engine();
+  const uint64_t round = engine.current_round();
+  const coordinator::Clipping clipping = coordinator::ClipByMedian(all, robust.clip);
+  report->figures["clip_bound"] = clipping.bound;
+  report->figures["clipped"] = clipping.clipped;
+  report->per_client["update_norm"] = clipping.norms;
+  // The candidate of each exclusion tried; the last one made is the one chosen.
+  std::vector<float> delta;
+  std::set<std::string> used;
+  const coordinator::CandidateFn candidate =
+      [&](const std::set<std::string>& excluded) -> absl::StatusOr<std::vector<float>> {
+    std::vector<Contribution> kept;
+    for (const Contribution& c : all) {
+      if (!excluded.count(c.client)) kept.push_back(c);
+    }
+    auto agg = coordinator::AggregateUpdates(
+        robust, kept, coordinator::ClipByMedian(kept, robust.clip), engine.dim());
+    if (!agg.ok()) return agg.status();
+    if (!agg->fallback.empty()) {
+      std::fprintf(stderr, "coordinator: round %llu: %s\n", static_cast<unsigned long long>(round),
+                   agg->fallback.c_str());
+      report->labels["aggregator_fallback"] = agg->fallback;
+    }
+    delta = std::move(agg->values);
+    used = std::move(agg->considered);
+    return engine.Preview(delta, optimizer);
+  };
+  // At most a minority can be left out.
+  const size_t max_excluded = all.empty() ? 0 : (all.size() - 1) / 2;
+  auto choice = coordinator::ChooseUnderGuard(host, coordinator::ByNormDescending(clipping.norms),
+                                              max_excluded, candidate, report);
+  if (!choice.ok()) return choice.status();
+  coordinator::QuarantineExcluded(host, round, *choice);
+  if (absl::Status st = Commit(engine, round, *choice, delta, optimizer, &used, commit); !st.ok())
+    return st;
+  if (counted != nullptr) *counted = choice->model.empty() ? std::set<std::string>() : used;
+  return absl::OkStatus();
+}
+
 absl::Status RunSummedRound(coordinator::RoundHost& host,
                             const std::vector<std::string>& participants,
                             coordinator::Clock::time_point deadline,
@@ -188,6 +200,12 @@ absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     if (!bases.ok()) return bases.status();
     d->bases_ = *std::move(bases);
   }
+  if (env.plan != nullptr && codecs::IsTwoPhasePowerSgd(env.plan->codec)) {
+    auto rounds =
+        PowerSgdRounds::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
+    if (!rounds.ok()) return rounds.status();
+    d->two_phase_ = *std::move(rounds);
+  }
   return d;
 }
 
@@ -197,9 +215,14 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                                     coordinator::CommitResult* commit, RoundReport* report) {
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
+  // Warm-up rounds (--codec-warmup) run their own codec as plain FedAvg rounds; a
+  // randk(seed=round) one names its seed, and the next round's spec is the plan's again.
+  auto code = UseRoundSeed(engine, round);
+  if (!code.ok()) return code.status();
+  if (two_phase_ && engine.plan().CodecFor(round) == engine.plan().codec) {
+    return two_phase_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
+  }
   if (!bases_) {
-    auto code = UseRoundSeed(engine, round);
-    if (!code.ok()) return code.status();
     state_.code = *code;
     absl::Status st =
         RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit, report);
@@ -250,6 +273,7 @@ absl::StatusOr<const codecs::LinearCode*> FedAvgDriver::UseRoundSeed(
 
 void FedAvgDriver::DecorateRoundStart(const std::string&, protos::RoundStart* start) {
   start->mutable_fedavg();
+  if (two_phase_ && codecs::IsTwoPhasePowerSgd(start->codec())) two_phase_->Decorate(start);
 }
 
 absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> FedAvgDriver::Blob(
@@ -259,6 +283,9 @@ absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> FedAvgDriver::Blob
 }
 
 absl::Status FedAvgDriver::Save(uint64_t round) {
+  if (two_phase_) {
+    if (absl::Status st = two_phase_->Save(round); !st.ok()) return st;
+  }
   return bases_ ? bases_->Save(round) : absl::OkStatus();
 }
 

@@ -7,12 +7,15 @@
 #ifndef FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 #define FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "coordinator/robust.h"
 #include "coordinator/round_driver.h"
 #include "modes/fedavg/gradiveq_bases.h"
+#include "modes/fedavg/powersgd_rounds.h"
 
 namespace fedlgc::modes {
 
@@ -48,8 +51,21 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
                             const coordinator::AggregatorOptions& robust, SummedRoundState* state,
                             coordinator::CommitResult* commit, RoundReport* report);
 
+// What a buffered round does once its updates are in: clips `all` (the job's clip
+// multiplier x the lower median norm), aggregates them with the job's aggregator and
+// commits the result through `optimizer` under the model guard, leaving out the largest
+// updates (at most a minority, quarantined) when it refuses. `counted` (may be null): the
+// clients whose update the committed aggregate weighed (none when nothing passed).
+absl::Status AggregateAndCommit(coordinator::RoundHost& host,
+                                std::span<const coordinator::Contribution> all,
+                                const coordinator::ServerOptimizer& optimizer,
+                                const coordinator::AggregatorOptions& robust,
+                                coordinator::CommitResult* commit, RoundReport* report,
+                                std::set<std::string>* counted);
+
 // With a gradiveq job codec, the driver also fits, serves and saves its bases
-// (gradiveq_bases.h): blob "gradiveq-basis".
+// (gradiveq_bases.h): blob "gradiveq-basis". With powersgd(..., phases=2) its rounds are
+// two-phase rounds (powersgd_rounds.h).
 class FedAvgDriver final : public coordinator::RoundDriver {
  public:
   static absl::StatusOr<std::unique_ptr<FedAvgDriver>> Create(const FedAvgOptions& options,
@@ -79,10 +95,11 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   const coordinator::ServerOptimizer optimizer_;
   const coordinator::AggregatorOptions robust_;
   const codecs::ModelLayout layout_;
-  bool seeded_ = false;                     // the last round named its seed (UseCodec in force)
-  SummedRoundState state_;                  // the round loop's thread only
-  std::unique_ptr<GradiveqBases> bases_;    // gradiveq jobs only
-  double fit_bound_ = 0, coded_bound_ = 0;  // their streaming clip bounds
+  bool seeded_ = false;                        // the last round named its seed (UseCodec in force)
+  SummedRoundState state_;                     // the round loop's thread only
+  std::unique_ptr<GradiveqBases> bases_;       // gradiveq jobs only
+  std::unique_ptr<PowerSgdRounds> two_phase_;  // powersgd(..., phases=2) jobs only
+  double fit_bound_ = 0, coded_bound_ = 0;     // their streaming clip bounds
 };
 
 }  // namespace fedlgc::modes

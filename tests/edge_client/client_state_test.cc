@@ -48,6 +48,8 @@ TEST(ClientState, RoundTripsEveryField) {
   const std::string path = Path("v6.state");
   ClientState s = Sample();
   s.pending->lead = true;
+  s.pending->psgd_phase = 2;
+  s.pending->psgd_factor = {0.6f, -0.8f};
   ASSERT_TRUE(SaveClientState(path, s).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -57,6 +59,8 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_EQ(back->pending->frames, s.pending->frames);
   EXPECT_TRUE(back->pending->gossip);
   EXPECT_TRUE(back->pending->lead);
+  EXPECT_EQ(back->pending->psgd_phase, 2u);
+  EXPECT_EQ(back->pending->psgd_factor, s.pending->psgd_factor);
   EXPECT_EQ(back->local.x, s.local.x);
   EXPECT_EQ(back->local.w, s.local.w);
   EXPECT_EQ(back->local.trained_round, 7u);

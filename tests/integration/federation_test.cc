@@ -7,8 +7,10 @@
 #include <cmath>
 #include <fstream>
 
+#include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
+#include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/protocol.h"
@@ -400,6 +402,44 @@ TEST(Federation, APowerSgdClientKilledAfterARoundKeepsItsWarmStart) {
   job.plan.codec = "powersgd(rank=2)";
   job.plan.local_steps = 5;
   ExpectAKilledClientKeepsItsCodecState(job, "powersgd");
+}
+
+// Two-phase PowerSGD: each round every client sends P against the round's query, the
+// coordinator pushes P^ once both are in, and every client sends Q and its dense tensors
+// as an update that replaces its P: the uplink is exactly those two payloads per client
+// and round, the query is last round's mean Q from round 2 on, and the federation learns.
+TEST(Federation, TwoPhasePowerSgdSendsPThenQAndLearns) {
+  const Job job = ShortJob(3, "powersgd(rank=2,phases=2)", 64 * 1024);
+  const RunResult r = RunFederation("powersgd_two_phase", 2, job);
+  const codecs::ModelLayout layout = core::ModelLayoutOf(job.model).value();
+  const auto t = codecs::PowerSgdTwoPhase::Create(job.plan.codec, layout).value();
+  const uint64_t per_client = t.FrameBytes(codecs::kPowerSgdProjectionSpec, t.projection_floats()) +
+                              t.FrameBytes(codecs::kPowerSgdMessageSpec, t.message_floats());
+  ASSERT_EQ(r.reports.size(), 3u);
+  for (size_t i = 0; i < r.reports.size(); ++i) {
+    const RoundReport& rep = r.reports[i];
+    EXPECT_EQ(rep.participants, 2);
+    EXPECT_EQ(rep.stragglers, 0);
+    EXPECT_FALSE(rep.hit_deadline);
+    EXPECT_EQ(rep.figures.at("powersgd_p_in"), 2.0) << "round " << i + 1;
+    EXPECT_EQ(rep.figures.at("powersgd_warm"), i == 0 ? 0.0 : 1.0) << "round " << i + 1;
+    EXPECT_EQ(rep.uplink_bytes, 2 * per_client) << "round " << i + 1;
+    // Raw: the dense update each client's payloads stand for (4 bytes a coordinate, twice).
+    EXPECT_GT(static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes, 40.0);
+  }
+  EXPECT_EQ(r.coordinator_uplink, r.clients_uplink);
+  EXPECT_GT(r.reports.back().accuracy, 0.6);
+}
+
+// A two-phase PowerSGD client killed after round 1 restarts with its residual (and, for a
+// P in flight, the M it stands for, kept in the residual until Q goes out): the run ends on
+// the clean run's model.
+TEST(Federation, ATwoPhasePowerSgdClientKilledAfterARoundKeepsItsResidual) {
+  Job job;
+  job.rounds = 4;
+  job.plan.codec = "powersgd(rank=2,phases=2)";
+  job.plan.local_steps = 5;
+  ExpectAKilledClientKeepsItsCodecState(job, "powersgd_two_phase");
 }
 
 // GradiVeQ: round 1 goes fp32 and the coordinator fits the bases to its step; rounds 2

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "codecs/crc32c.h"
+#include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "core/atomic_file.h"
 #include "core/model.h"
@@ -42,6 +43,23 @@ std::string Frame(const std::string& spec, size_t dim, float value) {
   return Frames(spec, dim, value)[0];
 }
 
+using EventStream = grpc::ClientReaderWriter<protos::ClientEvent, protos::ServerEvent>;
+
+// Joins as client-0 and reads the first event, which must be the round's start.
+void JoinAsClient0(protos::Coordinator::Stub& stub, grpc::ClientContext* events_ctx,
+                   std::unique_ptr<EventStream>* events, protos::ServerEvent* ev) {
+  grpc::ClientContext ctx;
+  protos::JoinRequest req;
+  req.set_client_id("client-0");
+  req.set_num_samples(10);
+  req.set_protocol_version(kProtocolVersion);
+  protos::JoinReply reply;
+  ASSERT_TRUE(stub.Join(&ctx, req, &reply).ok());
+  *events = stub.Events(events_ctx);
+  ASSERT_TRUE((*events)->Read(ev));
+  ASSERT_TRUE(ev->has_round_start());
+}
+
 TEST(Malformed, EachKindGetsAStatusAndACount) {
   const std::string dir = FreshDir("malformed");
   const std::string certs = MakeCerts(dir, 1);
@@ -54,20 +72,10 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   const size_t dim = core::Model::Create("mlp", 1).value()->dim();
 
   auto stub = protos::Coordinator::NewStub(ClientChannel(certs, "client-0", coord.port()));
-  {
-    grpc::ClientContext ctx;
-    protos::JoinRequest req;
-    req.set_client_id("client-0");
-    req.set_num_samples(10);
-    req.set_protocol_version(kProtocolVersion);
-    protos::JoinReply reply;
-    ASSERT_TRUE(stub->Join(&ctx, req, &reply).ok());
-  }
   grpc::ClientContext events_ctx;
-  auto events = stub->Events(&events_ctx);
+  std::unique_ptr<EventStream> events;
   protos::ServerEvent ev;
-  ASSERT_TRUE(events->Read(&ev));
-  ASSERT_TRUE(ev.has_round_start());
+  ASSERT_NO_FATAL_FAILURE(JoinAsClient0(*stub, &events_ctx, &events, &ev));
   const uint64_t round = ev.round_start().round();
 
   auto upload = [&](const protos::UpdateChunk& c, protos::UploadReceipt* receipt = nullptr) {
@@ -161,14 +169,117 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
   for (size_t i = 0; i < dim; ++i) ASSERT_NEAR(after[i] - before[i], expected[i], 1e-6) << i;
 
   const std::string text = ScrapeMetrics(coord.get().metrics_port());
-  for (const char* reason :
-       {"crc", "wrong_round", "range", "nonfinite", "codec", "bad_chunk_index", "duplicate",
-        "overlap", "oversized"}) {
+  for (const char* reason : {"crc", "wrong_round", "range", "nonfinite", "codec", "bad_chunk_index",
+                             "duplicate", "overlap", "oversized"}) {
     EXPECT_NE(text.find(std::string("fedlgc_rejected_total{reason=\"") + reason + "\"} 1"),
               std::string::npos)
         << reason << "\n"
         << text.substr(0, 3000);
   }
+}
+
+// Two-phase PowerSGD payloads are checked against the open round: a Q before the factor
+// is out, a P made against another query, wrong sizes, non-finite values and frames of
+// another codec are refused; a good P then Q (an update that replaces the P) moves the
+// model by exactly P^ Q^T.
+TEST(Malformed, TwoPhasePowerSgdPayloadsAreCheckedAgainstTheRound) {
+  const std::string dir = FreshDir("malformed_powersgd");
+  const std::string certs = MakeCerts(dir, 1);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.min_clients = 1;
+  o.rounds = 1;
+  o.round_timeout_s = 30;
+  o.plan.codec = "powersgd(rank=2,phases=2)";
+  InProcessCoordinator coord(o);
+  const codecs::ModelLayout layout = core::ModelLayoutOf("mlp").value();
+  const auto t = codecs::PowerSgdTwoPhase::Create(o.plan.codec, layout).value();
+  const size_t dim = layout.dim();
+
+  auto stub = protos::Coordinator::NewStub(ClientChannel(certs, "client-0", coord.port()));
+  grpc::ClientContext events_ctx;
+  std::unique_ptr<EventStream> events;
+  protos::ServerEvent ev;
+  ASSERT_NO_FATAL_FAILURE(JoinAsClient0(*stub, &events_ctx, &events, &ev));
+  const protos::RoundStart start = ev.round_start();
+  ASSERT_EQ(start.fedavg().powersgd().query().size(), 4 * t.query_floats());
+  EXPECT_TRUE(start.fedavg().powersgd().factor().empty());
+  std::vector<float> query(t.query_floats());
+  std::memcpy(query.data(), start.fedavg().powersgd().query().data(), 4 * query.size());
+
+  auto upload = [&](uint64_t update_id, std::string frame) {
+    protos::UpdateChunk c;
+    c.set_client_id("client-0");
+    c.set_round(start.round());
+    c.set_update_id(update_id);
+    c.set_chunk_index(0);
+    c.set_chunk_count(1);
+    c.set_num_samples(10);
+    c.set_frame(std::move(frame));
+    protos::UploadReceipt receipt;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto w = stub->UploadUpdate(&ctx, &receipt);
+    w->Write(c);
+    w->WritesDone();
+    return w->Finish();
+  };
+  auto refused = [](const grpc::Status& st, const std::string& words) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+  };
+  // An update of fp32-sized values in fc1 and fc2 (the compressed matrices) and the biases.
+  std::vector<float> m(dim);
+  for (size_t i = 0; i < dim; ++i) m[i] = 0.001f * static_cast<float>((i * 7919) % 13) - 0.006f;
+  const std::vector<float> p = t.Project(m, query);
+  const uint32_t query_tag = codecs::PowerSgdTwoPhase::Tag(query);
+  // Stale (made against state the round no longer has, as after a coordinator restart):
+  // FAILED_PRECONDITION, which a client takes as "the round moved on".
+  auto stale = [](const grpc::Status& st, const std::string& words) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+    EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+  };
+  stale(upload(42, t.Frame(codecs::kPowerSgdMessageSpec, query_tag,
+                           std::vector<float>(t.message_floats(), 0.0f))),
+        "before the round's factor");
+  stale(upload(42, t.Frame(codecs::kPowerSgdProjectionSpec, query_tag + 1, p)), "moved on");
+  refused(upload(42, t.Frame(codecs::kPowerSgdProjectionSpec, query_tag,
+                             std::span<const float>(p).first(p.size() - 1))),
+          "bytes");
+  std::vector<float> nan = p;
+  nan[3] = std::numeric_limits<float>::quiet_NaN();
+  refused(upload(42, t.Frame(codecs::kPowerSgdProjectionSpec, query_tag, nan)), "is nan");
+  refused(upload(42, Frame("fp32", dim, 0.01f)), "two-phase PowerSGD payloads");
+  ASSERT_TRUE(upload(42, t.Frame(codecs::kPowerSgdProjectionSpec, query_tag, p)).ok());
+  // The factor comes as an event once the only participant's P is in.
+  std::vector<float> factor;
+  while (factor.empty() && events->Read(&ev)) {
+    if (!ev.has_mode() || !ev.mode().has_powersgd_factor()) continue;
+    const std::string& bytes = ev.mode().powersgd_factor().factor();
+    ASSERT_EQ(bytes.size(), 4 * t.projection_floats());
+    factor.resize(t.projection_floats());
+    std::memcpy(factor.data(), bytes.data(), bytes.size());
+  }
+  ASSERT_FALSE(factor.empty());
+  EXPECT_EQ(factor, t.Orthonormalize(p));  // one client: its own P, orthonormalized
+  const std::vector<float> msg = t.Message(m, factor);
+  const uint32_t factor_tag = codecs::PowerSgdTwoPhase::Tag(factor);
+  std::vector<float> inf = msg;
+  inf[5] = std::numeric_limits<float>::infinity();
+  refused(upload(43, t.Frame(codecs::kPowerSgdMessageSpec, factor_tag, inf)), "is inf");
+  stale(upload(43, t.Frame(codecs::kPowerSgdMessageSpec, query_tag, msg)), "moved on");
+  ASSERT_TRUE(upload(43, t.Frame(codecs::kPowerSgdMessageSpec, factor_tag, msg)).ok());
+  ASSERT_TRUE(coord.Wait(std::chrono::seconds(30)));
+  events_ctx.TryCancel();
+  const auto before = core::Model::Create("mlp", 1).value()->GetFlat();
+  const auto after = coord.get().engine().ModelVector();
+  std::vector<float> expected(dim, 0.0f);
+  t.AddRebuilt(factor, msg, 1.0, expected);
+  for (size_t i = 0; i < dim; ++i) ASSERT_NEAR(after[i] - before[i], expected[i], 1e-6) << i;
+  const auto reports = coord.get().reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].uplink_bytes,
+            t.FrameBytes(codecs::kPowerSgdProjectionSpec, t.projection_floats()) +
+                t.FrameBytes(codecs::kPowerSgdMessageSpec, t.message_floats()));
 }
 
 }  // namespace

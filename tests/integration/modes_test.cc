@@ -111,7 +111,8 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   for (const char* mode : {"lsgd", "sgp"}) {
     o.mode = mode;
     for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))", "powersgd(rank=2)",
-                              "gradiveq(dims=4,slice=64)", "randk(ratio=0.01,seed=round)"}) {
+                              "powersgd(rank=2,phases=2)", "gradiveq(dims=4,slice=64)",
+                              "randk(ratio=0.01,seed=round)"}) {
       o.plan.codec = codec;
       const absl::Status st = o.Validate();
       EXPECT_TRUE(absl::IsInvalidArgument(st)) << mode << " " << codec << ": " << st;
@@ -147,6 +148,21 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   o.plan.codec = "ef(gradiveq(dims=4,slice=64))";
   EXPECT_NE(std::string(o.Validate().message()).find("gradiveq(...) itself"), std::string::npos);
   o.plan.warmup_codecs.clear();
+  // Two-phase PowerSGD is the FedAvg driver's round protocol: the job codec itself, not
+  // wrapped, not a warm-up codec, and its Q payload (one chunk) within --chunk-bytes.
+  o.plan.codec = "powersgd(rank=2,phases=2)";
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.plan.codec = "zstd(powersgd(rank=2,phases=2))";
+  EXPECT_NE(std::string(o.Validate().message()).find("unwrapped"), std::string::npos)
+      << o.Validate();
+  o.plan.codec = "fp32";
+  o.plan.warmup_codecs = {"powersgd(rank=2,phases=2)"};
+  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  o.plan.warmup_codecs.clear();
+  o.plan.codec = "powersgd(rank=8,phases=2)";
+  o.plan.max_chunk_bytes = 4096;
+  EXPECT_NE(std::string(o.Validate().message()).find("--chunk-bytes"), std::string::npos)
+      << o.Validate();
   o.model = "no-such-model";
   EXPECT_FALSE(o.Validate().ok());
 }

@@ -1,0 +1,61 @@
+// Two-phase PowerSGD at the edge (codecs/powersgd_two_phase.h): in a round of
+// powersgd(..., phases=2) the client trains, keeps M = update + residual in its residual
+// and sends P = M Q for the round's query; when the round's factor P^ arrives (the
+// PowerSgdFactor event, or RoundStart for a client that reconnects after it went out) it
+// sends Q = M^T P^ and its dense tensors as a new update that replaces the first, and keeps
+// M - P^ Q^T as its residual. Its receipt says whether that counted; what did not goes back
+// into the residual, so nothing the client computed is lost. A client whose RoundStart
+// already carries P^ (it reconnected after the factor went out) skips phase 1; a pending
+// update made against a query or P^ the round no longer has (a restarted coordinator's new
+// ones) goes back into the residual and M goes out again against the current ones.
+#ifndef FEDLGC_MODES_FEDAVG_POWERSGD_CLIENT_H_
+#define FEDLGC_MODES_FEDAVG_POWERSGD_CLIENT_H_
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "codecs/powersgd_two_phase.h"
+#include "edge_client/client_mode.h"
+
+namespace fedlgc::protos {
+class PowerSgdFactor;
+}
+
+namespace fedlgc::modes {
+
+// Not thread-safe: the event loop's (through FedAvgClient).
+class PowerSgdClient {
+ public:
+  // `residual_changed` runs after every change to the state's residual.
+  PowerSgdClient(edge_client::ClientEnv& env, std::function<void()> residual_changed)
+      : env_(env), residual_changed_(std::move(residual_changed)) {}
+
+  // A round of powersgd(..., phases=2); an update of an earlier round is restored first.
+  absl::Status OnRoundStart(const protos::RoundStart& start);
+  absl::Status OnFactor(const protos::PowerSgdFactor& factor);
+  // The receipt of a pending update of this protocol.
+  absl::Status OnReceipt(const protos::RoundReceipt& receipt);
+  // Puts what pending update `p` sent back into the residual (it did not count).
+  absl::Status Restore(const edge_client::PendingUpdate& p);
+
+ private:
+  absl::Status EnsureMath(const std::string& spec);
+  // Phase 1: P against `query` from the residual (which holds M), as the round's update.
+  absl::Status SendProjection(uint64_t round, uint64_t model_version, std::span<const float> query);
+  // Phase 2: the message against `factor` from the residual (which holds M), as the
+  // round's update.
+  absl::Status SendMessage(uint64_t round, uint64_t model_version, std::vector<float> factor);
+
+  edge_client::ClientEnv& env_;
+  const std::function<void()> residual_changed_;
+  std::optional<codecs::PowerSgdTwoPhase> math_;
+  std::string spec_;                  // math_'s, as the round named it
+  edge_client::SystemTime deadline_;  // of the round being run
+};
+
+}  // namespace fedlgc::modes
+
+#endif  // FEDLGC_MODES_FEDAVG_POWERSGD_CLIENT_H_

@@ -154,11 +154,12 @@ absl::Status EdgeClient::Run() {
   while (!transport_->stopped()) {
     if (client_mode_) client_mode_->Settle();  // nothing else uses the transport now
     absl::Status st = Join();
-    // A fresh channel: gRPC's own reconnect schedule for a channel whose connects have
-    // failed can leave it down for up to ~20 s after the coordinator is back (measured
-    // here with gRPC 1.51), however often we retry on it.
+    // A fresh channel, to the next server of --server's list: gRPC's own reconnect
+    // schedule for a channel whose connects have failed can leave it down for up to ~20 s
+    // after the coordinator is back (measured here with gRPC 1.51), however often we retry
+    // on it.
     if (absl::IsUnavailable(st)) {
-      if (absl::Status c = transport_->Connect(); !c.ok()) return c;
+      if (absl::Status c = transport_->FailOver(); !c.ok()) return c;
     }
     if (st.ok() && job_over_) {
       FinishOverJob();

@@ -9,7 +9,9 @@ namespace fedlgc::edge_client {
 
 void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
   CLI::Option_group* link = app.add_option_group("Link", "the coordinator and this client");
-  link->add_option("--server", o->server, "coordinator address host:port");
+  link->add_option("--server", o->server,
+                   "coordinator address host:port, or several separated by commas: the client "
+                   "fails over to the next whenever the one it uses is unreachable");
   link->add_option("--id", o->client_id, "client id (the CN of its certificate under mTLS)");
   link->add_option("--state-dir", o->state_dir,
                    "where the residual, the update in flight and the round log are kept");

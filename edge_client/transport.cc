@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <thread>
 #include <type_traits>
@@ -64,8 +65,25 @@ std::vector<uint64_t> RawBytes(const std::vector<std::string>& frames) {
 
 }  // namespace
 
+namespace {
+
+std::vector<std::string> SplitServers(const std::string& list) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (out.empty()) out.push_back(list);
+  return out;
+}
+
+}  // namespace
+
 Transport::Transport(TransportOptions options, monitoring::Metrics* metrics, StubFactory stubs)
     : options_(std::move(options)),
+      servers_(SplitServers(options_.server)),
       metrics_(metrics),
       stubs_(stubs ? std::move(stubs)
                    : StubFactory([](const std::shared_ptr<grpc::Channel>& channel) {
@@ -100,13 +118,24 @@ absl::Status Transport::Connect() {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(o.backoff_max_s * 1000));
-  channel_ = grpc::CreateCustomChannel(o.server, creds, args);
+  channel_ = grpc::CreateCustomChannel(servers_[current_], creds, args);
   return absl::OkStatus();
+}
+
+absl::Status Transport::FailOver() {
+  if (servers_.size() > 1) {
+    const std::string& from = servers_[current_];
+    current_ = (current_ + 1) % servers_.size();
+    std::fprintf(stderr, "%s: %s unreachable; failing over to %s\n", options_.client_id.c_str(),
+                 from.c_str(), servers_[current_].c_str());
+    if (metrics_ != nullptr) metrics_->AddResume(options_.client_id, "failover");
+  }
+  return Connect();
 }
 
 bool Transport::RefreshChannelIfDown() {
   if (channel_ && channel_->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE) return false;
-  return Connect().ok();
+  return FailOver().ok();
 }
 
 std::shared_ptr<protos::Coordinator::StubInterface> Transport::NewStub() {

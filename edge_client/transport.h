@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -32,6 +33,8 @@ namespace fedlgc::edge_client {
 using SystemTime = std::chrono::system_clock::time_point;
 
 struct TransportOptions {
+  // host:port of the coordinator, or several separated by commas: the transport fails over
+  // to the next one (round robin) whenever the one it uses is unreachable.
   std::string server = "127.0.0.1:50051";
   std::string client_id = "client-0";
   std::string tls_ca, tls_cert, tls_key;
@@ -66,11 +69,17 @@ class Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  // A new channel (credentials from the options' files).
+  // A new channel to the current server (credentials from the options' files).
   absl::Status Connect();
-  // A new channel when the current one is in TRANSIENT_FAILURE (gRPC's own reconnect
+  // The current server is unreachable: a new channel to the next one of the list (the
+  // same one when there is one), counted as fedlgc_stream_resumes_total{stream="failover"}
+  // when it is another.
+  absl::Status FailOver();
+  // FailOver() when the current channel is in TRANSIENT_FAILURE (gRPC's own reconnect
   // schedule can keep it down ~20 s after the coordinator is back); true if replaced.
   bool RefreshChannelIfDown();
+  // The server the transport talks to now.
+  const std::string& server() const { return servers_[current_]; }
   // Cancels the event stream, a join in flight, and every retry loop.
   void Stop();
   bool stopped() const { return stop_; }
@@ -133,6 +142,8 @@ class Transport {
   void NoteRoundTrip(std::chrono::steady_clock::time_point t0);
 
   const TransportOptions options_;
+  const std::vector<std::string> servers_;  // options_.server split at commas
+  size_t current_ = 0;                      // index into servers_
   monitoring::Metrics* const metrics_;
   const StubFactory stubs_;
   std::shared_ptr<grpc::Channel> channel_;

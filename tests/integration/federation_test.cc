@@ -582,6 +582,46 @@ class RawClient {
   std::unique_ptr<protos::Coordinator::Stub> stub_;
 };
 
+// Clients given two addresses (--server a,b) fail over: the coordinator is SIGKILLed once
+// round 1 is committed and restarted from its state dir at the second address; the clients
+// find it there, the job ends with every round committed once, and each client says it
+// failed over.
+TEST(Federation, ClientsFailOverToACoordinatorRestartedAtAnotherAddress) {
+  const int n = 2;
+  const std::string dir = FreshDir("failover");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 3;
+  o.plan.local_steps = 100;
+  o.min_clients = n;
+  const int first_port = FreePort();
+  int second_port = FreePort();
+  while (second_port == first_port) second_port = FreePort();
+  const std::string servers = StrCat("--server=127.0.0.1:", first_port, ",127.0.0.1:", second_port);
+  auto first =
+      std::make_unique<ChildProcess>(CoordinatorArgv(o, first_port), dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, first_port, {servers}));
+  ASSERT_TRUE(WaitForFirstCommit(o.state_dir)) << "round 1 never committed";
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
+  ChildProcess second(CoordinatorArgv(o, second_port), dir + "/coordinator2.log");
+  EXPECT_EQ(second.Wait(seconds(120)), 0) << "the restarted coordinator did not finish";
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+  auto log = ReadRoundLog(o.state_dir + "/rounds.jsonl");
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->size(), 3u);
+  for (size_t i = 0; i < log->size(); ++i) {
+    EXPECT_EQ((*log)[i].round, i + 1);
+    EXPECT_EQ((*log)[i].participants, n) << "round " << i + 1;
+  }
+  for (int i = 0; i < n; ++i) {
+    const std::string text = core::ReadFile(StrCat(dir, "/client-", i, ".log")).value();
+    EXPECT_NE(text.find(StrCat("failing over to 127.0.0.1:", second_port)), std::string::npos)
+        << text;
+  }
+}
+
 TEST(Federation, ClientsWithoutOrWithSomeoneElsesCertificateAreRefused) {
   const std::string dir = FreshDir("identity");
   const std::string certs = MakeCerts(dir, 2);

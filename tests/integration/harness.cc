@@ -254,6 +254,10 @@ std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::strin
                                    "--shard=" + std::to_string(i),
                                    "--num-shards=" + std::to_string(n),
                                    "--backoff-max=0.5"};
+  // An extra --server (a list to fail over through) replaces the one above.
+  for (const std::string& e : extra) {
+    if (e.rfind("--server=", 0) == 0) argv.erase(argv.begin() + 1);
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   return std::make_unique<ChildProcess>(argv, dir + "/" + c.client_id + ".log");
 }

@@ -1,6 +1,7 @@
 // Two-phase PowerSGD rounds at the coordinator (see powersgd_rounds.h).
 #include "modes/fedavg/powersgd_rounds.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -159,6 +160,47 @@ std::vector<float> PowerSgdRounds::Factor(const coordinator::PayloadCollector& p
   return math_.Orthonormalize(mean);
 }
 
+absl::Status PowerSgdRounds::CommitSummed(coordinator::RoundHost& host,
+                                          const std::vector<Message>& messages,
+                                          std::span<const float> factor,
+                                          const coordinator::ServerOptimizer& optimizer,
+                                          const coordinator::AggregatorOptions& robust,
+                                          coordinator::CommitResult* commit, RoundReport* report,
+                                          std::set<std::string>* counted) const {
+  coordinator::RoundEngine& engine = host.engine();
+  std::vector<std::span<const float>> values;
+  std::vector<double> weights, norms;
+  for (const Message& m : messages) {
+    values.push_back(m.values);
+    weights.push_back(m.weight);
+    norms.push_back(coordinator::L2Norm(m.values));
+    report->per_client["update_norm"][m.client] = norms.back();
+  }
+  const double bound = robust.clip * coordinator::LowerMedian(norms);
+  report->figures["clip_bound"] = bound;
+  report->figures["clipped"] = static_cast<double>(std::count_if(
+      norms.begin(), norms.end(), [&](double n) { return robust.clip > 0 && n > bound; }));
+  report->figures["summed_code_floats"] = static_cast<double>(math_.message_floats());
+  const std::vector<float> mean = ClippedMean(values, weights, robust.clip);
+  std::vector<float> delta(engine.dim(), 0.0f);
+  if (!mean.empty()) math_.AddRebuilt(factor, mean, 1.0, delta);
+  // A sum cannot leave one client out: the guard judges the round as it is.
+  auto choice = coordinator::ChooseUnderGuard(
+      host, {}, 0, [&](const std::set<std::string>&) { return engine.Preview(delta, optimizer); },
+      report);
+  if (!choice.ok()) return choice.status();
+  absl::StatusOr<coordinator::CommitResult> committed;
+  if (choice->model.empty()) {
+    committed = engine.CommitModel(engine.ModelVector(), {});
+  } else {
+    for (const Message& m : messages) counted->insert(m.client);
+    committed = engine.CommitDelta(delta, optimizer, counted);
+  }
+  if (!committed.ok()) return committed.status();
+  *commit = *std::move(committed);
+  return absl::OkStatus();
+}
+
 absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
                                       const std::vector<std::string>& participants,
                                       coordinator::Clock::time_point deadline,
@@ -220,13 +262,6 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
     factor = open_.factor;
     tag = open_.factor_tag;
   }
-  // Each client's message, and the update it stands for when the aggregator needs it.
-  struct Message {
-    std::string client;
-    double weight = 0;
-    std::vector<float> values;
-    std::vector<float> rebuilt;  // buffered aggregators other than the mean
-  };
   std::vector<Message> messages;
   if (!factor.empty()) {
     for (auto& [client, p] : payloads->Payloads()) {
@@ -239,28 +274,35 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
       messages.push_back({client, p.weight, *std::move(v), {}});
     }
   }
-  const bool compact = robust.takes_partial();  // the means take compact contributions
-  const std::vector<coordinator::Range> whole = {{0, engine.dim()}};
-  std::vector<coordinator::Contribution> all;
-  for (Message& m : messages) {
-    coordinator::Contribution c{m.client, m.weight, {}, whole, true};
-    if (compact) {
-      c.fill = [this, &factor, &m](std::span<float> dense) {
-        std::fill(dense.begin(), dense.end(), 0.0f);
-        math_.AddRebuilt(factor, m.values, 1.0, dense);
-        return absl::OkStatus();
-      };
-      c.norm = coordinator::L2Norm(m.values);
-    } else {
-      m.rebuilt.assign(engine.dim(), 0.0f);
-      math_.AddRebuilt(factor, m.values, 1.0, m.rebuilt);
-      c.values = m.rebuilt;
-    }
-    all.push_back(std::move(c));
-  }
   std::set<std::string> counted;
-  if (absl::Status st = AggregateAndCommit(host, all, optimizer, robust, commit, report, &counted);
-      !st.ok()) {
+  if (robust.buffered()) {
+    const bool compact = robust.takes_partial();  // the means take compact contributions
+    const std::vector<coordinator::Range> whole = {{0, engine.dim()}};
+    std::vector<coordinator::Contribution> all;
+    for (Message& m : messages) {
+      coordinator::Contribution c{m.client, m.weight, {}, whole, true};
+      if (compact) {
+        c.fill = [this, &factor, &m](std::span<float> dense) {
+          std::fill(dense.begin(), dense.end(), 0.0f);
+          math_.AddRebuilt(factor, m.values, 1.0, dense);
+          return absl::OkStatus();
+        };
+        c.norm = coordinator::L2Norm(m.values);
+      } else {
+        m.rebuilt.assign(engine.dim(), 0.0f);
+        math_.AddRebuilt(factor, m.values, 1.0, m.rebuilt);
+        c.values = m.rebuilt;
+      }
+      all.push_back(std::move(c));
+    }
+    if (absl::Status st =
+            AggregateAndCommit(host, all, optimizer, robust, commit, report, &counted);
+        !st.ok()) {
+      return st;
+    }
+  } else if (absl::Status st =
+                 CommitSummed(host, messages, factor, optimizer, robust, commit, report, &counted);
+             !st.ok()) {
     return st;
   }
   // The next query: the counted clients' mean Q, clipped as the P's were.

@@ -8,7 +8,9 @@
 //      carries it from then on, for clients that reconnect);
 //   3. waits for every participant's Q (a payload that replaces its P) or the deadline;
 //   4. aggregates the clients' P^ Q_i^T with the job's aggregator under the model guard
-//      (AggregateAndCommit: a message's norm is its update's, P^ being orthonormal);
+//      (AggregateAndCommit: a message's norm is its update's, P^ being orthonormal); with
+//      --aggregator streaming the messages are summed and rebuilt once (report figure
+//      "summed_code_floats");
 //   5. keeps the weighted mean Q of the counted clients as the next round's query (warm
 //      start; after a round that counted nothing, the query before), saved beside the
 //      checkpoint so a restarted coordinator continues it.
@@ -21,6 +23,8 @@
 #define FEDLGC_MODES_FEDAVG_POWERSGD_ROUNDS_H_
 
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,7 +63,24 @@ class PowerSgdRounds {
  private:
   PowerSgdRounds(codecs::PowerSgdTwoPhase math, std::string state_dir)
       : math_(std::move(math)), state_dir_(std::move(state_dir)) {}
+  // Each client's Q message, and the update it stands for when an aggregator needs it.
+  struct Message {
+    std::string client;
+    double weight = 0;
+    std::vector<float> values;
+    std::vector<float> rebuilt;  // buffered aggregators other than the means
+  };
+
   absl::Status Load(uint64_t round);
+  // The streaming aggregator: the messages' clipped weighted mean, rebuilt once (they add
+  // up under the shared P^), committed under the model guard as a whole. `counted`: the
+  // clients it counted.
+  absl::Status CommitSummed(coordinator::RoundHost& host, const std::vector<Message>& messages,
+                            std::span<const float> factor,
+                            const coordinator::ServerOptimizer& optimizer,
+                            const coordinator::AggregatorOptions& robust,
+                            coordinator::CommitResult* commit, RoundReport* report,
+                            std::set<std::string>* counted) const;
   // Checks a payload of `round` against the open round (PayloadCollector's validator):
   // one made against another query or P^ than the round's now, or for a round that closed,
   // is stale (FAILED_PRECONDITION: the client's RoundStart or factor event brings the

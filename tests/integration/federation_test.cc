@@ -431,6 +431,29 @@ TEST(Federation, TwoPhasePowerSgdSendsPThenQAndLearns) {
   EXPECT_GT(r.reports.back().accuracy, 0.6);
 }
 
+// Two-phase PowerSGD's messages add up under the round's shared P^: the streaming
+// aggregator sums them and rebuilds once (message floats, not the dimension), and ends on
+// the model of the mean aggregator, which rebuilds each client's update.
+TEST(Federation, TwoPhasePowerSgdSumsMessagesLikeRebuildingEachUpdate) {
+  Job job = ShortJob(3, "powersgd(rank=2,phases=2)", 64 * 1024);
+  job.aggregator = "streaming";
+  const RunResult summed = RunFederation("powersgd_two_phase_summed", 2, job);
+  job.aggregator = "mean";
+  const RunResult rebuilt = RunFederation("powersgd_two_phase_rebuilt", 2, job);
+  const codecs::ModelLayout layout = core::ModelLayoutOf(job.model).value();
+  const auto t = codecs::PowerSgdTwoPhase::Create(job.plan.codec, layout).value();
+  ASSERT_EQ(summed.reports.size(), 3u);
+  ASSERT_EQ(rebuilt.reports.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(summed.reports[i].figures.at("summed_code_floats"),
+              static_cast<double>(t.message_floats()));
+    EXPECT_EQ(rebuilt.reports[i].figures.count("summed_code_floats"), 0u);
+    EXPECT_EQ(summed.reports[i].uplink_bytes, rebuilt.reports[i].uplink_bytes);
+  }
+  const auto [worst, share] = Compare(summed.model, rebuilt.model);
+  EXPECT_LT(worst, 1e-5);
+}
+
 // A two-phase PowerSGD client killed after round 1 restarts with its residual (and, for a
 // P in flight, the M it stands for, kept in the residual until Q goes out): the run ends on
 // the clean run's model.

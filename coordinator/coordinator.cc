@@ -13,6 +13,7 @@
 #include "coordinator/service.h"
 #include "core/atomic_file.h"
 #include "core/dataset.h"
+#include "core/failpoint.h"
 #include "core/model.h"
 #include "monitoring/metrics.h"
 
@@ -90,7 +91,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
   c->metrics_->SetMaxClientSeries(o.max_client_series);
-  JobInfo job{StrCat("fedlgc-", o.model), o.model, dim, o.rounds};
+  JobInfo job{o.JobId(), o.model, dim, o.rounds};
+  c->metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;
   so.max_message_bytes = o.max_message_bytes;
@@ -175,6 +177,7 @@ void Coordinator::WakeUp() {
 
 void Coordinator::Stop() {
   stop_ = true;
+  if (source_ != nullptr) source_->Stop();
   WakeUp();
 }
 
@@ -184,20 +187,75 @@ std::vector<RoundReport> Coordinator::reports() const {
 }
 
 absl::Status Coordinator::Run() {
+  if (source_ != nullptr) return RunForParent();
   while (!stop_ && engine_->current_round() <= options_.rounds) {
     if (absl::Status st = RunRound(); !st.ok()) return st;
   }
-  if (!stop_) {
-    progress_->Done();
-    WriteProgress(/*force=*/true);
-    service_->BroadcastDone(options_.rounds, static_cast<float>(last_accuracy_));
-    metrics_->SetJobFinished(true);
-    // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
-    // the job finished, before the process exits.
-    const double wait_s = std::max(0.5, options_.linger_s);
-    const absl::Time until = absl::Now() + absl::Seconds(wait_s);
-    absl::MutexLock lock(&mu_);
-    while (!stop_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+  if (!stop_) FinishJob(options_.rounds);
+  return absl::OkStatus();
+}
+
+void Coordinator::FinishJob(uint64_t rounds) {
+  progress_->Done();
+  WriteProgress(/*force=*/true);
+  service_->BroadcastDone(rounds, static_cast<float>(last_accuracy_));
+  metrics_->SetJobFinished(true);
+  // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
+  // the job finished, before the process exits.
+  const double wait_s = std::max(0.5, options_.linger_s);
+  const absl::Time until = absl::Now() + absl::Seconds(wait_s);
+  absl::MutexLock lock(&mu_);
+  while (!stop_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+}
+
+absl::Status Coordinator::RunForParent() {
+  while (!stop_) {
+    auto order = source_->Next();
+    if (!order.ok()) return order.status();
+    if (!order->has_value()) break;
+    if (absl::Status st = RunOrder(**std::move(order)); !st.ok()) {
+      source_->Finish(st);
+      return st;
+    }
+  }
+  if (!stop_) FinishJob(engine_->current_round() - 1);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::RunOrder(RoundOrder order) {
+  service_->SetTotalRounds(order.total_rounds);
+  engine_->UseTraining(order.training);
+  if (absl::Status st = engine_->Rebase(order.round, std::move(order.model)); !st.ok()) {
+    source_->Finish(st);
+    return absl::OkStatus();
+  }
+  if (downlinks_ != nullptr) {
+    auto global =
+        downlinks_->At("", engine_->model()->version, [this] { return engine_->ModelVector(); });
+    if (!global.ok()) return global.status();
+  }
+  const auto deadline = std::min(
+      order.deadline, Clock::now() + std::chrono::milliseconds(
+                                         static_cast<int64_t>(options_.round_timeout_s * 1000)));
+  const std::vector<std::string> participants = WaitForParticipants(deadline);
+  if (stop_) {
+    source_->Finish(absl::CancelledError("the aggregator is stopping"));
+    return absl::OkStatus();
+  }
+  if (participants.empty()) {
+    source_->Finish(absl::NotFoundError(
+        StrCat("round ", order.round, ": too few clients connected before its deadline")));
+    return absl::OkStatus();
+  }
+  CommitResult commit;
+  if (absl::Status st = DriveRound(participants, deadline, &commit); !st.ok()) return st;
+  if (stop_) {
+    source_->Finish(absl::CancelledError("the aggregator is stopping"));
+  } else if (commit.participants == 0) {
+    source_->Finish(absl::NotFoundError(
+        StrCat("round ", order.round, ": no update of this aggregator's clients counted")));
+  } else {
+    source_->Finish(engine_->ModelVector());
   }
   return absl::OkStatus();
 }
@@ -208,12 +266,13 @@ size_t Coordinator::MinParticipants() const {
   return n;
 }
 
-std::vector<std::string> Coordinator::WaitForParticipants() {
+std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::time_point> until) {
   const CoordinatorOptions& o = options_;
   std::vector<std::string> connected;
   while (!stop_) {
     connected = service_->Connected();
     if (connected.size() >= o.min_clients) break;
+    if (until && Clock::now() >= *until) return {};
     progress_->Waiting(connected.size(), o.min_clients);
     WriteProgress();
     absl::MutexLock lock(&mu_);
@@ -240,17 +299,22 @@ absl::Status Coordinator::RunRound() {
   if (stop_) return absl::OkStatus();
   const auto deadline = Clock::now() + std::chrono::milliseconds(
                                            static_cast<int64_t>(options_.round_timeout_s * 1000));
+  CommitResult commit;
+  return DriveRound(participants, deadline, &commit);
+}
+
+absl::Status Coordinator::DriveRound(const std::vector<std::string>& participants,
+                                     Clock::time_point deadline, CommitResult* commit) {
   service_->traffic().uplink_wire = 0;
   service_->traffic().uplink_raw = 0;
   service_->traffic().downlink = 0;
   service_->traffic().downlink_raw = 0;
   progress_->StartRound(engine_->current_round(), participants);
   WriteProgress(/*force=*/true);
-  CommitResult commit;
   RoundReport rep;
-  absl::Status st = driver_->RunRound(*this, participants, deadline, &commit, &rep);
+  absl::Status st = driver_->RunRound(*this, participants, deadline, commit, &rep);
   if (!st.ok() || stop_) return st;
-  return FinishRound(commit, std::move(rep));
+  return FinishRound(*commit, std::move(rep));
 }
 
 absl::Status Coordinator::StartRound(const std::vector<std::string>& participants,
@@ -366,17 +430,23 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
     rep.per_client["client_downlink_bytes"][client] = static_cast<double>(bytes.second);
   }
   if (absl::Status st = Evaluate(commit.round, &rep); !st.ok()) return st;
+  if (source_ != nullptr) rep.labels["tier"] = "aggregator";
   // The next round's downloads: the delta to this version, saved before the checkpoint
-  // that names it.
-  if (downlinks_ != nullptr) {
+  // that names it. An aggregator's clients never download what it commits: its next
+  // round starts from its parent's model.
+  if (downlinks_ != nullptr && source_ == nullptr) {
     auto global =
         downlinks_->At("", engine_->model()->version, [this] { return engine_->ModelVector(); });
     if (!global.ok()) return global.status();
   }
   // The driver's state of this round goes first: a restart loads the one of the checkpoint.
   if (absl::Status st = driver_->Save(commit.round); !st.ok()) return st;
+  if (source_ != nullptr && commit.participants > 0) {
+    if (absl::Status st = source_->Keep(commit.round, engine_->ModelVector()); !st.ok()) return st;
+  }
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;
+  core::Failpoint("after-checkpoint", commit.round);
   PublishRoundMetrics(commit, rep);
   // Receipts become visible only now that the checkpoint holding them is on disk: a
   // client must never learn that a chunk counted in a round a crash could still undo.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -22,6 +23,7 @@
 #include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/round_source.h"
 #include "core/round_report.h"
 
 namespace grpc {
@@ -52,9 +54,15 @@ class Coordinator final : private RoundHost {
   absl::Status Start();
   int port() const { return port_; }
   int metrics_port() const;
-  // Drives rounds until `rounds` have committed or Stop() is called.
+  // An aggregator's rounds (--parent): set before Run, which then runs a round for each
+  // order of `source` (which must outlive the coordinator) instead of its own --rounds.
+  void SetRoundSource(RoundSource* source) { source_ = source; }
+  // Drives rounds until `rounds` have committed (an aggregator: until its source says the
+  // job is over) or Stop() is called.
   absl::Status Run();
   void Stop();
+  // Clients with an open event stream.
+  std::vector<std::string> ConnectedClients() const { return Connected(); }
 
   RoundEngine& engine() override { return *engine_; }
   monitoring::Metrics& metrics() override { return *metrics_; }
@@ -66,11 +74,23 @@ class Coordinator final : private RoundHost {
  private:
   explicit Coordinator(CoordinatorOptions options);
   absl::Status RunRound();
+  // Runs the driver's round over `participants` and finishes it (FinishRound).
+  absl::Status DriveRound(const std::vector<std::string>& participants, Clock::time_point deadline,
+                          CommitResult* commit);
+  // An aggregator's round: the order's model and round number, then a round as RunRound,
+  // whose outcome goes back to the source.
+  absl::Status RunOrder(RoundOrder order);
+  // The rounds of `source_` until it says the job is over.
+  absl::Status RunForParent();
+  // Tells everyone the job (of `rounds`) is over and lingers (--linger).
+  void FinishJob(uint64_t rounds);
   // The round's participants: a seeded sample of the connected clients, once a quorum
   // is connected (empty when stopped).
   // The fewest clients a round asks when enough are connected (coordinator.cc).
   size_t MinParticipants() const;
-  std::vector<std::string> WaitForParticipants();
+  // An aggregator waits only until `until` (an empty list when it passes).
+  std::vector<std::string> WaitForParticipants(
+      std::optional<Clock::time_point> until = std::nullopt);
   // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
   absl::Status FinishRound(const CommitResult& commit, RoundReport rep);
   void PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep);
@@ -98,6 +118,7 @@ class Coordinator final : private RoundHost {
   CoordinatorOptions options_;
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<RoundDriver> driver_;
+  RoundSource* source_ = nullptr;  // an aggregator's parent; null at the root
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<Downlinks> downlinks_;  // null: models go down as float32
   std::unique_ptr<Progress> progress_;    // <state_dir>/progress.json

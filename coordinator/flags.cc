@@ -126,6 +126,30 @@ void AddServiceFlags(CLI::App& app, CoordinatorOptions* o) {
                 "compression ratio the job should reach; exported for alerting (0: none)");
 }
 
+void AddParentFlags(CLI::App& app, CoordinatorOptions* o) {
+  CLI::Option_group* g = app.add_option_group(
+      "Aggregator", "a coordinator that is a client of its parent (docs/scale.md)");
+  g->add_option("--parent", o->parent,
+                "the parent coordinator's address (a comma-separated list is tried in turn): "
+                "run each of its rounds with this coordinator's clients and send one merged "
+                "update up; empty: this is the root");
+  g->add_option("--parent-id", o->parent_id,
+                "this coordinator's client id at its parent (the CN of --parent-tls-cert)");
+  g->add_option("--parent-tls-ca", o->parent_tls_ca,
+                "CA of the parent's certificate (default: --tls-ca)");
+  g->add_option("--parent-tls-cert", o->parent_tls_cert,
+                "this coordinator's client certificate at its parent");
+  g->add_option("--parent-tls-key", o->parent_tls_key, "its key");
+  g->add_option("--parent-tls-server-name", o->parent_tls_server_name,
+                "name in the parent's certificate");
+  g->add_option("--parent-metrics-listen", o->parent_metrics_listen,
+                "Prometheus exposer of the upstream client (what this aggregator sends up); "
+                "empty: none");
+  g->add_option("--parent-reserve", o->parent_reserve,
+                "share of the time left in the parent's round kept for sending the merged "
+                "update up (the rest is this aggregator's own round)");
+}
+
 void AddEvalFlags(CLI::App& app, CoordinatorOptions* o) {
   CLI::Option_group* g = app.add_option_group("Evaluation", "of the global model");
   g->add_option("--eval-every", o->eval_every, "evaluate every N rounds (0 = never)");
@@ -142,6 +166,7 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o) {
   AddServiceFlags(app, o);
   AddGuardFlags(app, o);
   AddEvalFlags(app, o);
+  AddParentFlags(app, o);
 }
 
 }  // namespace fedlgc::coordinator

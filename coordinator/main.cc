@@ -8,6 +8,7 @@
 #include "core/cli.h"
 #include "core/signals.h"
 #include "modes/drivers.h"
+#include "tier/tier.h"
 
 namespace {
 int Fail(const absl::Status& st) {
@@ -31,11 +32,26 @@ int main(int argc, char** argv) {
   fedlgc::core::InitProcess();
   auto mode = o.JobMode();
   if (!mode.ok()) return Fail(mode.status());
+  if (o.has_parent() && !(mo.fedavg == fedlgc::modes::FedAvgOptions())) {
+    // The parent applies its server optimizer once, to the merged update.
+    return Fail(absl::InvalidArgumentError(
+        "--parent: the server learning rate and momentum are the parent's; leave them at "
+        "their defaults here"));
+  }
   auto c = coord::Coordinator::Create(o, [&](const coord::DriverEnv& env) {
     return fedlgc::modes::MakeRoundDriver(*mode, mo, env);
   });
   if (!c.ok()) return Fail(c.status());
+  std::unique_ptr<fedlgc::tier::Tier> tier;
+  if (o.has_parent()) {
+    auto made = fedlgc::tier::Tier::Create(fedlgc::tier::UpstreamOptions(o), c->get(), o.state_dir,
+                                           o.min_clients, o.parent_reserve);
+    if (!made.ok()) return Fail(made.status());
+    tier = *std::move(made);
+    (*c)->SetRoundSource(tier.get());
+  }
   if (auto st = (*c)->Start(); !st.ok()) return Fail(st);
+  if (tier) tier->Start();
   std::fprintf(stderr, "fedlgc-coordinator: %s job, listening on port %d, metrics on %d\n",
                std::string(fedlgc::ModeName(*mode)).c_str(), (*c)->port(), (*c)->metrics_port());
   if (!port_file.empty()) {
@@ -47,6 +63,12 @@ int main(int argc, char** argv) {
   {
     fedlgc::core::StopOnSignals stop([coordinator = c->get()] { coordinator->Stop(); });
     st = (*c)->Run();
+  }
+  if (tier) {
+    // The upstream client goes first: it reads the coordinator until it has stopped.
+    tier->Stop();
+    tier.reset();
+    (*c)->SetRoundSource(nullptr);
   }
   if (!st.ok()) return Fail(st);
   return 0;

@@ -159,7 +159,39 @@ absl::Status CoordinatorOptions::Validate() const {
   if (!(ratio_target >= 0)) return absl::InvalidArgumentError("--ratio-target must be >= 0");
   if (!(linger_s >= 0)) return absl::InvalidArgumentError("--linger must be >= 0");
   if (torch_threads < 1) return absl::InvalidArgumentError("--torch-threads must be >= 1");
+  return ValidateParent(*job_mode);
+}
+
+absl::Status CoordinatorOptions::ValidateParent(Mode job_mode) const {
+  if (!has_parent()) return absl::OkStatus();
+  if (job_mode != Mode::kFedAvg) {
+    return absl::InvalidArgumentError(
+        StrCat("--parent: an aggregator merges FedAvg updates; this job runs --mode ",
+               ModeName(job_mode)));
+  }
+  if (codecs::NamesTwoPhasePowerSgd(plan.codec)) {
+    return absl::InvalidArgumentError(
+        "--parent: powersgd(..., phases=2) needs every client in one round; use it at the root "
+        "or the one-phase powersgd(...)");
+  }
+  if (parent_id.empty() || parent_id.size() > 64) {
+    return absl::InvalidArgumentError("--parent needs --parent-id, 1-64 characters");
+  }
+  if (!insecure && (parent_tls_cert.empty() || parent_tls_key.empty())) {
+    return absl::InvalidArgumentError(
+        "--parent needs --parent-tls-cert and --parent-tls-key: this coordinator's client "
+        "certificate at its parent (or --insecure)");
+  }
+  if (!(parent_reserve > 0 && parent_reserve < 1)) {
+    return absl::InvalidArgumentError("--parent-reserve must be in (0, 1)");
+  }
   return absl::OkStatus();
+}
+
+std::string CoordinatorOptions::JobId() const {
+  std::string id = StrCat("fedlgc-", model);
+  if (has_parent()) StrAppend(&id, "@", parent_id);
+  return id;
 }
 
 absl::StatusOr<AggregatorOptions> CoordinatorOptions::Robust() const {
@@ -192,6 +224,8 @@ std::string CoordinatorOptions::JobKey(uint64_t dim, const codecs::ModelLayout* 
     auto w = codecs::MakeCodec(spec, layout);
     StrAppend(&key, "/warmup:", w.ok() ? (*w)->wire_spec() : spec);
   }
+  // An aggregator's checkpoint is not a root's, nor another aggregator's.
+  if (has_parent()) StrAppend(&key, "/parent-id:", parent_id);
   return key;
 }
 

@@ -57,14 +57,36 @@ struct CoordinatorOptions {
   uint32_t max_streams_per_connection = 64;
   uint64_t seed = 1;  // participant sampling and the clients' round seeds
   int torch_threads = 1;
+  // An aggregator (docs/scale.md): a coordinator that is an edge client of its parent.
+  // Each round its parent opens for it, it runs one with its own clients from the
+  // parent's model and sends the merged update up through the parent's codec, with error
+  // feedback of its own. `parent`: the parent's addresses, tried in turn
+  // ("host:port[,host:port...]"); empty: a root. Its identity there, its client
+  // certificate (mTLS; the CA is --tls-ca unless --parent-tls-ca), the name in the
+  // parent's certificate, the upstream client's metrics exposer, and the share of the
+  // parent's round time kept for the upload up.
+  std::string parent;
+  std::string parent_id;
+  std::string parent_tls_ca, parent_tls_cert, parent_tls_key;
+  std::string parent_tls_server_name = "localhost";
+  std::string parent_metrics_listen;
+  double parent_reserve = 0.25;
+
+  bool has_parent() const { return !parent.empty(); }
 
   absl::Status Validate() const;
+  // The --parent options, for a job of `job_mode`.
+  absl::Status ValidateParent(Mode job_mode) const;
   // The job's mode: `mode`, or kLgc when the codec is lgc(...).
   absl::StatusOr<Mode> JobMode() const;
   // Identifies the job in checkpoints: changing any of these makes a new job.
   // `layout`: the model's (per-tensor codecs name it in their spec); null only for jobs
   // whose codecs need none.
   std::string JobKey(uint64_t dim, const codecs::ModelLayout* layout) const;
+  // The job id clients see in Join: "fedlgc-<model>", and for an aggregator
+  // "fedlgc-<model>@<parent id>", so that a client that fails over between tiers knows
+  // it talks to another coordinator.
+  std::string JobId() const;
   // --aggregator and --clip-multiplier, checked against the job's mode.
   absl::StatusOr<AggregatorOptions> Robust() const;
 };

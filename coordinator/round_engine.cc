@@ -127,6 +127,7 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   r->weights = CappedWeights(samples, options_.max_client_weight);
   r->opened = Clock::now();
   r->deadline = deadline;
+  r->training = training_override_.value_or(options_.plan.training());
   if (codec_override_.empty()) {
     r->codec = options_.plan.CodecFor(r->number);
     r->decoder = DecoderFor(r->number);
@@ -143,6 +144,37 @@ void RoundEngine::UseCodec(std::string spec, std::shared_ptr<const codecs::Codec
   absl::MutexLock lock(&mu_);
   codec_override_ = std::move(spec);
   decoder_override_ = codec_override_.empty() ? nullptr : std::move(decoder);
+}
+
+void RoundEngine::UseTraining(std::optional<LocalTraining> training) {
+  absl::MutexLock lock(&mu_);
+  training_override_ = training;
+}
+
+absl::Status RoundEngine::Rebase(uint64_t round, std::vector<float> model) {
+  absl::MutexLock lock(&mu_);
+  if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
+  if (round < state_.next_round) {
+    return absl::FailedPreconditionError(
+        StrCat("round ", round, " is behind this coordinator's next round, ", state_.next_round));
+  }
+  if (model.size() != dim_) {
+    return absl::InvalidArgumentError(
+        StrCat("a model of ", model.size(), " values for a job of ", dim_));
+  }
+  state_.next_round = round;
+  state_.model = std::move(model);
+  state_.model_version += 1;
+  std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
+  PublishModelLocked();
+  return absl::OkStatus();
+}
+
+uint64_t RoundEngine::RegisteredSamples() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t total = 0;
+  for (const auto& [client, samples] : state_.clients) total += samples;
+  return total;
 }
 
 uint64_t RoundEngine::SharedSeed(uint64_t round) const {
@@ -178,6 +210,7 @@ std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id)
   info.seed = seed_of(round_->number);
   info.next_seed = seed_of(round_->number + 1);
   info.codec = round_->codec;
+  info.training = round_->training;
   return info;
 }
 

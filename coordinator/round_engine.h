@@ -29,6 +29,14 @@ namespace fedlgc::coordinator {
 
 using Clock = std::chrono::steady_clock;
 
+// How a client trains in a round.
+struct LocalTraining {
+  uint32_t local_epochs = 1;
+  uint32_t local_steps = 0;  // when > 0, overrides epochs
+  float lr = 0.05f;
+  uint32_t batch_size = 32;
+};
+
 // What a client is asked to do in a round.
 struct RoundPlan {
   std::string codec = "fp32";  // the job's codec spec (the client wraps it in ef())
@@ -43,6 +51,7 @@ struct RoundPlan {
   // The order in which a client's chunks leave: index, layer or magnitude (P3).
   std::string upload_order = "index";
 
+  LocalTraining training() const { return {local_epochs, local_steps, lr, batch_size}; }
   const std::string& CodecFor(uint64_t round) const {
     return round >= 1 && round - 1 < warmup_codecs.size() ? warmup_codecs[round - 1] : codec;
   }
@@ -135,6 +144,7 @@ struct RoundInfo {
   uint64_t seed = 0;
   uint64_t next_seed = 0;  // the client's seed of the next round (SGP overlap)
   std::string codec;       // the round's codec spec
+  LocalTraining training;  // the plan's, or what UseTraining set
 };
 
 // The weights of clients with these sample counts (0: unknown, weight 0) when none may
@@ -168,6 +178,17 @@ class RoundEngine {
   // instead of the plan's codec for the round (GradiVeQ: the spec names the basis in
   // force); an empty spec goes back to the plan's. Metric labels keep the plan's spec.
   void UseCodec(std::string spec, std::shared_ptr<const codecs::Codec> decoder);
+  // Rounds opened from now on ask their participants to train with `training` instead of
+  // the plan's (an aggregator passes its parent's on); nullopt: the plan's again.
+  void UseTraining(std::optional<LocalTraining> training);
+  // An aggregator's next round (docs/scale.md): the model becomes `model`, its parent's,
+  // under a new version, and the next round opened takes the number `round`, its
+  // parent's, so that a round has one number (and one client seed) at every tier.
+  // FAILED_PRECONDITION while a round is open or for a round below the next one;
+  // INVALID_ARGUMENT for a model of another size. Server momentum starts afresh.
+  absl::Status Rebase(uint64_t round, std::vector<float> model);
+  // The sample counts of the clients registered (Join), added up.
+  uint64_t RegisteredSamples() const;
   // The seed every client of `round` shares (randk(seed=round)), in [1, 2^52): from the
   // job's seed and the round, the same on every restart.
   uint64_t SharedSeed(uint64_t round) const;
@@ -228,6 +249,7 @@ class RoundEngine {
     std::string codec;                                 // the spec participants are sent
     const codecs::Codec* decoder = nullptr;            // of that spec
     std::shared_ptr<const codecs::Codec> decoder_ref;  // owns it when UseCodec chose it
+    LocalTraining training;
   };
 
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -263,6 +285,7 @@ class RoundEngine {
   // (randk(seed=round) makes one per round).
   std::string codec_override_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const codecs::Codec> decoder_override_ ABSL_GUARDED_BY(mu_);
+  std::optional<LocalTraining> training_override_ ABSL_GUARDED_BY(mu_);
   EngineState state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);

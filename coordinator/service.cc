@@ -33,6 +33,7 @@ CoordinatorService::CoordinatorService(RoundEngine* engine, RoundDriver* driver,
       driver_(driver),
       metrics_(metrics),
       job_(std::move(job)),
+      total_rounds_(job_.total_rounds),
       options_(std::move(options)),
       calls_(
           options_.streams, options_.watchdog,
@@ -137,7 +138,7 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   reply->set_model(job_.model);
   reply->set_dim(job_.dim);
   reply->set_current_round(engine_->current_round());
-  reply->set_total_rounds(job_.total_rounds);
+  reply->set_total_rounds(total_rounds_);
   reply->set_mode(std::string(ModeName(driver_->mode())));
   reply->set_protocol_version(kProtocolVersion);
   if (downlinks_ != nullptr) reply->set_downlink_codec(downlinks_->codec());
@@ -217,10 +218,10 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   s->set_round(info->round);
   s->set_model_version(info->model_version);
   s->set_codec(info->codec);
-  s->set_local_epochs(plan.local_epochs);
-  s->set_local_steps(plan.local_steps);
-  s->set_lr(plan.lr);
-  s->set_batch_size(plan.batch_size);
+  s->set_local_epochs(info->training.local_epochs);
+  s->set_local_steps(info->training.local_steps);
+  s->set_lr(info->training.lr);
+  s->set_batch_size(info->training.batch_size);
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
   s->set_upload_order(plan.upload_order);
   driver_->DecorateRoundStart(client, s);

@@ -92,6 +92,9 @@ class CoordinatorService final : public RawCoordinatorService {
   // Sends the open round's start to a participant; false if it has no event stream.
   bool SendRoundStart(const std::string& client);
   bool Push(const std::string& client, const protos::ServerEvent& event);
+  // The job's rounds as Join tells clients (an aggregator learns its parent's after it
+  // joins).
+  void SetTotalRounds(uint32_t rounds) { total_rounds_ = rounds; }
   // Sends JobDone to everyone connected, and to everyone who connects later.
   void BroadcastDone(uint64_t rounds, float accuracy);
   static protos::ServerEvent ReceiptEvent(const Receipt& receipt);
@@ -160,6 +163,7 @@ class CoordinatorService final : public RawCoordinatorService {
   Progress* progress_ = nullptr;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
+  std::atomic<uint32_t> total_rounds_;
   const ServiceOptions options_;
   StreamRegistry calls_;  // open uploads, shares and downloads
   RoundTraffic traffic_;

@@ -50,7 +50,8 @@ class ClientEnv {
   virtual uint64_t total_rounds() const = 0;      // of the job (Join)
 
   // Trains the round's local period (epochs or steps, lr, batch, seed of `start`) from
-  // `weights`, in place; returns the running loss.
+  // `weights`, in place; returns the running loss. NOT_FOUND: nothing to send this round
+  // (an aggregator whose own round counted no update).
   virtual absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
                                             std::vector<float>* weights) = 0;
   // Downloads the model of `version` (its float values).
@@ -86,6 +87,19 @@ class ClientMode {
   virtual void Settle() {}
   // The job is over; the coordinator may still read last words (SGP: the mail added).
   virtual absl::Status OnJobOver() { return absl::OkStatus(); }
+};
+
+// What a client contributes in place of training on a shard of its own: an aggregator
+// (tier/tier.h) runs a round with its own clients. Called on the event loop's thread.
+class LocalTrainer {
+ public:
+  virtual ~LocalTrainer() = default;
+  // The samples behind this client's updates: its weight, sent in Join.
+  virtual uint64_t NumSamples() = 0;
+  // As ClientEnv::TrainLocal. NOT_FOUND: nothing to send this round (the client sends
+  // nothing and waits for the next one).
+  virtual absl::StatusOr<double> Train(const protos::RoundStart& start,
+                                       std::vector<float>* weights) = 0;
 };
 
 // Makes the mode a job runs; modes::MakeClientMode is the one fedlgc-edge uses.

@@ -5,11 +5,12 @@
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
 // floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, floats
 // values, u32 leader; then str codec_state, str codec_basis; then the pending update's
-// u32 psgd_phase, floats psgd_factor (0 and none without one); CRC32C (core/atomic_file.h).
+// u32 psgd_phase, floats psgd_factor (0 and none without one), str job (empty without
+// one); CRC32C (core/atomic_file.h).
 // Version 1 files (no LGC fields), version 2 files (no flags, no local model), version 3 files
 // (whose share in flight was still inside x and w), version 4 files (no echo), version 5
-// files (no codec state), version 6 files (no codec basis) and version 7 files (no
-// PowerSGD phase) still load.
+// files (no codec state), version 6 files (no codec basis), version 7 files (no
+// PowerSGD phase) and version 8 files (no job) still load.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -20,7 +21,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 8;
+constexpr uint32_t kVersion = 9;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -66,6 +67,7 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   w.Str(s.codec_basis);
   w.U32(s.pending ? s.pending->psgd_phase : 0);
   w.Floats(s.pending ? std::span<const float>(s.pending->psgd_factor) : std::span<const float>());
+  w.Str(s.pending ? s.pending->job : std::string());
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -144,6 +146,11 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
       s.pending->psgd_phase = phase;
       s.pending->psgd_factor = std::move(factor);
     }
+  }
+  if (version >= 9) {
+    std::string job;
+    if (!r.Str(&job, 1024) || (!job.empty() && !s.pending)) return corrupt();
+    if (s.pending) s.pending->job = std::move(job);
   }
   if (!r.done()) return corrupt();
   return s;

@@ -38,6 +38,9 @@ struct PendingUpdate {
   // count); 0: another kind of update.
   uint32_t psgd_phase = 0;
   std::vector<float> psgd_factor;
+  // The job id (JoinReply) of the coordinator it was made for; empty in files older than
+  // version 9. A client that fails over to another coordinator gives it up.
+  std::string job;
 };
 
 // LSGD and SGP: the model the client keeps between rounds, and where it stands.

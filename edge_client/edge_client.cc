@@ -30,9 +30,11 @@ SystemTime DeadlineOf(const protos::RoundStart& start) {
   return SystemTime(std::chrono::milliseconds(start.deadline_unix_ms()));
 }
 
-EdgeClient::EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs)
+EdgeClient::EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs,
+                       LocalTrainer* trainer)
     : options_(std::move(options)),
       make_mode_(std::move(make_mode)),
+      trainer_(trainer),
       metrics_(std::make_unique<monitoring::Metrics>()),
       transport_(
           std::make_unique<Transport>(options_.transport(), metrics_.get(), std::move(stubs))) {}
@@ -44,10 +46,11 @@ EdgeClient::~EdgeClient() {
 
 absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions options,
                                                                ClientModeFactory make_mode,
-                                                               StubFactory stubs) {
+                                                               StubFactory stubs,
+                                                               LocalTrainer* trainer) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
   std::unique_ptr<EdgeClient> c(
-      new EdgeClient(std::move(options), std::move(make_mode), std::move(stubs)));
+      new EdgeClient(std::move(options), std::move(make_mode), std::move(stubs), trainer));
   const EdgeClientOptions& o = c->options_;
   c->attack_ = Attack::Parse(o.attack).value();  // validated
   if (c->attack_.active()) {
@@ -55,7 +58,9 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
                  o.client_id.c_str(), c->attack_.Spec().c_str());
   }
   core::SetTorchThreads(o.torch_threads);
-  if (absl::Status st = c->LoadData(); !st.ok()) return st;
+  if (trainer == nullptr) {
+    if (absl::Status st = c->LoadData(); !st.ok()) return st;
+  }
   // Resolve the device now, so a wrong --device fails at start rather than at join.
   auto probe = core::Model::Create("mlp", 0, o.device);
   if (!probe.ok()) return probe.status();
@@ -96,10 +101,29 @@ const codecs::ModelLayout& EdgeClient::layout() const {
   return model_ ? model_->layout() : *kNone;
 }
 
+uint64_t EdgeClient::NumSamples() const {
+  return trainer_ != nullptr ? trainer_->NumSamples() : shard_.size();
+}
+
+absl::Status EdgeClient::ForgetOtherJobsUpdate(const std::string& job) {
+  job_ = job;
+  if (!state_.pending || state_.pending->job.empty() || state_.pending->job == job) {
+    return absl::OkStatus();
+  }
+  std::fprintf(stderr,
+               "%s: the update in flight for round %llu was made for job %s, not %s: given up "
+               "(%zu chunks), as the coordinator it was sent to may have counted it\n",
+               options_.client_id.c_str(), static_cast<unsigned long long>(state_.pending->round),
+               state_.pending->job.c_str(), job.c_str(), state_.pending->frames.size());
+  metrics_->AddChunks(options_.client_id, "dropped", state_.pending->frames.size());
+  state_.pending.reset();
+  return Persist();
+}
+
 absl::Status EdgeClient::Join() {
   protos::JoinRequest req;
   req.set_client_id(options_.client_id);
-  req.set_num_samples(shard_.size());
+  req.set_num_samples(NumSamples());
   req.set_device(device_);
   req.set_protocol_version(kProtocolVersion);
   auto reply = transport_->Join(req);
@@ -116,6 +140,7 @@ absl::Status EdgeClient::Join() {
     if (!m.ok()) return m.status();
     model_ = std::move(m).value();
   }
+  if (absl::Status st = ForgetOtherJobsUpdate(reply->job_id()); !st.ok()) return st;
   job_over_ = reply->total_rounds() > 0 && reply->current_round() > reply->total_rounds();
   total_rounds_ = reply->total_rounds();
   if (model_->dim() != reply->dim()) {
@@ -246,6 +271,7 @@ void EdgeClient::SkipRound(uint64_t round, const absl::Status& why) {
 
 absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
                                               std::vector<float>* weights) {
+  if (trainer_ != nullptr) return trainer_->Train(start, weights);
   if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
   const std::vector<float> before = attack_.active() ? *weights : std::vector<float>();
   core::TrainOptions topts;
@@ -344,7 +370,8 @@ PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {
   p.round = round;
   p.model_version = model_version;
   p.update_id = transport_->NewUpdateId();
-  p.num_samples = shard_.size();
+  p.num_samples = NumSamples();
+  p.job = job_;
   return p;
 }
 

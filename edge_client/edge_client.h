@@ -39,9 +39,13 @@ class EdgeClient final : private ClientEnv {
   // Loads the data and the persisted state. `make_mode` makes the job's mode once Join
   // names it (modes::MakeClientMode for fedlgc-edge); `stubs` replaces the gRPC stub
   // (tests: a gMock MockCoordinatorStub).
+  // With a `trainer` (which must outlive the client) the client has no data of its own:
+  // the trainer stands in for training on a shard and gives the client's weight (an
+  // aggregator's upstream client, tier/tier.h).
   static absl::StatusOr<std::unique_ptr<EdgeClient>> Create(EdgeClientOptions options,
                                                             ClientModeFactory make_mode,
-                                                            StubFactory stubs = nullptr);
+                                                            StubFactory stubs = nullptr,
+                                                            LocalTrainer* trainer = nullptr);
   ~EdgeClient() override;
 
   // Runs until the coordinator says the job is done, Stop() is called, or a fatal error
@@ -57,10 +61,19 @@ class EdgeClient final : private ClientEnv {
   const DownlinkReceiver* downlink(const std::string& blob = "") const;
   // The job's mode, once joined.
   std::optional<Mode> mode() const { return mode_; }
+  // The job's rounds (Join); the event loop's thread only.
+  uint64_t job_rounds() const { return total_rounds_; }
 
  private:
-  EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs);
+  EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs,
+             LocalTrainer* trainer);
   absl::Status LoadData();
+  // This client's weight: its shard's size, or the trainer's samples.
+  uint64_t NumSamples() const;
+  // The job this client joined is not the one its update in flight was made for (it failed
+  // over to another coordinator): the update is given up, not sent there and not put back
+  // into the residual, because the coordinator it was made for may have counted it.
+  absl::Status ForgetOtherJobsUpdate(const std::string& job);
   // Joins, checks the job against this client, and makes the mode on the first join.
   absl::Status Join();
   // Handles the event stream until it ends; *done once the job is.
@@ -102,6 +115,8 @@ class EdgeClient final : private ClientEnv {
 
   EdgeClientOptions options_;
   const ClientModeFactory make_mode_;
+  LocalTrainer* const trainer_;  // null: training on shard_
+  std::string job_;              // the job id of the last Join
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<core::Model> model_;

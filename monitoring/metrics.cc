@@ -125,6 +125,11 @@ Metrics::Metrics()
                         .Name("fedlgc_job_finished")
                         .Help("1 once the coordinator has run the job's last round")
                         .Register(*registry_)),
+      tier_(BuildGauge()
+                .Name("fedlgc_tier_info")
+                .Help("1, labelled with where this coordinator stands in a tree: tier (root or "
+                      "aggregator) and its parent's address")
+                .Register(*registry_)),
       guard_refusals_(BuildCounter()
                           .Name("fedlgc_guard_refusals_total")
                           .Help("Candidate models the model guard refused, by check "
@@ -253,6 +258,10 @@ void Metrics::SetCompressionRatio(const std::string& codec, double ratio) {
 void Metrics::SetCompressionRatioTarget(double target) { ratio_target_.Add({}).Set(target); }
 
 void Metrics::SetJobFinished(bool finished) { job_finished_.Add({}).Set(finished ? 1 : 0); }
+
+void Metrics::SetTier(const std::string& tier, const std::string& parent) {
+  tier_.Add({{"tier", tier}, {"parent", parent}}).Set(1);
+}
 
 void Metrics::CountRound(bool hit_deadline) {
   rounds_.Add({{"closed", hit_deadline ? "deadline" : "complete"}}).Increment();

@@ -65,6 +65,9 @@ class Metrics {
   void SetCompressionRatioTarget(double target);
   // 1 once the coordinator has run its last round (the CoordinatorDown alert stays quiet).
   void SetJobFinished(bool finished);
+  // fedlgc_tier_info{tier, parent} 1: "root" (parent "") or "aggregator" (its parent's
+  // address).
+  void SetTier(const std::string& tier, const std::string& parent);
   // Rounds by how they closed: "complete" (every participant done) or "deadline".
   void CountRound(bool hit_deadline);
   void SetRoundDeadline(double seconds);
@@ -139,6 +142,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& sgp_consensus_distance_;
   prometheus::Family<prometheus::Counter>& overlapped_periods_;
   prometheus::Family<prometheus::Gauge>& job_finished_;
+  prometheus::Family<prometheus::Gauge>& tier_;
   prometheus::Family<prometheus::Counter>& guard_refusals_;
   prometheus::Family<prometheus::Gauge>& quarantined_;
   prometheus::Family<prometheus::Gauge>& quarantined_clients_;

@@ -1,13 +1,14 @@
 // Running a coordinator for fedlgc-sim and fedlgc-load (see launch.h).
 #include "sim/launch.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <unistd.h>
-#include <filesystem>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "codecs/str.h"
@@ -67,23 +68,24 @@ std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOpt
 
 absl::StatusOr<std::unique_ptr<core::ChildProcess>> StartCoordinator(
     const std::string& bin_dir, const std::string& run_dir,
-    const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port) {
-  const std::string config = run_dir + "/coordinator.toml";
+    const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port,
+    const std::string& name) {
+  const std::string config = StrCat(run_dir, "/", name, ".toml");
   if (absl::Status st = core::AtomicWriteFile(config, CoordinatorConfig(co, mo)); !st.ok())
     return st;
-  const std::string port_file = run_dir + "/coordinator.port";
+  const std::string port_file = StrCat(run_dir, "/", name, ".port");
   // A port file left by an earlier run in this folder names a port nobody listens on.
   std::error_code ignored;
   std::filesystem::remove(port_file, ignored);
-  const std::string log = run_dir + "/coordinator.log";
+  const std::string log = StrCat(run_dir, "/", name, ".log");
   auto child = std::make_unique<core::ChildProcess>(
       std::vector<std::string>{bin_dir + "/fedlgc-coordinator", "--config=" + config,
                                "--port-file=" + port_file},
       log);
   *port = WaitForPort(*child, port_file);
   if (*port == 0) {
-    return absl::UnavailableError(
-        StrCat("the coordinator did not start:\n", LogTail(log, 5), "(", log, ")"));
+    return absl::UnavailableError(StrCat(name == "coordinator" ? "the coordinator" : name,
+                                         " did not start:\n", LogTail(log, 5), "(", log, ")"));
   }
   return child;
 }
@@ -149,8 +151,8 @@ std::string ProgressLine(const nlohmann::json& p) {
                 static_cast<unsigned long long>(n("rounds")), static_cast<unsigned long long>(down),
                 static_cast<unsigned long long>(parts), static_cast<unsigned long long>(training),
                 static_cast<unsigned long long>(sending), static_cast<unsigned long long>(up),
-                static_cast<unsigned long long>(parts), n("down_bytes") / 1e6,
-                n("up_bytes") / 1e6, p.value("round_seconds", 0.0));
+                static_cast<unsigned long long>(parts), n("down_bytes") / 1e6, n("up_bytes") / 1e6,
+                p.value("round_seconds", 0.0));
   return line;
 }
 

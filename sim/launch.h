@@ -35,12 +35,13 @@ absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir);
 // The coordinator's config file: every job, service and mode option.
 std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOptions mo);
 
-// A coordinator of `bin_dir` with the config `co`/`mo` written to RUN_DIR/coordinator.toml,
-// logging to RUN_DIR/coordinator.log; *port is the port it listens on once it wrote its
-// port file. UNAVAILABLE with the log's tail when it exited first.
+// A coordinator of `bin_dir` with the config `co`/`mo` written to RUN_DIR/NAME.toml,
+// logging to RUN_DIR/NAME.log; *port is the port it listens on once it wrote its port
+// file. UNAVAILABLE with the log's tail when it exited first.
 absl::StatusOr<std::unique_ptr<core::ChildProcess>> StartCoordinator(
     const std::string& bin_dir, const std::string& run_dir,
-    const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port);
+    const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port,
+    const std::string& name = "coordinator");
 
 // The last `lines` lines of a log, each indented; "(empty)" when there are none.
 std::string LogTail(const std::string& path, size_t lines);

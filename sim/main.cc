@@ -51,6 +51,7 @@ using nlohmann::json;
 // What the simulator itself decides; the job is a CoordinatorOptions.
 struct SimOptions {
   uint32_t clients = 4;
+  uint32_t aggregators = 0;  // > 0: a two-tier tree (docs/scale.md)
   std::string link, report, html, run_dir, bin_dir = fedlgc::sim::SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
   bool quiet = false, insecure = false;
@@ -66,6 +67,10 @@ struct SimOptions {
 void AddSimFlags(CLI::App& app, SimOptions* s) {
   CLI::Option_group* g = app.add_option_group("Simulation", "the processes on this machine");
   g->add_option("--clients", s->clients, "edge clients");
+  g->add_option("--aggregators", s->aggregators,
+                "a two-tier tree: this many aggregators (coordinators with --parent) between "
+                "the root and the clients, client i under aggregator i mod N; --fraction then "
+                "samples each aggregator's clients, and the root asks every aggregator");
   g->add_option("--link", s->link, "fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
   g->add_option("--report", s->report, "write a JSON report here");
   g->add_option("--html", s->html,
@@ -288,18 +293,39 @@ using fedlgc::core::ChildProcess;
 
 struct Federation {
   std::unique_ptr<ChildProcess> coordinator;
+  std::vector<std::unique_ptr<ChildProcess>> aggregators;  // --aggregators
   std::vector<std::unique_ptr<fedlgc::core::FaultProxy>> proxies;
   std::vector<std::unique_ptr<ChildProcess>> edges;
   std::chrono::steady_clock::time_point start;
 };
 
-// Certificates, the coordinator, a fault proxy per client (with --link), the clients.
+// Aggregator `a` of a tree under the root on `root_port`: the job's options, its own
+// folder and service, and the clients under it (i mod --aggregators == a).
+CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& certs,
+                                     const CoordinatorOptions& job, uint32_t a, int root_port) {
+  CoordinatorOptions o = job;
+  o.state_dir = StrCat(s.run_dir, "/agg-", a);
+  o.min_clients = 0;
+  for (uint32_t i = a; i < s.clients; i += s.aggregators) ++o.min_clients;
+  o.eval_every = 0;  // the root evaluates the global model
+  o.parent = StrCat("127.0.0.1:", root_port);
+  o.parent_id = StrCat("agg-", a);
+  if (!s.insecure) {
+    o.parent_tls_cert = StrCat(certs, "/agg-", a, ".pem");
+    o.parent_tls_key = StrCat(certs, "/agg-", a, ".key");
+  }
+  return o;
+}
+
+// Certificates, the coordinator (and --aggregators under it), a fault proxy per client
+// (with --link), the clients.
 absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
                                   const fedlgc::modes::ModeOptions& mo,
                                   const fedlgc::core::LinkSpec& link) {
   const std::string certs = s.run_dir + "/certs";
   std::string cmd = s.certs_script + " " + certs;
   for (uint32_t i = 0; i < s.clients; ++i) cmd += StrCat(" client-", i);
+  for (uint32_t a = 0; a < s.aggregators; ++a) cmd += StrCat(" agg-", a);
   cmd += " >/dev/null";
   if (!s.insecure && std::system(cmd.c_str()) != 0) {
     return absl::InternalError("certificate generation failed: " + cmd);
@@ -308,11 +334,27 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
   Federation f;
   f.start = std::chrono::steady_clock::now();
   int port = 0;
-  auto coordinator = fedlgc::sim::StartCoordinator(s.bin_dir, s.run_dir, co, mo, &port);
+  CoordinatorOptions root = co;
+  if (s.aggregators > 0) {
+    root.min_clients = s.aggregators;
+    root.fraction = 1;  // the aggregators sample their clients
+  }
+  auto coordinator = fedlgc::sim::StartCoordinator(s.bin_dir, s.run_dir, root, mo, &port);
   if (!coordinator.ok()) return coordinator.status();
   f.coordinator = *std::move(coordinator);
+  std::vector<int> ports;  // of each aggregator
+  for (uint32_t a = 0; a < s.aggregators; ++a) {
+    const CoordinatorOptions ao = AggregatorOptions(s, certs, co, a, port);
+    int agg_port = 0;
+    // The server optimizer is the root's, applied once to the merged updates.
+    auto agg = fedlgc::sim::StartCoordinator(s.bin_dir, s.run_dir, ao, fedlgc::modes::ModeOptions(),
+                                             &agg_port, StrCat("agg-", a));
+    if (!agg.ok()) return agg.status();
+    f.aggregators.push_back(*std::move(agg));
+    ports.push_back(agg_port);
+  }
   for (uint32_t i = 0; i < s.clients; ++i) {
-    int target = port;
+    int target = s.aggregators > 0 ? ports[i % s.aggregators] : port;
     if (!link.trivial()) {
       auto p = fedlgc::core::FaultProxy::Start("127.0.0.1", port, link, co.seed * 1000 + i);
       if (!p.ok()) return p.status();
@@ -333,6 +375,7 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
 // Asks every process of the federation to stop, and kills what is left after `grace`.
 void StopAll(Federation& f, std::chrono::milliseconds grace) {
   f.coordinator->Kill(SIGTERM);
+  for (auto& a : f.aggregators) a->Kill(SIGTERM);
   for (auto& e : f.edges) e->Kill(SIGTERM);
   const auto until = std::chrono::steady_clock::now() + grace;
   auto stop = [&](ChildProcess& p) {
@@ -344,6 +387,7 @@ void StopAll(Federation& f, std::chrono::milliseconds grace) {
     }
   };
   stop(*f.coordinator);
+  for (auto& a : f.aggregators) stop(*a);
   for (auto& e : f.edges) stop(*e);
 }
 
@@ -397,6 +441,9 @@ FollowResult Follow(Federation& f, const SimOptions& s,
     line.Show(fedlgc::sim::ProgressLine(p));
   }
   clear();
+  for (auto& a : f.aggregators) {
+    if (a->Wait(std::chrono::seconds(20)) < 0) a->Kill(SIGKILL);
+  }
   for (auto& e : f.edges) {
     if (e->Wait(std::chrono::seconds(20)) < 0) e->Kill(SIGKILL);
   }
@@ -407,6 +454,7 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
   std::string warmup;
   for (const std::string& w : co.plan.warmup_codecs) warmup += (warmup.empty() ? "" : ";") + w;
   return json{{"clients", s.clients},
+              {"aggregators", s.aggregators},
               {"rounds", co.rounds},
               {"mode", co.mode},
               {"codec", co.plan.codec},
@@ -427,8 +475,8 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
 }
 
 // Prints the run's summary line and returns it as JSON.
-json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
-               const EncodeShare& share) {
+json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const EncodeShare& share,
+               const SimOptions& s) {
   double up = 0, raw = 0, down = 0, raw_down = 0;
   for (const RoundReport& r : rows) {
     up += static_cast<double>(r.uplink_bytes);
@@ -448,6 +496,19 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
   for (size_t i = 0; i < f.proxies.size(); ++i) {
     cuts += f.proxies[i]->cuts();
     cuts_per_client[StrCat("client-", i)] = f.proxies[i]->cuts();
+  }
+  // In a tree, what the clients sent the aggregators (the rows are the root's).
+  double below = 0;
+  for (uint32_t a = 0; a < s.aggregators; ++a) {
+    for (const RoundReport& r : NewRounds(StrCat(s.run_dir, "/agg-", a, "/rounds.jsonl"), 0)) {
+      below += static_cast<double>(r.uplink_bytes);
+    }
+  }
+  if (s.aggregators > 0) {
+    std::printf(
+        "tree: the clients sent %.0f B to %u aggregators, which sent %.0f B to the root "
+        "(%.1fx fewer)\n",
+        below, s.aggregators, up, up > 0 ? below / up : 0.0);
   }
   std::printf(
       "final accuracy %.4f | uplink %.0f B for %.0f fp32 B (%.1fx) | downlink %.0f B for %.0f "
@@ -476,7 +537,8 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f,
               {"encode_share_of_training", Num(total_share)},
               {"encode_share_worst_client_median", Num(worst_median)},
               {"lgc_leader_error_median", leader_error},
-              {"lgc_follower_error_median", follower_error}};
+              {"lgc_follower_error_median", follower_error},
+              {"aggregators_uplink_bytes", static_cast<uint64_t>(below)}};
 }
 
 // The run's JSON report: its settings, every round (with its slowest client's training in
@@ -493,7 +555,7 @@ json Report(const std::vector<RoundReport>& rows, const Federation& f, const Sim
     }
     report["rounds"].push_back(std::move(row));
   }
-  report["summary"] = Summarize(rows, f, share);
+  report["summary"] = Summarize(rows, f, share, s);
   return report;
 }
 
@@ -535,11 +597,20 @@ int main(int argc, char** argv) {
   const fedlgc::core::StopOnSignals signals([] {});
   if (s.clients == 0) return Fail("--clients must be >= 1");
   if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
+  if (s.aggregators > s.clients) return Fail("--aggregators must be <= --clients");
   if (app.count("--min-clients") == 0) co.min_clients = s.clients;
   if (app.count("--init-seed") == 0) co.init_seed = co.seed;
   auto mode = co.JobMode();
   if (!mode.ok()) return Fail(std::string(mode.status().message()));
   if (auto st = mo.Validate(*mode); !st.ok()) return Fail(std::string(st.message()));
+  if (s.aggregators > 0) {
+    // What an aggregator refuses, refused before anything starts.
+    CoordinatorOptions probe = co;
+    probe.parent = "127.0.0.1:1";
+    probe.parent_id = "agg-0";
+    probe.insecure = true;
+    if (auto st = probe.ValidateParent(*mode); !st.ok()) return Fail(std::string(st.message()));
+  }
   auto link = fedlgc::core::LinkSpec::Parse(s.link);
   if (!link.ok()) return Fail(link.status().ToString());
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-sim", &s.run_dir); !st.ok())

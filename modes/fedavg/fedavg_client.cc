@@ -26,7 +26,11 @@ absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::Rou
     return weights.status();
   }
   std::vector<float> update = *weights;
-  if (auto loss = env.TrainLocal(start, &update); !loss.ok()) return loss.status();
+  if (auto loss = env.TrainLocal(start, &update); !loss.ok()) {
+    // Nothing to send this round (an aggregator whose own round counted no update).
+    if (absl::IsNotFound(loss.status())) return std::vector<float>();
+    return loss.status();
+  }
   for (size_t i = 0; i < update.size(); ++i) update[i] -= (*weights)[i];
   return update;
 }

@@ -50,6 +50,7 @@ TEST(ClientState, RoundTripsEveryField) {
   s.pending->lead = true;
   s.pending->psgd_phase = 2;
   s.pending->psgd_factor = {0.6f, -0.8f};
+  s.pending->job = "fedlgc-cnn@agg-1";
   ASSERT_TRUE(SaveClientState(path, s).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -61,6 +62,7 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_TRUE(back->pending->lead);
   EXPECT_EQ(back->pending->psgd_phase, 2u);
   EXPECT_EQ(back->pending->psgd_factor, s.pending->psgd_factor);
+  EXPECT_EQ(back->pending->job, s.pending->job);
   EXPECT_EQ(back->local.x, s.local.x);
   EXPECT_EQ(back->local.w, s.local.w);
   EXPECT_EQ(back->local.trained_round, 7u);
@@ -76,8 +78,9 @@ TEST(ClientState, RoundTripsEveryField) {
 }
 
 // An older state file of Sample() by hand: version 3 (x and w still hold the gossip share
-// in flight), version 4 (an LGC update in flight, chunk scales; no echo) or version 5 (with
-// the echo, without codec state).
+// in flight), version 4 (an LGC update in flight, chunk scales; no echo), version 5 (with
+// the echo, without codec state) or versions 6-8 (codec state, basis, PowerSGD phase; no
+// job).
 std::string OldFile(uint32_t version) {
   const ClientState s = Sample();
   core::StateWriter w;
@@ -119,6 +122,12 @@ std::string OldFile(uint32_t version) {
     w.Floats(s.lgc_echo.values);
     w.U32(1);
   }
+  if (version >= 6) w.Str(s.codec_state);
+  if (version >= 7) w.Str("");  // no basis
+  if (version >= 8) {
+    w.U32(0);  // no PowerSGD phase
+    w.Floats(std::vector<float>{});
+  }
   return w.Finish();
 }
 
@@ -145,6 +154,17 @@ TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
   EXPECT_EQ(back->local.w, 0.5);
   EXPECT_EQ(back->lgc_echo.round, 0u);
   EXPECT_TRUE(back->lgc_echo.values.empty());
+}
+
+TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
+  const std::string path = Path("v8.state");
+  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(8)).ok());
+  auto back = LoadClientState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->pending.has_value());
+  EXPECT_EQ(back->pending->frames, (std::vector<std::string>{"abc", "de"}));
+  EXPECT_EQ(back->codec_state, Sample().codec_state);
+  EXPECT_TRUE(back->pending->job.empty());  // kept whatever job the client joins
 }
 
 TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {

@@ -46,30 +46,42 @@ struct Fixture {
   std::vector<std::string> log;
   std::vector<Mode> made;  // modes the factory was asked for
 
-  void ExpectJoin(uint32_t protocol, const std::string& mode) {
+  // The samples each Join said (the client's weight).
+  std::vector<uint64_t> joined_with;
+
+  void ExpectJoin(uint32_t protocol, const std::string& mode, const std::string& job = "") {
     const uint64_t dim = core::Model::Create("mlp", 0).value()->dim();
     EXPECT_CALL(*stub, Join(_, _, _))
-        .WillRepeatedly(Invoke(
-            [=](grpc::ClientContext*, const protos::JoinRequest& req, protos::JoinReply* reply) {
-              EXPECT_EQ(req.protocol_version(), kProtocolVersion);
-              EXPECT_EQ(req.client_id(), "client-0");
-              reply->set_model("mlp");
-              reply->set_dim(dim);
-              reply->set_current_round(1);
-              reply->set_total_rounds(3);
-              reply->set_mode(mode);
-              reply->set_protocol_version(protocol);
-              return grpc::Status::OK;
-            }));
+        .WillRepeatedly(Invoke([=, this](grpc::ClientContext*, const protos::JoinRequest& req,
+                                         protos::JoinReply* reply) {
+          EXPECT_EQ(req.protocol_version(), kProtocolVersion);
+          EXPECT_EQ(req.client_id(), "client-0");
+          joined_with.push_back(req.num_samples());
+          reply->set_job_id(job);
+          reply->set_model("mlp");
+          reply->set_dim(dim);
+          reply->set_current_round(1);
+          reply->set_total_rounds(3);
+          reply->set_mode(mode);
+          reply->set_protocol_version(protocol);
+          return grpc::Status::OK;
+        }));
   }
 
-  std::unique_ptr<EdgeClient> Client(const std::string& name) {
+  // `state`: what the client's state file holds when it starts.
+  std::unique_ptr<EdgeClient> Client(const std::string& name, LocalTrainer* trainer = nullptr,
+                                     const ClientState* state = nullptr) {
     EdgeClientOptions o;
     o.server = "127.0.0.1:1";  // never dialled: every call goes to the mock
     o.insecure = true;
     o.state_dir = ::testing::TempDir() + "/edge-client-" + name;
     std::filesystem::remove_all(o.state_dir);
-    o.data = "synthetic:100";
+    if (state != nullptr) {
+      std::filesystem::create_directories(o.state_dir);
+      EXPECT_TRUE(SaveClientState(o.state_dir + "/client-0.state", *state).ok());
+    }
+    // A trainer stands in for the data: a data set that cannot load proves none is read.
+    o.data = trainer != nullptr ? "no-such-dataset" : "synthetic:100";
     o.device = "cpu";
     o.backoff_initial_s = 0.001;
     o.backoff_max_s = 0.002;
@@ -79,7 +91,7 @@ struct Fixture {
           made.push_back(mode);
           return std::make_unique<RecordingMode>(&log);
         },
-        [stub = stub](const std::shared_ptr<grpc::Channel>&) { return stub; });
+        [stub = stub](const std::shared_ptr<grpc::Channel>&) { return stub; }, trainer);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *std::move(c) : nullptr;
   }
@@ -151,6 +163,58 @@ TEST(EdgeClient, HandsTheModeEveryEventInOrderAcrossABrokenStreamUntilTheJobEnds
   // Nothing after the end of the job reaches the mode.
   EXPECT_EQ(f.log,
             (std::vector<std::string>{"start 1", "lead", "receipt 1", "start 2", "receipt 2"}));
+}
+
+// A client whose state holds an update made for one job, joining a coordinator of
+// another (it failed over from an aggregator to the root, say), gives the update up: the
+// coordinator it was made for may have counted it. Joining the same job keeps it.
+TEST(EdgeClient, AnUpdateMadeForAnotherJobIsGivenUpAtJoin) {
+  ClientState state;
+  state.pending.emplace();
+  state.pending->round = 2;
+  state.pending->update_id = 77;
+  state.pending->frames = {"a", "b"};
+  state.pending->job = "fedlgc-mlp@agg-0";
+  protos::ServerEvent done;
+  done.mutable_done()->set_rounds(3);
+  for (const std::string job : {"fedlgc-mlp@agg-0", "fedlgc-mlp"}) {
+    Fixture f;
+    f.ExpectJoin(kProtocolVersion, "fedavg", job);
+    EXPECT_CALL(*f.stub, EventsRaw(_)).WillOnce(Invoke([&](grpc::ClientContext*) {
+      return Playing({done});
+    }));
+    auto client = f.Client("other-job", nullptr, &state);
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Run().ok());
+    const bool same = job == state.pending->job;
+    EXPECT_EQ(client->client_state().pending.has_value(), same) << job;
+    auto saved = LoadClientState(::testing::TempDir() + "/edge-client-other-job/client-0.state");
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_EQ(saved->pending.has_value(), same) << "the state file, joining " << job;
+  }
+}
+
+// A client with a LocalTrainer (an aggregator's upstream client) loads no data and joins
+// with the trainer's samples as its weight.
+TEST(EdgeClient, ALocalTrainerStandsInForTheShard) {
+  class Trainer final : public LocalTrainer {
+   public:
+    uint64_t NumSamples() override { return 1234; }
+    absl::StatusOr<double> Train(const protos::RoundStart&, std::vector<float>*) override {
+      return absl::NotFoundError("nothing this round");
+    }
+  } trainer;
+  Fixture f;
+  f.ExpectJoin(kProtocolVersion, "fedavg");
+  protos::ServerEvent done;
+  done.mutable_done()->set_rounds(3);
+  EXPECT_CALL(*f.stub, EventsRaw(_)).WillOnce(Invoke([&](grpc::ClientContext*) {
+    return Playing({done});
+  }));
+  auto client = f.Client("trainer", &trainer);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Run().ok());
+  EXPECT_EQ(f.joined_with, std::vector<uint64_t>{1234});
 }
 
 }  // namespace

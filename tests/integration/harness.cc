@@ -40,6 +40,13 @@ std::string MakeCerts(const std::string& dir, int clients) {
   return certs;
 }
 
+void AddCerts(const std::string& certs, const std::vector<std::string>& ids) {
+  std::string cmd = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh " + certs;
+  for (const std::string& id : ids) cmd += " " + id;
+  cmd += " >/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
 std::shared_ptr<grpc::Channel> ClientChannel(const std::string& certs, const std::string& id,
                                              int port, int channel_id) {
   grpc::SslCredentialsOptions ssl;
@@ -127,12 +134,20 @@ InProcessCoordinator::InProcessCoordinator(coordinator::CoordinatorOptions optio
   auto mode = options.JobMode();
   EXPECT_TRUE(mode.ok()) << mode.status();
   auto c = coordinator::Coordinator::Create(
-      std::move(options), [mode, mode_options](const coordinator::DriverEnv& env) {
+      options, [mode, mode_options](const coordinator::DriverEnv& env) {
         return modes::MakeRoundDriver(mode.value(), mode_options, env);
       });
   EXPECT_TRUE(c.ok()) << c.status();
   c_ = std::move(c).value();
+  if (options.has_parent()) {
+    auto t = tier::Tier::Create(tier::UpstreamOptions(options), c_.get(), options.state_dir,
+                                options.min_clients, options.parent_reserve);
+    EXPECT_TRUE(t.ok()) << t.status();
+    tier_ = std::move(t).value();
+    c_->SetRoundSource(tier_.get());
+  }
   EXPECT_TRUE(c_->Start().ok());
+  if (tier_) tier_->Start();
   thread_ = std::thread([this] {
     result_ = c_->Run();
     finished_ = true;
@@ -142,6 +157,10 @@ InProcessCoordinator::InProcessCoordinator(coordinator::CoordinatorOptions optio
 InProcessCoordinator::~InProcessCoordinator() {
   c_->Stop();
   thread_.join();
+  if (tier_) {
+    tier_.reset();
+    c_->SetRoundSource(nullptr);
+  }
 }
 
 bool InProcessCoordinator::Wait(std::chrono::seconds timeout) {
@@ -237,6 +256,15 @@ std::vector<std::string> CoordinatorArgv(const coordinator::CoordinatorOptions& 
                                    "--tls-ca=" + o.tls_ca,
                                    "--tls-cert=" + o.tls_cert,
                                    "--tls-key=" + o.tls_key};
+  if (o.has_parent()) {
+    for (const std::string& flag :
+         {"--parent=" + o.parent, "--parent-id=" + o.parent_id,
+          "--parent-tls-cert=" + o.parent_tls_cert, "--parent-tls-key=" + o.parent_tls_key,
+          "--eval-every=" + std::to_string(o.eval_every),
+          "--round-timeout=" + std::to_string(o.round_timeout_s)}) {
+      argv.push_back(flag);
+    }
+  }
   return argv;
 }
 

@@ -19,6 +19,7 @@
 #include "core/process.h"
 #include "edge_client/edge_client.h"
 #include "modes/mode_options.h"
+#include "tier/tier.h"
 
 namespace grpc {
 class Channel;
@@ -31,6 +32,8 @@ std::string FreshDir(const std::string& name);
 
 // Certificates for `clients` (ids client-0..), made once per folder.
 std::string MakeCerts(const std::string& dir, int clients);
+// Client certificates for `ids` in a folder MakeCerts made (an aggregator's at its parent).
+void AddCerts(const std::string& certs, const std::vector<std::string>& ids);
 
 // An mTLS channel to a coordinator on 127.0.0.1:`port` with the certificate of `id` from
 // `certs` (MakeCerts); `channel_id` > 0 gives a connection of its own. Messages up to
@@ -54,7 +57,8 @@ edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std:
                                               int index, int num_clients, int port);
 
 // Runs an in-process coordinator on its own thread, with the driver of its job's mode
-// (modes::MakeRoundDriver).
+// (modes::MakeRoundDriver); with --parent options, an aggregator with its upstream client
+// (tier::Tier), as fedlgc-coordinator runs one.
 class InProcessCoordinator {
  public:
   explicit InProcessCoordinator(coordinator::CoordinatorOptions options,
@@ -62,12 +66,15 @@ class InProcessCoordinator {
   ~InProcessCoordinator();
   int port() const { return c_->port(); }
   coordinator::Coordinator& get() { return *c_; }
+  // An aggregator's upstream client; null at a root.
+  tier::Tier* tier() { return tier_.get(); }
   // Waits for Run() to return; false on timeout.
   bool Wait(std::chrono::seconds timeout);
   absl::Status result() const { return result_; }
 
  private:
   std::unique_ptr<coordinator::Coordinator> c_;
+  std::unique_ptr<tier::Tier> tier_;
   std::thread thread_;
   std::atomic<bool> finished_{false};
   absl::Status result_;
@@ -104,8 +111,9 @@ int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
                   std::chrono::milliseconds timeout);
 
 // fedlgc-coordinator's command line for the job of `o` (model, rounds, quorum, codecs,
-// local steps, chunk size, state folder, TLS) on 127.0.0.1:`port`, without metrics: for a
-// coordinator run as a child process (to be killed and restarted).
+// local steps, chunk size, state folder, TLS; an aggregator's --parent flags, evaluation and
+// round timeout) on 127.0.0.1:`port`, without metrics: for a coordinator run as a child
+// process (to be killed and restarted).
 std::vector<std::string> CoordinatorArgv(const coordinator::CoordinatorOptions& o, int port);
 
 // Edge client `i` of `n` as a child process, with the options the in-process clients get

@@ -1,0 +1,19 @@
+// Fault injection for tests of crash recovery: with FEDLGC_FAILPOINT=NAME:ROUND in its
+// environment, a process exits at once (status 99, no cleanup, as if killed) when it
+// reaches the point NAME in round ROUND. The points (docs/scale.md):
+//   after-checkpoint   a coordinator has written the checkpoint of the round, and nothing
+//                      after it (receipts, an aggregator's update up) has happened yet.
+// Unset in every deployment; a point costs one environment lookup.
+#ifndef FEDLGC_CORE_FAILPOINT_H_
+#define FEDLGC_CORE_FAILPOINT_H_
+
+#include <cstdint>
+#include <string_view>
+
+namespace fedlgc::core {
+
+void Failpoint(std::string_view name, uint64_t round);
+
+}  // namespace fedlgc::core
+
+#endif  // FEDLGC_CORE_FAILPOINT_H_

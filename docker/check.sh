@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Static checks of the deployment in docker/ (no Docker engine needed):
 #   compose files (alone, with each overlay, and a generated federation) through
-#   `docker-compose config -q` and dclint; Dockerfiles through dockerfilelint and our own
+#   `docker-compose config -q` and dclint; the Swarm stack (the script's output, `docker
+#   stack config`); Dockerfiles through dockerfilelint and our own
 #   rules (tagged base images, a non-root user and a healthcheck in every final stage);
 #   Prometheus config and alert rules through promtool, alert unit tests; the Grafana
 #   dashboard (JSON, unique panel ids, the provisioned datasource, every PromQL parses).
@@ -23,7 +24,8 @@ fail() {
 
 echo "-- yamllint"
 yamllint -d '{extends: relaxed, rules: {line-length: {max: 120}}}' \
-  docker-compose*.yml prometheus/*.yml grafana/provisioning/*/*.yml
+  docker-compose*.yml stack.yml kubernetes/fedlgc.yaml kubernetes/edges.yaml prometheus/*.yml \
+  grafana/provisioning/*/*.yml
 
 echo "-- docker-compose config"
 for overlay in "" docker-compose.lossy.yml docker-compose.gpu.yml; do
@@ -42,6 +44,15 @@ services=$(cd "$tmp/docker" && docker-compose -f docker-compose.yml -f docker-co
   fail "generated services: $services"
 grep -q '"edge-gpu-2:9464"' "$tmp/docker/prometheus/targets/edges.json" || fail "generated targets"
 grep -q '^FEDLGC_CLIENTS=7$' "$tmp/docker/.env" || fail "generated .env"
+
+echo "-- stack.yml and the Kubernetes manifests"
+(cd "$tmp/docker" && ./gen-stack.sh >/dev/null)
+cmp -s stack.yml "$tmp/docker/stack.yml" ||
+  fail "docker/stack.yml is not what docker/gen-stack.sh writes: run docker/gen-stack.sh"
+if docker stack config --help >/dev/null 2>&1; then
+  (cd "$tmp/docker" && docker stack config -c stack.yml >/dev/null) || fail "docker stack config"
+fi
+# (tests/deployment/k8s_check.py validates docker/kubernetes against the API's schemas.)
 
 echo "-- dclint"
 dclint docker-compose.yml docker-compose.lossy.yml docker-compose.gpu.yml \

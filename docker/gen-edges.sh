@@ -37,7 +37,7 @@ ids=()
 for i in $(seq 1 "$n"); do ids+=("edge-$i"); done
 for i in $(seq 1 "$gpus"); do ids+=("edge-gpu-$i"); done
 
-SERVER_SANS=${SERVER_SANS:-DNS:coordinator} ../scripts/gen-certs.sh certs "${ids[@]}"
+SERVER_SANS=${SERVER_SANS:-DNS:coordinator,DNS:aggregator} ../scripts/gen-certs.sh certs "${ids[@]}"
 # The containers run as uid 10001: as root, hand their keys to it (never the CA's key,
 # which stays with whoever signs identities); otherwise say which chown to run.
 keys=(certs/server.key)

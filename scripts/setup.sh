@@ -51,6 +51,10 @@ esac
 
 # npm linters for Dockerfiles and compose files, pinned.
 npm_tools=(dockerfilelint@1.8.0 dclint@3.1.0)
+# The Kubernetes API's schemas for validating docker/kubernetes (an ES module, which node
+# resolves from a folder of its own rather than the global one): tests/deployment/k8s_check.py
+k8s_models=kubernetes-models@5.1.0
+k8s_prefix=${FEDLGC_NODE_PREFIX:-/usr/local/lib/fedlgc-node}
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -80,5 +84,11 @@ if [ "$profile" = all ]; then
       $SUDO npm install -g --no-audit --no-fund --loglevel=error "$t" >/dev/null
     fi
   done
+  if ! npm ls --prefix "$k8s_prefix" --depth=0 "$k8s_models" >/dev/null 2>&1; then
+    echo "setup: npm install --prefix $k8s_prefix $k8s_models"
+    $SUDO mkdir -p "$k8s_prefix"
+    $SUDO npm install --prefix "$k8s_prefix" --no-audit --no-fund --loglevel=error \
+      "$k8s_models" >/dev/null
+  fi
 fi
 echo "setup: done"

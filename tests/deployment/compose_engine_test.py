@@ -21,8 +21,14 @@
    committed twice or lost.
 5. docker-compose.lossy.yml (tbf rate cap and nftables drop in each client): the job
    completes.
+6. The tree on a single-node swarm (joined for the test and left after, unless the engine
+   was in a swarm already): docker/stack.yml for 4 edges and 2 aggregators, a root, a
+   replicated aggregator service (agg-1, agg-2) and a replicated edge service (edge-1..4),
+   identities by task slot and certificates from Docker secrets; every round is committed
+   once at every tier with every edge's update.
 
   compose_engine_test.py BIN_DIR SOURCE_DIR
+FEDLGC_COMPOSE_PHASES="swarm stack" (comma-separated phase names) runs only those phases.
 Exit 77 (skip) when not root or when dockerd, docker, docker-compose or debootstrap is
 missing (scripts/setup.sh installs them).
 """
@@ -351,6 +357,92 @@ def lossy_job(dep, rounds):
     log(f"lossy links (tbf 10mbit, 2% drop): {rounds} rounds committed")
 
 
+STACK = "fedlgc-ci-stack"
+STACK_EDGES, STACK_AGGREGATORS = 4, 2
+
+
+def swarm_stack(dep, rounds):
+    """The tree on a single-node swarm (docker/gen-stack.sh 4 2, docker stack deploy): a root,
+    a replicated aggregator service whose replicas are agg-1 and agg-2 and a replicated edge
+    service whose replicas are edge-1..4, by task slot, with certificates from Docker
+    secrets. The job finishes with every round committed once at every tier: the root takes
+    one update from each aggregator, each aggregator one from each of its two edges, and
+    the four edges are all there; every task ends complete."""
+    run([os.path.join(dep.dir, "gen-stack.sh"), str(STACK_EDGES), str(STACK_AGGREGATORS)])
+    env = dict(dep.env, FEDLGC_ROUNDS=str(rounds))
+    state = run(["docker", "info", "-f", "{{.Swarm.LocalNodeState}}"], env=env).stdout.strip()
+    joined = state != "active"
+    if joined:
+        run(["docker", "swarm", "init", "--advertise-addr", "127.0.0.1"], env=env)
+
+    def tasks(service):
+        r = run(["docker", "service", "ps", "--no-trunc", "--format",
+                 "{{.Name}}|{{.CurrentState}}|{{.Error}}", f"{STACK}_{service}"], env=env,
+                check=False)
+        return [line.split("|") for line in r.stdout.splitlines()]
+
+    def complete(service, n):
+        done = [t for t in tasks(service) if t[1].startswith("Complete")]
+        failed = [t for t in tasks(service) if t[1].startswith(("Failed", "Rejected"))]
+        if failed:
+            fail(f"{service} tasks failed: {failed}")
+        return len(done) >= n and done
+
+    def volume_lines(volume, path):
+        """A file in one of the stack's volumes, read through a container of its own."""
+        r = run(["docker", "run", "--rm", "-v", f"{STACK}_{volume}:/s:ro", "--entrypoint", "cat",
+                 f"fedlgc/coordinator:{TAG}", f"/s/{path}"], env=env, check=False)
+        if r.returncode != 0:
+            fail(f"{volume}:{path}: {r.stderr.strip()}")
+        return r.stdout.splitlines()
+
+    def updates_by_round(lines):
+        check_round_numbers(lines, rounds)
+        return [sorted(json.loads(line).get("update_norm", {})) for line in lines]
+
+    volumes = ("coordinator-state", "aggregator-state", "edge-state")
+    try:
+        run(["docker", "stack", "deploy", "-c", "stack.yml", STACK], env=env, cwd=dep.dir)
+        wait_for("the stack's root to finish its job", lambda: complete("coordinator", 1), 600,
+                 every=3)
+        aggs = wait_for("every aggregator replica to finish",
+                        lambda: complete("aggregator", STACK_AGGREGATORS), 120, every=3)
+        edges = wait_for("every edge replica to finish", lambda: complete("edge", STACK_EDGES),
+                         120, every=3)
+        aggregators = [f"agg-{a}" for a in range(1, STACK_AGGREGATORS + 1)]
+        for r, clients in enumerate(updates_by_round(volume_lines("coordinator-state",
+                                                                  "rounds.jsonl"))):
+            if clients != aggregators:
+                fail(f"root round {r + 1}: updates from {clients}, not {aggregators}")
+        under = {}
+        for a in aggregators:
+            per_round = updates_by_round(volume_lines("aggregator-state", f"{a}/rounds.jsonl"))
+            if any(clients != per_round[0] or len(clients) != STACK_EDGES // STACK_AGGREGATORS
+                   for clients in per_round):
+                fail(f"{a}: updates by round {per_round}")
+            under[a] = per_round[0]
+        everyone = sorted(e for clients in under.values() for e in clients)
+        if everyone != sorted(f"edge-{i}" for i in range(1, STACK_EDGES + 1)):
+            fail(f"the aggregators' edges: {under}")
+        took = "; ".join(f"{a} took {', '.join(c)}" for a, c in under.items())
+        log(f"swarm stack: {rounds} rounds; the root took {', '.join(aggregators)} each round; "
+            f"{took}; {len(aggs)} aggregator and {len(edges)} edge tasks complete")
+    except BaseException:
+        for service in ("coordinator", "aggregator", "edge"):
+            print(run(["docker", "service", "logs", "--tail", "30", f"{STACK}_{service}"],
+                      env=env, check=False).stdout)
+        raise
+    finally:
+        run(["docker", "stack", "rm", STACK], env=env, check=False)
+        wait_for("the stack's containers to go", lambda: not run(
+            ["docker", "ps", "-aq", "--filter", f"label=com.docker.stack.namespace={STACK}"],
+            env=env, check=False).stdout.strip(), 120, every=2)
+        for volume in volumes:
+            run(["docker", "volume", "rm", f"{STACK}_{volume}"], env=env, check=False)
+        if joined:
+            run(["docker", "swarm", "leave", "--force"], env=env, check=False)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -374,8 +466,11 @@ def main():
         dep = Deployment(src, engine.env, tmp)
         dep.down()  # what an interrupted earlier run left
         phases = [("clean job", clean_job, 12), ("killed coordinator", killed_coordinator, 10),
-                  ("lossy links", lossy_job, 3)]
+                  ("lossy links", lossy_job, 3), ("swarm stack", swarm_stack, 3)]
+        only = os.environ.get("FEDLGC_COMPOSE_PHASES")  # e.g. "swarm stack" (for development)
         for name, phase, rounds in phases:
+            if only and name not in only.split(","):
+                continue
             t = time.time()
             try:
                 phase(dep, rounds)

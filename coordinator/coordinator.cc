@@ -91,7 +91,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   c->metrics_ = std::make_unique<monitoring::Metrics>();
   c->metrics_->SetMaxClientSeries(o.max_client_series);
-  JobInfo job{o.JobId(), o.model, dim, o.rounds};
+  // An aggregator's job has its parent's rounds, which it learns with its parent's first
+  // round (0: unknown, and no client takes the job for over).
+  JobInfo job{o.JobId(), o.model, dim, o.has_parent() ? 0u : o.rounds};
   c->metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;
@@ -177,7 +179,7 @@ void Coordinator::WakeUp() {
 
 void Coordinator::Stop() {
   stop_ = true;
-  if (source_ != nullptr) source_->Stop();
+  if (RoundSource* source = source_.load(); source != nullptr) source->Stop();
   WakeUp();
 }
 
@@ -210,11 +212,11 @@ void Coordinator::FinishJob(uint64_t rounds) {
 
 absl::Status Coordinator::RunForParent() {
   while (!stop_) {
-    auto order = source_->Next();
+    auto order = source_.load()->Next();
     if (!order.ok()) return order.status();
     if (!order->has_value()) break;
     if (absl::Status st = RunOrder(**std::move(order)); !st.ok()) {
-      source_->Finish(st);
+      source_.load()->Finish(st);
       return st;
     }
   }
@@ -225,8 +227,17 @@ absl::Status Coordinator::RunForParent() {
 absl::Status Coordinator::RunOrder(RoundOrder order) {
   service_->SetTotalRounds(order.total_rounds);
   engine_->UseTraining(order.training);
+  if (order.round + 1 < engine_->current_round()) {
+    // Not a round sent again (that one is current_round() - 1): the parent is behind
+    // what this aggregator committed, so it runs another job (a root started afresh).
+    return absl::FailedPreconditionError(
+        StrCat("the parent opened round ", order.round,
+               ", and this aggregator has committed round ", engine_->current_round() - 1,
+               " already: the parent runs another job (start this one with an empty "
+               "--state-dir to join it)"));
+  }
   if (absl::Status st = engine_->Rebase(order.round, std::move(order.model)); !st.ok()) {
-    source_->Finish(st);
+    source_.load()->Finish(st);
     return absl::OkStatus();
   }
   if (downlinks_ != nullptr) {
@@ -239,23 +250,23 @@ absl::Status Coordinator::RunOrder(RoundOrder order) {
                                          static_cast<int64_t>(options_.round_timeout_s * 1000)));
   const std::vector<std::string> participants = WaitForParticipants(deadline);
   if (stop_) {
-    source_->Finish(absl::CancelledError("the aggregator is stopping"));
+    source_.load()->Finish(absl::CancelledError("the aggregator is stopping"));
     return absl::OkStatus();
   }
   if (participants.empty()) {
-    source_->Finish(absl::NotFoundError(
+    source_.load()->Finish(absl::NotFoundError(
         StrCat("round ", order.round, ": too few clients connected before its deadline")));
     return absl::OkStatus();
   }
   CommitResult commit;
   if (absl::Status st = DriveRound(participants, deadline, &commit); !st.ok()) return st;
   if (stop_) {
-    source_->Finish(absl::CancelledError("the aggregator is stopping"));
+    source_.load()->Finish(absl::CancelledError("the aggregator is stopping"));
   } else if (commit.participants == 0) {
-    source_->Finish(absl::NotFoundError(
+    source_.load()->Finish(absl::NotFoundError(
         StrCat("round ", order.round, ": no update of this aggregator's clients counted")));
   } else {
-    source_->Finish(engine_->ModelVector());
+    source_.load()->Finish(engine_->ModelVector());
   }
   return absl::OkStatus();
 }
@@ -442,7 +453,8 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   // The driver's state of this round goes first: a restart loads the one of the checkpoint.
   if (absl::Status st = driver_->Save(commit.round); !st.ok()) return st;
   if (source_ != nullptr && commit.participants > 0) {
-    if (absl::Status st = source_->Keep(commit.round, engine_->ModelVector()); !st.ok()) return st;
+    if (absl::Status st = source_.load()->Keep(commit.round, engine_->ModelVector()); !st.ok())
+      return st;
   }
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;

@@ -56,7 +56,7 @@ class Coordinator final : private RoundHost {
   int metrics_port() const;
   // An aggregator's rounds (--parent): set before Run, which then runs a round for each
   // order of `source` (which must outlive the coordinator) instead of its own --rounds.
-  void SetRoundSource(RoundSource* source) { source_ = source; }
+  void SetRoundSource(RoundSource* source) { source_ = source; }  // before Run; null after
   // Drives rounds until `rounds` have committed (an aggregator: until its source says the
   // job is over) or Stop() is called.
   absl::Status Run();
@@ -118,7 +118,8 @@ class Coordinator final : private RoundHost {
   CoordinatorOptions options_;
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<RoundDriver> driver_;
-  RoundSource* source_ = nullptr;  // an aggregator's parent; null at the root
+  // An aggregator's parent; null at the root. Atomic: Stop reads it from any thread.
+  std::atomic<RoundSource*> source_{nullptr};
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<Downlinks> downlinks_;  // null: models go down as float32
   std::unique_ptr<Progress> progress_;    // <state_dir>/progress.json

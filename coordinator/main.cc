@@ -43,6 +43,18 @@ int main(int argc, char** argv) {
   });
   if (!c.ok()) return Fail(c.status());
   std::unique_ptr<fedlgc::tier::Tier> tier;
+  // On every way out: the upstream client goes first (it reads the coordinator until it
+  // has stopped), and the coordinator forgets it.
+  struct Unlink {
+    fedlgc::coordinator::Coordinator* c;
+    std::unique_ptr<fedlgc::tier::Tier>* tier;
+    ~Unlink() {
+      if (!*tier) return;
+      (*tier)->Stop();
+      tier->reset();
+      c->SetRoundSource(nullptr);
+    }
+  } unlink{c->get(), &tier};
   if (o.has_parent()) {
     auto made = fedlgc::tier::Tier::Create(fedlgc::tier::UpstreamOptions(o), c->get(), o.state_dir,
                                            o.min_clients, o.parent_reserve);
@@ -63,12 +75,6 @@ int main(int argc, char** argv) {
   {
     fedlgc::core::StopOnSignals stop([coordinator = c->get()] { coordinator->Stop(); });
     st = (*c)->Run();
-  }
-  if (tier) {
-    // The upstream client goes first: it reads the coordinator until it has stopped.
-    tier->Stop();
-    tier.reset();
-    (*c)->SetRoundSource(nullptr);
   }
   if (!st.ok()) return Fail(st);
   return 0;

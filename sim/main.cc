@@ -356,7 +356,7 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
   for (uint32_t i = 0; i < s.clients; ++i) {
     int target = s.aggregators > 0 ? ports[i % s.aggregators] : port;
     if (!link.trivial()) {
-      auto p = fedlgc::core::FaultProxy::Start("127.0.0.1", port, link, co.seed * 1000 + i);
+      auto p = fedlgc::core::FaultProxy::Start("127.0.0.1", target, link, co.seed * 1000 + i);
       if (!p.ok()) return p.status();
       target = (*p)->port();
       f.proxies.push_back(std::move(p).value());

@@ -13,7 +13,7 @@ namespace fedlgc::tier {
 namespace {
 
 constexpr uint32_t kKeptMagic = 0x54524C46;  // "FLRT"
-constexpr uint32_t kKeptVersion = 1;
+constexpr uint32_t kKeptVersion = 2;
 
 }  // namespace
 
@@ -40,7 +40,9 @@ absl::Status SaveKeptRound(const std::string& path, const KeptRound& kept) {
   w.U32(kKeptVersion);
   w.U64(kept.round);
   w.U64(kept.model_version);
-  w.Floats(kept.model);
+  w.U32(kept.handed ? 1 : 0);
+  w.Floats(kept.delta);
+  w.Floats(kept.carry);
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -51,12 +53,15 @@ absl::StatusOr<std::optional<KeptRound>> LoadKeptRound(const std::string& path) 
   auto reader = core::StateReader::Open(**bytes, path);
   if (!reader.ok()) return reader.status();
   KeptRound kept;
-  uint32_t magic = 0, version = 0;
+  uint32_t magic = 0, version = 0, handed = 0;
   if (!reader->U32(&magic) || !reader->U32(&version) || magic != kKeptMagic ||
       version != kKeptVersion || !reader->U64(&kept.round) || !reader->U64(&kept.model_version) ||
-      !reader->Floats(&kept.model) || !reader->done()) {
+      !reader->U32(&handed) || handed > 1 || !reader->Floats(&kept.delta) ||
+      !reader->Floats(&kept.carry) || !reader->done() ||
+      (!kept.carry.empty() && kept.carry.size() != kept.delta.size())) {
     return absl::DataLossError(StrCat(path, ": malformed aggregator round"));
   }
+  kept.handed = handed != 0;
   return kept;
 }
 
@@ -72,7 +77,18 @@ absl::StatusOr<std::unique_ptr<Tier>> Tier::Create(edge_client::EdgeClientOption
                                                    const std::string& state_dir,
                                                    uint32_t min_clients, double reserve) {
   std::unique_ptr<Tier> t(new Tier(local, state_dir, min_clients, reserve));
-  auto client = edge_client::EdgeClient::Create(std::move(upstream), modes::MakeClientMode,
+  // An aggregator merges FedAvg updates: a parent of another mode is refused for good.
+  auto fedavg_only =
+      [](Mode mode,
+         edge_client::ClientEnv& env) -> absl::StatusOr<std::unique_ptr<edge_client::ClientMode>> {
+    if (mode != Mode::kFedAvg) {
+      return absl::FailedPreconditionError(
+          StrCat("the parent runs a ", ModeName(mode),
+                 " job; an aggregator takes part in FedAvg jobs only"));
+    }
+    return modes::MakeClientMode(mode, env);
+  };
+  auto client = edge_client::EdgeClient::Create(std::move(upstream), fedavg_only,
                                                 /*stubs=*/nullptr, t.get());
   if (!client.ok()) return client.status();
   t->client_ = *std::move(client);
@@ -90,14 +106,17 @@ void Tier::Start() {
 
 void Tier::RunUpstream() {
   // Join once the local quorum is here: the join carries this aggregator's weight, the
-  // samples of its clients.
+  // samples of its clients. A restart (a checkpoint with clients in it) joins at once: it
+  // may have a kept round to send, or the job may be over.
+  const bool restarted =
+      local_->engine().current_round() > 1 && local_->engine().RegisteredSamples() > 0;
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
       if (stop_) break;
     }
-    if (local_->ConnectedClients().size() >= min_clients_ &&
-        local_->engine().RegisteredSamples() > 0) {
+    if (restarted || (local_->ConnectedClients().size() >= min_clients_ &&
+                      local_->engine().RegisteredSamples() > 0)) {
       break;
     }
     absl::MutexLock lock(&mu_);
@@ -119,34 +138,93 @@ void Tier::RunUpstream() {
 
 uint64_t Tier::NumSamples() { return local_->engine().RegisteredSamples(); }
 
-absl::StatusOr<double> Tier::Train(const protos::RoundStart& start, std::vector<float>* weights) {
-  // A restart that committed this round already sends what it committed.
+std::vector<float> Tier::Unhanded(size_t dim, uint64_t committed, uint64_t* kept_round,
+                                  uint64_t* kept_version) {
+  *kept_round = *kept_version = 0;
   auto kept = LoadKeptRound(KeptPath());
   if (!kept.ok()) {
-    std::fprintf(stderr, "aggregator: %s\n", kept.status().ToString().c_str());
-  } else if (kept->has_value() && (*kept)->round == start.round() &&
-             (*kept)->model_version == start.model_version() &&
-             local_->engine().current_round() == start.round() + 1 &&
-             (*kept)->model.size() == weights->size()) {
+    std::fprintf(stderr, "aggregator: %s: what it holds is lost\n",
+                 kept.status().ToString().c_str());
+    return {};
+  }
+  if (!kept->has_value() || (*kept)->handed || (*kept)->delta.size() != dim) return {};
+  std::vector<float> out = (*kept)->carry;
+  // The round's own update counts when the checkpoint holds the round (a crash between
+  // tier.result and the checkpoint runs the round again: its clients were never told).
+  if ((*kept)->round <= committed) {
+    if (out.empty()) out.assign(dim, 0.0f);
+    for (size_t i = 0; i < dim; ++i) out[i] += (*kept)->delta[i];
+    *kept_round = (*kept)->round;
+    *kept_version = (*kept)->model_version;
+  }
+  return out;
+}
+
+void Tier::MarkHanded() {
+  auto kept = LoadKeptRound(KeptPath());
+  if (!kept.ok() || !kept->has_value()) return;
+  (*kept)->handed = true;
+  if (absl::Status st = SaveKeptRound(KeptPath(), **kept); !st.ok()) {
+    std::fprintf(stderr, "aggregator: %s\n", st.ToString().c_str());
+  }
+}
+
+absl::StatusOr<double> Tier::Train(const protos::RoundStart& start, std::vector<float>* weights) {
+  uint64_t kept_round = 0, kept_version = 0;
+  // No local round is open now: the engine's committed round is its checkpoint's.
+  const std::vector<float> unhanded =
+      Unhanded(weights->size(), local_->engine().current_round() - 1, &kept_round, &kept_version);
+  if (kept_round == start.round() && kept_version == start.model_version()) {
+    // A restart that committed this round already sends what it committed.
     std::fprintf(stderr, "aggregator: round %llu was committed before a restart: sending it up\n",
                  static_cast<unsigned long long>(start.round()));
-    *weights = std::move((*kept)->model);
-    return 0.0;
+  } else {
+    auto model = RunLocalRound(start, *weights);
+    if (!model.ok() && unhanded.empty()) {
+      std::fprintf(stderr, "aggregator: round %llu: nothing goes up: %s\n",
+                   static_cast<unsigned long long>(start.round()),
+                   std::string(model.status().message()).c_str());
+      return absl::NotFoundError(model.status().message());
+    }
+    if (model.ok()) *weights = *std::move(model);
   }
+  if (!unhanded.empty() && kept_round != start.round()) {
+    std::fprintf(stderr,
+                 "aggregator: round %llu also carries what earlier rounds committed and never "
+                 "sent up\n",
+                 static_cast<unsigned long long>(start.round()));
+  }
+  for (size_t i = 0; i < unhanded.size(); ++i) (*weights)[i] += unhanded[i];
+  MarkHanded();
+  return 0.0;
+}
+
+absl::StatusOr<std::vector<float>> Tier::RunLocalRound(const protos::RoundStart& start,
+                                                       const std::vector<float>& model) {
   // The local round gets what is left of the parent's round but the reserve.
   const auto left = edge_client::DeadlineOf(start) - std::chrono::system_clock::now();
+  if (left <= decltype(left)::zero()) {
+    std::fprintf(stderr,
+                 "aggregator: round %llu: the parent's deadline has passed by this host's "
+                 "clock (are the clocks in step?)\n",
+                 static_cast<unsigned long long>(start.round()));
+  }
   const auto local_left = std::chrono::duration_cast<coordinator::Clock::duration>(
       std::max(left, decltype(left)::zero()) * (1 - reserve_));
   coordinator::RoundOrder order;
   order.round = start.round();
-  order.model = *weights;
+  order.model = model;
   order.deadline = coordinator::Clock::now() + local_left;
   order.training = {start.local_epochs(), start.local_steps(), start.lr(), start.batch_size()};
   order.total_rounds = static_cast<uint32_t>(client_->job_rounds());
+  // No local round is open: the engine's last committed round is its checkpoint's.
+  const uint64_t committed = local_->engine().current_round() - 1;
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::CancelledError("the aggregator is stopping");
   order_ = std::move(order);
   order_version_ = start.model_version();
+  order_base_ = model;
+  order_committed_ = committed;
   outcome_.reset();
   mu_.Await(absl::Condition(
       +[](Tier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stop_ || t->outcome_; },
@@ -154,14 +232,7 @@ absl::StatusOr<double> Tier::Train(const protos::RoundStart& start, std::vector<
   if (!outcome_) return absl::CancelledError("the aggregator is stopping");
   absl::StatusOr<std::vector<float>> outcome = *std::move(outcome_);
   outcome_.reset();
-  if (!outcome.ok()) {
-    std::fprintf(stderr, "aggregator: round %llu: nothing goes up: %s\n",
-                 static_cast<unsigned long long>(start.round()),
-                 std::string(outcome.status().message()).c_str());
-    return absl::NotFoundError(outcome.status().message());
-  }
-  *weights = *std::move(outcome);
-  return 0.0;
+  return outcome;
 }
 
 absl::StatusOr<std::optional<coordinator::RoundOrder>> Tier::Next() {
@@ -183,11 +254,23 @@ absl::StatusOr<std::optional<coordinator::RoundOrder>> Tier::Next() {
 absl::Status Tier::Keep(uint64_t round, std::span<const float> model) {
   KeptRound kept;
   kept.round = round;
+  kept.delta.assign(model.begin(), model.end());
+  uint64_t committed = 0;
   {
     absl::MutexLock lock(&mu_);
     kept.model_version = order_version_;
+    committed = order_committed_;
+    if (order_base_.size() != kept.delta.size()) {
+      return absl::InternalError("an aggregator's round committed without an order");
+    }
+    for (size_t i = 0; i < kept.delta.size(); ++i) kept.delta[i] -= order_base_[i];
   }
-  kept.model.assign(model.begin(), model.end());
+  // What the file holds and never went up stays in it (Train adds it to this round's
+  // update): earlier rounds' carry, and the last round's update when it committed.
+  // What the file holds counts up to the checkpoint before this round: a round written
+  // to it that crashed before its checkpoint (its clients were never told) does not.
+  uint64_t kept_round = 0, kept_version = 0;
+  kept.carry = Unhanded(kept.delta.size(), committed, &kept_round, &kept_version);
   return SaveKeptRound(KeptPath(), kept);
 }
 

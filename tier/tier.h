@@ -8,11 +8,13 @@
 // aggregator's residual.
 //
 // What survives a restart: the local coordinator's checkpoint, the upstream client's state
-// (its update in flight and residual, under <state>/parent), and <state>/tier.result: the
-// model the last local round committed, with the parent's round and model version it
-// answers, written before the local checkpoint. A restart whose checkpoint holds that
-// round sends the kept model up instead of running the round again, so the updates its
-// clients were told counted reach the parent.
+// (its update in flight and residual, under <state>/parent), and <state>/tier.result
+// (KeptRound): what the local rounds committed that has not gone up yet, written before
+// each local checkpoint. A restart whose checkpoint holds the kept round sends it up
+// instead of running the round again; one whose parent has moved on adds it to the next
+// round's update. So the updates its clients were told counted reach the parent once: a
+// crash between handing them to the upstream client and its state write loses them
+// rather than sending them twice.
 #ifndef FEDLGC_TIER_TIER_H_
 #define FEDLGC_TIER_TIER_H_
 
@@ -39,11 +41,17 @@ namespace fedlgc::tier {
 // addresses, its certificate, and <state_dir>/parent for its state.
 edge_client::EdgeClientOptions UpstreamOptions(const coordinator::CoordinatorOptions& o);
 
-// What an aggregator kept of its last committed round (tier.result).
+// What an aggregator has committed and not yet handed to its upstream client
+// (tier.result): the update of its last committed round (the model it committed minus the
+// parent's model it started from), with the parent's round and model version it answers,
+// and what earlier rounds committed that never went up (their parent's round closed
+// first). Rewritten with `handed` set when it goes up.
 struct KeptRound {
   uint64_t round = 0;          // the parent's round
   uint64_t model_version = 0;  // the parent's model version it started from
-  std::vector<float> model;    // what the local round committed
+  bool handed = false;         // given to the upstream client
+  std::vector<float> delta;    // the round's update
+  std::vector<float> carry;    // earlier rounds' updates that did not go up (or empty)
 };
 absl::Status SaveKeptRound(const std::string& path, const KeptRound& kept);
 // nullopt when there is no file.
@@ -79,6 +87,17 @@ class Tier final : public coordinator::RoundSource, private edge_client::LocalTr
 
   // LocalTrainer: the samples of the local clients, and a local round.
   uint64_t NumSamples() override;
+  // What tier.result holds that the local coordinator committed (rounds up to
+  // `committed`) and never handed up, as `dim` values (empty: nothing); *kept_round and
+  // *kept_version: the parent's round and version of its last round when that round is
+  // among them (0: it is not).
+  std::vector<float> Unhanded(size_t dim, uint64_t committed, uint64_t* kept_round,
+                              uint64_t* kept_version);
+  // Marks tier.result as handed up.
+  void MarkHanded();
+  // Runs the parent's round with the local clients: the model they committed, or why not.
+  absl::StatusOr<std::vector<float>> RunLocalRound(const protos::RoundStart& start,
+                                                   const std::vector<float>& model);
   absl::StatusOr<double> Train(const protos::RoundStart& start,
                                std::vector<float>* weights) override;
   // The upstream thread: waits for the local quorum, then runs the client until the job is
@@ -95,8 +114,10 @@ class Tier final : public coordinator::RoundSource, private edge_client::LocalTr
 
   absl::Mutex mu_;
   std::optional<coordinator::RoundOrder> order_ ABSL_GUARDED_BY(mu_);  // for Next
-  // The parent's model version of the order in progress (for Keep).
+  // The parent's model version and model of the order in progress (for Keep).
   uint64_t order_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<float> order_base_ ABSL_GUARDED_BY(mu_);
+  uint64_t order_committed_ ABSL_GUARDED_BY(mu_) = 0;  // the local checkpoint's round then
   std::optional<absl::StatusOr<std::vector<float>>> outcome_ ABSL_GUARDED_BY(mu_);  // for Train
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool over_ ABSL_GUARDED_BY(mu_) = false;  // the upstream client returned

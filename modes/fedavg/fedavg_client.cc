@@ -137,6 +137,9 @@ void FedAvgClient::ResidualChanged() {
 absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
   edge_client::ClientState& state = env_.state();
   const SystemTime deadline = edge_client::DeadlineOf(start);
+  // This round's model was trained on already: its update went back into the residual
+  // (below) and goes out again from there, not trained and added a second time.
+  bool trained = false;
   if (state.pending &&
       (state.pending->round != start.round() ||
        state.pending->model_version != start.model_version() || state.codec != start.codec())) {
@@ -144,6 +147,8 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     // as far as we can know, so all of it goes back into the residual. So does one coded
     // with another codec than the round's (a restarted coordinator that lost the GradiVeQ
     // basis it was coded against): the coordinator refuses its frames.
+    trained = state.pending->round == start.round() &&
+              state.pending->model_version == start.model_version();
     if (absl::Status st = Restore(*state.pending); !st.ok()) return st;
     state.pending.reset();
   }
@@ -157,7 +162,8 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
   }
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
   if (!state.pending) {
-    auto update = TrainUpdate(env_, start, deadline);
+    auto update = trained ? absl::StatusOr<std::vector<float>>(std::vector<float>(env_.dim(), 0.0f))
+                          : TrainUpdate(env_, start, deadline);
     if (!update.ok()) return update.status();
     if (update->empty()) return absl::OkStatus();  // the round moved on
     const auto t0 = std::chrono::steady_clock::now();

@@ -123,9 +123,11 @@ struct ScriptedCoordinator {
   }
 };
 
+// `state`: what the client's state file holds when it starts (null: nothing).
 std::unique_ptr<edge_client::EdgeClient> Client(const std::string& name,
                                                 const ScriptedCoordinator& coordinator,
-                                                const std::string& attack = "none") {
+                                                const std::string& attack = "none",
+                                                const edge_client::ClientState* state = nullptr) {
   edge_client::EdgeClientOptions o;
   o.attack = attack;
   o.server = "127.0.0.1:1";  // never dialled: every call goes to the mock
@@ -133,6 +135,10 @@ std::unique_ptr<edge_client::EdgeClient> Client(const std::string& name,
   o.client_id = "client-0";
   o.state_dir = ::testing::TempDir() + "/fedavg-client-" + name;
   std::filesystem::remove_all(o.state_dir);
+  if (state != nullptr) {
+    std::filesystem::create_directories(o.state_dir);
+    EXPECT_TRUE(edge_client::SaveClientState(o.state_dir + "/client-0.state", *state).ok());
+  }
   o.data = "synthetic:200";
   o.device = "cpu";
   o.backoff_initial_s = 0.001;
@@ -241,6 +247,57 @@ TEST(FedAvgClient, AnUploadToAClosedRoundIsNotRetriedAndAllOfItComesBack) {
   std::vector<float> values(view.length);
   ASSERT_TRUE(codecs::MakeCodec("fp32").value()->Decode(view, values).ok());
   for (uint64_t i = 0; i < view.length; ++i) ASSERT_EQ(state.residual[view.begin + i], values[i]);
+}
+
+// An update in flight for this very round and model, coded with another codec than the
+// round's (a coordinator restarted without the GradiVeQ basis it named), goes back into
+// the residual and out again through the round's codec; the client does not train on the
+// same model a second time and add that on top. What it sends is exactly the old update.
+TEST(FedAvgClient, AnUpdateOfThisRoundInAnotherCodecGoesOutAgainWithoutTrainingTwice) {
+  ScriptedCoordinator coordinator;
+  coordinator.counted = {};
+  coordinator.Expect();
+  std::vector<float> old(coordinator.model.size());
+  for (size_t i = 0; i < old.size(); ++i) old[i] = 0.001f * static_cast<float>(i % 97) - 0.04f;
+  auto fp16 = codecs::MakeCodec("fp16").value();
+  std::vector<codecs::Frame> frames;
+  codecs::EncodeOptions eo;
+  eo.max_frame_bytes = 64 * 1024;
+  ASSERT_TRUE(fp16->Encode(old, eo, &frames).ok());
+  edge_client::ClientState state;
+  state.codec = "fp16";
+  state.residual.assign(old.size(), 0.0f);  // an encode leaves one of the model's size
+  state.pending.emplace();
+  state.pending->round = 1;
+  state.pending->model_version = 0;
+  state.pending->update_id = 4242;
+  for (codecs::Frame& f : frames) state.pending->frames.push_back(std::move(f.bytes));
+  std::vector<float> sent_before(old.size());  // what fp16 carried of it
+  for (const std::string& f : state.pending->frames) {
+    auto view = codecs::ParseFrame(f, codecs::FrameLimits()).value();
+    ASSERT_TRUE(
+        fp16->Decode(view, std::span<float>(sent_before).subspan(view.begin, view.length)).ok());
+  }
+  auto client = Client("same-round-other-codec", coordinator, "none", &state);
+  ASSERT_NE(client, nullptr);
+  const absl::Status run = client->Run();
+  ASSERT_TRUE(run.ok()) << run;
+  ASSERT_FALSE(coordinator.sent.empty());
+  std::vector<float> sent(old.size(), 0.0f);
+  auto fp32 = codecs::MakeCodec("fp32").value();
+  for (const auto& c : coordinator.sent) {
+    auto view = codecs::ParseFrame(c.frame(), codecs::FrameLimits()).value();
+    ASSERT_TRUE(fp32->Decode(view, std::span<float>(sent).subspan(view.begin, view.length)).ok());
+  }
+  EXPECT_EQ(sent, sent_before) << "the round's update is the old one, not the old one plus "
+                                  "a second training";
+  const auto log = ReadClientRoundLog(
+      ::testing::TempDir() + "/fedavg-client-same-round-other-codec/client-0.rounds.jsonl");
+  ASSERT_TRUE(log.ok());
+  for (const auto& r : *log) {
+    EXPECT_EQ(r.figures.count("train_seconds") ? r.figures.at("train_seconds") : 0.0, 0.0)
+        << "no training ran";
+  }
 }
 
 // A round the client cannot take part in is skipped, said and counted; the client goes on

@@ -155,12 +155,15 @@ enum class Fault {
   // Gone at once after writing the checkpoint of its round, before anything went up
   // (FEDLGC_FAILPOINT=after-checkpoint:2).
   kCrashedAfterItsCheckpoint,
+  // The same, and back only once the root has closed round 2 without it.
+  kCrashedUntilTheRootMovedOn,
 };
 
 // A root, two aggregators and eight clients, all processes; agg-0 goes down in round 2 as
 // `fault` says and is restarted from its state dir at the same address while its clients
 // wait for it. Round 2 completes with both aggregators, and every client update counts
-// exactly once: the job ends with the model of the same job run flat.
+// exactly once: the job ends with the model of the same job run flat. When the root closed
+// round 2 without agg-0, what agg-0 committed in round 2 goes up with its round 3.
 void RunThroughAFault(const std::string& name, Fault fault) {
   const std::string dir = FreshDir(name);
   const std::string certs = MakeCerts(dir, kClients);
@@ -171,11 +174,14 @@ void RunThroughAFault(const std::string& name, Fault fault) {
   auto ro = Job(dir, certs);
   ro.min_clients = kAggregators;
   ro.max_client_weight = 1;
-  ro.round_timeout_s = 120;
+  const bool moved_on = fault == Fault::kCrashedUntilTheRootMovedOn;
+  ro.round_timeout_s = moved_on ? 15 : 120;
   const int root_port = FreePort();
   // Everything is a process: gRPC clients in this process stall on connections to servers
   // it forked (gRPC 1.51), and the aggregator must go down for real.
-  ChildProcess root(CoordinatorArgv(ro, root_port), dir + "/root.log");
+  std::vector<std::string> root_argv = CoordinatorArgv(ro, root_port);
+  root_argv.push_back(StrCat("--round-timeout=", ro.round_timeout_s));
+  ChildProcess root(root_argv, dir + "/root.log");
   std::vector<int> ports;
   std::vector<std::vector<std::string>> argvs;
   for (int a = 0; a < kAggregators; ++a) {
@@ -183,7 +189,8 @@ void RunThroughAFault(const std::string& name, Fault fault) {
     argvs.push_back(CoordinatorArgv(Aggregator(dir, certs, ro, a, root_port), ports.back()));
   }
   std::vector<std::string> first_argv = argvs[0];
-  if (fault == Fault::kCrashedAfterItsCheckpoint) {
+  const bool crashes = fault != Fault::kKilledMidRound;
+  if (crashes) {
     first_argv.insert(first_argv.begin(), {"/usr/bin/env", "FEDLGC_FAILPOINT=after-checkpoint:2"});
   }
   auto agg0 = std::make_unique<ChildProcess>(first_argv, dir + "/agg-0.log");
@@ -216,23 +223,31 @@ void RunThroughAFault(const std::string& name, Fault fault) {
   } else {
     EXPECT_EQ(agg0->Wait(seconds(120)), 99) << ReadText(dir + "/agg-0.log");
   }
+  if (moved_on) {
+    ASSERT_TRUE(WaitFor([&] { return Rounds(ro.state_dir).size() >= 2; }, seconds(60)))
+        << "the root never closed round 2";
+  }
   ChildProcess restarted(argvs[0], dir + "/agg-0-restarted.log");
   EXPECT_EQ(root.Wait(seconds(240)), 0)
       << "the root did not finish: " << ReadText(dir + "/root.log");
   EXPECT_EQ(restarted.Wait(seconds(60)), 0) << ReadText(dir + "/agg-0-restarted.log");
   EXPECT_EQ(agg1.Wait(seconds(60)), 0);
   for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(60)), 0) << "a client did not finish";
-  // The crashed aggregator's round 2 goes up from what it kept.
-  EXPECT_EQ(ReadText(dir + "/agg-0-restarted.log").find("was committed before a restart") !=
-                std::string::npos,
+  // The crashed aggregator's round 2 goes up from what it kept: as round 2 while the root
+  // waits for it, with round 3 once the root has moved on.
+  const std::string restarted_log = ReadText(dir + "/agg-0-restarted.log");
+  EXPECT_EQ(restarted_log.find("was committed before a restart") != std::string::npos,
             fault == Fault::kCrashedAfterItsCheckpoint)
-      << ReadText(dir + "/agg-0-restarted.log");
+      << restarted_log;
+  EXPECT_EQ(restarted_log.find("also carries what earlier rounds committed") != std::string::npos,
+            moved_on)
+      << restarted_log;
 
   const auto tree = Rounds(ro.state_dir);
   ASSERT_EQ(tree.size(), 3u);
   for (size_t r = 0; r < tree.size(); ++r) {
     EXPECT_EQ(tree[r].round, r + 1);
-    EXPECT_EQ(tree[r].participants, kAggregators) << "round " << r + 1;
+    EXPECT_EQ(tree[r].participants, moved_on && r == 1 ? 1 : kAggregators) << "round " << r + 1;
   }
   for (int a = 0; a < kAggregators; ++a) {
     // rounds.jsonl is written after the checkpoint: a round committed just before a crash
@@ -242,9 +257,17 @@ void RunThroughAFault(const std::string& name, Fault fault) {
       EXPECT_TRUE(seen.insert(r.round).second) << "aggregator " << a << " round " << r.round;
       EXPECT_EQ(r.participants, kPerAggregator) << "aggregator " << a << " round " << r.round;
     }
-    EXPECT_EQ(seen.size(), a == 0 && fault == Fault::kCrashedAfterItsCheckpoint ? 2u : 3u);
+    EXPECT_EQ(seen.size(), a == 0 && crashes ? 2u : 3u);
   }
-  EXPECT_LT(MaxDifference(CheckpointModel(ro.state_dir, ro), flat_model), 1e-5);
+  if (!moved_on) {
+    EXPECT_LT(MaxDifference(CheckpointModel(ro.state_dir, ro), flat_model), 1e-5);
+    return;
+  }
+  // agg-0's round 3 carries its rounds 2 and 3: about twice agg-1's update (of round 3
+  // alone; consecutive rounds' updates point much the same way).
+  const auto& norms = tree[2].per_client.at("update_norm");
+  EXPECT_GT(norms.at("agg-0"), 1.5 * norms.at("agg-1"))
+      << "agg-0 " << norms.at("agg-0") << ", agg-1 " << norms.at("agg-1");
 }
 
 TEST(Tier, AnAggregatorKilledMidRoundResumesAndNothingCountsTwice) {
@@ -253,6 +276,34 @@ TEST(Tier, AnAggregatorKilledMidRoundResumesAndNothingCountsTwice) {
 
 TEST(Tier, AnAggregatorGoneAfterItsCheckpointSendsTheRoundItKeptUp) {
   RunThroughAFault("tier_crash", Fault::kCrashedAfterItsCheckpoint);
+}
+
+TEST(Tier, AnAggregatorBackAfterTheRootClosedItsRoundSendsThatRoundWithTheNext) {
+  RunThroughAFault("tier_moved_on", Fault::kCrashedUntilTheRootMovedOn);
+}
+
+// tier.result round trips, and a damaged one is refused, not read as an update.
+TEST(Tier, TheKeptRoundFileRoundTripsAndADamagedOneIsRefused) {
+  const std::string path = FreshDir("tier_kept") + "/tier.result";
+  tier::KeptRound kept;
+  kept.round = 7;
+  kept.model_version = 13;
+  kept.delta = {0.5f, -1.25f, 3.0f};
+  kept.carry = {0.0f, 1.0f, -2.0f};
+  ASSERT_TRUE(tier::SaveKeptRound(path, kept).ok());
+  auto back = tier::LoadKeptRound(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->has_value());
+  EXPECT_EQ((*back)->round, 7u);
+  EXPECT_EQ((*back)->model_version, 13u);
+  EXPECT_FALSE((*back)->handed);
+  EXPECT_EQ((*back)->delta, kept.delta);
+  EXPECT_EQ((*back)->carry, kept.carry);
+  std::string bytes = core::ReadFile(path).value();
+  bytes[20] ^= 1;
+  ASSERT_TRUE(core::AtomicWriteFile(path, bytes).ok());
+  EXPECT_TRUE(absl::IsDataLoss(tier::LoadKeptRound(path).status()));
+  EXPECT_FALSE(tier::LoadKeptRound(path + ".none").value().has_value());
 }
 
 }  // namespace

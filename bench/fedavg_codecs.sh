@@ -22,12 +22,12 @@ codecs=("fp32" "fp16" "qsgd(bits=8)" "qsgd(bits=4)" "$topk" "$topk" "adacomp(bin
   "qsgd(bits=3)" "gradiveq(dims=8,slice=64,refit=10)" "gradiveq(dims=4,slice=64,refit=20)"
   "powersgd(rank=2,iters=4)" "powersgd(rank=2,iters=4)" "randk(ratio=0.01,scale=0)"
   "randk(ratio=0.01,scale=0,seed=round)" "powersgd(rank=2,phases=2)" "powersgd(rank=4,phases=2)"
-  "powersgd(rank=2,phases=2)")
+  "powersgd(rank=2,phases=2)" "terngrad" "terngrad(shared=1)")
 warmups=("" "" "" "" "" "$warm" "" "" "" "" "" "" "" "" "" "" "" "" "" "$pwarm" "" "" "" ""
-  "$pwarm")
+  "$pwarm" "" "")
 names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8 topk1_ef_q8_warm adacomp50 dgc01_m09 dgc01 topk1_ef_nd8
   psgd1 psgd2 psgd4 alq3 amq3 qsgd3 gvq8 gvq4 psgd2_i4 psgd2_i4_warm randk1_ef randk1_ef_shared
-  psgd2_2p psgd4_2p psgd2_2p_warm)
+  psgd2_2p psgd4_2p psgd2_2p_warm terngrad terngrad_shared)
 for i in "${!codecs[@]}"; do
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "${names[$i]}" ]; then continue; fi
   ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed 1 \

@@ -10,6 +10,7 @@
 #include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
+#include "codecs/registry.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
 #include "codecs/status_macros.h"
@@ -37,10 +38,15 @@ FEDLGC_MULTIVERSION void Ternarize(const float* x, size_t n, float bound, float 
 }  // namespace
 
 TernGrad::TernGrad(std::string spec, uint32_t bucket, float clip, bool shared)
-    : DenseCodec(
-          std::move(spec),
-          CodecTraits{
-              .fixed_size = true, .unbiased = clip == 0, .stateful = false, .block = bucket}),
+    : DenseCodec(std::move(spec),
+                 // As in the paper, senders keep no quantization error, only what did not
+                 // count: a ternary code's error is of the order of the value itself, and fed
+                 // back it would pile up (as 4-bit QSGD's did). Clipping's bias stays.
+                 CodecTraits{.fixed_size = true,
+                             .unbiased = clip == 0,
+                             .stateful = false,
+                             .block = bucket,
+                             .no_error_feedback = true}),
       bucket_(bucket),
       clip_(clip),
       shared_(shared) {}
@@ -148,6 +154,77 @@ absl::Status TernGrad::DecodeBody(std::span<const uint8_t> body, std::span<float
       return absl::InvalidArgumentError(StrCat(spec(), ": bucket ", b, " holds code 3"));
     }
   }
+  return absl::OkStatus();
+}
+
+bool IsSharedScaleTernGrad(std::string_view spec) {
+  auto codec = MakeCodec(std::string(spec));
+  if (!codec.ok()) return false;
+  const auto* t = dynamic_cast<const TernGrad*>(codec->get());
+  return t != nullptr && t->shared();
+}
+
+absl::StatusOr<std::shared_ptr<TernGradRoundCodec>> TernGradRoundCodec::Create(
+    std::string_view spec, uint64_t dim) {
+  FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, MakeCodec(std::string(spec)));
+  const auto* t = dynamic_cast<const TernGrad*>(inner.get());
+  if (t == nullptr || !t->shared()) {
+    return absl::InvalidArgumentError(StrCat(std::string(spec), " is not terngrad(..., shared=1)"));
+  }
+  return std::shared_ptr<TernGradRoundCodec>(new TernGradRoundCodec(std::move(inner), dim));
+}
+
+CodecTraits TernGradRoundCodec::traits() const {
+  CodecTraits t = inner_->traits();
+  t.summable = true;
+  return t;
+}
+
+absl::Status TernGradRoundCodec::Encode(std::span<const float> x, const EncodeOptions& opts,
+                                        std::vector<Frame>* frames) {
+  EncodeOptions o = opts;
+  o.shared_scale = scale();
+  return inner_->Encode(x, o, frames);
+}
+
+absl::Status TernGradRoundCodec::Decode(const FrameView& frame, std::span<float> out) const {
+  const float want = scale();
+  if (!(want > 0)) {
+    return WrongCodecError(
+        StrCat(spec(),
+               ": a frame before the round's shared scale was set: a sender that "
+               "chose its own"));
+  }
+  const uint32_t bucket = static_cast<const TernGrad&>(*inner_).bucket();
+  const uint64_t buckets = (frame.length + bucket - 1) / bucket;
+  if (frame.body.size() < 4 * buckets) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": a body too short for its scales"));
+  }
+  for (uint64_t b = 0; b < buckets; ++b) {
+    float s;
+    std::memcpy(&s, frame.body.data() + 4 * b, 4);
+    if (s != want) {
+      return WrongCodecError(
+          StrCat(spec(), ": bucket ", b, " carries the scale ", s, "; the round's is ", want));
+    }
+  }
+  return inner_->Decode(frame, out);
+}
+
+absl::StatusOr<uint64_t> TernGradRoundCodec::ReadCode(const FrameView& frame,
+                                                      std::vector<float>* code) const {
+  code->assign(frame.length, 0.0f);
+  FEDLGC_RETURN_IF_ERROR(Decode(frame, *code));
+  return frame.begin;
+}
+
+absl::Status TernGradRoundCodec::DecodeCode(std::span<const float> code,
+                                            std::span<float> out) const {
+  if (code.size() != dim_ || out.size() != dim_) {
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": a code of ", code.size(), " floats for ", out.size(), " coordinates"));
+  }
+  std::copy(code.begin(), code.end(), out.begin());
   return absl::OkStatus();
 }
 

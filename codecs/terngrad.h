@@ -11,7 +11,9 @@
 #ifndef FEDLGC_CODECS_TERNGRAD_H_
 #define FEDLGC_CODECS_TERNGRAD_H_
 
+#include <atomic>
 #include <memory>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "codecs/dense_codec.h"
@@ -32,6 +34,8 @@ class TernGrad final : public DenseCodec {
   // The scale this worker would use (max over buckets of max|clipped g|): what workers
   // exchange to agree on a shared scale.
   float LocalScale(std::span<const float> values) const;
+  uint32_t bucket() const { return bucket_; }
+  bool shared() const { return shared_; }
 
  private:
   TernGrad(std::string spec, uint32_t bucket, float clip, bool shared);
@@ -41,6 +45,46 @@ class TernGrad final : public DenseCodec {
   uint32_t bucket_;
   float clip_;
   bool shared_;
+};
+
+// Whether `spec` is terngrad(..., shared=1), which FedAvg runs as a round protocol
+// (modes/fedavg/terngrad_rounds.h): the round's scale is agreed before anyone encodes.
+bool IsSharedScaleTernGrad(std::string_view spec);
+
+// The decoder of one round of terngrad(shared=1) at the coordinator. Once the round's
+// shared scale is set (SetScale, from any thread), it is what every bucket of every frame
+// must carry; a frame before it, or with another, is refused (INVALID_ARGUMENT, a wrong
+// codec: the sender chose its own scale). Its codes are the frames' values, each the
+// shared scale times -1, 0 or 1: every sender's code is an integer multiple of one scale,
+// so codes add up (summable; a code's norm is its values').
+class TernGradRoundCodec final : public Codec, public LinearCode {
+ public:
+  // `spec`: terngrad(..., shared=1); `dim`: the coordinates of a whole update.
+  static absl::StatusOr<std::shared_ptr<TernGradRoundCodec>> Create(std::string_view spec,
+                                                                    uint64_t dim);
+  void SetScale(float scale) { scale_.store(scale); }
+  float scale() const { return scale_.load(); }
+
+  CodecTraits traits() const override;
+  uint64_t MaxFrameBytes(uint64_t n) const override { return inner_->MaxFrameBytes(n); }
+  // Encodes with the round's scale (what a client of the round sends).
+  absl::Status Encode(std::span<const float> x, const EncodeOptions& opts,
+                      std::vector<Frame>* frames) override;
+  absl::Status Decode(const FrameView& frame, std::span<float> out) const override;
+
+  // LinearCode.
+  uint64_t code_size() const override { return dim_; }
+  absl::StatusOr<uint64_t> ReadCode(const FrameView& frame,
+                                    std::vector<float>* code) const override;
+  absl::Status DecodeCode(std::span<const float> code, std::span<float> out) const override;
+
+ private:
+  TernGradRoundCodec(std::unique_ptr<Codec> inner, uint64_t dim)
+      : Codec(inner->spec()), inner_(std::move(inner)), dim_(dim) {}
+
+  std::unique_ptr<Codec> inner_;  // the TernGrad of the spec
+  const uint64_t dim_;
+  std::atomic<float> scale_{0};
 };
 
 }  // namespace fedlgc::codecs

@@ -10,6 +10,7 @@
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
 #include "codecs/str.h"
+#include "codecs/terngrad.h"
 #include "core/model.h"
 
 namespace fedlgc::coordinator {
@@ -63,6 +64,27 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::Mode
     if (plan.codec.rfind("gradiveq", 0) != 0) {
       return absl::InvalidArgumentError(
           "--codec: give gradiveq(...) itself; clients add what they keep of its error");
+    }
+  }
+  // TernGrad's shared scale is agreed in each FedAvg round (modes/fedavg/terngrad_rounds.h).
+  if (codecs::IsSharedScaleTernGrad(plan.codec)) {
+    if (mode != Mode::kFedAvg) {
+      return absl::InvalidArgumentError(
+          StrCat("terngrad(shared=1) runs with --mode fedavg (its clients agree on each round's "
+                 "scale through the FedAvg coordinator), not ",
+                 ModeName(mode)));
+    }
+  } else if (auto c = codecs::MakeCodec(plan.codec, &layout);
+             c.ok() && (*c)->spec().find("terngrad/") != std::string::npos &&
+             (*c)->spec().find("shared=1") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "--codec: give terngrad(..., shared=1) itself, not inside another codec: its rounds "
+        "agree on a scale first");
+  }
+  for (const std::string& spec : plan.warmup_codecs) {
+    if (codecs::IsSharedScaleTernGrad(spec)) {
+      return absl::InvalidArgumentError(
+          "--codec-warmup: terngrad(shared=1) agrees its scale as the job codec only");
     }
   }
   // A kept set drawn from each round's seed is named by the FedAvg driver.

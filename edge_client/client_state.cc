@@ -6,11 +6,12 @@
 // floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, floats
 // values, u32 leader; then str codec_state, str codec_basis; then the pending update's
 // u32 psgd_phase, floats psgd_factor (0 and none without one), str job (empty without
-// one); CRC32C (core/atomic_file.h).
+// one); then u64 scale_round, u64 scale_version; CRC32C (core/atomic_file.h).
 // Version 1 files (no LGC fields), version 2 files (no flags, no local model), version 3 files
 // (whose share in flight was still inside x and w), version 4 files (no echo), version 5
 // files (no codec state), version 6 files (no codec basis), version 7 files (no
-// PowerSGD phase) and version 8 files (no job) still load.
+// PowerSGD phase), version 8 files (no job) and version 9 files (no shared-scale round)
+// still load.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -21,7 +22,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 9;
+constexpr uint32_t kVersion = 10;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -68,6 +69,8 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   w.U32(s.pending ? s.pending->psgd_phase : 0);
   w.Floats(s.pending ? std::span<const float>(s.pending->psgd_factor) : std::span<const float>());
   w.Str(s.pending ? s.pending->job : std::string());
+  w.U64(s.scale_round);
+  w.U64(s.scale_version);
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -152,6 +155,7 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
     if (!r.Str(&job, 1024) || (!job.empty() && !s.pending)) return corrupt();
     if (s.pending) s.pending->job = std::move(job);
   }
+  if (version >= 10 && (!r.U64(&s.scale_round) || !r.U64(&s.scale_version))) return corrupt();
   if (!r.done()) return corrupt();
   return s;
 }

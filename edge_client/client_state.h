@@ -82,6 +82,11 @@ struct ClientState {
   std::optional<PendingUpdate> pending;
   LocalModel local;
   LgcEcho lgc_echo;
+  // A round of terngrad(shared=1) (modes/fedavg/terngrad_rounds.h) whose update was added
+  // to the residual, where it waits for the round's shared scale (0: none), and the model
+  // version it was trained from.
+  uint64_t scale_round = 0;
+  uint64_t scale_version = 0;
 };
 
 absl::Status SaveClientState(const std::string& path, const ClientState& state);

@@ -26,6 +26,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "codecs/gradiveq.h"
+#include "codecs/powersgd_two_phase.h"
+#include "codecs/terngrad.h"
 #include "codecs/str.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
@@ -534,6 +536,13 @@ absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
   if (fedlgc::codecs::IsGradiveq(co->plan.codec)) {
     return absl::InvalidArgumentError(
         "fedlgc-load's emulated clients do not fetch GradiVeQ's bases: use another --codec");
+  }
+  if (fedlgc::codecs::IsSharedScaleTernGrad(co->plan.codec) ||
+      fedlgc::codecs::IsTwoPhasePowerSgd(co->plan.codec)) {
+    return absl::InvalidArgumentError(
+        "fedlgc-load's emulated clients send one update a round and take no part in a round's "
+        "own exchange (terngrad(shared=1)'s scale, two-phase PowerSGD's factor): use another "
+        "--codec");
   }
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-load", &o->run_dir); !st.ok()) return st;
   std::error_code ec;

@@ -1,7 +1,9 @@
 // FedAvg at the edge (see fedavg_client.h).
 #include "modes/fedavg/fedavg_client.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "codecs/frame.h"
 #include "codecs/gradiveq.h"
@@ -10,6 +12,7 @@
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
 #include "codecs/str.h"
+#include "codecs/terngrad.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
@@ -161,38 +164,106 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     return basis.status();
   }
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
+  if (codecs::IsSharedScaleTernGrad(start.codec())) return OnSharedScaleRound(start, trained);
   if (!state.pending) {
     auto update = trained ? absl::StatusOr<std::vector<float>>(std::vector<float>(env_.dim(), 0.0f))
                           : TrainUpdate(env_, start, deadline);
     if (!update.ok()) return update.status();
     if (update->empty()) return absl::OkStatus();  // the round moved on
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<codecs::Frame> frames;
-    codecs::EncodeOptions eopts;
-    eopts.seed = start.seed();
-    eopts.max_frame_bytes = start.max_chunk_bytes();
-    auto order = codecs::ParseUploadOrder(start.upload_order());
-    if (!order.ok()) return order.status();
-    // P3's slices: by layer, every frame lies in one tensor.
-    const std::vector<uint64_t> cuts =
-        *order == codecs::UploadOrder::kLayer && env_.layout().dim() == update->size()
-            ? env_.layout().TensorCuts()
-            : std::vector<uint64_t>{};
-    eopts.cuts = cuts;
-    if (absl::Status st = codec_->Encode(*update, eopts, &frames); !st.ok()) return st;
-    // Chunk i is the i-th frame to leave: what matters most first (P3).
-    if (absl::Status st = codecs::OrderFrames(*codec_, *order, env_.layout(), &frames); !st.ok()) {
-      return st;
-    }
-    env_.ObserveEncode(start.round(), t0);
-    PendingUpdate p = env_.NewPending(start.round(), start.model_version());
-    for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
-    state.pending = std::move(p);
-    KeepResidual();
-    state.codec_state = codec_->SaveState();  // only an encode changes it
-    if (absl::Status st = env_.Persist(); !st.ok()) return st;
+    return EncodeAndUpload(start, *update, /*shared_scale=*/0);
   }
   return env_.UploadPending(start.round(), deadline);
+}
+
+absl::Status FedAvgClient::EncodeAndUpload(const protos::RoundStart& start,
+                                           std::span<const float> update, float shared_scale) {
+  edge_client::ClientState& state = env_.state();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<codecs::Frame> frames;
+  codecs::EncodeOptions eopts;
+  eopts.seed = start.seed();
+  eopts.max_frame_bytes = start.max_chunk_bytes();
+  eopts.shared_scale = shared_scale;
+  auto order = codecs::ParseUploadOrder(start.upload_order());
+  if (!order.ok()) return order.status();
+  // P3's slices: by layer, every frame lies in one tensor.
+  const std::vector<uint64_t> cuts =
+      *order == codecs::UploadOrder::kLayer && env_.layout().dim() == update.size()
+          ? env_.layout().TensorCuts()
+          : std::vector<uint64_t>{};
+  eopts.cuts = cuts;
+  if (absl::Status st = codec_->Encode(update, eopts, &frames); !st.ok()) return st;
+  // Chunk i is the i-th frame to leave: what matters most first (P3).
+  if (absl::Status st = codecs::OrderFrames(*codec_, *order, env_.layout(), &frames); !st.ok()) {
+    return st;
+  }
+  env_.ObserveEncode(start.round(), t0);
+  PendingUpdate p = env_.NewPending(start.round(), start.model_version());
+  for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
+  state.pending = std::move(p);
+  KeepResidual();
+  state.codec_state = codec_->SaveState();  // only an encode changes it
+  state.scale_round = state.scale_version = 0;
+  if (absl::Status st = env_.Persist(); !st.ok()) return st;
+  return env_.UploadPending(start.round(), edge_client::DeadlineOf(start));
+}
+
+absl::Status FedAvgClient::OnSharedScaleRound(const protos::RoundStart& start, bool trained) {
+  edge_client::ClientState& state = env_.state();
+  const SystemTime deadline = edge_client::DeadlineOf(start);
+  if (state.pending) return env_.UploadPending(start.round(), deadline);  // a resumed upload
+  if (trained) {  // the update of this round went back into the residual: it waits there
+    state.scale_round = start.round();
+    state.scale_version = start.model_version();
+  }
+  if (state.scale_round != start.round() || state.scale_version != start.model_version()) {
+    auto update = TrainUpdate(env_, start, deadline);
+    if (!update.ok()) return update.status();
+    if (update->empty()) return absl::OkStatus();  // the round moved on
+    // The update waits in the residual for the round's scale (a restart finds it there).
+    std::vector<float> v(codec_->residual().begin(), codec_->residual().end());
+    if (v.size() != update->size()) v.assign(update->size(), 0.0f);
+    for (size_t i = 0; i < v.size(); ++i) v[i] += (*update)[i];
+    state.residual = std::move(v);
+    ResidualChanged();
+    state.scale_round = start.round();
+    state.scale_version = start.model_version();
+    if (absl::Status st = env_.Persist(); !st.ok()) return st;
+  }
+  scale_start_ = std::make_unique<protos::RoundStart>(start);
+  if (start.fedavg().terngrad_scale() > 0) return SendWithScale(start.fedavg().terngrad_scale());
+  auto made = codecs::MakeCodec(start.codec());
+  if (!made.ok()) return made.status();
+  const auto* tern = dynamic_cast<const codecs::TernGrad*>(made->get());
+  if (tern == nullptr) return absl::InternalError(StrCat(start.codec(), " is not TernGrad"));
+  // A residual of zeros says the smallest scale there is: its codes are zeros whatever
+  // the round's.
+  const float local = std::max(tern->LocalScale(state.residual), std::numeric_limits<float>::min());
+  protos::ProgressReport report;
+  report.set_client_id(env_.client_id());
+  report.set_round(start.round());
+  report.mutable_fedavg()->set_terngrad_scale(local);
+  const absl::Status st = env_.transport().Report(report, deadline);
+  // The round moved on or its scale is set: the next RoundStart or the scale event says so.
+  if (absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) return absl::OkStatus();
+  return st;
+}
+
+absl::Status FedAvgClient::OnScale(const protos::TernGradScale& scale) {
+  const edge_client::ClientState& state = env_.state();
+  if (!scale_start_ || scale_start_->round() != scale.round() || state.pending ||
+      state.scale_round != scale.round() || !(scale.scale() > 0)) {
+    return absl::OkStatus();  // not this client's round, or sent already
+  }
+  return SendWithScale(scale.scale());
+}
+
+absl::Status FedAvgClient::SendWithScale(float scale) {
+  // What goes out is the residual, which holds the round's update: no update besides.
+  const std::vector<float> none(env_.dim(), 0.0f);
+  const protos::RoundStart start = *scale_start_;
+  scale_start_.reset();
+  return EncodeAndUpload(start, none, scale);
 }
 
 absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
@@ -221,6 +292,7 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
 
 absl::Status FedAvgClient::OnModeEvent(const protos::ModeEvent& event) {
   if (event.has_powersgd_factor()) return two_phase_.OnFactor(event.powersgd_factor());
+  if (event.has_terngrad_scale()) return OnScale(event.terngrad_scale());
   return absl::OkStatus();
 }
 

@@ -18,6 +18,9 @@ namespace fedlgc::codecs {
 class ResidualCodec;
 class SliceBasis;
 }  // namespace fedlgc::codecs
+namespace fedlgc::protos {
+class TernGradScale;
+}
 
 namespace fedlgc::modes {
 
@@ -60,12 +63,24 @@ class FedAvgClient final : public edge_client::ClientMode {
   // Adds a frame that did not count back into the residual (RestoreAny); one coded
   // against a basis that is not held is dropped with a message instead of stalling.
   absl::Status RestoreFrame(const std::string& frame);
+  // A round of terngrad(shared=1) (terngrad_rounds.h): trains (unless `trained`: its
+  // update is in the residual already) into the residual, reports the scale it would
+  // use, and sends once the round's scale is known (its RoundStart or TernGradScale).
+  absl::Status OnSharedScaleRound(const protos::RoundStart& start, bool trained);
+  absl::Status OnScale(const protos::TernGradScale& scale);
+  // Encodes the residual with the round's shared scale and uploads it.
+  absl::Status SendWithScale(float scale);
+  // Encodes `update` (with the residual) as the round of `start`'s update, and uploads it.
+  absl::Status EncodeAndUpload(const protos::RoundStart& start, std::span<const float> update,
+                               float shared_scale);
 
   ClientEnv& env_;  // outlives this mode
   std::unique_ptr<codecs::ResidualCodec> codec_;
   std::string codec_spec_;
   std::shared_ptr<const codecs::SliceBasis> basis_;
   PowerSgdClient two_phase_;  // rounds of powersgd(..., phases=2)
+  // The terngrad(shared=1) round being run, while it waits for its scale.
+  std::unique_ptr<protos::RoundStart> scale_start_;
 };
 
 }  // namespace fedlgc::modes

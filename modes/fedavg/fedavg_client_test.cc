@@ -10,6 +10,7 @@
 
 #include "codecs/crc32c.h"
 #include "codecs/registry.h"
+#include "codecs/terngrad.h"
 #include "core/model.h"
 #include "core/protocol.h"
 #include "core/round_report.h"
@@ -40,7 +41,10 @@ struct ScriptedCoordinator {
   int uploads = 1;             // UploadUpdate calls expected
   std::string upload_order;    // RoundStart.upload_order
 
-  void Expect() {
+  int downloads = 0;  // DownloadModel calls
+
+  // Join and the round's model, on `stub`.
+  void ExpectJoinAndModel() {
     EXPECT_CALL(*stub, Join(_, _, _))
         .WillRepeatedly(Invoke(
             [this](grpc::ClientContext*, const protos::JoinRequest& req, protos::JoinReply* reply) {
@@ -55,6 +59,7 @@ struct ScriptedCoordinator {
             }));
     EXPECT_CALL(*stub, DownloadModelRaw(_, _))
         .WillRepeatedly(Invoke([this](grpc::ClientContext*, const protos::ModelRequest& req) {
+          ++downloads;
           EXPECT_EQ(req.blob(), "");
           EXPECT_EQ(req.version(), 0u);
           const std::string bytes(reinterpret_cast<const char*>(model.data()), model.size() * 4);
@@ -65,6 +70,10 @@ struct ScriptedCoordinator {
           c.set_data(bytes);
           return new testing::FakeDownloadStream({c}, grpc::Status::OK);
         }));
+  }
+
+  void Expect() {
+    ExpectJoinAndModel();
     if (uploads == 0) {
       EXPECT_CALL(*stub, UploadUpdateRaw(_, _)).Times(0);
       ExpectEvents();
@@ -123,18 +132,20 @@ struct ScriptedCoordinator {
   }
 };
 
-// `state`: what the client's state file holds when it starts (null: nothing).
+// `state`: what the client's state file holds when it starts (null: nothing); `keep`:
+// start from the state an earlier client of this name left.
 std::unique_ptr<edge_client::EdgeClient> Client(const std::string& name,
                                                 const ScriptedCoordinator& coordinator,
                                                 const std::string& attack = "none",
-                                                const edge_client::ClientState* state = nullptr) {
+                                                const edge_client::ClientState* state = nullptr,
+                                                bool keep = false) {
   edge_client::EdgeClientOptions o;
   o.attack = attack;
   o.server = "127.0.0.1:1";  // never dialled: every call goes to the mock
   o.insecure = true;
   o.client_id = "client-0";
   o.state_dir = ::testing::TempDir() + "/fedavg-client-" + name;
-  std::filesystem::remove_all(o.state_dir);
+  if (!keep) std::filesystem::remove_all(o.state_dir);
   if (state != nullptr) {
     std::filesystem::create_directories(o.state_dir);
     EXPECT_TRUE(edge_client::SaveClientState(o.state_dir + "/client-0.state", *state).ok());
@@ -298,6 +309,133 @@ TEST(FedAvgClient, AnUpdateOfThisRoundInAnotherCodecGoesOutAgainWithoutTrainingT
     EXPECT_EQ(r.figures.count("train_seconds") ? r.figures.at("train_seconds") : 0.0, 0.0)
         << "no training ran";
   }
+}
+
+// TernGrad's shared scale at the edge: the client trains, keeps the update in its residual
+// and reports its scale; restarted before the round's scale came, it finds the update
+// there, trains no second time, and sends it once the scale arrives (here in the
+// RoundStart it gets again after reconnecting) with that scale in every bucket.
+TEST(FedAvgClient, ASharedScaleRoundsUpdateWaitsInTheResidualAcrossARestart) {
+  const std::string spec = "terngrad(bucket=256,clip=2.5,shared=1)";
+  ScriptedCoordinator coordinator;
+  std::vector<float> reported;
+  auto start = [&](float scale) {
+    protos::ServerEvent e;
+    protos::RoundStart* s = e.mutable_round_start();
+    s->set_round(1);
+    s->set_model_version(0);
+    s->set_codec(spec);
+    s->set_local_steps(2);
+    s->set_lr(0.05f);
+    s->set_batch_size(16);
+    s->set_seed(9);
+    s->set_max_chunk_bytes(64 * 1024);
+    s->set_deadline_unix_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
+            .count());
+    s->mutable_fedavg()->set_terngrad_scale(scale);
+    return e;
+  };
+  // The first run: the round starts, the client reports, and the stream ends with the
+  // client stopped (a restart).
+  {
+    auto stub = std::make_shared<protos::MockCoordinatorStub>();
+    coordinator.stub = stub;
+    coordinator.ExpectJoinAndModel();
+    std::unique_ptr<edge_client::EdgeClient> client;
+    EXPECT_CALL(*stub, Report(_, _, _))
+        .WillOnce(Invoke(
+            [&](grpc::ClientContext*, const protos::ProgressReport& r, protos::ReportAck* ack) {
+              EXPECT_EQ(r.round(), 1u);
+              reported.push_back(r.fedavg().terngrad_scale());
+              ack->set_round(1);
+              client->Stop();
+              return grpc::Status::OK;
+            }));
+    EXPECT_CALL(*stub, UploadUpdateRaw(_, _)).Times(0);
+    EXPECT_CALL(*stub, EventsRaw(_)).WillRepeatedly(Invoke([&](grpc::ClientContext*) {
+      return new testing::FakeEventStream([&, step = 0]() mutable {
+        return step++ == 0 ? std::optional<protos::ServerEvent>(start(0)) : std::nullopt;
+      });
+    }));
+    client = Client("shared-scale", coordinator);
+    ASSERT_NE(client, nullptr);
+    (void)client->Run();
+    ASSERT_EQ(reported.size(), 1u);
+    EXPECT_GT(reported[0], 0.0f);
+    EXPECT_EQ(client->client_state().scale_round, 1u);
+    EXPECT_FALSE(client->client_state().pending.has_value());
+  }
+  ASSERT_EQ(coordinator.downloads, 1);
+  const std::vector<float> waiting =
+      edge_client::LoadClientState(::testing::TempDir() +
+                                   "/fedavg-client-shared-scale/client-0.state")
+          .value()
+          .residual;
+  // Restarted: the round starts again, now with its scale; the client sends, the receipt
+  // counts everything, the job ends.
+  const float scale = 1.5f * reported[0];
+  auto stub = std::make_shared<protos::MockCoordinatorStub>();
+  coordinator.stub = stub;
+  coordinator.ExpectJoinAndModel();
+  EXPECT_CALL(*stub, Report(_, _, _)).Times(0);
+  EXPECT_CALL(*stub, UploadUpdateRaw(_, _))
+      .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        return new Upload(
+            &coordinator.sent, r, grpc::Status::OK,
+            [](const std::vector<protos::UpdateChunk>& carried, protos::UploadReceipt* out) {
+              for (const auto& c : carried) out->add_held_chunks(c.chunk_index());
+            },
+            ~size_t{0});
+      }));
+  EXPECT_CALL(*stub, EventsRaw(_)).WillOnce(Invoke([&](grpc::ClientContext*) {
+    return new testing::FakeEventStream(
+        [&, step = 0]() mutable -> std::optional<protos::ServerEvent> {
+          protos::ServerEvent e;
+          switch (step++) {
+            case 0:
+              return start(scale);
+            case 1: {
+              protos::RoundReceipt* r = e.mutable_receipt();
+              r->set_round(1);
+              r->set_update_id(coordinator.sent.front().update_id());
+              r->set_chunk_count(coordinator.sent.front().chunk_count());
+              for (const auto& c : coordinator.sent) r->add_counted_chunks(c.chunk_index());
+              return e;
+            }
+            case 2:
+              e.mutable_done()->set_rounds(1);
+              return e;
+            default:
+              return std::nullopt;
+          }
+        });
+  }));
+  auto client = Client("shared-scale", coordinator, "none", nullptr, /*keep=*/true);
+  ASSERT_NE(client, nullptr);
+  const absl::Status run = client->Run();
+  ASSERT_TRUE(run.ok()) << run;
+  EXPECT_EQ(coordinator.downloads, 1) << "no second training on the round's model";
+  ASSERT_FALSE(coordinator.sent.empty());
+  auto decoder = codecs::TernGradRoundCodec::Create(spec, coordinator.model.size()).value();
+  decoder->SetScale(scale);
+  std::vector<float> sent(coordinator.model.size(), 0.0f);
+  for (const auto& c : coordinator.sent) {
+    auto view = codecs::ParseFrame(c.frame(), codecs::FrameLimits()).value();
+    ASSERT_TRUE(decoder->Decode(view, std::span<float>(sent).subspan(view.begin, view.length)).ok())
+        << "every bucket carries the round's scale";
+  }
+  // What went out is the waiting update, quantized: unbiased where nothing was clipped
+  // (|v| <= scale), so it matches it on average over the coordinates.
+  double dot = 0, vv = 0;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    dot += double(sent[i]) * waiting[i];
+    vv += double(waiting[i]) * waiting[i];
+  }
+  EXPECT_NEAR(dot / vv, 1.0, 0.2);
+  EXPECT_EQ(client->client_state().scale_round, 0u);
+  EXPECT_FALSE(client->client_state().pending.has_value());
 }
 
 // A round the client cannot take part in is skipped, said and counted; the client goes on

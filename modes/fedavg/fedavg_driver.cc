@@ -48,12 +48,13 @@ absl::Status Commit(coordinator::RoundEngine& engine, uint64_t round,
 // when the coordinator stops.
 absl::StatusOr<bool> Collect(RoundHost& host, const std::vector<std::string>& participants,
                              Clock::time_point deadline,
-                             std::shared_ptr<coordinator::Collector> collector,
-                             RoundReport* report) {
+                             std::shared_ptr<coordinator::Collector> collector, RoundReport* report,
+                             const std::function<void()>& tick) {
   coordinator::RoundEngine& engine = host.engine();
   if (absl::Status st = host.StartRound(participants, deadline, std::move(collector)); !st.ok())
     return st;
-  host.WaitUntil(deadline, [&] { return engine.AllComplete(); });
+  host.WaitUntil(
+      deadline, [&] { return engine.AllComplete(); }, tick);
   if (host.stopped()) return false;
   report->hit_deadline = !engine.AllComplete();
   engine.Freeze();  // the aggregate and the receipts cover the same chunks
@@ -64,11 +65,11 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
                               Clock::time_point deadline,
                               const coordinator::ServerOptimizer& optimizer,
                               const AggregatorOptions& robust, coordinator::CommitResult* commit,
-                              RoundReport* report) {
+                              RoundReport* report, const std::function<void()>& tick) {
   // The mean takes updates one at a time: they wait as the frames that arrived.
   const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
   auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
-  auto open = Collect(host, participants, deadline, collector, report);
+  auto open = Collect(host, participants, deadline, collector, report, tick);
   if (!open.ok() || !*open) return open.status();
   const auto updates = collector->TakeUpdates();
   std::vector<Contribution> all;
@@ -87,12 +88,13 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
                                Clock::time_point deadline,
                                const coordinator::ServerOptimizer& optimizer,
                                const AggregatorOptions& robust, SummedRoundState* state,
-                               coordinator::CommitResult* commit, RoundReport* report) {
+                               coordinator::CommitResult* commit, RoundReport* report,
+                               const std::function<void()>& tick) {
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
   auto sum = std::make_shared<coordinator::WeightedSumCollector>(engine.dim(), state->next_bound,
                                                                  state->code);
-  auto open = Collect(host, participants, deadline, sum, report);
+  auto open = Collect(host, participants, deadline, sum, report, tick);
   if (!open.ok() || !*open) return open.status();
   auto summed = sum->Mean();
   if (!summed.ok()) {
@@ -184,11 +186,13 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
                             coordinator::Clock::time_point deadline,
                             const coordinator::ServerOptimizer& optimizer,
                             const AggregatorOptions& robust, SummedRoundState* state,
-                            coordinator::CommitResult* commit, RoundReport* report) {
+                            coordinator::CommitResult* commit, RoundReport* report,
+                            const std::function<void()>& tick) {
   if (robust.buffered()) {
-    return RunBufferedRound(host, participants, deadline, optimizer, robust, commit, report);
+    return RunBufferedRound(host, participants, deadline, optimizer, robust, commit, report, tick);
   }
-  return RunStreamingRound(host, participants, deadline, optimizer, robust, state, commit, report);
+  return RunStreamingRound(host, participants, deadline, optimizer, robust, state, commit, report,
+                           tick);
 }
 
 absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
@@ -206,6 +210,11 @@ absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     if (!rounds.ok()) return rounds.status();
     d->two_phase_ = *std::move(rounds);
   }
+  if (env.plan != nullptr && codecs::IsSharedScaleTernGrad(env.plan->codec)) {
+    auto rounds = TernGradRounds::Create(env.plan->codec, env.dim, env.robust.clip);
+    if (!rounds.ok()) return rounds.status();
+    d->shared_scale_ = *std::move(rounds);
+  }
   return d;
 }
 
@@ -221,6 +230,18 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
   if (!code.ok()) return code.status();
   if (two_phase_ && engine.plan().CodecFor(round) == engine.plan().codec) {
     return two_phase_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
+  }
+  if (shared_scale_ && engine.plan().CodecFor(round) == engine.plan().codec) {
+    auto decoder = shared_scale_->BeginRound(round, participants, deadline);
+    if (!decoder.ok()) return decoder.status();
+    engine.UseCodec((*decoder)->spec(), *decoder);
+    state_.code = decoder->get();
+    absl::Status st = RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_,
+                                     commit, report, [&] { shared_scale_->Tick(host); });
+    state_.code = nullptr;
+    engine.UseCodec("", nullptr);
+    shared_scale_->EndRound(report);
+    return st;
   }
   if (!bases_) {
     state_.code = *code;
@@ -274,6 +295,13 @@ absl::StatusOr<const codecs::LinearCode*> FedAvgDriver::UseRoundSeed(
 void FedAvgDriver::DecorateRoundStart(const std::string&, protos::RoundStart* start) {
   start->mutable_fedavg();
   if (two_phase_ && codecs::IsTwoPhasePowerSgd(start->codec())) two_phase_->Decorate(start);
+  if (shared_scale_) shared_scale_->Decorate(start);
+}
+
+absl::Status FedAvgDriver::AcceptReport(const std::string& client,
+                                        const protos::ProgressReport& report) {
+  if (!shared_scale_) return RoundDriver::AcceptReport(client, report);
+  return shared_scale_->Accept(client, report);
 }
 
 absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> FedAvgDriver::Blob(

@@ -7,6 +7,7 @@
 #ifndef FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 #define FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 
+#include <functional>
 #include <set>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 #include "coordinator/round_driver.h"
 #include "modes/fedavg/gradiveq_bases.h"
 #include "modes/fedavg/powersgd_rounds.h"
+#include "modes/fedavg/terngrad_rounds.h"
 
 namespace fedlgc::modes {
 
@@ -44,12 +46,14 @@ struct SummedRoundState {
 // tried again without the largest updates, whose senders are quarantined. LGC's
 // warm-up rounds run the same. Report figures: "clip_bound", "clipped", the guard's
 // (ChooseUnderGuard), per client "update_norm".
+// `tick` (when given) runs while the round waits (RoundHost::WaitUntil).
 absl::Status RunSummedRound(coordinator::RoundHost& host,
                             const std::vector<std::string>& participants,
                             coordinator::Clock::time_point deadline,
                             const coordinator::ServerOptimizer& optimizer,
                             const coordinator::AggregatorOptions& robust, SummedRoundState* state,
-                            coordinator::CommitResult* commit, RoundReport* report);
+                            coordinator::CommitResult* commit, RoundReport* report,
+                            const std::function<void()>& tick = nullptr);
 
 // What a buffered round does once its updates are in: clips `all` (the job's clip
 // multiplier x the lower median norm), aggregates them with the job's aggregator and
@@ -65,7 +69,8 @@ absl::Status AggregateAndCommit(coordinator::RoundHost& host,
 
 // With a gradiveq job codec, the driver also fits, serves and saves its bases
 // (gradiveq_bases.h): blob "gradiveq-basis". With powersgd(..., phases=2) its rounds are
-// two-phase rounds (powersgd_rounds.h).
+// two-phase rounds (powersgd_rounds.h); with terngrad(shared=1) the participants agree on
+// each round's scale first (terngrad_rounds.h).
 class FedAvgDriver final : public coordinator::RoundDriver {
  public:
   static absl::StatusOr<std::unique_ptr<FedAvgDriver>> Create(const FedAvgOptions& options,
@@ -76,6 +81,8 @@ class FedAvgDriver final : public coordinator::RoundDriver {
                         coordinator::Clock::time_point deadline, coordinator::CommitResult* commit,
                         RoundReport* report) override;
   void DecorateRoundStart(const std::string& client, protos::RoundStart* start) override;
+  absl::Status AcceptReport(const std::string& client,
+                            const protos::ProgressReport& report) override;
   absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> Blob(const std::string& client,
                                                                      const std::string& name,
                                                                      uint64_t version) override;
@@ -99,7 +106,8 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   SummedRoundState state_;                     // the round loop's thread only
   std::unique_ptr<GradiveqBases> bases_;       // gradiveq jobs only
   std::unique_ptr<PowerSgdRounds> two_phase_;  // powersgd(..., phases=2) jobs only
-  double fit_bound_ = 0, coded_bound_ = 0;     // their streaming clip bounds
+  std::unique_ptr<TernGradRounds> shared_scale_;  // terngrad(shared=1) jobs only
+  double fit_bound_ = 0, coded_bound_ = 0;        // their streaming clip bounds
 };
 
 }  // namespace fedlgc::modes

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "codecs/float_codecs.h"
+#include "codecs/input_error.h"
 #include "codecs/sign.h"
 #include "codecs/terngrad.h"
 #include "gtest/gtest.h"
@@ -121,6 +122,72 @@ TEST(TernGrad, SharedScaleMakesCodesIntegerSummable) {
   // Without a shared scale the codec refuses rather than guessing.
   std::vector<Frame> none;
   EXPECT_EQ(codec->Encode(a, EncodeOptions{}, &none).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The coordinator's decoder of a shared-scale round: nothing before the round's scale is
+// set, only frames that carry it in every bucket after; its codes are the decoded values,
+// so the weighted sum of the codes decodes to the weighted sum of the decodes.
+TEST(TernGrad, ARoundsDecoderTakesOnlyTheRoundsScaleAndSumsCodes) {
+  const std::string spec = "terngrad(bucket=128,clip=2.5,shared=1)";
+  EXPECT_TRUE(IsSharedScaleTernGrad(spec));
+  EXPECT_FALSE(IsSharedScaleTernGrad("terngrad(bucket=128)"));
+  EXPECT_FALSE(IsSharedScaleTernGrad("no codec"));
+  EXPECT_FALSE(TernGradRoundCodec::Create("terngrad(bucket=128)", 1000).ok());
+  auto decoder = TernGradRoundCodec::Create(spec, 1000).value();
+  EXPECT_TRUE(decoder->traits().summable);
+  auto sender = testing::Make(spec);
+  const auto a = testing::GradientLike(1000, 1);
+  const auto b = testing::GradientLike(1000, 2);
+  const auto& tg = dynamic_cast<const TernGrad&>(*sender);
+  const float shared = std::max(tg.LocalScale(a), tg.LocalScale(b));
+  EncodeOptions opts;
+  opts.shared_scale = shared;
+  opts.max_frame_bytes = 200;  // several frames
+  std::vector<Frame> fa, fb, other;
+  ASSERT_TRUE(sender->Encode(a, opts, &fa).ok());
+  opts.seed = 7;
+  ASSERT_TRUE(sender->Encode(b, opts, &fb).ok());
+  opts.shared_scale = 2 * shared;  // a sender that chose its own
+  ASSERT_TRUE(sender->Encode(a, opts, &other).ok());
+  ASSERT_GT(fa.size(), 2u);
+  std::vector<float> out(1000);
+  auto view = [](const Frame& f) { return ParseFrame(f.bytes, FrameLimits()).value(); };
+  const FrameView first = view(fa[0]);
+  std::span<float> range(out.data() + first.begin, first.length);
+  EXPECT_EQ(InputErrorOf(decoder->Decode(first, range)), InputError::kWrongCodec)
+      << "refused before the round's scale";
+  decoder->SetScale(shared);
+  for (const Frame& f : other) {
+    const FrameView v = view(f);
+    EXPECT_EQ(InputErrorOf(decoder->Decode(v, std::span<float>(out).subspan(v.begin, v.length))),
+              InputError::kWrongCodec);
+  }
+  std::vector<float> sum_codes(decoder->code_size(), 0.0f), sum_values(1000, 0.0f);
+  for (const auto* frames : {&fa, &fb}) {
+    const float weight = frames == &fa ? 0.25f : 0.75f;
+    std::vector<float> values(1000, 0.0f);
+    ASSERT_TRUE(DecodeAll(*sender, *frames, values).ok());
+    for (const Frame& f : *frames) {
+      std::vector<float> code;
+      const uint64_t at = decoder->ReadCode(view(f), &code).value();
+      for (size_t i = 0; i < code.size(); ++i) {
+        const float t = code[i] / shared;  // -1, 0 or 1
+        EXPECT_EQ(t, std::round(t));
+        sum_codes[at + i] += weight * code[i];
+      }
+    }
+    for (size_t i = 0; i < 1000; ++i) sum_values[i] += weight * values[i];
+  }
+  std::vector<float> decoded(1000);
+  ASSERT_TRUE(decoder->DecodeCode(sum_codes, decoded).ok());
+  EXPECT_EQ(decoded, sum_values);
+  // What the decoder encodes carries the round's scale.
+  std::vector<Frame> mine;
+  ASSERT_TRUE(decoder->Encode(a, EncodeOptions{}, &mine).ok());
+  for (const Frame& f : mine) {
+    const FrameView v = view(f);
+    EXPECT_TRUE(decoder->Decode(v, std::span<float>(out).subspan(v.begin, v.length)).ok());
+  }
 }
 
 TEST(Sign, DecodesToScaledSigns) {

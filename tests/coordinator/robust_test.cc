@@ -18,6 +18,7 @@
 #include "coordinator/model_guard.h"
 #include "coordinator/round_driver.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/fake_round_host.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -414,24 +415,9 @@ TEST(ModelGuard, RefusesNonFiniteGrownOrExplodedModels) {
 }
 
 // A host whose only real part is the guard.
-class GuardHost : public RoundHost {
+class GuardHost : public testing::FakeRoundHost {
  public:
   explicit GuardHost(ModelGuard* guard) : guard_(guard) {}
-  RoundEngine& engine() override { std::abort(); }
-  monitoring::Metrics& metrics() override { std::abort(); }
-  absl::Status StartRound(const std::vector<std::string>&, Clock::time_point,
-                          std::shared_ptr<Collector>, const std::set<std::string>*) override {
-    return absl::OkStatus();
-  }
-  void WaitUntil(Clock::time_point, const std::function<bool()>&,
-                 const std::function<void()>&) override {}
-  bool stopped() const override { return false; }
-  std::vector<std::string> Connected() const override { return {}; }
-  std::set<std::string> Vanished(const std::set<std::string>&, Clock::time_point) const override {
-    return {};
-  }
-  bool Push(const std::string&, const protos::ServerEvent&) override { return false; }
-  double LinkBytesPerSecond(const std::string&) const override { return 0; }
   absl::StatusOr<GuardVerdict> CheckModel(std::span<const float> candidate) override {
     return guard_->Check(model_, 1, candidate);
   }

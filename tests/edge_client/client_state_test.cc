@@ -41,6 +41,8 @@ ClientState Sample() {
   s.lgc_echo.values = {-0.25f, 4.0f};
   s.lgc_echo.leader = true;
   s.codec_state = std::string("DGCS\0\x01 sender state", 20);
+  s.scale_round = 9;
+  s.scale_version = 8;
   return s;
 }
 
@@ -75,6 +77,8 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_EQ(back->lgc_echo.values, s.lgc_echo.values);
   EXPECT_TRUE(back->lgc_echo.leader);
   EXPECT_EQ(back->codec_state, s.codec_state);
+  EXPECT_EQ(back->scale_round, 9u);
+  EXPECT_EQ(back->scale_version, 8u);
 }
 
 // An older state file of Sample() by hand: version 3 (x and w still hold the gossip share
@@ -165,6 +169,7 @@ TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
   EXPECT_EQ(back->pending->frames, (std::vector<std::string>{"abc", "de"}));
   EXPECT_EQ(back->codec_state, Sample().codec_state);
   EXPECT_TRUE(back->pending->job.empty());  // kept whatever job the client joins
+  EXPECT_EQ(back->scale_round, 0u);
 }
 
 TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {

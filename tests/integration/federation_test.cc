@@ -431,6 +431,46 @@ TEST(Federation, TwoPhasePowerSgdSendsPThenQAndLearns) {
   EXPECT_GT(r.reports.back().accuracy, 0.6);
 }
 
+// TernGrad's scaler sharing: in every round the participants report the scale each would
+// use, the coordinator sets the round's (the largest, within the clip multiplier x their
+// lower median) and sends it, every chunk carries it (the coordinator refuses others), and
+// the clients' ternary codes add up: the streaming aggregator sums them and decodes once.
+// The mean aggregator, which decodes each update, ends on the same model.
+TEST(Federation, TernGradClientsAgreeOnEachRoundsScaleAndTheirCodesAddUp) {
+  std::vector<std::vector<float>> models;
+  for (const char* aggregator : {"streaming", "mean"}) {
+    Job job = ShortJob(3, "terngrad(bucket=512,shared=1)", 64 * 1024);
+    job.aggregator = aggregator;
+    const RunResult r = RunFederation(StrCat("terngrad_shared_", aggregator), 3, job);
+    ASSERT_EQ(r.reports.size(), 3u);
+    for (size_t i = 0; i < r.reports.size(); ++i) {
+      const RoundReport& rep = r.reports[i];
+      EXPECT_EQ(rep.participants, 3) << aggregator << " round " << i + 1;
+      EXPECT_FALSE(rep.hit_deadline);
+      EXPECT_EQ(rep.Figure("terngrad_reports"), 3.0);
+      std::vector<double> local;
+      for (const auto& [client, s] : rep.per_client.at("terngrad_local_scale")) local.push_back(s);
+      ASSERT_EQ(local.size(), 3u);
+      std::sort(local.begin(), local.end());
+      const double want = std::min(local.back(), 2 * local[1]);  // lower median of 3: the 2nd
+      EXPECT_FLOAT_EQ(rep.Figure("terngrad_scale"), static_cast<float>(want));
+      if (std::string(aggregator) == "streaming") {
+        EXPECT_EQ(rep.Figure("summed_code_floats"), static_cast<double>(r.model.size()));
+      }
+      // 2 bits a coordinate and a float per 512: about 15.5x under fp32.
+      EXPECT_GT(static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes, 14.0);
+    }
+    EXPECT_EQ(r.coordinator_uplink, r.clients_uplink);
+    EXPECT_GT(r.reports.back().accuracy, 0.6);
+    models.push_back(r.model);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < models[0].size(); ++i) {
+    worst = std::max(worst, std::fabs(double(models[0][i]) - models[1][i]));
+  }
+  EXPECT_LT(worst, 1e-5);
+}
+
 // Two-phase PowerSGD's messages add up under the round's shared P^: the streaming
 // aggregator sums them and rebuilds once (message floats, not the dimension), and ends on
 // the model of the mean aggregator, which rebuilds each client's update.

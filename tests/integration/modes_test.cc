@@ -112,7 +112,7 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
     o.mode = mode;
     for (const char* codec : {"dgc(ratio=0.01)", "ef(topk(ratio=0.01))", "powersgd(rank=2)",
                               "powersgd(rank=2,phases=2)", "gradiveq(dims=4,slice=64)",
-                              "randk(ratio=0.01,seed=round)"}) {
+                              "randk(ratio=0.01,seed=round)", "terngrad(shared=1)"}) {
       o.plan.codec = codec;
       const absl::Status st = o.Validate();
       EXPECT_TRUE(absl::IsInvalidArgument(st)) << mode << " " << codec << ": " << st;
@@ -157,6 +157,16 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
       << o.Validate();
   o.plan.codec = "fp32";
   o.plan.warmup_codecs = {"powersgd(rank=2,phases=2)"};
+  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  o.plan.warmup_codecs.clear();
+  // TernGrad's shared scale is agreed in the FedAvg driver's rounds: the job codec itself.
+  o.plan.codec = "terngrad(shared=1)";
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.plan.codec = "zstd(terngrad(shared=1))";
+  EXPECT_NE(std::string(o.Validate().message()).find("not inside another codec"), std::string::npos)
+      << o.Validate();
+  o.plan.codec = "fp32";
+  o.plan.warmup_codecs = {"terngrad(shared=1)"};
   EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
   o.plan.warmup_codecs.clear();
   o.plan.codec = "powersgd(rank=8,phases=2)";

@@ -1,0 +1,45 @@
+// A RoundHost for unit tests of a driver's parts, which override what they watch: the
+// engine and the metrics abort (a test that needs them runs a coordinator), the rest does
+// nothing (no clients, no pushes, every model passes).
+#ifndef FEDLGC_TESTS_COORDINATOR_FAKE_ROUND_HOST_H_
+#define FEDLGC_TESTS_COORDINATOR_FAKE_ROUND_HOST_H_
+
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/round_driver.h"
+
+namespace fedlgc::testing {
+
+class FakeRoundHost : public coordinator::RoundHost {
+ public:
+  coordinator::RoundEngine& engine() override { std::abort(); }
+  monitoring::Metrics& metrics() override { std::abort(); }
+  absl::Status StartRound(const std::vector<std::string>&, coordinator::Clock::time_point,
+                          std::shared_ptr<coordinator::Collector>,
+                          const std::set<std::string>*) override {
+    return absl::OkStatus();
+  }
+  void WaitUntil(coordinator::Clock::time_point, const std::function<bool()>&,
+                 const std::function<void()>&) override {}
+  bool stopped() const override { return false; }
+  std::vector<std::string> Connected() const override { return {}; }
+  std::set<std::string> Vanished(const std::set<std::string>&,
+                                 coordinator::Clock::time_point) const override {
+    return {};
+  }
+  bool Push(const std::string&, const protos::ServerEvent&) override { return false; }
+  double LinkBytesPerSecond(const std::string&) const override { return 0; }
+  absl::StatusOr<coordinator::GuardVerdict> CheckModel(std::span<const float>) override {
+    return coordinator::GuardVerdict();
+  }
+  void Quarantine(const std::set<std::string>&, const std::string&) override {}
+  std::vector<float> ServedModel() const override { return {}; }
+};
+
+}  // namespace fedlgc::testing
+
+#endif  // FEDLGC_TESTS_COORDINATOR_FAKE_ROUND_HOST_H_

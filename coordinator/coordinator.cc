@@ -24,6 +24,14 @@ Coordinator::Coordinator(CoordinatorOptions options)
 
 Coordinator::~Coordinator() {
   Stop();
+  if (recorder_.joinable()) {
+    DrainRecords();  // a committed round's line is worth its evaluation
+    {
+      absl::MutexLock lock(&record_mu_);
+      recorder_stop_ = true;
+    }
+    recorder_.join();
+  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
@@ -40,6 +48,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     auto test = core::LoadNamedDataset(o.test_data, o.data_dir, false, o.eval_limit);
     if (!test.ok()) return test.status();
     c->test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
+    auto record_model = core::Model::Create(o.model, o.init_seed);
+    if (!record_model.ok()) return record_model.status();
+    c->record_model_ = std::move(record_model).value();
   }
   ModelGuard::LossFn guard_loss;
   if (o.guard.enabled && o.guard.samples > 0) {
@@ -161,6 +172,7 @@ absl::Status Coordinator::Start() {
   if (!o.metrics_listen.empty()) {
     if (absl::Status st = metrics_->Serve(o.metrics_listen); !st.ok()) return st;
   }
+  recorder_ = std::thread([this] { RecorderLoop(); });
   metrics_->SetRound(engine_->current_round());
   metrics_->InitRejectReasons();
   for (const auto& [client, why] : engine_->Quarantined()) metrics_->SetQuarantined(client);
@@ -189,18 +201,26 @@ std::vector<RoundReport> Coordinator::reports() const {
 }
 
 absl::Status Coordinator::Run() {
+  RecoverRoundLog();
   if (source_ != nullptr) return RunForParent();
   while (!stop_ && engine_->current_round() <= options_.rounds) {
     if (absl::Status st = RunRound(); !st.ok()) return st;
   }
+  DrainRecords();
   if (!stop_) FinishJob(options_.rounds);
   return absl::OkStatus();
 }
 
 void Coordinator::FinishJob(uint64_t rounds) {
+  DrainRecords();
   progress_->Done();
   WriteProgress(/*force=*/true);
-  service_->BroadcastDone(rounds, static_cast<float>(last_accuracy_));
+  double accuracy = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    accuracy = last_accuracy_;
+  }
+  service_->BroadcastDone(rounds, static_cast<float>(accuracy));
   metrics_->SetJobFinished(true);
   // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
   // the job finished, before the process exits.
@@ -410,19 +430,109 @@ void Coordinator::Quarantine(const std::set<std::string>& clients, const std::st
   }
 }
 
-absl::Status Coordinator::Evaluate(uint64_t round, RoundReport* rep) {
+bool Coordinator::EvaluationDue(uint64_t round) const {
   const CoordinatorOptions& o = options_;
-  if (o.eval_every == 0 || (round % o.eval_every != 0 && round != o.rounds)) {
-    return absl::OkStatus();
-  }
-  if (absl::Status st = eval_model_->SetFlat(engine_->ModelVector()); !st.ok()) return st;
-  auto ev = eval_model_->Evaluate(*test_data_);
+  return o.eval_every > 0 && (round % o.eval_every == 0 || round == o.rounds);
+}
+
+absl::Status Coordinator::Evaluate(std::span<const float> model, RoundReport* rep) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (absl::Status st = record_model_->SetFlat(model); !st.ok()) return st;
+  auto ev = record_model_->Evaluate(*test_data_);
   if (!ev.ok()) return ev.status();
+  rep->figures["eval_seconds"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rep->accuracy = ev->accuracy;
   rep->loss = ev->loss;
-  last_accuracy_ = ev->accuracy;
   metrics_->SetGlobalEval(ev->accuracy, ev->loss);
+  absl::MutexLock lock(&mu_);
+  last_accuracy_ = ev->accuracy;
   return absl::OkStatus();
+}
+
+void Coordinator::RecordLater(RoundReport rep, std::vector<float> model) {
+  absl::MutexLock lock(&record_mu_);
+  // Backpressure: evaluation slower than rounds holds the round loop, not memory.
+  record_mu_.Await(absl::Condition(
+      +[](Coordinator* c)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->record_mu_) { return c->records_.size() < 2; },
+      this));
+  records_.push_back({std::move(rep), std::move(model)});
+}
+
+void Coordinator::RecorderLoop() {
+  for (;;) {
+    PendingRecord next;
+    {
+      absl::MutexLock lock(&record_mu_);
+      record_mu_.Await(absl::Condition(
+          +[](Coordinator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->record_mu_) {
+            return c->recorder_stop_ || !c->records_.empty();
+          },
+          this));
+      if (records_.empty()) return;  // stopping, nothing left
+      next = std::move(records_.front());
+      recording_ = true;
+    }
+    if (!next.model.empty()) {
+      if (absl::Status st = Evaluate(next.model, &next.report); !st.ok()) {
+        std::fprintf(stderr, "coordinator: round %llu: evaluation: %s\n",
+                     static_cast<unsigned long long>(next.report.round), st.ToString().c_str());
+      }
+    }
+    Record(std::move(next.report));
+    absl::MutexLock lock(&record_mu_);
+    records_.pop_front();
+    recording_ = false;
+  }
+}
+
+void Coordinator::DrainRecords() {
+  absl::MutexLock lock(&record_mu_);
+  if (!recorder_.joinable()) return;
+  record_mu_.Await(absl::Condition(
+      +[](Coordinator* c)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->record_mu_) { return c->records_.empty(); },
+      this));
+}
+
+void Coordinator::Record(RoundReport rep) {
+  // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
+  if (absl::Status st = AppendLine(options_.state_dir + "/rounds.jsonl", ToJson(rep)); !st.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", st.ToString().c_str());
+  }
+  std::fprintf(
+      stderr,
+      "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",
+      static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
+      static_cast<unsigned long long>(rep.uplink_bytes));
+  absl::MutexLock lock(&mu_);
+  reports_.push_back(std::move(rep));
+}
+
+void Coordinator::RecoverRoundLog() {
+  const uint64_t committed = engine_->current_round() - 1;
+  if (committed == 0) return;
+  auto log = ReadRoundLog(options_.state_dir + "/rounds.jsonl");
+  uint64_t last = 0;
+  if (log.ok()) {
+    for (const RoundReport& r : *log) last = std::max(last, r.round);
+  }
+  if (last >= committed) return;
+  std::fprintf(stderr,
+               "coordinator: rounds.jsonl ends at round %llu, the checkpoint at %llu (a crash "
+               "before their lines): writing them from the checkpoint\n",
+               static_cast<unsigned long long>(last), static_cast<unsigned long long>(committed));
+  for (uint64_t r = last + 1; r <= committed; ++r) {
+    RoundReport rep;
+    rep.round = r;
+    rep.mode = std::string(ModeName(driver_->mode()));
+    rep.labels["recovered"] = "1";
+    // Only the checkpoint's own model is still here to evaluate.
+    RecordLater(std::move(rep),
+                r == committed && EvaluationDue(r) ? engine_->ModelVector() : std::vector<float>());
+  }
+  DrainRecords();
 }
 
 absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport rep) {
@@ -440,7 +550,6 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
     rep.per_client["client_uplink_bytes"][client] = static_cast<double>(bytes.first);
     rep.per_client["client_downlink_bytes"][client] = static_cast<double>(bytes.second);
   }
-  if (absl::Status st = Evaluate(commit.round, &rep); !st.ok()) return st;
   if (source_ != nullptr) rep.labels["tier"] = "aggregator";
   // The next round's downloads: the delta to this version, saved before the checkpoint
   // that names it. An aggregator's clients never download what it commits: its next
@@ -468,19 +577,12 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
     if (!rc.counted.empty()) metrics_->SetClientLastRound(client, commit.round);
     service_->Push(client, CoordinatorService::ReceiptEvent(rc));
   }
-  // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
-  if (absl::Status st = AppendLine(o.state_dir + "/rounds.jsonl", ToJson(rep)); !st.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", st.ToString().c_str());
-  }
   progress_->Committed(rep.round);
   WriteProgress(/*force=*/true);
-  std::fprintf(
-      stderr,
-      "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",
-      static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
-      static_cast<unsigned long long>(rep.uplink_bytes));
-  absl::MutexLock lock(&mu_);
-  reports_.push_back(std::move(rep));
+  // The round's evaluation and its line (rounds.jsonl) follow off the round loop.
+  std::vector<float> model =
+      EvaluationDue(commit.round) ? engine_->ModelVector() : std::vector<float>();
+  RecordLater(std::move(rep), std::move(model));
   return absl::OkStatus();
 }
 

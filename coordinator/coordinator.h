@@ -7,12 +7,14 @@
 #define FEDLGC_COORDINATOR_COORDINATOR_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -94,7 +96,22 @@ class Coordinator final : private RoundHost {
   // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
   absl::Status FinishRound(const CommitResult& commit, RoundReport rep);
   void PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep);
-  absl::Status Evaluate(uint64_t round, RoundReport* rep);
+  // Whether `round`'s model is evaluated (--eval-every, and always the last round).
+  bool EvaluationDue(uint64_t round) const;
+  // Evaluates `model` into rep (accuracy, loss, "eval_seconds") with the recorder's model.
+  absl::Status Evaluate(std::span<const float> model, RoundReport* rep);
+  // Hands a committed round to the recorder: its evaluation (when `model` is not empty),
+  // then its rounds.jsonl line, its place in reports() and its log line, in round order
+  // on a thread of its own, so that the next round starts while this one's model is
+  // evaluated. Waits while two rounds are waiting already.
+  void RecordLater(RoundReport rep, std::vector<float> model);
+  void Record(RoundReport rep);  // the recorder's last step
+  void RecorderLoop();
+  // Returns once every round handed to the recorder is recorded.
+  void DrainRecords();
+  // A restart whose checkpoint holds rounds that rounds.jsonl lacks (a crash before their
+  // lines were written): writes them, labelled "recovered", the last with its evaluation.
+  void RecoverRoundLog();
   void WakeUp();
   // <state_dir>/progress.json, when due (progress.h).
   void WriteProgress(bool force = false);
@@ -136,7 +153,19 @@ class Coordinator final : private RoundHost {
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::vector<RoundReport> reports_ ABSL_GUARDED_BY(mu_);
-  double last_accuracy_ = -1;  // round loop only
+  double last_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
+  // The recorder (RecordLater): its queue, and a model of its own (eval_model_ serves the
+  // model guard on the round loop's thread).
+  struct PendingRecord {
+    RoundReport report;
+    std::vector<float> model;  // empty: not evaluated
+  };
+  std::unique_ptr<core::Model> record_model_;
+  absl::Mutex record_mu_;
+  std::deque<PendingRecord> records_ ABSL_GUARDED_BY(record_mu_);
+  bool recording_ ABSL_GUARDED_BY(record_mu_) = false;  // the front is being recorded
+  bool recorder_stop_ ABSL_GUARDED_BY(record_mu_) = false;
+  std::thread recorder_;
 };
 
 }  // namespace fedlgc::coordinator

@@ -597,6 +597,41 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   for (size_t i = 0; i < log->size(); ++i) EXPECT_EQ((*log)[i].round, i + 1);
 }
 
+// A coordinator gone right after the checkpoint of round 2 (FEDLGC_FAILPOINT), before that
+// round's line in rounds.jsonl: restarted, it writes the line from the checkpoint
+// ("recovered", with the checkpoint's model evaluated), and the job's log holds every round
+// once.
+TEST(Federation, ARoundCommittedJustBeforeACrashGetsItsLineOnRestart) {
+  const int n = 2;
+  const std::string dir = FreshDir("recovered_line");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 3;
+  o.min_clients = n;
+  const int port = FreePort();
+  std::vector<std::string> argv = CoordinatorArgv(o, port);
+  std::vector<std::string> crashing = argv;
+  crashing.insert(crashing.begin(), {"/usr/bin/env", "FEDLGC_FAILPOINT=after-checkpoint:2"});
+  ChildProcess first(crashing, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  ASSERT_EQ(first.Wait(seconds(120)), 99) << ReadText(dir + "/coordinator.log");
+  auto before = ReadRoundLog(o.state_dir + "/rounds.jsonl");
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_EQ(before->size(), 1u) << "round 2's line was written before the crash";
+  ChildProcess second(argv, dir + "/coordinator2.log");
+  EXPECT_EQ(second.Wait(seconds(120)), 0) << ReadText(dir + "/coordinator2.log");
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0);
+  auto log = ReadRoundLog(o.state_dir + "/rounds.jsonl");
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->size(), 3u);
+  for (size_t i = 0; i < log->size(); ++i) EXPECT_EQ((*log)[i].round, i + 1);
+  EXPECT_EQ((*log)[1].Label("recovered"), "1");
+  EXPECT_GE((*log)[1].accuracy, 0) << "the checkpoint's model is evaluated";
+  EXPECT_EQ((*log)[2].Label("recovered"), "");
+  EXPECT_EQ((*log)[2].participants, n);
+}
+
 class RawClient {
  public:
   RawClient(int port, const std::string& certs, const std::string& cert_name, bool tls = true) {

@@ -24,7 +24,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   if (!node.ok()) return node.status();
   if (node->name != "lgc") return std::optional<LgcPlan>();
   codecs::ParamReader params(*node, {"ratio", "innovation", "latent", "train", "ae_steps",
-                                     "ae_optimizer", "ae_lr", "echo", "predict"});
+                                     "ae_optimizer", "ae_lr", "echo", "predict", "code", "bits"});
   if (!params.status().ok()) return params.status();
   LgcPlan p;
   auto ratio = params.Real("ratio", p.ratio, 1e-6, 1.0);
@@ -35,10 +35,13 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   auto lr = params.Real("ae_lr", p.ae_lr, 1e-9, 10.0);
   auto echo = params.Int("echo", p.echo ? 1 : 0, 0, 1);
   auto predict = params.Int("predict", p.predict ? 1 : 0, 0, 1);
+  auto code = params.Word("code", "fp32", {"fp32", "cells"});
+  auto bits = params.Int("bits", p.bits, 1, 4);
   auto latent = params.Node("latent");
   for (const absl::Status& st :
        {ratio.status(), innovation.status(), train.status(), steps.status(), opt.status(),
-        lr.status(), echo.status(), predict.status(), latent.status()}) {
+        lr.status(), echo.status(), predict.status(), code.status(), bits.status(),
+        latent.status()}) {
     if (!st.ok()) return st;
   }
   p.ratio = *ratio;
@@ -49,6 +52,13 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   p.ae_lr = *lr;
   p.echo = *echo == 1;
   p.predict = *predict == 1;
+  p.cells = *code == "cells";
+  p.bits = static_cast<int>(*bits);
+  if (p.bits == 3) return absl::InvalidArgumentError("lgc: bits must be 1, 2 or 4");
+  if (p.cells && !p.predict) {
+    return absl::InvalidArgumentError("lgc: code=cells needs predict=1 (the leader's values are "
+                                      "the followers' prediction)");
+  }
   auto codec = *latent ? codecs::DefaultRegistry().Create(**latent)
                        : codecs::MakeCodec("qsgd(bits=8,bucket=64)");
   if (!codec.ok()) return codec.status();

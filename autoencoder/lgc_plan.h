@@ -1,7 +1,7 @@
 // An LGC job's codec spec and its stages (docs/lgc.md):
 //
 //   lgc(ratio=0.01, innovation=0.01, latent=qsgd(bits=8,bucket=64), train=5,
-//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0, predict=0)
+//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0, predict=0, code=fp32, bits=1)
 //
 // ratio: support size k = ceil(ratio * dim); innovation: k_inn = ceil(innovation * k);
 // latent: a dense codec of the codec library for the latent; train: rounds of stage 2;
@@ -27,6 +27,12 @@
 // rounds (every client sends its values on the support; the coordinator averages them
 // and takes `ae_steps` autoencoder steps), stage 3 the rest (the leader sends the latent of its
 // values, everyone their innovation; the coordinator decodes each client).
+//
+// code=cells (predict=1 only): stage 2 is compressed too (lgc_codes.h): the leader sends
+// its support as a set and its values as sign and 3-bit log-magnitude cells, the followers
+// their miss against those in `bits` bits (1, 2 or 4) a value with a step per 128; the
+// autoencoder trains at the coordinator on what it rebuilds. code=fp32: stage 2 sends
+// float32 values on an ordered support.
 //
 // predict=0: the support of a round is the leader's top-k from the round before (sent
 // back with its payload); after the warm-up rounds, the top-k of their aggregate; when no
@@ -55,6 +61,8 @@ struct LgcPlan {
   double ae_lr = 1e-3;
   bool echo = false;
   bool predict = false;
+  bool cells = false;  // code=cells
+  int bits = 1;
 
   uint64_t SupportSize(uint64_t dim) const;
   uint64_t InnovationSize(uint64_t support) const;
@@ -76,6 +84,13 @@ inline constexpr std::string_view kInnovationSpec = "lgc-innovation/1";
 // predict=1: a follower's gain and innovation against the round's latent (lgc_payload.h).
 // A leader payload's scale is its gain then, and its innovation is against its own latent.
 inline constexpr std::string_view kCorrectionSpec = "lgc-correction/1";
+// code=cells, stage 2 (lgc_codes.h): the leader's support set and cells, a follower's
+// bit correction.
+inline constexpr std::string_view kLeaderCellsSpec = "lgc-leader/2";
+inline constexpr std::string_view kBitCorrectionSpec = "lgc-correction/2";
+inline bool IsLeaderSpec(std::string_view spec) {
+  return spec == kLeaderSpec || spec == kLeaderCellsSpec;
+}
 
 }  // namespace fedlgc::autoencoder
 

@@ -50,8 +50,14 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::Mode
                  " encodes with stateless codecs only (use it with --mode fedavg)"));
     }
   } else if (plan.warmup_codecs.empty()) {
-    return absl::InvalidArgumentError(
-        "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
+    // predict=1 leaders pick every round's support; predict=0 starts from the warm-up's.
+    auto lgc_plan = autoencoder::ParseLgcSpec(plan.codec);
+    if (!lgc_plan.ok()) return lgc_plan.status();
+    if (!*lgc_plan || !(*lgc_plan)->predict) {
+      return absl::InvalidArgumentError(
+          "lgc with predict=0 needs at least one --codec-warmup round (its aggregate gives the "
+          "first support)");
+    }
   }
   // GradiVeQ's bases are fitted, served and saved by the FedAvg driver, for the job codec.
   if (codecs::IsGradiveq(plan.codec)) {

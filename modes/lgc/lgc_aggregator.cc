@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "autoencoder/lgc_codes.h"
 #include "autoencoder/lgc_payload.h"
 #include "codecs/crc32c.h"
 #include "codecs/registry.h"
@@ -58,9 +59,10 @@ LgcAggregator::LgcAggregator(autoencoder::LgcPlan plan, uint64_t warmup, uint64_
 absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
     autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
     uint64_t committed_round, uint64_t seed, std::string device) {
-  if (warmup == 0) {
+  if (warmup == 0 && !plan.predict) {
     return absl::InvalidArgumentError(
-        "lgc needs at least one --codec-warmup round (its aggregate gives the first support)");
+        "lgc with predict=0 needs at least one --codec-warmup round (its aggregate gives the "
+        "first support)");
   }
   autoencoder::AeOptions ao;
   ao.optimizer = plan.ae_optimizer;
@@ -95,6 +97,22 @@ std::string LgcAggregator::SupportBytes() const { return autoencoder::SupportToB
 absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
                                      std::span<const uint8_t> body) const {
   const int stage = Stage(round);
+  if (stage == 2 && plan_.cells) {
+    if (spec == autoencoder::kLeaderCellsSpec) {
+      return autoencoder::DecodeLeaderCells(body, dim_, k_).status();
+    }
+    if (spec == autoencoder::kBitCorrectionSpec) {
+      auto c = autoencoder::DecodeBitCorrection(body, k_);
+      if (!c.ok()) return c.status();
+      if (c->bits != plan_.bits) {
+        return absl::InvalidArgumentError(StrCat("lgc: ", int(c->bits),
+                                                 "-bit corrections in a job of ", plan_.bits));
+      }
+      return absl::OkStatus();
+    }
+    return codecs::WrongCodecError(
+        StrCat("a stage-2 LGC round with code=cells does not take \"", spec, "\" frames"));
+  }
   if (spec == autoencoder::kLeaderSpec) {
     const size_t latent = stage == 2 ? k_ : latent_size_;
     const codecs::DenseCodec& codec = stage == 2 ? *fp32_ : *latent_codec_;
@@ -128,6 +146,8 @@ struct LgcAggregator::Item {
   float scale = 1.0f;      // stage 3: the client's RMS of its values, or its gain
   uint32_t reference = 0;  // predict=1: the leader payload it was made against
   uint32_t sent_crc = 0;   // predict=1, stage 3: the client's CRC32C of the rebuild
+  // code=cells, stage 2: a follower's correction (v holds it) still to be rebuilt.
+  bool correction = false;
 };
 
 // What a round's leader payloads give: with predict=1 each is a reference (its support and
@@ -146,6 +166,18 @@ void LgcAggregator::DecodeLeaderPayload(int stage, const std::string& client,
   const bool predict = plan_.predict;
   const auto body =
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
+  if (stage == 2 && plan_.cells) {
+    auto lc = autoencoder::DecodeLeaderCells(body, dim_, k_);
+    if (!lc.ok()) return;  // validated on arrival; cannot happen
+    const uint32_t ref = autoencoder::ReferenceOf(lc->support, lc->values);
+    d->refs[ref] = {lc->support, lc->values};
+    d->items.push_back({client, p.weight, lc->values, 1.0f, ref});
+    if (client == leader || d->next_support.empty()) {
+      d->next_support = std::move(lc->support);
+      d->main_ref = ref;
+    }
+    return;
+  }
   const size_t n = stage == 2 ? k_ : latent_size_;
   auto lp = autoencoder::DecodeLeader(body, dim_, stage == 2 ? *fp32_ : *latent_codec_, n,
                                       stage == 3 && predict);
@@ -174,7 +206,13 @@ void LgcAggregator::DecodeFollowerPayload(int stage, const std::string& client,
                                           const PayloadCollector::Payload& p, Decoded* d) const {
   const auto body =
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
-  if (stage == 2 && plan_.predict) {
+  if (stage == 2 && plan_.cells) {
+    auto c = autoencoder::DecodeBitCorrection(body, k_);
+    if (c.ok()) {
+      d->items.push_back({client, p.weight, std::move(c->correction), c->gain, c->reference,
+                          c->sent_crc, true});
+    }
+  } else if (stage == 2 && plan_.predict) {
     auto v = autoencoder::DecodeReferencedValues(body, k_);
     if (v.ok())
       d->items.push_back({client, p.weight, std::move(v->values), 1.0f, v->reference});
@@ -201,7 +239,7 @@ LgcAggregator::Decoded LgcAggregator::DecodePayloads(
     const std::set<std::string>* leaders) const {
   Decoded d;
   for (const auto& [client, p] : payloads) {
-    if (p.spec == autoencoder::kLeaderSpec) {
+    if (autoencoder::IsLeaderSpec(p.spec)) {
       // predict=1: only the round's leaders (chosen or promoted) set a support for others;
       // a leader payload from anyone else does not count (it goes back to its sender).
       const bool may_lead = leaders ? leaders->count(client) > 0 : client == leader;
@@ -253,6 +291,24 @@ absl::Status LgcAggregator::RebuildStage3(uint64_t round, Decoded* d, Outcome* o
   });
   if (plan_.echo) KeepEchoes(round, d->items);
   return absl::OkStatus();
+}
+
+void LgcAggregator::RebuildCorrections(uint64_t round, Decoded* d, Outcome* out) const {
+  // gain * the leader's decoded values + the correction, as the client computed it.
+  for (Item& it : d->items) {
+    if (!it.correction) continue;
+    it.v = autoencoder::Rebuild(it.scale, d->refs.at(it.reference).latent, it.v);
+    if (autoencoder::SentCrc(it.v) != it.sent_crc) {
+      ++out->rebuild_mismatches;
+      std::fprintf(stderr,
+                   "lgc: round %llu: %s's rebuild differs from what it computed (counted; its "
+                   "error feedback is off by the difference)\n",
+                   static_cast<unsigned long long>(round), it.client.c_str());
+    }
+  }
+  std::erase_if(d->items, [](const Item& it) {
+    return !std::all_of(it.v.begin(), it.v.end(), [](float x) { return std::isfinite(x); });
+  });
 }
 
 void LgcAggregator::KeepEchoes(uint64_t round, const std::vector<Item>& items) {
@@ -357,6 +413,8 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
     if (d.latent.empty()) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
     if (absl::Status st = RebuildStage3(round, &d, &out); !st.ok()) return st;
+  } else if (plan_.cells) {
+    RebuildCorrections(round, &d, &out);
   }
   std::vector<coordinator::Contribution> items;
   for (const Item& it : d.items) items.push_back({it.client, it.weight, it.v, {}, true});
@@ -379,6 +437,15 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   // Training sees the clients' values on one support: the round leader's.
   if (plan_.predict) {
     std::erase_if(d.items, [&](const Item& it) { return it.reference != d.main_ref; });
+  }
+  if (stage == 2 && plan_.cells && d.refs.count(d.main_ref)) {
+    // The autoencoder reads the support by value: the order of the leader's decoded values.
+    const std::vector<uint32_t> order = autoencoder::ValueOrder(d.refs.at(d.main_ref).latent);
+    for (Item& it : d.items) {
+      std::vector<float> v(it.v.size());
+      for (size_t j = 0; j < order.size(); ++j) v[j] = it.v[order[j]];
+      it.v = std::move(v);
+    }
   }
   if (stage == 2 && d.items.size() >= 2) {
     out.values_cosine = ValuesCosine(d.items);
@@ -426,6 +493,11 @@ std::string LgcAggregator::EncoderBytes() const {
 absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
     uint64_t round, std::span<const uint8_t> leader_body) const {
   const bool stage3 = Stage(round) == 3;
+  if (!stage3 && plan_.cells) {
+    auto lc = autoencoder::DecodeLeaderCells(leader_body, dim_, k_);
+    if (!lc.ok()) return lc.status();
+    return LeaderBytes{autoencoder::SupportToBytes(lc->support), core::FloatsToBytes(lc->values)};
+  }
   auto lp = autoencoder::DecodeLeader(leader_body, dim_, stage3 ? *latent_codec_ : *fp32_,
                                       stage3 ? latent_size_ : k_, stage3 && plan_.predict);
   if (!lp.ok()) return lp.status();
@@ -473,10 +545,11 @@ absl::Status LgcAggregator::Load(uint64_t round) {
   core::StateReader& r = *reader;
   std::string support, ae;
   if (!r.U64(&ae_steps_) || !r.Str(&support, 64u << 20) || !r.Str(&ae, 1u << 30) ||
-      support.size() != k_ * 4) {
+      (support.size() != k_ * 4 && !(plan_.predict && support.empty()))) {
     return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   }
-  auto restored_support = autoencoder::SupportFromBytes(support, k_, dim_);
+  // predict=1 without warm-up rounds: no support before the first leader payload.
+  auto restored_support = autoencoder::SupportFromBytes(support, support.empty() ? 0 : k_, dim_);
   if (!restored_support.ok()) {
     return absl::DataLossError(
         StrCat(path, ": ", std::string(restored_support.status().message())));

@@ -141,6 +141,9 @@ class LgcAggregator {
   // Stage 3: each client's values rebuilt from the latent and its payload.
   absl::Status RebuildStage3(uint64_t round, Decoded* d, Outcome* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
+  // code=cells, stage 2: each follower's values rebuilt from the leader's and its
+  // correction; a rebuild that is not finite does not count.
+  void RebuildCorrections(uint64_t round, Decoded* d, Outcome* out) const;
   void KeepEchoes(uint64_t round, const std::vector<Item>& items);
   // The clients' values (but `excluded`'s) clipped and combined with `robust`, per
   // support, placed on their supports; who counted goes into *counted.

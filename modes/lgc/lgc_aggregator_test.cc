@@ -11,6 +11,7 @@
 #include <set>
 #include <tuple>
 
+#include "autoencoder/lgc_codes.h"
 #include "autoencoder/lgc_payload.h"
 #include "codecs/crc32c.h"
 #include "codecs/input_error.h"
@@ -354,6 +355,79 @@ TEST(LgcAggregator, AVersion1StateStillLoads) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(Support(**d), support);
   EXPECT_EQ((*d)->Echo("c0", 4), nullptr);
+}
+
+std::span<const uint8_t> Span(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// code=cells: compressed from the first round (no warm-up), the leader's cells count as
+// they decode, each follower as the gain times them plus its correction, exactly what it
+// computed; a correction against another leader payload or in another width does not count.
+TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
+  const std::string dir = TempDir("cells");
+  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,train=3,predict=1,code=cells,bits=2)");
+  ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
+  auto zero_warmup = LgcAggregator::Create(**plan, 0, kDim, dir, 0, 1, "cpu");
+  ASSERT_TRUE(zero_warmup.ok()) << zero_warmup.status();
+  LgcAggregator& lgc = **zero_warmup;
+  EXPECT_EQ(lgc.Stage(1), 2);
+  const size_t k = lgc.k();
+  const std::vector<float> u0 = Gaussian(kDim, 11), u1 = Gaussian(kDim, 12);
+  const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
+  std::vector<float> leader_sent;
+  const std::string leader =
+      autoencoder::EncodeLeaderCells(support, autoencoder::Gather(u0, support), kDim, &leader_sent);
+  // What the coordinator pushes to followers: the set and the decoded values.
+  auto pushed = lgc.LeaderPayloadBytes(1, Span(leader));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->support, autoencoder::SupportToBytes(support));
+  EXPECT_EQ(pushed->latent, std::string(reinterpret_cast<const char*>(leader_sent.data()), k * 4));
+  autoencoder::BitCorrection c =
+      autoencoder::CorrectBits(autoencoder::Gather(u1, support), leader_sent, 2);
+  c.reference = autoencoder::ReferenceOf(support, leader_sent);
+  std::map<std::string, PayloadCollector::Payload> p;
+  p["c0"] = {std::string(autoencoder::kLeaderCellsSpec), leader, 1};
+  p["c1"] = {std::string(autoencoder::kBitCorrectionSpec),
+             autoencoder::EncodeBitCorrection(c).value(), 3};
+  autoencoder::BitCorrection stray = c;
+  stray.reference = 123;
+  p["c2"] = {std::string(autoencoder::kBitCorrectionSpec),
+             autoencoder::EncodeBitCorrection(stray).value(), 3};
+  for (const auto& [id, payload] : p) EXPECT_TRUE(lgc.Validate(1, payload.spec, Span(payload.body)).ok()) << id;
+  const autoencoder::BitCorrection one_bit =
+      autoencoder::CorrectBits(autoencoder::Gather(u1, support), leader_sent, 1);
+  EXPECT_FALSE(lgc.Validate(1, autoencoder::kBitCorrectionSpec,
+                            Span(autoencoder::EncodeBitCorrection(one_bit).value()))
+                   .ok());
+  // The formats of code=fp32 are refused as a wrong codec.
+  EXPECT_EQ(codecs::InputErrorOf(lgc.Validate(1, autoencoder::kValuesSpec,
+                                              Span(autoencoder::EncodeReferencedValues(1, {})))),
+            codecs::InputError::kWrongCodec);
+  coordinator::AggregatorOptions unclipped;
+  unclipped.clip = 0;
+  auto out = lgc.Aggregate(1, "c0", p, nullptr, unclipped);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->counted, (std::set<std::string>{"c0", "c1"}));
+  EXPECT_EQ(out->rebuild_mismatches, 0);
+  for (size_t j = 0; j < k; ++j) {
+    EXPECT_EQ(out->delta[support[j]],
+              static_cast<float>((1.0 * leader_sent[j] + 3.0 * c.sent[j]) / 4)) << j;
+  }
+  EXPECT_EQ(Support(lgc), support);
+  // Its state, with the set as the next support, survives a restart.
+  ASSERT_TRUE(lgc.Save(1).ok());
+  auto back = LgcAggregator::Create(**plan, 0, kDim, dir, 1, 1, "cpu");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(Support(**back), support);
+}
+
+TEST(LgcAggregator, PredictZeroStillNeedsAWarmupRound) {
+  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05)");
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  EXPECT_FALSE(LgcAggregator::Create(**plan, 0, kDim, TempDir("nowarm"), 0, 1, "cpu").ok());
+  EXPECT_FALSE(autoencoder::ParseLgcSpec("lgc(code=cells)").ok());  // cells need predict=1
+  EXPECT_FALSE(autoencoder::ParseLgcSpec("lgc(predict=1,code=cells,bits=3)").ok());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "autoencoder/lgc_codes.h"
 #include "codecs/dense_codec.h"
 #include "codecs/frame.h"
 #include "codecs/registry.h"
@@ -200,7 +201,21 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   std::vector<float> sent;
   std::string body;
   std::string_view spec;
-  if (p.lgc_stage == 2) {
+  if (p.lgc_stage == 2 && plan_->cells) {
+    // The leader's decoded values are the prediction: send the miss in plan_->bits bits.
+    if (z->size() != v.size()) {
+      return absl::InvalidArgumentError(
+          StrCat("LGC leader values: ", z->size(), " for a support of ", v.size()));
+    }
+    autoencoder::BitCorrection c = autoencoder::CorrectBits(v, *z, plan_->bits);
+    c.reference = reference;
+    auto encoded = autoencoder::EncodeBitCorrection(c);
+    if (!encoded.ok()) return encoded.status();
+    spec = autoencoder::kBitCorrectionSpec;
+    body = std::move(encoded).value();
+    LogMiss(p.round, v, c.sent, false);
+    sent = std::move(c.sent);
+  } else if (p.lgc_stage == 2) {
     spec = autoencoder::kValuesSpec;
     body = autoencoder::EncodeReferencedValues(reference, v);
     sent = v;
@@ -361,7 +376,9 @@ absl::StatusOr<std::string> LgcClient::Frame(uint32_t stage, bool leader, uint64
   if (leader) {
     auto body = LeaderBody(stage, encoder_version, u, pending);
     if (!body.ok()) return body.status();
-    return Framed(autoencoder::kLeaderSpec, env_.dim(), *body);
+    const bool cells = stage == 2 && plan_->cells;
+    return Framed(cells ? autoencoder::kLeaderCellsSpec : autoencoder::kLeaderSpec, env_.dim(),
+                  *body);
   }
   const PendingUpdate& p = *pending;
   if (stage == 2)
@@ -378,6 +395,16 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encod
                                                   PendingUpdate* pending) {
   const PendingUpdate& p = *pending;
   const size_t k = p.lgc_support.size();
+  if (stage == 2 && plan_->cells) {
+    // The support as a set, the values in cells; what they decode to is what counts.
+    pending->lgc_support = autoencoder::SelectSupportSet(u, k);
+    const std::vector<float> v = autoencoder::Gather(u, pending->lgc_support);
+    std::vector<float> sent;
+    std::string body = autoencoder::EncodeLeaderCells(pending->lgc_support, v, env_.dim(), &sent);
+    LogMiss(p.round, v, sent, true);
+    pending->lgc_values = std::move(sent);
+    return body;
+  }
   autoencoder::LeaderPayload lp;
   // The next round's support; with predict=1 this one's (p.lgc_support, the same top-k).
   lp.support = plan_->predict ? p.lgc_support : autoencoder::SelectSupport(u, k);

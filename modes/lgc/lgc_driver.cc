@@ -230,7 +230,7 @@ absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, int stage,
   const auto payloads = payloads_->Payloads();
   const auto live = host.Connected();
   const bool delivered =
-      payloads.count(w->leader) && payloads.at(w->leader).spec == autoencoder::kLeaderSpec;
+      payloads.count(w->leader) && autoencoder::IsLeaderSpec(payloads.at(w->leader).spec);
   if (agg_->predicts() && w->pushed.empty()) {
     if (absl::Status st = PushLatent(host, round, participants, payloads, w); !st.ok()) return st;
   }
@@ -272,9 +272,9 @@ absl::Status LgcDriver::PushLatent(RoundHost& host, uint64_t round,
   // The leader's payload, or a former leader's of this round (it was promoted over, then
   // delivered); never a leader payload from a client that was not asked to lead.
   auto from = in.find(w->leader);
-  if (from == in.end() || from->second.spec != autoencoder::kLeaderSpec) {
+  if (from == in.end() || !autoencoder::IsLeaderSpec(from->second.spec)) {
     from = std::find_if(in.begin(), in.end(), [&](const auto& p) {
-      return p.second.spec == autoencoder::kLeaderSpec && w->tried.count(p.first) > 0;
+      return autoencoder::IsLeaderSpec(p.second.spec) && w->tried.count(p.first) > 0;
     });
   }
   if (from == in.end()) return absl::OkStatus();

@@ -13,20 +13,10 @@
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"
+#include "tests/autoencoder/refused.h"
 
 namespace fedlgc::autoencoder {
 namespace {
-
-// Refused as bad input of `kind` (INVALID_ARGUMENT tagged as codecs::InputError says).
-template <typename T>
-::testing::AssertionResult Refused(const absl::StatusOr<T>& r,
-                                   codecs::InputError kind = codecs::InputError::kMalformed) {
-  if (!r.ok() && absl::IsInvalidArgument(r.status()) && codecs::InputErrorOf(r.status()) == kind) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << (r.ok() ? std::string("accepted") : r.status().ToString());
-}
 
 std::vector<float> Gaussian(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -1,7 +1,8 @@
 // An LGC job's codec spec and its stages (docs/lgc.md):
 //
 //   lgc(ratio=0.01, innovation=0.01, latent=qsgd(bits=8,bucket=64), train=5,
-//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0, predict=0, code=fp32, bits=1)
+//       ae_steps=20, ae_optimizer=adam, ae_lr=0.001, echo=0, predict=0, code=fp32, bits=1,
+//       ramp=0)
 //
 // ratio: support size k = ceil(ratio * dim); innovation: k_inn = ceil(innovation * k);
 // latent: a dense codec of the codec library for the latent; train: rounds of stage 2;
@@ -31,7 +32,10 @@
 // code=cells (predict=1 only): stage 2 is compressed too (lgc_codes.h): the leader sends
 // its support as a set and its values as sign and 3-bit log-magnitude cells, the followers
 // their miss against those in `bits` bits (1, 2 or 4) a value with a step per 128; the
-// autoencoder trains at the coordinator on what it rebuilds. code=fp32: stage 2 sends
+// autoencoder trains at the coordinator on what it rebuilds. ramp=N (code=cells): the
+// first N LGC rounds send on a wider support, 2^N x ratio, then 2^(N-1) x ratio, ...
+// (DGC's warm-up, in the compact codes); the autoencoder trains only on rounds of the
+// plan's k. code=fp32: stage 2 sends
 // float32 values on an ordered support.
 //
 // predict=0: the support of a round is the leader's top-k from the round before (sent
@@ -63,6 +67,11 @@ struct LgcPlan {
   bool predict = false;
   bool cells = false;  // code=cells
   int bits = 1;
+  uint32_t ramp = 0;  // code=cells: the first `ramp` LGC rounds use 2^(ramp - r + 1) x ratio
+
+  // k of LGC round `lgc_round` (1 = the first round after the warm-up; 0 = the plan's k):
+  // SupportSize, wider in the ramp.
+  uint64_t SupportSizeAt(uint64_t dim, uint64_t lgc_round) const;
 
   uint64_t SupportSize(uint64_t dim) const;
   uint64_t InnovationSize(uint64_t support) const;

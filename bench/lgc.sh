@@ -1,53 +1,93 @@
 #!/usr/bin/env bash
-# LGC on Fashion-MNIST against fp32 and top-k + EF at the same k: 8 clients IID, 20 rounds,
-# 1 local epoch, the full training set, seed 1 (the setup of bench/fedavg_codecs.sh, whose
-# fp32 and top-k reports it reuses when they exist). LGC runs warm up one round with
-# top-10% (8-bit values), train the autoencoder for 6 rounds, then compress; one run with
-# 8-bit and one with 4-bit latents, both with echo=1 (each client measures how well the
-# coordinator rebuilt its update), and the same two with predict=1. Prints a markdown
-# table; ~9-10 minutes per run on the 2-core build machine.
+# LGC's curve: whole-run uplink bytes against accuracy on the project's benchmark (8 clients,
+# IID, the whole Fashion-MNIST training set, 20 rounds of 1 local epoch), for float32, 4-bit
+# QSGD, top-1% + error feedback (8-bit values) with and without its 10/5/2% warm-up, and LGC
+# with the compact codes (code=cells: compressed from the first round, no warm-up) at each
+# support width and correction width tried. Each run for every seed in SEEDS (default
+# "1 2"); accuracy is the mean of the last five rounds, averaged over the seeds (single runs
+# move by about a point). Prints a markdown table and writes OUT/lgc_curve.png (accuracy
+# against whole-run uplink bytes). Reports already in OUT are kept (RERUN=1 runs again);
+# ONLY=<name>[,<name>...] runs those. About 5 minutes a run alone on the 2-core build
+# machine.
 #   bench/lgc.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-build/bench-fedavg}
+out=${1:-build/bench-lgc}
 shift || true
 mkdir -p "$out"
-run() {  # name codec warmup
-  if [ -f "$out/$1.json" ] && [ -z "${RERUN:-}" ]; then return; fi
-  ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed 1 \
-    --codec "$2" --codec-warmup "$3" --quiet --report "$out/$1.json" "${@:4}" | tail -1
+seeds=${SEEDS:-1 2}
+names=()
+run() {  # name codec warmup [flags...]
+  local name=$1 codec=$2 warm=$3
+  shift 3
+  names+=("$name")
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  for s in $seeds; do
+    local report="$out/${name}_s$s.json"
+    if [ -f "$report" ] && [ -z "${RERUN:-}" ]; then continue; fi
+    echo "== $name seed $s" >&2
+    rm -rf "$out/${name}_s$s.run"
+    ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed "$s" \
+      --codec "$codec" --codec-warmup "$warm" --quiet --state-dir "$out/${name}_s$s.run" \
+      --report "$report" "$@" | tail -1 >&2
+  done
 }
-warm="topk(ratio=0.1,values=qsgd(bits=8))"
+q8="values=qsgd(bits=8)"
 run fp32 fp32 "" "$@"
-run topk1_ef_q8 "topk(ratio=0.01,values=qsgd(bits=8))" "" "$@"
-run lgc_q8 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=8,bucket=64),echo=1)" "$warm" "$@"
-run lgc_q4 "lgc(ratio=0.01,train=6,ae_steps=20,latent=qsgd(bits=4,bucket=64),echo=1)" "$warm" "$@"
-# predict=1: two-phase rounds on the leader's fresh top-k, predictive coding, exact EF.
-pred="lgc(ratio=0.01,train=6,ae_steps=20,innovation=0.1,predict=1"
-run lgc_predict_q8 "$pred,latent=qsgd(bits=8,bucket=64))" "$warm" "$@"
-run lgc_predict_q4 "$pred,latent=qsgd(bits=4,bucket=64))" "$warm" "$@"
-python3 - "$out" <<'PY'
+run qsgd4 "qsgd(bits=4)" "" "$@"
+run top1 "topk(ratio=0.01,$q8)" "" "$@"
+run top1_warm "topk(ratio=0.01,$q8)" "topk(ratio=0.1,$q8);topk(ratio=0.05,$q8);topk(ratio=0.02,$q8)" "$@"
+# LGC: the leader's support set and cells, followers' miss in `bits` bits; the autoencoder
+# trains at the coordinator on the rebuilds (one step a round).
+# ramp=N widens the first N rounds' supports (2^N x, halving each round).
+for w in ${WIDTHS:-0.03 0.05 0.08}; do
+  for b in ${BITS:-1 2}; do
+    for r in ${RAMPS:-0 2}; do
+      name="lgc_${w}_b$b"
+      [ "$r" = 0 ] || name="${name}_r$r"
+      run "$name" "lgc(ratio=$w,train=100000,ae_steps=1,predict=1,code=cells,bits=$b,ramp=$r)" "" "$@"
+    done
+  done
+done
+# Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
+"${PYTHON:-/usr/bin/python3}" - "$out" "$seeds" "${names[@]}" <<'PY'
 import json, os, sys
-out = sys.argv[1]
-names = ["fp32", "topk1_ef_q8", "lgc_q8", "lgc_q4", "lgc_predict_q8", "lgc_predict_q4"]
-base = json.load(open(f"{out}/fp32.json"))["summary"]["uplink_bytes"]
-print("| run | final accuracy | uplink bytes | fewer than fp32 | compressed rounds | AE training s | "
-      "reconstruction error, leader / followers | wall s |")
-print("|---|---|---|---|---|---|---|---|")
+out, seeds, names = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+rows = []
 for n in names:
-    if not os.path.exists(f"{out}/{n}.json"):
+    reps = [f"{out}/{n}_s{s}.json" for s in seeds]
+    reps = [json.load(open(r)) for r in reps if os.path.exists(r)]
+    if not reps:
         continue
-    s = json.load(open(f"{out}/{n}.json"))["summary"]
-    per_round, ae = "", ""
-    rs = json.load(open(f"{out}/{n}.json"))["rounds"]
-    s3 = [r for r in rs if r.get("lgc_stage") == 3]
-    if s3:
-        per_round = f"{sum(r['raw_uplink_bytes'] for r in s3) / sum(r['uplink_bytes'] for r in s3):.0f}x"
-        ae = f"{sum(r.get('ae_seconds', 0) for r in rs):.0f}"
-    err = ""
-    if s.get("lgc_leader_error_median", -1) >= 0:
-        err = f"{s['lgc_leader_error_median']:.3f} / {s['lgc_follower_error_median']:.3f}"
-    print(f"| {n} | {100 * s['final_accuracy']:.2f}% | {s['uplink_bytes']:,} | "
-          f"{base / s['uplink_bytes']:.0f}x | {per_round} | {ae} | {err} | "
-          f"{s['wall_seconds']:.0f} |")
+    last5 = [sum(r["accuracy"] for r in rep["rounds"][-5:]) / 5 for rep in reps]
+    final = [rep["summary"]["final_accuracy"] for rep in reps]
+    up = [rep["summary"]["uplink_bytes"] for rep in reps]
+    raw = [rep["summary"]["raw_uplink_bytes"] for rep in reps]
+    rows.append((n, reps[0]["config"]["codec"], len(reps), sum(last5) / len(last5),
+                 min(last5), max(last5), sum(final) / len(final), sum(up) / len(up),
+                 sum(raw) / len(raw)))
+print("| run | codec | seeds | last 5, mean over seeds (min-max) | final | whole-run uplink bytes | fewer than fp32 |")
+print("|---|---|---|---|---|---|---|")
+for n, codec, k, l5, lo, hi, fin, up, raw in rows:
+    print(f"| {n} | `{codec}` | {k} | {100 * l5:.2f}% ({100 * lo:.2f}-{100 * hi:.2f}) | "
+          f"{100 * fin:.2f}% | {up:,.0f} | {raw / up:.0f}x |")
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    sys.exit(0)
+fig, ax = plt.subplots(figsize=(7.5, 4.8))
+for n, codec, k, l5, lo, hi, fin, up, raw in rows:
+    lgc = n.startswith("lgc")
+    ax.errorbar([up], [100 * l5], yerr=[[100 * (l5 - lo)], [100 * (hi - l5)]],
+                fmt="o" if lgc else "s", color="tab:red" if lgc else "tab:blue", capsize=3)
+    ax.annotate(n, (up, 100 * l5), textcoords="offset points", xytext=(5, 4), fontsize=8)
+ax.set_xscale("log")
+ax.set_xlabel("uplink bytes over the whole run (8 clients, 20 rounds)")
+ax.set_ylabel("test accuracy, mean of the last 5 rounds (%)")
+ax.set_title("LGC against top-k + EF, QSGD and fp32 (bars: seeds' range)")
+ax.grid(True, which="both", alpha=0.3)
+fig.tight_layout()
+fig.savefig(f"{out}/lgc_curve.png", dpi=110)
 PY

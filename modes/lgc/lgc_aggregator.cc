@@ -99,10 +99,10 @@ absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
   const int stage = Stage(round);
   if (stage == 2 && plan_.cells) {
     if (spec == autoencoder::kLeaderCellsSpec) {
-      return autoencoder::DecodeLeaderCells(body, dim_, k_).status();
+      return autoencoder::DecodeLeaderCells(body, dim_, KAt(round)).status();
     }
     if (spec == autoencoder::kBitCorrectionSpec) {
-      auto c = autoencoder::DecodeBitCorrection(body, k_);
+      auto c = autoencoder::DecodeBitCorrection(body, KAt(round));
       if (!c.ok()) return c.status();
       if (c->bits != plan_.bits) {
         return absl::InvalidArgumentError(StrCat("lgc: ", int(c->bits),
@@ -158,6 +158,7 @@ struct LgcAggregator::Decoded {
   uint32_t main_ref = 0;  // predict=1: the reference of the round's leader (or any leader)
   std::vector<float> latent;
   std::vector<uint32_t> next_support;
+  uint64_t k = 0;  // the round's support size
 };
 
 void LgcAggregator::DecodeLeaderPayload(int stage, const std::string& client,
@@ -167,7 +168,7 @@ void LgcAggregator::DecodeLeaderPayload(int stage, const std::string& client,
   const auto body =
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
   if (stage == 2 && plan_.cells) {
-    auto lc = autoencoder::DecodeLeaderCells(body, dim_, k_);
+    auto lc = autoencoder::DecodeLeaderCells(body, dim_, d->k);
     if (!lc.ok()) return;  // validated on arrival; cannot happen
     const uint32_t ref = autoencoder::ReferenceOf(lc->support, lc->values);
     d->refs[ref] = {lc->support, lc->values};
@@ -207,7 +208,7 @@ void LgcAggregator::DecodeFollowerPayload(int stage, const std::string& client,
   const auto body =
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
   if (stage == 2 && plan_.cells) {
-    auto c = autoencoder::DecodeBitCorrection(body, k_);
+    auto c = autoencoder::DecodeBitCorrection(body, d->k);
     if (c.ok()) {
       d->items.push_back({client, p.weight, std::move(c->correction), c->gain, c->reference,
                           c->sent_crc, true});
@@ -234,10 +235,11 @@ void LgcAggregator::DecodeFollowerPayload(int stage, const std::string& client,
 }
 
 LgcAggregator::Decoded LgcAggregator::DecodePayloads(
-    int stage, const std::string& leader,
+    uint64_t round, int stage, const std::string& leader,
     const std::map<std::string, PayloadCollector::Payload>& payloads,
     const std::set<std::string>* leaders) const {
   Decoded d;
+  d.k = KAt(round);
   for (const auto& [client, p] : payloads) {
     if (autoencoder::IsLeaderSpec(p.spec)) {
       // predict=1: only the round's leaders (chosen or promoted) set a support for others;
@@ -327,7 +329,8 @@ absl::StatusOr<std::vector<float>> LgcAggregator::CombineValues(
   // predict=1 had two leader payloads in the round), combined apart, then weighted by the
   // group's share of the round's weight.
   std::vector<coordinator::Contribution> all;
-  const std::vector<coordinator::Range> whole = {{0, k_}};
+  const uint64_t k = d.items.empty() ? k_ : d.items.front().v.size();  // the round's k
+  const std::vector<coordinator::Range> whole = {{0, k}};
   std::map<uint32_t, std::vector<coordinator::Contribution>> groups;
   std::map<uint32_t, double> group_weight;
   double total = 0;
@@ -343,11 +346,11 @@ absl::StatusOr<std::vector<float>> LgcAggregator::CombineValues(
   if (!(total > 0)) return delta;
   const coordinator::Clipping clipping = coordinator::ClipByMedian(all, robust.clip);
   for (const auto& [ref, members] : groups) {
-    auto agg = coordinator::AggregateUpdates(robust, members, clipping, k_);
+    auto agg = coordinator::AggregateUpdates(robust, members, clipping, k);
     if (!agg.ok()) return agg.status();
     const std::vector<uint32_t>& support = plan_.predict ? d.refs.at(ref).support : support_;
     const double share = group_weight[ref] / total;
-    for (uint64_t j = 0; j < k_; ++j) {
+    for (uint64_t j = 0; j < k; ++j) {
       delta[support[j]] += static_cast<float>(share * agg->values[j]);
     }
     counted->insert(agg->considered.begin(), agg->considered.end());
@@ -367,7 +370,7 @@ double LgcAggregator::ValuesCosine(const std::vector<Item>& items) const {
     for (size_t b = a + 1; b < items.size(); ++b) {
       if (norm[a] == 0 || norm[b] == 0) continue;
       double ab = 0;
-      for (uint64_t j = 0; j < k_; ++j) ab += double(items[a].v[j]) * items[b].v[j];
+      for (size_t j = 0; j < items[a].v.size(); ++j) ab += double(items[a].v[j]) * items[b].v[j];
       cos_sum += ab / (norm[a] * norm[b]);
       ++pairs;
     }
@@ -408,7 +411,7 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   Outcome out;
   out.delta.assign(dim_, 0.0f);
   absl::MutexLock ae_lock(&ae_mu_);
-  Decoded d = DecodePayloads(stage, leader, payloads, leaders);
+  Decoded d = DecodePayloads(round, stage, leader, payloads, leaders);
   if (stage == 3) {
     if (d.latent.empty()) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
@@ -449,7 +452,10 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   }
   if (stage == 2 && d.items.size() >= 2) {
     out.values_cosine = ValuesCosine(d.items);
-    if (absl::Status st = Train(d.items, &out); !st.ok()) return st;
+    // The autoencoder reads supports of the plan's k (not the ramp's wider ones).
+    if (d.items.front().v.size() == k_) {
+      if (absl::Status st = Train(d.items, &out); !st.ok()) return st;
+    }
   }
   if (d.next_support.size() == k_) support_ = std::move(d.next_support);
   return out;
@@ -494,7 +500,7 @@ absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
     uint64_t round, std::span<const uint8_t> leader_body) const {
   const bool stage3 = Stage(round) == 3;
   if (!stage3 && plan_.cells) {
-    auto lc = autoencoder::DecodeLeaderCells(leader_body, dim_, k_);
+    auto lc = autoencoder::DecodeLeaderCells(leader_body, dim_, KAt(round));
     if (!lc.ok()) return lc.status();
     return LeaderBytes{autoencoder::SupportToBytes(lc->support), core::FloatsToBytes(lc->values)};
   }

@@ -52,6 +52,10 @@ class LgcAggregator {
   // predict=1 a CPU copy of it rebuilds the clients' predictions (see Aggregate).
   void Freeze();
   uint64_t k() const { return k_; }
+  // The support size of `round` (code=cells: wider in the ramp).
+  uint64_t KAt(uint64_t round) const {
+    return plan_.SupportSizeAt(dim_, round > warmup_ ? round - warmup_ : 0);
+  }
   uint64_t k_innovation() const { return k_inn_; }
   // The support of the next round, u32 little-endian in support order.
   std::string SupportBytes() const;
@@ -131,7 +135,7 @@ class LgcAggregator {
                 autoencoder::AeOptions ae_options);
   absl::Status Load(uint64_t round);
   // The payloads of a stage-2 or stage-3 round, decoded (Aggregate's first step).
-  Decoded DecodePayloads(int stage, const std::string& leader,
+  Decoded DecodePayloads(uint64_t round, int stage, const std::string& leader,
                          const std::map<std::string, PayloadCollector::Payload>& payloads,
                          const std::set<std::string>* leaders) const;
   void DecodeLeaderPayload(int stage, const std::string& client, const PayloadCollector::Payload& p,

@@ -422,6 +422,55 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   EXPECT_EQ(Support(**back), support);
 }
 
+// ramp=2: rounds 1 and 2 send on 4x and 2x the plan's support, round 3 on it; a ramped
+// round takes only its own size, and aggregates like any other.
+TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
+  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.02,predict=1,code=cells,ramp=2)");
+  ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
+  EXPECT_EQ((*plan)->SupportSizeAt(kDim, 1), 164u);  // ceil(0.08 x 2048)
+  EXPECT_EQ((*plan)->SupportSizeAt(kDim, 2), 82u);
+  EXPECT_EQ((*plan)->SupportSizeAt(kDim, 3), 41u);
+  EXPECT_EQ((*plan)->SupportSizeAt(kDim, 0), 41u);
+  auto d = LgcAggregator::Create(**plan, 1, kDim, TempDir("ramp"), 0, 1, "cpu");
+  ASSERT_TRUE(d.ok()) << d.status();
+  LgcAggregator& lgc = **d;
+  // One warm-up round: LGC round 1 is job round 2.
+  EXPECT_EQ(lgc.KAt(1), 41u);
+  EXPECT_EQ(lgc.KAt(2), 164u);
+  EXPECT_EQ(lgc.KAt(3), 82u);
+  EXPECT_EQ(lgc.KAt(4), 41u);
+  const std::vector<float> u0 = Gaussian(kDim, 21), u1 = Gaussian(kDim, 22);
+  for (uint64_t round : {2, 4}) {
+    const size_t k = lgc.KAt(round);
+    const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
+    std::vector<float> sent;
+    const std::string leader =
+        autoencoder::EncodeLeaderCells(support, autoencoder::Gather(u0, support), kDim, &sent);
+    EXPECT_TRUE(lgc.Validate(round, autoencoder::kLeaderCellsSpec, Span(leader)).ok()) << round;
+    const std::string other = autoencoder::EncodeLeaderCells(
+        autoencoder::SelectSupportSet(u0, 41 + 164 - k), std::vector<float>(41 + 164 - k, 1.0f),
+        kDim, nullptr);
+    EXPECT_FALSE(lgc.Validate(round, autoencoder::kLeaderCellsSpec, Span(other)).ok()) << round;
+    autoencoder::BitCorrection c =
+        autoencoder::CorrectBits(autoencoder::Gather(u1, support), sent, 1);
+    c.reference = autoencoder::ReferenceOf(support, sent);
+    std::map<std::string, PayloadCollector::Payload> p;
+    p["c0"] = {std::string(autoencoder::kLeaderCellsSpec), leader, 1};
+    p["c1"] = {std::string(autoencoder::kBitCorrectionSpec),
+               autoencoder::EncodeBitCorrection(c).value(), 1};
+    EXPECT_TRUE(lgc.Validate(round, p["c1"].spec, Span(p["c1"].body)).ok()) << round;
+    coordinator::AggregatorOptions unclipped;
+    unclipped.clip = 0;
+    auto out = lgc.Aggregate(round, "c0", p, nullptr, unclipped);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->counted.size(), 2u) << round;
+    for (size_t j = 0; j < k; ++j) {
+      EXPECT_EQ(out->delta[support[j]], static_cast<float>((1.0 * sent[j] + 1.0 * c.sent[j]) / 2));
+    }
+  }
+  EXPECT_FALSE(autoencoder::ParseLgcSpec("lgc(predict=1,ramp=2)").ok());  // ramp needs cells
+}
+
 TEST(LgcAggregator, PredictZeroStillNeedsAWarmupRound) {
   auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05)");
   ASSERT_TRUE(plan.ok() && plan->has_value());

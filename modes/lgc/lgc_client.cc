@@ -69,6 +69,7 @@ absl::Status LgcClient::RunPayloadRound(const protos::RoundStart& start) {
     return absl::InvalidArgumentError("LGC round without a support");
   }
   round_encoder_version_ = start.lgc().encoder_version();
+  round_k_ = start.lgc().support_size();
   edge_client::ClientState& state = env_.state();
   if (!state.pending) {
     if (absl::Status st = BeginUpdate(start); !st.ok() || !state.pending) return st;
@@ -114,7 +115,7 @@ absl::Status LgcClient::SendOnSupport(const protos::RoundStart& start, std::vect
   const protos::LgcRound& lgc = start.lgc();
   // predict=1 leaders pick this round's support; otherwise it is the round's.
   if (plan_->predict) {
-    p.lgc_support = autoencoder::SelectSupport(u, support_size());
+    p.lgc_support = autoencoder::SelectSupport(u, round_support_size());
   } else {
     auto support = autoencoder::SupportFromBytes(lgc.support(), 0, env_.dim());
     if (!support.ok()) return absl::InvalidArgumentError(support.status().message());
@@ -190,7 +191,8 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
     return absl::OkStatus();  // not waiting for this one
   }
   PendingUpdate& p = *state.pending;
-  auto support = autoencoder::SupportFromBytes(latent.support(), support_size(), env_.dim());
+  auto support =
+      autoencoder::SupportFromBytes(latent.support(), round_support_size(), env_.dim());
   if (!support.ok()) return absl::InvalidArgumentError(support.status().message());
   const std::string& bytes = latent.latent();
   auto z =
@@ -299,7 +301,7 @@ absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
   for (size_t j = 0; j < p.lgc_support.size(); ++j) u[p.lgc_support[j]] += p.lgc_values[j];
   PendingUpdate lead = p;
   // predict=1: a leader's support is its own top-k.
-  if (plan_->predict) lead.lgc_support = autoencoder::SelectSupport(u, support_size());
+  if (plan_->predict) lead.lgc_support = autoencoder::SelectSupport(u, round_support_size());
   lead.lgc_values = autoencoder::Gather(u, lead.lgc_support);
   auto frame = Frame(p.lgc_stage, true, promote.encoder_version(), u, &lead);
   if (!frame.ok()) return OutOfTime(frame.status()) ? absl::OkStatus() : frame.status();

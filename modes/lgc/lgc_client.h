@@ -77,6 +77,11 @@ class LgcClient final : public edge_client::ClientMode {
   // supports of k values, downloaded unless held.
   absl::Status EnsureWeights(bool decoder, uint64_t version, size_t k);
   size_t support_size() const { return plan_->SupportSize(env_.dim()); }
+  // The support size of the round being run: the round start's (code=cells ramps it) or
+  // the plan's.
+  size_t round_support_size() const {
+    return round_k_ > 0 && round_k_ <= env_.dim() ? round_k_ : support_size();
+  }
 
   ClientEnv& env_;      // outlives this mode
   FedAvgClient plain_;  // warm-up rounds, and the codec's residual
@@ -87,6 +92,7 @@ class LgcClient final : public edge_client::ClientMode {
   std::unique_ptr<autoencoder::Autoencoder> decoder_;  // predict=1: this client's decoder
   uint64_t decoder_version_ = 0;
   uint64_t round_encoder_version_ = 0;  // of the last stage-2/3 round start
+  uint64_t round_k_ = 0;                // its support_size
   SystemTime deadline_;                 // of the round being run
 };
 

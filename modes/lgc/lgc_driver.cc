@@ -87,6 +87,7 @@ void LgcDriver::DecorateRoundStart(const std::string& client, protos::RoundStart
   lgc->set_stage(static_cast<uint32_t>(round_.stage));
   lgc->set_support(round_.support);
   lgc->set_leader(client == round_.leader);
+  lgc->set_support_size(agg_->KAt(round_.round));
   if (round_.stage == 3) lgc->set_encoder_version(LgcAggregator::kEncoderVersion);
   lgc->set_latent(round_.latent);
 }

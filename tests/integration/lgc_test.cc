@@ -202,6 +202,54 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
   }
 }
 
+TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuilds) {
+  // code=cells: no warm-up, every round compressed (the first one on a support twice as
+  // wide: ramp=1); the coordinator is SIGKILLed after round 2 and restarted; every client
+  // counts in every round and the coordinator rebuilds each follower to the bit.
+  const int n = 3;
+  const std::string dir = FreshDir("lgc_cells");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 6;
+  const int port = FreePort();
+  auto argv = CoordinatorArgs(
+      o, port, n,
+      "--codec=lgc(ratio=0.05,train=100000,ae_steps=1,predict=1,code=cells,bits=2,ramp=1)");
+  argv.push_back("--codec-warmup=");  // the later one wins: no warm-up round
+  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  WaitForRounds(o.state_dir, 2);
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
+  ChildProcess second(argv, dir + "/coordinator.log");
+  EXPECT_EQ(second.Wait(seconds(180)), 0) << "restarted coordinator did not finish";
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+  const auto lines = ReadRounds(o.state_dir);
+  ASSERT_EQ(lines.size(), 6u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].Figure("lgc_stage"), 2) << "round " << i + 1;
+    EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
+    EXPECT_EQ(lines[i].Figure("lgc_rebuild_mismatches", -1), 0) << "round " << i + 1;
+  }
+  // A leader's 5% as a set and 4-bit cells, two followers' 2 bits a value: over 100x fewer
+  // bytes than fp32; round 1, on 10%, costs more than the rounds after it.
+  const double ratio = double(lines[3].raw_uplink_bytes) / lines[3].uplink_bytes;
+  EXPECT_GT(ratio, 100);
+  EXPECT_LT(ratio, 400);
+  EXPECT_GT(lines[0].uplink_bytes, 1.5 * lines[3].uplink_bytes);
+  EXPECT_EQ(lines[3].uplink_bytes, lines[4].uplink_bytes);  // fixed sizes per round
+  EXPECT_GT(lines.back().accuracy, 0.8);
+  // Leaders keep their cells' miss, followers less than their values (every group's miss
+  // after the correction is at most its miss against the prediction).
+  std::map<uint64_t, int> leaders, followers;
+  CountMisses(dir, n, 1.0 + 1e-6, &leaders, &followers);
+  for (uint64_t r = 1; r <= 6; ++r) {
+    EXPECT_GE(leaders[r], 1) << "round " << r;
+    EXPECT_GE(followers[r], n - 1) << "round " << r;  // a resend after the kill logs again
+  }
+}
+
 // The leader of round 5 (the first compressed one) is killed; `codec` is the job's.
 void PromotedLeaderRun(const std::string& name, const std::string& codec) {
   const int n = 3;

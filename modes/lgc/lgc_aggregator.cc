@@ -502,7 +502,7 @@ absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
   if (!stage3 && plan_.cells) {
     auto lc = autoencoder::DecodeLeaderCells(leader_body, dim_, KAt(round));
     if (!lc.ok()) return lc.status();
-    return LeaderBytes{autoencoder::SupportToBytes(lc->support), core::FloatsToBytes(lc->values)};
+    return LeaderBytes{"", "", std::string(leader_body.begin(), leader_body.end())};
   }
   auto lp = autoencoder::DecodeLeader(leader_body, dim_, stage3 ? *latent_codec_ : *fp32_,
                                       stage3 ? latent_size_ : k_, stage3 && plan_.predict);

@@ -67,8 +67,9 @@ class LgcAggregator {
   std::shared_ptr<const ModelBlob> Decoder(const std::string& client);
   // predict=1: a leader payload of `round` as the coordinator decodes it, what LgcLatent
   // carries: its support (u32 little-endian) and, in stage 3, its latent (float32).
+  // code=cells, stage 2: `cells` is the leader's body itself (support and latent empty).
   struct LeaderBytes {
-    std::string support, latent;
+    std::string support, latent, cells;
   };
   absl::StatusOr<LeaderBytes> LeaderPayloadBytes(uint64_t round,
                                                  std::span<const uint8_t> leader_body) const;

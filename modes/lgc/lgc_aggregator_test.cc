@@ -378,11 +378,11 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   std::vector<float> leader_sent;
   const std::string leader =
       autoencoder::EncodeLeaderCells(support, autoencoder::Gather(u0, support), kDim, &leader_sent);
-  // What the coordinator pushes to followers: the set and the decoded values.
+  // What the coordinator pushes to followers: the leader's body itself.
   auto pushed = lgc.LeaderPayloadBytes(1, Span(leader));
   ASSERT_TRUE(pushed.ok()) << pushed.status();
-  EXPECT_EQ(pushed->support, autoencoder::SupportToBytes(support));
-  EXPECT_EQ(pushed->latent, std::string(reinterpret_cast<const char*>(leader_sent.data()), k * 4));
+  EXPECT_EQ(pushed->cells, leader);
+  EXPECT_TRUE(pushed->support.empty() && pushed->latent.empty());
   autoencoder::BitCorrection c =
       autoencoder::CorrectBits(autoencoder::Gather(u1, support), leader_sent, 2);
   c.reference = autoencoder::ReferenceOf(support, leader_sent);

@@ -158,11 +158,12 @@ absl::Status LgcClient::ResumeWaiting(const protos::RoundStart& start) {
   }
   // The leader's support came with the RoundStart (this client reconnected after the
   // leader delivered), or it comes as an LgcLatent event.
-  if (lgc.support().empty()) return absl::OkStatus();
+  if (lgc.support().empty() && lgc.leader_cells().empty()) return absl::OkStatus();
   protos::LgcLatent latent;
   latent.set_round(start.round());
   latent.set_support(lgc.support());
   latent.set_latent(lgc.latent());
+  latent.set_leader_cells(lgc.leader_cells());
   return OnLatent(latent);
 }
 
@@ -191,12 +192,25 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
     return absl::OkStatus();  // not waiting for this one
   }
   PendingUpdate& p = *state.pending;
-  auto support =
-      autoencoder::SupportFromBytes(latent.support(), round_support_size(), env_.dim());
-  if (!support.ok()) return absl::InvalidArgumentError(support.status().message());
-  const std::string& bytes = latent.latent();
-  auto z =
-      core::FloatsFromBytes(bytes.substr(0, bytes.size() / 4 * 4), bytes.size() / 4, "LGC latent");
+  absl::StatusOr<std::vector<uint32_t>> support;
+  absl::StatusOr<std::vector<float>> z;
+  if (!latent.leader_cells().empty()) {
+    // code=cells: the leader's body; its decoded values are the prediction.
+    const std::string& cells = latent.leader_cells();
+    auto lc = autoencoder::DecodeLeaderCells(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cells.data()), cells.size()),
+        env_.dim(), round_support_size());
+    if (!lc.ok()) return absl::InvalidArgumentError(lc.status().message());
+    support = std::move(lc->support);
+    z = std::move(lc->values);
+  } else {
+    support = autoencoder::SupportFromBytes(latent.support(), round_support_size(), env_.dim());
+    if (!support.ok()) return absl::InvalidArgumentError(support.status().message());
+    const std::string& bytes = latent.latent();
+    z = core::FloatsFromBytes(bytes.substr(0, bytes.size() / 4 * 4), bytes.size() / 4,
+                              "LGC latent");
+  }
+  if (!z.ok()) return z.status();
   const uint32_t reference = autoencoder::ReferenceOf(*support, *z);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> v = autoencoder::Gather(state.residual, *support);

@@ -90,6 +90,7 @@ void LgcDriver::DecorateRoundStart(const std::string& client, protos::RoundStart
   lgc->set_support_size(agg_->KAt(round_.round));
   if (round_.stage == 3) lgc->set_encoder_version(LgcAggregator::kEncoderVersion);
   lgc->set_latent(round_.latent);
+  lgc->set_leader_cells(round_.cells);
 }
 
 absl::StatusOr<std::shared_ptr<const ModelBlob>> LgcDriver::Blob(const std::string& client,
@@ -288,12 +289,14 @@ absl::Status LgcDriver::PushLatent(RoundHost& host, uint64_t round,
     absl::MutexLock lock(&mu_);
     round_.support = ref->support;
     round_.latent = ref->latent;
+    round_.cells = ref->cells;
   }
   protos::ServerEvent e;
   protos::LgcLatent* latent = e.mutable_mode()->mutable_lgc_latent();
   latent->set_round(round);
   latent->set_latent(ref->latent);
   latent->set_support(ref->support);
+  latent->set_leader_cells(ref->cells);
   for (const std::string& p : participants) {
     if (p != from->first) host.Push(p, e);
   }

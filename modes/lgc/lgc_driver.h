@@ -113,6 +113,7 @@ class LgcDriver final : public coordinator::RoundDriver {
     std::string leader;
     std::string support;  // bytes for RoundStart
     std::string latent;   // predict=1: the latent pushed to the round's clients
+    std::string cells;    // code=cells: the leader's body pushed instead
   };
   RoundState round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> encoder_ ABSL_GUARDED_BY(mu_);  // served from stage 3

@@ -16,29 +16,49 @@
 namespace fedlgc::coordinator {
 namespace {
 
+// Two-phase PowerSGD is a round protocol of the FedAvg driver, for the job codec, whose
+// messages go as one chunk each.
+absl::Status ValidateTwoPhasePowerSgd(const RoundPlan& plan, Mode mode,
+                                      const codecs::ModelLayout& layout) {
+  if (!codecs::NamesTwoPhasePowerSgd(plan.codec)) return absl::OkStatus();
+  if (mode != Mode::kFedAvg || !codecs::IsTwoPhasePowerSgd(plan.codec)) {
+    return absl::InvalidArgumentError(
+        "powersgd(..., phases=2) is a round protocol of --mode fedavg: give it as the job's "
+        "--codec itself, unwrapped");
+  }
+  auto two = codecs::PowerSgdTwoPhase::Create(plan.codec, layout);
+  if (!two.ok()) return two.status();
+  const uint64_t bytes =
+      std::max(two->FrameBytes(codecs::kPowerSgdMessageSpec, two->message_floats()),
+               two->FrameBytes(codecs::kPowerSgdProjectionSpec, two->projection_floats()));
+  if (bytes > plan.max_chunk_bytes) {
+    return absl::InvalidArgumentError(
+        StrCat("powersgd(..., phases=2) sends P, then Q and the dense tensors, as one chunk "
+               "each, of up to ",
+               bytes, " bytes: raise --chunk-bytes to at least that"));
+  }
+  return absl::OkStatus();
+}
+
+// An LGC job without warm-up rounds: predict=1 leaders pick every round's support;
+// predict=0 starts from the warm-up's.
+absl::Status ValidateLgcWarmup(const RoundPlan& plan) {
+  if (!plan.warmup_codecs.empty()) return absl::OkStatus();
+  auto lgc_plan = autoencoder::ParseLgcSpec(plan.codec);
+  if (!lgc_plan.ok()) return lgc_plan.status();
+  if (!*lgc_plan || !(*lgc_plan)->predict) {
+    return absl::InvalidArgumentError(
+        "lgc with predict=0 needs at least one --codec-warmup round (its aggregate gives the "
+        "first support)");
+  }
+  return absl::OkStatus();
+}
+
 // `layout`: the model's. The edge client and the round engine give it to the codecs of
 // FedAvg, LSGD and SGP jobs; LGC's warm-up rounds build their codecs without one.
 absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::ModelLayout& layout) {
   const bool lgc = mode == Mode::kLgc;
-  // Two-phase PowerSGD is a round protocol of the FedAvg driver, for the job codec.
-  if (codecs::NamesTwoPhasePowerSgd(plan.codec)) {
-    if (mode != Mode::kFedAvg || !codecs::IsTwoPhasePowerSgd(plan.codec)) {
-      return absl::InvalidArgumentError(
-          "powersgd(..., phases=2) is a round protocol of --mode fedavg: give it as the job's "
-          "--codec itself, unwrapped");
-    }
-    auto two = codecs::PowerSgdTwoPhase::Create(plan.codec, layout);
-    if (!two.ok()) return two.status();
-    const uint64_t bytes =
-        std::max(two->FrameBytes(codecs::kPowerSgdMessageSpec, two->message_floats()),
-                 two->FrameBytes(codecs::kPowerSgdProjectionSpec, two->projection_floats()));
-    if (bytes > plan.max_chunk_bytes) {
-      return absl::InvalidArgumentError(
-          StrCat("powersgd(..., phases=2) sends P, then Q and the dense tensors, as one chunk "
-                 "each, of up to ",
-                 bytes, " bytes: raise --chunk-bytes to at least that"));
-    }
-  }
+  if (absl::Status st = ValidateTwoPhasePowerSgd(plan, mode, layout); !st.ok()) return st;
   if (!lgc) {
     auto c = codecs::MakeCodec(plan.codec, &layout);
     if (!c.ok()) return c.status();
@@ -49,15 +69,8 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::Mode
           StrCat((*c)->spec(), " keeps sender state (a residual); --mode ", ModeName(mode),
                  " encodes with stateless codecs only (use it with --mode fedavg)"));
     }
-  } else if (plan.warmup_codecs.empty()) {
-    // predict=1 leaders pick every round's support; predict=0 starts from the warm-up's.
-    auto lgc_plan = autoencoder::ParseLgcSpec(plan.codec);
-    if (!lgc_plan.ok()) return lgc_plan.status();
-    if (!*lgc_plan || !(*lgc_plan)->predict) {
-      return absl::InvalidArgumentError(
-          "lgc with predict=0 needs at least one --codec-warmup round (its aggregate gives the "
-          "first support)");
-    }
+  } else if (absl::Status st = ValidateLgcWarmup(plan); !st.ok()) {
+    return st;
   }
   // GradiVeQ's bases are fitted, served and saved by the FedAvg driver, for the job codec.
   if (codecs::IsGradiveq(plan.codec)) {

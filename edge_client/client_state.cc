@@ -74,6 +74,59 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   return core::AtomicWriteFile(path, w.Finish());
 }
 
+namespace {
+
+// The pending update of a state of `version` (the part after its presence flag).
+bool ReadPending(core::StateReader& r, uint32_t version, PendingUpdate* p) {
+  uint32_t n = 0;
+  if (!r.U64(&p->round) || !r.U64(&p->model_version) || !r.U64(&p->update_id) ||
+      !r.U64(&p->num_samples) || !r.U32(&n) || n > (1u << 20)) {
+    return false;
+  }
+  p->frames.resize(n);
+  for (std::string& f : p->frames) {
+    if (!r.Str(&f, 64u << 20)) return false;
+  }
+  if (version >= 2) {
+    std::string support;
+    if (!r.U32(&p->lgc_stage) || !r.Str(&support, 1u << 30) || support.size() % 4 != 0 ||
+        !r.Floats(&p->lgc_values)) {
+      return false;
+    }
+    p->lgc_support.resize(support.size() / 4);
+    std::memcpy(p->lgc_support.data(), support.data(), support.size());
+    if (p->lgc_values.size() != p->lgc_support.size()) return false;
+  }
+  uint32_t flags = 0;
+  if (version >= 3 && !r.U32(&flags)) return false;
+  p->gossip = (flags & 1) != 0;
+  p->lead = (flags & 2) != 0;
+  if (version >= 4 &&
+      (!r.Floats(&p->scales) || (!p->scales.empty() && p->scales.size() != p->frames.size()))) {
+    return false;
+  }
+  return true;
+}
+
+// The local model of a state of `version` >= 3 (LSGD, SGP).
+bool ReadLocalModel(core::StateReader& r, uint32_t version, ClientState* s) {
+  LocalModel& m = s->local;
+  if (!r.Floats(&m.x) || !r.F64(&m.w) || !r.U64(&m.trained_round) || !r.U64(&m.pulled_round) ||
+      !r.F64(&m.loss) || !r.U64(&m.inbox_applied) || !r.Floats(&m.contributed) ||
+      !r.F64(&m.share_pw) || !r.Floats(&m.share)) {
+    return false;
+  }
+  if (!(m.w > 0) || (!m.share.empty() && m.share.size() != m.x.size())) return false;
+  if (version == 3 && s->pending && s->pending->gossip && !m.share.empty()) {
+    // Version 3 kept a share in flight inside x and w until its receipt came.
+    for (size_t i = 0; i < m.x.size(); ++i) m.x[i] -= m.share[i];
+    m.w -= m.share_pw;
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
   auto bytes = core::ReadFileIfExists(path);
   if (!bytes.ok()) return bytes.status();
@@ -89,49 +142,10 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
   if (!r.Str(&s.codec) || !r.Floats(&s.residual) || !r.U32(&has)) return corrupt();
   if (has) {
     PendingUpdate p;
-    uint32_t n;
-    if (!r.U64(&p.round) || !r.U64(&p.model_version) || !r.U64(&p.update_id) ||
-        !r.U64(&p.num_samples) || !r.U32(&n) || n > (1u << 20)) {
-      return corrupt();
-    }
-    p.frames.resize(n);
-    for (std::string& f : p.frames) {
-      if (!r.Str(&f, 64u << 20)) return corrupt();
-    }
-    if (version >= 2) {
-      std::string support;
-      if (!r.U32(&p.lgc_stage) || !r.Str(&support, 1u << 30) || support.size() % 4 != 0 ||
-          !r.Floats(&p.lgc_values)) {
-        return corrupt();
-      }
-      p.lgc_support.resize(support.size() / 4);
-      std::memcpy(p.lgc_support.data(), support.data(), support.size());
-      if (p.lgc_values.size() != p.lgc_support.size()) return corrupt();
-    }
-    uint32_t flags = 0;
-    if (version >= 3 && !r.U32(&flags)) return corrupt();
-    p.gossip = (flags & 1) != 0;
-    p.lead = (flags & 2) != 0;
-    if (version >= 4 &&
-        (!r.Floats(&p.scales) || (!p.scales.empty() && p.scales.size() != p.frames.size()))) {
-      return corrupt();
-    }
+    if (!ReadPending(r, version, &p)) return corrupt();
     s.pending = std::move(p);
   }
-  if (version >= 3) {
-    LocalModel& m = s.local;
-    if (!r.Floats(&m.x) || !r.F64(&m.w) || !r.U64(&m.trained_round) || !r.U64(&m.pulled_round) ||
-        !r.F64(&m.loss) || !r.U64(&m.inbox_applied) || !r.Floats(&m.contributed) ||
-        !r.F64(&m.share_pw) || !r.Floats(&m.share)) {
-      return corrupt();
-    }
-    if (!(m.w > 0) || (!m.share.empty() && m.share.size() != m.x.size())) return corrupt();
-    if (version == 3 && s.pending && s.pending->gossip && !m.share.empty()) {
-      // Version 3 kept a share in flight inside x and w until its receipt came.
-      for (size_t i = 0; i < m.x.size(); ++i) m.x[i] -= m.share[i];
-      m.w -= m.share_pw;
-    }
-  }
+  if (version >= 3 && !ReadLocalModel(r, version, &s)) return corrupt();
   if (version >= 5) {
     LgcEcho& e = s.lgc_echo;
     uint32_t leader = 0;

@@ -31,6 +31,47 @@ using Upload = testing::FakeUploadStream<protos::UpdateChunk>;
 
 // A coordinator scripted on a mock stub: one FedAvg round of an mlp, then the receipt
 // the test chooses, then the end of the job.
+// Round 1 of a job with `codec`, model version 0, two local steps, a minute to go.
+protos::ServerEvent RoundOneStart(const std::string& codec) {
+  protos::ServerEvent e;
+  protos::RoundStart* s = e.mutable_round_start();
+  s->set_round(1);
+  s->set_model_version(0);
+  s->set_codec(codec);
+  s->set_local_steps(2);
+  s->set_lr(0.05f);
+  s->set_batch_size(16);
+  s->set_seed(9);
+  s->set_max_chunk_bytes(64 * 1024);
+  s->set_deadline_unix_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
+          .count());
+  s->mutable_fedavg();
+  return e;
+}
+
+// After round 1's update went out (`sent`): step 0 its receipt, counting `counted`, step 1
+// the job's end, then nothing.
+std::optional<protos::ServerEvent> ReceiptThenDone(int step,
+                                                   const std::vector<protos::UpdateChunk>& sent,
+                                                   const std::set<uint32_t>& counted) {
+  protos::ServerEvent e;
+  if (step == 0) {
+    protos::RoundReceipt* r = e.mutable_receipt();
+    r->set_round(1);
+    r->set_update_id(sent.empty() ? 0 : sent.front().update_id());
+    r->set_chunk_count(sent.empty() ? 0 : sent.front().chunk_count());
+    for (uint32_t c : counted) r->add_counted_chunks(c);
+    return e;
+  }
+  if (step == 1) {
+    e.mutable_done()->set_rounds(1);
+    return e;
+  }
+  return std::nullopt;
+}
+
 struct ScriptedCoordinator {
   std::shared_ptr<protos::MockCoordinatorStub> stub =
       std::make_shared<protos::MockCoordinatorStub>();
@@ -100,34 +141,9 @@ struct ScriptedCoordinator {
   }
 
   std::optional<protos::ServerEvent> Event(int step) {
-    protos::ServerEvent e;
-    if (step == 0) {
-      protos::RoundStart* s = e.mutable_round_start();
-      s->set_round(1);
-      s->set_model_version(0);
-      s->set_codec("fp32");
-      s->set_local_steps(2);
-      s->set_lr(0.05f);
-      s->set_batch_size(16);
-      s->set_seed(9);
-      s->set_max_chunk_bytes(64 * 1024);
-      s->set_upload_order(upload_order);
-      s->set_deadline_unix_ms(
-          std::chrono::duration_cast<std::chrono::milliseconds>(
-              (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
-              .count());
-      s->mutable_fedavg();
-    } else if (step == 1) {
-      protos::RoundReceipt* r = e.mutable_receipt();
-      r->set_round(1);
-      r->set_update_id(sent.empty() ? 0 : sent.front().update_id());
-      r->set_chunk_count(sent.empty() ? 0 : sent.front().chunk_count());
-      for (uint32_t c : counted) r->add_counted_chunks(c);
-    } else if (step == 2) {
-      e.mutable_done()->set_rounds(1);
-    } else {
-      return std::nullopt;
-    }
+    if (step > 0) return ReceiptThenDone(step - 1, sent, counted);
+    protos::ServerEvent e = RoundOneStart("fp32");
+    e.mutable_round_start()->set_upload_order(upload_order);
     return e;
   }
 };
@@ -320,21 +336,8 @@ TEST(FedAvgClient, ASharedScaleRoundsUpdateWaitsInTheResidualAcrossARestart) {
   ScriptedCoordinator coordinator;
   std::vector<float> reported;
   auto start = [&](float scale) {
-    protos::ServerEvent e;
-    protos::RoundStart* s = e.mutable_round_start();
-    s->set_round(1);
-    s->set_model_version(0);
-    s->set_codec(spec);
-    s->set_local_steps(2);
-    s->set_lr(0.05f);
-    s->set_batch_size(16);
-    s->set_seed(9);
-    s->set_max_chunk_bytes(64 * 1024);
-    s->set_deadline_unix_ms(
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
-            .count());
-    s->mutable_fedavg()->set_terngrad_scale(scale);
+    protos::ServerEvent e = RoundOneStart(spec);
+    e.mutable_round_start()->mutable_fedavg()->set_terngrad_scale(scale);
     return e;
   };
   // The first run: the round starts, the client reports, and the stream ends with the
@@ -392,24 +395,10 @@ TEST(FedAvgClient, ASharedScaleRoundsUpdateWaitsInTheResidualAcrossARestart) {
   EXPECT_CALL(*stub, EventsRaw(_)).WillOnce(Invoke([&](grpc::ClientContext*) {
     return new testing::FakeEventStream(
         [&, step = 0]() mutable -> std::optional<protos::ServerEvent> {
-          protos::ServerEvent e;
-          switch (step++) {
-            case 0:
-              return start(scale);
-            case 1: {
-              protos::RoundReceipt* r = e.mutable_receipt();
-              r->set_round(1);
-              r->set_update_id(coordinator.sent.front().update_id());
-              r->set_chunk_count(coordinator.sent.front().chunk_count());
-              for (const auto& c : coordinator.sent) r->add_counted_chunks(c.chunk_index());
-              return e;
-            }
-            case 2:
-              e.mutable_done()->set_rounds(1);
-              return e;
-            default:
-              return std::nullopt;
-          }
+          if (step++ == 0) return start(scale);
+          std::set<uint32_t> all;
+          for (const auto& c : coordinator.sent) all.insert(c.chunk_index());
+          return ReceiptThenDone(step - 2, coordinator.sent, all);
         });
   }));
   auto client = Client("shared-scale", coordinator, "none", nullptr, /*keep=*/true);

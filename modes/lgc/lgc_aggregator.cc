@@ -44,6 +44,14 @@ absl::StatusOr<std::vector<float>> Floats(std::span<const uint8_t> body, uint64_
   return v;
 }
 
+// A rebuild that is not finite (a huge gain or scale overflowed) does not count.
+template <typename Item>
+void DropNonFinite(std::vector<Item>* items) {
+  std::erase_if(*items, [](const Item& it) {
+    return !std::all_of(it.v.begin(), it.v.end(), [](float x) { return std::isfinite(x); });
+  });
+}
+
 }  // namespace
 
 LgcAggregator::LgcAggregator(autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim,
@@ -268,13 +276,7 @@ absl::Status LgcAggregator::RebuildStage3(uint64_t round, Decoded* d, Outcome* o
       auto p = cpu.Decode(it.client, d->refs[it.reference].latent, zeros);
       if (!p.ok()) return p.status();
       it.v = autoencoder::Rebuild(it.scale, *p, it.v);
-      if (autoencoder::SentCrc(it.v) != it.sent_crc) {
-        ++out->rebuild_mismatches;
-        std::fprintf(stderr,
-                     "lgc: round %llu: %s's rebuild differs from what it computed (counted; "
-                     "its error feedback is off by the difference)\n",
-                     static_cast<unsigned long long>(round), it.client.c_str());
-      }
+      CountMismatch(round, it, out);
     }
   } else {
     // The autoencoder works on values divided by their RMS: the decoder gets the client's
@@ -288,11 +290,18 @@ absl::Status LgcAggregator::RebuildStage3(uint64_t round, Decoded* d, Outcome* o
     }
   }
   // A huge gain or scale can overflow: such an update is not counted.
-  std::erase_if(d->items, [](const Item& it) {
-    return !std::all_of(it.v.begin(), it.v.end(), [](float x) { return std::isfinite(x); });
-  });
+  DropNonFinite(&d->items);
   if (plan_.echo) KeepEchoes(round, d->items);
   return absl::OkStatus();
+}
+
+void LgcAggregator::CountMismatch(uint64_t round, const Item& it, Outcome* out) {
+  if (autoencoder::SentCrc(it.v) == it.sent_crc) return;
+  ++out->rebuild_mismatches;
+  std::fprintf(stderr,
+               "lgc: round %llu: %s's rebuild differs from what it computed (counted; its error "
+               "feedback is off by the difference)\n",
+               static_cast<unsigned long long>(round), it.client.c_str());
 }
 
 void LgcAggregator::RebuildCorrections(uint64_t round, Decoded* d, Outcome* out) const {
@@ -300,17 +309,9 @@ void LgcAggregator::RebuildCorrections(uint64_t round, Decoded* d, Outcome* out)
   for (Item& it : d->items) {
     if (!it.correction) continue;
     it.v = autoencoder::Rebuild(it.scale, d->refs.at(it.reference).latent, it.v);
-    if (autoencoder::SentCrc(it.v) != it.sent_crc) {
-      ++out->rebuild_mismatches;
-      std::fprintf(stderr,
-                   "lgc: round %llu: %s's rebuild differs from what it computed (counted; its "
-                   "error feedback is off by the difference)\n",
-                   static_cast<unsigned long long>(round), it.client.c_str());
-    }
+    CountMismatch(round, it, out);
   }
-  std::erase_if(d->items, [](const Item& it) {
-    return !std::all_of(it.v.begin(), it.v.end(), [](float x) { return std::isfinite(x); });
-  });
+  DropNonFinite(&d->items);
 }
 
 void LgcAggregator::KeepEchoes(uint64_t round, const std::vector<Item>& items) {

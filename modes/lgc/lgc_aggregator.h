@@ -146,6 +146,9 @@ class LgcAggregator {
   // Stage 3: each client's values rebuilt from the latent and its payload.
   absl::Status RebuildStage3(uint64_t round, Decoded* d, Outcome* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
+  // A rebuild (it.v) other than the one its client computed (its CRC32C): counted in *out
+  // and logged.
+  static void CountMismatch(uint64_t round, const Item& it, Outcome* out);
   // code=cells, stage 2: each follower's values rebuilt from the leader's and its
   // correction; a rebuild that is not finite does not count.
   void RebuildCorrections(uint64_t round, Decoded* d, Outcome* out) const;

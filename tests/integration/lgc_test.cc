@@ -94,6 +94,22 @@ std::vector<std::unique_ptr<ChildProcess>> SpawnBehindALeaderLink(
   return clients;
 }
 
+// n clients of a coordinator run with `argv` on `port`; it is SIGKILLed once `kill_after`
+// rounds have committed and started again; both the job and every client finish.
+void RunAcrossACoordinatorKill(const std::vector<std::string>& argv, const std::string& dir,
+                               const std::string& certs, const std::string& state_dir, int n,
+                               int port, size_t kill_after) {
+  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  WaitForRounds(state_dir, kill_after);
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
+  ChildProcess second(argv, dir + "/coordinator.log");
+  EXPECT_EQ(second.Wait(seconds(180)), 0) << "restarted coordinator did not finish";
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+}
+
 TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   const int n = 3;
   const std::string dir = FreshDir("lgc_stages");
@@ -104,16 +120,8 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   // echo=1 (the later --codec wins): clients measure the coordinator's reconstructions.
   const auto argv =
       CoordinatorArgs(o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,echo=1)");
-  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
-  std::vector<std::unique_ptr<ChildProcess>> clients;
-  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
-  // Kill it once the first training round has committed, while the second runs.
-  WaitForRounds(o.state_dir, 2);
-  first->Kill(SIGKILL);
-  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
-  ChildProcess second(argv, dir + "/coordinator.log");
-  EXPECT_EQ(second.Wait(seconds(180)), 0) << "restarted coordinator did not finish";
-  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+  // Killed once the first training round has committed, while the second runs.
+  RunAcrossACoordinatorKill(argv, dir, certs, o.state_dir, n, port, 2);
 
   const auto lines = ReadRounds(o.state_dir);
   ASSERT_EQ(lines.size(), 7u);
@@ -216,15 +224,7 @@ TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuild
       o, port, n,
       "--codec=lgc(ratio=0.05,train=100000,ae_steps=1,predict=1,code=cells,bits=2,ramp=1)");
   argv.push_back("--codec-warmup=");  // the later one wins: no warm-up round
-  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
-  std::vector<std::unique_ptr<ChildProcess>> clients;
-  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
-  WaitForRounds(o.state_dir, 2);
-  first->Kill(SIGKILL);
-  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
-  ChildProcess second(argv, dir + "/coordinator.log");
-  EXPECT_EQ(second.Wait(seconds(180)), 0) << "restarted coordinator did not finish";
-  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+  RunAcrossACoordinatorKill(argv, dir, certs, o.state_dir, n, port, 2);
   const auto lines = ReadRounds(o.state_dir);
   ASSERT_EQ(lines.size(), 6u);
   for (size_t i = 0; i < lines.size(); ++i) {

@@ -88,28 +88,17 @@ absl::Status ZstdCodec::Encode(std::span<const float> x, const EncodeOptions& op
   FrameLimits limits;
   limits.max_dim = std::numeric_limits<uint64_t>::max();
   limits.max_frame_bytes = std::numeric_limits<uint64_t>::max();
-  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), &ZSTD_freeCCtx);
-  if (cctx == nullptr) return absl::ResourceExhaustedError("zstd: no compression context");
-  std::string packed;
   const size_t first = frames->size();
   for (const Frame& f : inner_frames) {
     FEDLGC_ASSIGN_OR_RETURN(FrameView view, ParseFrame(f.bytes, limits));
-    packed.resize(ZSTD_compressBound(view.body.size()));
-    const size_t n = ZSTD_compressCCtx(cctx.get(), packed.data(), packed.size(), view.body.data(),
-                                       view.body.size(), level_);
-    if (ZSTD_isError(n)) {
+    auto packed = ZstdPack(view.body, level_);
+    if (!packed.ok()) {
       frames->resize(first);
-      return absl::InternalError(StrCat("zstd: ", ZSTD_getErrorName(n)));
+      return packed.status();
     }
     Frame out{f.begin, f.length, {}};
     const size_t body = BeginFrame(wire_spec_, view.dim, view.begin, view.length, &out.bytes);
-    if (n < view.body.size()) {
-      out.bytes.push_back(static_cast<char>(kCompressed));
-      out.bytes.append(packed.data(), n);
-    } else {
-      out.bytes.push_back(static_cast<char>(kStored));
-      out.bytes.append(reinterpret_cast<const char*>(view.body.data()), view.body.size());
-    }
+    out.bytes += *packed;
     FinishFrame(body, &out.bytes);
     frames->push_back(std::move(out));
   }
@@ -117,18 +106,39 @@ absl::Status ZstdCodec::Encode(std::span<const float> x, const EncodeOptions& op
 }
 
 absl::Status ZstdCodec::Decode(const FrameView& frame, std::span<float> out) const {
-  if (frame.body.empty()) return Malformed("empty body");
-  const uint8_t mode = frame.body[0];
-  const std::span<const uint8_t> data = frame.body.subspan(1);
   FrameView inner = frame;
   inner.spec = inner_->wire_spec();
+  // The inner body is shorter than the inner codec's largest frame for this length.
+  FEDLGC_ASSIGN_OR_RETURN(std::vector<uint8_t> body,
+                          ZstdUnpack(frame.body, inner_->MaxRangeFrameBytes(frame.length)));
+  inner.body = body;
+  return inner_->Decode(inner, out);
+}
+
+absl::StatusOr<std::string> ZstdPack(std::span<const uint8_t> body, int level) {
+  std::string packed(ZSTD_compressBound(body.size()), '\0');
+  const size_t n = ZSTD_compress(packed.data(), packed.size(), body.data(), body.size(), level);
+  if (ZSTD_isError(n)) return absl::InternalError(StrCat("zstd: ", ZSTD_getErrorName(n)));
+  std::string out;
+  if (n < body.size()) {
+    out.push_back(static_cast<char>(kCompressed));
+    out.append(packed.data(), n);
+  } else {
+    out.push_back(static_cast<char>(kStored));
+    out.append(reinterpret_cast<const char*>(body.data()), body.size());
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<uint8_t>> ZstdUnpack(std::span<const uint8_t> packed, uint64_t cap) {
+  if (packed.empty()) return Malformed("empty body");
+  const uint8_t mode = packed[0];
+  const std::span<const uint8_t> data = packed.subspan(1);
   if (mode == kStored) {
-    inner.body = data;
-    return inner_->Decode(inner, out);
+    if (data.size() > cap) return Malformed(StrCat("a stored body of ", data.size(), " bytes"));
+    return std::vector<uint8_t>(data.begin(), data.end());
   }
   if (mode != kCompressed) return Malformed(StrCat("unknown body mode ", int{mode}));
-  // The inner body is shorter than the inner codec's largest frame for this length.
-  const uint64_t cap = inner_->MaxRangeFrameBytes(frame.length);
   // A regular frame of this format only (no skippable or legacy frames).
   uint32_t magic = 0;
   if (data.size() >= 4) std::memcpy(&magic, data.data(), 4);
@@ -139,8 +149,7 @@ absl::Status ZstdCodec::Decode(const FrameView& frame, std::span<float> out) con
   }
   const uint64_t size = declared;
   if (size > cap) {
-    return Malformed(StrCat("inflates to ", size, " bytes; a body for ", frame.length,
-                            " coordinates has at most ", cap));
+    return Malformed(StrCat("inflates to ", size, " bytes where at most ", cap, " may be"));
   }
   const size_t whole = ZSTD_findFrameCompressedSize(data.data(), data.size());
   if (ZSTD_isError(whole) || whole != data.size()) {
@@ -150,8 +159,7 @@ absl::Status ZstdCodec::Decode(const FrameView& frame, std::span<float> out) con
   const size_t n = ZSTD_decompress(body.data(), body.size(), data.data(), data.size());
   if (ZSTD_isError(n)) return Malformed(ZSTD_getErrorName(n));
   if (n != size) return Malformed("inflated size differs from the declared one");
-  inner.body = body;
-  return inner_->Decode(inner, out);
+  return body;
 }
 
 }  // namespace fedlgc::codecs

@@ -15,7 +15,9 @@
 #ifndef FEDLGC_CODECS_ZSTD_CODEC_H_
 #define FEDLGC_CODECS_ZSTD_CODEC_H_
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,14 @@
 #include "codecs/registry.h"
 
 namespace fedlgc::codecs {
+
+// The body transform on its own, for formats outside this library (LGC's compact codes,
+// autoencoder/lgc_codes.h): u8 mode, then `body` as is (mode 0) or one zstd frame with its
+// content size (mode 1), whichever is shorter.
+absl::StatusOr<std::string> ZstdPack(std::span<const uint8_t> body, int level);
+// The body ZstdPack packed. Refuses an unknown mode, anything but one regular zstd frame
+// with its content size, and a content size above `cap` (checked before inflating).
+absl::StatusOr<std::vector<uint8_t>> ZstdUnpack(std::span<const uint8_t> packed, uint64_t cap);
 
 // Thread-safety: as the inner codec (stateless, so Encode and Decode may run concurrently).
 class ZstdCodec final : public Codec {

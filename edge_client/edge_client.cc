@@ -8,6 +8,7 @@
 
 #include "codecs/input_error.h"
 #include "codecs/str.h"
+#include "core/atomic_file.h"
 #include "core/dataset.h"
 #include "core/float_bytes.h"
 #include "core/model.h"
@@ -269,11 +270,21 @@ void EdgeClient::SkipRound(uint64_t round, const absl::Status& why) {
   AppendRoundLog({round, {{"skipped", 1}}});
 }
 
+absl::Status EdgeClient::DumpUpdate(uint64_t round, std::span<const float> before,
+                                    std::span<const float> after) const {
+  std::vector<float> delta(after.begin(), after.end());
+  for (size_t i = 0; i < delta.size() && i < before.size(); ++i) delta[i] -= before[i];
+  return core::AtomicWriteFile(
+      StrCat(options_.dump_updates, "/", options_.client_id, "/r", round, ".f32"),
+      core::FloatsToBytes(delta), core::Durability::kVisible);
+}
+
 absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
                                               std::vector<float>* weights) {
   if (trainer_ != nullptr) return trainer_->Train(start, weights);
   if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
-  const std::vector<float> before = attack_.active() ? *weights : std::vector<float>();
+  const bool keep = attack_.active() || !options_.dump_updates.empty();
+  const std::vector<float> before = keep ? *weights : std::vector<float>();
   core::TrainOptions topts;
   topts.epochs = static_cast<int>(start.local_epochs());
   topts.steps = static_cast<int>(start.local_steps());
@@ -291,6 +302,9 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
   *weights = model_->GetFlat();
   attack_.Apply(before, *weights, topts.seed);
+  if (!options_.dump_updates.empty()) {
+    if (absl::Status st = DumpUpdate(start.round(), before, *weights); !st.ok()) return st;
+  }
   return trained->running_loss;
 }
 

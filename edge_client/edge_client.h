@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,9 @@ class EdgeClient final : private ClientEnv {
   // A round this client cannot take part in (a model or update that is not finite): it
   // says why (log, metric, round log) and waits for the next one.
   void SkipRound(uint64_t round, const absl::Status& why);
+  // --dump-updates: writes after - before as <dir>/<id>/r<round>.f32.
+  absl::Status DumpUpdate(uint64_t round, std::span<const float> before,
+                          std::span<const float> after) const;
   // The job was over when this client joined: reads its last receipts, then last words.
   void FinishOverJob();
   bool uploaded_enough() const {

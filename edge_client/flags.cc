@@ -46,6 +46,9 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
   data->add_option("--device", o->device,
                    "cpu, cuda, cuda:N or auto (CUDA when libtorch and a GPU allow)");
   data->add_option("--torch-threads", o->torch_threads, "libtorch threads");
+  data->add_option("--dump-updates", o->dump_updates,
+                   "measurements only: write each round's local update (float32) to "
+                   "DIR/<id>/r<round>.f32");
 }
 
 }  // namespace fedlgc::edge_client

@@ -39,6 +39,9 @@ struct EdgeClientOptions {
   double linger_s = 0;
   // Robustness experiments only: how this client lies about its update (attack.h).
   std::string attack = "none";
+  // Measurements only: each round's local update (trained minus received weights) as
+  // float32 in <dump_updates>/<client id>/r<round>.f32 (bench/lgc_probe reads them).
+  std::string dump_updates;
 
   absl::Status Validate() const;
   TransportOptions transport() const;

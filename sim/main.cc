@@ -62,6 +62,7 @@ struct SimOptions {
   uint32_t byzantine = 0;                    // the last N clients lie
   std::string attack = "scale(factor=100)";  // how (edge_client/attack.h)
   double join_timeout_s = 60;                // too few clients connected this long: the run fails
+  std::string dump_updates;                  // the clients' --dump-updates
 };
 
 void AddSimFlags(CLI::App& app, SimOptions* s) {
@@ -94,6 +95,9 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--attack", s->attack,
                 "how the --byzantine clients lie: scale(factor=100), signflip(factor=1) or "
                 "noise(std=1)");
+  g->add_option("--dump-updates", s->dump_updates,
+                "measurements only: every client writes its local updates under DIR "
+                "(edge client --dump-updates)");
   g->add_option("--join-timeout", s->join_timeout_s,
                 "seconds the coordinator may wait for too few connected clients before the run "
                 "fails (0: wait forever)")
@@ -148,6 +152,7 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
   eo.device = s.device;
   eo.insecure = s.insecure;
   if (i + s.byzantine >= s.clients) eo.attack = s.attack;
+  eo.dump_updates = s.dump_updates;
   if (!s.insecure) {
     eo.tls_ca = certs + "/ca.pem";
     eo.tls_cert = certs + "/" + eo.client_id + ".pem";

@@ -1,0 +1,360 @@
+// fedlgc-bench-lgc-probe: measurements for LGC's design on saved updates (the local updates
+// a real run wrote with fedlgc-sim --dump-updates DIR). It replays LGC's compact codes
+// (autoencoder/lgc_codes.h) over them with exact error feedback, the leader rotating over
+// the clients, and measures:
+//   1. the lossless stage: zstd over each leader body and follower correction;
+//   2. block supports: the energy of the top k/B aligned blocks of B coordinates against
+//      element top-k at the same coordinate count, and the bytes of their index sets;
+//   3. a temporal predictor: how well what the coordinator rebuilt from a client last round
+//      predicts its values this round, against the leader's decoded values (the prediction
+//      LGC uses), and both together;
+//   4. the autoencoder against the cells at equal bytes: the autoencoder (autoencoder.h)
+//      trains on the first rounds' rebuilds, as the coordinator does, then codes the later
+//      rounds' leader values; its reconstruction and its prediction of the followers are
+//      compared with the cells'.
+//   bench/lgc_probe DIR [--ratios 0.03,0.05] [--bits 2] [--train-rounds 10] [--ae-steps 120]
+#include <zstd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "autoencoder/autoencoder.h"
+#include "autoencoder/lgc_codes.h"
+#include "autoencoder/lgc_payload.h"
+#include "codecs/dense_codec.h"
+#include "codecs/elias_fano.h"
+#include "codecs/registry.h"
+#include "codecs/str.h"
+#include "core/atomic_file.h"
+#include "core/float_bytes.h"
+
+namespace {
+
+namespace ae = fedlgc::autoencoder;
+using fedlgc::StrCat;
+
+struct Options {
+  std::string dir;
+  std::vector<double> ratios = {0.03, 0.05};
+  int bits = 2;
+  uint32_t train_rounds = 10;
+  uint32_t ae_steps = 120;
+  std::string latent = "qsgd(bits=8,bucket=64)";
+};
+
+// updates[c][r]: client c's update of round r + 1.
+using Updates = std::vector<std::vector<std::vector<float>>>;
+
+Updates Load(const std::string& dir, std::vector<std::string>* ids) {
+  std::vector<std::string> clients;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_directory()) clients.push_back(e.path().filename().string());
+  }
+  std::sort(clients.begin(), clients.end());
+  Updates u;
+  size_t rounds = SIZE_MAX;
+  for (const std::string& c : clients) {
+    std::vector<std::vector<float>> mine;
+    for (uint64_t r = 1;; ++r) {
+      auto bytes = fedlgc::core::ReadFileIfExists(StrCat(dir, "/", c, "/r", r, ".f32"));
+      if (!bytes.ok() || !bytes->has_value()) break;
+      auto v = fedlgc::core::FloatsFromBytes(**bytes, (*bytes)->size() / 4, "update");
+      if (!v.ok()) break;
+      mine.push_back(*std::move(v));
+    }
+    rounds = std::min(rounds, mine.size());
+    u.push_back(std::move(mine));
+  }
+  for (auto& mine : u) mine.resize(rounds == SIZE_MAX ? 0 : rounds);
+  *ids = clients;
+  return u;
+}
+
+double Dot(std::span<const float> a, std::span<const float> b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+double Cos(std::span<const float> a, std::span<const float> b) {
+  const double d = std::sqrt(Dot(a, a) * Dot(b, b));
+  return d > 0 ? Dot(a, b) / d : 0;
+}
+// |v - fit|^2 / |v|^2 for the least-squares fit of v on the columns in `basis`.
+double MissFraction(std::span<const float> v, const std::vector<std::vector<float>>& basis) {
+  const double vv = Dot(v, v);
+  if (vv == 0) return 0;
+  if (basis.size() == 1) {
+    const double c = Cos(v, basis[0]);
+    return 1 - c * c;
+  }
+  // Two columns: the 2x2 normal equations.
+  const double a11 = Dot(basis[0], basis[0]), a12 = Dot(basis[0], basis[1]),
+               a22 = Dot(basis[1], basis[1]), b1 = Dot(v, basis[0]), b2 = Dot(v, basis[1]);
+  const double det = a11 * a22 - a12 * a12;
+  if (det <= 1e-30 * a11 * a22) return MissFraction(v, {basis[0]});
+  const double x1 = (a22 * b1 - a12 * b2) / det, x2 = (a11 * b2 - a12 * b1) / det;
+  return 1 - (x1 * b1 + x2 * b2) / vv;
+}
+
+size_t Zstd(const std::string& body, int level) {
+  std::string out(ZSTD_compressBound(body.size()), '\0');
+  const size_t n = ZSTD_compress(out.data(), out.size(), body.data(), body.size(), level);
+  return ZSTD_isError(n) ? body.size() : n;
+}
+
+std::vector<float> Permute(std::span<const float> v, std::span<const uint32_t> order) {
+  std::vector<float> out(order.size());
+  for (size_t j = 0; j < order.size(); ++j) out[j] = v[order[j]];
+  return out;
+}
+
+struct Mean {
+  double sum = 0;
+  size_t n = 0;
+  void Add(double x) { sum += x, ++n; }
+  double Get() const { return n ? sum / static_cast<double>(n) : NAN; }
+};
+
+int Run(const Options& o) {
+  std::vector<std::string> ids;
+  const Updates updates = Load(o.dir, &ids);
+  const size_t n = updates.size();
+  const size_t rounds = n ? updates[0].size() : 0;
+  if (n < 2 || rounds < 2) {
+    std::fprintf(stderr, "lgc_probe: %s: need two clients with two rounds each\n", o.dir.c_str());
+    return 1;
+  }
+  const size_t dim = updates[0][0].size();
+  std::printf("# %s: %zu clients, %zu rounds, %zu coordinates, %d-bit corrections\n\n",
+              o.dir.c_str(), n, rounds, dim, o.bits);
+  // Temporal correlation of the raw updates: each client's round r against its round r - 1.
+  Mean raw_cos;
+  for (size_t c = 0; c < n; ++c) {
+    for (size_t r = 1; r < rounds; ++r) raw_cos.Add(Cos(updates[c][r], updates[c][r - 1]));
+  }
+  std::printf("raw updates, cos(round r, round r-1) of one client, mean: %.3f\n\n", raw_cos.Get());
+
+  for (double ratio : o.ratios) {
+    const size_t k = std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * dim)));
+    std::printf("## support %.1f%% (k = %zu)\n\n", 100 * ratio, k);
+    std::vector<std::vector<float>> residual(n, std::vector<float>(dim, 0.0f));
+    std::vector<std::vector<float>> rebuilt(n, std::vector<float>(dim, 0.0f));  // last round's
+    size_t leader_raw = 0, follower_raw = 0;
+    size_t leader_z3 = 0, follower_z3 = 0, leader_z19 = 0, follower_z19 = 0;
+    const std::vector<size_t> blocks = {1, 2, 4, 8, 16, 32, 64};
+    std::vector<Mean> block_energy(blocks.size()), block_bytes(blocks.size());
+    Mean cells_err, miss_leader, miss_temporal, miss_both, cos_temporal;
+    // Autoencoder: training batches (clients' values in the order of the leader's decoded
+    // values, RMS-scaled) of the first rounds; the later rounds' leader values and
+    // followers' values for the test.
+    std::vector<std::vector<ae::Sample>> batches;
+    struct Test {
+      std::string leader;
+      std::vector<float> leader_values, cells;  // ordered, scaled by the leader's RMS
+      std::vector<std::pair<std::string, std::vector<float>>> followers;  // ordered
+    };
+    std::vector<Test> tests;
+    for (size_t r = 0; r < rounds; ++r) {
+      const size_t lead = r % n;
+      std::vector<std::vector<float>> u(n);
+      for (size_t c = 0; c < n; ++c) {
+        u[c] = updates[c][r];
+        for (size_t i = 0; i < dim; ++i) u[c][i] += residual[c][i];
+      }
+      const std::vector<uint32_t> support = ae::SelectSupportSet(u[lead], k);
+      const std::vector<float> vl = ae::Gather(u[lead], support);
+      std::vector<float> p;
+      const std::string lbody = ae::EncodeLeaderCells(support, vl, dim, &p);
+      leader_raw += lbody.size();
+      leader_z3 += Zstd(lbody, 3);
+      leader_z19 += Zstd(lbody, 19);
+      {
+        std::vector<float> diff(vl);
+        for (size_t j = 0; j < k; ++j) diff[j] -= p[j];
+        cells_err.Add(std::sqrt(Dot(diff, diff) / Dot(vl, vl)));
+      }
+      // Block supports on the leader's u.
+      double total = Dot(u[lead], u[lead]);
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        const size_t bs = blocks[b], nb = (dim + bs - 1) / bs, keep = (k + bs - 1) / bs;
+        std::vector<float> energy(nb, 0.0f);
+        for (size_t i = 0; i < dim; ++i) energy[i / bs] += u[lead][i] * u[lead][i];
+        std::nth_element(energy.begin(), energy.begin() + (keep - 1), energy.end(),
+                         std::greater<float>());
+        const double e = std::accumulate(energy.begin(), energy.begin() + keep, 0.0);
+        block_energy[b].Add(total > 0 ? e / total : 0);
+        block_bytes[b].Add(static_cast<double>(fedlgc::codecs::EliasFanoBytes(keep, nb)));
+      }
+      const std::vector<uint32_t> order = ae::ValueOrder(p);
+      std::vector<ae::Sample> batch;
+      Test test{ids[lead], {}, {}, {}};
+      const float lscale = ae::RmsScale(vl);
+      for (size_t c = 0; c < n; ++c) {
+        std::vector<float> sent;
+        const std::vector<float> v = ae::Gather(u[c], support);
+        if (c == lead) {
+          sent = p;
+        } else {
+          ae::BitCorrection corr = ae::CorrectBits(v, p, o.bits);
+          auto body = ae::EncodeBitCorrection(corr);
+          if (!body.ok()) return 1;
+          follower_raw += body->size();
+          follower_z3 += Zstd(*body, 3);
+          follower_z19 += Zstd(*body, 19);
+          const std::vector<float> q = ae::Gather(rebuilt[c], support);
+          if (r > 0) {
+            miss_leader.Add(MissFraction(v, {p}));
+            miss_temporal.Add(MissFraction(v, {q}));
+            miss_both.Add(MissFraction(v, {p, q}));
+            cos_temporal.Add(std::fabs(Cos(v, q)));
+          }
+          sent = std::move(corr.sent);
+        }
+        // Exact error feedback: what is not sent stays.
+        residual[c] = u[c];
+        std::fill(rebuilt[c].begin(), rebuilt[c].end(), 0.0f);
+        for (size_t j = 0; j < k; ++j) {
+          residual[c][support[j]] -= sent[j];
+          rebuilt[c][support[j]] = sent[j];
+        }
+        std::vector<float> x = Permute(sent, order);
+        const float s = ae::RmsScale(x);
+        for (float& y : x) y /= s;
+        if (r < o.train_rounds) {
+          batch.push_back({ids[c], x, std::vector<float>(k, 0.0f)});
+        } else if (c == lead) {
+          test.leader_values = Permute(vl, order);
+          for (float& y : test.leader_values) y /= lscale;
+          test.cells = Permute(p, order);
+          for (float& y : test.cells) y /= lscale;
+        } else {
+          test.followers.push_back({ids[c], Permute(v, order)});
+        }
+      }
+      if (r < o.train_rounds) {
+        batches.push_back(std::move(batch));
+      } else {
+        tests.push_back(std::move(test));
+      }
+    }
+    std::printf("| payload | bytes over the run | zstd -3 | zstd -19 | saving (-19) |\n");
+    std::printf("|---|---|---|---|---|\n");
+    std::printf("| leader bodies (lgc-leader/2) | %zu | %zu | %zu | %.1f%% |\n", leader_raw,
+                leader_z3, leader_z19, 100.0 * (1.0 - double(leader_z19) / leader_raw));
+    std::printf("| follower corrections (lgc-correction/2) | %zu | %zu | %zu | %.1f%% |\n\n",
+                follower_raw, follower_z3, follower_z19,
+                100.0 * (1.0 - double(follower_z19) / follower_raw));
+    std::printf("| block of B coordinates | energy of top k/B blocks / element top-k's | index set bytes |\n");
+    std::printf("|---|---|---|\n");
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      std::printf("| %zu | %.3f | %.0f |\n", blocks[b], block_energy[b].Get() / block_energy[0].Get(),
+                  block_bytes[b].Get());
+    }
+    std::printf("\n(element top-k keeps %.3f of the leader's |u|^2)\n\n", block_energy[0].Get());
+    std::printf("| follower prediction | miss |v - fit|^2 / |v|^2, mean |\n|---|---|\n");
+    std::printf("| leader's cells (LGC today) | %.3f |\n", miss_leader.Get());
+    std::printf("| own rebuild of last round (temporal; mean |cos| %.3f) | %.3f |\n",
+                cos_temporal.Get(), miss_temporal.Get());
+    std::printf("| both, least squares | %.3f |\n\n", miss_both.Get());
+
+    // The autoencoder: trained on the first rounds' rebuilds, as the coordinator does.
+    if (batches.empty() || tests.empty() || k < static_cast<size_t>(ae::kMinLength)) continue;
+    ae::AeOptions aeo;
+    aeo.optimizer = "adam";
+    aeo.lr = 1e-3;
+    aeo.device = "cpu";
+    auto net = ae::Autoencoder::Create(static_cast<int64_t>(k), aeo);
+    if (!net.ok()) {
+      std::fprintf(stderr, "lgc_probe: %s\n", net.status().ToString().c_str());
+      return 1;
+    }
+    ae::Losses first, last;
+    for (uint32_t s = 0; s < o.ae_steps; ++s) {
+      auto l = (*net)->TrainStep(batches[s % batches.size()], s);
+      if (!l.ok()) return 1;
+      if (s == 0) first = *l;
+      last = *l;
+    }
+    auto made = fedlgc::codecs::MakeCodec(o.latent);
+    const auto* latent_codec =
+        made.ok() ? dynamic_cast<const fedlgc::codecs::DenseCodec*>(made->get()) : nullptr;
+    if (latent_codec == nullptr) {
+      std::fprintf(stderr, "lgc_probe: --latent %s is not a dense codec\n", o.latent.c_str());
+      return 1;
+    }
+    const auto quantize = [&](std::span<const float> z) -> absl::StatusOr<std::vector<float>> {
+      std::string body;
+      fedlgc::codecs::BodyContext ctx;
+      ctx.seed = 1;
+      if (absl::Status st = latent_codec->EncodeBody(z, ctx, &body); !st.ok()) return st;
+      std::vector<float> out(z.size());
+      const auto* b = reinterpret_cast<const uint8_t*>(body.data());
+      if (absl::Status st = latent_codec->DecodeBody({b, body.size()}, out); !st.ok()) return st;
+      return out;
+    };
+    Mean ae_err, ae_err_q, cells_test_err, ae_miss, cells_miss;
+    for (const Test& t : tests) {
+      auto z = (*net)->Encode(t.leader_values);
+      if (!z.ok()) return 1;
+      const std::vector<float> zero(k, 0.0f);
+      auto rec = (*net)->Decode(t.leader, *z, zero);
+      auto zq = quantize(*z);
+      if (!rec.ok() || !zq.ok()) return 1;
+      auto rec_q = (*net)->Decode(t.leader, *zq, zero);
+      if (!rec_q.ok()) return 1;
+      const auto rel = [&](std::span<const float> x) {
+        // after the least-squares gain, as a follower would fit it
+        return std::sqrt(MissFraction(t.leader_values, {std::vector<float>(x.begin(), x.end())}));
+      };
+      ae_err.Add(rel(*rec));
+      ae_err_q.Add(rel(*rec_q));
+      cells_test_err.Add(rel(t.cells));
+      for (const auto& [id, v] : t.followers) {
+        auto pred = (*net)->Decode(id, *z, zero);
+        if (!pred.ok()) return 1;
+        ae_miss.Add(MissFraction(v, {*pred}));
+        cells_miss.Add(MissFraction(v, {t.cells}));
+      }
+    }
+    const size_t cells_bytes = ae::CellsBytes(k);
+    const size_t latent_floats = static_cast<size_t>((*net)->latent_size());
+    const uint64_t qbytes = latent_codec->MaxBodyBytes(latent_floats);
+    std::printf("autoencoder: %u steps on %zu rounds' rebuilds (loss %.3f -> %.3f), tested on %zu "
+                "later rounds\n\n",
+                o.ae_steps, batches.size(), first.reconstruction, last.reconstruction, tests.size());
+    std::printf("| code of the leader's values | bytes a round | relative error (after the gain) | followers' miss |\n");
+    std::printf("|---|---|---|---|\n");
+    std::printf("| cells (sign + 3-bit log-magnitude, 8 means) | %zu | %.3f | %.3f |\n", cells_bytes,
+                cells_test_err.Get(), cells_miss.Get());
+    std::printf("| autoencoder, float32 latent | %zu | %.3f | %.3f |\n", latent_floats * 4,
+                ae_err.Get(), ae_miss.Get());
+    std::printf("| autoencoder, latent=%s | %zu | %.3f | - |\n\n", o.latent.c_str(),
+                static_cast<size_t>(qbytes), ae_err_q.Get());
+    std::printf("(the autoencoder reads the values in the cells' order, which it gets for free "
+                "here; without the cells it would need that order sent)\n\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  Options o;
+  CLI::App app{"LGC design measurements on saved updates (fedlgc-sim --dump-updates)"};
+  app.add_option("dir", o.dir, "the dump folder: <client>/r<round>.f32")->required();
+  app.add_option("--ratios", o.ratios, "support widths")->delimiter(',');
+  app.add_option("--bits", o.bits, "correction bits: 1, 2 or 4");
+  app.add_option("--train-rounds", o.train_rounds, "rounds the autoencoder trains on");
+  app.add_option("--ae-steps", o.ae_steps, "autoencoder steps");
+  app.add_option("--latent", o.latent, "dense codec of the latent");
+  CLI11_PARSE(app, argc, argv);
+  return Run(o);
+}

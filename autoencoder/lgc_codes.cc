@@ -11,6 +11,7 @@
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
 #include "codecs/str.h"
+#include "codecs/zstd_codec.h"
 
 namespace fedlgc::autoencoder {
 namespace {
@@ -260,6 +261,48 @@ absl::StatusOr<BitCorrection> DecodeBitCorrection(std::span<const uint8_t> body,
     }
   }
   return c;
+}
+
+size_t LeaderCellsBytes(size_t k, uint64_t dim) {
+  return sizeof(uint32_t) + codecs::EliasFanoBytes(k, dim) + CellsBytes(k);
+}
+
+size_t BitCorrectionBytes(size_t k, int bits) {
+  return 3 * sizeof(uint32_t) + 1 + sizeof(float) * ((k + kGroup - 1) / kGroup) +
+         (k * static_cast<size_t>(bits) + 7) / 8;
+}
+
+absl::StatusOr<std::string> PackBody(const LgcPlan& plan, std::string body) {
+  if (!plan.zstd) return body;
+  return codecs::ZstdPack({reinterpret_cast<const uint8_t*>(body.data()), body.size()}, 3);
+}
+
+namespace {
+// The body itself (zstd=0) or unpacked into *held.
+absl::StatusOr<std::span<const uint8_t>> Unpack(const LgcPlan& plan, std::span<const uint8_t> body,
+                                                size_t cap, std::vector<uint8_t>* held) {
+  if (!plan.zstd) return body;
+  auto unpacked = codecs::ZstdUnpack(body, cap);
+  if (!unpacked.ok()) return unpacked.status();
+  *held = std::move(unpacked).value();
+  return std::span<const uint8_t>(*held);
+}
+}  // namespace
+
+absl::StatusOr<LeaderCells> UnpackLeaderCells(const LgcPlan& plan, std::span<const uint8_t> body,
+                                              uint64_t dim, size_t k) {
+  std::vector<uint8_t> held;
+  auto raw = Unpack(plan, body, LeaderCellsBytes(k, dim), &held);
+  if (!raw.ok()) return raw.status();
+  return DecodeLeaderCells(*raw, dim, k);
+}
+
+absl::StatusOr<BitCorrection> UnpackBitCorrection(const LgcPlan& plan,
+                                                  std::span<const uint8_t> body, size_t k) {
+  std::vector<uint8_t> held;
+  auto raw = Unpack(plan, body, BitCorrectionBytes(k, 4), &held);
+  if (!raw.ok()) return raw.status();
+  return DecodeBitCorrection(*raw, k);
 }
 
 }  // namespace fedlgc::autoencoder

@@ -1,4 +1,4 @@
-// LGC's compact codes (code=cells in lgc_plan.h; docs/lgc.md), without libtorch:
+// LGC's compact codes (stage 2 in lgc_plan.h; docs/lgc.md), without libtorch:
 //
 // - The support as a set: the leader's k coordinates in ascending order, Elias-Fano coded
 //   (codecs/elias_fano.h, within about 2 bits per index of log2 C(dim, k)). Any order the
@@ -16,6 +16,8 @@
 // Leader body (lgc-leader/2): u32 k, the Elias-Fano code of the support
 // (EliasFanoBytes(k, dim) bytes), then the cells: 8 f32 means, ceil(k / 2) bytes of
 // 4-bit codes (low nibble first; bit 3 the sign, bits 0-2 the cell).
+// With zstd=1 (the default) either body travels packed: u8 mode, then the body as is (0) or
+// one zstd frame of it (1), whichever is shorter (codecs::ZstdPack).
 // Follower body (lgc-correction/2): u32 reference (ReferenceOf(support, leader's decoded
 // values)), f32 gain, u8 bits, u32 CRC32C of the rebuilt values, ceil(k / kGroup) f32
 // steps, then k codes of `bits` bits (codecs/bit_io.h order).
@@ -76,6 +78,18 @@ absl::StatusOr<std::string> EncodeBitCorrection(const BitCorrection& c);
 // Fills every field but `sent`. Refuses bits other than 1, 2 or 4, a non-finite gain or
 // step, a negative step, truncated or trailing bytes.
 absl::StatusOr<BitCorrection> DecodeBitCorrection(std::span<const uint8_t> body, size_t k);
+
+// zstd=1 (lgc_plan.h): a leader or follower body packed with codecs::ZstdPack (level 3),
+// or `body` itself with zstd=0. Unpack refuses a packed body that would inflate beyond the
+// largest body of its kind (LeaderCellsBytes, BitCorrectionBytes), before inflating it.
+absl::StatusOr<std::string> PackBody(const LgcPlan& plan, std::string body);
+absl::StatusOr<LeaderCells> UnpackLeaderCells(const LgcPlan& plan, std::span<const uint8_t> body,
+                                              uint64_t dim, size_t k);
+absl::StatusOr<BitCorrection> UnpackBitCorrection(const LgcPlan& plan,
+                                                  std::span<const uint8_t> body, size_t k);
+// Body sizes: a leader's for k of dim, a follower's for k values at `bits`.
+size_t LeaderCellsBytes(size_t k, uint64_t dim);
+size_t BitCorrectionBytes(size_t k, int bits);
 
 }  // namespace fedlgc::autoencoder
 

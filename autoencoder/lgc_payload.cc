@@ -45,27 +45,8 @@ bool GetPacked(ByteReader* c, size_t n, int bits, std::vector<uint64_t>* out) {
   return true;
 }
 
-void AppendInnovation(std::span<const float> innovation, float scale, std::string* out) {
-  PutScalar<float>(out, scale);
-  std::vector<uint64_t> pos;
-  std::vector<float> vals;
-  for (size_t j = 0; j < innovation.size(); ++j) {
-    if (innovation[j] != 0.0f) {
-      pos.push_back(j);
-      vals.push_back(innovation[j]);
-    }
-  }
-  PutScalar<uint32_t>(out, static_cast<uint32_t>(pos.size()));
-  PutPacked(out, pos, BitsFor(innovation.size()));
-  out->append(reinterpret_cast<const char*>(vals.data()), vals.size() * sizeof(float));
-}
-
-// A scale divides (it must be > 0); a gain (predict=1) only multiplies.
-absl::Status CheckScale(float scale, bool gain) {
-  if (gain ? !std::isfinite(scale) : (!std::isfinite(scale) || !(scale > 0))) {
-    return codecs::NonFiniteError(gain ? "lgc payload: gain not finite"
-                                       : "lgc payload: scale not finite and positive");
-  }
+absl::Status CheckGain(float gain) {
+  if (!std::isfinite(gain)) return codecs::NonFiniteError("lgc payload: gain not finite");
   return absl::OkStatus();
 }
 
@@ -87,31 +68,7 @@ absl::Status ReadPositions(ByteReader* c, uint32_t count, size_t length, size_t 
   return absl::OkStatus();
 }
 
-absl::StatusOr<InnovationPart> ReadInnovation(ByteReader* c, size_t length) {
-  InnovationPart part;
-  if (!c->Get(&part.scale)) return Truncated("innovation scale");
-  if (absl::Status st = CheckScale(part.scale, false); !st.ok()) return st;
-  uint32_t count = 0;
-  if (!c->Get(&count)) return Truncated("innovation count");
-  std::vector<uint64_t> pos;
-  std::span<const uint8_t> raw;
-  if (absl::Status st = ReadPositions(c, count, length, sizeof(float), &pos, &raw); !st.ok()) {
-    return st;
-  }
-  std::vector<float> out(length, 0.0f);
-  for (uint32_t i = 0; i < count; ++i) {
-    float v;
-    std::memcpy(&v, raw.data() + i * sizeof(float), sizeof(float));
-    if (!std::isfinite(v))
-      return codecs::NonFiniteError("lgc payload: innovation value not finite");
-    if (v == 0.0f) return absl::InvalidArgumentError("lgc payload: an innovation value of zero");
-    out[pos[i]] = v;
-  }
-  part.innovation = std::move(out);
-  return part;
-}
-
-// predict=1: f32 gain, f32 step, u32 count, positions, int8 values (lgc_payload.h).
+// f32 gain, f32 step, u32 count, positions, int8 values (lgc_payload.h).
 absl::Status CheckStep(float step) {
   // 127 steps must stay finite: the largest value rebuilt is 127 * step.
   if (!std::isfinite(step) || step < 0 || !std::isfinite(127.0f * step)) {
@@ -122,7 +79,7 @@ absl::Status CheckStep(float step) {
 
 absl::Status AppendGainInnovation(float gain, float step, uint32_t sent_crc,
                                   std::span<const float> innovation, std::string* out) {
-  if (absl::Status st = CheckScale(gain, true); !st.ok()) return st;
+  if (absl::Status st = CheckGain(gain); !st.ok()) return st;
   if (absl::Status st = CheckStep(step); !st.ok()) return st;
   std::vector<uint64_t> pos;
   std::string q;
@@ -151,7 +108,7 @@ absl::Status ReadGainInnovation(ByteReader* c, size_t length, float* gain, float
   if (!c->Get(gain) || !c->Get(step) || !c->Get(sent_crc) || !c->Get(&count)) {
     return Truncated("innovation header");
   }
-  if (absl::Status st = CheckScale(*gain, true); !st.ok()) return st;
+  if (absl::Status st = CheckGain(*gain); !st.ok()) return st;
   if (absl::Status st = CheckStep(*step); !st.ok()) return st;
   if (count > 0 && *step == 0) {
     return absl::InvalidArgumentError("lgc payload: innovation values with a zero step");
@@ -220,11 +177,6 @@ std::vector<float> Gather(std::span<const float> u, std::span<const uint32_t> su
   return out;
 }
 
-std::vector<float> Innovation(std::span<const float> u, std::span<const uint32_t> support,
-                              size_t k_inn) {
-  return InnovationOfValues(Gather(u, support), k_inn);
-}
-
 std::vector<float> InnovationOfValues(std::span<const float> v, size_t k_inn) {
   k_inn = std::min(k_inn, v.size());
   std::vector<uint32_t> pos(v.size());
@@ -238,22 +190,15 @@ std::vector<float> InnovationOfValues(std::span<const float> v, size_t k_inn) {
   return out;
 }
 
-std::vector<float> ResidualAfter(std::span<const float> u, std::span<const uint32_t> support) {
-  std::vector<float> r(u.begin(), u.end());
-  for (uint32_t i : support) r[i] = 0.0f;
-  return r;
-}
-
 absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
-                                         const codecs::DenseCodec& latent_codec, uint64_t seed,
-                                         bool predict) {
+                                         const codecs::DenseCodec& latent_codec, uint64_t seed) {
   if (p.innovation.size() != p.support.size()) {
     return absl::InvalidArgumentError("lgc payload: innovation and support differ in length");
   }
   for (float v : p.innovation) {
     if (!std::isfinite(v)) return codecs::NonFiniteError("lgc payload: non-finite innovation");
   }
-  if (absl::Status st = CheckScale(p.scale, predict); !st.ok()) return st;
+  if (absl::Status st = CheckGain(p.scale); !st.ok()) return st;
   std::string out;
   PutScalar<uint32_t>(&out, static_cast<uint32_t>(p.support.size()));
   const int index_bits = BitsFor(dim);
@@ -269,20 +214,16 @@ absl::StatusOr<std::string> EncodeLeader(const LeaderPayload& p, uint64_t dim,
   if (absl::Status st = latent_codec.EncodeBody(p.latent, ctx, &latent); !st.ok()) return st;
   PutScalar<uint32_t>(&out, static_cast<uint32_t>(latent.size()));
   out += latent;
-  if (predict) {
-    if (absl::Status st = AppendGainInnovation(p.scale, p.step, p.sent_crc, p.innovation, &out);
-        !st.ok()) {
-      return st;
-    }
-  } else {
-    AppendInnovation(p.innovation, p.scale, &out);
+  if (absl::Status st = AppendGainInnovation(p.scale, p.step, p.sent_crc, p.innovation, &out);
+      !st.ok()) {
+    return st;
   }
   return out;
 }
 
 absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64_t dim,
                                            const codecs::DenseCodec& latent_codec,
-                                           size_t latent_size, bool predict) {
+                                           size_t latent_size) {
   ByteReader c(body);
   uint32_t length = 0;
   uint8_t index_bits = 0;
@@ -310,38 +251,13 @@ absl::StatusOr<LeaderPayload> DecodeLeader(std::span<const uint8_t> body, uint64
   if (!c.Get(&latent_bytes) || !c.Take(latent_bytes, &latent)) return Truncated("latent");
   p.latent.assign(latent_size, 0.0f);
   if (absl::Status st = latent_codec.DecodeBody(latent, p.latent); !st.ok()) return st;
-  if (predict) {
-    if (absl::Status st =
-            ReadGainInnovation(&c, length, &p.scale, &p.step, &p.sent_crc, &p.innovation);
-        !st.ok()) {
-      return st;
-    }
-  } else {
-    auto inn = ReadInnovation(&c, length);
-    if (!inn.ok()) return inn.status();
-    p.innovation = std::move(inn->innovation);
-    p.scale = inn->scale;
+  if (absl::Status st =
+          ReadGainInnovation(&c, length, &p.scale, &p.step, &p.sent_crc, &p.innovation);
+      !st.ok()) {
+    return st;
   }
   if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
   return p;
-}
-
-absl::StatusOr<std::string> EncodeInnovation(std::span<const float> innovation, float scale) {
-  for (float v : innovation) {
-    if (!std::isfinite(v)) return codecs::NonFiniteError("lgc payload: non-finite innovation");
-  }
-  if (absl::Status st = CheckScale(scale, false); !st.ok()) return st;
-  std::string out;
-  AppendInnovation(innovation, scale, &out);
-  return out;
-}
-
-absl::StatusOr<InnovationPart> DecodeInnovation(std::span<const uint8_t> body, size_t length) {
-  ByteReader c(body);
-  auto inn = ReadInnovation(&c, length);
-  if (!inn.ok()) return inn.status();
-  if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
-  return inn;
 }
 
 std::vector<float> Rebuild(float gain, std::span<const float> prediction,
@@ -386,28 +302,6 @@ Correction Correct(std::span<const float> v, std::span<const float> prediction, 
 uint32_t ReferenceOf(std::span<const uint32_t> support, std::span<const float> latent) {
   const uint32_t crc = codecs::Crc32c(support.data(), support.size() * sizeof(uint32_t));
   return codecs::Crc32cExtend(crc, latent.data(), latent.size() * sizeof(float));
-}
-
-std::string EncodeReferencedValues(uint32_t reference, std::span<const float> values) {
-  std::string out;
-  PutScalar<uint32_t>(&out, reference);
-  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
-  return out;
-}
-
-absl::StatusOr<ReferencedValues> DecodeReferencedValues(std::span<const uint8_t> body,
-                                                        size_t length) {
-  ByteReader c(body);
-  ReferencedValues out;
-  std::span<const uint8_t> raw;
-  if (!c.Get(&out.reference) || !c.Take(length * sizeof(float), &raw)) return Truncated("values");
-  if (!c.done()) return absl::InvalidArgumentError("lgc payload: trailing bytes");
-  out.values.resize(length);
-  std::memcpy(out.values.data(), raw.data(), raw.size());
-  for (float v : out.values) {
-    if (!std::isfinite(v)) return codecs::NonFiniteError("lgc payload: values not finite");
-  }
-  return out;
 }
 
 absl::StatusOr<std::string> EncodeCorrection(const Correction& c) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fixed-seed runs of every mode, for checking that a refactoring changes no numbers: 4
 # clients, 4000 training examples, seed 1; FedAvg, LSGD and SGP with fp32 and 4-bit QSGD,
-# and LGC (one warm-up, two training and two compressed rounds, client-0 leading) with
-# predict=0 and 1. SIM names another fedlgc-sim (e.g. an older build's, copied with its
+# and LGC (client-0 leading): the compact codes alone, and one warm-up, two rounds of the
+# compact codes and two of the autoencoder's latent. SIM names another fedlgc-sim (e.g. an older build's, copied with its
 # fedlgc-coordinator and fedlgc-edge). ONLY=<glob> runs the runs it matches (ONLY="lgc*").
 # Writes one fedlgc-sim report per run into OUT and prints, per run, each round's
 # accuracy, loss (to 5 decimals: older reports kept 6 digits) and uplink bytes. Compare
@@ -29,11 +29,10 @@ for codec in fp32 "qsgd(bits=4)"; do
   run "sgp_$tag" --mode sgp --rounds 3 --local-steps 40 --codec "$codec" "$@"
 done
 warm="topk(ratio=0.1,values=qsgd(bits=8))"
-for predict in 0 1; do
-  # A fixed leader: the best measured link would make the runs depend on timing.
-  run "lgc_predict$predict" --rounds 5 --local-steps 40 --codec-warmup "$warm" --lgc-leader client-0 \
-    --codec "lgc(ratio=0.01,train=2,ae_steps=5,innovation=0.1,predict=$predict)" "$@"
-done
+# A fixed leader: the best measured link would make the runs depend on timing.
+run lgc_cells --rounds 5 --local-steps 40 --lgc-leader client-0 --codec "lgc(ratio=0.03)" "$@"
+run lgc_ae --rounds 5 --local-steps 40 --codec-warmup "$warm" --lgc-leader client-0 \
+  --codec "lgc(ratio=0.01,train=2,ae_steps=5,innovation=0.1)" "$@"
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]

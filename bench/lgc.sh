@@ -2,8 +2,8 @@
 # LGC's curve: whole-run uplink bytes against accuracy on the project's benchmark (8 clients,
 # IID, the whole Fashion-MNIST training set, 20 rounds of 1 local epoch), for float32, 4-bit
 # QSGD, top-1% + error feedback (8-bit values) with and without its 10/5/2% warm-up, and LGC
-# with the compact codes (code=cells: compressed from the first round, no warm-up) at each
-# support width and correction width tried. Each run for every seed in SEEDS (default
+# (compressed from the first round, no warm-up) at each support width and correction width
+# tried, with the lossless stage (the default) and with the autoencoder coding. Each run for every seed in SEEDS (default
 # "1 2"); accuracy is the mean of the last five rounds, averaged over the seeds (single runs
 # move by about a point). Prints a markdown table and writes OUT/lgc_curve.png (accuracy
 # against whole-run uplink bytes). Reports already in OUT are kept (RERUN=1 runs again);
@@ -37,18 +37,24 @@ run fp32 fp32 "" "$@"
 run qsgd4 "qsgd(bits=4)" "" "$@"
 run top1 "topk(ratio=0.01,$q8)" "" "$@"
 run top1_warm "topk(ratio=0.01,$q8)" "topk(ratio=0.1,$q8);topk(ratio=0.05,$q8);topk(ratio=0.02,$q8)" "$@"
-# LGC: the leader's support set and cells, followers' miss in `bits` bits; the autoencoder
-# trains at the coordinator on the rebuilds (one step a round).
+# LGC: the leader's support set and cells, followers' miss in `bits` bits, without the
+# lossless stage (zstd=0) so the widths compare on the codes alone.
 # ramp=N widens the first N rounds' supports (2^N x, halving each round).
 for w in ${WIDTHS:-0.03 0.05 0.08}; do
   for b in ${BITS:-1 2}; do
     for r in ${RAMPS:-0 2}; do
       name="lgc_${w}_b$b"
       [ "$r" = 0 ] || name="${name}_r$r"
-      run "$name" "lgc(ratio=$w,train=100000,ae_steps=1,predict=1,code=cells,bits=$b,ramp=$r)" "" "$@"
+      run "$name" "lgc(ratio=$w,bits=$b,ramp=$r,zstd=0)" "" "$@"
     done
   done
 done
+# The default (3%) and a 5% support: the same codes, each body packed with zstd.
+run lgcz_0.03_b2 "lgc(ratio=0.03,bits=2)" "" "$@"
+run lgcz_0.05_b2 "lgc(ratio=0.05,bits=2)" "" "$@"
+# The autoencoder codes the leader's values from round 6 (trained on rounds 1-5's
+# rebuilds, 20 steps a round), in place of the cells.
+run lgc_ae_0.03_b2 "lgc(ratio=0.03,bits=2,train=5,ae_steps=20)" "" "$@"
 # Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
 "${PYTHON:-/usr/bin/python3}" - "$out" "$seeds" "${names[@]}" <<'PY'
 import json, os, sys

@@ -49,10 +49,9 @@ run top1__q4 "topk(ratio=0.01)" "$q4" "$@"
 # The same codes through a lossless Zstandard stage (zstd(...), docs/codecs.md).
 run q8z__q4iz "zstd(qsgd(bits=8))" "zstd($q4i)" "$@"
 run q4iz__q4iz "zstd($q4i)" "zstd($q4i)" "$@"
-# LGC with predictive coding (docs/lgc.md): one warm-up round of top-10%, 6 rounds of
-# autoencoder training on top-1%, then latents.
-lgc="lgc(ratio=0.01,train=6,ae_steps=20,innovation=0.1,predict=1,latent=qsgd(bits=8,bucket=64))"
-run lgc__q4 "$lgc" "$q4" --codec-warmup "topk(ratio=0.1,values=qsgd(bits=8))" "$@"
+# LGC (docs/lgc.md), its default: compressed from the first round, a 3% support as a set and
+# cells, 2-bit corrections, zstd.
+run lgc__q4 "lgc()" "$q4" "$@"
 # Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
 "${PYTHON:-/usr/bin/python3}" - "$out" "${LINK:-rate=1mbit,delay=50ms}" <<'PY'
 import json, os, sys

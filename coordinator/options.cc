@@ -40,20 +40,6 @@ absl::Status ValidateTwoPhasePowerSgd(const RoundPlan& plan, Mode mode,
   return absl::OkStatus();
 }
 
-// An LGC job without warm-up rounds: predict=1 leaders pick every round's support;
-// predict=0 starts from the warm-up's.
-absl::Status ValidateLgcWarmup(const RoundPlan& plan) {
-  if (!plan.warmup_codecs.empty()) return absl::OkStatus();
-  auto lgc_plan = autoencoder::ParseLgcSpec(plan.codec);
-  if (!lgc_plan.ok()) return lgc_plan.status();
-  if (!*lgc_plan || !(*lgc_plan)->predict) {
-    return absl::InvalidArgumentError(
-        "lgc with predict=0 needs at least one --codec-warmup round (its aggregate gives the "
-        "first support)");
-  }
-  return absl::OkStatus();
-}
-
 // `layout`: the model's. The edge client and the round engine give it to the codecs of
 // FedAvg, LSGD and SGP jobs; LGC's warm-up rounds build their codecs without one.
 absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::ModelLayout& layout) {
@@ -69,8 +55,8 @@ absl::Status ValidateCodecs(const RoundPlan& plan, Mode mode, const codecs::Mode
           StrCat((*c)->spec(), " keeps sender state (a residual); --mode ", ModeName(mode),
                  " encodes with stateless codecs only (use it with --mode fedavg)"));
     }
-  } else if (absl::Status st = ValidateLgcWarmup(plan); !st.ok()) {
-    return st;
+  } else if (auto lgc_plan = autoencoder::ParseLgcSpec(plan.codec); !lgc_plan.ok()) {
+    return lgc_plan.status();  // LGC needs no warm-up rounds
   }
   // GradiVeQ's bases are fitted, served and saved by the FedAvg driver, for the job codec.
   if (codecs::IsGradiveq(plan.codec)) {

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "autoencoder/lgc_codes.h"
 #include "autoencoder/lgc_payload.h"
@@ -18,8 +17,9 @@ namespace fedlgc::modes {
 namespace {
 
 constexpr uint32_t kMagic = 0x53474C46;  // "FLGS"
-constexpr uint32_t kVersion = 2;         // 2 adds the echoes; 1 still loads
-constexpr uint64_t kEchoRounds = 16;     // how many rounds an echo is kept
+// 3: u64 steps, str autoencoder, u32 n and n x (str client, u64 the last round it led). 2 (a
+// support before the autoencoder, echoes after it) and 1 (the support) still load.
+constexpr uint32_t kVersion = 3;
 
 std::string StatePath(const std::string& dir, uint64_t round) {
   return core::RoundStatePath(dir, "lgc", round);
@@ -31,20 +31,11 @@ std::unique_ptr<codecs::DenseCodec> Dense(const std::string& spec) {
   return std::unique_ptr<codecs::DenseCodec>(dynamic_cast<codecs::DenseCodec*>(c->release()));
 }
 
-absl::StatusOr<std::vector<float>> Floats(std::span<const uint8_t> body, uint64_t n) {
-  if (body.size() != n * 4) {
-    return absl::InvalidArgumentError(
-        StrCat("lgc values: ", body.size(), " bytes for ", n, " values"));
-  }
-  std::vector<float> v(n);
-  std::memcpy(v.data(), body.data(), body.size());
-  for (float x : v) {
-    if (!std::isfinite(x)) return codecs::NonFiniteError("lgc values: not finite");
-  }
-  return v;
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// A rebuild that is not finite (a huge gain or scale overflowed) does not count.
+// A rebuild that is not finite (a huge gain overflowed) does not count.
 template <typename Item>
 void DropNonFinite(std::vector<Item>* items) {
   std::erase_if(*items, [](const Item& it) {
@@ -60,18 +51,12 @@ LgcAggregator::LgcAggregator(autoencoder::LgcPlan plan, uint64_t warmup, uint64_
       warmup_(warmup),
       dim_(dim),
       k_(plan_.SupportSize(dim)),
-      k_inn_(plan_.InnovationSize(k_)),
       state_dir_(std::move(state_dir)),
       ae_options_(std::move(ae_options)) {}
 
 absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
     autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
     uint64_t committed_round, uint64_t seed, std::string device) {
-  if (warmup == 0 && !plan.predict) {
-    return absl::InvalidArgumentError(
-        "lgc with predict=0 needs at least one --codec-warmup round (its aggregate gives the "
-        "first support)");
-  }
   autoencoder::AeOptions ao;
   ao.optimizer = plan.ae_optimizer;
   ao.lr = plan.ae_lr;
@@ -79,18 +64,17 @@ absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
   ao.device = std::move(device);
   std::unique_ptr<LgcAggregator> d(
       new LgcAggregator(std::move(plan), warmup, dim, std::move(state_dir), ao));
-  if (d->k_ < autoencoder::kMinLength) {
-    return absl::InvalidArgumentError(StrCat("lgc: a support of ", d->k_,
-                                             " values is below the autoencoder's minimum of ",
-                                             autoencoder::kMinLength));
-  }
-  d->latent_codec_ = Dense(d->plan_.latent);
-  d->fp32_ = Dense("fp32");
-  if (!d->latent_codec_ || !d->fp32_) return absl::InternalError("lgc: codecs unavailable");
-  auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(d->k_), d->ae_options_);
-  if (!ae.ok()) return ae.status();
-  d->latent_size_ = static_cast<size_t>((*ae)->latent_size());
-  {
+  if (d->plan_.autoencoder()) {
+    if (d->k_ < autoencoder::kMinLength) {
+      return absl::InvalidArgumentError(StrCat("lgc: a support of ", d->k_,
+                                               " values is below the autoencoder's minimum of ",
+                                               autoencoder::kMinLength));
+    }
+    d->latent_codec_ = Dense(d->plan_.latent);
+    if (!d->latent_codec_) return absl::InternalError("lgc: latent codec unavailable");
+    auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(d->k_), d->ae_options_);
+    if (!ae.ok()) return ae.status();
+    d->latent_size_ = static_cast<size_t>((*ae)->latent_size());
     absl::MutexLock lock(&d->ae_mu_);
     d->ae_ = std::move(ae).value();
   }
@@ -100,144 +84,99 @@ absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
   return d;
 }
 
-std::string LgcAggregator::SupportBytes() const { return autoencoder::SupportToBytes(support_); }
-
 absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
                                      std::span<const uint8_t> body) const {
   const int stage = Stage(round);
-  if (stage == 2 && plan_.cells) {
-    if (spec == autoencoder::kLeaderCellsSpec) {
-      return autoencoder::DecodeLeaderCells(body, dim_, KAt(round)).status();
-    }
-    if (spec == autoencoder::kBitCorrectionSpec) {
-      auto c = autoencoder::DecodeBitCorrection(body, KAt(round));
-      if (!c.ok()) return c.status();
-      if (c->bits != plan_.bits) {
-        return absl::InvalidArgumentError(StrCat("lgc: ", int(c->bits),
-                                                 "-bit corrections in a job of ", plan_.bits));
-      }
-      return absl::OkStatus();
-    }
-    return codecs::WrongCodecError(
-        StrCat("a stage-2 LGC round with code=cells does not take \"", spec, "\" frames"));
+  if (stage == 2 && spec == autoencoder::kLeaderCellsSpec) {
+    return autoencoder::UnpackLeaderCells(plan_, body, dim_, KAt(round)).status();
   }
-  if (spec == autoencoder::kLeaderSpec) {
-    const size_t latent = stage == 2 ? k_ : latent_size_;
-    const codecs::DenseCodec& codec = stage == 2 ? *fp32_ : *latent_codec_;
-    auto p = autoencoder::DecodeLeader(body, dim_, codec, latent, stage == 3 && plan_.predict);
-    if (!p.ok()) return p.status();
-    if (p->support.size() != k_) {
+  if (stage == 2 && spec == autoencoder::kBitCorrectionSpec) {
+    auto c = autoencoder::UnpackBitCorrection(plan_, body, KAt(round));
+    if (!c.ok()) return c.status();
+    if (c->bits != plan_.bits) {
       return absl::InvalidArgumentError(
-          StrCat("lgc: next support of ", p->support.size(), " indices, expected ", k_));
+          StrCat("lgc: ", int(c->bits), "-bit corrections in a job of ", plan_.bits));
     }
     return absl::OkStatus();
   }
-  if (stage == 2 && spec == autoencoder::kValuesSpec) {
-    return plan_.predict ? autoencoder::DecodeReferencedValues(body, k_).status()
-                         : Floats(body, k_).status();
+  if (stage == 3 && spec == autoencoder::kLeaderSpec) {
+    auto p = autoencoder::DecodeLeader(body, dim_, *latent_codec_, latent_size_);
+    if (!p.ok()) return p.status();
+    if (p->support.size() != k_) {
+      return absl::InvalidArgumentError(
+          StrCat("lgc: a support of ", p->support.size(), " indices, expected ", k_));
+    }
+    return absl::OkStatus();
   }
-  if (stage == 3 && !plan_.predict && spec == autoencoder::kInnovationSpec) {
-    return autoencoder::DecodeInnovation(body, k_).status();
-  }
-  if (stage == 3 && plan_.predict && spec == autoencoder::kCorrectionSpec) {
+  if (stage == 3 && spec == autoencoder::kCorrectionSpec) {
     return autoencoder::DecodeCorrection(body, k_).status();
   }
   return codecs::WrongCodecError(
       StrCat("a stage-", stage, " LGC round does not take \"", spec, "\" frames"));
 }
 
-// One client's payload of a stage-2 or stage-3 round, decoded.
+// One client's payload, decoded.
 struct LgcAggregator::Item {
   std::string client;
-  double weight = 0;  // the client's weight in the round
-  std::vector<float> v;    // values (stage 2) or innovation (stage 3)
-  float scale = 1.0f;      // stage 3: the client's RMS of its values, or its gain
-  uint32_t reference = 0;  // predict=1: the leader payload it was made against
-  uint32_t sent_crc = 0;   // predict=1, stage 3: the client's CRC32C of the rebuild
-  // code=cells, stage 2: a follower's correction (v holds it) still to be rebuilt.
-  bool correction = false;
+  double weight = 0;       // the client's weight in the round
+  std::vector<float> v;    // stage 2: the leader's decoded values or a follower's
+                           // correction; stage 3: the innovation
+  float gain = 1.0f;       // a correction's gain
+  uint32_t reference = 0;  // the leader payload it was made against
+  uint32_t sent_crc = 0;   // the client's CRC32C of its rebuild (not the stage-2 leader's)
+  bool correction = false;  // v holds a correction still to be rebuilt
 };
 
-// What a round's leader payloads give: with predict=1 each is a reference (its support and
-// latent) that follower payloads name; without, the round has one support (support_).
+// What a round's leader payloads give: each is a reference (its support and, in stage 3,
+// its latent; in stage 2 its decoded values) that follower payloads name.
 struct LgcAggregator::Decoded {
   std::vector<Item> items;
   std::map<uint32_t, Reference> refs;
-  uint32_t main_ref = 0;  // predict=1: the reference of the round's leader (or any leader)
-  std::vector<float> latent;
-  std::vector<uint32_t> next_support;
+  uint32_t main_ref = 0;  // the reference of the round's leader (or any leader)
+  bool has_main = false;
   uint64_t k = 0;  // the round's support size
 };
 
 void LgcAggregator::DecodeLeaderPayload(int stage, const std::string& client,
                                         const PayloadCollector::Payload& p,
                                         const std::string& leader, Decoded* d) const {
-  const bool predict = plan_.predict;
-  const auto body =
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
-  if (stage == 2 && plan_.cells) {
-    auto lc = autoencoder::DecodeLeaderCells(body, dim_, d->k);
-    if (!lc.ok()) return;  // validated on arrival; cannot happen
-    const uint32_t ref = autoencoder::ReferenceOf(lc->support, lc->values);
-    d->refs[ref] = {lc->support, lc->values};
-    d->items.push_back({client, p.weight, lc->values, 1.0f, ref});
-    if (client == leader || d->next_support.empty()) {
-      d->next_support = std::move(lc->support);
-      d->main_ref = ref;
-    }
-    return;
-  }
-  const size_t n = stage == 2 ? k_ : latent_size_;
-  auto lp = autoencoder::DecodeLeader(body, dim_, stage == 2 ? *fp32_ : *latent_codec_, n,
-                                      stage == 3 && predict);
-  if (!lp.ok()) return;  // validated on arrival; cannot happen
   uint32_t ref = 0;
-  if (predict) {
-    ref = autoencoder::ReferenceOf(lp->support, stage == 3 ? lp->latent : std::vector<float>());
-    d->refs[ref] = {lp->support, stage == 3 ? lp->latent : std::vector<float>()};
-  }
   if (stage == 2) {
-    d->items.push_back({client, p.weight, std::move(lp->latent), 1.0f, ref});
-  } else {
+    auto lc = autoencoder::UnpackLeaderCells(plan_, Bytes(p.body), dim_, d->k);
+    if (!lc.ok()) return;  // validated on arrival; cannot happen
+    ref = autoencoder::ReferenceOf(lc->support, lc->values);
+    d->refs[ref] = {lc->support, lc->values};
+    d->items.push_back({client, p.weight, std::move(lc->values), 1.0f, ref});
+  } else if (stage == 3) {
+    auto lp = autoencoder::DecodeLeader(Bytes(p.body), dim_, *latent_codec_, latent_size_);
+    if (!lp.ok()) return;  // validated on arrival; cannot happen
+    ref = autoencoder::ReferenceOf(lp->support, lp->latent);
+    d->refs[ref] = {lp->support, lp->latent};
     d->items.push_back(
-        {client, p.weight, std::move(lp->innovation), lp->scale, ref, lp->sent_crc});
+        {client, p.weight, std::move(lp->innovation), lp->scale, ref, lp->sent_crc, true});
+  } else {
+    return;  // a warm-up round has no leader payloads
   }
-  // The round's leader (or, without its payload, any leader payload) gives the latent and
-  // the next support.
-  if (client == leader || d->next_support.empty()) {
-    d->next_support = std::move(lp->support);
+  // The round's leader (or, without its payload, any leader payload) is the main one.
+  if (client == leader || !d->has_main) {
     d->main_ref = ref;
-    if (stage == 3) d->latent = std::move(lp->latent);
+    d->has_main = true;
   }
 }
 
 void LgcAggregator::DecodeFollowerPayload(int stage, const std::string& client,
                                           const PayloadCollector::Payload& p, Decoded* d) const {
-  const auto body =
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size());
-  if (stage == 2 && plan_.cells) {
-    auto c = autoencoder::DecodeBitCorrection(body, d->k);
+  if (stage == 2) {
+    auto c = autoencoder::UnpackBitCorrection(plan_, Bytes(p.body), d->k);
     if (c.ok()) {
       d->items.push_back({client, p.weight, std::move(c->correction), c->gain, c->reference,
                           c->sent_crc, true});
     }
-  } else if (stage == 2 && plan_.predict) {
-    auto v = autoencoder::DecodeReferencedValues(body, k_);
-    if (v.ok())
-      d->items.push_back({client, p.weight, std::move(v->values), 1.0f, v->reference});
-  } else if (stage == 2) {
-    auto v = Floats(body, k_);
-    if (v.ok()) d->items.push_back({client, p.weight, std::move(v).value()});
-  } else if (plan_.predict) {
-    auto c = autoencoder::DecodeCorrection(body, k_);
+  } else if (stage == 3) {
+    auto c = autoencoder::DecodeCorrection(Bytes(p.body), k_);
     if (c.ok()) {
-      d->items.push_back(
-          {client, p.weight, std::move(c->innovation), c->gain, c->reference, c->sent_crc});
-    }
-  } else {
-    auto inn = autoencoder::DecodeInnovation(body, k_);
-    if (inn.ok()) {
-      d->items.push_back({client, p.weight, std::move(inn->innovation), inn->scale});
+      d->items.push_back({client, p.weight, std::move(c->innovation), c->gain, c->reference,
+                          c->sent_crc, true});
     }
   }
 }
@@ -250,48 +189,32 @@ LgcAggregator::Decoded LgcAggregator::DecodePayloads(
   d.k = KAt(round);
   for (const auto& [client, p] : payloads) {
     if (autoencoder::IsLeaderSpec(p.spec)) {
-      // predict=1: only the round's leaders (chosen or promoted) set a support for others;
-      // a leader payload from anyone else does not count (it goes back to its sender).
+      // Only the round's leaders (chosen or promoted) set a support for others; a leader
+      // payload from anyone else does not count (it goes back to its sender).
       const bool may_lead = leaders ? leaders->count(client) > 0 : client == leader;
-      if (plan_.predict && !may_lead) continue;
-      DecodeLeaderPayload(stage, client, p, leader, &d);
+      if (may_lead) DecodeLeaderPayload(stage, client, p, leader, &d);
     } else {
       DecodeFollowerPayload(stage, client, p, &d);
     }
   }
   // A payload made against no leader payload of this round cannot be placed: not counted.
-  if (plan_.predict) {
-    std::erase_if(d.items, [&](const Item& it) { return !d.refs.count(it.reference); });
-  }
+  std::erase_if(d.items, [&](const Item& it) { return !d.refs.count(it.reference); });
   return d;
 }
 
 absl::Status LgcAggregator::RebuildStage3(uint64_t round, Decoded* d, Outcome* out) {
-  if (plan_.predict) {
-    // Rebuild gain * D_i(latent, 0) + innovation with the latent the client named, on the
-    // CPU as the client does (a CUDA convolution may round otherwise).
-    autoencoder::Autoencoder& cpu = cpu_ae_ ? *cpu_ae_ : *ae_;
-    const std::vector<float> zeros(k_, 0.0f);
-    for (Item& it : d->items) {
-      auto p = cpu.Decode(it.client, d->refs[it.reference].latent, zeros);
-      if (!p.ok()) return p.status();
-      it.v = autoencoder::Rebuild(it.scale, *p, it.v);
-      CountMismatch(round, it, out);
-    }
-  } else {
-    // The autoencoder works on values divided by their RMS: the decoder gets the client's
-    // innovation at that scale and its output is scaled back.
-    for (Item& it : d->items) {
-      for (float& x : it.v) x /= it.scale;
-      auto v = ae_->Decode(it.client, d->latent, it.v);
-      if (!v.ok()) return v.status();
-      it.v = std::move(v).value();
-      for (float& x : it.v) x *= it.scale;
-    }
+  // Rebuild gain * D_i(latent, 0) + innovation with the latent the client named, on the
+  // CPU as the client does (a CUDA convolution may round otherwise).
+  autoencoder::Autoencoder& cpu = cpu_ae_ ? *cpu_ae_ : *ae_;
+  const std::vector<float> zeros(k_, 0.0f);
+  for (Item& it : d->items) {
+    auto p = cpu.Decode(it.client, d->refs[it.reference].latent, zeros);
+    if (!p.ok()) return p.status();
+    it.v = autoencoder::Rebuild(it.gain, *p, it.v);
+    CountMismatch(round, it, out);
   }
-  // A huge gain or scale can overflow: such an update is not counted.
+  // A huge gain can overflow: such an update is not counted.
   DropNonFinite(&d->items);
-  if (plan_.echo) KeepEchoes(round, d->items);
   return absl::OkStatus();
 }
 
@@ -308,27 +231,18 @@ void LgcAggregator::RebuildCorrections(uint64_t round, Decoded* d, Outcome* out)
   // gain * the leader's decoded values + the correction, as the client computed it.
   for (Item& it : d->items) {
     if (!it.correction) continue;
-    it.v = autoencoder::Rebuild(it.scale, d->refs.at(it.reference).latent, it.v);
+    it.v = autoencoder::Rebuild(it.gain, d->refs.at(it.reference).latent, it.v);
     CountMismatch(round, it, out);
   }
   DropNonFinite(&d->items);
 }
 
-void LgcAggregator::KeepEchoes(uint64_t round, const std::vector<Item>& items) {
-  absl::MutexLock lock(&echo_mu_);
-  for (const Item& it : items) {
-    echoes_[it.client] = coordinator::MakeBlob(round, core::FloatsToBytes(it.v));
-  }
-  // A client away for long has no use for its old echo.
-  std::erase_if(echoes_, [&](const auto& e) { return e.second->version + kEchoRounds < round; });
-}
-
 absl::StatusOr<std::vector<float>> LgcAggregator::CombineValues(
     const Decoded& d, const coordinator::AggregatorOptions& robust,
     const std::set<std::string>& excluded, std::set<std::string>* counted) const {
-  // Each client's values on its support: one group per support (one in all unless
-  // predict=1 had two leader payloads in the round), combined apart, then weighted by the
-  // group's share of the round's weight.
+  // Each client's values on its support: one group per support (one in all unless two
+  // leader payloads came in the round), combined apart, then weighted by the group's
+  // share of the round's weight.
   std::vector<coordinator::Contribution> all;
   const uint64_t k = d.items.empty() ? k_ : d.items.front().v.size();  // the round's k
   const std::vector<coordinator::Range> whole = {{0, k}};
@@ -349,7 +263,7 @@ absl::StatusOr<std::vector<float>> LgcAggregator::CombineValues(
   for (const auto& [ref, members] : groups) {
     auto agg = coordinator::AggregateUpdates(robust, members, clipping, k);
     if (!agg.ok()) return agg.status();
-    const std::vector<uint32_t>& support = plan_.predict ? d.refs.at(ref).support : support_;
+    const std::vector<uint32_t>& support = d.refs.at(ref).support;
     const double share = group_weight[ref] / total;
     for (uint64_t j = 0; j < k; ++j) {
       delta[support[j]] += static_cast<float>(share * agg->values[j]);
@@ -385,10 +299,8 @@ absl::Status LgcAggregator::Train(const std::vector<Item>& items, Outcome* out) 
     std::vector<float> v = it.v;
     const float scale = autoencoder::RmsScale(v);
     for (float& x : v) x /= scale;
-    // predict=1: the decoder reads no innovation in stage 3, so none in training either.
-    std::vector<float> inn = plan_.predict ? std::vector<float>(v.size(), 0.0f)
-                                           : autoencoder::InnovationOfValues(v, k_inn_);
-    batch.push_back({it.client, std::move(v), std::move(inn)});
+    // The decoder reads no innovation in stage 3, so none in training either.
+    batch.push_back({it.client, std::move(v), std::vector<float>(it.v.size(), 0.0f)});
   }
   replay_.push_front(std::move(batch));
   if (replay_.size() > 8) replay_.pop_back();
@@ -414,10 +326,10 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   absl::MutexLock ae_lock(&ae_mu_);
   Decoded d = DecodePayloads(round, stage, leader, payloads, leaders);
   if (stage == 3) {
-    if (d.latent.empty()) return out;  // no latent: nothing decodes, every client keeps its update
+    if (!d.has_main) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
     if (absl::Status st = RebuildStage3(round, &d, &out); !st.ok()) return st;
-  } else if (plan_.cells) {
+  } else {
     RebuildCorrections(round, &d, &out);
   }
   std::vector<coordinator::Contribution> items;
@@ -438,44 +350,32 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   auto delta = CombineValues(d, robust, {}, &out.counted);
   if (!delta.ok()) return delta.status();
   out.delta = *std::move(delta);
-  // Training sees the clients' values on one support: the round leader's.
-  if (plan_.predict) {
-    std::erase_if(d.items, [&](const Item& it) { return it.reference != d.main_ref; });
+  if (stage != 2 || !d.has_main) return out;
+  // Training sees the clients' values on one support, the round leader's, read by value:
+  // in the order of the leader's decoded values.
+  std::erase_if(d.items, [&](const Item& it) { return it.reference != d.main_ref; });
+  const std::vector<uint32_t> order = autoencoder::ValueOrder(d.refs.at(d.main_ref).latent);
+  for (Item& it : d.items) {
+    std::vector<float> v(it.v.size());
+    for (size_t j = 0; j < order.size(); ++j) v[j] = it.v[order[j]];
+    it.v = std::move(v);
   }
-  if (stage == 2 && plan_.cells && d.refs.count(d.main_ref)) {
-    // The autoencoder reads the support by value: the order of the leader's decoded values.
-    const std::vector<uint32_t> order = autoencoder::ValueOrder(d.refs.at(d.main_ref).latent);
-    for (Item& it : d.items) {
-      std::vector<float> v(it.v.size());
-      for (size_t j = 0; j < order.size(); ++j) v[j] = it.v[order[j]];
-      it.v = std::move(v);
-    }
-  }
-  if (stage == 2 && d.items.size() >= 2) {
+  if (d.items.size() >= 2) {
     out.values_cosine = ValuesCosine(d.items);
     // The autoencoder reads supports of the plan's k (not the ramp's wider ones).
-    if (d.items.front().v.size() == k_) {
+    if (ae_ && d.items.front().v.size() == k_) {
       if (absl::Status st = Train(d.items, &out); !st.ok()) return st;
     }
   }
-  if (d.next_support.size() == k_) support_ = std::move(d.next_support);
   return out;
-}
-
-std::shared_ptr<const ModelBlob> LgcAggregator::Echo(const std::string& client,
-                                                     uint64_t round) const {
-  absl::MutexLock lock(&echo_mu_);
-  auto it = echoes_.find(client);
-  if (it == echoes_.end() || it->second->version != round) return nullptr;
-  return it->second;
 }
 
 void LgcAggregator::Freeze() {
   absl::MutexLock lock(&ae_mu_);
-  if (frozen_) return;
+  if (frozen_ || !ae_) return;
   frozen_ = true;
-  if (!plan_.predict) return;
-  // predict=1 rebuilds what clients computed with their decoders on the CPU.
+  // Clients rebuild their predictions with their decoders on the CPU; so does the
+  // coordinator.
   autoencoder::AeOptions cpu = ae_options_;
   cpu.device = "cpu";
   auto copy = autoencoder::Autoencoder::Deserialize(ae_->Serialize(), cpu);
@@ -483,7 +383,7 @@ void LgcAggregator::Freeze() {
 }
 
 std::shared_ptr<const ModelBlob> LgcAggregator::Decoder(const std::string& client) {
-  if (!plan_.predict || !frozen_) return nullptr;
+  if (!frozen_) return nullptr;
   absl::MutexLock lock(&ae_mu_);
   auto& blob = decoders_[client];
   if (!blob) {
@@ -494,46 +394,35 @@ std::shared_ptr<const ModelBlob> LgcAggregator::Decoder(const std::string& clien
 
 std::string LgcAggregator::EncoderBytes() const {
   absl::MutexLock lock(&ae_mu_);
-  return ae_->SerializeEncoder();
+  return ae_ ? ae_->SerializeEncoder() : std::string();
 }
 
 absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
     uint64_t round, std::span<const uint8_t> leader_body) const {
-  const bool stage3 = Stage(round) == 3;
-  if (!stage3 && plan_.cells) {
-    auto lc = autoencoder::DecodeLeaderCells(leader_body, dim_, KAt(round));
+  const int stage = Stage(round);
+  if (stage < 2) return codecs::WrongCodecError("a warm-up round has no leader payload");
+  if (stage == 2) {
+    auto lc = autoencoder::UnpackLeaderCells(plan_, leader_body, dim_, KAt(round));
     if (!lc.ok()) return lc.status();
     return LeaderBytes{"", "", std::string(leader_body.begin(), leader_body.end())};
   }
-  auto lp = autoencoder::DecodeLeader(leader_body, dim_, stage3 ? *latent_codec_ : *fp32_,
-                                      stage3 ? latent_size_ : k_, stage3 && plan_.predict);
+  auto lp = autoencoder::DecodeLeader(leader_body, dim_, *latent_codec_, latent_size_);
   if (!lp.ok()) return lp.status();
-  LeaderBytes out;
-  out.support = autoencoder::SupportToBytes(lp->support);
-  if (stage3) out.latent = core::FloatsToBytes(lp->latent);
-  return out;
-}
-
-void LgcAggregator::ObservePlainRound(std::span<const float> before, std::span<const float> after) {
-  std::vector<float> change(dim_);
-  for (uint64_t i = 0; i < dim_; ++i) change[i] = after[i] - before[i];
-  support_ = autoencoder::SelectSupport(change, k_);
+  return LeaderBytes{autoencoder::SupportToBytes(lp->support), core::FloatsToBytes(lp->latent),
+                     ""};
 }
 
 absl::Status LgcAggregator::Save(uint64_t round) const {
   core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
   w.U64(ae_steps_);
-  w.Str(SupportBytes());
   {
     absl::MutexLock ae_lock(&ae_mu_);
-    w.Str(ae_->Serialize());
+    w.Str(ae_ ? ae_->Serialize() : std::string());
   }
-  absl::MutexLock lock(&echo_mu_);
-  w.U32(static_cast<uint32_t>(echoes_.size()));
-  for (const auto& [client, blob] : echoes_) {
+  w.U32(static_cast<uint32_t>(led_.size()));
+  for (const auto& [client, r] : led_) {
     w.Str(client);
-    w.U64(blob->version);
-    w.Str(blob->bytes);
+    w.U64(r);
   }
   return core::SaveRoundState(state_dir_, "lgc", round, w.Finish());
 }
@@ -541,50 +430,50 @@ absl::Status LgcAggregator::Save(uint64_t round) const {
 absl::Status LgcAggregator::Load(uint64_t round) {
   const std::string path = StatePath(state_dir_, round);
   std::string bytes;
+  uint32_t version = kVersion;
   auto reader = core::ReadRoundState(state_dir_, "lgc", round, kMagic, kVersion, &bytes);
-  bool echoes = true;
-  if (!reader.ok()) {  // a version 1 state: the same without echoes
-    auto v1 = core::ReadRoundState(state_dir_, "lgc", round, kMagic, 1, &bytes);
-    if (!v1.ok()) return reader.status();
-    reader = std::move(v1);
-    echoes = false;
+  for (uint32_t old : {2u, 1u}) {  // states of the protocols before this one
+    if (reader.ok()) break;
+    auto r = core::ReadRoundState(state_dir_, "lgc", round, kMagic, old, &bytes);
+    if (r.ok()) reader = std::move(r), version = old;
   }
+  if (!reader.ok()) return reader.status();
   core::StateReader& r = *reader;
-  std::string support, ae;
-  if (!r.U64(&ae_steps_) || !r.Str(&support, 64u << 20) || !r.Str(&ae, 1u << 30) ||
-      (support.size() != k_ * 4 && !(plan_.predict && support.empty()))) {
-    return absl::DataLossError(StrCat(path, ": malformed LGC state"));
-  }
-  // predict=1 without warm-up rounds: no support before the first leader payload.
-  auto restored_support = autoencoder::SupportFromBytes(support, support.empty() ? 0 : k_, dim_);
-  if (!restored_support.ok()) {
-    return absl::DataLossError(
-        StrCat(path, ": ", std::string(restored_support.status().message())));
-  }
-  support_ = *std::move(restored_support);
-  uint32_t n = 0;
-  if (echoes && !r.U32(&n)) return absl::DataLossError(StrCat(path, ": malformed LGC echoes"));
-  std::map<std::string, std::shared_ptr<const ModelBlob>> kept;
-  for (uint32_t i = 0; i < n; ++i) {
-    std::string client, values;
-    uint64_t version = 0;
-    if (!r.Str(&client) || !r.U64(&version) || !r.Str(&values, 64u << 20) ||
-        values.size() != k_ * 4 || version > round) {
-      return absl::DataLossError(StrCat(path, ": malformed LGC echoes"));
+  const auto malformed = [&] { return absl::DataLossError(StrCat(path, ": malformed LGC state")); };
+  std::string ae, support;
+  if (!r.U64(&ae_steps_)) return malformed();
+  if (version < 3 && !r.Str(&support, 64u << 20)) return malformed();  // not used any more
+  if (!r.Str(&ae, 1u << 30)) return malformed();
+  if (version == 3) {
+    uint32_t n = 0;
+    if (!r.U32(&n)) return malformed();
+    for (uint32_t i = 0; i < n; ++i) {
+      std::string client;
+      uint64_t led = 0;
+      if (!r.Str(&client) || !r.U64(&led) || led > round) return malformed();
+      led_[client] = led;
     }
-    if (plan_.echo) kept[client] = coordinator::MakeBlob(version, std::move(values));
   }
-  if (!r.done()) return absl::DataLossError(StrCat(path, ": malformed LGC state"));
+  if (version == 2) {  // echoes, not kept any more
+    uint32_t n = 0;
+    if (!r.U32(&n)) return malformed();
+    for (uint32_t i = 0; i < n; ++i) {
+      std::string client, values;
+      uint64_t v = 0;
+      if (!r.Str(&client) || !r.U64(&v) || !r.Str(&values, 64u << 20)) return malformed();
+    }
+  }
+  if (!r.done()) return malformed();
+  if (!plan_.autoencoder()) return absl::OkStatus();
+  if (ae.empty()) {
+    return absl::DataLossError(
+        StrCat(path, ": no autoencoder in the state of a job with one (train > 0)"));
+  }
   auto restored = autoencoder::Autoencoder::Deserialize(ae, ae_options_);
   if (!restored.ok()) return restored.status();
-  // One lock at a time, in the order Aggregate takes them (ae_mu_, then echo_mu_).
-  {
-    absl::MutexLock ae_lock(&ae_mu_);
-    ae_ = std::move(restored).value();
-    decoders_.clear();
-  }
-  absl::MutexLock lock(&echo_mu_);
-  echoes_ = std::move(kept);
+  absl::MutexLock ae_lock(&ae_mu_);
+  ae_ = std::move(restored).value();
+  decoders_.clear();
   return absl::OkStatus();
 }
 

@@ -1,10 +1,9 @@
 // The arithmetic of an LGC job at the coordinator (autoencoder/lgc_plan.h, docs/lgc.md):
-// the support of each round, the autoencoder and its online training, validation and
-// aggregation of the clients' payloads, and the state that survives a restart
+// validation and exact rebuilds of the clients' payloads, their aggregation, the
+// autoencoder and its online training (train > 0), and the state that survives a restart
 // (lgc-<round>.bin in the state folder, written before the round's checkpoint; the one of
-// the checkpoint's round is loaded on restart), with each client's last reconstruction
-// (its echo). The round protocol around it (leaders, promotion, the latent's push) is
-// LgcDriver's.
+// the checkpoint's round is loaded on restart). The round protocol around it (leaders,
+// promotion, the push of the leader's payload) is LgcDriver's.
 #ifndef FEDLGC_MODES_LGC_LGC_AGGREGATOR_H_
 #define FEDLGC_MODES_LGC_LGC_AGGREGATOR_H_
 
@@ -34,12 +33,12 @@ namespace fedlgc::modes {
 using coordinator::ModelBlob;
 using coordinator::PayloadCollector;
 
-// Thread-safety: Decoder, Echo, Validate, EncoderBytes and LeaderPayloadBytes may run on
-// RPC threads while the round loop runs the rest.
+// Thread-safety: Decoder, Validate, EncoderBytes and LeaderPayloadBytes may run on RPC
+// threads while the round loop runs the rest.
 class LgcAggregator {
  public:
-  // `warmup`: the job's warm-up rounds (at least 1: their aggregate seeds the first
-  // support). Loads the state of `committed_round` when it is > 0.
+  // `warmup`: the job's warm-up rounds (none are needed). Loads the state of
+  // `committed_round` when it is > 0.
   static absl::StatusOr<std::unique_ptr<LgcAggregator>> Create(autoencoder::LgcPlan plan,
                                                                uint64_t warmup, uint64_t dim,
                                                                std::string state_dir,
@@ -47,27 +46,22 @@ class LgcAggregator {
                                                                uint64_t seed, std::string device);
 
   int Stage(uint64_t round) const { return autoencoder::LgcStage(plan_, round, warmup_); }
-  bool predicts() const { return plan_.predict; }
-  // Stage 3 has begun: the autoencoder stops training and decoders may be served; with
-  // predict=1 a CPU copy of it rebuilds the clients' predictions (see Aggregate).
+  // Stage 3 has begun: the autoencoder stops training, decoders may be served, and a CPU
+  // copy of it rebuilds the clients' predictions (see Aggregate).
   void Freeze();
   uint64_t k() const { return k_; }
-  // The support size of `round` (code=cells: wider in the ramp).
+  // The support size of `round` (wider in the ramp; the plan's in stage 3).
   uint64_t KAt(uint64_t round) const {
-    return plan_.SupportSizeAt(dim_, round > warmup_ ? round - warmup_ : 0);
+    return Stage(round) == 3 ? k_ : plan_.SupportSizeAt(dim_, round > warmup_ ? round - warmup_ : 0);
   }
-  uint64_t k_innovation() const { return k_inn_; }
-  // The support of the next round, u32 little-endian in support order.
-  std::string SupportBytes() const;
   static constexpr uint64_t kEncoderVersion = 1;
-  // The frozen encoder for stage 3 (version kEncoderVersion).
+  // The frozen encoder for stage 3 (version kEncoderVersion); empty with train=0.
   std::string EncoderBytes() const;
-  // predict=1: `client`'s decoder (blob "lgc-decoder", version kEncoderVersion), made once
-  // per driver after Freeze(); nullptr before, or without predict=1. Thread-safe.
+  // `client`'s decoder (blob "lgc-decoder", version kEncoderVersion), made once per
+  // driver after Freeze(); nullptr before. Thread-safe.
   std::shared_ptr<const ModelBlob> Decoder(const std::string& client);
-  // predict=1: a leader payload of `round` as the coordinator decodes it, what LgcLatent
-  // carries: its support (u32 little-endian) and, in stage 3, its latent (float32).
-  // code=cells, stage 2: `cells` is the leader's body itself (support and latent empty).
+  // A leader payload of `round` as the coordinator pushes it (LgcLatent): in stage 2 its
+  // body itself (`cells`), in stage 3 its support (u32 little-endian) and latent (float32).
   struct LeaderBytes {
     std::string support, latent, cells;
   };
@@ -80,13 +74,13 @@ class LgcAggregator {
   struct Outcome {
     std::vector<float> delta;  // the mean update (zero off the support)
     std::set<std::string> counted;
-    bool latent = false;                                // stage 3: a leader latent was there
+    bool latent = false;                                // stage 3: a leader payload was there
     double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: losses of the step
     // Stage 2: the mean cosine similarity of two clients' values on the support (-2 with
     // fewer than two clients): how much of one client's values another's latent can carry.
     double values_cosine = -2;
-    // predict=1, stage 3: rebuilds that differ from what the client computed (another
-    // libtorch build or CPU kernel): counted, but that client's error feedback is off.
+    // Rebuilds that differ from what the client computed (in stage 3: another libtorch
+    // build or CPU kernel): counted, but that client's error feedback is off.
     int rebuild_mismatches = 0;
     // Each client's values' norm before clipping, the bound and how many were clipped.
     std::map<std::string, double> norms;
@@ -102,24 +96,22 @@ class LgcAggregator {
   using Chooser = std::function<absl::StatusOr<std::set<std::string>>(
       const std::map<std::string, double>& norms, const Combine& combine)>;
   // Aggregates the payloads of a stage-2 or stage-3 round (leader: the round's leader
-  // now) and moves the support on; stage 2 takes one autoencoder step. The values are
+  // now); with train > 0 stage 2 takes `ae_steps` autoencoder steps. The values are
   // clipped and combined with `robust` (coordinator/robust.h) per support; `choose`
   // (when given) may leave clients out, who then neither count nor train the
-  // autoencoder. predict=1: only leader payloads from `leaders` (nullptr: from `leader`)
-  // count and can be named; a stage-3 rebuild whose CRC32C differs from the client's is
-  // counted and reported.
+  // autoencoder. Only leader payloads from `leaders` (nullptr: from `leader`) count and
+  // can be named; a rebuild whose CRC32C differs from the client's is counted and
+  // reported.
   absl::StatusOr<Outcome> Aggregate(
       uint64_t round, const std::string& leader,
       const std::map<std::string, PayloadCollector::Payload>& payloads,
       const std::set<std::string>* leaders = nullptr,
       const coordinator::AggregatorOptions& robust = {}, const Chooser& choose = nullptr);
-  // Stage 3: `client`'s reconstruction of its values in its last counted round, in support
-  // order (float32), as blob "lgc-echo" of that round, kept with echo=1; nullptr when not
-  // kept. The client measures how far it is from what it sent. Thread-safe.
-  std::shared_ptr<const ModelBlob> Echo(const std::string& client, uint64_t round) const;
-
-  // After a stage-1 round: the next support is the top-k of the model's change.
-  void ObservePlainRound(std::span<const float> before, std::span<const float> after);
+  // The last LGC round each client led (the round loop's alone). Saved with the state, so
+  // a restarted coordinator chooses as before: a leader payload a client sent to the
+  // coordinator before the restart counts when it comes again.
+  const std::map<std::string, uint64_t>& led() const { return led_; }
+  void Led(const std::string& client, uint64_t round) { led_[client] = round; }
 
   // Writes lgc-<round>.bin atomically and removes states older than round - 1.
   absl::Status Save(uint64_t round) const;
@@ -128,7 +120,7 @@ class LgcAggregator {
   struct Item;
   struct Reference {
     std::vector<uint32_t> support;
-    std::vector<float> latent;  // stage 3
+    std::vector<float> latent;  // stage 3; in stage 2 the leader's decoded values
   };
   struct Decoded;
 
@@ -149,10 +141,9 @@ class LgcAggregator {
   // A rebuild (it.v) other than the one its client computed (its CRC32C): counted in *out
   // and logged.
   static void CountMismatch(uint64_t round, const Item& it, Outcome* out);
-  // code=cells, stage 2: each follower's values rebuilt from the leader's and its
-  // correction; a rebuild that is not finite does not count.
+  // Stage 2: each follower's values rebuilt from the leader's and its correction; a
+  // rebuild that is not finite does not count.
   void RebuildCorrections(uint64_t round, Decoded* d, Outcome* out) const;
-  void KeepEchoes(uint64_t round, const std::vector<Item>& items);
   // The clients' values (but `excluded`'s) clipped and combined with `robust`, per
   // support, placed on their supports; who counted goes into *counted.
   absl::StatusOr<std::vector<float>> CombineValues(const Decoded& d,
@@ -166,25 +157,22 @@ class LgcAggregator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
 
   const autoencoder::LgcPlan plan_;
-  const uint64_t warmup_, dim_, k_, k_inn_;
+  const uint64_t warmup_, dim_, k_;
   const std::string state_dir_;
   const autoencoder::AeOptions ae_options_;
-  std::unique_ptr<codecs::DenseCodec> latent_codec_, fp32_;
+  std::unique_ptr<codecs::DenseCodec> latent_codec_;  // train > 0
   size_t latent_size_ = 0;
-  // Guards the autoencoder: decoders are served from RPC threads.
+  // Guards the autoencoder (train > 0; null else): decoders are served from RPC threads.
   mutable absl::Mutex ae_mu_;
   std::unique_ptr<autoencoder::Autoencoder> ae_ ABSL_GUARDED_BY(ae_mu_);
-  std::unique_ptr<autoencoder::Autoencoder> cpu_ae_ ABSL_GUARDED_BY(ae_mu_);  // predict=1
+  std::unique_ptr<autoencoder::Autoencoder> cpu_ae_ ABSL_GUARDED_BY(ae_mu_);
   std::map<std::string, std::shared_ptr<const ModelBlob>> decoders_ ABSL_GUARDED_BY(ae_mu_);
   std::atomic<bool> frozen_{false};  // set under ae_mu_
-  // The round loop's alone: the support of the next round, the steps taken, the replay.
-  std::vector<uint32_t> support_;
+  // The round loop's alone: the last leader, the steps taken, the replay.
+  std::map<std::string, uint64_t> led_;
   uint64_t ae_steps_ = 0;
   // Training batches of recent rounds (not kept across restarts), newest first.
   std::deque<std::vector<autoencoder::Sample>> replay_;
-  mutable absl::Mutex echo_mu_;
-  std::map<std::string, std::shared_ptr<const ModelBlob>> echoes_
-      ABSL_GUARDED_BY(echo_mu_);  // version = round
 };
 
 }  // namespace fedlgc::modes

@@ -1,7 +1,8 @@
-// The coordinator's LGC arithmetic without gRPC: a training round reports how alike the
-// clients' values are; in a compressed round each client's echo is the reconstruction the
-// round's mean was made of, only the round it belongs to serves it, it survives a
-// restart, and without echo=1 it keeps none.
+// The coordinator's LGC arithmetic without gRPC. Stage 2 (the compact codes, from the
+// first round): the leader's cells count as they decode and each follower as its exact
+// rebuild, packed with zstd or not, on supports the ramp widens; stage 3 (train > 0): the
+// autoencoder trained on stage 2's rebuilds codes the leader's values and each client is
+// rebuilt exactly from the latent it named. States of the protocols before still load.
 #include "modes/lgc/lgc_aggregator.h"
 
 #include <cmath>
@@ -13,9 +14,10 @@
 
 #include "autoencoder/lgc_codes.h"
 #include "autoencoder/lgc_payload.h"
-#include "codecs/crc32c.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
+#include "codecs/str.h"
+#include "codecs/zstd_codec.h"
 #include "core/atomic_file.h"
 #include "gtest/gtest.h"
 
@@ -31,13 +33,6 @@ std::string TempDir(const std::string& name) {
   return d;
 }
 
-std::vector<uint32_t> Support(const LgcAggregator& d) {
-  const std::string b = d.SupportBytes();
-  std::vector<uint32_t> s(b.size() / 4);
-  std::memcpy(s.data(), b.data(), b.size());
-  return s;
-}
-
 std::vector<float> Gaussian(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> g;
@@ -46,171 +41,57 @@ std::vector<float> Gaussian(size_t n, uint32_t seed) {
   return v;
 }
 
-// Warm-up (round 1), one training round (2), then the compressed round 3 with a leader c0
-// and a follower c1 (weights 1 and 3). Returns the driver after round 3 and its delta.
-struct LgcRun {
-  std::unique_ptr<LgcAggregator> driver;
-  std::vector<uint32_t> support;  // of round 3
-  std::vector<float> delta;
-};
-
-// Rounds 1 and 2 of `spec` with the clients' updates u0 (c0, the leader) and u1 (c1).
-LgcRun TwoRounds(const std::string& dir, const std::string& spec, const std::vector<float>& u0,
-                 const std::vector<float>& u1) {
-  auto plan = autoencoder::ParseLgcSpec(spec);
-  EXPECT_TRUE(plan.ok() && plan->has_value());
-  auto d = LgcAggregator::Create(**plan, 1, kDim, dir, 0, 1, "cpu");
-  EXPECT_TRUE(d.ok()) << d.status();
-  LgcRun run{std::move(d).value(), {}, {}};
-  LgcAggregator& lgc = *run.driver;
-  const std::vector<float> zero(kDim, 0.0f);
-  lgc.ObservePlainRound(zero, Gaussian(kDim, 1));
-  const size_t k = lgc.k();
-  auto fp32 = codecs::MakeCodec("fp32").value();
-  const auto& dense = static_cast<const codecs::DenseCodec&>(*fp32);
-
-  // Round 2: values on the support: the round's (predict=0) or the leader's own top-k
-  // (predict=1), which the follower's values name.
-  const bool predict = (*plan)->predict;
-  autoencoder::LeaderPayload lp;
-  lp.support = autoencoder::SelectSupport(u0, k);
-  const std::vector<uint32_t> s2 = predict ? lp.support : Support(lgc);
-  lp.latent = autoencoder::Gather(u0, s2);
-  lp.innovation.assign(k, 0.0f);
-  std::map<std::string, PayloadCollector::Payload> p2;
-  p2["c0"] = {std::string(autoencoder::kLeaderSpec),
-              autoencoder::EncodeLeader(lp, kDim, dense, 2).value(), 1};
-  const std::vector<float> v1 = autoencoder::Gather(u1, s2);
-  p2["c1"] = {
-      std::string(autoencoder::kValuesSpec),
-      predict ? autoencoder::EncodeReferencedValues(autoencoder::ReferenceOf(lp.support, {}), v1)
-              : std::string(reinterpret_cast<const char*>(v1.data()), v1.size() * 4),
-      3};
-  // predict=1: values that name another leader payload do not count.
-  if (predict) {
-    p2["c2"] = {std::string(autoencoder::kValuesSpec), autoencoder::EncodeReferencedValues(123, v1),
-                3};
-  }
-  for (const auto& [id, p] : p2) {
-    EXPECT_TRUE(lgc.Validate(2, p.spec,
-                             std::span<const uint8_t>(
-                                 reinterpret_cast<const uint8_t*>(p.body.data()), p.body.size()))
-                    .ok())
-        << id;
-  }
-  // Two clients whose values differ in norm by more than the default clip: this test is
-  // about the rebuild, so it aggregates without clipping (robust_test.cc tests clipping).
-  coordinator::AggregatorOptions unclipped;
-  unclipped.clip = 0;
-  auto out2 = lgc.Aggregate(2, "c0", p2, nullptr, unclipped);
-  EXPECT_TRUE(out2.ok()) << out2.status();
-  if (out2.ok()) {  // exactly the mean of the two clients' values, on s2
-    EXPECT_EQ(out2->counted, (std::set<std::string>{"c0", "c1"}));
-    for (size_t j = 0; j < k; ++j) {
-      EXPECT_EQ(out2->delta[s2[j]], static_cast<float>((1.0 * lp.latent[j] + 3.0 * v1[j]) / 4));
-    }
-    // The two clients' values on the support: their cosine similarity.
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t j = 0; j < k; ++j) {
-      ab += double(lp.latent[j]) * v1[j];
-      aa += double(lp.latent[j]) * lp.latent[j];
-      bb += double(v1[j]) * v1[j];
-    }
-    EXPECT_NEAR(out2->values_cosine, ab / std::sqrt(aa * bb), 1e-12);
-  }
-  EXPECT_EQ(lgc.Echo("c0", 2), nullptr);  // stage 2 is exact: nothing to echo
-  run.support = Support(lgc);
-  EXPECT_EQ(run.support, lp.support);
-  return run;
-}
-
-LgcRun ThreeRounds(const std::string& dir, const std::string& spec) {
-  const std::vector<float> u0 = Gaussian(kDim, 2), u1 = Gaussian(kDim, 3);
-  LgcRun run = TwoRounds(dir, spec, u0, u1);
-  LgcAggregator& lgc = *run.driver;
-  const size_t k = lgc.k();
-  auto plan = autoencoder::ParseLgcSpec(spec);
-  // Round 3: the leader's latent, the follower's innovation.
-  autoencoder::AeOptions ao;
-  auto enc = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), ao).value();
-  EXPECT_TRUE(enc->LoadEncoder(lgc.EncoderBytes()).ok());
-  const std::vector<float> w0 = autoencoder::Gather(u0, run.support);
-  const std::vector<float> w1 = autoencoder::Gather(u1, run.support);
-  autoencoder::LeaderPayload l3;
-  l3.support = autoencoder::SelectSupport(u1, k);
-  l3.scale = autoencoder::RmsScale(w0);
-  std::vector<float> normalized = w0;
-  for (float& x : normalized) x /= l3.scale;
-  l3.latent = enc->Encode(normalized).value();
-  l3.innovation = autoencoder::InnovationOfValues(w0, lgc.k_innovation());
-  auto latent_codec = codecs::MakeCodec(plan->value().latent).value();
-  std::map<std::string, PayloadCollector::Payload> p3;
-  p3["c0"] = {
-      std::string(autoencoder::kLeaderSpec),
-      autoencoder::EncodeLeader(l3, kDim, static_cast<const codecs::DenseCodec&>(*latent_codec), 3)
-          .value(),
-      1};
-  p3["c1"] = {std::string(autoencoder::kInnovationSpec),
-              autoencoder::EncodeInnovation(autoencoder::InnovationOfValues(w1, lgc.k_innovation()),
-                                            autoencoder::RmsScale(w1))
-                  .value(),
-              3};
-  auto out = lgc.Aggregate(3, "c0", p3);
-  EXPECT_TRUE(out.ok()) << out.status();
-  if (out.ok()) {
-    EXPECT_TRUE(out->latent);
-    EXPECT_EQ(out->counted.size(), 2u);
-    run.delta = std::move(out->delta);
-  }
-  return run;
-}
-
-std::vector<float> Floats(const std::shared_ptr<const ModelBlob>& b) {
-  std::vector<float> v(b->bytes.size() / 4);
-  std::memcpy(v.data(), b->bytes.data(), b->bytes.size());
-  return v;
-}
-
-TEST(LgcAggregator, EchoesAreTheReconstructionsTheRoundAveraged) {
-  const std::string dir = TempDir("echo");
-  LgcRun run = ThreeRounds(dir, "lgc(ratio=0.05,train=1,ae_steps=2,echo=1)");
-  ASSERT_EQ(run.delta.size(), kDim);
-  const auto e0 = run.driver->Echo("c0", 3), e1 = run.driver->Echo("c1", 3);
-  ASSERT_NE(e0, nullptr);
-  ASSERT_NE(e1, nullptr);
-  const std::vector<float> r0 = Floats(e0), r1 = Floats(e1);
-  ASSERT_EQ(r0.size(), run.support.size());
-  ASSERT_EQ(r1.size(), run.support.size());
-  // The mean of the round (weights 1 and 3) is made of exactly these reconstructions.
-  double differ = 0;
-  for (size_t j = 0; j < run.support.size(); ++j) {
-    const float mean = static_cast<float>((1.0 * r0[j] + 3.0 * r1[j]) / 4.0);
-    EXPECT_EQ(run.delta[run.support[j]], mean) << j;
-    differ += std::abs(r0[j] - r1[j]);
-  }
-  EXPECT_GT(differ, 0);  // each client is decoded with its own innovation and decoder
-  // Only the round it belongs to, and only its own client, get an echo.
-  EXPECT_EQ(run.driver->Echo("c0", 2), nullptr);
-  EXPECT_EQ(run.driver->Echo("c0", 4), nullptr);
-  EXPECT_EQ(run.driver->Echo("c2", 3), nullptr);
-
-  // Across a restart: the state of round 3 brings the same echoes back.
-  ASSERT_TRUE(run.driver->Save(3).ok());
-  auto plan =
-      autoencoder::ParseLgcSpec("lgc(ratio=0.05,train=1,ae_steps=2,echo=1)").value().value();
-  auto back = LgcAggregator::Create(plan, 1, kDim, dir, 3, 1, "cpu");
-  ASSERT_TRUE(back.ok()) << back.status();
-  ASSERT_NE((*back)->Echo("c1", 3), nullptr);
-  EXPECT_EQ((*back)->Echo("c1", 3)->bytes, e1->bytes);
-  EXPECT_EQ((*back)->Echo("c1", 3)->crc32c, e1->crc32c);
-}
-
 std::span<const uint8_t> View(const std::string& b) {
   return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size());
 }
+std::span<const uint8_t> Span(const std::string& s) { return View(s); }
 
-// A client's autoencoder in stage 3 of predict=1: the shared encoder, its own decoder as
-// the coordinator serves it.
+std::unique_ptr<LgcAggregator> Make(const std::string& spec, const std::string& dir,
+                                    uint64_t warmup = 0, uint64_t committed = 0) {
+  auto plan = autoencoder::ParseLgcSpec(spec);
+  EXPECT_TRUE(plan.ok() && plan->has_value()) << plan.status();
+  auto d = LgcAggregator::Create(**plan, warmup, kDim, dir, committed, 1, "cpu");
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? std::move(d).value() : nullptr;
+}
+
+// One stage-2 round `round` of `lgc` (plan `spec`): the leader c0 sends the cells of u0's
+// top-k, the follower c1 (weight 3) its 2-bit correction of u1 against them. Checks that the
+// mean is exactly that of what the two computed, and returns the outcome.
+LgcAggregator::Outcome CellsRound(LgcAggregator& lgc, const std::string& spec, uint64_t round,
+                                  const std::vector<float>& u0, const std::vector<float>& u1) {
+  const autoencoder::LgcPlan plan = autoencoder::ParseLgcSpec(spec).value().value();
+  const size_t k = lgc.KAt(round);
+  const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
+  std::vector<float> sent;
+  const std::string leader =
+      autoencoder::EncodeLeaderCells(support, autoencoder::Gather(u0, support), kDim, &sent);
+  autoencoder::BitCorrection c = autoencoder::CorrectBits(autoencoder::Gather(u1, support), sent, 2);
+  c.reference = autoencoder::ReferenceOf(support, sent);
+  std::map<std::string, PayloadCollector::Payload> p;
+  p["c0"] = {std::string(autoencoder::kLeaderCellsSpec),
+             autoencoder::PackBody(plan, leader).value(), 1};
+  p["c1"] = {std::string(autoencoder::kBitCorrectionSpec),
+             autoencoder::PackBody(plan, autoencoder::EncodeBitCorrection(c).value()).value(), 3};
+  for (const auto& [id, payload] : p) {
+    EXPECT_TRUE(lgc.Validate(round, payload.spec, View(payload.body)).ok()) << id;
+  }
+  coordinator::AggregatorOptions unclipped;
+  unclipped.clip = 0;
+  auto out = lgc.Aggregate(round, "c0", p, nullptr, unclipped);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return {};
+  EXPECT_EQ(out->counted, (std::set<std::string>{"c0", "c1"}));
+  EXPECT_EQ(out->rebuild_mismatches, 0);
+  for (size_t j = 0; j < k; ++j) {
+    EXPECT_EQ(out->delta[support[j]], static_cast<float>((1.0 * sent[j] + 3.0 * c.sent[j]) / 4))
+        << j;
+  }
+  return *std::move(out);
+}
+
+// A client's autoencoder in stage 3: the shared encoder, its own decoder as the
+// coordinator serves it.
 std::unique_ptr<autoencoder::Autoencoder> ClientAutoencoder(LgcAggregator& lgc,
                                                             const std::string& id) {
   auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(lgc.k()), {}).value();
@@ -223,7 +104,7 @@ std::unique_ptr<autoencoder::Autoencoder> ClientAutoencoder(LgcAggregator& lgc,
   return ae;
 }
 
-// The leader c0 of a predict=1 round: the latent of its top-k values, the latent as the
+// The leader c0 of a stage-3 round: the latent of its top-k values, the latent as the
 // coordinator decodes and pushes it (z), and its correction against its own prediction.
 struct PredictLeader {
   autoencoder::LeaderPayload payload;
@@ -233,7 +114,7 @@ struct PredictLeader {
 };
 
 PredictLeader MakePredictLeader(LgcAggregator& lgc, const codecs::DenseCodec& dense,
-                                const std::vector<float>& u) {
+                                const std::vector<float>& u, size_t k_inn) {
   const size_t k = lgc.k();
   const std::vector<float> zeros(k, 0.0f);
   auto ae0 = ClientAutoencoder(lgc, "c0");
@@ -244,16 +125,15 @@ PredictLeader MakePredictLeader(LgcAggregator& lgc, const codecs::DenseCodec& de
   for (float& x : normalized) x /= autoencoder::RmsScale(l.values);
   l.payload.latent = ae0->Encode(normalized).value();
   l.payload.innovation = zeros;
-  const std::string first = autoencoder::EncodeLeader(l.payload, kDim, dense, 3, true).value();
-  l.z = autoencoder::DecodeLeader(View(first), kDim, dense, l.payload.latent.size(), true)
-            ->latent;
-  const auto pushed = lgc.LeaderPayloadBytes(3, View(first)).value();
+  const std::string first = autoencoder::EncodeLeader(l.payload, kDim, dense, 2).value();
+  l.z = autoencoder::DecodeLeader(View(first), kDim, dense, l.payload.latent.size())->latent;
+  const auto pushed = lgc.LeaderPayloadBytes(2, View(first)).value();
   EXPECT_EQ(pushed.latent,
             std::string(reinterpret_cast<const char*>(l.z.data()), l.z.size() * 4));
   EXPECT_EQ(pushed.support,
             std::string(reinterpret_cast<const char*>(l.payload.support.data()), k * 4));
   l.correction =
-      autoencoder::Correct(l.values, ae0->Decode("c0", l.z, zeros).value(), lgc.k_innovation());
+      autoencoder::Correct(l.values, ae0->Decode("c0", l.z, zeros).value(), k_inn);
   l.payload.scale = l.correction.gain;
   l.payload.step = l.correction.step;
   l.payload.sent_crc = l.correction.sent_crc;
@@ -261,25 +141,32 @@ PredictLeader MakePredictLeader(LgcAggregator& lgc, const codecs::DenseCodec& de
   return l;
 }
 
-TEST(LgcAggregator, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItNamed) {
-  // predict=1: the leader sends the latent of its values on its own top-k; the others decode
-  // it with their own decoders (fetched as blobs) and send a gain and an innovation; the
+TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNamed) {
+  // train=1: round 1 (the compact codes) trains the autoencoder on its rebuilds. Round 2:
+  // the leader sends the latent of its values on its own top-k; the others decode it with
+  // their own decoders (fetched as blobs) and send a gain and an innovation; the
   // coordinator's mean is made of exactly the values the clients computed, placed on the
   // leader's support, and a correction against another latent does not count.
-  const std::string spec = "lgc(ratio=0.05,train=1,ae_steps=2,innovation=0.1,predict=1,echo=1)";
+  const std::string spec = "lgc(ratio=0.05,train=1,ae_steps=2,innovation=0.1)";
   const std::vector<float> u0 = Gaussian(kDim, 2), u1 = Gaussian(kDim, 3);
-  LgcRun run = TwoRounds(TempDir("predict"), spec, u0, u1);
-  LgcAggregator& lgc = *run.driver;
-  const size_t k = lgc.k(), k_inn = lgc.k_innovation();
+  auto made = Make(spec, TempDir("stage3"));
+  ASSERT_NE(made, nullptr);
+  LgcAggregator& lgc = *made;
+  EXPECT_EQ(lgc.Stage(1), 2);
+  EXPECT_EQ(lgc.Stage(2), 3);
+  const LgcAggregator::Outcome trained = CellsRound(lgc, spec, 1, u0, u1);
+  EXPECT_GE(trained.ae_reconstruction, 0) << "the autoencoder trained on round 1";
+  EXPECT_GT(trained.values_cosine, -2);
+  auto plan = autoencoder::ParseLgcSpec(spec).value().value();
+  const size_t k = lgc.k(), k_inn = plan.InnovationSize(k);
   EXPECT_EQ(lgc.Decoder("c1"), nullptr) << "served before stage 3";
   lgc.Freeze();
-  auto plan = autoencoder::ParseLgcSpec(spec).value().value();
   auto codec = codecs::MakeCodec(plan.latent).value();
   const auto& dense = static_cast<const codecs::DenseCodec&>(*codec);
   const std::vector<float> zeros(k, 0.0f);
   // The leader: the latent of its top-k, then its own prediction from the latent as the
   // coordinator will decode it.
-  const PredictLeader leader = MakePredictLeader(lgc, dense, Gaussian(kDim, 4));
+  const PredictLeader leader = MakePredictLeader(lgc, dense, Gaussian(kDim, 4), k_inn);
   const autoencoder::LeaderPayload& l3 = leader.payload;
   const std::vector<float>& w0 = leader.values;
   const std::vector<float>& z = leader.z;
@@ -299,20 +186,19 @@ TEST(LgcAggregator, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItN
   c3.sent_crc ^= 1;  // a rebuild the coordinator cannot match: counted, reported
   std::map<std::string, PayloadCollector::Payload> p3;
   p3["c0"] = {std::string(autoencoder::kLeaderSpec),
-              autoencoder::EncodeLeader(l3, kDim, dense, 3, true).value(), 1};
+              autoencoder::EncodeLeader(l3, kDim, dense, 2).value(), 1};
   for (const auto& [id, c, w] : {std::tuple{"c1", &c1, 3}, {"c2", &c2, 5}, {"c3", &c3, 2}}) {
     p3[id] = {std::string(autoencoder::kCorrectionSpec), autoencoder::EncodeCorrection(*c).value(),
               static_cast<double>(w)};
   }
   // A leader payload from a client that was not asked to lead counts for nothing.
   p3["c4"] = {std::string(autoencoder::kLeaderSpec), p3["c0"].body, 7};
-  for (const auto& [id, p] : p3) EXPECT_TRUE(lgc.Validate(3, p.spec, View(p.body)).ok()) << id;
-  const std::string inn = autoencoder::EncodeInnovation(c1.innovation, 1.0f).value();
-  // predict=1 rounds take corrections, not innovations: the wrong codec for the round.
-  const absl::Status wrong = lgc.Validate(3, autoencoder::kInnovationSpec, View(inn));
+  for (const auto& [id, p] : p3) EXPECT_TRUE(lgc.Validate(2, p.spec, View(p.body)).ok()) << id;
+  // Stage 3 takes no compact codes: the wrong codec for the round.
+  const absl::Status wrong = lgc.Validate(2, autoencoder::kBitCorrectionSpec, View(p3["c1"].body));
   EXPECT_TRUE(absl::IsInvalidArgument(wrong)) << wrong;
   EXPECT_EQ(codecs::InputErrorOf(wrong), codecs::InputError::kWrongCodec);
-  auto out = lgc.Aggregate(3, "c0", p3);
+  auto out = lgc.Aggregate(2, "c0", p3);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->counted, (std::set<std::string>{"c0", "c1", "c3"}));
   EXPECT_EQ(out->rebuild_mismatches, 1);
@@ -325,48 +211,17 @@ TEST(LgcAggregator, PredictRebuildsExactlyWhatEachClientComputedFromTheLatentItN
     norm0 += w0[j] * w0[j];
   }
   EXPECT_LT(miss0, norm0);
-  EXPECT_EQ(Floats(lgc.Echo("c1", 3)), c1.sent);
   // Decoders are per client, and the blob is the one a client loads.
   EXPECT_NE(lgc.Decoder("c0")->bytes, lgc.Decoder("c1")->bytes);
   EXPECT_EQ(lgc.Decoder("c1"), lgc.Decoder("c1"));
 }
 
-TEST(LgcAggregator, WithoutEchoItKeepsNone) {
-  LgcRun run = ThreeRounds(TempDir("no-echo"), "lgc(ratio=0.05,train=1,ae_steps=2)");
-  ASSERT_EQ(run.delta.size(), kDim);
-  EXPECT_EQ(run.driver->Echo("c0", 3), nullptr);
-  EXPECT_EQ(run.driver->Echo("c1", 3), nullptr);
-}
-
-TEST(LgcAggregator, AVersion1StateStillLoads) {
-  // Version 1 wrote the autoencoder's steps, the support and the autoencoder, no echoes.
-  const std::string dir = TempDir("v1");
-  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,echo=1)").value().value();
-  const uint64_t k = plan.SupportSize(kDim);
-  std::vector<uint32_t> support(k);
-  for (uint32_t j = 0; j < k; ++j) support[j] = 3 * j;
-  auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), {}).value();
-  core::StateWriter w = core::BeginRoundState(0x53474C46, 1, 4);
-  w.U64(7);
-  w.Str(std::string_view(reinterpret_cast<const char*>(support.data()), k * 4));
-  w.Str(ae->Serialize());
-  ASSERT_TRUE(core::SaveRoundState(dir, "lgc", 4, w.Finish()).ok());
-  auto d = LgcAggregator::Create(plan, 1, kDim, dir, 4, 1, "cpu");
-  ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(Support(**d), support);
-  EXPECT_EQ((*d)->Echo("c0", 4), nullptr);
-}
-
-std::span<const uint8_t> Span(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-// code=cells: compressed from the first round (no warm-up), the leader's cells count as
-// they decode, each follower as the gain times them plus its correction, exactly what it
-// computed; a correction against another leader payload or in another width does not count.
+// Compressed from the first round (no warm-up), the leader's cells count as they decode,
+// each follower as the gain times them plus its correction, exactly what it computed; a
+// correction against another leader payload or in another width does not count.
 TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   const std::string dir = TempDir("cells");
-  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,train=3,predict=1,code=cells,bits=2)");
+  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,bits=2,zstd=0)");
   ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
   auto zero_warmup = LgcAggregator::Create(**plan, 0, kDim, dir, 0, 1, "cpu");
   ASSERT_TRUE(zero_warmup.ok()) << zero_warmup.status();
@@ -400,9 +255,8 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   EXPECT_FALSE(lgc.Validate(1, autoencoder::kBitCorrectionSpec,
                             Span(autoencoder::EncodeBitCorrection(one_bit).value()))
                    .ok());
-  // The formats of code=fp32 are refused as a wrong codec.
-  EXPECT_EQ(codecs::InputErrorOf(lgc.Validate(1, autoencoder::kValuesSpec,
-                                              Span(autoencoder::EncodeReferencedValues(1, {})))),
+  // Stage 3's formats are refused as a wrong codec.
+  EXPECT_EQ(codecs::InputErrorOf(lgc.Validate(1, autoencoder::kLeaderSpec, Span(leader))),
             codecs::InputError::kWrongCodec);
   coordinator::AggregatorOptions unclipped;
   unclipped.clip = 0;
@@ -414,18 +268,25 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
     EXPECT_EQ(out->delta[support[j]],
               static_cast<float>((1.0 * leader_sent[j] + 3.0 * c.sent[j]) / 4)) << j;
   }
-  EXPECT_EQ(Support(lgc), support);
-  // Its state, with the set as the next support, survives a restart.
+  // Without the autoencoder there is nothing to train, serve or keep but the state itself.
+  EXPECT_LT(out->ae_reconstruction, 0);
+  EXPECT_TRUE(lgc.EncoderBytes().empty());
+  lgc.Freeze();
+  EXPECT_EQ(lgc.Decoder("c1"), nullptr);
+  EXPECT_EQ(lgc.Stage(1000), 2);
+  // Who led when comes back with the state: a restarted coordinator chooses as before.
+  lgc.Led("c0", 1);
+  lgc.Led("c1", 0);
   ASSERT_TRUE(lgc.Save(1).ok());
   auto back = LgcAggregator::Create(**plan, 0, kDim, dir, 1, 1, "cpu");
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(Support(**back), support);
+  EXPECT_EQ((*back)->led(), (std::map<std::string, uint64_t>{{"c0", 1}, {"c1", 0}}));
 }
 
 // ramp=2: rounds 1 and 2 send on 4x and 2x the plan's support, round 3 on it; a ramped
 // round takes only its own size, and aggregates like any other.
 TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
-  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.02,predict=1,code=cells,ramp=2)");
+  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.02,ramp=2,zstd=0)");
   ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
   EXPECT_EQ((*plan)->SupportSizeAt(kDim, 1), 164u);  // ceil(0.08 x 2048)
   EXPECT_EQ((*plan)->SupportSizeAt(kDim, 2), 82u);
@@ -452,7 +313,7 @@ TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
         kDim, nullptr);
     EXPECT_FALSE(lgc.Validate(round, autoencoder::kLeaderCellsSpec, Span(other)).ok()) << round;
     autoencoder::BitCorrection c =
-        autoencoder::CorrectBits(autoencoder::Gather(u1, support), sent, 1);
+        autoencoder::CorrectBits(autoencoder::Gather(u1, support), sent, 2);
     c.reference = autoencoder::ReferenceOf(support, sent);
     std::map<std::string, PayloadCollector::Payload> p;
     p["c0"] = {std::string(autoencoder::kLeaderCellsSpec), leader, 1};
@@ -468,15 +329,86 @@ TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
       EXPECT_EQ(out->delta[support[j]], static_cast<float>((1.0 * sent[j] + 1.0 * c.sent[j]) / 2));
     }
   }
-  EXPECT_FALSE(autoencoder::ParseLgcSpec("lgc(predict=1,ramp=2)").ok());  // ramp needs cells
 }
 
-TEST(LgcAggregator, PredictZeroStillNeedsAWarmupRound) {
-  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05)");
-  ASSERT_TRUE(plan.ok() && plan->has_value());
-  EXPECT_FALSE(LgcAggregator::Create(**plan, 0, kDim, TempDir("nowarm"), 0, 1, "cpu").ok());
-  EXPECT_FALSE(autoencoder::ParseLgcSpec("lgc(code=cells)").ok());  // cells need predict=1
-  EXPECT_FALSE(autoencoder::ParseLgcSpec("lgc(predict=1,code=cells,bits=3)").ok());
+// zstd=1, the default: each body travels packed, decodes to exactly what zstd=0 gives,
+// and a body that is not packed, or would inflate beyond the largest body of its kind, is
+// refused before it is inflated.
+TEST(LgcAggregator, PackedBodiesCountAsTheirCodesAndBombsAreRefused) {
+  const std::vector<float> u0 = Gaussian(kDim, 31), u1 = Gaussian(kDim, 32);
+  auto packed = Make("lgc(ratio=0.05)", TempDir("zstd1"));
+  auto plain = Make("lgc(ratio=0.05,zstd=0)", TempDir("zstd0"));
+  ASSERT_TRUE(packed && plain);
+  const LgcAggregator::Outcome a = CellsRound(*packed, "lgc(ratio=0.05)", 1, u0, u1);
+  const LgcAggregator::Outcome b = CellsRound(*plain, "lgc(ratio=0.05,zstd=0)", 1, u0, u1);
+  EXPECT_EQ(a.delta, b.delta);
+  const size_t k = packed->k();
+  const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
+  const std::string raw = autoencoder::EncodeLeaderCells(
+      support, autoencoder::Gather(u0, support), kDim, nullptr);
+  EXPECT_FALSE(packed->Validate(1, autoencoder::kLeaderCellsSpec, View(raw)).ok());
+  EXPECT_FALSE(plain->Validate(1, autoencoder::kLeaderCellsSpec,
+                               View(codecs::ZstdPack(View(raw), 3).value()))
+                   .ok());
+  // 1 MB of zeros packs into a few hundred bytes: refused from its declared size.
+  const std::string bomb = codecs::ZstdPack(View(std::string(1 << 20, '\0')), 3).value();
+  ASSERT_LT(bomb.size(), 1000u);
+  const absl::Status st = packed->Validate(1, autoencoder::kLeaderCellsSpec, View(bomb));
+  EXPECT_EQ(codecs::InputErrorOf(st), codecs::InputError::kMalformed) << st;
+  EXPECT_NE(std::string(st.message()).find("inflates to 1048576"), std::string::npos) << st;
+  EXPECT_FALSE(packed->Validate(1, autoencoder::kBitCorrectionSpec, View(bomb)).ok());
+}
+
+// The states of the protocols before this one (version 1: steps, a support, the
+// autoencoder; version 2: the same and the echoes) still load; the support and echoes are
+// not kept any more.
+TEST(LgcAggregator, StatesOfTheProtocolsBeforeStillLoad) {
+  const auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,train=3)").value().value();
+  const uint64_t k = plan.SupportSize(kDim);
+  std::vector<uint32_t> support(k);
+  for (uint32_t j = 0; j < k; ++j) support[j] = 3 * j;
+  auto ae = autoencoder::Autoencoder::Create(static_cast<int64_t>(k), {}).value();
+  for (uint32_t version : {1u, 2u}) {
+    const std::string dir = TempDir(StrCat("v", version));
+    core::StateWriter w = core::BeginRoundState(0x53474C46, version, 4);
+    w.U64(7);
+    w.Str(std::string_view(reinterpret_cast<const char*>(support.data()), k * 4));
+    w.Str(ae->Serialize());
+    if (version == 2) {
+      w.U32(1);
+      w.Str("c0");
+      w.U64(4);
+      w.Str(std::string(k * 4, '\0'));
+    }
+    ASSERT_TRUE(core::SaveRoundState(dir, "lgc", 4, w.Finish()).ok());
+    auto d = LgcAggregator::Create(plan, 0, kDim, dir, 4, 1, "cpu");
+    ASSERT_TRUE(d.ok()) << version << ": " << d.status();
+    // The autoencoder came back: the encoder it serves is the one saved.
+    EXPECT_EQ((*d)->EncoderBytes(), ae->SerializeEncoder()) << version;
+    // And its state saves in the new form, which loads too.
+    ASSERT_TRUE((*d)->Save(5).ok());
+    EXPECT_TRUE(LgcAggregator::Create(plan, 0, kDim, dir, 5, 1, "cpu").ok()) << version;
+    // A job without the autoencoder ignores the one in the state.
+    const auto plain = autoencoder::ParseLgcSpec("lgc(ratio=0.05)").value().value();
+    auto without = LgcAggregator::Create(plain, 0, kDim, dir, 4, 1, "cpu");
+    ASSERT_TRUE(without.ok()) << without.status();
+    EXPECT_TRUE((*without)->EncoderBytes().empty());
+  }
+  // A job with the autoencoder refuses a state without one (saved by a job with train=0),
+  // and a torn state is refused.
+  const std::string dir = TempDir("v3");
+  auto none = Make("lgc(ratio=0.05)", dir);
+  ASSERT_NE(none, nullptr);
+  none->Led("c0", 2);
+  ASSERT_TRUE(none->Save(2).ok());
+  const auto refused = LgcAggregator::Create(plan, 0, kDim, dir, 2, 1, "cpu");
+  EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+  auto bytes = core::ReadFile(StrCat(dir, "/lgc-2.bin")).value();
+  ASSERT_TRUE(core::AtomicWriteFile(StrCat(dir, "/lgc-2.bin"), bytes.substr(0, bytes.size() - 9)).ok());
+  EXPECT_FALSE(LgcAggregator::Create(
+                   autoencoder::ParseLgcSpec("lgc(ratio=0.05)").value().value(), 0, kDim, dir, 2,
+                   1, "cpu")
+                   .ok());
 }
 
 }  // namespace

@@ -65,9 +65,7 @@ absl::Status LgcClient::OnRoundStart(const protos::RoundStart& start) {
 absl::Status LgcClient::RunPayloadRound(const protos::RoundStart& start) {
   if (absl::Status st = EnsurePlan(start.codec()); !st.ok()) return st;
   const std::string& sb = start.lgc().support();
-  if (sb.size() % 4 != 0 || (sb.empty() && !plan_->predict)) {
-    return absl::InvalidArgumentError("LGC round without a support");
-  }
+  if (sb.size() % 4 != 0) return absl::InvalidArgumentError("LGC round with a torn support");
   round_encoder_version_ = start.lgc().encoder_version();
   round_k_ = start.lgc().support_size();
   edge_client::ClientState& state = env_.state();
@@ -80,8 +78,7 @@ absl::Status LgcClient::RunPayloadRound(const protos::RoundStart& start) {
 
 absl::Status LgcClient::BeginUpdate(const protos::RoundStart& start) {
   const protos::LgcRound& lgc = start.lgc();
-  if (absl::Status st = MeasureEcho(); !st.ok()) return st;
-  if (plan_->predict && lgc.stage() == 3) {
+  if (lgc.stage() == 3) {
     // Off the round's critical path: a follower needs its decoder once the leader's latent
     // arrives, a leader with its own (fetched below with the encoder).
     const absl::Status st = EnsureWeights(/*decoder=*/true, lgc.encoder_version(), support_size());
@@ -99,9 +96,9 @@ absl::Status LgcClient::BeginUpdate(const protos::RoundStart& start) {
   }
   PendingUpdate p = env_.NewPending(start.round(), start.model_version());
   p.lgc_stage = lgc.stage();
-  if (!plan_->predict || lgc.leader()) return SendOnSupport(start, std::move(u), std::move(p));
-  // A predict=1 follower waits for the leader's support (and latent): all of u stays in
-  // the residual until then, nothing is taken out for a support yet.
+  if (lgc.leader()) return SendAsLeader(start, std::move(u), std::move(p));
+  // A follower waits for the leader's payload: all of u stays in the residual until
+  // then, nothing is taken out for a support yet.
   state.residual = std::move(u);
   plain_.ResidualChanged();
   std::fprintf(stderr, "%s: round %llu: waiting for the leader's support\n",
@@ -110,19 +107,13 @@ absl::Status LgcClient::BeginUpdate(const protos::RoundStart& start) {
   return env_.Persist();
 }
 
-absl::Status LgcClient::SendOnSupport(const protos::RoundStart& start, std::vector<float> u,
-                                      PendingUpdate p) {
+absl::Status LgcClient::SendAsLeader(const protos::RoundStart& start, std::vector<float> u,
+                                     PendingUpdate p) {
   const protos::LgcRound& lgc = start.lgc();
-  // predict=1 leaders pick this round's support; otherwise it is the round's.
-  if (plan_->predict) {
-    p.lgc_support = autoencoder::SelectSupport(u, round_support_size());
-  } else {
-    auto support = autoencoder::SupportFromBytes(lgc.support(), 0, env_.dim());
-    if (!support.ok()) return absl::InvalidArgumentError(support.status().message());
-    p.lgc_support = *std::move(support);
-  }
+  // The leader picks this round's support: its own top-k.
+  p.lgc_support = autoencoder::SelectSupport(u, round_support_size());
   p.lgc_values = autoencoder::Gather(u, p.lgc_support);
-  if (p.lgc_stage == 3 && lgc.leader()) {
+  if (p.lgc_stage == 3) {
     // Fetched before the clock starts: the encode time is the encoder's, not the link's.
     const absl::Status st =
         EnsureWeights(/*decoder=*/false, lgc.encoder_version(), p.lgc_support.size());
@@ -130,7 +121,7 @@ absl::Status LgcClient::SendOnSupport(const protos::RoundStart& start, std::vect
     if (!st.ok()) return st;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto frame = Frame(p.lgc_stage, lgc.leader(), lgc.encoder_version(), u, &p);
+  auto frame = LeaderFrame(p.lgc_stage, lgc.encoder_version(), u, &p);
   if (!frame.ok()) return OutOfTime(frame.status()) ? KeepForLater(std::move(u)) : frame.status();
   env_.ObserveEncode(start.round(), t0);
   p.frames = {std::move(frame).value()};
@@ -174,9 +165,8 @@ absl::Status LgcClient::OnModeEvent(const protos::ModeEvent& event) {
 }
 
 void LgcClient::SetResidual(std::span<const float> u, const PendingUpdate& p) {
-  // The support's values minus what the coordinator rebuilds of them (lgc_values): zero
-  // with predict=0, where the support counts as sent; the miss with predict=1. Either way
-  // sent + residual == u.
+  // The support's values minus what the coordinator rebuilds of them (lgc_values): the
+  // miss. sent + residual == u.
   edge_client::ClientState& state = env_.state();
   state.residual.assign(u.begin(), u.end());
   for (size_t j = 0; j < p.lgc_support.size(); ++j) {
@@ -188,16 +178,17 @@ void LgcClient::SetResidual(std::span<const float> u, const PendingUpdate& p) {
 absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   edge_client::ClientState& state = env_.state();
   if (!state.pending || state.pending->round != latent.round() || state.pending->lgc_stage < 2 ||
-      !state.pending->frames.empty() || !plan_ || !plan_->predict) {
+      !state.pending->frames.empty() || !plan_) {
     return absl::OkStatus();  // not waiting for this one
   }
   PendingUpdate& p = *state.pending;
   absl::StatusOr<std::vector<uint32_t>> support;
   absl::StatusOr<std::vector<float>> z;
-  if (!latent.leader_cells().empty()) {
-    // code=cells: the leader's body; its decoded values are the prediction.
+  if (p.lgc_stage == 2) {
+    // The leader's body; its decoded values are the prediction.
     const std::string& cells = latent.leader_cells();
-    auto lc = autoencoder::DecodeLeaderCells(
+    auto lc = autoencoder::UnpackLeaderCells(
+        *plan_,
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cells.data()), cells.size()),
         env_.dim(), round_support_size());
     if (!lc.ok()) return absl::InvalidArgumentError(lc.status().message());
@@ -217,7 +208,7 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   std::vector<float> sent;
   std::string body;
   std::string_view spec;
-  if (p.lgc_stage == 2 && plan_->cells) {
+  if (p.lgc_stage == 2) {
     // The leader's decoded values are the prediction: send the miss in plan_->bits bits.
     if (z->size() != v.size()) {
       return absl::InvalidArgumentError(
@@ -226,15 +217,12 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
     autoencoder::BitCorrection c = autoencoder::CorrectBits(v, *z, plan_->bits);
     c.reference = reference;
     auto encoded = autoencoder::EncodeBitCorrection(c);
+    if (encoded.ok()) encoded = autoencoder::PackBody(*plan_, std::move(encoded).value());
     if (!encoded.ok()) return encoded.status();
     spec = autoencoder::kBitCorrectionSpec;
     body = std::move(encoded).value();
     LogMiss(p.round, v, c.sent, false);
     sent = std::move(c.sent);
-  } else if (p.lgc_stage == 2) {
-    spec = autoencoder::kValuesSpec;
-    body = autoencoder::EncodeReferencedValues(reference, v);
-    sent = v;
   } else {
     auto c = PredictAndCorrect(p.round, v, *z, round_encoder_version_, false);
     if (OutOfTime(c.status())) return absl::OkStatus();
@@ -273,40 +261,10 @@ void LgcClient::LogMiss(uint64_t round, std::span<const float> v, std::span<cons
   env_.AppendRoundLog({round, {{"lgc_relative_error", rel}, {"lgc_leader", leader ? 1.0 : 0.0}}});
 }
 
-// How well the coordinator rebuilt this client's last counted stage-3 values: |v - echo| /
-// |v| goes to the client's rounds.jsonl (and its log). Measured, not fed back: putting
-// v - echo back into the residual (exact error feedback through the autoencoder) made the
-// runs diverge (docs/lgc.md). An echo that cannot be had is skipped. "leader" is the role
-// the client sent in; a leader overtaken by a promoted one is decoded with the promoted
-// leader's latent but still logged as a leader.
-absl::Status LgcClient::MeasureEcho() {
-  edge_client::LgcEcho& e = env_.state().lgc_echo;
-  if (e.round == 0) return absl::OkStatus();
-  // predict=1 logs its miss when it sends: the echo would only repeat it.
-  if (plan_ && plan_->echo && !plan_->predict) {
-    auto bytes = env_.transport().DownloadBlob("lgc-echo", e.round, deadline_);
-    if (absl::IsDeadlineExceeded(bytes.status()) || absl::IsCancelled(bytes.status())) {
-      return absl::OkStatus();  // tried again next round
-    }
-    // A diagnostic: whatever went wrong, the round goes on without it.
-    auto echo = bytes.ok() ? core::FloatsFromBytes(*bytes, e.values.size(), "lgc-echo")
-                           : absl::StatusOr<std::vector<float>>(bytes.status());
-    if (echo.ok()) {
-      LogMiss(e.round, e.values, *echo, e.leader);
-    } else if (!absl::IsNotFound(echo.status())) {
-      std::fprintf(stderr, "%s: lgc-echo %llu: %s; ignored\n", env_.client_id().c_str(),
-                   static_cast<unsigned long long>(e.round), echo.status().ToString().c_str());
-    }
-  }
-  e = edge_client::LgcEcho();
-  return env_.Persist();
-}
-
 absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
   edge_client::ClientState& state = env_.state();
-  // Stage 3, and with predict=1 stage 2 too, wait for a leader.
   if (!state.pending || state.pending->round != promote.round() || !plan_ ||
-      !(state.pending->lgc_stage == 3 || (state.pending->lgc_stage == 2 && plan_->predict))) {
+      state.pending->lgc_stage < 2) {
     return absl::OkStatus();  // nothing of that round here
   }
   PendingUpdate& p = *state.pending;
@@ -314,10 +272,10 @@ absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
   std::vector<float> u = state.residual;
   for (size_t j = 0; j < p.lgc_support.size(); ++j) u[p.lgc_support[j]] += p.lgc_values[j];
   PendingUpdate lead = p;
-  // predict=1: a leader's support is its own top-k.
-  if (plan_->predict) lead.lgc_support = autoencoder::SelectSupport(u, round_support_size());
+  // A leader's support is its own top-k.
+  lead.lgc_support = autoencoder::SelectSupport(u, round_support_size());
   lead.lgc_values = autoencoder::Gather(u, lead.lgc_support);
-  auto frame = Frame(p.lgc_stage, true, promote.encoder_version(), u, &lead);
+  auto frame = LeaderFrame(p.lgc_stage, promote.encoder_version(), u, &lead);
   if (!frame.ok()) return OutOfTime(frame.status()) ? absl::OkStatus() : frame.status();
   p.lgc_support = std::move(lead.lgc_support);
   p.lgc_values = std::move(lead.lgc_values);
@@ -335,20 +293,14 @@ absl::Status LgcClient::OnReceipt(const protos::RoundReceipt& receipt) {
   if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
   if (state.pending->lgc_stage == 0) return plain_.OnReceipt(receipt);
   const PendingUpdate& p = *state.pending;
-  // One chunk: it counted or the whole update goes back (a predict=1 follower that never
-  // got its leader's support has no chunk: its update is all in the residual already).
+  // One chunk: it counted or the whole update goes back (a follower that never got its
+  // leader's payload has no chunk: its update is all in the residual already).
   const bool counted = receipt.update_id() == p.update_id && !p.frames.empty() &&
                        std::find(receipt.counted_chunks().begin(), receipt.counted_chunks().end(),
                                  0u) != receipt.counted_chunks().end();
   if (!counted) {
     if (absl::Status st = Restore(p); !st.ok()) return st;
     if (!p.frames.empty()) env_.metrics().AddChunks(env_.client_id(), "lost", p.frames.size());
-  } else if (p.lgc_stage == 3) {
-    // Kept whatever the plan says (after a restart the receipt comes before the round
-    // that names the plan); MeasureEcho drops it when the job has no echo.
-    auto view = codecs::ParseFrame(p.frames[0], codecs::FrameLimits());
-    const bool leader = view.ok() && view->spec == autoencoder::kLeaderSpec;
-    state.lgc_echo = {p.round, p.lgc_values, leader};
   }
   state.pending.reset();
   return env_.Persist();
@@ -387,23 +339,13 @@ absl::Status LgcClient::EnsureWeights(bool decoder, uint64_t version, size_t k) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> LgcClient::Frame(uint32_t stage, bool leader, uint64_t encoder_version,
-                                             std::span<const float> u, PendingUpdate* pending) {
-  if (leader) {
-    auto body = LeaderBody(stage, encoder_version, u, pending);
-    if (!body.ok()) return body.status();
-    const bool cells = stage == 2 && plan_->cells;
-    return Framed(cells ? autoencoder::kLeaderCellsSpec : autoencoder::kLeaderSpec, env_.dim(),
-                  *body);
-  }
-  const PendingUpdate& p = *pending;
-  if (stage == 2)
-    return Framed(autoencoder::kValuesSpec, env_.dim(), core::FloatsToBytes(p.lgc_values));
-  auto encoded = autoencoder::EncodeInnovation(
-      autoencoder::InnovationOfValues(p.lgc_values, plan_->InnovationSize(p.lgc_support.size())),
-      autoencoder::RmsScale(p.lgc_values));
-  if (!encoded.ok()) return encoded.status();
-  return Framed(autoencoder::kInnovationSpec, env_.dim(), *encoded);
+absl::StatusOr<std::string> LgcClient::LeaderFrame(uint32_t stage, uint64_t encoder_version,
+                                                   std::span<const float> u,
+                                                   PendingUpdate* pending) {
+  auto body = LeaderBody(stage, encoder_version, u, pending);
+  if (!body.ok()) return body.status();
+  return Framed(stage == 2 ? autoencoder::kLeaderCellsSpec : autoencoder::kLeaderSpec, env_.dim(),
+                *body);
 }
 
 absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encoder_version,
@@ -411,7 +353,7 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encod
                                                   PendingUpdate* pending) {
   const PendingUpdate& p = *pending;
   const size_t k = p.lgc_support.size();
-  if (stage == 2 && plan_->cells) {
+  if (stage == 2) {
     // The support as a set, the values in cells; what they decode to is what counts.
     pending->lgc_support = autoencoder::SelectSupportSet(u, k);
     const std::vector<float> v = autoencoder::Gather(u, pending->lgc_support);
@@ -419,36 +361,29 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encod
     std::string body = autoencoder::EncodeLeaderCells(pending->lgc_support, v, env_.dim(), &sent);
     LogMiss(p.round, v, sent, true);
     pending->lgc_values = std::move(sent);
-    return body;
+    return autoencoder::PackBody(*plan_, std::move(body));
   }
+  // Stage 3: the support in value order and the latent of the values on it.
   autoencoder::LeaderPayload lp;
-  // The next round's support; with predict=1 this one's (p.lgc_support, the same top-k).
-  lp.support = plan_->predict ? p.lgc_support : autoencoder::SelectSupport(u, k);
-  auto latent_codec = codecs::MakeCodec(stage == 2 ? "fp32" : plan_->latent);
+  lp.support = p.lgc_support;
+  auto latent_codec = codecs::MakeCodec(plan_->latent);
   if (!latent_codec.ok()) return latent_codec.status();
-  if (stage == 2) {
-    lp.latent = p.lgc_values;
-    lp.innovation.assign(k, 0.0f);
-  } else {
-    if (absl::Status st = EnsureWeights(false, encoder_version, k); !st.ok()) return st;
-    lp.scale = autoencoder::RmsScale(p.lgc_values);
-    std::vector<float> normalized = p.lgc_values;
-    for (float& x : normalized) x /= lp.scale;
-    auto latent = encoder_->Encode(normalized);
-    if (!latent.ok()) return latent.status();
-    lp.latent = std::move(latent).value();
-    lp.innovation = autoencoder::InnovationOfValues(p.lgc_values, plan_->InnovationSize(k));
-  }
+  if (absl::Status st = EnsureWeights(false, encoder_version, k); !st.ok()) return st;
+  std::vector<float> normalized = p.lgc_values;
+  const float scale = autoencoder::RmsScale(normalized);
+  for (float& x : normalized) x /= scale;
+  auto latent = encoder_->Encode(normalized);
+  if (!latent.ok()) return latent.status();
+  lp.latent = std::move(latent).value();
+  lp.innovation.assign(k, 0.0f);  // first the latent alone (see below)
   const auto& dense = static_cast<const codecs::DenseCodec&>(**latent_codec);
-  const bool predict = stage == 3 && plan_->predict;
-  if (predict) lp.innovation.assign(k, 0.0f);  // first the latent alone (see below)
-  auto encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, p.round, predict);
-  if (!encoded.ok() || !predict) return encoded;
+  auto encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, p.round);
+  if (!encoded.ok()) return encoded;
   // The latent as the coordinator will decode it, and this client's prediction from it
   // (the latent's bytes do not depend on the innovation: same codec, same seed).
   const auto view =
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded->data()), encoded->size());
-  auto sent = autoencoder::DecodeLeader(view, env_.dim(), dense, lp.latent.size(), true);
+  auto sent = autoencoder::DecodeLeader(view, env_.dim(), dense, lp.latent.size());
   if (!sent.ok()) return sent.status();
   auto c = PredictAndCorrect(p.round, p.lgc_values, sent->latent, encoder_version, true);
   if (!c.ok()) return c.status();
@@ -456,7 +391,7 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encod
   lp.step = c->step;
   lp.sent_crc = c->sent_crc;
   lp.innovation = std::move(c->innovation);
-  encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, p.round, true);
+  encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, p.round);
   if (encoded.ok()) pending->lgc_values = std::move(c->sent);
   return encoded;
 }

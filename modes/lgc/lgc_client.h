@@ -1,8 +1,8 @@
 // LGC at the edge (docs/lgc.md): warm-up rounds are FedAvg rounds (FedAvgClient); in
-// stage 2 and 3 the client sends its values on the round's support as a leader or a
-// follower payload, is promoted to lead when the coordinator asks (LgcPromote), and with
-// predict=1 waits for the leader's support and latent (LgcLatent) before it sends. What a
-// payload does not carry stays in the error-feedback residual.
+// stages 2 and 3 the round's leader sends its payload on its own top-k, the others wait
+// for it (LgcLatent) and send how their values differ from it; a follower is promoted to
+// lead when the coordinator asks (LgcPromote). What a payload does not carry stays in the
+// error-feedback residual.
 #ifndef FEDLGC_MODES_LGC_LGC_CLIENT_H_
 #define FEDLGC_MODES_LGC_LGC_CLIENT_H_
 
@@ -36,33 +36,31 @@ class LgcClient final : public edge_client::ClientMode {
   absl::Status EnsurePlan(const std::string& codec);
   // A stage-2 or stage-3 round: values on the round's support, as leader or follower.
   absl::Status RunPayloadRound(const protos::RoundStart& start);
-  // Trains and makes the round's update: its frame now, or (a predict=1 follower) the
-  // wait for the leader's support. No pending update when the round moved on.
+  // Trains and makes the round's update: its frame now (the leader), or a follower's wait
+  // for the leader's payload. No pending update when the round moved on.
   absl::Status BeginUpdate(const protos::RoundStart& start);
-  // The update `u` (+ residual) as this round's payload on its support.
-  absl::Status SendOnSupport(const protos::RoundStart& start, std::vector<float> u,
-                             PendingUpdate p);
+  // The update `u` (+ residual) as this round's leader payload.
+  absl::Status SendAsLeader(const protos::RoundStart& start, std::vector<float> u,
+                            PendingUpdate p);
   // The round ran out of time before `u` (update + residual) could be sent: it all goes
   // into the residual.
   absl::Status KeepForLater(std::vector<float> u);
-  // A predict=1 follower still waiting, told the round again (after a reconnect).
+  // A follower still waiting, told the round again (after a reconnect).
   absl::Status ResumeWaiting(const protos::RoundStart& start);
   // Puts an update that did not count back into the residual.
   absl::Status Restore(const PendingUpdate& p);
-  // Fetches the echo of state().lgc_echo and logs its relative error.
-  absl::Status MeasureEcho();
   // This client leads the LGC round it has an update for now: resend as leader.
   absl::Status OnPromote(const protos::LgcPromote& promote);
-  // predict=1: the round's latent arrived; a follower waiting for it sends its correction.
+  // The leader's payload arrived; a follower waiting for it sends its correction.
   absl::Status OnLatent(const protos::LgcLatent& latent);
-  // The frame of an LGC update: `u` the update plus residual, pending->lgc_values u on
-  // the support. predict=1 leaders: sets pending->lgc_values to what the coordinator
-  // will rebuild.
-  absl::StatusOr<std::string> Frame(uint32_t stage, bool leader, uint64_t encoder_version,
-                                    std::span<const float> u, PendingUpdate* pending);
+  // The frame of a leader's update: `u` the update plus residual, pending->lgc_values u
+  // on the support; sets pending->lgc_support and lgc_values to what the coordinator will
+  // rebuild.
+  absl::StatusOr<std::string> LeaderFrame(uint32_t stage, uint64_t encoder_version,
+                                          std::span<const float> u, PendingUpdate* pending);
   absl::StatusOr<std::string> LeaderBody(uint32_t stage, uint64_t encoder_version,
                                          std::span<const float> u, PendingUpdate* pending);
-  // predict=1: this client's prediction of its values `v` on the support from `latent`
+  // Stage 3: this client's prediction of its values `v` on the support from `latent`
   // (its own decoder), and the gain and innovation it sends; logs the miss.
   absl::StatusOr<autoencoder::Correction> PredictAndCorrect(uint64_t round,
                                                             std::span<const float> v,
@@ -73,11 +71,11 @@ class LgcClient final : public edge_client::ClientMode {
   // One rounds.jsonl line: |v - sent| / |v| of an LGC update (sent: what the coordinator
   // rebuilt or will rebuild).
   void LogMiss(uint64_t round, std::span<const float> v, std::span<const float> sent, bool leader);
-  // The LGC encoder (leaders) or this client's decoder (predict=1) of `version` for
+  // The LGC encoder (leaders) or this client's decoder of `version` for
   // supports of k values, downloaded unless held.
   absl::Status EnsureWeights(bool decoder, uint64_t version, size_t k);
   size_t support_size() const { return plan_->SupportSize(env_.dim()); }
-  // The support size of the round being run: the round start's (code=cells ramps it) or
+  // The support size of the round being run: the round start's (the ramp widens it) or
   // the plan's.
   size_t round_support_size() const {
     return round_k_ > 0 && round_k_ <= env_.dim() ? round_k_ : support_size();
@@ -89,7 +87,7 @@ class LgcClient final : public edge_client::ClientMode {
   std::optional<autoencoder::LgcPlan> plan_;
   std::unique_ptr<autoencoder::Autoencoder> encoder_;
   uint64_t encoder_version_ = 0;
-  std::unique_ptr<autoencoder::Autoencoder> decoder_;  // predict=1: this client's decoder
+  std::unique_ptr<autoencoder::Autoencoder> decoder_;  // this client's
   uint64_t decoder_version_ = 0;
   uint64_t round_encoder_version_ = 0;  // of the last stage-2/3 round start
   uint64_t round_k_ = 0;                // its support_size

@@ -1,11 +1,11 @@
 // LGC (learned gradient compression; docs/lgc.md) at the coordinator: the round protocol
-// around LgcAggregator. Stage-1 rounds are FedAvg rounds with the warm-up codec, after
-// which the aggregate's top-k seeds the support. Stage-2 and stage-3 rounds collect one
-// payload per client (PayloadCollector): the round's leader, chosen by --lgc-leader or the
-// best measured link, sends the support and (stage 3) the latent; when it vanishes, or has
-// not delivered by half the time it was given, the next best participant is promoted
-// (LgcPromote). With predict=1 the coordinator pushes the first leader payload's support
-// and latent to the other participants (LgcLatent) so they can send against it.
+// around LgcAggregator. Stage-1 rounds (--codec-warmup, if any) are FedAvg rounds with the
+// warm-up codec. Stage-2 and stage-3 rounds collect one payload per client
+// (PayloadCollector): the round's leader, chosen by --lgc-leader or the best measured
+// link, sends first; when it vanishes, or has not delivered by half the time it was
+// given, the next best participant is promoted (LgcPromote). The coordinator pushes the
+// first leader payload (stage 2: its body; stage 3: its support and latent) to the other
+// participants (LgcLatent) so they can send against it.
 //
 // Report figures: lgc_stage, ae_reconstruction, ae_similarity, lgc_values_cosine,
 // lgc_rebuild_mismatches, ae_seconds; label lgc_leader.
@@ -50,7 +50,7 @@ class LgcDriver final : public coordinator::RoundDriver {
                         Clock::time_point deadline, coordinator::CommitResult* commit,
                         RoundReport* report) override;
   void DecorateRoundStart(const std::string& client, protos::RoundStart* start) override;
-  // "encoder" (stage 3), "lgc-decoder" (predict=1) and "lgc-echo" (echo=1).
+  // "encoder" and "lgc-decoder" (stage 3).
   absl::StatusOr<std::shared_ptr<const ModelBlob>> Blob(const std::string& client,
                                                         const std::string& name,
                                                         uint64_t version) override;
@@ -64,7 +64,7 @@ class LgcDriver final : public coordinator::RoundDriver {
     std::string leader;
     std::set<std::string> tried;  // every client asked to lead this round
     Clock::time_point seen, asked;
-    std::string pushed;  // predict=1: whose support and latent went out
+    std::string pushed;  // whose payload went out
   };
 
   LgcDriver(LgcOptions options, coordinator::ServerOptimizer optimizer,
@@ -76,19 +76,20 @@ class LgcDriver final : public coordinator::RoundDriver {
                               const std::vector<std::string>& participants,
                               Clock::time_point deadline, coordinator::CommitResult* commit,
                               RoundReport* report);
-  // While a stage-2/3 round waits: pushes the latent (predict=1), promotes a new leader
+  // While a stage-2/3 round waits: pushes the leader's payload, promotes a new leader
   // when the current one vanished or is late.
   absl::Status WatchLeader(RoundHost& host, uint64_t round, int stage,
                            const std::vector<std::string>& participants, Clock::time_point deadline,
                            LeaderWatch* w);
-  // predict=1: once a payload of one of the round's leaders is in, sends its support and
-  // latent to the other participants and keeps them for RoundStart.
+  // Once a payload of one of the round's leaders is in, sends it (LeaderPayloadBytes) to
+  // the other participants and keeps it for RoundStart.
   absl::Status PushLatent(RoundHost& host, uint64_t round,
                           const std::vector<std::string>& participants,
                           const std::map<std::string, coordinator::PayloadCollector::Payload>& in,
                           LeaderWatch* w);
-  // The leader among `candidates` (--lgc-leader, else the best measured link), skipping
-  // `tried`; empty when none is left.
+  // The leader among `candidates`, skipping `tried` (docs/lgc.md, Leaders): --lgc-leader;
+  // else the last leader while its link is at least half the best's; else the best
+  // measured link. Empty when none is left.
   std::string ChooseLeader(const RoundHost& host, const std::vector<std::string>& candidates,
                            const std::set<std::string>& tried) const;
   void PublishEncoder();
@@ -103,7 +104,6 @@ class LgcDriver final : public coordinator::RoundDriver {
   const std::unique_ptr<LgcAggregator> agg_;
   SummedRoundState summed_;  // of the warm-up rounds; the round loop's thread only
   std::shared_ptr<coordinator::PayloadCollector> payloads_;  // of the round being run
-  std::string last_leader_;                                  // of the last LGC round
 
   absl::Mutex mu_;
   // What RoundStart tells the participants of the open round.
@@ -111,9 +111,9 @@ class LgcDriver final : public coordinator::RoundDriver {
     uint64_t round = 0;
     int stage = 0;
     std::string leader;
-    std::string support;  // bytes for RoundStart
-    std::string latent;   // predict=1: the latent pushed to the round's clients
-    std::string cells;    // code=cells: the leader's body pushed instead
+    // What was pushed to the round's clients: stage 3 the leader's support and latent,
+    // stage 2 its body.
+    std::string support, latent, cells;
   };
   RoundState round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> encoder_ ABSL_GUARDED_BY(mu_);  // served from stage 3

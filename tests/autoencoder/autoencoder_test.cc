@@ -162,7 +162,7 @@ TEST(Autoencoder, EncoderWeightsTravelByteExactAndCorruptionIsRefused) {
 }
 
 TEST(Autoencoder, ADecoderTravelsByteExactAndDecodesAsAtTheCoordinator) {
-  // LGC predict=1: a client decodes the round's latent with its own decoder, as the
+  // LGC stage 3: a client decodes the round's latent with its own decoder, as the
   // coordinator will; the transferred decoder must give the very same floats.
   constexpr int64_t kL = 256;
   auto trained = Make(kL);

@@ -13,6 +13,7 @@
 #include "autoencoder/lgc_payload.h"
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
+#include "codecs/zstd_codec.h"
 #include "gtest/gtest.h"
 #include "tests/autoencoder/refused.h"
 
@@ -182,6 +183,55 @@ TEST(LgcCodes, HostileBodiesAreRefused) {
   BitCorrection three_bits = c;
   three_bits.bits = 3;
   EXPECT_FALSE(EncodeBitCorrection(three_bits).ok());
+}
+
+// zstd=1: a body packs and unpacks to itself, smaller on a real-sized update (the cell
+// codes and the Elias-Fano high bits are far from uniform); the largest bodies bound what
+// a packed one may inflate to; zstd=0 sends the bodies as they are.
+TEST(LgcCodes, PackedBodiesUnpackToThemselvesWithinTheirLargestSize) {
+  const uint64_t dim = 215370;
+  const std::vector<float> u = Gaussian(dim, 41, 0.01f), w = Gaussian(dim, 42, 0.01f);
+  const size_t k = 6462;
+  LgcPlan packed, plain;
+  plain.zstd = false;
+  const std::vector<uint32_t> support = SelectSupportSet(u, k);
+  std::vector<float> sent;
+  const std::string leader = EncodeLeaderCells(support, Gather(u, support), dim, &sent);
+  EXPECT_EQ(leader.size(), LeaderCellsBytes(k, dim));
+  BitCorrection c = CorrectBits(Gather(w, support), sent, 2);
+  const std::string follower = EncodeBitCorrection(c).value();
+  EXPECT_EQ(follower.size(), BitCorrectionBytes(k, 2));
+  EXPECT_EQ(PackBody(plain, leader).value(), leader);
+  const std::string pl = PackBody(packed, leader).value();
+  const std::string pf = PackBody(packed, follower).value();
+  EXPECT_LT(pl.size(), leader.size());
+  auto lc = UnpackLeaderCells(packed, Bytes(pl), dim, k);
+  ASSERT_TRUE(lc.ok()) << lc.status();
+  EXPECT_EQ(lc->support, support);
+  EXPECT_EQ(0, std::memcmp(lc->values.data(), sent.data(), k * sizeof(float)));
+  auto bc = UnpackBitCorrection(packed, Bytes(pf), k);
+  ASSERT_TRUE(bc.ok()) << bc.status();
+  EXPECT_EQ(bc->codes, c.codes);
+  EXPECT_EQ(bc->steps, c.steps);
+  // A body packed for the other setting, torn, or inflating past the largest body.
+  EXPECT_FALSE(UnpackLeaderCells(packed, Bytes(leader), dim, k).ok());
+  EXPECT_FALSE(UnpackLeaderCells(plain, Bytes(pl), dim, k).ok());
+  for (size_t n : {size_t{0}, size_t{1}, pl.size() / 2, pl.size() - 1}) {
+    EXPECT_TRUE(Refused(UnpackLeaderCells(packed, Bytes(pl.substr(0, n)), dim, k))) << n;
+  }
+  const std::string big(BitCorrectionBytes(k, 4) + 1, '\0');
+  const std::string bomb = codecs::ZstdPack(Bytes(big), 3).value();
+  EXPECT_TRUE(Refused(UnpackBitCorrection(packed, Bytes(bomb), k), codecs::InputError::kMalformed));
+  // Random byte flips: refused or a well-formed body, never a crash.
+  std::mt19937_64 rng(43);
+  for (int t = 0; t < 300; ++t) {
+    std::string m = pf;
+    m[rng() % m.size()] ^= static_cast<char>(1 + rng() % 255);
+    auto r = UnpackBitCorrection(packed, Bytes(m), k);
+    if (r.ok()) {
+      EXPECT_EQ(r->codes.size(), k);
+    }
+  }
 }
 
 }  // namespace

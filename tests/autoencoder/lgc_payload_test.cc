@@ -1,6 +1,6 @@
-// LGC payloads: the support is the top-k by magnitude in ascending value order, error
-// feedback conserves the update exactly, bodies round-trip (indices and innovation exactly,
-// the latent within its quantizer's error) with exact sizes, and hostile bodies are refused.
+// LGC's stage-3 payloads: the support is the top-k by magnitude in ascending value order,
+// bodies round-trip (indices and innovation exactly, the latent within its quantizer's
+// error) with exact sizes, hostile bodies are refused; and the plan's spec.
 #include "autoencoder/lgc_payload.h"
 
 #include <algorithm>
@@ -50,34 +50,6 @@ TEST(LgcPayload, SupportIsTopKByMagnitudeInAscendingOrder) {
   EXPECT_EQ(SelectSupport(u, 9999).size(), u.size());
 }
 
-TEST(LgcPayload, ErrorFeedbackConservesTheUpdateExactly) {
-  // Over rounds: sum of what was sent + the last residual == sum of the updates, exactly
-  // (dyadic values: every sum is exact in float).
-  std::mt19937_64 rng(3);
-  std::uniform_int_distribution<int> q(-64, 64);
-  std::vector<float> residual(1000, 0.0f), sent_total(1000, 0.0f), update_total(1000, 0.0f);
-  for (int round = 0; round < 20; ++round) {
-    std::vector<float> u(1000);
-    for (size_t i = 0; i < u.size(); ++i) {
-      const float g = static_cast<float>(q(rng)) / 64.0f;
-      update_total[i] += g;
-      u[i] = g + residual[i];
-    }
-    const auto support = SelectSupport(u, 30);
-    const auto values = Gather(u, support);
-    for (size_t j = 0; j < support.size(); ++j) sent_total[support[j]] += values[j];
-    residual = ResidualAfter(u, support);
-    for (size_t i = 0; i < u.size(); ++i) {
-      float sent_here = 0;
-      for (size_t j = 0; j < support.size(); ++j)
-        if (support[j] == i) sent_here = values[j];
-      ASSERT_EQ(sent_here + residual[i], u[i]);
-    }
-  }
-  for (size_t i = 0; i < residual.size(); ++i)
-    EXPECT_EQ(sent_total[i] + residual[i], update_total[i]);
-}
-
 TEST(LgcPayload, RmsScale) {
   EXPECT_FLOAT_EQ(RmsScale(std::vector<float>{3, -4, 0, 0}), 2.5f);
   EXPECT_EQ(RmsScale(std::vector<float>(5, 0.0f)), 1.0f);
@@ -87,7 +59,7 @@ TEST(LgcPayload, RmsScale) {
 TEST(LgcPayload, InnovationKeepsTheLargestValuesOnTheSupport) {
   const auto u = Gaussian(2000, 5);
   const auto support = SelectSupport(u, 100);
-  const auto inn = Innovation(u, support, 7);
+  const auto inn = InnovationOfValues(Gather(u, support), 7);
   ASSERT_EQ(inn.size(), 100u);
   EXPECT_EQ(std::count_if(inn.begin(), inn.end(), [](float v) { return v != 0; }), 7);
   const auto v = Gather(u, support);
@@ -109,17 +81,21 @@ TEST(LgcPayload, LeaderBodyRoundTripsWithExactSize) {
   const auto u = Gaussian(kDim, 9);
   LeaderPayload p;
   p.support = SelectSupport(u, 2150);
-  p.innovation = Innovation(u, p.support, 21);
+  const std::vector<float> v = Gather(u, p.support);
+  const Correction c = Correct(v, Gaussian(v.size(), 10), 21);
+  p.innovation = c.innovation;
+  p.scale = c.gain;
+  p.step = c.step;
+  p.sent_crc = c.sent_crc;
   p.latent = Gaussian(4 * 133, 11);
-  p.scale = RmsScale(Gather(u, p.support));
   for (const std::string spec : {"qsgd(bits=8,bucket=64)", "qsgd(bits=4,bucket=64)"}) {
     auto codec = LatentCodec(spec);
     auto body = EncodeLeader(p, kDim, *codec, 42);
     ASSERT_TRUE(body.ok()) << body.status();
-    // 4 + 1 + 2150 indices at 18 bits + 4 + latent + scale + 4 + 21 positions at 12 bits
-    // + 21 floats
+    // 4 + 1 + 2150 indices at 18 bits + 4 + latent + gain, step, CRC, count + 21 positions
+    // at 12 bits + 21 int8 values
     const size_t expect = 4 + 1 + (2150 * 18 + 7) / 8 + 4 + codec->MaxBodyBytes(p.latent.size()) +
-                          4 + 4 + (21 * 12 + 7) / 8 + 21 * 4;
+                          16 + (21 * 12 + 7) / 8 + 21;
     EXPECT_EQ(body->size(), expect) << spec;
     const auto bytes =
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body->data()), body->size());
@@ -128,6 +104,8 @@ TEST(LgcPayload, LeaderBodyRoundTripsWithExactSize) {
     EXPECT_EQ(back->support, p.support);
     EXPECT_EQ(back->innovation, p.innovation);
     EXPECT_EQ(back->scale, p.scale);
+    EXPECT_EQ(back->step, p.step);
+    EXPECT_EQ(back->sent_crc, p.sent_crc);
     // QSGD on buckets of 64: each value within its bucket's L2 norm / levels.
     const double levels = spec.find("bits=8") != std::string::npos ? 127 : 7;
     for (size_t b = 0; b < p.latent.size(); b += 64) {
@@ -148,7 +126,10 @@ TEST(LgcPayload, HostileBodiesAreRefused) {
   const auto u = Gaussian(kDim, 13);
   LeaderPayload p;
   p.support = SelectSupport(u, 100);
-  p.innovation = Innovation(u, p.support, 5);
+  const Correction c = Correct(Gather(u, p.support), Gaussian(100, 14), 5);
+  p.innovation = c.innovation;
+  p.scale = c.gain;
+  p.step = c.step;
   p.latent = Gaussian(4 * 5, 17);
   auto codec = LatentCodec("qsgd(bits=8,bucket=64)");
   const std::string body = EncodeLeader(p, kDim, *codec, 1).value();
@@ -181,18 +162,6 @@ TEST(LgcPayload, HostileBodiesAreRefused) {
       for (float v : r->latent) EXPECT_TRUE(std::isfinite(v));
     }
   }
-  // Follower bodies: the innovation alone.
-  const std::string inn = EncodeInnovation(p.innovation, 0.25f).value();
-  EXPECT_EQ(DecodeInnovation(view(inn), 100)->innovation, p.innovation);
-  EXPECT_EQ(DecodeInnovation(view(inn), 100)->scale, 0.25f);
-  EXPECT_FALSE(EncodeInnovation(p.innovation, 0.0f).ok());
-  EXPECT_FALSE(EncodeInnovation(p.innovation, NAN).ok());
-  for (size_t n = 0; n < inn.size(); ++n)
-    EXPECT_TRUE(Refused(DecodeInnovation(view(inn.substr(0, n)), 100))) << n;
-  EXPECT_TRUE(Refused(DecodeInnovation(view(inn), 3))) << "positions beyond the support";
-  std::vector<float> nan(100, 0.0f);
-  nan[3] = NAN;
-  EXPECT_FALSE(EncodeInnovation(nan, 1.0f).ok());
 }
 
 TEST(LgcPayload, PredictiveCorrectionIsTheLeastSquaresGainPlusTheLargestMisses) {
@@ -313,7 +282,7 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
     std::memcpy(b.data() + 8, &bad, 4);
     EXPECT_TRUE(Refused(DecodeCorrection(view(b), 100), codecs::InputError::kNonFinite)) << bad;
   }
-  // A leader's gain: refused as a scale, taken as a gain.
+  // A leader's gain may be negative.
   constexpr uint64_t kDim = 5000;
   const auto u = Gaussian(kDim, 33);
   LeaderPayload lp;
@@ -324,40 +293,20 @@ TEST(LgcPayload, CorrectionBodiesRoundTripExactlyAndHostileOnesAreRefused) {
   lp.latent = Gaussian(20, 34);
   lp.scale = -2.0f;
   auto codec = LatentCodec("qsgd(bits=8,bucket=64)");
-  EXPECT_FALSE(EncodeLeader(lp, kDim, *codec, 1).ok());
-  const std::string leader = EncodeLeader(lp, kDim, *codec, 1, true).value();
-  EXPECT_TRUE(
-      Refused(DecodeLeader(view(leader), kDim, *codec, 20), codecs::InputError::kNonFinite));
-  auto lb = DecodeLeader(view(leader), kDim, *codec, 20, true);
+  const std::string leader = EncodeLeader(lp, kDim, *codec, 1).value();
+  auto lb = DecodeLeader(view(leader), kDim, *codec, 20);
   ASSERT_TRUE(lb.ok()) << lb.status();
   EXPECT_EQ(lb->scale, -2.0f);
   EXPECT_EQ(lb->step, c.step);
   EXPECT_EQ(lb->sent_crc, 99u);
   EXPECT_EQ(lb->innovation, c.innovation);
-  // Its innovation travels in 8 bits too: 9 values cost 9 bytes, a step and a CRC, not 36.
-  lp.scale = 2.0f;
-  EXPECT_EQ(leader.size() + 36 - 9 - 8, EncodeLeader(lp, kDim, *codec, 1).value().size());
+  lp.scale = NAN;
+  EXPECT_FALSE(EncodeLeader(lp, kDim, *codec, 1).ok());
   for (size_t n = 0; n < leader.size(); ++n)
-    EXPECT_TRUE(Refused(DecodeLeader(view(leader.substr(0, n)), kDim, *codec, 20, true))) << n;
+    EXPECT_TRUE(Refused(DecodeLeader(view(leader.substr(0, n)), kDim, *codec, 20))) << n;
 }
 
-TEST(LgcPayload, ReferencedValuesRoundTripAndNameTheirLeaderPayload) {
-  auto view = [](const std::string& s) {
-    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-  };
-  const auto v = Gaussian(50, 41);
-  const std::string body = EncodeReferencedValues(77, v);
-  EXPECT_EQ(body.size(), 4u + 50 * 4);
-  auto back = DecodeReferencedValues(view(body), 50);
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->reference, 77u);
-  EXPECT_EQ(back->values, v);
-  EXPECT_TRUE(Refused(DecodeReferencedValues(view(body), 49)));
-  EXPECT_TRUE(Refused(DecodeReferencedValues(view(body.substr(0, 100)), 50)));
-  std::vector<float> nan = v;
-  nan[3] = NAN;
-  EXPECT_TRUE(Refused(DecodeReferencedValues(view(EncodeReferencedValues(1, nan)), 50),
-                      codecs::InputError::kNonFinite));
+TEST(LgcPayload, TheReferenceNamesItsLeaderPayload) {
   // The reference covers the support and the latent: any change to either changes it.
   const std::vector<uint32_t> s = {4, 9, 2};
   const std::vector<float> z = {0.5f, -1.0f};
@@ -374,27 +323,45 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_FALSE(plain->has_value());
   auto d = ParseLgcSpec("lgc");
   ASSERT_TRUE(d.ok() && d->has_value()) << d.status();
-  EXPECT_EQ((*d)->ratio, 0.01);
-  EXPECT_EQ((*d)->train_rounds, 5u);
-  EXPECT_FALSE((*d)->echo);
-  EXPECT_FALSE((*d)->predict);
-  EXPECT_EQ((*d)->SupportSize(215370), 2154u);
-  EXPECT_EQ((*d)->InnovationSize(2154), 22u);
+  EXPECT_EQ((*d)->ratio, 0.03);
+  EXPECT_EQ((*d)->bits, 2);
+  EXPECT_EQ((*d)->ramp, 0u);
+  EXPECT_TRUE((*d)->zstd);
+  EXPECT_EQ((*d)->train_rounds, 0u);
+  EXPECT_FALSE((*d)->autoencoder());
+  EXPECT_EQ(LgcStage(**d, 1, 0), 2);
+  EXPECT_EQ(LgcStage(**d, 1000, 0), 2);  // the compact codes throughout
+  EXPECT_EQ(LgcStage(**d, 2, 2), 1);
+  EXPECT_EQ((*d)->SupportSize(215370), 6462u);
   auto p = ParseLgcSpec(
-      "lgc(ratio=0.05,innovation=0.02,train=6,ae_steps=3,ae_optimizer=sgd,"
-      "ae_lr=0.01,echo=1,predict=1,latent=qsgd(bits=4,bucket=64))");
+      "lgc(ratio=0.05,bits=4,ramp=2,zstd=0,innovation=0.02,train=6,ae_steps=3,"
+      "ae_optimizer=sgd,ae_lr=0.01,latent=qsgd(bits=4,bucket=64))");
   ASSERT_TRUE(p.ok() && p->has_value()) << p.status();
   EXPECT_EQ((*p)->ratio, 0.05);
+  EXPECT_EQ((*p)->bits, 4);
+  EXPECT_EQ((*p)->ramp, 2u);
+  EXPECT_FALSE((*p)->zstd);
   EXPECT_EQ((*p)->innovation, 0.02);
   EXPECT_EQ((*p)->train_rounds, 6u);
   EXPECT_EQ((*p)->ae_steps, 3u);
   EXPECT_EQ((*p)->ae_optimizer, "sgd");
-  EXPECT_TRUE((*p)->echo);
-  EXPECT_TRUE((*p)->predict);
   EXPECT_NE((*p)->latent.find("bits=4"), std::string::npos) << (*p)->latent;
+  EXPECT_EQ((*p)->InnovationSize(2154), 44u);
+  EXPECT_EQ(LgcStage(**p, 6, 0), 2);
+  EXPECT_EQ(LgcStage(**p, 7, 0), 3);
+  // The keys of the protocols before this one: what is now the protocol is accepted.
+  EXPECT_TRUE(ParseLgcSpec("lgc(predict=1,code=cells,echo=0)").ok());
+  EXPECT_TRUE(ParseLgcSpec("lgc(train=3,ramp=2)").ok());  // the ramp ends before training does
+  for (const char* removed : {"lgc(predict=0)", "lgc(code=fp32)", "lgc(echo=1)"}) {
+    auto r = ParseLgcSpec(removed);
+    ASSERT_FALSE(r.ok()) << removed;
+    EXPECT_NE(r.status().message().find("one protocol"), std::string_view::npos) << r.status();
+  }
   for (const char* bad :
-       {"lgc(echo=2)", "lgc(predict=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(train=0)",
-        "lgc(ae_optimizer=rmsprop)", "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
+       {"lgc(predict=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(bits=3)", "lgc(bits=8)",
+        "lgc(zstd=2)", "lgc(ramp=21)", "lgc(train=-1)", "lgc(train=2,ramp=2)",
+        "lgc(ae_optimizer=rmsprop)",
+        "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
     EXPECT_FALSE(ParseLgcSpec(bad).ok()) << bad;
   }
 }

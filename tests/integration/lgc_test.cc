@@ -1,8 +1,9 @@
-// LGC over the real service (mTLS, processes): a job passes through its three stages
-// (warm-up, autoencoder training, compressed), also when the coordinator is SIGKILLed
-// during the training stage and restarted; and a compressed round whose leader vanishes
-// completes under a promoted leader; the same with predict=1, where followers wait for
-// the leader's latent, also across a follower killed and restarted.
+// LGC over the real service (mTLS, processes): the compact codes run from the first round
+// across a coordinator SIGKILL with bit-exact rebuilds; a job with the autoencoder passes
+// through its three stages (warm-up, compact codes that train it, the autoencoder's
+// latent), also when the coordinator is SIGKILLed during training; followers wait for the
+// leader's payload, also across a follower killed while it waits; and a round whose
+// leader vanishes completes under a promoted one, in either stage.
 #include <signal.h>
 
 #include <filesystem>
@@ -117,9 +118,7 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   auto o = CoordinatorDefaults(dir, certs);
   o.rounds = 7;  // 1 warm-up, 3 training, 3 compressed
   const int port = FreePort();
-  // echo=1 (the later --codec wins): clients measure the coordinator's reconstructions.
-  const auto argv =
-      CoordinatorArgs(o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,echo=1)");
+  const auto argv = CoordinatorArgs(o, port, n);
   // Killed once the first training round has committed, while the second runs.
   RunAcrossACoordinatorKill(argv, dir, certs, o.state_dir, n, port, 2);
 
@@ -134,31 +133,35 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
       EXPECT_FALSE(lines[i].Label("lgc_leader").empty());
     }
   }
-  // Stage 2 sends 1% of the values in fp32 (plus frame headers and the leader's next
-  // support): ~90x fewer bytes than fp32; stage 3 only innovations and one latent.
+  // Stage 2 sends the leader's 1% as a set and cells and the followers' 2-bit corrections
+  // (plus frame headers); stage 3 the leader's ordered support and latent and everyone's
+  // gain and 1% innovation: both well over 50x fewer bytes than fp32.
   const double stage1 = double(lines[0].raw_uplink_bytes) / lines[0].uplink_bytes;
   const double stage2 = double(lines[2].raw_uplink_bytes) / lines[2].uplink_bytes;
   const double stage3 = double(lines[5].raw_uplink_bytes) / lines[5].uplink_bytes;
   EXPECT_LT(stage1, 1.01);
   EXPECT_GT(stage2, 50);
-  EXPECT_GT(stage3, 3 * stage2);
+  EXPECT_GT(stage3, 50);
+  // The autoencoder trained in stage 2 (its loss reported), not in stage 3.
+  EXPECT_GE(lines[3].Figure("ae_reconstruction", -1), 0);
+  EXPECT_LT(lines[5].Figure("ae_reconstruction", -1), 0);
   // The model still learns the synthetic task through the compressed rounds.
   EXPECT_GT(lines.back().accuracy, 0.8);
-  // echo=1: in rounds 6 and 7 each client fetched the reconstruction of its update of the
-  // round before and logged its relative error (a leader's and two followers' per round).
+  // Every client logged its miss |v - sent| / |v| < 1 in every LGC round as it sent (a
+  // leader's and two followers' per round; a resend after the kill logs again).
   std::map<uint64_t, int> leaders, followers;
-  CountMisses(dir, n, 10, &leaders, &followers);
-  for (uint64_t r : {5, 6}) {
-    EXPECT_EQ(leaders[r], 1) << "round " << r;
-    EXPECT_EQ(followers[r], n - 1) << "round " << r;
+  CountMisses(dir, n, 1.0 + 1e-6, &leaders, &followers);
+  for (uint64_t r = 2; r <= 7; ++r) {
+    EXPECT_GE(leaders[r], 1) << "round " << r;
+    EXPECT_GE(followers[r], n - 1) << "round " << r;
   }
   // The LGC state of the last rounds is on disk (older ones are pruned).
   EXPECT_TRUE(std::filesystem::exists(o.state_dir + "/lgc-7.bin"));
   EXPECT_FALSE(std::filesystem::exists(o.state_dir + "/lgc-4.bin"));
 }
 
-TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
-  // predict=1: followers wait for the leader's support and latent, predict their values
+TEST(Lgc, AutoencoderRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
+  // Stage 3: followers wait for the leader's support and latent, predict their values
   // from it with their own decoders and send gain + innovation; each keeps its miss
   // (< |v|). The leader sits behind a 150 ms link, so followers wait; one is SIGKILLed
   // while it waits in a compressed round (its update is all in its persisted residual),
@@ -170,7 +173,7 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
   o.rounds = 8;  // 1 warm-up, 3 training, 4 compressed
   const int port = FreePort();
   auto argv = CoordinatorArgs(
-      o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1,predict=1)");
+      o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1)");
   argv.push_back("--lgc-leader=client-0");
   ChildProcess coord(argv, dir + "/coordinator.log");
   std::unique_ptr<core::FaultProxy> proxy;
@@ -211,9 +214,10 @@ TEST(Lgc, PredictiveRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
 }
 
 TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuilds) {
-  // code=cells: no warm-up, every round compressed (the first one on a support twice as
-  // wide: ramp=1); the coordinator is SIGKILLed after round 2 and restarted; every client
-  // counts in every round and the coordinator rebuilds each follower to the bit.
+  // The default protocol: no warm-up, every round compressed (the first one on a support
+  // twice as wide: ramp=1), bodies packed with zstd; the coordinator is SIGKILLed after
+  // round 2 and restarted; every client counts in every round and the coordinator rebuilds
+  // each follower to the bit.
   const int n = 3;
   const std::string dir = FreshDir("lgc_cells");
   const std::string certs = MakeCerts(dir, n);
@@ -222,7 +226,7 @@ TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuild
   const int port = FreePort();
   auto argv = CoordinatorArgs(
       o, port, n,
-      "--codec=lgc(ratio=0.05,train=100000,ae_steps=1,predict=1,code=cells,bits=2,ramp=1)");
+      "--codec=lgc(ratio=0.05,bits=2,ramp=1)");
   argv.push_back("--codec-warmup=");  // the later one wins: no warm-up round
   RunAcrossACoordinatorKill(argv, dir, certs, o.state_dir, n, port, 2);
   const auto lines = ReadRounds(o.state_dir);
@@ -238,7 +242,8 @@ TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuild
   EXPECT_GT(ratio, 100);
   EXPECT_LT(ratio, 400);
   EXPECT_GT(lines[0].uplink_bytes, 1.5 * lines[3].uplink_bytes);
-  EXPECT_EQ(lines[3].uplink_bytes, lines[4].uplink_bytes);  // fixed sizes per round
+  // The codes have fixed sizes; zstd moves them by a few percent at most.
+  EXPECT_NEAR(double(lines[3].uplink_bytes) / lines[4].uplink_bytes, 1.0, 0.15);
   EXPECT_GT(lines.back().accuracy, 0.8);
   // Leaders keep their cells' miss, followers less than their values (every group's miss
   // after the correction is at most its miss against the prediction).
@@ -250,13 +255,13 @@ TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuild
   }
 }
 
-// The leader of round 5 (the first compressed one) is killed; `codec` is the job's.
-void PromotedLeaderRun(const std::string& name, const std::string& codec) {
+// The leader of round 5 is killed; `codec` is the job's, `stage` round 5's.
+void PromotedLeaderRun(const std::string& name, const std::string& codec, int stage) {
   const int n = 3;
   const std::string dir = FreshDir(name);
   const std::string certs = MakeCerts(dir, n);
   auto o = CoordinatorDefaults(dir, certs);
-  o.rounds = 6;  // 1 warm-up, 3 training, 2 compressed
+  o.rounds = 6;  // 1 warm-up, then 5 LGC rounds
   const int port = FreePort();
   auto argv = CoordinatorArgs(o, port, 2, "--lgc-leader=client-0");
   argv.push_back("--codec=" + codec);
@@ -280,9 +285,9 @@ void PromotedLeaderRun(const std::string& name, const std::string& codec) {
   for (size_t i = 1; i < 4; ++i) {
     EXPECT_EQ(lines[i].Label("lgc_leader"), "client-0") << "round " << i + 1;
   }
-  EXPECT_EQ(lines[4].Figure("lgc_stage"), 3);
+  EXPECT_EQ(lines[4].Figure("lgc_stage"), stage);
   EXPECT_NE(lines[4].Label("lgc_leader"), "client-0");
-  EXPECT_EQ(lines[4].participants, 2);  // both survivors decoded with the new leader's latent
+  EXPECT_EQ(lines[4].participants, 2);  // both survivors counted against the new leader's
   EXPECT_EQ(lines[5].participants, 2);
   // Raw bytes count each survivor's model once, also the one that sent twice (as a
   // follower, then as the promoted leader).
@@ -292,14 +297,15 @@ void PromotedLeaderRun(const std::string& name, const std::string& codec) {
   EXPECT_NE((*log)->find("round 5: leader client-"), std::string::npos) << "no promotion logged";
 }
 
-TEST(Lgc, ACompressedRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
-  PromotedLeaderRun("lgc_promote", "lgc(ratio=0.01,train=3,ae_steps=5)");
+// A waiting follower is promoted (its values become a leader payload) and the other
+// follower sends against the new leader's payload: its cells in stage 2, its latent in
+// stage 3.
+TEST(Lgc, AnAutoencoderRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
+  PromotedLeaderRun("lgc_promote", "lgc(ratio=0.01,train=3,ae_steps=5)", 3);
 }
 
-TEST(Lgc, PredictiveFollowersWaitingForAVanishedLeadersLatentGetAPromotedOnes) {
-  // A waiting follower is promoted (its values become a leader payload) and the other
-  // follower predicts from the new leader's latent.
-  PromotedLeaderRun("lgc_promote_predict", "lgc(ratio=0.01,train=3,ae_steps=5,predict=1)");
+TEST(Lgc, ACompactRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
+  PromotedLeaderRun("lgc_promote_cells", "lgc(ratio=0.01)", 2);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Fuzz target for the LGC decoders the coordinator runs on what clients send
-// (autoencoder/lgc_payload.h, envelope.h): the first input byte picks the decoder, the rest
+// (autoencoder/lgc_codes.h, lgc_payload.h, envelope.h): the first input byte picks the decoder, the rest
 // is its body. Every input must decode or fail with a status; what decodes must hold what
 // the decoder promises (indices in range and distinct, values finite). Seeds are valid
 // bodies of each kind. Built like decode_fuzzer.cc (libFuzzer with clang, the seeded
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autoencoder/envelope.h"
+#include "autoencoder/lgc_codes.h"
 #include "autoencoder/lgc_payload.h"
 #include "codecs/dense_codec.h"
 #include "codecs/registry.h"
@@ -30,14 +31,18 @@ constexpr size_t kLatent = 16;
 
 enum Kind : uint8_t {
   kLeader,
-  kLeaderPredict,
-  kInnovation,
   kCorrection,
-  kReferenced,
+  kLeaderCells,    // packed with zstd (the default plan)
+  kBitCorrection,  // packed with zstd
   kSupportBytes,
   kEnvelope,
   kKinds
 };
+
+const LgcPlan& Plan() {
+  static const LgcPlan plan;
+  return plan;
+}
 
 const fedlgc::codecs::DenseCodec& LatentCodec() {
   static const auto* codec = dynamic_cast<fedlgc::codecs::DenseCodec*>(
@@ -75,20 +80,22 @@ std::vector<std::string> FedlgcFuzzSeeds() {
   const std::vector<float> v = Gather(u, p.support);
   p.latent.resize(kLatent);
   for (float& x : p.latent) x = normal(rng);
-  p.innovation = InnovationOfValues(v, 8);
-  p.scale = RmsScale(v);
+  const Correction c = Correct(v, std::vector<float>(v.rbegin(), v.rend()), 8);
+  p.scale = c.gain;
+  p.step = c.step;
+  p.innovation = c.innovation;
+  p.sent_crc = c.sent_crc;
   std::vector<std::string> seeds;
   seeds.push_back(Tagged(kLeader, EncodeLeader(p, kDim, LatentCodec(), 1).value()));
-  const Correction c = Correct(v, std::vector<float>(v.rbegin(), v.rend()), 8);
-  LeaderPayload q = p;
-  q.scale = c.gain;
-  q.step = c.step;
-  q.innovation = c.innovation;
-  q.sent_crc = c.sent_crc;
-  seeds.push_back(Tagged(kLeaderPredict, EncodeLeader(q, kDim, LatentCodec(), 1, true).value()));
-  seeds.push_back(Tagged(kInnovation, EncodeInnovation(p.innovation, p.scale).value()));
   seeds.push_back(Tagged(kCorrection, EncodeCorrection(c).value()));
-  seeds.push_back(Tagged(kReferenced, EncodeReferencedValues(77, v)));
+  const std::vector<uint32_t> set = SelectSupportSet(u, kSupport);
+  std::vector<float> sent;
+  const std::string cells = EncodeLeaderCells(set, Gather(u, set), kDim, &sent);
+  seeds.push_back(Tagged(kLeaderCells, PackBody(Plan(), cells).value()));
+  std::vector<float> w(kSupport);
+  for (float& x : w) x = normal(rng);
+  const BitCorrection bits = CorrectBits(w, sent, 2);
+  seeds.push_back(Tagged(kBitCorrection, PackBody(Plan(), EncodeBitCorrection(bits).value()).value()));
   seeds.push_back(Tagged(kSupportBytes, SupportToBytes(p.support)));
   seeds.push_back(Tagged(kEnvelope, Seal(kKindDecoder, kSupport, std::string(200, 'w'))));
   return seeds;
@@ -99,23 +106,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Kind kind = static_cast<Kind>(data[0] % kKinds);
   const std::span<const uint8_t> body(data + 1, size - 1);
   switch (kind) {
-    case kLeader:
-    case kLeaderPredict: {
-      auto p = DecodeLeader(body, kDim, LatentCodec(), kLatent, kind == kLeaderPredict);
+    case kLeader: {
+      auto p = DecodeLeader(body, kDim, LatentCodec(), kLatent);
       if (p.ok()) {
         CheckSupport(p->support);
         CheckFinite(p->latent);
         CheckFinite(p->innovation);
         Check(p->latent.size() == kLatent && p->innovation.size() == p->support.size());
         Check(std::isfinite(p->scale) && std::isfinite(p->step));
-      }
-      break;
-    }
-    case kInnovation: {
-      auto i = DecodeInnovation(body, kSupport);
-      if (i.ok()) {
-        Check(i->innovation.size() == kSupport && std::isfinite(i->scale));
-        CheckFinite(i->innovation);
       }
       break;
     }
@@ -128,11 +126,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       break;
     }
-    case kReferenced: {
-      auto r = DecodeReferencedValues(body, kSupport);
-      if (r.ok()) {
-        Check(r->values.size() == kSupport);
-        CheckFinite(r->values);
+    case kLeaderCells: {
+      auto lc = UnpackLeaderCells(Plan(), body, kDim, kSupport);
+      if (lc.ok()) {
+        CheckSupport(lc->support);
+        Check(lc->values.size() == kSupport);
+        CheckFinite(lc->values);
+        for (size_t j = 1; j < lc->support.size(); ++j) Check(lc->support[j - 1] < lc->support[j]);
+      }
+      break;
+    }
+    case kBitCorrection: {
+      auto c = UnpackBitCorrection(Plan(), body, kSupport);
+      if (c.ok()) {
+        Check(c->codes.size() == kSupport && c->correction.size() == kSupport);
+        Check(c->bits == 1 || c->bits == 2 || c->bits == 4);
+        Check(std::isfinite(c->gain));
+        CheckFinite(c->correction);
       }
       break;
     }

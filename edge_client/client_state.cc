@@ -1,17 +1,18 @@
-// Client state file: u32 magic 'FLCS', u32 version 8, str codec, floats residual,
+// Client state file: u32 magic 'FLCS', u32 version 11, str codec, floats residual,
 // u32 has_pending, [u64 round, u64 version, u64 update_id, u64 samples, u32 n, str frame*n,
 // u32 lgc_stage, str lgc_support (u32 each), floats lgc_values, u32 flags (1 gossip share,
 // 2 LSGD lead), floats scales], then the local
 // model: floats x, f64 w, u64 trained_round, u64 pulled_round, f64 loss, u64 inbox_applied,
-// floats contributed, f64 share_pw, floats share; then the LGC echo: u64 round, floats
-// values, u32 leader; then str codec_state, str codec_basis; then the pending update's
+// floats contributed, f64 share_pw, floats share; then str codec_state, str codec_basis;
+// then the pending update's
 // u32 psgd_phase, floats psgd_factor (0 and none without one), str job (empty without
 // one); then u64 scale_round, u64 scale_version; CRC32C (core/atomic_file.h).
 // Version 1 files (no LGC fields), version 2 files (no flags, no local model), version 3 files
 // (whose share in flight was still inside x and w), version 4 files (no echo), version 5
 // files (no codec state), version 6 files (no codec basis), version 7 files (no
-// PowerSGD phase), version 8 files (no job) and version 9 files (no shared-scale round)
-// still load.
+// PowerSGD phase), version 8 files (no job), version 9 files (no shared-scale round) and
+// version 10 files still load; files of versions 5 to 10 hold an LGC echo (u64 round,
+// floats values, u32 leader) after the share, which LGC's echo=1 used and is skipped.
 #include "edge_client/client_state.h"
 
 #include <cstring>
@@ -22,7 +23,7 @@
 namespace fedlgc::edge_client {
 namespace {
 constexpr uint32_t kMagic = 0x53434C46;  // "FLCS"
-constexpr uint32_t kVersion = 10;
+constexpr uint32_t kVersion = 11;
 }  // namespace
 
 absl::Status SaveClientState(const std::string& path, const ClientState& s) {
@@ -57,9 +58,6 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   w.Floats(m.contributed);
   w.F64(m.share_pw);
   w.Floats(m.share);
-  w.U64(s.lgc_echo.round);
-  w.Floats(s.lgc_echo.values);
-  w.U32(s.lgc_echo.leader ? 1 : 0);
   if (s.codec_state.size() > ~uint32_t{0}) {
     return absl::InvalidArgumentError(
         StrCat(path, ": codec state of ", s.codec_state.size(), " bytes exceeds 4 GiB"));
@@ -146,11 +144,11 @@ absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
     s.pending = std::move(p);
   }
   if (version >= 3 && !ReadLocalModel(r, version, &s)) return corrupt();
-  if (version >= 5) {
-    LgcEcho& e = s.lgc_echo;
+  if (version >= 5 && version <= 10) {  // an LGC echo, not kept any more
+    uint64_t round = 0;
+    std::vector<float> values;
     uint32_t leader = 0;
-    if (!r.U64(&e.round) || !r.Floats(&e.values) || !r.U32(&leader)) return corrupt();
-    e.leader = leader != 0;
+    if (!r.U64(&round) || !r.Floats(&values) || !r.U32(&leader)) return corrupt();
   }
   if (version >= 6 && !r.Str(&s.codec_state, ~uint32_t{0})) return corrupt();
   if (version >= 7 && !r.Str(&s.codec_basis, ~uint32_t{0})) return corrupt();

@@ -61,14 +61,6 @@ struct LocalModel {
   std::vector<float> share;
 };
 
-// LGC stage 3 with echo=1: the values of a counted update, kept until the coordinator's
-// reconstruction of them (its "echo") is fetched and compared. round 0: none.
-struct LgcEcho {
-  uint64_t round = 0;
-  std::vector<float> values;  // in support order
-  bool leader = false;        // sent as the round's leader
-};
-
 struct ClientState {
   std::string codec;            // spec the residual belongs to
   std::vector<float> residual;  // error-feedback residual (empty before the first round)
@@ -81,7 +73,6 @@ struct ClientState {
   std::string codec_basis;
   std::optional<PendingUpdate> pending;
   LocalModel local;
-  LgcEcho lgc_echo;
   // A round of terngrad(shared=1) (modes/fedavg/terngrad_rounds.h) whose update was added
   // to the residual, where it waits for the round's shared scale (0: none), and the model
   // version it was trained from.

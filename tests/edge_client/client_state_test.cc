@@ -37,9 +37,6 @@ ClientState Sample() {
   s.local.contributed = {3.0f, 3.0f, 3.0f};
   s.local.share_pw = 0.5;
   s.local.share = {1.0f, 2.0f, 3.0f};
-  s.lgc_echo.round = 6;
-  s.lgc_echo.values = {-0.25f, 4.0f};
-  s.lgc_echo.leader = true;
   s.codec_state = std::string("DGCS\0\x01 sender state", 20);
   s.scale_round = 9;
   s.scale_version = 8;
@@ -73,9 +70,6 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_EQ(back->local.contributed, s.local.contributed);
   EXPECT_EQ(back->local.share, s.local.share);
   EXPECT_EQ(back->local.share_pw, 0.5);
-  EXPECT_EQ(back->lgc_echo.round, 6u);
-  EXPECT_EQ(back->lgc_echo.values, s.lgc_echo.values);
-  EXPECT_TRUE(back->lgc_echo.leader);
   EXPECT_EQ(back->codec_state, s.codec_state);
   EXPECT_EQ(back->scale_round, 9u);
   EXPECT_EQ(back->scale_version, 8u);
@@ -121,9 +115,9 @@ std::string OldFile(uint32_t version) {
   w.Floats(s.local.contributed);
   w.F64(0.5);
   w.Floats(s.local.share);
-  if (version >= 5) {
-    w.U64(s.lgc_echo.round);
-    w.Floats(s.lgc_echo.values);
+  if (version >= 5 && version <= 10) {  // an LGC echo
+    w.U64(6);
+    w.Floats(std::vector<float>{-0.25f, 4.0f});
     w.U32(1);
   }
   if (version >= 6) w.Str(s.codec_state);
@@ -131,6 +125,11 @@ std::string OldFile(uint32_t version) {
   if (version >= 8) {
     w.U32(0);  // no PowerSGD phase
     w.Floats(std::vector<float>{});
+  }
+  if (version >= 9) w.Str("job-a");
+  if (version >= 10) {
+    w.U64(9);  // a shared-scale round
+    w.U64(8);
   }
   return w.Finish();
 }
@@ -143,7 +142,6 @@ TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
   EXPECT_EQ(back->local.x, (std::vector<float>{0.0f, 0.0f, 0.0f}));
   EXPECT_EQ(back->local.w, 0.5);
   EXPECT_TRUE(back->pending->gossip);
-  EXPECT_EQ(back->lgc_echo.round, 0u);  // no echo before version 5
 }
 
 TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
@@ -156,8 +154,6 @@ TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
   EXPECT_FALSE(back->pending->gossip);
   EXPECT_EQ(back->local.x, Sample().local.x);  // no share conversion after version 3
   EXPECT_EQ(back->local.w, 0.5);
-  EXPECT_EQ(back->lgc_echo.round, 0u);
-  EXPECT_TRUE(back->lgc_echo.values.empty());
 }
 
 TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
@@ -172,13 +168,25 @@ TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
   EXPECT_EQ(back->scale_round, 0u);
 }
 
+TEST(ClientState, AVersion10FileLoadsWithoutItsLgcEcho) {
+  const std::string path = Path("v10.state");
+  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(10)).ok());
+  auto back = LoadClientState(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->local.share, Sample().local.share);
+  EXPECT_EQ(back->codec_state, Sample().codec_state);
+  EXPECT_EQ(back->pending->job, "job-a");
+  EXPECT_EQ(back->scale_round, 9u);
+  EXPECT_EQ(back->scale_version, 8u);
+}
+
 TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {
+  // Versions 5 to 10 hold an LGC echo between the share and the codec state: skipped.
   const std::string path = Path("v5-old.state");
   ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(5)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->lgc_echo.round, 6u);
-  EXPECT_TRUE(back->lgc_echo.leader);
+  EXPECT_EQ(back->local.share, Sample().local.share);
   EXPECT_TRUE(back->codec_state.empty());
 }
 

@@ -1,6 +1,6 @@
 // An LGC job's codec spec and its stages (docs/lgc.md):
 //
-//   lgc(ratio=0.03, bits=2, ramp=0, zstd=1, train=0, ae_steps=20, ae_optimizer=adam,
+//   lgc(ratio=0.05, bits=2, ramp=0, zstd=1, train=0, ae_steps=20, ae_optimizer=adam,
 //       ae_lr=0.001, latent=qsgd(bits=8,bucket=64), innovation=0.01)
 //
 // One protocol, two-phase rounds with exact error feedback. The round's leader sends
@@ -41,7 +41,7 @@
 namespace fedlgc::autoencoder {
 
 struct LgcPlan {
-  double ratio = 0.03;
+  double ratio = 0.05;
   int bits = 2;
   uint32_t ramp = 0;  // the first `ramp` LGC rounds use 2^(ramp - r + 1) x ratio
   bool zstd = true;   // the compact codes' bodies through ZstdPack

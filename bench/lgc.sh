@@ -49,7 +49,7 @@ for w in ${WIDTHS:-0.03 0.05 0.08}; do
     done
   done
 done
-# The default (3%) and a 5% support: the same codes, each body packed with zstd.
+# A 3% support and the default (5%): the same codes, each body packed with zstd.
 run lgcz_0.03_b2 "lgc(ratio=0.03,bits=2)" "" "$@"
 run lgcz_0.05_b2 "lgc(ratio=0.05,bits=2)" "" "$@"
 # The autoencoder codes the leader's values from round 6 (trained on rounds 1-5's

@@ -49,7 +49,7 @@ run top1__q4 "topk(ratio=0.01)" "$q4" "$@"
 # The same codes through a lossless Zstandard stage (zstd(...), docs/codecs.md).
 run q8z__q4iz "zstd(qsgd(bits=8))" "zstd($q4i)" "$@"
 run q4iz__q4iz "zstd($q4i)" "zstd($q4i)" "$@"
-# LGC (docs/lgc.md), its default: compressed from the first round, a 3% support as a set and
+# LGC (docs/lgc.md), its default: compressed from the first round, a 5% support as a set and
 # cells, 2-bit corrections, zstd.
 run lgc__q4 "lgc()" "$q4" "$@"
 # Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).

@@ -323,7 +323,7 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_FALSE(plain->has_value());
   auto d = ParseLgcSpec("lgc");
   ASSERT_TRUE(d.ok() && d->has_value()) << d.status();
-  EXPECT_EQ((*d)->ratio, 0.03);
+  EXPECT_EQ((*d)->ratio, 0.05);
   EXPECT_EQ((*d)->bits, 2);
   EXPECT_EQ((*d)->ramp, 0u);
   EXPECT_TRUE((*d)->zstd);
@@ -332,7 +332,7 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_EQ(LgcStage(**d, 1, 0), 2);
   EXPECT_EQ(LgcStage(**d, 1000, 0), 2);  // the compact codes throughout
   EXPECT_EQ(LgcStage(**d, 2, 2), 1);
-  EXPECT_EQ((*d)->SupportSize(215370), 6462u);
+  EXPECT_EQ((*d)->SupportSize(215370), 10769u);
   auto p = ParseLgcSpec(
       "lgc(ratio=0.05,bits=4,ramp=2,zstd=0,innovation=0.02,train=6,ae_steps=3,"
       "ae_optimizer=sgd,ae_lr=0.01,latent=qsgd(bits=4,bucket=64))");

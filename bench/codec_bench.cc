@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median_seconds.h"
 #include "codecs/codec.h"
 #include "codecs/dense_codec.h"
 #include "codecs/dgc.h"
@@ -31,19 +32,8 @@
 namespace fedlgc::codecs {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-template <typename F>
-double MedianSeconds(int reps, F&& f) {
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto a = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using fedlgc::bench::MedianSeconds;
 
 struct Row {
   std::string spec;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median_seconds.h"
 #include "codecs/codec.h"
 #include "codecs/cuda/gpu.h"
 #include "codecs/frame.h"
@@ -21,20 +22,9 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 namespace codecs = fedlgc::codecs;
 
-template <typename F>
-double MedianSeconds(int reps, F&& f) {
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto a = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using fedlgc::bench::MedianSeconds;
 
 }  // namespace
 

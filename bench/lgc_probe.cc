@@ -122,6 +122,235 @@ struct Mean {
   double Get() const { return n ? sum / static_cast<double>(n) : NAN; }
 };
 
+// One LGC test round for the autoencoder: the leader's values, their cells and the
+// followers' values, in the order of the cells (the leader's scaled by its RMS).
+struct Test {
+  std::string leader;
+  std::vector<float> leader_values, cells;
+  std::vector<std::pair<std::string, std::vector<float>>> followers;
+};
+
+// What the replay of one support width measured.
+struct Replay {
+  size_t k = 0;
+  size_t leader_raw = 0, follower_raw = 0;
+  size_t leader_z3 = 0, follower_z3 = 0, leader_z19 = 0, follower_z19 = 0;
+  std::vector<size_t> blocks = {1, 2, 4, 8, 16, 32, 64};
+  std::vector<Mean> block_energy = std::vector<Mean>(7), block_bytes = std::vector<Mean>(7);
+  Mean cells_err, miss_leader, miss_temporal, miss_both, cos_temporal;
+  // Autoencoder: training batches (clients' values in the order of the leader's decoded
+  // values, RMS-scaled) of the first rounds; the later rounds for the test.
+  std::vector<std::vector<ae::Sample>> batches;
+  std::vector<Test> tests;
+};
+
+// Block supports on a leader's u: the energy of its top k/B aligned blocks of B coordinates
+// and the bytes of their index set, for each B of r->blocks.
+void MeasureBlocks(std::span<const float> u, size_t k, Replay* r) {
+  const size_t dim = u.size();
+  const double total = Dot(u, u);
+  for (size_t b = 0; b < r->blocks.size(); ++b) {
+    const size_t bs = r->blocks[b], nb = (dim + bs - 1) / bs, keep = (k + bs - 1) / bs;
+    std::vector<float> energy(nb, 0.0f);
+    for (size_t i = 0; i < dim; ++i) energy[i / bs] += u[i] * u[i];
+    std::nth_element(energy.begin(), energy.begin() + (keep - 1), energy.end(),
+                     std::greater<float>());
+    const double e = std::accumulate(energy.begin(), energy.begin() + keep, 0.0);
+    r->block_energy[b].Add(total > 0 ? e / total : 0);
+    r->block_bytes[b].Add(static_cast<double>(fedlgc::codecs::EliasFanoBytes(keep, nb)));
+  }
+}
+
+// The compact codes with exact error feedback over every round of `updates`, the leader
+// rotating over the clients, at a support of `ratio`.
+Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<std::string>& ids,
+                   double ratio) {
+  const size_t n = updates.size(), rounds = updates[0].size(), dim = updates[0][0].size();
+  Replay R;
+  const size_t k = R.k = std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * dim)));
+  std::vector<std::vector<float>> residual(n, std::vector<float>(dim, 0.0f));
+  std::vector<std::vector<float>> rebuilt(n, std::vector<float>(dim, 0.0f));  // last round's
+  for (size_t r = 0; r < rounds; ++r) {
+    const size_t lead = r % n;
+    std::vector<std::vector<float>> u(n);
+    for (size_t c = 0; c < n; ++c) {
+      u[c] = updates[c][r];
+      for (size_t i = 0; i < dim; ++i) u[c][i] += residual[c][i];
+    }
+    const std::vector<uint32_t> support = ae::SelectSupportSet(u[lead], k);
+    const std::vector<float> vl = ae::Gather(u[lead], support);
+    std::vector<float> p;
+    const std::string lbody = ae::EncodeLeaderCells(support, vl, dim, &p);
+    R.leader_raw += lbody.size();
+    R.leader_z3 += Zstd(lbody, 3);
+    R.leader_z19 += Zstd(lbody, 19);
+    {
+      std::vector<float> diff(vl);
+      for (size_t j = 0; j < k; ++j) diff[j] -= p[j];
+      R.cells_err.Add(std::sqrt(Dot(diff, diff) / Dot(vl, vl)));
+    }
+    MeasureBlocks(u[lead], k, &R);
+    const std::vector<uint32_t> order = ae::ValueOrder(p);
+    std::vector<ae::Sample> batch;
+    Test test{ids[lead], {}, {}, {}};
+    const float lscale = ae::RmsScale(vl);
+    for (size_t c = 0; c < n; ++c) {
+      std::vector<float> sent;
+      const std::vector<float> v = ae::Gather(u[c], support);
+      if (c == lead) {
+        sent = p;
+      } else {
+        ae::BitCorrection corr = ae::CorrectBits(v, p, o.bits);
+        // CorrectBits makes only codes its encoder takes.
+        const std::string body = ae::EncodeBitCorrection(corr).value();
+        R.follower_raw += body.size();
+        R.follower_z3 += Zstd(body, 3);
+        R.follower_z19 += Zstd(body, 19);
+        const std::vector<float> q = ae::Gather(rebuilt[c], support);
+        if (r > 0) {
+          R.miss_leader.Add(MissFraction(v, {p}));
+          R.miss_temporal.Add(MissFraction(v, {q}));
+          R.miss_both.Add(MissFraction(v, {p, q}));
+          R.cos_temporal.Add(std::fabs(Cos(v, q)));
+        }
+        sent = std::move(corr.sent);
+      }
+      // Exact error feedback: what is not sent stays.
+      residual[c] = u[c];
+      std::fill(rebuilt[c].begin(), rebuilt[c].end(), 0.0f);
+      for (size_t j = 0; j < k; ++j) {
+        residual[c][support[j]] -= sent[j];
+        rebuilt[c][support[j]] = sent[j];
+      }
+      std::vector<float> x = Permute(sent, order);
+      const float s = ae::RmsScale(x);
+      for (float& y : x) y /= s;
+      if (r < o.train_rounds) {
+        batch.push_back({ids[c], x, std::vector<float>(k, 0.0f)});
+      } else if (c == lead) {
+        test.leader_values = Permute(vl, order);
+        for (float& y : test.leader_values) y /= lscale;
+        test.cells = Permute(p, order);
+        for (float& y : test.cells) y /= lscale;
+      } else {
+        test.followers.push_back({ids[c], Permute(v, order)});
+      }
+    }
+    if (r < o.train_rounds) {
+      R.batches.push_back(std::move(batch));
+    } else {
+      R.tests.push_back(std::move(test));
+    }
+  }
+  return R;
+}
+
+void PrintReplay(const Replay& r) {
+  std::printf("| payload | bytes over the run | zstd -3 | zstd -19 | saving (-19) |\n");
+  std::printf("|---|---|---|---|---|\n");
+  std::printf("| leader bodies (lgc-leader/2) | %zu | %zu | %zu | %.1f%% |\n", r.leader_raw,
+              r.leader_z3, r.leader_z19, 100.0 * (1.0 - double(r.leader_z19) / r.leader_raw));
+  std::printf("| follower corrections (lgc-correction/2) | %zu | %zu | %zu | %.1f%% |\n\n",
+              r.follower_raw, r.follower_z3, r.follower_z19,
+              100.0 * (1.0 - double(r.follower_z19) / r.follower_raw));
+  std::printf("| block of B coordinates | energy of top k/B blocks / element top-k's | index set bytes |\n");
+  std::printf("|---|---|---|\n");
+  for (size_t b = 0; b < r.blocks.size(); ++b) {
+    std::printf("| %zu | %.3f | %.0f |\n", r.blocks[b], r.block_energy[b].Get() / r.block_energy[0].Get(),
+                r.block_bytes[b].Get());
+  }
+  std::printf("\n(element top-k keeps %.3f of the leader's |u|^2)\n\n", r.block_energy[0].Get());
+  std::printf("| follower prediction | miss |v - fit|^2 / |v|^2, mean |\n|---|---|\n");
+  std::printf("| leader's cells (LGC today) | %.3f |\n", r.miss_leader.Get());
+  std::printf("| own rebuild of last round (temporal; mean |cos| %.3f) | %.3f |\n",
+              r.cos_temporal.Get(), r.miss_temporal.Get());
+  std::printf("| both, least squares | %.3f |\n\n", r.miss_both.Get());
+
+}
+
+// The autoencoder trained on `batches` as the coordinator would, against the cells on
+// `tests`: reconstruction of the leader's values and prediction of the followers'.
+int CompareAutoencoder(const Options& o, size_t k,
+                       const std::vector<std::vector<ae::Sample>>& batches,
+                       const std::vector<Test>& tests) {
+  // The autoencoder: trained on the first rounds' rebuilds, as the coordinator does.
+  if (batches.empty() || tests.empty() || k < static_cast<size_t>(ae::kMinLength)) return 0;
+  ae::AeOptions aeo;
+  aeo.optimizer = "adam";
+  aeo.lr = 1e-3;
+  aeo.device = "cpu";
+  auto net = ae::Autoencoder::Create(static_cast<int64_t>(k), aeo);
+  if (!net.ok()) {
+    std::fprintf(stderr, "lgc_probe: %s\n", net.status().ToString().c_str());
+    return 1;
+  }
+  ae::Losses first, last;
+  for (uint32_t s = 0; s < o.ae_steps; ++s) {
+    auto l = (*net)->TrainStep(batches[s % batches.size()], s);
+    if (!l.ok()) return 1;
+    if (s == 0) first = *l;
+    last = *l;
+  }
+  auto made = fedlgc::codecs::MakeCodec(o.latent);
+  const auto* latent_codec =
+      made.ok() ? dynamic_cast<const fedlgc::codecs::DenseCodec*>(made->get()) : nullptr;
+  if (latent_codec == nullptr) {
+    std::fprintf(stderr, "lgc_probe: --latent %s is not a dense codec\n", o.latent.c_str());
+    return 1;
+  }
+  const auto quantize = [&](std::span<const float> z) -> absl::StatusOr<std::vector<float>> {
+    std::string body;
+    fedlgc::codecs::BodyContext ctx;
+    ctx.seed = 1;
+    if (absl::Status st = latent_codec->EncodeBody(z, ctx, &body); !st.ok()) return st;
+    std::vector<float> out(z.size());
+    const auto* b = reinterpret_cast<const uint8_t*>(body.data());
+    if (absl::Status st = latent_codec->DecodeBody({b, body.size()}, out); !st.ok()) return st;
+    return out;
+  };
+  Mean ae_err, ae_err_q, cells_test_err, ae_miss, cells_miss;
+  for (const Test& t : tests) {
+    auto z = (*net)->Encode(t.leader_values);
+    if (!z.ok()) return 1;
+    const std::vector<float> zero(k, 0.0f);
+    auto rec = (*net)->Decode(t.leader, *z, zero);
+    auto zq = quantize(*z);
+    if (!rec.ok() || !zq.ok()) return 1;
+    auto rec_q = (*net)->Decode(t.leader, *zq, zero);
+    if (!rec_q.ok()) return 1;
+    const auto rel = [&](std::span<const float> x) {
+      // after the least-squares gain, as a follower would fit it
+      return std::sqrt(MissFraction(t.leader_values, {std::vector<float>(x.begin(), x.end())}));
+    };
+    ae_err.Add(rel(*rec));
+    ae_err_q.Add(rel(*rec_q));
+    cells_test_err.Add(rel(t.cells));
+    for (const auto& [id, v] : t.followers) {
+      auto pred = (*net)->Decode(id, *z, zero);
+      if (!pred.ok()) return 1;
+      ae_miss.Add(MissFraction(v, {*pred}));
+      cells_miss.Add(MissFraction(v, {t.cells}));
+    }
+  }
+  const size_t cells_bytes = ae::CellsBytes(k);
+  const size_t latent_floats = static_cast<size_t>((*net)->latent_size());
+  const uint64_t qbytes = latent_codec->MaxBodyBytes(latent_floats);
+  std::printf("autoencoder: %u steps on %zu rounds' rebuilds (loss %.3f -> %.3f), tested on %zu "
+              "later rounds\n\n",
+              o.ae_steps, batches.size(), first.reconstruction, last.reconstruction, tests.size());
+  std::printf("| code of the leader's values | bytes a round | relative error (after the gain) | followers' miss |\n");
+  std::printf("|---|---|---|---|\n");
+  std::printf("| cells (sign + 3-bit log-magnitude, 8 means) | %zu | %.3f | %.3f |\n", cells_bytes,
+              cells_test_err.Get(), cells_miss.Get());
+  std::printf("| autoencoder, float32 latent | %zu | %.3f | %.3f |\n", latent_floats * 4,
+              ae_err.Get(), ae_miss.Get());
+  std::printf("| autoencoder, latent=%s | %zu | %.3f | - |\n\n", o.latent.c_str(),
+              static_cast<size_t>(qbytes), ae_err_q.Get());
+  std::printf("(the autoencoder reads the values in the cells' order, which it gets for free "
+              "here; without the cells it would need that order sent)\n\n");
+  return 0;
+}
+
 int Run(const Options& o) {
   std::vector<std::string> ids;
   const Updates updates = Load(o.dir, &ids);
@@ -142,203 +371,10 @@ int Run(const Options& o) {
   std::printf("raw updates, cos(round r, round r-1) of one client, mean: %.3f\n\n", raw_cos.Get());
 
   for (double ratio : o.ratios) {
-    const size_t k = std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * dim)));
-    std::printf("## support %.1f%% (k = %zu)\n\n", 100 * ratio, k);
-    std::vector<std::vector<float>> residual(n, std::vector<float>(dim, 0.0f));
-    std::vector<std::vector<float>> rebuilt(n, std::vector<float>(dim, 0.0f));  // last round's
-    size_t leader_raw = 0, follower_raw = 0;
-    size_t leader_z3 = 0, follower_z3 = 0, leader_z19 = 0, follower_z19 = 0;
-    const std::vector<size_t> blocks = {1, 2, 4, 8, 16, 32, 64};
-    std::vector<Mean> block_energy(blocks.size()), block_bytes(blocks.size());
-    Mean cells_err, miss_leader, miss_temporal, miss_both, cos_temporal;
-    // Autoencoder: training batches (clients' values in the order of the leader's decoded
-    // values, RMS-scaled) of the first rounds; the later rounds' leader values and
-    // followers' values for the test.
-    std::vector<std::vector<ae::Sample>> batches;
-    struct Test {
-      std::string leader;
-      std::vector<float> leader_values, cells;  // ordered, scaled by the leader's RMS
-      std::vector<std::pair<std::string, std::vector<float>>> followers;  // ordered
-    };
-    std::vector<Test> tests;
-    for (size_t r = 0; r < rounds; ++r) {
-      const size_t lead = r % n;
-      std::vector<std::vector<float>> u(n);
-      for (size_t c = 0; c < n; ++c) {
-        u[c] = updates[c][r];
-        for (size_t i = 0; i < dim; ++i) u[c][i] += residual[c][i];
-      }
-      const std::vector<uint32_t> support = ae::SelectSupportSet(u[lead], k);
-      const std::vector<float> vl = ae::Gather(u[lead], support);
-      std::vector<float> p;
-      const std::string lbody = ae::EncodeLeaderCells(support, vl, dim, &p);
-      leader_raw += lbody.size();
-      leader_z3 += Zstd(lbody, 3);
-      leader_z19 += Zstd(lbody, 19);
-      {
-        std::vector<float> diff(vl);
-        for (size_t j = 0; j < k; ++j) diff[j] -= p[j];
-        cells_err.Add(std::sqrt(Dot(diff, diff) / Dot(vl, vl)));
-      }
-      // Block supports on the leader's u.
-      double total = Dot(u[lead], u[lead]);
-      for (size_t b = 0; b < blocks.size(); ++b) {
-        const size_t bs = blocks[b], nb = (dim + bs - 1) / bs, keep = (k + bs - 1) / bs;
-        std::vector<float> energy(nb, 0.0f);
-        for (size_t i = 0; i < dim; ++i) energy[i / bs] += u[lead][i] * u[lead][i];
-        std::nth_element(energy.begin(), energy.begin() + (keep - 1), energy.end(),
-                         std::greater<float>());
-        const double e = std::accumulate(energy.begin(), energy.begin() + keep, 0.0);
-        block_energy[b].Add(total > 0 ? e / total : 0);
-        block_bytes[b].Add(static_cast<double>(fedlgc::codecs::EliasFanoBytes(keep, nb)));
-      }
-      const std::vector<uint32_t> order = ae::ValueOrder(p);
-      std::vector<ae::Sample> batch;
-      Test test{ids[lead], {}, {}, {}};
-      const float lscale = ae::RmsScale(vl);
-      for (size_t c = 0; c < n; ++c) {
-        std::vector<float> sent;
-        const std::vector<float> v = ae::Gather(u[c], support);
-        if (c == lead) {
-          sent = p;
-        } else {
-          ae::BitCorrection corr = ae::CorrectBits(v, p, o.bits);
-          auto body = ae::EncodeBitCorrection(corr);
-          if (!body.ok()) return 1;
-          follower_raw += body->size();
-          follower_z3 += Zstd(*body, 3);
-          follower_z19 += Zstd(*body, 19);
-          const std::vector<float> q = ae::Gather(rebuilt[c], support);
-          if (r > 0) {
-            miss_leader.Add(MissFraction(v, {p}));
-            miss_temporal.Add(MissFraction(v, {q}));
-            miss_both.Add(MissFraction(v, {p, q}));
-            cos_temporal.Add(std::fabs(Cos(v, q)));
-          }
-          sent = std::move(corr.sent);
-        }
-        // Exact error feedback: what is not sent stays.
-        residual[c] = u[c];
-        std::fill(rebuilt[c].begin(), rebuilt[c].end(), 0.0f);
-        for (size_t j = 0; j < k; ++j) {
-          residual[c][support[j]] -= sent[j];
-          rebuilt[c][support[j]] = sent[j];
-        }
-        std::vector<float> x = Permute(sent, order);
-        const float s = ae::RmsScale(x);
-        for (float& y : x) y /= s;
-        if (r < o.train_rounds) {
-          batch.push_back({ids[c], x, std::vector<float>(k, 0.0f)});
-        } else if (c == lead) {
-          test.leader_values = Permute(vl, order);
-          for (float& y : test.leader_values) y /= lscale;
-          test.cells = Permute(p, order);
-          for (float& y : test.cells) y /= lscale;
-        } else {
-          test.followers.push_back({ids[c], Permute(v, order)});
-        }
-      }
-      if (r < o.train_rounds) {
-        batches.push_back(std::move(batch));
-      } else {
-        tests.push_back(std::move(test));
-      }
-    }
-    std::printf("| payload | bytes over the run | zstd -3 | zstd -19 | saving (-19) |\n");
-    std::printf("|---|---|---|---|---|\n");
-    std::printf("| leader bodies (lgc-leader/2) | %zu | %zu | %zu | %.1f%% |\n", leader_raw,
-                leader_z3, leader_z19, 100.0 * (1.0 - double(leader_z19) / leader_raw));
-    std::printf("| follower corrections (lgc-correction/2) | %zu | %zu | %zu | %.1f%% |\n\n",
-                follower_raw, follower_z3, follower_z19,
-                100.0 * (1.0 - double(follower_z19) / follower_raw));
-    std::printf("| block of B coordinates | energy of top k/B blocks / element top-k's | index set bytes |\n");
-    std::printf("|---|---|---|\n");
-    for (size_t b = 0; b < blocks.size(); ++b) {
-      std::printf("| %zu | %.3f | %.0f |\n", blocks[b], block_energy[b].Get() / block_energy[0].Get(),
-                  block_bytes[b].Get());
-    }
-    std::printf("\n(element top-k keeps %.3f of the leader's |u|^2)\n\n", block_energy[0].Get());
-    std::printf("| follower prediction | miss |v - fit|^2 / |v|^2, mean |\n|---|---|\n");
-    std::printf("| leader's cells (LGC today) | %.3f |\n", miss_leader.Get());
-    std::printf("| own rebuild of last round (temporal; mean |cos| %.3f) | %.3f |\n",
-                cos_temporal.Get(), miss_temporal.Get());
-    std::printf("| both, least squares | %.3f |\n\n", miss_both.Get());
-
-    // The autoencoder: trained on the first rounds' rebuilds, as the coordinator does.
-    if (batches.empty() || tests.empty() || k < static_cast<size_t>(ae::kMinLength)) continue;
-    ae::AeOptions aeo;
-    aeo.optimizer = "adam";
-    aeo.lr = 1e-3;
-    aeo.device = "cpu";
-    auto net = ae::Autoencoder::Create(static_cast<int64_t>(k), aeo);
-    if (!net.ok()) {
-      std::fprintf(stderr, "lgc_probe: %s\n", net.status().ToString().c_str());
-      return 1;
-    }
-    ae::Losses first, last;
-    for (uint32_t s = 0; s < o.ae_steps; ++s) {
-      auto l = (*net)->TrainStep(batches[s % batches.size()], s);
-      if (!l.ok()) return 1;
-      if (s == 0) first = *l;
-      last = *l;
-    }
-    auto made = fedlgc::codecs::MakeCodec(o.latent);
-    const auto* latent_codec =
-        made.ok() ? dynamic_cast<const fedlgc::codecs::DenseCodec*>(made->get()) : nullptr;
-    if (latent_codec == nullptr) {
-      std::fprintf(stderr, "lgc_probe: --latent %s is not a dense codec\n", o.latent.c_str());
-      return 1;
-    }
-    const auto quantize = [&](std::span<const float> z) -> absl::StatusOr<std::vector<float>> {
-      std::string body;
-      fedlgc::codecs::BodyContext ctx;
-      ctx.seed = 1;
-      if (absl::Status st = latent_codec->EncodeBody(z, ctx, &body); !st.ok()) return st;
-      std::vector<float> out(z.size());
-      const auto* b = reinterpret_cast<const uint8_t*>(body.data());
-      if (absl::Status st = latent_codec->DecodeBody({b, body.size()}, out); !st.ok()) return st;
-      return out;
-    };
-    Mean ae_err, ae_err_q, cells_test_err, ae_miss, cells_miss;
-    for (const Test& t : tests) {
-      auto z = (*net)->Encode(t.leader_values);
-      if (!z.ok()) return 1;
-      const std::vector<float> zero(k, 0.0f);
-      auto rec = (*net)->Decode(t.leader, *z, zero);
-      auto zq = quantize(*z);
-      if (!rec.ok() || !zq.ok()) return 1;
-      auto rec_q = (*net)->Decode(t.leader, *zq, zero);
-      if (!rec_q.ok()) return 1;
-      const auto rel = [&](std::span<const float> x) {
-        // after the least-squares gain, as a follower would fit it
-        return std::sqrt(MissFraction(t.leader_values, {std::vector<float>(x.begin(), x.end())}));
-      };
-      ae_err.Add(rel(*rec));
-      ae_err_q.Add(rel(*rec_q));
-      cells_test_err.Add(rel(t.cells));
-      for (const auto& [id, v] : t.followers) {
-        auto pred = (*net)->Decode(id, *z, zero);
-        if (!pred.ok()) return 1;
-        ae_miss.Add(MissFraction(v, {*pred}));
-        cells_miss.Add(MissFraction(v, {t.cells}));
-      }
-    }
-    const size_t cells_bytes = ae::CellsBytes(k);
-    const size_t latent_floats = static_cast<size_t>((*net)->latent_size());
-    const uint64_t qbytes = latent_codec->MaxBodyBytes(latent_floats);
-    std::printf("autoencoder: %u steps on %zu rounds' rebuilds (loss %.3f -> %.3f), tested on %zu "
-                "later rounds\n\n",
-                o.ae_steps, batches.size(), first.reconstruction, last.reconstruction, tests.size());
-    std::printf("| code of the leader's values | bytes a round | relative error (after the gain) | followers' miss |\n");
-    std::printf("|---|---|---|---|\n");
-    std::printf("| cells (sign + 3-bit log-magnitude, 8 means) | %zu | %.3f | %.3f |\n", cells_bytes,
-                cells_test_err.Get(), cells_miss.Get());
-    std::printf("| autoencoder, float32 latent | %zu | %.3f | %.3f |\n", latent_floats * 4,
-                ae_err.Get(), ae_miss.Get());
-    std::printf("| autoencoder, latent=%s | %zu | %.3f | - |\n\n", o.latent.c_str(),
-                static_cast<size_t>(qbytes), ae_err_q.Get());
-    std::printf("(the autoencoder reads the values in the cells' order, which it gets for free "
-                "here; without the cells it would need that order sent)\n\n");
+    const Replay r = ReplayWidth(o, updates, ids, ratio);
+    std::printf("## support %.1f%% (k = %zu)\n\n", 100 * ratio, r.k);
+    PrintReplay(r);
+    if (int rc = CompareAutoencoder(o, r.k, r.batches, r.tests); rc != 0) return rc;
   }
   return 0;
 }

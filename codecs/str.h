@@ -10,10 +10,17 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/string_view.h"
+
 namespace fedlgc {
 namespace str_internal {
 
 inline void Append(std::string* out, std::string_view s) { out->append(s); }
+inline void Append(std::string* out, const std::string& s) { out->append(s); }
+#if !ABSL_USES_STD_STRING_VIEW
+// Statuses' messages.
+inline void Append(std::string* out, absl::string_view s) { out->append(s.data(), s.size()); }
+#endif
 inline void Append(std::string* out, const char* s) { out->append(s); }
 inline void Append(std::string* out, char c) { out->push_back(c); }
 inline void Append(std::string* out, bool b) { out->append(b ? "true" : "false"); }

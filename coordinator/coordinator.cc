@@ -15,6 +15,7 @@
 #include "core/dataset.h"
 #include "core/failpoint.h"
 #include "core/model.h"
+#include "core/sha256.h"
 #include "monitoring/metrics.h"
 
 namespace fedlgc::coordinator {
@@ -41,21 +42,39 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
   const CoordinatorOptions& o = c->options_;
   core::SetTorchThreads(o.torch_threads);
-  auto model = core::Model::Create(o.model, o.init_seed);
+  const core::ModelOptions mo = o.model_options();
+  auto model = core::Model::Create(mo, o.init_seed);
   if (!model.ok()) return model.status();
   c->eval_model_ = std::move(model).value();
+  // A TorchScript job: the file is served to the clients as it is, by its hash.
+  std::shared_ptr<const ModelBlob> model_file;
+  std::string model_sha256;
+  if (mo.IsFile()) {
+    auto bytes = core::ReadFile(o.model);
+    if (!bytes.ok()) return bytes.status();
+    model_sha256 = core::Sha256Hex(*bytes);
+    model_file = MakeBlob(1, *std::move(bytes));
+  }
   if (o.eval_every > 0) {
-    auto test = core::LoadNamedDataset(o.test_data, o.data_dir, false, o.eval_limit);
+    auto test = core::LoadDataset(o.test_data_options(), false, o.eval_limit);
     if (!test.ok()) return test.status();
+    // A model that cannot take the test set fails here, before any client joins.
+    if (absl::Status st = c->eval_model_->CheckFits(*test); !st.ok()) return st;
     c->test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
-    auto record_model = core::Model::Create(o.model, o.init_seed);
+    auto record_model = core::Model::Create(mo, o.init_seed);
     if (!record_model.ok()) return record_model.status();
     c->record_model_ = std::move(record_model).value();
   }
+  if (model_file != nullptr) {
+    std::fprintf(stderr, "coordinator: model %s (sha256:%s, %zu parameters%s) served to clients\n",
+                 o.model.c_str(), model_sha256.c_str(), c->eval_model_->dim(),
+                 o.buffers == "average" ? " with its buffers" : "");
+  }
   ModelGuard::LossFn guard_loss;
   if (o.guard.enabled && o.guard.samples > 0) {
-    auto guard_set = core::LoadNamedDataset(o.test_data, o.data_dir, false, o.guard.samples);
+    auto guard_set = core::LoadDataset(o.test_data_options(), false, o.guard.samples);
     if (!guard_set.ok()) return guard_set.status();
+    if (absl::Status st = c->eval_model_->CheckFits(*guard_set); !st.ok()) return st;
     c->guard_data_ = std::make_unique<core::Dataset>(std::move(guard_set).value());
     guard_loss = [cp = c.get()](std::span<const float> model) -> absl::StatusOr<double> {
       if (absl::Status st = cp->eval_model_->SetFlat(model); !st.ok()) return st;
@@ -68,7 +87,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   auto robust = o.Robust();
   if (!robust.ok()) return robust.status();
   const uint64_t dim = c->eval_model_->dim();
-  c->job_key_ = o.JobKey(dim, &c->eval_model_->layout());
+  c->job_key_ = o.JobKey(dim, &c->eval_model_->layout(), model_sha256);
   EngineState state;
   auto ckpt = ReadCheckpoint(o.state_dir, c->job_key_);
   if (!ckpt.ok()) return ckpt.status();
@@ -104,7 +123,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->metrics_->SetMaxClientSeries(o.max_client_series);
   // An aggregator's job has its parent's rounds, which it learns with its parent's first
   // round (0: unknown, and no client takes the job for over).
-  JobInfo job{o.JobId(), o.model, dim, o.has_parent() ? 0u : o.rounds};
+  JobInfo job{o.JobId(model_sha256), o.ModelName(), dim, o.has_parent() ? 0u : o.rounds,
+              model_sha256, model_file, o.buffers, o.loss};
   c->metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;

@@ -28,7 +28,15 @@ std::vector<std::string> SplitSpecs(const std::string& text) {
 
 void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
   CLI::Option_group* g = app.add_option_group("Job", "what the federation trains and how");
-  g->add_option("--model", o->model, "model zoo name: cnn or mlp");
+  g->add_option("--model", o->model,
+                "cnn or mlp (built in, for 28x28 images), or a TorchScript file (torch.jit.save), "
+                "which the coordinator serves to the clients (docs/your-model.md)");
+  g->add_option("--buffers", o->buffers,
+                "a model's floating-point buffers (BatchNorm statistics): average (sent and "
+                "averaged with the weights) or local (each client keeps its own, FedBN)");
+  g->add_option("--loss", o->loss,
+                "auto (a module's own loss(output, target) method, else cross_entropy for class "
+                "labels and mse for float targets), cross_entropy or mse");
   g->add_option("--mode", o->mode,
                 "aggregation: fedavg, lgc (with an lgc(...) codec), lsgd (leader pull) or sgp "
                 "(push-sum gossip)");
@@ -154,8 +162,11 @@ void AddEvalFlags(CLI::App& app, CoordinatorOptions* o) {
   CLI::Option_group* g = app.add_option_group("Evaluation", "of the global model");
   g->add_option("--eval-every", o->eval_every, "evaluate every N rounds (0 = never)");
   g->add_option("--eval-limit", o->eval_limit, "test examples used (0 = all)");
-  g->add_option("--test-data", o->test_data, "fashion-mnist or synthetic:N");
+  g->add_option("--test-data", o->test_data,
+                "fashion-mnist, synthetic:N, npz:PATH (arrays x and y, or x_test and y_test), "
+                "csv:PATH or images:DIR (docs/your-model.md)");
   g->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
+  core::AddLabelFlags(*g, "the test set", &o->label_column, &o->targets);
   g->add_option("--torch-threads", o->torch_threads, "libtorch threads for evaluation");
 }
 

@@ -2,6 +2,7 @@
 #include "coordinator/options.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "autoencoder/lgc_plan.h"
 #include "codecs/gradiveq.h"
@@ -170,7 +171,13 @@ absl::Status CoordinatorOptions::Validate() const {
   }
   auto job_mode = JobMode();
   if (!job_mode.ok()) return job_mode.status();
-  auto layout = core::ModelLayoutOf(model);
+  if (absl::Status st = model_options().Validate(); !st.ok()) return st;
+  if (eval_every > 0 || (guard.enabled && guard.samples > 0)) {
+    if (absl::Status st = test_data_options().Validate(); !st.ok()) {
+      return absl::InvalidArgumentError(StrCat("--test-data: ", st.message()));
+    }
+  }
+  auto layout = core::ModelLayoutOf(model_options());
   if (!layout.ok()) return layout.status();
   if (absl::Status st = ValidateCodecs(plan, *job_mode, *layout); !st.ok()) return st;
   if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
@@ -215,8 +222,30 @@ absl::Status CoordinatorOptions::ValidateParent(Mode job_mode) const {
   return absl::OkStatus();
 }
 
-std::string CoordinatorOptions::JobId() const {
-  std::string id = StrCat("fedlgc-", model);
+core::ModelOptions CoordinatorOptions::model_options() const {
+  core::ModelOptions o;
+  o.model = model;
+  o.buffers = buffers;
+  o.loss = loss;
+  return o;
+}
+
+core::DataOptions CoordinatorOptions::test_data_options() const {
+  core::DataOptions d;
+  d.spec = test_data;
+  d.fashion_dir = data_dir;
+  d.label_column = label_column;
+  d.targets = targets;
+  return d;
+}
+
+std::string CoordinatorOptions::ModelName() const {
+  return std::filesystem::path(model).filename().string();
+}
+
+std::string CoordinatorOptions::JobId(const std::string& model_sha256) const {
+  std::string id = StrCat("fedlgc-", ModelName());
+  if (!model_sha256.empty()) StrAppend(&id, "-", model_sha256.substr(0, 12));
   if (has_parent()) StrAppend(&id, "@", parent_id);
   return id;
 }
@@ -239,10 +268,13 @@ absl::StatusOr<AggregatorOptions> CoordinatorOptions::Robust() const {
   return robust;
 }
 
-std::string CoordinatorOptions::JobKey(uint64_t dim, const codecs::ModelLayout* layout) const {
+std::string CoordinatorOptions::JobKey(uint64_t dim, const codecs::ModelLayout* layout,
+                                       const std::string& model_sha256) const {
   auto codec = codecs::MakeCodec(plan.codec, layout);
-  std::string key = StrCat(model, "/", dim, "/", codec.ok() ? (*codec)->wire_spec() : plan.codec,
-                           "/seed", init_seed);
+  const std::string model_key = model_sha256.empty() ? model : StrCat("sha256:", model_sha256);
+  std::string key = StrCat(model_key, "/", dim, "/",
+                           codec.ok() ? (*codec)->wire_spec() : plan.codec, "/seed", init_seed);
+  if (buffers != "average") StrAppend(&key, "/buffers:", buffers);
   // FedAvg and LGC jobs (which ran as --mode fedavg before LGC had a mode name) carry no
   // mode, so their checkpoints from before still load.
   const auto m = JobMode();

@@ -14,6 +14,8 @@
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/stream_registry.h"
+#include "core/dataset.h"
+#include "core/model.h"
 #include "core/protocol.h"
 
 namespace fedlgc::coordinator {
@@ -22,8 +24,12 @@ struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";          // gRPC address; port 0 picks a free one
   std::string metrics_listen = "127.0.0.1:0";  // Prometheus exposer; empty: none
   std::string state_dir = "state/coordinator";
+  // "cnn", "mlp", or a TorchScript file, which the coordinator serves to clients that do
+  // not hold it (core/model.h); its buffers ("average" or "local") and its loss.
   std::string model = "cnn";
-  uint64_t init_seed = 1;  // of the initial model
+  std::string buffers = "average";
+  std::string loss = "auto";
+  uint64_t init_seed = 1;  // of the initial model (a built-in's; a file has its weights)
   uint32_t rounds = 20;
   uint32_t min_clients = 1;         // quorum to open a round
   double fraction = 1.0;            // of connected clients per round
@@ -45,8 +51,12 @@ struct CoordinatorOptions {
   uint32_t max_client_series = 1000;        // clients with metric series of their own (0: all)
   uint32_t eval_every = 1;                  // 0: never
   uint64_t eval_limit = 0;                  // test examples (0 = all)
-  std::string test_data = "fashion-mnist";  // or "synthetic:N"
+  // The test set (core/dataset.h): fashion-mnist, synthetic:N, npz:PATH, csv:PATH or
+  // images:DIR; a CSV's label column and how labels are read.
+  std::string test_data = "fashion-mnist";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string label_column = "label";
+  std::string targets = "auto";
   // TLS: CA for client certificates, server certificate and key.
   std::string tls_ca, tls_cert, tls_key;
   bool insecure = false;
@@ -75,18 +85,24 @@ struct CoordinatorOptions {
   bool has_parent() const { return !parent.empty(); }
 
   absl::Status Validate() const;
+  core::ModelOptions model_options() const;
+  core::DataOptions test_data_options() const;
   // The --parent options, for a job of `job_mode`.
   absl::Status ValidateParent(Mode job_mode) const;
   // The job's mode: `mode`, or kLgc when the codec is lgc(...).
   absl::StatusOr<Mode> JobMode() const;
   // Identifies the job in checkpoints: changing any of these makes a new job.
   // `layout`: the model's (per-tensor codecs name it in their spec); null only for jobs
-  // whose codecs need none.
-  std::string JobKey(uint64_t dim, const codecs::ModelLayout* layout) const;
-  // The job id clients see in Join: "fedlgc-<model>", and for an aggregator
-  // "fedlgc-<model>@<parent id>", so that a client that fails over between tiers knows
-  // it talks to another coordinator.
-  std::string JobId() const;
+  // whose codecs need none. `model_sha256`: a TorchScript file's hash, which names the
+  // model in place of its path (moving the file keeps the job; changing it makes another).
+  std::string JobKey(uint64_t dim, const codecs::ModelLayout* layout,
+                     const std::string& model_sha256 = "") const;
+  // The job id clients see in Join: "fedlgc-<model>" (a file: its name and the first 12
+  // digits of its hash), and for an aggregator "fedlgc-<model>@<parent id>", so that a
+  // client that fails over between tiers knows it talks to another coordinator.
+  std::string JobId(const std::string& model_sha256 = "") const;
+  // The model's name in Join and reports: a built-in's, or the file's name.
+  std::string ModelName() const;
   // --aggregator and --clip-multiplier, checked against the job's mode.
   absl::StatusOr<AggregatorOptions> Robust() const;
 };

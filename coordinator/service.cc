@@ -132,6 +132,17 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
     metrics_->AddRejected(RejectReason::kMalformed);
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "num_samples must be > 0");
   }
+  if (!req.model_sha256().empty() && req.model_sha256() != job_.model_sha256) {
+    metrics_->AddRejected(RejectReason::kModel);
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        job_.model_sha256.empty()
+            ? StrCat("client ", *id, " brings the TorchScript file sha256:", req.model_sha256(),
+                     "; this job trains the built-in ", job_.model, " (give the client no --model)")
+            : StrCat("client ", *id, " brings the model file sha256:", req.model_sha256(),
+                     "; this job trains ", job_.model, " sha256:", job_.model_sha256,
+                     " (give the client that file, or no --model to download it)"));
+  }
   engine_->Register(*id, req.num_samples());
   metrics_->JoinClient(*id, engine_->current_round());
   reply->set_job_id(job_.job_id);
@@ -142,6 +153,12 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   reply->set_mode(std::string(ModeName(driver_->mode())));
   reply->set_protocol_version(kProtocolVersion);
   if (downlinks_ != nullptr) reply->set_downlink_codec(downlinks_->codec());
+  if (job_.model_file != nullptr) {
+    reply->set_model_sha256(job_.model_sha256);
+    reply->set_model_bytes(job_.model_file->bytes.size());
+  }
+  reply->set_buffers(job_.buffers);
+  reply->set_loss(job_.loss);
   return grpc::Status::OK;
 }
 
@@ -285,6 +302,12 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
   std::shared_ptr<const ModelBlob> blob;
   if (req.blob().empty()) {
     blob = engine_->model();
+  } else if (req.blob() == kModelFileBlob) {
+    if (job_.model_file == nullptr) {
+      return absl::NotFoundError(
+          StrCat("this job trains the built-in ", job_.model, "; there is no file to download"));
+    }
+    blob = job_.model_file;
   } else {
     auto served = driver_->Blob(client, req.blob(), req.version());
     if (!served.ok()) {

@@ -28,9 +28,15 @@ namespace fedlgc::coordinator {
 
 struct JobInfo {
   std::string job_id;
-  std::string model;
+  std::string model;  // a built-in's name, or the TorchScript file's name
   uint64_t dim = 0;
   uint32_t total_rounds = 0;
+  // A TorchScript job: the file's SHA-256 (hex) and the file itself, served as the blob
+  // kModelFileBlob (version 1); null and empty for a built-in model.
+  std::string model_sha256;
+  std::shared_ptr<const ModelBlob> model_file;
+  std::string buffers = "average";  // the model's rules (core/model.h)
+  std::string loss = "auto";
 };
 
 // Bytes moved while a round is open (reset by the round loop when it opens one).

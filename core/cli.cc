@@ -95,4 +95,13 @@ std::string ConfigText(const CLI::App& app) {
   return out;
 }
 
+void AddLabelFlags(CLI::App& app, const std::string& what, std::string* label_column,
+                   std::string* targets) {
+  app.add_option("--label-column", *label_column, "the label column of a csv: " + what);
+  app.add_option("--targets", *targets,
+                 "how the labels of " + what +
+                     " are read: auto (whole numbers are classes, other numbers float "
+                     "targets), classes or values");
+}
+
 }  // namespace fedlgc::core

@@ -47,6 +47,10 @@ std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv);
 // ConfigText (CLI11 2.1 captures no default for flags). `names` as for CLI::App::add_flag,
 // e.g. "--sgp-reference,!--no-sgp-reference".
 CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v, const std::string& help);
+// --label-column and --targets, how a data set's labels are read (core/dataset.h);
+// `what` names the data they apply to in the help.
+void AddLabelFlags(CLI::App& app, const std::string& what, std::string* label_column,
+                   std::string* targets);
 // A config file holding the value of every option of `app` and its option groups (added
 // after CaptureDefaults, flags with AddBoolFlag), which --config reads back as the same
 // options.

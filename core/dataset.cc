@@ -1,20 +1,24 @@
-// Fashion-MNIST IDX reader (through zlib, so the .gz files need no unpacking) and the
-// synthetic dataset.
+// The data sets (see dataset.h): Fashion-MNIST's IDX files (through zlib, so the .gz
+// files need no unpacking), the synthetic task, and the user's files through the npz, csv
+// and image folder readers.
 #include "core/dataset.h"
 
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 
 #include "codecs/str.h"
+#include "core/csv.h"
+#include "core/image_folder.h"
+#include "core/npz.h"
 
 namespace fedlgc::core {
 namespace {
-
 struct GzCloser {
   void operator()(gzFile f) const { gzclose(f); }
 };
@@ -48,6 +52,108 @@ absl::StatusOr<uint32_t> ReadBigEndian(gzFile f, const std::string& what) {
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
 }
 
+
+
+bool StartsWith(const std::string& s, std::string_view prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool IsWhole(double v) { return v == std::floor(v) && std::fabs(v) < 2147483647.0; }
+
+// Labels from numbers: classes when `targets` allows and every value is a whole number
+// >= 0, float targets else. `at(i)` says where value i is, for messages.
+template <typename At>
+absl::Status SetTargets(Dataset* d, std::span<const double> values, const std::string& targets,
+                        const At& at) {
+  bool whole = true;
+  for (double v : values) whole = whole && IsWhole(v);
+  const bool classes = targets == "classes" || (targets == "auto" && whole);
+  if (!classes) {
+    d->classes = 0;
+    d->targets.assign(values.begin(), values.end());
+    return absl::OkStatus();
+  }
+  d->labels.resize(values.size());
+  int32_t top = -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double v = values[i];
+    if (!IsWhole(v) || v < 0) {
+      return absl::InvalidArgumentError(
+          StrCat(d->source, ": ", at(i), " is ", v, ": a class label is a whole number >= 0",
+                 targets == "classes" ? " (--targets classes)" : ""));
+    }
+    d->labels[i] = static_cast<int32_t>(v);
+    top = std::max(top, d->labels[i]);
+  }
+  d->classes = static_cast<uint32_t>(top) + 1;
+  return absl::OkStatus();
+}
+
+void Truncate(Dataset* d, size_t limit) {
+  if (limit == 0 || limit >= d->n) return;
+  d->n = limit;
+  d->x.resize(limit * d->example_size());
+  if (d->classification()) {
+    d->labels.resize(limit);
+    uint32_t top = 0;
+    for (int32_t l : d->labels) top = std::max(top, static_cast<uint32_t>(l) + 1);
+    d->classes = top;
+  } else {
+    d->targets.resize(limit * d->target_size());
+  }
+}
+
+absl::StatusOr<Dataset> LoadNpz(const std::string& path, const std::string& targets, bool train) {
+  auto arrays = ReadNpz(path);
+  if (!arrays.ok()) return arrays.status();
+  const char* split = train ? "_train" : "_test";
+  const std::string xs_split = StrCat("x", split), ys_split = StrCat("y", split);
+  const bool has_split = arrays->count(xs_split) && arrays->count(ys_split);
+  const std::string xs = has_split ? xs_split : std::string(1, 'x');
+  const std::string ys = has_split ? ys_split : std::string(1, 'y');
+  if (!arrays->count(xs) || !arrays->count(ys)) {
+    std::vector<std::string> names;
+    for (const auto& [name, a] : *arrays) names.push_back(StrCat(name, " ", a.shape_text()));
+    return absl::InvalidArgumentError(
+        StrCat(path, ": no arrays x and y (nor x", split, " and y", split,
+               ") in the archive; it holds: ", names.empty() ? "nothing" : StrJoin(names, ", "),
+               " (save it with numpy.savez(path, x=..., y=...))"));
+  }
+  return DatasetFromArrays(arrays->at(xs), arrays->at(ys), targets,
+                           StrCat("npz:", path, " (", xs, ", ", ys, ")"));
+}
+
+absl::StatusOr<Dataset> LoadCsv(const DataOptions& o, const std::string& path, size_t limit) {
+  auto table = ReadCsv(path, o.label_column, limit);
+  if (!table.ok()) return table.status();
+  Dataset d;
+  d.source = StrCat("csv:", path);
+  d.n = table->rows;
+  d.shape = {static_cast<int64_t>(table->feature_names.size())};
+  d.x = std::move(table->features);
+  if (absl::Status st = SetTargets(&d, table->labels, o.targets,
+                                   [&](size_t i) {
+                                     return StrCat("column '", o.label_column, "' of row ", i + 1);
+                                   });
+      !st.ok()) {
+    return st;
+  }
+  return d;
+}
+
+absl::StatusOr<Dataset> LoadImages(const std::string& dir, size_t limit) {
+  auto folder = ReadImageFolder(dir, limit);
+  if (!folder.ok()) return folder.status();
+  Dataset d;
+  d.source = StrCat("images:", dir);
+  d.n = folder->labels.size();
+  d.shape = {folder->channels, folder->height, folder->width};
+  d.x = std::move(folder->x);
+  d.labels = std::move(folder->labels);
+  d.classes = static_cast<uint32_t>(folder->classes.size());
+  return d;
+}
+
 }  // namespace
 
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, size_t limit) {
@@ -79,58 +185,203 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, siz
     return absl::DataLossError(StrCat(label_path, ": not an IDX1 label file matching the images"));
   }
   Dataset d;
-  d.rows = header[2];
-  d.cols = header[3];
+  d.source = "fashion-mnist";
+  d.shape = {1, header[2], header[3]};
+  d.classes = 10;
   const size_t n = limit > 0 ? std::min<size_t>(limit, header[1]) : header[1];
-  std::vector<uint8_t> raw(n * d.pixels());
+  d.n = n;
+  std::vector<uint8_t> raw(n * d.example_size());
   if (absl::Status st = ReadExactly(images->get(), raw.data(), raw.size(), image_path); !st.ok()) {
     return st;
   }
-  d.labels.resize(n);
-  if (absl::Status st = ReadExactly(labels->get(), d.labels.data(), n, label_path); !st.ok()) {
+  std::vector<uint8_t> raw_labels(n);
+  if (absl::Status st = ReadExactly(labels->get(), raw_labels.data(), n, label_path); !st.ok()) {
     return st;
   }
-  for (uint8_t l : d.labels) {
+  for (uint8_t l : raw_labels) {
     if (l >= d.classes) return absl::DataLossError(StrCat(label_path, ": label ", l, " >= 10"));
   }
-  d.images.resize(raw.size());
-  for (size_t i = 0; i < raw.size(); ++i) d.images[i] = raw[i] * (1.0f / 255.0f);
+  d.labels.assign(raw_labels.begin(), raw_labels.end());
+  d.x.resize(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) d.x[i] = raw[i] * (1.0f / 255.0f);
   return d;
 }
 
 Dataset SyntheticImages(size_t n, uint64_t seed, float noise) {
   Dataset d;
+  d.source = StrCat("synthetic:", n);
+  d.classes = 10;
+  d.n = n;
+  const size_t pixels = d.example_size();
   std::mt19937_64 pattern_rng(0xFED1C);  // class patterns are the same for every seed
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<float> patterns(d.classes * d.pixels());
+  std::vector<float> patterns(d.classes * pixels);
   for (float& p : patterns) p = u(pattern_rng) < 0.3f ? 1.0f : 0.0f;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> gauss(0.0f, noise);
   d.labels.resize(n);
-  d.images.resize(n * d.pixels());
+  d.x.resize(n * pixels);
   for (size_t i = 0; i < n; ++i) {
-    const uint8_t c = static_cast<uint8_t>(rng() % d.classes);
+    const int32_t c = static_cast<int32_t>(rng() % d.classes);
     d.labels[i] = c;
-    for (size_t j = 0; j < d.pixels(); ++j) {
-      d.images[i * d.pixels() + j] =
-          std::clamp(patterns[c * d.pixels() + j] + gauss(rng), 0.0f, 1.0f);
+    for (size_t j = 0; j < pixels; ++j) {
+      d.x[i * pixels + j] = std::clamp(patterns[c * pixels + j] + gauss(rng), 0.0f, 1.0f);
     }
   }
   return d;
 }
 
-absl::StatusOr<Dataset> LoadNamedDataset(const std::string& name, const std::string& dir,
-                                         bool train, size_t limit) {
-  if (name == "fashion-mnist") return LoadFashionMnist(dir, train, limit);
-  if (name.rfind("synthetic:", 0) == 0) {
+
+size_t Dataset::example_size() const {
+  size_t s = 1;
+  for (int64_t d : shape) s *= static_cast<size_t>(d);
+  return s;
+}
+
+size_t Dataset::target_size() const {
+  size_t s = 1;
+  for (int64_t d : target_shape) s *= static_cast<size_t>(d);
+  return s;
+}
+
+std::string Dataset::ShapeText(const std::vector<int64_t>& shape) {
+  return StrCat("[", StrJoin(shape, ", "), "]");
+}
+
+absl::Status DataOptions::Validate() const {
+  if (targets != "auto" && targets != "classes" && targets != "values") {
+    return absl::InvalidArgumentError(
+        StrCat("--targets '", targets, "': expected auto, classes or values"));
+  }
+  if (spec == "fashion-mnist") return absl::OkStatus();
+  if (StartsWith(spec, "synthetic:")) {
     char* end = nullptr;
-    const unsigned long long n = std::strtoull(name.c_str() + 10, &end, 10);
-    if (*end == '\0' && n > 0 && n <= 10000000) {
-      return SyntheticImages(limit > 0 ? std::min<size_t>(limit, n) : n, train ? 11 : 12);
+    const unsigned long long n = std::strtoull(spec.c_str() + 10, &end, 10);
+    if (*end == '\0' && n > 0 && n <= 10000000) return absl::OkStatus();
+  }
+  for (const char* kind : {"npz:", "csv:", "images:"}) {
+    if (StartsWith(spec, kind) && spec.size() > std::strlen(kind)) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(StrCat(
+      "data \"", spec,
+      "\": expected fashion-mnist, synthetic:N, npz:PATH, csv:PATH or images:DIR"));
+}
+
+bool DataOptions::IsFile() const {
+  return StartsWith(spec, "npz:") || StartsWith(spec, "csv:") || StartsWith(spec, "images:");
+}
+
+absl::StatusOr<Dataset> DatasetFromArrays(const NpyArray& x, const NpyArray& y,
+                                          const std::string& targets, const std::string& what) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(StrCat(what, ": ", why));
+  };
+  if (x.shape.empty() || y.shape.empty()) return bad("x and y must have one row per example");
+  const bool images = x.type == NpyType::kU8;
+  if (!x.is_float() && !images) {
+    return bad(StrCat("x is ", x.type_name(),
+                      ": inputs are float16/32/64, or uint8 images (divided by 255); convert "
+                      "with x.astype('float32')"));
+  }
+  if (x.shape[0] != y.shape[0]) {
+    return bad(StrCat("x has ", x.shape[0], " rows ", x.shape_text(), ", y has ", y.shape[0], " ",
+                      y.shape_text()));
+  }
+  Dataset d;
+  d.source = what;
+  d.n = static_cast<size_t>(x.shape[0]);
+  d.shape.assign(x.shape.begin() + 1, x.shape.end());
+  if (d.shape.empty()) d.shape = {1};
+  d.x.resize(x.elements());
+  if (x.type == NpyType::kF32) {
+    if (!d.x.empty()) std::memcpy(d.x.data(), x.data.data(), x.data.size());
+  } else {
+    const float scale = images ? 1.0f / 255.0f : 1.0f;
+    for (size_t i = 0; i < d.x.size(); ++i) d.x[i] = static_cast<float>(x.At(i)) * scale;
+  }
+  const bool integer_y = !y.is_float();
+  if (targets == "values" || (targets == "auto" && !integer_y)) {
+    d.target_shape.assign(y.shape.begin() + 1, y.shape.end());
+    d.targets.resize(y.elements());
+    for (size_t i = 0; i < d.targets.size(); ++i) d.targets[i] = static_cast<float>(y.At(i));
+  } else {
+    if (y.shape.size() > 2 || (y.shape.size() == 2 && y.shape[1] != 1)) {
+      return bad(StrCat("class labels y must have shape (n,) or (n, 1), not ", y.shape_text(),
+                        " (one-hot labels: y.argmax(1); float targets: a float dtype)"));
+    }
+    std::vector<double> values(d.n);
+    for (size_t i = 0; i < d.n; ++i) values[i] = y.At(i);
+    if (absl::Status st = SetTargets(&d, values, "classes",
+                                     [](size_t i) { return StrCat("y[", i, "]"); });
+        !st.ok()) {
+      return st;
     }
   }
-  return absl::InvalidArgumentError(
-      StrCat("data set \"", name, "\": expected fashion-mnist or synthetic:N"));
+  if (absl::Status st = CheckDataset(d); !st.ok()) return st;
+  return d;
+}
+
+absl::Status CheckDataset(const Dataset& d) {
+  if (d.n == 0) return absl::InvalidArgumentError(StrCat(d.source, ": no examples"));
+  if (d.x.size() != d.n * d.example_size()) {
+    return absl::InvalidArgumentError(StrCat(d.source, ": ", d.x.size(), " feature values for ",
+                                             d.n, " examples of shape ", Dataset::ShapeText(d.shape)));
+  }
+  const size_t es = d.example_size();
+  for (size_t i = 0; i < d.x.size(); ++i) {
+    if (!std::isfinite(d.x[i])) {
+      return absl::InvalidArgumentError(StrCat(d.source, ": example ", i / es, " has ",
+                                               d.x[i], " at feature ", i % es,
+                                               ": features must be finite"));
+    }
+  }
+  if (d.classification()) {
+    if (d.labels.size() != d.n) {
+      return absl::InvalidArgumentError(StrCat(d.source, ": ", d.labels.size(), " labels for ",
+                                               d.n, " examples"));
+    }
+    for (size_t i = 0; i < d.n; ++i) {
+      if (d.labels[i] < 0 || static_cast<uint32_t>(d.labels[i]) >= d.classes) {
+        return absl::InvalidArgumentError(StrCat(d.source, ": label ", d.labels[i], " of example ",
+                                                 i, " is outside [0, ", d.classes, ")"));
+      }
+    }
+  } else {
+    const size_t ts = d.target_size();
+    if (d.targets.size() != d.n * ts) {
+      return absl::InvalidArgumentError(StrCat(d.source, ": ", d.targets.size(),
+                                               " target values for ", d.n, " examples"));
+    }
+    for (size_t i = 0; i < d.targets.size(); ++i) {
+      if (!std::isfinite(d.targets[i])) {
+        return absl::InvalidArgumentError(StrCat(d.source, ": the target of example ", i / ts,
+                                                 " is ", d.targets[i], ": targets must be finite"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> LoadDataset(const DataOptions& o, bool train, size_t limit) {
+  if (absl::Status st = o.Validate(); !st.ok()) return st;
+  const std::string& s = o.spec;
+  absl::StatusOr<Dataset> d;
+  if (s == "fashion-mnist") {
+    return LoadFashionMnist(o.fashion_dir, train, limit);
+  } else if (StartsWith(s, "synthetic:")) {
+    const size_t n = std::strtoull(s.c_str() + 10, nullptr, 10);
+    return SyntheticImages(limit > 0 ? std::min(limit, n) : n, train ? 11 : 12);
+  } else if (StartsWith(s, "npz:")) {
+    d = LoadNpz(s.substr(4), o.targets, train);
+  } else if (StartsWith(s, "csv:")) {
+    d = LoadCsv(o, s.substr(4), limit);
+  } else {
+    d = LoadImages(s.substr(7), limit);
+  }
+  if (!d.ok()) return d.status();
+  Truncate(&*d, limit);
+  if (absl::Status st = CheckDataset(*d); !st.ok()) return st;
+  return d;
 }
 
 }  // namespace fedlgc::core

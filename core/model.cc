@@ -1,19 +1,48 @@
-// libtorch implementation of the model zoo. The only file of core/ that includes torch.
+// libtorch implementation of the model facade: the built-in networks and TorchScript
+// modules behind one training loop. The only file of core/ that includes torch.
 #include "core/model.h"
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
+#include <filesystem>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
 
 #include "codecs/str.h"
+#include "core/optimizer.h"
 
 namespace fedlgc::core {
 namespace {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The line of a libtorch message that says what went wrong: the first (C++ and Python
+// stacks follow it), or the last of an error raised inside TorchScript code (which
+// starts with a traceback, e.g. "RuntimeError: mat1 and mat2 shapes cannot be
+// multiplied (2x3072 and 784x48)").
+std::string FirstLine(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c10 != nullptr ? c10->what_without_backtrace() : e.what();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  if (s.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    const size_t nl = s.rfind('\n');
+    return nl == std::string::npos ? s : s.substr(nl + 1);
+  }
+  const size_t nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+std::string ShapeOf(const torch::Tensor& t) {
+  return Dataset::ShapeText(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+}
 
 struct CnnImpl : torch::nn::Module {
   CnnImpl()
@@ -43,56 +72,197 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::Linear fc1, fc2;
 };
 
-template <typename Net>
+// What the training loop needs of a network, built in or TorchScript. Not thread-safe.
+class Net {
+ public:
+  virtual ~Net() = default;
+  virtual NamedTensors Parameters() = 0;
+  virtual NamedTensors FloatBuffers() = 0;
+  // A batch [b, example shape...] in, the network's output out.
+  virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
+  virtual bool HasOwnLoss() = 0;
+  virtual torch::Tensor OwnLoss(const torch::Tensor& out, const torch::Tensor& y) = 0;
+  virtual void SetTraining(bool on) = 0;
+  // Batch normalisation layers only (evaluation with batch statistics).
+  virtual void SetBatchNormTraining(bool /*on*/) {}
+  // Why the network cannot take examples of `shape` at all; "" when it may.
+  virtual std::string RefusesShape(const std::vector<int64_t>& /*shape*/) { return ""; }
+  virtual void To(const torch::Device& device) = 0;
+};
+
+template <typename Impl>
+class BuiltinNet final : public Net {
+ public:
+  explicit BuiltinNet(std::string name) : name_(std::move(name)), impl_(std::make_shared<Impl>()) {}
+  NamedTensors Parameters() override {
+    NamedTensors out;
+    for (const auto& item : impl_->named_parameters()) out.emplace_back(item.key(), item.value());
+    return out;
+  }
+  NamedTensors FloatBuffers() override { return {}; }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    return impl_->forward(x.reshape({x.size(0), 1, 28, 28}));
+  }
+  bool HasOwnLoss() override { return false; }
+  torch::Tensor OwnLoss(const torch::Tensor&, const torch::Tensor&) override { return {}; }
+  void SetTraining(bool on) override { impl_->train(on); }
+  std::string RefusesShape(const std::vector<int64_t>& shape) override {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    if (n == 28 * 28) return "";
+    return StrCat("the built-in ", name_, " takes 28x28 single-channel images (784 values an "
+                  "example), not ", Dataset::ShapeText(shape), ": give --model a TorchScript file");
+  }
+  void To(const torch::Device& device) override { impl_->to(device); }
+
+ private:
+  std::string name_;
+  std::shared_ptr<Impl> impl_;
+};
+
+class ScriptNet final : public Net {
+ public:
+  explicit ScriptNet(torch::jit::Module module) : module_(std::move(module)) {
+    own_loss_ = module_.find_method("loss").has_value();
+  }
+  NamedTensors Parameters() override {
+    NamedTensors out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
+    return out;
+  }
+  NamedTensors FloatBuffers() override {
+    NamedTensors out;
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
+      if (b.value.is_floating_point()) out.emplace_back(b.name, b.value);
+    }
+    return out;
+  }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    torch::jit::IValue out = module_.forward({x});
+    if (out.isTensor()) return out.toTensor();
+    if (out.isTuple() && !out.toTupleRef().elements().empty() &&
+        out.toTupleRef().elements()[0].isTensor()) {
+      return out.toTupleRef().elements()[0].toTensor();
+    }
+    throw std::runtime_error(StrCat("forward returned a ", out.tagKind(), ", not a tensor"));
+  }
+  bool HasOwnLoss() override { return own_loss_; }
+  torch::Tensor OwnLoss(const torch::Tensor& out, const torch::Tensor& y) override {
+    torch::jit::IValue l = module_.get_method("loss")({out, y});
+    if (!l.isTensor()) {
+      throw std::runtime_error(StrCat("loss() returned a ", l.tagKind(), ", not a tensor"));
+    }
+    return l.toTensor();
+  }
+  void SetTraining(bool on) override { module_.train(on); }
+  void SetBatchNormTraining(bool on) override {
+    for (const auto& m : module_.named_modules()) {
+      const auto type = m.value.type()->name();
+      if (type && type->qualifiedName().find("BatchNorm") != std::string::npos) {
+        torch::jit::Module sub = m.value;
+        sub.train(on);
+      }
+    }
+  }
+  void To(const torch::Device& device) override { module_.to(device); }
+
+ private:
+  torch::jit::Module module_;
+  bool own_loss_ = false;
+};
+
+enum class LossKind { kOwn, kCrossEntropy, kMse };
+
 class TorchModel final : public Model {
  public:
-  TorchModel(std::string name, uint64_t seed, torch::Device device)
-      : name_(std::move(name)), device_(device) {
-    torch::manual_seed(seed);
-    net_ = std::make_shared<Net>();  // initialised on the CPU: the same weights everywhere
-    net_->to(device_);
-    std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors;
-    for (const auto& item : net_->named_parameters()) {
-      dim_ += static_cast<size_t>(item.value().numel());
-      std::vector<uint64_t> shape;
-      for (int64_t e : item.value().sizes()) shape.push_back(static_cast<uint64_t>(e));
-      tensors.emplace_back(item.key(), std::move(shape));
+  TorchModel(std::string name, ModelOptions options, std::unique_ptr<Net> net,
+             const torch::Device& device)
+      : name_(std::move(name)), options_(std::move(options)), net_(std::move(net)), device_(device) {
+    net_->To(device_);
+    NamedTensors flat = net_->Parameters();
+    for (auto& [n, t] : flat) {
+      if (t.requires_grad()) trainable_.push_back(t);
     }
-    // Parameter names and shapes of the zoo's nets are always a valid layout.
-    layout_ = codecs::ModelLayout::Create(std::move(tensors)).value();
+    NamedTensors buffers = net_->FloatBuffers();
+    if (options_.buffers == "local") {
+      local_ = std::move(buffers);
+    } else {
+      for (auto& b : buffers) {
+        if (std::string_view(b.first).ends_with("running_var")) {
+          variances_.push_back(b.second);
+        }
+      }
+      flat.insert(flat.end(), buffers.begin(), buffers.end());
+    }
+    std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors;
+    for (auto& [n, t] : flat) {
+      if (t.numel() == 0) continue;  // nothing to send; a layout has no empty tensors
+      dim_ += static_cast<size_t>(t.numel());
+      std::vector<uint64_t> shape;
+      for (int64_t e : t.sizes()) shape.push_back(static_cast<uint64_t>(e));
+      tensors.emplace_back(n, std::move(shape));
+      flat_.push_back(t);
+    }
+    auto layout = codecs::ModelLayout::Create(std::move(tensors));
+    if (layout.ok()) {
+      layout_ = *std::move(layout);
+    } else {
+      layout_error_ = layout.status();
+    }
   }
+
+  // A module whose names or shapes no layout can hold (Create refuses it).
+  const absl::Status& layout_error() const { return layout_error_; }
 
   const std::string& name() const override { return name_; }
   std::string device() const override { return device_.str(); }
   size_t dim() const override { return dim_; }
   const codecs::ModelLayout& layout() const override { return layout_; }
 
-  std::vector<float> GetFlat() const override {
-    std::vector<float> flat(dim_);
-    size_t off = 0;
-    torch::NoGradGuard guard;
-    for (const torch::Tensor& p : net_->parameters()) {
-      torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
-      std::memcpy(flat.data() + off, c.data_ptr<float>(), c.numel() * sizeof(float));
-      off += static_cast<size_t>(c.numel());
-    }
-    return flat;
-  }
+  std::vector<float> GetFlat() const override { return Gather(flat_, dim_); }
 
   absl::Status SetFlat(std::span<const float> flat) override {
     if (flat.size() != dim_) {
       return absl::InvalidArgumentError(
           StrCat(name_, ": flat weights of ", flat.size(), " values, the model has ", dim_));
     }
-    size_t off = 0;
+    Scatter(flat, flat_);
+    // A lossy code of a variance's change can take it below zero.
     torch::NoGradGuard guard;
-    for (torch::Tensor& p : net_->parameters()) {
-      torch::Tensor src =
-          torch::from_blob(const_cast<float*>(flat.data() + off), p.sizes(), torch::kFloat32);
-      p.copy_(src);
-      off += static_cast<size_t>(p.numel());
-    }
+    for (torch::Tensor& v : variances_) v.clamp_min_(0);
     return absl::OkStatus();
+  }
+
+  std::vector<float> GetLocalBuffers() const override {
+    size_t n = 0;
+    for (const auto& [name, t] : local_) n += static_cast<size_t>(t.numel());
+    std::vector<torch::Tensor> ts;
+    for (const auto& [name, t] : local_) ts.push_back(t);
+    return Gather(ts, n);
+  }
+
+  absl::Status SetLocalBuffers(std::span<const float> flat) override {
+    size_t n = 0;
+    std::vector<torch::Tensor> ts;
+    for (const auto& [name, t] : local_) {
+      n += static_cast<size_t>(t.numel());
+      ts.push_back(t);
+    }
+    if (flat.size() != n) {
+      return absl::InvalidArgumentError(
+          StrCat(name_, ": ", flat.size(), " local buffer values, the model has ", n));
+    }
+    Scatter(flat, ts);
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckFits(const Dataset& data) override {
+    try {
+      return CheckFitsImpl(data);
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          StrCat("model ", name_, " does not fit ", data.source, ": ", FirstLine(e)));
+    }
   }
 
   absl::StatusOr<TrainResult> Train(const Dataset& data, std::span<const uint32_t> indices,
@@ -100,7 +270,7 @@ class TorchModel final : public Model {
     try {
       return TrainImpl(data, indices, opts);
     } catch (const std::exception& e) {
-      return absl::InternalError(StrCat(name_, ": training failed: ", e.what()));
+      return absl::InternalError(StrCat(name_, ": training failed: ", FirstLine(e)));
     }
   }
 
@@ -108,36 +278,175 @@ class TorchModel final : public Model {
     try {
       return EvalImpl(data, limit);
     } catch (const std::exception& e) {
-      return absl::InternalError(StrCat(name_, ": evaluation failed: ", e.what()));
+      return absl::InternalError(StrCat(name_, ": evaluation failed: ", FirstLine(e)));
     }
   }
 
  private:
-  // Copies the examples at idx[begin, end) into a [b, 1, rows, cols] batch on the device.
-  static std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& data,
-                                                       std::span<const uint32_t> idx,
-                                                       const torch::Device& device) {
-    auto x = torch::empty({static_cast<int64_t>(idx.size()), 1, static_cast<int64_t>(data.rows),
-                           static_cast<int64_t>(data.cols)},
-                          torch::kFloat32);
-    auto y = torch::empty({static_cast<int64_t>(idx.size())}, torch::kInt64);
-    float* xp = x.data_ptr<float>();
-    int64_t* yp = y.data_ptr<int64_t>();
-    for (size_t i = 0; i < idx.size(); ++i) {
-      const auto img = data.image(idx[i]);
-      std::memcpy(xp + i * data.pixels(), img.data(), data.pixels() * sizeof(float));
-      yp[i] = data.labels[idx[i]];
+  static std::vector<float> Gather(const std::vector<torch::Tensor>& ts, size_t n) {
+    std::vector<float> flat(n);
+    size_t off = 0;
+    torch::NoGradGuard guard;
+    for (const torch::Tensor& t : ts) {
+      torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+      std::memcpy(flat.data() + off, c.data_ptr<float>(), c.numel() * sizeof(float));
+      off += static_cast<size_t>(c.numel());
     }
-    if (device.is_cpu()) return {x, y};
-    return {x.to(device), y.to(device)};
+    return flat;
   }
 
-  TrainResult TrainImpl(const Dataset& data, std::span<const uint32_t> indices,
-                        const TrainOptions& opts) {
+  static void Scatter(std::span<const float> flat, const std::vector<torch::Tensor>& ts) {
+    size_t off = 0;
+    torch::NoGradGuard guard;
+    for (const torch::Tensor& t : ts) {
+      torch::Tensor src = torch::from_blob(const_cast<float*>(flat.data() + off), t.sizes(),
+                                           torch::kFloat32);
+      torch::Tensor dst = t;
+      dst.copy_(src);
+      off += static_cast<size_t>(t.numel());
+    }
+  }
+
+  // The examples at idx as a batch [b, shape...] and their labels [b] (int64) or targets
+  // [b, target shape...] (float), on the device.
+  std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& data,
+                                                std::span<const uint32_t> idx) const {
+    std::vector<int64_t> xs{static_cast<int64_t>(idx.size())};
+    xs.insert(xs.end(), data.shape.begin(), data.shape.end());
+    auto x = torch::empty(xs, torch::kFloat32);
+    float* xp = x.data_ptr<float>();
+    const size_t es = data.example_size();
+    for (size_t i = 0; i < idx.size(); ++i) {
+      std::memcpy(xp + i * es, data.x.data() + idx[i] * es, es * sizeof(float));
+    }
+    torch::Tensor y;
+    if (data.classification()) {
+      y = torch::empty({static_cast<int64_t>(idx.size())}, torch::kInt64);
+      int64_t* yp = y.data_ptr<int64_t>();
+      for (size_t i = 0; i < idx.size(); ++i) yp[i] = data.labels[idx[i]];
+    } else {
+      std::vector<int64_t> ys{static_cast<int64_t>(idx.size())};
+      ys.insert(ys.end(), data.target_shape.begin(), data.target_shape.end());
+      y = torch::empty(ys, torch::kFloat32);
+      float* yp = y.data_ptr<float>();
+      const size_t ts = data.target_size();
+      for (size_t i = 0; i < idx.size(); ++i) {
+        std::memcpy(yp + i * ts, data.targets.data() + idx[i] * ts, ts * sizeof(float));
+      }
+    }
+    if (device_.is_cpu()) return {x, y};
+    return {x.to(device_), y.to(device_)};
+  }
+
+  // The loss for `data`: the module's own, or the option's (auto picks by the targets).
+  absl::StatusOr<LossKind> LossFor(const Dataset& data) {
+    if (net_->HasOwnLoss()) return LossKind::kOwn;
+    const std::string& l = options_.loss;
+    if (l == "cross_entropy" || (l == "auto" && data.classification())) {
+      if (!data.classification()) {
+        return absl::InvalidArgumentError(StrCat("--loss cross_entropy needs class labels; ",
+                                                 data.source, " has float targets"));
+      }
+      return LossKind::kCrossEntropy;
+    }
+    if (data.classification()) {
+      return absl::InvalidArgumentError(StrCat(
+          "--loss mse needs float targets; ", data.source,
+          " has class labels (--targets values reads them as numbers)"));
+    }
+    return LossKind::kMse;
+  }
+
+  // The batch's mean loss.
+  torch::Tensor Loss(LossKind kind, const torch::Tensor& out, const torch::Tensor& y) {
+    switch (kind) {
+      case LossKind::kOwn: {
+        torch::Tensor l = net_->OwnLoss(out, y);
+        if (l.numel() != 1) {
+          throw std::runtime_error(
+              StrCat("loss() returned a tensor of shape ", ShapeOf(l), ", not a scalar"));
+        }
+        return l.reshape({});
+      }
+      case LossKind::kCrossEntropy:
+        return torch::nn::functional::cross_entropy(out, y);
+      case LossKind::kMse:
+        return torch::mse_loss(out, y.reshape(out.sizes()));
+    }
+    return {};
+  }
+
+  absl::Status CheckFitsImpl(const Dataset& data) {
+    auto fail = [&](std::string_view why) {
+      return absl::InvalidArgumentError(
+          StrCat("model ", name_, " does not fit ", data.source, ": ", why));
+    };
+    if (std::string why = net_->RefusesShape(data.shape); !why.empty()) return fail(why);
+    if (data.size() == 0) return fail("no examples");
+    auto kind = LossFor(data);
+    if (!kind.ok()) return fail(std::string(kind.status().message()));
+    std::vector<uint32_t> idx(std::min<size_t>(2, data.size()));
+    std::iota(idx.begin(), idx.end(), 0u);
+    auto [x, y] = Batch(data, idx);
+    torch::NoGradGuard guard;
+    net_->SetTraining(false);
+    torch::Tensor out;
+    try {
+      out = net_->Forward(x);
+    } catch (const std::exception& e) {
+      return fail(StrCat("a batch of shape ", ShapeOf(x), " fails in forward: ", FirstLine(e)));
+    }
+    if (*kind == LossKind::kCrossEntropy) {
+      if (out.dim() != 2 || out.size(0) != x.size(0)) {
+        return fail(StrCat("for class labels the output must be [batch, classes]; a batch of ",
+                           ShapeOf(x), " gives ", ShapeOf(out)));
+      }
+      if (static_cast<int64_t>(data.classes) > out.size(1)) {
+        return fail(StrCat("labels go up to ", data.classes - 1, " but the model outputs ",
+                           out.size(1), " classes"));
+      }
+    }
+    if (*kind == LossKind::kMse && out.numel() != y.numel()) {
+      return fail(StrCat("a batch of ", ShapeOf(x), " gives outputs ", ShapeOf(out),
+                         " for targets ", ShapeOf(y)));
+    }
+    torch::Tensor loss;
+    try {
+      loss = Loss(*kind, out, y);
+    } catch (const std::exception& e) {
+      return fail(StrCat("the loss fails on outputs ", ShapeOf(out), " and targets ", ShapeOf(y),
+                         ": ", FirstLine(e)));
+    }
+    if (!std::isfinite(loss.item<double>())) return fail("the loss of the first batch is not finite");
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerSpec& spec,
+                                                         const TrainOptions& opts) {
+    const double lr = spec.LearningRate(opts.lr);
+    if (spec.kind == OptimizerSpec::Kind::kAdam) {
+      return std::make_unique<torch::optim::Adam>(
+          trainable_, torch::optim::AdamOptions(lr)
+                          .betas({spec.beta1, spec.beta2})
+                          .eps(spec.eps)
+                          .weight_decay(spec.weight_decay));
+    }
+    const double momentum = opts.optimizer.empty() ? opts.momentum : spec.momentum;
+    return std::make_unique<torch::optim::SGD>(trainable_, torch::optim::SGDOptions(lr)
+                                                               .momentum(momentum)
+                                                               .weight_decay(spec.weight_decay)
+                                                               .nesterov(spec.nesterov));
+  }
+
+  absl::StatusOr<TrainResult> TrainImpl(const Dataset& data, std::span<const uint32_t> indices,
+                                        const TrainOptions& opts) {
     const auto start = std::chrono::steady_clock::now();
-    net_->train();
-    torch::optim::SGD sgd(net_->parameters(),
-                          torch::optim::SGDOptions(opts.lr).momentum(opts.momentum));
+    auto spec = OptimizerSpec::Parse(opts.optimizer);
+    if (!spec.ok()) return spec.status();
+    auto kind = LossFor(data);
+    if (!kind.ok()) return kind.status();
+    net_->SetTraining(true);
+    std::unique_ptr<torch::optim::Optimizer> opt = MakeOptimizer(*spec, opts);
     std::vector<uint32_t> order(indices.begin(), indices.end());
     std::mt19937_64 rng(opts.seed);
     TrainResult r;
@@ -150,13 +459,11 @@ class TorchModel final : public Model {
       std::shuffle(order.begin(), order.end(), rng);
       for (size_t b = 0; b < order.size() && r.steps < max_steps; b += bs) {
         auto [x, y] =
-            Batch(data, std::span<const uint32_t>(order).subspan(b, std::min(bs, order.size() - b)),
-                  device_);
-        sgd.zero_grad();
-        torch::Tensor logits = net_->forward(x);
-        torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+            Batch(data, std::span<const uint32_t>(order).subspan(b, std::min(bs, order.size() - b)));
+        opt->zero_grad();
+        torch::Tensor loss = Loss(*kind, net_->Forward(x), y);
         loss.backward();
-        sgd.step();
+        opt->step();
         const double l = loss.item<double>();
         total += l;
         last.push_back(l);
@@ -171,9 +478,18 @@ class TorchModel final : public Model {
     return r;
   }
 
-  EvalResult EvalImpl(const Dataset& data, size_t limit) {
+  absl::StatusOr<EvalResult> EvalImpl(const Dataset& data, size_t limit) {
+    auto kind = LossFor(data);
+    if (!kind.ok()) return kind.status();
     torch::NoGradGuard guard;
-    net_->eval();
+    net_->SetTraining(false);
+    // Local buffers: the coordinator holds none of the clients', so batch normalisation
+    // uses each batch's statistics; its running statistics are put back afterwards.
+    std::vector<torch::Tensor> saved;
+    if (!local_.empty()) {
+      for (const auto& [n, t] : local_) saved.push_back(t.clone());
+      net_->SetBatchNormTraining(true);
+    }
     const size_t n = limit > 0 ? std::min(limit, data.size()) : data.size();
     std::vector<uint32_t> idx(n);
     std::iota(idx.begin(), idx.end(), 0u);
@@ -181,66 +497,152 @@ class TorchModel final : public Model {
     double loss = 0;
     size_t correct = 0;
     for (size_t b = 0; b < n; b += 1000) {
-      auto [x, y] = Batch(
-          data, std::span<const uint32_t>(idx).subspan(b, std::min<size_t>(1000, n - b)), device_);
-      torch::Tensor logits = net_->forward(x);
-      loss +=
-          torch::nn::functional::cross_entropy(
-              logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-              .item<double>();
-      correct += static_cast<size_t>(logits.argmax(1).eq(y).sum().item<int64_t>());
+      const size_t len = std::min<size_t>(1000, n - b);
+      auto [x, y] = Batch(data, std::span<const uint32_t>(idx).subspan(b, len));
+      torch::Tensor out = net_->Forward(x);
+      loss += Loss(*kind, out, y).item<double>() * static_cast<double>(len);
+      if (data.classification() && out.dim() == 2) {
+        correct += static_cast<size_t>(out.argmax(1).eq(y).sum().item<int64_t>());
+      }
+    }
+    if (!local_.empty()) {
+      net_->SetBatchNormTraining(false);
+      for (size_t i = 0; i < saved.size(); ++i) {
+        torch::Tensor t = local_[i].second;
+        t.copy_(saved[i]);
+      }
     }
     r.examples = n;
     r.loss = n ? loss / n : 0;
-    r.accuracy = n ? static_cast<double>(correct) / n : 0;
+    r.accuracy = !data.classification() ? std::numeric_limits<double>::quiet_NaN()
+                 : n                    ? static_cast<double>(correct) / n
+                                        : 0;
     return r;
   }
 
   std::string name_;
+  ModelOptions options_;
+  std::unique_ptr<Net> net_;
   torch::Device device_;
-  std::shared_ptr<Net> net_;
+  std::vector<torch::Tensor> flat_;       // the flat vector's tensors, in order
+  std::vector<torch::Tensor> trainable_;  // parameters that require a gradient
+  std::vector<torch::Tensor> variances_;  // averaged running variances (kept >= 0)
+  NamedTensors local_;                    // buffers "local": the buffers kept here
   size_t dim_ = 0;
   codecs::ModelLayout layout_;
+  absl::Status layout_error_;
 };
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& device) {
+  if (device == "auto") {
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device("cpu");
+  }
+  if (device != "cpu" && device.rfind("cuda", 0) != 0) {
+    return absl::InvalidArgumentError(
+        StrCat("unknown device '", device, "' (known: cpu, cuda, cuda:N, auto)"));
+  }
+  torch::Device dev(device);
+  if (dev.is_cuda() && !torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(
+        StrCat("device ", device,
+               ": this libtorch has no CUDA or no GPU is visible (use --device=cpu or auto)"));
+  }
+  if (dev.is_cuda() && dev.has_index() &&
+      dev.index() >= static_cast<int>(torch::cuda::device_count())) {
+    return absl::FailedPreconditionError(
+        StrCat("device ", device, ": only ", torch::cuda::device_count(), " GPUs"));
+  }
+  return dev;
+}
+
+absl::StatusOr<std::unique_ptr<Net>> LoadScript(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::NotFoundError(StrCat("model ", path, ": no such file (--model takes cnn, mlp or ",
+                                      "a TorchScript file saved with torch.jit.save)"));
+  }
+  try {
+    // Loaded on the CPU: the model is moved to its device with the rest.
+    return std::unique_ptr<Net>(new ScriptNet(torch::jit::load(path, torch::Device("cpu"))));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat("model ", path, ": not a TorchScript file (save one with torch.jit.save of a ",
+               "torch.jit.script or torch.jit.trace module): ", FirstLine(e)));
+  }
+}
 
 }  // namespace
 
+absl::Status ModelOptions::Validate() const {
+  if (buffers != "average" && buffers != "local") {
+    return absl::InvalidArgumentError(
+        StrCat("--buffers '", buffers, "': expected average or local"));
+  }
+  if (loss != "auto" && loss != "cross_entropy" && loss != "mse") {
+    return absl::InvalidArgumentError(
+        StrCat("--loss '", loss, "': expected auto, cross_entropy or mse"));
+  }
+  if (model.empty()) return absl::InvalidArgumentError("--model is empty");
+  return absl::OkStatus();
+}
+
 bool CudaAvailable() { return torch::cuda::is_available(); }
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelOptions& options, uint64_t seed,
+                                                     const std::string& device) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  try {
+    auto dev = ResolveDevice(device);
+    if (!dev.ok()) return dev.status();
+    std::unique_ptr<Net> net;
+    if (options.model == "cnn" || options.model == "mlp") {
+      // Initialised on the CPU from `seed`: the same weights everywhere. The process's
+      // generator is put back afterwards, as a Python client's torch shares it.
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      const at::Tensor saved = gen.get_state();
+      torch::manual_seed(seed);
+      if (options.model == "cnn") {
+        net = std::make_unique<BuiltinNet<CnnImpl>>(options.model);
+      } else {
+        net = std::make_unique<BuiltinNet<MlpImpl>>(options.model);
+      }
+      gen.set_state(saved);
+    } else {
+      auto script = LoadScript(options.model);
+      if (!script.ok()) return script.status();
+      net = *std::move(script);
+    }
+    auto model = std::make_unique<TorchModel>(options.model, options, std::move(net), *dev);
+    if (!model->layout_error().ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("model ", options.model, ": ", model->layout_error().message()));
+    }
+    if (model->dim() == 0) {
+      return absl::InvalidArgumentError(StrCat("model ", options.model, " has no parameters"));
+    }
+    return std::unique_ptr<Model>(std::move(model));
+  } catch (const std::exception& e) {
+    return absl::InternalError(StrCat("model ", options.model, ": ", FirstLine(e)));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const std::string& name, uint64_t seed,
                                                      const std::string& device) {
-  try {
-    std::optional<torch::Device> dev;
-    if (device == "auto") {
-      dev = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device("cpu");
-    } else if (device == "cpu" || device.rfind("cuda", 0) == 0) {
-      dev = torch::Device(device);
-      if (dev->is_cuda() && !torch::cuda::is_available()) {
-        return absl::FailedPreconditionError(
-            StrCat("device ", device,
-                   ": this libtorch has no CUDA or no GPU is visible (use --device=cpu or auto)"));
-      }
-      if (dev->is_cuda() && dev->has_index() &&
-          dev->index() >= static_cast<int>(torch::cuda::device_count())) {
-        return absl::FailedPreconditionError(
-            StrCat("device ", device, ": only ", torch::cuda::device_count(), " GPUs"));
-      }
-    } else {
-      return absl::InvalidArgumentError(
-          StrCat("unknown device '", device, "' (known: cpu, cuda, cuda:N, auto)"));
-    }
-    if (name == "cnn") return std::unique_ptr<Model>(new TorchModel<CnnImpl>(name, seed, *dev));
-    if (name == "mlp") return std::unique_ptr<Model>(new TorchModel<MlpImpl>(name, seed, *dev));
-  } catch (const std::exception& e) {
-    return absl::InternalError(StrCat("model ", name, ": ", e.what()));
-  }
-  return absl::InvalidArgumentError(StrCat("unknown model '", name, "' (known: cnn, mlp)"));
+  ModelOptions o;
+  o.model = name;
+  return Create(o, seed, device);
+}
+
+absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const ModelOptions& options) {
+  auto model = Model::Create(options, 0, "cpu");
+  if (!model.ok()) return model.status();
+  return (*model)->layout();
 }
 
 absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const std::string& name) {
-  auto model = Model::Create(name, 0, "cpu");
-  if (!model.ok()) return model.status();
-  return (*model)->layout();
+  ModelOptions o;
+  o.model = name;
+  return ModelLayoutOf(o);
 }
 
 void SetTorchThreads(int n) { torch::set_num_threads(std::max(1, n)); }

@@ -1,7 +1,10 @@
-// The model zoo behind a torch-free facade: a small CNN (215k parameters) and an MLP
-// (159k) for 28x28 single-channel images, their weights as one flat float vector, local
-// training with SGD, and evaluation. libtorch stays inside model.cc; libtorch exceptions
-// are caught there and returned as statuses.
+// The model behind a torch-free facade: any TorchScript module saved with torch.jit.save
+// (scripted or traced in Python), or one of the two built-in networks for 28x28
+// single-channel images (a small CNN, 215k parameters, and an MLP, 159k). Its weights are
+// one flat float vector (the parameters in named_parameters() order, then, when the job
+// averages buffers, its floating-point buffers in named_buffers() order); it trains
+// locally with SGD or Adam and evaluates on a Dataset. libtorch stays inside model.cc;
+// libtorch exceptions are caught there and returned as statuses.
 #ifndef FEDLGC_CORE_MODEL_H_
 #define FEDLGC_CORE_MODEL_H_
 
@@ -17,13 +20,36 @@
 
 namespace fedlgc::core {
 
+// Which model, and the job's rules for it.
+struct ModelOptions {
+  // "cnn", "mlp", or the path of a TorchScript file (torch.jit.save). A module's initial
+  // weights are the file's; the built-ins are initialised from a seed.
+  std::string model = "cnn";
+  // BatchNorm statistics and other floating-point buffers: "average" sends them with the
+  // update (they are coordinates of the flat vector and are averaged like the weights);
+  // "local" keeps each client's own (FedBN), and the coordinator evaluates with batch
+  // statistics. Integer buffers (num_batches_tracked) always stay local.
+  std::string buffers = "average";
+  // "auto": the module's own loss(output, target) method when it has one, else cross
+  // entropy for class labels and mean squared error for float targets; "cross_entropy"
+  // or "mse" choose (a module's loss method still comes first).
+  std::string loss = "auto";
+
+  absl::Status Validate() const;
+  bool IsFile() const { return model != "cnn" && model != "mlp"; }
+};
+
 struct TrainOptions {
   int epochs = 1;  // passes over the shard (ignored when steps > 0)
   int steps = 0;   // mini-batch steps, when > 0
-  float lr = 0.05f;
+  float lr = 0.05f;  // the round's; an optimizer spec that names lr overrides it
   float momentum = 0.9f;
   int batch_size = 32;
   uint64_t seed = 0;  // shuffling order
+  // "" (SGD with lr and momentum above), or a spec (core/optimizer.h):
+  // sgd(lr=..,momentum=..,weight_decay=..,nesterov=0|1) or
+  // adam(lr=..,beta1=..,beta2=..,eps=..,weight_decay=..). A fresh optimizer each call.
+  std::string optimizer;
 };
 
 struct TrainResult {
@@ -35,20 +61,25 @@ struct TrainResult {
 
 struct EvalResult {
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;  // NaN for float targets
   size_t examples = 0;
 };
 
 // Not thread-safe; one per trainer thread.
 class Model {
  public:
-  // `name`: "cnn" or "mlp". Weights are initialised from `seed` (same seed, same weights,
-  // on any device). `device`: "cpu", "cuda", "cuda:N", or "auto" (CUDA when the libtorch in
-  // use has it and a GPU is visible, else the CPU); an unavailable device is an error.
+  // A built-in's weights are initialised from `seed` (same seed, same weights, on any
+  // device); a module's are its file's. `device`: "cpu", "cuda", "cuda:N", or "auto" (CUDA
+  // when the libtorch in use has it and a GPU is visible, else the CPU); an unavailable
+  // device is an error. A file that is not TorchScript is INVALID_ARGUMENT naming it.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelOptions& options, uint64_t seed,
+                                                       const std::string& device = "cpu");
+  // A built-in by name ("cnn", "mlp") or a file with the default options.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const std::string& name, uint64_t seed,
                                                        const std::string& device = "cpu");
   virtual ~Model() = default;
 
+  // "cnn", "mlp", or the file's path.
   virtual const std::string& name() const = 0;
   virtual std::string device() const = 0;  // where it trains, e.g. "cpu" or "cuda:0"
   virtual size_t dim() const = 0;
@@ -57,6 +88,16 @@ class Model {
   virtual std::vector<float> GetFlat() const = 0;
   virtual absl::Status SetFlat(std::span<const float> flat) = 0;
 
+  // Whether the model takes `data`: one forward pass on its first examples (shape, output
+  // size against the labels or targets, the loss), and every label within the output's
+  // classes. The error names the model and the data and says what does not fit.
+  virtual absl::Status CheckFits(const Dataset& data) = 0;
+
+  // Under buffers "local": the floating-point buffers this model keeps to itself (flat,
+  // in named_buffers() order), to persist them between runs; empty otherwise.
+  virtual std::vector<float> GetLocalBuffers() const = 0;
+  virtual absl::Status SetLocalBuffers(std::span<const float> flat) = 0;
+
   // Trains on data[indices] starting from the current weights.
   virtual absl::StatusOr<TrainResult> Train(const Dataset& data, std::span<const uint32_t> indices,
                                             const TrainOptions& opts) = 0;
@@ -64,7 +105,8 @@ class Model {
   virtual absl::StatusOr<EvalResult> Evaluate(const Dataset& data, size_t limit = 0) = 0;
 };
 
-// The layout of the model `name` (builds it on the CPU; an unknown name is an error).
+// The layout of the model (builds it on the CPU; an unknown name is an error).
+absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const ModelOptions& options);
 absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const std::string& name);
 
 // True when the libtorch in use was built with CUDA and sees a GPU.

@@ -53,18 +53,24 @@ std::string PartitionSpec::ToString() const {
   return "?";
 }
 
-std::vector<std::vector<uint32_t>> Partition(const std::vector<uint8_t>& labels, int classes,
-                                             int clients, const PartitionSpec& spec,
+absl::Status CheckPartition(const PartitionSpec& spec, bool has_classes, const std::string& what) {
+  if (has_classes || spec.kind == PartitionSpec::Kind::kIid) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("--partition ", spec.ToString(), " splits by class; ",
+                                           what, " has float targets, not classes: use iid"));
+}
+
+std::vector<std::vector<uint32_t>> Partition(std::span<const int32_t> labels, size_t n,
+                                             int classes, int clients, const PartitionSpec& spec,
                                              uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::vector<uint32_t>> shards(clients);
-  std::vector<std::vector<uint32_t>> by_class(classes);
+  std::vector<std::vector<uint32_t>> by_class(labels.empty() ? 0 : classes);
   for (uint32_t i = 0; i < labels.size(); ++i) by_class[labels[i]].push_back(i);
   for (auto& c : by_class) std::shuffle(c.begin(), c.end(), rng);
 
-  switch (spec.kind) {
+  switch (labels.empty() ? PartitionSpec::Kind::kIid : spec.kind) {
     case PartitionSpec::Kind::kIid: {
-      std::vector<uint32_t> all(labels.size());
+      std::vector<uint32_t> all(n);
       std::iota(all.begin(), all.end(), 0u);
       std::shuffle(all.begin(), all.end(), rng);
       for (size_t i = 0; i < all.size(); ++i) shards[i % clients].push_back(all[i]);

@@ -5,6 +5,7 @@
 #define FEDLGC_CORE_PARTITION_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,16 @@ struct PartitionSpec {
   std::string ToString() const;
 };
 
-// Example indices of each of `clients` shards (each sorted). Every example goes to at
-// most one client; IID and Dirichlet use every example.
-std::vector<std::vector<uint32_t>> Partition(const std::vector<uint8_t>& labels, int classes,
-                                             int clients, const PartitionSpec& spec, uint64_t seed);
+// Example indices of each of `clients` shards (each sorted). `labels` holds the class in
+// [0, classes) of each of the `n` examples, or is empty for a data set without classes
+// (float targets), which only kIid splits. Every example goes to at most one client; IID
+// and Dirichlet use every example.
+std::vector<std::vector<uint32_t>> Partition(std::span<const int32_t> labels, size_t n,
+                                             int classes, int clients, const PartitionSpec& spec,
+                                             uint64_t seed);
+
+// Whether `spec` can split a data set (`what` names it) with or without classes.
+absl::Status CheckPartition(const PartitionSpec& spec, bool has_classes, const std::string& what);
 
 }  // namespace fedlgc::core
 

@@ -14,6 +14,10 @@ namespace fedlgc {
 // in RoundStart); 2: per-mode messages (RoundStart.mode, ModeEvent, ProgressReport.mode).
 inline constexpr uint32_t kProtocolVersion = 2;
 
+// The blob (ModelRequest.blob, version 1) under which a coordinator serves the job's
+// TorchScript file to clients that do not hold it (JoinReply.model_sha256).
+inline constexpr char kModelFileBlob[] = "torchscript";
+
 // How a job aggregates (docs/modes.md). A mode is a RoundDriver at the coordinator and a
 // ClientMode at each client (modes/), chosen by one factory each.
 enum class Mode {

@@ -13,6 +13,7 @@
 #include "core/float_bytes.h"
 #include "core/model.h"
 #include "core/partition.h"
+#include "core/sha256.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
@@ -66,6 +67,19 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
   auto probe = core::Model::Create("mlp", 0, o.device);
   if (!probe.ok()) return probe.status();
   c->device_ = (*probe)->device();
+  if (!o.model.empty()) {
+    // This client's copy of the job's file: TorchScript, fit for the data, before a join.
+    auto sha = core::Sha256OfFile(o.model);
+    if (!sha.ok()) return sha.status();
+    c->model_sha256_ = *sha;
+    core::ModelOptions mo;
+    mo.model = o.model;
+    auto m = core::Model::Create(mo, 0, c->device_);
+    if (!m.ok()) return m.status();
+    if (c->data_) {
+      if (absl::Status st = (*m)->CheckFits(*c->data_); !st.ok()) return st;
+    }
+  }
   c->metrics_->InitClient(o.client_id);
   if (!o.metrics_listen.empty()) {
     if (absl::Status st = c->metrics_->Serve(o.metrics_listen); !st.ok()) return st;
@@ -79,11 +93,15 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
 
 absl::Status EdgeClient::LoadData() {
   const EdgeClientOptions& o = options_;
-  auto data = core::LoadNamedDataset(o.data, o.data_dir, true, o.train_limit);
+  auto data = core::LoadDataset(o.data_options(), true, o.train_limit);
   if (!data.ok()) return data.status();
   data_ = std::make_unique<core::Dataset>(std::move(data).value());
   const auto spec = core::PartitionSpec::Parse(o.partition).value();  // validated
-  shard_ = core::Partition(data_->labels, static_cast<int>(data_->classes),
+  if (absl::Status st = core::CheckPartition(spec, data_->classification(), data_->source);
+      !st.ok()) {
+    return st;
+  }
+  shard_ = core::Partition(data_->labels, data_->size(), static_cast<int>(data_->classes),
                            static_cast<int>(o.num_shards), spec, o.partition_seed)[o.shard];
   if (shard_.empty()) return absl::FailedPreconditionError("this client's shard is empty");
   return absl::OkStatus();
@@ -127,6 +145,7 @@ absl::Status EdgeClient::Join() {
   req.set_num_samples(NumSamples());
   req.set_device(device_);
   req.set_protocol_version(kProtocolVersion);
+  req.set_model_sha256(model_sha256_);
   auto reply = transport_->Join(req);
   if (!reply.ok()) return reply.status();
   if (reply->protocol_version() != kProtocolVersion) {
@@ -136,11 +155,7 @@ absl::Status EdgeClient::Join() {
                "; this client speaks version ", kProtocolVersion,
                ": run an edge client and coordinator of the same release"));
   }
-  if (!model_ || model_->name() != reply->model()) {
-    auto m = core::Model::Create(reply->model(), 0, device_);
-    if (!m.ok()) return m.status();
-    model_ = std::move(m).value();
-  }
+  if (absl::Status st = EnsureModel(*reply); !st.ok()) return st;
   if (absl::Status st = ForgetOtherJobsUpdate(reply->job_id()); !st.ok()) return st;
   job_over_ = reply->total_rounds() > 0 && reply->current_round() > reply->total_rounds();
   total_rounds_ = reply->total_rounds();
@@ -172,6 +187,87 @@ absl::Status EdgeClient::Join() {
     mode_ = mode;
   }
   return absl::OkStatus();
+}
+
+absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
+  core::ModelOptions mo;
+  mo.buffers = reply.buffers().empty() ? "average" : reply.buffers();
+  mo.loss = reply.loss().empty() ? "auto" : reply.loss();
+  const std::string& sha = reply.model_sha256();
+  const std::string key = StrCat(sha.empty() ? reply.model() : sha, "/", mo.buffers, "/", mo.loss);
+  if (model_ && model_key_ == key) return absl::OkStatus();
+  if (sha.empty()) {
+    if (!model_sha256_.empty()) {
+      return absl::FailedPreconditionError(
+          StrCat("this client's --model ", options_.model, " is a TorchScript file; the job "
+                 "trains the built-in ", reply.model(), " (give the client no --model)"));
+    }
+    mo.model = reply.model();
+  } else if (!options_.model.empty()) {
+    if (model_sha256_ != sha) {
+      return absl::FailedPreconditionError(
+          StrCat("this client's --model ", options_.model, " is sha256:", model_sha256_,
+                 "; the job trains ", reply.model(), " sha256:", sha));
+    }
+    mo.model = options_.model;
+  } else {
+    auto path = FetchModelFile(reply);
+    if (!path.ok()) return path.status();
+    mo.model = *path;
+  }
+  auto m = core::Model::Create(mo, 0, device_);
+  // What a retry cannot fix (a file that is not TorchScript, no such built-in) ends the
+  // client, as a model that does not fit its data does.
+  if (!m.ok()) return absl::FailedPreconditionError(m.status().message());
+  if (data_) {
+    if (absl::Status st = (*m)->CheckFits(*data_); !st.ok()) return st;
+  }
+  model_ = *std::move(m);
+  model_key_ = key;
+  local_buffers_ = mo.buffers == "local";
+  if (local_buffers_) LoadLocalBuffers();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& reply) {
+  const std::string& sha = reply.model_sha256();
+  if (sha.size() != 64 || sha.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::FailedPreconditionError(
+        StrCat("the coordinator names its model by '", sha, "', not a SHA-256"));
+  }
+  const std::string path = StrCat(options_.state_dir, "/models/", sha, ".pt");
+  if (auto held = core::Sha256OfFile(path); held.ok() && *held == sha) return path;
+  std::fprintf(stderr, "%s: downloading the job's model %s (%llu bytes, sha256:%s)\n",
+               options_.client_id.c_str(), reply.model().c_str(),
+               static_cast<unsigned long long>(reply.model_bytes()), sha.c_str());
+  auto bytes = transport_->DownloadBlob(
+      kModelFileBlob, 1, std::chrono::system_clock::now() + std::chrono::hours(1));
+  if (!bytes.ok()) return bytes.status();
+  if (const std::string got = core::Sha256Hex(*bytes); got != sha) {
+    return absl::DataLossError(
+        StrCat("the model file downloaded has sha256:", got, "; the job's is sha256:", sha));
+  }
+  if (absl::Status st = core::AtomicWriteFile(path, *bytes); !st.ok()) return st;
+  return path;
+}
+
+absl::Status EdgeClient::SaveLocalBuffers() const {
+  return core::AtomicWriteFile(StrCat(options_.state_dir, "/", options_.client_id, ".buffers"),
+                               core::FloatsToBytes(model_->GetLocalBuffers()),
+                               core::Durability::kVisible);
+}
+
+void EdgeClient::LoadLocalBuffers() {
+  const std::string path = StrCat(options_.state_dir, "/", options_.client_id, ".buffers");
+  auto bytes = core::ReadFileIfExists(path);
+  if (!bytes.ok() || !bytes->has_value()) return;
+  const size_t n = model_->GetLocalBuffers().size();
+  auto floats = core::FloatsFromBytes(**bytes, n, path);
+  absl::Status st = floats.ok() ? model_->SetLocalBuffers(*floats) : floats.status();
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s: %s: its buffers start from the model's\n",
+                 options_.client_id.c_str(), std::string(st.message()).c_str());
+  }
 }
 
 absl::Status EdgeClient::Run() {
@@ -281,7 +377,17 @@ absl::Status EdgeClient::DumpUpdate(uint64_t round, std::span<const float> befor
 
 absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
                                               std::vector<float>* weights) {
-  if (trainer_ != nullptr) return trainer_->Train(start, weights);
+  if (trainer_ != nullptr) {
+    // Timed as the client's own training is, for the round log.
+    const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = ProcessCpuSeconds();
+    auto loss = trainer_->Train(start, weights);
+    last_train_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
+    if (loss.ok() && std::isfinite(*loss)) metrics_->SetTrainLoss(options_.client_id, *loss);
+    return loss;
+  }
   if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
   const bool keep = attack_.active() || !options_.dump_updates.empty();
   const std::vector<float> before = keep ? *weights : std::vector<float>();
@@ -291,6 +397,7 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   topts.lr = start.lr();
   topts.batch_size = static_cast<int>(start.batch_size());
   topts.seed = start.seed();
+  topts.optimizer = options_.optimizer;
   const double cpu0 = ProcessCpuSeconds();
   auto trained = model_->Train(*data_, shard_, topts);
   if (!trained.ok()) return trained.status();
@@ -301,6 +408,9 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   // time: with --torch-threads above 1 it adds up the threads' time.
   last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
   *weights = model_->GetFlat();
+  if (local_buffers_) {
+    if (absl::Status st = SaveLocalBuffers(); !st.ok()) return st;
+  }
   attack_.Apply(before, *weights, topts.seed);
   if (!options_.dump_updates.empty()) {
     if (absl::Status st = DumpUpdate(start.round(), before, *weights); !st.ok()) return st;

@@ -31,6 +31,9 @@ struct Dataset;
 namespace fedlgc::monitoring {
 class Metrics;
 }
+namespace fedlgc::protos {
+class JoinReply;
+}
 
 namespace fedlgc::edge_client {
 
@@ -64,6 +67,10 @@ class EdgeClient final : private ClientEnv {
   std::optional<Mode> mode() const { return mode_; }
   // The job's rounds (Join); the event loop's thread only.
   uint64_t job_rounds() const { return total_rounds_; }
+  // The job's model once joined (its layout: names and shapes in flat order) and its
+  // buffers rule ("average" or "local"); the event loop's thread only.
+  const codecs::ModelLayout& job_layout() const { return layout(); }
+  bool job_buffers_local() const { return local_buffers_; }
 
  private:
   EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs,
@@ -77,6 +84,15 @@ class EdgeClient final : private ClientEnv {
   absl::Status ForgetOtherJobsUpdate(const std::string& job);
   // Joins, checks the job against this client, and makes the mode on the first join.
   absl::Status Join();
+  // The job's model (a built-in, this client's file, or the coordinator's file, fetched),
+  // made with the job's rules and checked against this client's data.
+  absl::Status EnsureModel(const protos::JoinReply& reply);
+  // The job's TorchScript file in <state_dir>/models/<sha256>.pt, downloaded unless a
+  // file of that hash is there.
+  absl::StatusOr<std::string> FetchModelFile(const protos::JoinReply& reply);
+  // Buffers "local": this client's buffers in <state_dir>/<id>.buffers.
+  absl::Status SaveLocalBuffers() const;
+  void LoadLocalBuffers();
   // Handles the event stream until it ends; *done once the job is.
   absl::Status EventLoop(bool* done);
   absl::StatusOr<EventVerdict> HandleEvent(const protos::ServerEvent& event, bool* done);
@@ -124,6 +140,9 @@ class EdgeClient final : private ClientEnv {
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<core::Model> model_;
+  std::string model_key_;     // what model_ was made for: the job's model and rules
+  std::string model_sha256_;  // of --model's file; empty without one
+  bool local_buffers_ = false;
   std::unique_ptr<core::Dataset> data_;
   std::vector<uint32_t> shard_;
   std::string device_;  // resolved --device, e.g. "cpu" or "cuda:0"

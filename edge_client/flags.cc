@@ -33,13 +33,24 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
   link->add_option("--attack", o->attack,
                    "robustness experiments only: lie about the update: none, scale(factor=100), "
                    "signflip(factor=1) or noise(std=1)");
-  CLI::Option_group* data = app.add_option_group("Data", "the local shard and device");
-  data->add_option("--data", o->data, "fashion-mnist or synthetic:N");
+  CLI::Option_group* data = app.add_option_group("Data", "the model, the local shard, the device");
+  data->add_option("--model", o->model,
+                   "the job's TorchScript file, if this client has it (its SHA-256 must be the "
+                   "job's); empty: the coordinator's model, downloaded when it is a file");
+  data->add_option("--optimizer", o->optimizer,
+                   "local optimizer: sgd(lr=..,momentum=..,weight_decay=..,nesterov=0|1) or "
+                   "adam(lr=..,beta1=..,beta2=..,eps=..,weight_decay=..); empty: SGD with the "
+                   "round's lr and momentum 0.9 (an sgd without lr takes the round's)");
+  data->add_option("--data", o->data,
+                   "fashion-mnist, synthetic:N, npz:PATH (arrays x and y, or x_train and "
+                   "y_train), csv:PATH or images:DIR (docs/your-model.md)");
   data->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
+  core::AddLabelFlags(*data, "the data", &o->label_column, &o->targets);
   data->add_option("--train-limit", o->train_limit, "use the first N training examples (0 = all)");
   data->add_option("--shard", o->shard, "this client's shard index");
   data->add_option("--num-shards", o->num_shards,
-                   "number of shards the training set is split into");
+                   "number of shards the training set is split into (1: all of it, as when "
+                   "each client has a file of its own)");
   data->add_option("--partition", o->partition, "iid, dirichlet(ALPHA) or labels(K)");
   data->add_option("--partition-seed", o->partition_seed,
                    "seed of the split (same on every client)");

@@ -2,6 +2,7 @@
 #include "edge_client/options.h"
 
 #include "codecs/str.h"
+#include "core/optimizer.h"
 #include "core/partition.h"
 #include "edge_client/attack.h"
 
@@ -17,6 +18,7 @@ absl::Status EdgeClientOptions::Validate() const {
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
   }
   if (auto p = core::PartitionSpec::Parse(partition); !p.ok()) return p.status();
+  if (auto opt = core::OptimizerSpec::Parse(optimizer); !opt.ok()) return opt.status();
   if (!(linger_s >= 0 && linger_s <= 86400)) {
     return absl::InvalidArgumentError("--linger must be 0 to 86400 seconds");
   }
@@ -29,6 +31,15 @@ absl::Status EdgeClientOptions::Validate() const {
     return absl::InvalidArgumentError(StrCat("--attack: ", std::string(a.status().message())));
   }
   return absl::OkStatus();
+}
+
+core::DataOptions EdgeClientOptions::data_options() const {
+  core::DataOptions d;
+  d.spec = data;
+  d.fashion_dir = data_dir;
+  d.label_column = label_column;
+  d.targets = targets;
+  return d;
 }
 
 TransportOptions EdgeClientOptions::transport() const {

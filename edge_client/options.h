@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/dataset.h"
 #include "edge_client/transport.h"
 
 namespace fedlgc::edge_client {
@@ -19,8 +20,18 @@ struct EdgeClientOptions {
   std::string tls_ca, tls_cert, tls_key;
   std::string tls_server_name = "localhost";  // name in the coordinator's certificate
   bool insecure = false;
-  std::string data = "fashion-mnist";  // or synthetic:N
+  // The job's model as a TorchScript file of this client's (its SHA-256 must be the job's);
+  // empty: whatever the coordinator serves (a built-in, or its file, downloaded into
+  // <state_dir>/models/).
+  std::string model;
+  // The local optimizer (core/optimizer.h); empty: SGD with the round's lr, momentum 0.9.
+  std::string optimizer;
+  // The training data (core/dataset.h): fashion-mnist, synthetic:N, npz:PATH, csv:PATH
+  // or images:DIR; a CSV's label column and how labels are read.
+  std::string data = "fashion-mnist";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string label_column = "label";
+  std::string targets = "auto";
   uint64_t train_limit = 0;  // use the first N training examples (0 = all)
   uint32_t shard = 0;        // this client's shard index
   uint32_t num_shards = 1;   // shards the training set is split into
@@ -45,6 +56,7 @@ struct EdgeClientOptions {
 
   absl::Status Validate() const;
   TransportOptions transport() const;
+  core::DataOptions data_options() const;
 };
 
 }  // namespace fedlgc::edge_client

@@ -27,6 +27,7 @@ enum class RejectReason {
   kProtocol,        // a peer speaking another protocol version
   kQuarantined,     // a client the model guard barred from the job
   kStreams,         // a client (or the coordinator) at its cap of open calls
+  kModel,           // a client whose model file is not the one the job trains
 };
 
 struct RejectReasonInfo {
@@ -51,6 +52,7 @@ inline constexpr RejectReasonInfo kRejectReasons[] = {
     {RejectReason::kProtocol, "protocol"},
     {RejectReason::kQuarantined, "quarantined"},
     {RejectReason::kStreams, "streams"},
+    {RejectReason::kModel, "model"},
 };
 
 // The metric label; "" for kNone.

@@ -18,8 +18,13 @@ toolchain=(build-essential cmake ninja-build ccache git pkg-config curl ca-certi
 stack=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libssl-dev openssl zlib1g-dev libzstd-dev
   # flags and config files (CLI11), JSON round logs (nlohmann)
-  libcli11-dev nlohmann-json3-dev)
-tests=(libgtest-dev libgmock-dev libbenchmark-dev python3
+  libcli11-dev nlohmann-json3-dev
+  # the data readers: .npz archives (libzip), PNG/JPEG image folders (stb_image)
+  libzip-dev libstb-dev)
+# the Python edge client and codecs (import fedlgc): a pybind11 module over the C++ client,
+# next to Debian's torch, which links the same libtorch as libtorch-dev
+python=(python3-dev pybind11-dev python3-torch python3-numpy)
+tests=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pytest
   # the benchmarks' plots (bench/time_to_accuracy.sh) and fedlgc-report's pages, which
   # the tests render in headless Chromium
   python3-matplotlib chromium
@@ -35,11 +40,12 @@ deployment=(docker-compose prometheus yamllint debootstrap)
 command -v dockerd >/dev/null || deployment+=(docker.io)
 data=(dataset-fashion-mnist)
 runtime=(libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-pull1.0
-  libprometheus-cpp-core1.0 libtorch1.13 libssl3 zlib1g libzstd1 curl ca-certificates)
+  libprometheus-cpp-core1.0 libtorch1.13 libssl3 zlib1g libzstd1 libzip4 libstb0 curl
+  ca-certificates)
 
 case "$profile" in
-  all) packages=("${toolchain[@]}" "${stack[@]}" libtorch-dev "${tests[@]}" "${deployment[@]}"
-    "${data[@]}") ;;
+  all) packages=("${toolchain[@]}" "${stack[@]}" libtorch-dev "${python[@]}" "${tests[@]}"
+    "${deployment[@]}" "${data[@]}") ;;
   build) packages=("${toolchain[@]}" "${stack[@]}" libtorch-dev) ;;
   build-nolibtorch) packages=("${toolchain[@]}" "${stack[@]}") ;;
   runtime) packages=("${runtime[@]}" "${data[@]}") ;;

@@ -27,8 +27,11 @@
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
 #include "core/cli.h"
+#include "core/dataset.h"
 #include "core/fault_proxy.h"
 #include "core/model.h"
+#include "core/optimizer.h"
+#include "core/partition.h"
 #include "core/process.h"
 #include "core/round_report.h"
 #include "core/signals.h"
@@ -56,6 +59,8 @@ struct SimOptions {
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
   bool quiet = false, insecure = false;
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string test_data;  // empty: --data's test split
+  std::string label_column = "label", targets = "auto", optimizer;
   uint64_t train_limit = 20000, eval_limit = 0;
   std::string partition = "iid", device = "auto";
   int torch_threads = 1;
@@ -82,10 +87,21 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--bin-dir", s->bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
   g->add_option("--certs-script", s->certs_script, "scripts/gen-certs.sh");
   g->add_flag("--insecure", s->insecure, "plaintext instead of mTLS");
-  g->add_option("--data", s->data, "fashion-mnist or synthetic:N (training and test data)");
+  g->add_option("--data", s->data,
+                "the clients' data: fashion-mnist, synthetic:N, npz:PATH, csv:PATH or "
+                "images:DIR, split by --partition; a path with {i} names each client's own "
+                "file (client i reads it whole, no split) (docs/your-model.md)");
+  g->add_option("--test-data", s->test_data,
+                "the coordinator's test set in the same forms (default: --data's test split: "
+                "an npz's x_test and y_test, or its x and y)");
   g->add_option("--data-dir", s->data_dir, "Fashion-MNIST folder");
+  fedlgc::core::AddLabelFlags(*g, "the data", &s->label_column, &s->targets);
+  g->add_option("--optimizer", s->optimizer,
+                "the clients' local optimizer, e.g. 'adam(lr=0.001)' (default: SGD with --lr, "
+                "momentum 0.9)");
   g->add_option("--train-limit", s->train_limit,
-                "training examples split among clients (0 = all 60000)");
+                "training examples split among clients (0 = all; the default 20000 applies to "
+                "fashion-mnist and synthetic data, files are read whole)");
   g->add_option("--eval-limit", s->eval_limit, "test examples for evaluation (0 = all)");
   g->add_option("--partition", s->partition, "iid, dirichlet(ALPHA) or labels(K)");
   g->add_option("--device", s->device, "the clients' device: cpu, cuda, cuda:N or auto");
@@ -122,8 +138,10 @@ void SetService(const SimOptions& s, const std::string& certs,
   co->listen = "127.0.0.1:0";
   co->metrics_listen = "127.0.0.1:0";
   co->state_dir = s.run_dir + "/coordinator";
-  co->test_data = s.data;
+  co->test_data = s.test_data.empty() ? s.data : s.test_data;
   co->data_dir = s.data_dir;
+  co->label_column = s.label_column;
+  co->targets = s.targets;
   co->eval_limit = s.eval_limit;
   co->torch_threads = s.torch_threads;
   co->linger_s = 2;  // clients that reconnect late still read their last receipts
@@ -143,9 +161,18 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
   eo.state_dir = s.run_dir + "/clients";
   eo.data = s.data;
   eo.data_dir = s.data_dir;
+  eo.label_column = s.label_column;
+  eo.targets = s.targets;
+  eo.optimizer = s.optimizer;
   eo.train_limit = s.train_limit;
   eo.shard = i;
   eo.num_shards = s.clients;
+  // A file of each client's own: read whole.
+  if (const size_t at = s.data.find("{i}"); at != std::string::npos) {
+    eo.data = s.data.substr(0, at) + std::to_string(i) + s.data.substr(at + 3);
+    eo.shard = 0;
+    eo.num_shards = 1;
+  }
   eo.partition = s.partition;
   eo.partition_seed = seed;
   eo.torch_threads = s.torch_threads;
@@ -235,7 +262,7 @@ EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
 // model each, plus every local training step). Prints the check; nullopt when it could
 // not be made.
 std::optional<json> CheckSgpMass(const std::string& run_dir, uint32_t clients, uint32_t rounds,
-                                 const std::string& model, uint64_t seed) {
+                                 const fedlgc::core::ModelOptions& model, uint64_t seed) {
   auto x0 = fedlgc::core::Model::Create(model, seed);
   if (!x0.ok()) return std::nullopt;
   const std::vector<float> initial = (*x0)->GetFlat();
@@ -429,6 +456,19 @@ FollowResult Follow(Federation& f, const SimOptions& s,
       return out;
     }
     if (out.code >= 0) break;
+    // A client that gave up (bad data, a model that does not fit, a refused identity)
+    // says why at once: the run fails with its words rather than waiting for it.
+    for (size_t i = 0; i < f.edges.size(); ++i) {
+      if (!f.edges[i]->running()) continue;
+      const int code = f.edges[i]->Wait(std::chrono::milliseconds(0));
+      if (code <= 0) continue;
+      clear();
+      out.error = StrCat("client-", i, " exited with status ", code, "; its log ends:\n",
+                         LogTail(StrCat(s.run_dir, "/client-", i, ".log"), 5), "(run folder ",
+                         s.run_dir, ")");
+      StopAll(f, std::chrono::seconds(10));
+      return out;
+    }
     auto text = fedlgc::core::ReadFileIfExists(dir + "/progress.json");
     if (!text.ok() || !text->has_value()) continue;
     const json p = json::parse(**text, nullptr, /*allow_exceptions=*/false);
@@ -471,6 +511,10 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"seed", co.seed},
               {"link", s.link},
               {"model", co.model},
+              {"buffers", co.buffers},
+              {"data", s.data},
+              {"test_data", co.test_data},
+              {"optimizer", s.optimizer},
               {"train_limit", s.train_limit},
               {"aggregator", co.aggregator},
               {"clip_multiplier", co.clip_multiplier},
@@ -603,6 +647,24 @@ int main(int argc, char** argv) {
   if (s.clients == 0) return Fail("--clients must be >= 1");
   if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
   if (s.aggregators > s.clients) return Fail("--aggregators must be <= --clients");
+  // What a client or the coordinator would refuse, refused before anything starts.
+  {
+    fedlgc::core::DataOptions d;
+    d.spec = s.data;
+    d.label_column = s.label_column;
+    d.targets = s.targets;
+    if (auto st = d.Validate(); !st.ok()) return Fail(StrCat("--data: ", st.message()));
+    if (d.IsFile() && app.count("--train-limit") == 0) s.train_limit = 0;
+    if (s.data.find("{i}") != std::string::npos && s.test_data.empty()) {
+      return Fail("--data names a file per client ({i}): give the coordinator's --test-data");
+    }
+  }
+  if (auto p = fedlgc::core::PartitionSpec::Parse(s.partition); !p.ok()) {
+    return Fail(StrCat("--partition: ", p.status().message()));
+  }
+  if (auto opt = fedlgc::core::OptimizerSpec::Parse(s.optimizer); !opt.ok()) {
+    return Fail(std::string(opt.status().message()));
+  }
   if (app.count("--min-clients") == 0) co.min_clients = s.clients;
   if (app.count("--init-seed") == 0) co.init_seed = co.seed;
   auto mode = co.JobMode();
@@ -636,7 +698,7 @@ int main(int argc, char** argv) {
   json report = Report(run.rows, *f, s, co);
   int code = 0;
   if (*mode == fedlgc::Mode::kSgp) {
-    auto mass = CheckSgpMass(s.run_dir, s.clients, co.rounds, co.model, co.init_seed);
+    auto mass = CheckSgpMass(s.run_dir, s.clients, co.rounds, co.model_options(), co.init_seed);
     if (mass) report["sgp_mass"] = *mass;
     if (!mass || !(*mass)["conserved"].get<bool>()) code = 1;
   }

@@ -28,6 +28,8 @@ edge_client::EdgeClientOptions UpstreamOptions(const coordinator::CoordinatorOpt
   u.tls_server_name = o.parent_tls_server_name;
   u.insecure = o.insecure;
   u.device = "cpu";  // it encodes and uploads; the local round trains nothing here
+  // A TorchScript job: the aggregator's file, which must be its parent's.
+  if (o.model_options().IsFile()) u.model = o.model;
   u.metrics_listen = o.parent_metrics_listen;
   u.max_message_bytes = o.max_message_bytes;
   u.torch_threads = o.torch_threads;

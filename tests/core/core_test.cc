@@ -16,8 +16,10 @@ TEST(Dataset, ReadsFashionMnistFromTheDebianPackage) {
   auto train = LoadFashionMnist(kFashionMnistDir, true, 2000);
   ASSERT_TRUE(train.ok()) << train.status();
   EXPECT_EQ(train->size(), 2000u);
-  EXPECT_EQ(train->pixels(), 784u);
-  const auto [lo, hi] = std::minmax_element(train->images.begin(), train->images.end());
+  EXPECT_EQ(train->example_size(), 784u);
+  EXPECT_EQ(train->shape, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(train->classes, 10u);
+  const auto [lo, hi] = std::minmax_element(train->x.begin(), train->x.end());
   EXPECT_EQ(*lo, 0.0f);
   EXPECT_EQ(*hi, 1.0f);
   std::set<int> classes(train->labels.begin(), train->labels.end());
@@ -28,28 +30,28 @@ TEST(Dataset, ReadsFashionMnistFromTheDebianPackage) {
   EXPECT_FALSE(LoadFashionMnist("/nonexistent", true).ok());
 }
 
-std::vector<uint8_t> Labels(size_t n) {
-  std::vector<uint8_t> l(n);
-  for (size_t i = 0; i < n; ++i) l[i] = static_cast<uint8_t>((i * 7) % 10);
+std::vector<int32_t> Labels(size_t n) {
+  std::vector<int32_t> l(n);
+  for (size_t i = 0; i < n; ++i) l[i] = static_cast<int32_t>((i * 7) % 10);
   return l;
 }
 
 TEST(Partition, IidCoversEverythingOnceAndEvenly) {
   const auto labels = Labels(10007);
-  const auto shards = Partition(labels, 10, 8, *PartitionSpec::Parse("iid"), 1);
+  const auto shards = Partition(labels, labels.size(), 10, 8, *PartitionSpec::Parse("iid"), 1);
   std::vector<int> seen(labels.size(), 0);
   for (const auto& s : shards) {
     EXPECT_NEAR(static_cast<double>(s.size()), 10007.0 / 8, 1.0);
     for (uint32_t i : s) ++seen[i];
   }
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
-  EXPECT_EQ(shards, Partition(labels, 10, 8, *PartitionSpec::Parse("iid"), 1));
-  EXPECT_NE(shards, Partition(labels, 10, 8, *PartitionSpec::Parse("iid"), 2));
+  EXPECT_EQ(shards, Partition(labels, labels.size(), 10, 8, *PartitionSpec::Parse("iid"), 1));
+  EXPECT_NE(shards, Partition(labels, labels.size(), 10, 8, *PartitionSpec::Parse("iid"), 2));
 }
 
 TEST(Partition, LabelsPerClient) {
   const auto labels = Labels(5000);
-  const auto shards = Partition(labels, 10, 10, *PartitionSpec::Parse("labels(2)"), 3);
+  const auto shards = Partition(labels, labels.size(), 10, 10, *PartitionSpec::Parse("labels(2)"), 3);
   for (const auto& s : shards) {
     std::set<int> c;
     for (uint32_t i : s) c.insert(labels[i]);
@@ -61,7 +63,7 @@ TEST(Partition, DirichletSkewGrowsAsAlphaShrinks) {
   const auto labels = Labels(20000);
   auto skew = [&](double alpha) {
     const auto shards =
-        Partition(labels, 10, 10, PartitionSpec{PartitionSpec::Kind::kDirichlet, alpha, 0}, 5);
+        Partition(labels, labels.size(), 10, 10, PartitionSpec{PartitionSpec::Kind::kDirichlet, alpha, 0}, 5);
     size_t total = 0;
     double dominant = 0;  // mean share of each client's most frequent class
     for (const auto& s : shards) {

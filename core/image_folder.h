@@ -1,0 +1,44 @@
+// Image classification data as people keep it: a folder with one subfolder per class, each
+// holding PNG or JPEG files (decoded with stb_image, which Debian packages as libstb).
+// Class k is the k-th subfolder in name order, so a training and a test folder with the
+// same class folders agree on every label (an empty class folder still takes its place).
+// Every image must have the first image's size; grayscale images load with one channel,
+// others with three (RGB; alpha dropped); values are scaled to [0, 1].
+#ifndef FEDLGC_CORE_IMAGE_FOLDER_H_
+#define FEDLGC_CORE_IMAGE_FOLDER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fedlgc::core {
+
+struct DecodedImage {
+  int width = 0, height = 0, channels = 0;
+  std::vector<uint8_t> pixels;  // height * width * channels, interleaved (HWC)
+};
+
+// Decodes PNG or JPEG bytes (`what` names the file in errors). `channels` 1 or 3 converts
+// to that many; 0 keeps the file's (gray and gray+alpha as 1, the rest as 3). Images over
+// `max_pixels` are refused before they are decoded.
+absl::StatusOr<DecodedImage> DecodeImage(std::string_view bytes, std::string_view what,
+                                         int channels = 0, uint64_t max_pixels = 1ull << 26);
+
+struct ImageFolder {
+  std::vector<std::string> classes;  // the subfolders' names, in label order
+  int width = 0, height = 0, channels = 0;
+  std::vector<float> x;              // examples as [channels, height, width], in [0, 1]
+  std::vector<int32_t> labels;
+};
+
+// Reads every PNG/JPEG under dir/<class>/ (class folders and files in name order).
+// `limit` > 0 keeps the first `limit` images in that order.
+absl::StatusOr<ImageFolder> ReadImageFolder(const std::string& dir, size_t limit = 0);
+
+}  // namespace fedlgc::core
+
+#endif  // FEDLGC_CORE_IMAGE_FOLDER_H_

@@ -1,0 +1,182 @@
+"""fedlgc from Python: federate your own torch.nn.Module with your own training loop.
+
+    import fedlgc
+
+    def train(module, info):            # info: a fedlgc.RoundInfo
+        opt = torch.optim.Adam(module.parameters(), lr=1e-3)
+        for x, y in my_loader(info.seed):
+            ...                          # any loop: augmentation, AMP, schedulers
+        return {"samples": n, "loss": last_loss}
+
+    fedlgc.run_client(module, train, server="coordinator:7000", client_id="client-7",
+                      num_samples=len(my_data), tls=fedlgc.Tls("ca.pem", "c7.pem", "c7.key"),
+                      state_dir="state")
+
+run_client is the C++ edge client (fedlgc-edge) with its training step replaced by
+`train`: the same transport, resumable chunks, persisted state (a client killed at any
+point and restarted with the same state_dir loses nothing), codecs, error feedback,
+compressed downlink and modes. Before each round the global model (or, in LSGD and SGP,
+the client's own) is loaded into `module`; after `train` returns, the module's weights are
+what the client sends, as an update through the job's codec. The module must have the
+job's architecture: the names and shapes of the TorchScript file the coordinator serves
+(torch.jit.script(module) of the same class is the usual way to make that file).
+
+fedlgc.codecs exposes the codec library (encode/decode, byte for byte the C++ frames).
+docs/your-model.md is the guide.
+"""
+
+import dataclasses
+import os
+import threading
+import time
+
+import torch  # noqa: F401  (libtorch first: the extension links the same one)
+
+from . import _flat, codecs
+from . import _fedlgc
+
+__all__ = ["run_client", "RoundInfo", "RoundResult", "Tls", "layout_of", "codecs"]
+
+PROTOCOL_VERSION = _fedlgc.PROTOCOL_VERSION
+layout_of = _flat.layout_of
+
+
+@dataclasses.dataclass(frozen=True)
+class Tls:
+    """mTLS files: the CA of the coordinator's certificate, this client's certificate
+    (its common name is the client id) and key, the name in the coordinator's
+    certificate."""
+    ca: str
+    cert: str
+    key: str
+    server_name: str = "localhost"
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundInfo:
+    """What the coordinator asks of this client in a round. lr, local_epochs,
+    local_steps (when > 0 it overrides epochs) and batch_size are the job's settings
+    (the coordinator's --lr, --local-epochs, --local-steps, --batch); a train function
+    may follow them or not. seed differs per round and client: seed your shuffling and
+    augmentation with it for repeatable runs."""
+    round: int
+    total_rounds: int
+    mode: str
+    lr: float
+    local_epochs: int
+    local_steps: int
+    batch_size: int
+    seed: int
+    model_version: int
+
+
+@dataclasses.dataclass
+class RoundResult:
+    """One round this client trained: the sample count and metrics `train` returned,
+    and the seconds it took."""
+    round: int
+    samples: int
+    metrics: dict
+    seconds: float
+
+
+def _parse_result(result):
+    if isinstance(result, bool) or result is None:
+        raise TypeError("train() must return its sample count, or a dict with 'samples' "
+                        "(and metrics such as 'loss')")
+    if isinstance(result, int):
+        return result, {}
+    if isinstance(result, dict):
+        if "samples" not in result:
+            raise TypeError("the dict train() returns needs 'samples'")
+        metrics = {k: float(v) for k, v in result.items() if k != "samples"}
+        return int(result["samples"]), metrics
+    raise TypeError(f"train() returned a {type(result).__name__}; return the sample count "
+                    "or a dict with 'samples'")
+
+
+def run_client(module, train, *, server, client_id, num_samples, tls=None, insecure=False,
+               state_dir="state", model_file="", metrics_listen="", exit_after_rounds=0,
+               call_timeout=60.0, backoff_max=5.0, linger=0.0):
+    """Takes part in the job at `server` until it is done, training `module` in place with
+    `train(module, info)` each round it is asked to.
+
+    module: a torch.nn.Module (or a TorchScript module) with the job's architecture.
+    train: called with the module, holding the round's starting weights, and a RoundInfo;
+        trains it in place (any optimizer, device, augmentation or mixed precision) and
+        returns the number of samples it trained on, or a dict {"samples": n, "loss": x,
+        ...}. LSGD elects its leaders by that loss, so an LSGD job needs it.
+    num_samples: this client's weight in FedAvg's average: the size of its data, as a C++
+        client's shard size is (declared when it joins).
+    server: "host:port", or several comma-separated: the client fails over between them.
+    tls: a Tls, or insecure=True for plaintext (local experiments only).
+    state_dir: where the client keeps its residual, its update in flight and its round log
+        (<client_id>.state); restarted with the same folder it carries on.
+    model_file: the job's TorchScript file if this client holds it (its SHA-256 must be
+        the job's); by default the coordinator's file is downloaded into state_dir/models.
+    exit_after_rounds: leave after uploading this many rounds (0: stay to the end).
+
+    Returns the RoundResults of the rounds it trained. Ctrl-C stops the client (its state
+    is on disk); an exception raised by `train` ends it and is raised here.
+    """
+    if tls is None and not insecure:
+        raise ValueError("give tls=fedlgc.Tls(ca, cert, key), or insecure=True")
+    options = {
+        "server": server, "client_id": client_id, "state_dir": state_dir,
+        "insecure": bool(insecure), "model": model_file, "metrics_listen": metrics_listen,
+        "exit_after_rounds": int(exit_after_rounds), "call_timeout_s": float(call_timeout),
+        "backoff_max_s": float(backoff_max), "linger_s": float(linger),
+        # The client sets libtorch's thread count, which the user's torch shares.
+        "torch_threads": torch.get_num_threads(),
+    }
+    if tls is not None:
+        options.update(tls_ca=tls.ca, tls_cert=tls.cert, tls_key=tls.key,
+                       tls_server_name=tls.server_name)
+    history = []
+    checked = {}
+    buffers_path = os.path.join(state_dir, f"{client_id}.buffers")
+
+    def round_fn(weights, info):
+        buffers = info["buffers"]
+        if checked.get("layout") != (buffers, len(info["layout"])):
+            _flat.check_layout(module, buffers, info["layout"])
+            checked["layout"] = (buffers, len(info["layout"]))
+            if buffers == "local":
+                _flat.load_local_buffers(module, buffers_path)
+        tensors = _flat.flat_tensors(module, buffers)
+        _flat.load(tensors, weights)
+        round_info = RoundInfo(**{f.name: info[f.name] for f in dataclasses.fields(RoundInfo)})
+        start = time.monotonic()
+        samples, metrics = _parse_result(train(module, round_info))
+        seconds = time.monotonic() - start
+        _flat.store(tensors, weights)
+        if buffers == "local":
+            _flat.save_local_buffers(module, buffers_path)
+        history.append(RoundResult(info["round"], samples, metrics, seconds))
+        loss = metrics.get("loss")
+        if loss is None and info["mode"] == "lsgd":
+            raise ValueError("LSGD elects its leaders by their loss: train() must return "
+                             "{'samples': n, 'loss': x}")
+        return loss
+
+    client = _fedlgc.Client(options, round_fn, int(num_samples))
+    errors = []
+
+    def body():
+        try:
+            client.run()
+        except BaseException as e:  # noqa: BLE001 (raised again in the caller's thread)
+            errors.append(e)
+
+    worker = threading.Thread(target=body, name=f"fedlgc-{client_id}", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.25)
+    except KeyboardInterrupt:
+        client.stop()
+        worker.join()
+        raise
+    if errors:
+        raise errors[0]
+    return history

@@ -1,0 +1,98 @@
+"""The flat weight vector of a torch.nn.Module as fedlgc lays it out.
+
+The vector holds the module's parameters in named_parameters() order, then, when the job
+averages buffers (--buffers average), its floating-point buffers in named_buffers() order;
+tensors with no elements are left out. The C++ side lays a TorchScript module out the same
+way (core/model.h), so a Python module and the job's TorchScript file agree coordinate for
+coordinate when their names and shapes do.
+"""
+
+import os
+
+import numpy as np
+import torch
+
+
+def flat_tensors(module, buffers="average"):
+    """(name, tensor) pairs of the module's flat vector, in order."""
+    named = [(n, p) for n, p in module.named_parameters() if p.numel() > 0]
+    if buffers == "average":
+        named += [(n, b) for n, b in module.named_buffers()
+                  if b.is_floating_point() and b.numel() > 0]
+    return named
+
+
+def layout_of(module, buffers="average"):
+    """[(name, shape), ...]: the module's layout, as the codecs and the job know it."""
+    return [(n, tuple(t.shape)) for n, t in flat_tensors(module, buffers)]
+
+
+def check_layout(module, buffers, job_layout):
+    """Raises ValueError unless the module's layout is the job's, naming the first
+    difference."""
+    mine = layout_of(module, buffers)
+    theirs = [(n, tuple(s)) for n, s in job_layout]
+    if mine == theirs:
+        return
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if a != b:
+            raise ValueError(
+                f"the module does not match the job's model: tensor {i} is {a[0]} "
+                f"{list(a[1])} here and {b[0]} {list(b[1])} in the job "
+                f"(buffers={buffers}; export the same architecture)")
+    raise ValueError(
+        f"the module does not match the job's model: {len(mine)} tensors here, "
+        f"{len(theirs)} in the job (buffers={buffers})")
+
+
+def load(tensors, weights):
+    """Copies the flat float32 array `weights` into the tensors (on their devices)."""
+    off = 0
+    with torch.no_grad():
+        for name, t in tensors:
+            n = t.numel()
+            src = torch.from_numpy(weights[off:off + n]).view(t.shape)
+            t.copy_(src)
+            # A lossy code of a variance's change can take it below zero (core/model.h).
+            if name.endswith("running_var"):
+                t.clamp_(min=0)
+            off += n
+    if off != weights.size:
+        raise ValueError(f"{weights.size} weights for a module of {off}")
+
+
+def store(tensors, weights):
+    """Writes the tensors into the flat float32 array `weights`."""
+    off = 0
+    with torch.no_grad():
+        for _, t in tensors:
+            n = t.numel()
+            weights[off:off + n] = t.detach().to("cpu", torch.float32).reshape(-1).numpy()
+            off += n
+
+
+def local_buffers(module):
+    return [b for _, b in module.named_buffers() if b.is_floating_point() and b.numel() > 0]
+
+
+def save_local_buffers(module, path):
+    """--buffers local: the module's own buffers, as the C++ client keeps them
+    (<state_dir>/<id>.buffers, float32)."""
+    bufs = local_buffers(module)
+    flat = np.concatenate([b.detach().to("cpu", torch.float32).reshape(-1).numpy()
+                           for b in bufs]) if bufs else np.zeros(0, np.float32)
+    tmp = path + ".tmp"
+    flat.astype(np.float32).tofile(tmp)
+    os.replace(tmp, path)
+
+
+def load_local_buffers(module, path):
+    """Loads what save_local_buffers wrote; False when there is nothing that fits."""
+    if not os.path.exists(path):
+        return False
+    flat = np.fromfile(path, dtype=np.float32)
+    bufs = local_buffers(module)
+    if flat.size != sum(b.numel() for b in bufs):
+        return False
+    load([("", b) for b in bufs], flat)
+    return True

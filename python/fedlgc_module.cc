@@ -1,0 +1,301 @@
+// _fedlgc: the Python binding of fedlgc (pybind11). Two things, both the C++ code itself,
+// not a second implementation:
+//   - Client: the C++ edge client (transport, resumable chunks, persisted state, codecs,
+//     error feedback, compressed downlink, every mode) with its local training step
+//     replaced by a Python callable, through the LocalTrainer seam
+//     (edge_client/client_mode.h). The fedlgc package (fedlgc/__init__.py) wraps it as
+//     run_client(module, train, ...).
+//   - the codec library: encode a float32 array into frames and decode frames, byte for
+//     byte what the C++ clients send (fedlgc/codecs.py).
+// libtorch is not used here: weights cross as float32 NumPy arrays, and the package moves
+// them into and out of the user's torch.nn.Module.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "codecs/codec.h"
+#include "codecs/layout.h"
+#include "codecs/registry.h"
+#include "codecs/str.h"
+#include "core/protocol.h"
+#include "edge_client/edge_client.h"
+#include "modes/clients.h"
+#include "protos/fedlgc.pb.h"
+
+namespace py = pybind11;
+
+namespace fedlgc::python {
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+[[noreturn]] void Throw(const absl::Status& st) {
+  if (absl::IsInvalidArgument(st) || absl::IsOutOfRange(st)) {
+    throw py::value_error(std::string(st.message()));
+  }
+  throw std::runtime_error(st.ToString());
+}
+
+// A layout from [(name, shape), ...]; nullopt from None.
+std::optional<codecs::ModelLayout> LayoutFrom(const py::object& layout) {
+  if (layout.is_none()) return std::nullopt;
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors;
+  for (const py::handle item : layout) {
+    auto pair = item.cast<std::pair<std::string, std::vector<uint64_t>>>();
+    tensors.push_back(std::move(pair));
+  }
+  auto made = codecs::ModelLayout::Create(std::move(tensors));
+  if (!made.ok()) Throw(made.status());
+  return *std::move(made);
+}
+
+py::list LayoutList(const codecs::ModelLayout& layout) {
+  py::list out;
+  for (const codecs::TensorSlot& t : layout.tensors()) {
+    out.append(py::make_tuple(t.name, py::tuple(py::cast(t.shape))));
+  }
+  return out;
+}
+
+// A codec with its state (error feedback's residual) across encodes.
+class PyCodec {
+ public:
+  PyCodec(const std::string& spec, const py::object& layout) : layout_(LayoutFrom(layout)) {
+    auto c = codecs::MakeCodec(spec, layout_ ? &*layout_ : nullptr);
+    if (!c.ok()) Throw(c.status());
+    codec_ = *std::move(c);
+  }
+
+  const std::string& spec() const { return codec_->spec(); }
+  const std::string& wire_spec() const { return codec_->wire_spec(); }
+  uint64_t max_frame_bytes(uint64_t n) const { return codec_->MaxFrameBytes(n); }
+  py::dict traits() const {
+    const codecs::CodecTraits t = codec_->traits();
+    py::dict d;
+    d["fixed_size"] = t.fixed_size;
+    d["unbiased"] = t.unbiased;
+    d["stateful"] = t.stateful;
+    d["block"] = t.block;
+    d["summable"] = t.summable;
+    return d;
+  }
+
+  py::list Encode(const FloatArray& x, uint64_t seed, uint64_t max_frame_bytes) {
+    if (x.ndim() != 1) throw py::value_error("encode takes a 1-D float32 array (x.reshape(-1))");
+    std::span<const float> values(x.data(), static_cast<size_t>(x.size()));
+    std::vector<codecs::Frame> frames;
+    codecs::EncodeOptions opts;
+    opts.seed = seed;
+    opts.max_frame_bytes = max_frame_bytes;
+    absl::Status st;
+    {
+      py::gil_scoped_release release;
+      st = codec_->Encode(values, opts, &frames);
+    }
+    if (!st.ok()) Throw(st);
+    py::list out;
+    for (const codecs::Frame& f : frames) out.append(py::bytes(f.bytes));
+    return out;
+  }
+
+  // Frames into a vector of their dimension; coordinates no frame covers are 0.
+  FloatArray Decode(const py::list& frames) const {
+    std::vector<std::string> bytes;
+    for (const py::handle f : frames) bytes.push_back(f.cast<std::string>());
+    if (bytes.empty()) throw py::value_error("decode needs at least one frame");
+    codecs::FrameLimits limits;
+    auto first = codecs::ParseFrame(bytes[0], limits);
+    if (!first.ok()) Throw(first.status());
+    const uint64_t dim = first->dim;
+    FloatArray out(static_cast<py::ssize_t>(dim));
+    std::fill(out.mutable_data(), out.mutable_data() + dim, 0.0f);
+    std::span<float> view(out.mutable_data(), dim);
+    absl::Status st;
+    {
+      py::gil_scoped_release release;
+      for (const std::string& b : bytes) {
+        st = codecs::DecodeFrameInto(*codec_, b, limits, view);
+        if (!st.ok()) break;
+      }
+    }
+    if (!st.ok()) Throw(st);
+    return out;
+  }
+
+ private:
+  std::optional<codecs::ModelLayout> layout_;
+  std::unique_ptr<codecs::Codec> codec_;
+};
+
+py::dict FrameInfo(const py::bytes& frame) {
+  const std::string bytes = frame;
+  auto view = codecs::ParseFrame(bytes, codecs::FrameLimits());
+  if (!view.ok()) Throw(view.status());
+  py::dict d;
+  d["spec"] = std::string(view->spec);
+  d["dim"] = view->dim;
+  d["begin"] = view->begin;
+  d["length"] = view->length;
+  d["body_bytes"] = view->body.size();
+  d["bytes"] = bytes.size();
+  return d;
+}
+
+// The local step in Python: `round_fn(weights, info)` trains on the float32 array
+// `weights` in place (a view of the C++ vector, valid during the call only) and returns
+// the loss or None. A Python exception ends the client; Client.run re-raises it.
+class PyTrainer final : public edge_client::LocalTrainer {
+ public:
+  PyTrainer(py::object round_fn, uint64_t num_samples)
+      : round_fn_(std::move(round_fn)), num_samples_(num_samples) {}
+
+  void set_client(edge_client::EdgeClient* client) { client_ = client; }
+  // The Python exception a round raised, if any.
+  std::optional<py::error_already_set>& error() { return error_; }
+
+  uint64_t NumSamples() override { return num_samples_; }
+
+  absl::StatusOr<double> Train(const protos::RoundStart& start,
+                               std::vector<float>* weights) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::dict info;
+      info["round"] = start.round();
+      info["model_version"] = start.model_version();
+      info["lr"] = start.lr();
+      info["local_epochs"] = start.local_epochs();
+      info["local_steps"] = start.local_steps();
+      info["batch_size"] = start.batch_size();
+      info["seed"] = start.seed();
+      info["total_rounds"] = client_->job_rounds();
+      info["mode"] = client_->mode() ? std::string(ModeName(*client_->mode())) : std::string();
+      info["buffers"] = client_->job_buffers_local() ? "local" : "average";
+      const std::string& text = client_->job_layout().Text();
+      if (text != layout_text_) {
+        layout_text_ = text;
+        layout_ = LayoutList(client_->job_layout());
+      }
+      info["layout"] = layout_;
+      // A view of the vector, no copy: the callable writes the trained weights into it.
+      py::array_t<float> view({static_cast<py::ssize_t>(weights->size())}, {sizeof(float)},
+                              weights->data(), py::capsule(weights, [](void*) {}));
+      py::object loss = round_fn_(view, info);
+      if (loss.is_none()) return std::numeric_limits<double>::quiet_NaN();
+      return loss.cast<double>();
+    } catch (py::error_already_set& e) {
+      const std::string what = e.what();
+      error_.emplace(std::move(e));
+      return absl::FailedPreconditionError(StrCat("the Python training step raised: ", what));
+    } catch (const std::exception& e) {
+      return absl::FailedPreconditionError(
+          StrCat("the Python training step failed: ", e.what()));
+    }
+  }
+
+ private:
+  py::object round_fn_;
+  uint64_t num_samples_;
+  edge_client::EdgeClient* client_ = nullptr;
+  std::string layout_text_;
+  py::list layout_;
+  std::optional<py::error_already_set> error_;
+};
+
+// The C++ edge client with a Python training step.
+class PyClient {
+ public:
+  PyClient(const py::dict& options, py::object round_fn, uint64_t num_samples)
+      : trainer_(std::make_unique<PyTrainer>(std::move(round_fn), num_samples)) {
+    edge_client::EdgeClientOptions o;
+    for (const auto& [key, value] : options) {
+      const std::string k = key.cast<std::string>();
+      if (k == "server") o.server = value.cast<std::string>();
+      else if (k == "client_id") o.client_id = value.cast<std::string>();
+      else if (k == "state_dir") o.state_dir = value.cast<std::string>();
+      else if (k == "tls_ca") o.tls_ca = value.cast<std::string>();
+      else if (k == "tls_cert") o.tls_cert = value.cast<std::string>();
+      else if (k == "tls_key") o.tls_key = value.cast<std::string>();
+      else if (k == "tls_server_name") o.tls_server_name = value.cast<std::string>();
+      else if (k == "insecure") o.insecure = value.cast<bool>();
+      else if (k == "model") o.model = value.cast<std::string>();
+      else if (k == "metrics_listen") o.metrics_listen = value.cast<std::string>();
+      else if (k == "max_message_bytes") o.max_message_bytes = value.cast<uint32_t>();
+      else if (k == "backoff_max_s") o.backoff_max_s = value.cast<double>();
+      else if (k == "call_timeout_s") o.call_timeout_s = value.cast<double>();
+      else if (k == "exit_after_rounds") o.exit_after_rounds = value.cast<uint32_t>();
+      else if (k == "linger_s") o.linger_s = value.cast<double>();
+      else if (k == "torch_threads") o.torch_threads = value.cast<int>();
+      else throw py::value_error(StrCat("unknown client option '", k, "'"));
+    }
+    if (num_samples == 0) throw py::value_error("num_samples must be > 0");
+    o.device = "cpu";  // the client's own copy of the model only gives the layout
+    auto c = edge_client::EdgeClient::Create(std::move(o), &modes::MakeClientMode, nullptr,
+                                             trainer_.get());
+    if (!c.ok()) Throw(c.status());
+    client_ = *std::move(c);
+    trainer_->set_client(client_.get());
+  }
+
+  // Runs until the job is done, stop() is called, or a fatal error; the GIL is released
+  // except while the training step runs.
+  void Run() {
+    absl::Status st;
+    {
+      py::gil_scoped_release release;
+      st = client_->Run();
+    }
+    if (auto& e = trainer_->error()) {
+      py::error_already_set err = std::move(*e);
+      e.reset();
+      throw err;
+    }
+    if (!st.ok()) Throw(st);
+  }
+
+  void Stop() { client_->Stop(); }
+  int metrics_port() const { return client_->metrics_port(); }
+  uint64_t rounds_of_job() const { return client_->job_rounds(); }
+
+ private:
+  std::unique_ptr<PyTrainer> trainer_;  // outlives client_ (declared first)
+  std::unique_ptr<edge_client::EdgeClient> client_;
+};
+
+}  // namespace
+}  // namespace fedlgc::python
+
+PYBIND11_MODULE(_fedlgc, m) {
+  using fedlgc::python::PyClient;
+  using fedlgc::python::PyCodec;
+  m.doc() = "fedlgc's C++ edge client and codec library (use the fedlgc package)";
+  m.attr("PROTOCOL_VERSION") = fedlgc::kProtocolVersion;
+
+  py::class_<PyCodec>(m, "Codec")
+      .def(py::init<const std::string&, const py::object&>(), py::arg("spec"),
+           py::arg("layout") = py::none())
+      .def_property_readonly("spec", &PyCodec::spec)
+      .def_property_readonly("wire_spec", &PyCodec::wire_spec)
+      .def_property_readonly("traits", &PyCodec::traits)
+      .def("max_frame_bytes", &PyCodec::max_frame_bytes, py::arg("n"))
+      .def("encode", &PyCodec::Encode, py::arg("x"), py::arg("seed") = 0,
+           py::arg("max_frame_bytes") = 0)
+      .def("decode", &PyCodec::Decode, py::arg("frames"));
+  m.def("frame_info", &fedlgc::python::FrameInfo, py::arg("frame"));
+
+  py::class_<PyClient>(m, "Client")
+      .def(py::init<const py::dict&, py::object, uint64_t>(), py::arg("options"),
+           py::arg("round_fn"), py::arg("num_samples"))
+      .def("run", &PyClient::Run)
+      .def("stop", &PyClient::Stop)
+      .def_property_readonly("metrics_port", &PyClient::metrics_port)
+      .def_property_readonly("job_rounds", &PyClient::rounds_of_job);
+}

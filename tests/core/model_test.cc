@@ -1,0 +1,271 @@
+// Tests for TorchScript models behind the model facade (core/model.h), on modules written
+// in Python by tests/core/make_test_models.py: the flat layout is Python's, coordinate for
+// coordinate; buffers average or stay local; a module's own loss, Adam, sequence and
+// regression models train; what does not fit is refused before any training, with a
+// message that names the model, the data and what is wrong.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/dataset.h"
+#include "core/float_bytes.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "gtest/gtest.h"
+
+namespace fedlgc::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ScriptModel : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(Path("done"))) GTEST_SKIP() << "no python3-torch: fixtures not made";
+  }
+  static std::string Path(const std::string& name) {
+    return std::string(FEDLGC_TEST_MODELS) + "/" + name;
+  }
+  static std::unique_ptr<Model> Load(const std::string& name, const std::string& buffers = "average",
+                                     const std::string& loss = "auto") {
+    ModelOptions o;
+    o.model = Path(name + ".pt");
+    o.buffers = buffers;
+    o.loss = loss;
+    auto m = Model::Create(o, 0);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *std::move(m) : nullptr;
+  }
+};
+
+// A classification task: `classes` Gaussian blobs in examples of `shape`.
+Dataset Blobs(size_t n, std::vector<int64_t> shape, uint32_t classes, uint64_t seed) {
+  Dataset d;
+  d.source = "blobs";
+  d.shape = std::move(shape);
+  d.n = n;
+  d.classes = classes;
+  const size_t es = d.example_size();
+  std::mt19937_64 centre_rng(99);
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> centres(classes * es);
+  for (float& c : centres) c = g(centre_rng);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t c = static_cast<int32_t>(rng() % classes);
+    d.labels.push_back(c);
+    for (size_t j = 0; j < es; ++j) d.x.push_back(centres[c * es + j] + 0.5f * g(rng));
+  }
+  return d;
+}
+
+std::vector<uint32_t> All(const Dataset& d) {
+  std::vector<uint32_t> idx(d.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  return idx;
+}
+
+TEST_F(ScriptModel, TheFlatLayoutIsPythons) {
+  for (const std::string name : {"bn_loss", "mlp_traced", "gru", "regress", "tuple_out"}) {
+    auto m = Load(name);
+    ASSERT_NE(m, nullptr) << name;
+    std::ifstream f(Path(name + ".layout.txt"));
+    std::string line;
+    size_t i = 0;
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string tensor;
+      in >> tensor;
+      std::vector<uint64_t> shape;
+      for (uint64_t d; in >> d;) shape.push_back(d);
+      ASSERT_LT(i, m->layout().tensors().size()) << name;
+      EXPECT_EQ(m->layout().tensors()[i].name, tensor) << name;
+      EXPECT_EQ(m->layout().tensors()[i].shape, shape) << name << " " << tensor;
+      ++i;
+    }
+    EXPECT_EQ(i, m->layout().tensors().size()) << name;
+    const std::vector<float> python =
+        FloatsFromBytes(ReadFile(Path(name + ".flat.f32")).value(), m->dim(), name).value();
+    EXPECT_EQ(m->GetFlat(), python) << name << ": the file's weights, in Python's order";
+  }
+}
+
+TEST_F(ScriptModel, BuffersAverageOrStayLocal) {
+  auto avg = Load("bn_loss", "average");
+  auto local = Load("bn_loss", "local");
+  ASSERT_TRUE(avg && local);
+  // BatchNorm2d(4): running_mean and running_var are coordinates; num_batches_tracked
+  // (an integer) is not.
+  EXPECT_EQ(avg->dim(), local->dim() + 8);
+  EXPECT_EQ(avg->layout().tensors().back().name, "bn.running_var");
+  EXPECT_TRUE(avg->GetLocalBuffers().empty());
+  EXPECT_EQ(local->GetLocalBuffers().size(), 8u);
+  // A lossy code may take a variance below zero: it is clamped at zero.
+  std::vector<float> w = avg->GetFlat();
+  w.back() = -0.5f;
+  ASSERT_TRUE(avg->SetFlat(w).ok());
+  EXPECT_EQ(avg->GetFlat().back(), 0.0f);
+  // Training moves a local model's buffers, and evaluation (batch statistics) leaves them.
+  const Dataset data = Blobs(256, {1, 8, 8}, 4, 1);
+  const std::vector<float> before = local->GetLocalBuffers();
+  TrainOptions opts;
+  opts.steps = 5;
+  ASSERT_TRUE(local->Train(data, All(data), opts).ok());
+  const std::vector<float> trained = local->GetLocalBuffers();
+  EXPECT_NE(trained, before);
+  auto ev = local->Evaluate(data);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_EQ(local->GetLocalBuffers(), trained);
+  ASSERT_TRUE(local->SetLocalBuffers(before).ok());
+  EXPECT_EQ(local->GetLocalBuffers(), before);
+  EXPECT_FALSE(local->SetLocalBuffers(std::vector<float>(3)).ok());
+}
+
+TEST_F(ScriptModel, ItsOwnLossSgdAndAdamTrainIt) {
+  const Dataset train = Blobs(600, {1, 8, 8}, 4, 1), test = Blobs(300, {1, 8, 8}, 4, 2);
+  for (const std::string optimizer : {"", "sgd(lr=0.05,momentum=0.5)", "adam(lr=0.01)"}) {
+    auto m = Load("bn_loss");
+    ASSERT_TRUE(m->CheckFits(train).ok());
+    const double before = m->Evaluate(test)->accuracy;
+    TrainOptions opts;
+    opts.epochs = 2;
+    opts.optimizer = optimizer;
+    auto r = m->Train(train, All(train), opts);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const double after = m->Evaluate(test)->accuracy;
+    EXPECT_GT(after, 0.9) << optimizer << " (from " << before << ")";
+    // The module's loss has label smoothing 0.1: it stays above what plain cross entropy
+    // of a model this sure would be.
+    EXPECT_GT(m->Evaluate(test)->loss, 0.3) << optimizer;
+  }
+  TrainOptions bad;
+  bad.optimizer = "rmsprop(lr=1)";
+  auto m = Load("bn_loss");
+  EXPECT_FALSE(m->Train(train, All(train), bad).ok());
+}
+
+TEST_F(ScriptModel, SequenceAndRegressionModelsTrain) {
+  // Three kinds of sequence: rising, falling, flat, plus noise.
+  Dataset seq;
+  seq.source = "sequences";
+  seq.shape = {12, 1};
+  seq.classes = 3;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> g(0, 0.2f);
+  for (size_t i = 0; i < 450; ++i) {
+    const int c = static_cast<int>(i % 3);
+    for (int t = 0; t < 12; ++t) seq.x.push_back((c == 0 ? t : c == 1 ? 12 - t : 6) / 6.0f + g(rng));
+    seq.labels.push_back(c);
+  }
+  seq.n = 450;
+  auto gru = Load("gru");
+  ASSERT_TRUE(gru->CheckFits(seq).ok()) << gru->CheckFits(seq);
+  TrainOptions opts;
+  opts.epochs = 4;
+  opts.optimizer = "adam(lr=0.01)";
+  ASSERT_TRUE(gru->Train(seq, All(seq), opts).ok());
+  EXPECT_GT(gru->Evaluate(seq)->accuracy, 0.9);
+
+  // y = 2 a - b + 0.5 c + 1, four features (the fourth is noise).
+  Dataset reg;
+  reg.source = "linear";
+  reg.shape = {4};
+  reg.target_shape = {1};
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (size_t i = 0; i < 500; ++i) {
+    float f[4];
+    for (float& v : f) v = u(rng);
+    reg.x.insert(reg.x.end(), f, f + 4);
+    reg.targets.push_back(2 * f[0] - f[1] + 0.5f * f[2] + 1);
+  }
+  reg.n = 500;
+  auto lin = Load("regress");
+  ASSERT_TRUE(lin->CheckFits(reg).ok()) << lin->CheckFits(reg);
+  const double before = lin->Evaluate(reg)->loss;
+  opts.epochs = 20;
+  ASSERT_TRUE(lin->Train(reg, All(reg), opts).ok());
+  auto ev = lin->Evaluate(reg);
+  EXPECT_LT(ev->loss, 0.01 * before);
+  EXPECT_TRUE(std::isnan(ev->accuracy)) << "no accuracy for float targets";
+}
+
+TEST_F(ScriptModel, WhatDoesNotFitIsRefusedBeforeTraining) {
+  auto has = [](const absl::Status& st, std::initializer_list<std::string> parts) {
+    if (st.ok()) return testing::AssertionFailure() << "fits";
+    for (const std::string& p : parts) {
+      if (std::string(st.message()).find(p) == std::string::npos) {
+        return testing::AssertionFailure() << "'" << st.message() << "' lacks '" << p << "'";
+      }
+    }
+    return testing::AssertionSuccess();
+  };
+  auto bn = Load("bn_loss");
+  // Images of another shape: found by a forward pass on the first batch.
+  EXPECT_TRUE(has(bn->CheckFits(Blobs(10, {3, 8, 8}, 4, 1)),
+                  {"bn_loss.pt", "does not fit blobs", "[2, 3, 8, 8]", "fails in forward"}));
+  // Labels beyond the model's outputs (a module with its own loss too).
+  auto mlp = Load("mlp_traced");
+  EXPECT_TRUE(has(mlp->CheckFits(Blobs(50, {1, 28, 28}, 12, 1)),
+                  {"mlp_traced.pt", "labels go up to 11", "outputs 10 classes"}));
+  EXPECT_TRUE(mlp->CheckFits(Blobs(50, {784}, 10, 1)).ok()) << "flattened images fit too";
+  // Float targets with cross entropy, class labels with mse.
+  Dataset reg = Blobs(8, {4}, 2, 1);
+  reg.targets.assign(reg.labels.begin(), reg.labels.end());
+  reg.labels.clear();
+  reg.classes = 0;
+  EXPECT_TRUE(has(Load("regress", "average", "cross_entropy")->CheckFits(reg),
+                  {"cross_entropy needs class labels"}));
+  EXPECT_TRUE(has(Load("regress", "average", "mse")->CheckFits(Blobs(8, {4}, 2, 1)),
+                  {"mse needs float targets"}));
+  // Targets of another size than the outputs.
+  reg.target_shape = {2};
+  reg.targets.resize(16);
+  EXPECT_TRUE(has(Load("regress")->CheckFits(reg), {"gives outputs [2, 1]", "targets [2, 2]"}));
+  // A tuple's first element is the output.
+  EXPECT_TRUE(Load("tuple_out")->CheckFits(Blobs(8, {6}, 2, 1)).ok());
+  // The built-ins take 28x28 images only.
+  EXPECT_TRUE(has(Model::Create("cnn", 1).value()->CheckFits(Blobs(4, {3, 32, 32}, 2, 1)),
+                  {"built-in cnn", "[3, 32, 32]"}));
+}
+
+TEST_F(ScriptModel, FilesThatAreNotTorchScriptAreRefused) {
+  ModelOptions o;
+  o.model = Path("state_dict.pt");
+  auto m = Model::Create(o, 0);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("state_dict.pt: not a TorchScript file"), std::string::npos)
+      << m.status();
+  o.model = Path("numpy_plain.npz");
+  EXPECT_FALSE(Model::Create(o, 0).ok());
+  o.model = Path("missing.pt");
+  EXPECT_NE(Model::Create(o, 0).status().message().find("no such file"), std::string::npos);
+  o.model = Path("bn_loss.pt");
+  o.buffers = "shared";
+  EXPECT_NE(Model::Create(o, 0).status().message().find("--buffers"), std::string::npos);
+}
+
+TEST(OptimizerSpec, ParsesSgdAndAdam) {
+  auto sgd = OptimizerSpec::Parse("sgd(momentum=0.5,nesterov=1)");
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  EXPECT_EQ(sgd->LearningRate(0.2), 0.2);  // the round's
+  EXPECT_EQ(sgd->momentum, 0.5);
+  EXPECT_TRUE(sgd->nesterov);
+  auto adam = OptimizerSpec::Parse("adam");
+  ASSERT_TRUE(adam.ok());
+  EXPECT_EQ(adam->LearningRate(0.2), 0.001);
+  EXPECT_EQ(OptimizerSpec::Parse("adam(lr=0.01,beta2=0.99)")->LearningRate(0.2), 0.01);
+  EXPECT_EQ(OptimizerSpec::Parse(OptimizerSpec::Parse("adam(lr=0.01)")->ToString())->lr, 0.01);
+  for (const char* bad : {"sgd(lr=-1)", "sgd(momentum=2)", "adam(betas=1)", "lbfgs",
+                          "sgd(nesterov=1,momentum=0)", "sgd("}) {
+    auto st = OptimizerSpec::Parse(bad);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.status().message().find("--optimizer"), std::string::npos) << st.status();
+  }
+}
+
+}  // namespace
+}  // namespace fedlgc::core

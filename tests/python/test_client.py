@@ -1,0 +1,134 @@
+"""fedlgc.run_client against a real coordinator, beside C++ clients: every mode runs to the
+end with two of each; a Python client SIGKILLed mid-upload and restarted loses nothing; a
+module of another architecture and a model file of another hash are refused, clearly."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import fedlgc
+from federation import Federation, SmallNet, export_model, fashion_npz, wait_for
+from throttle import Throttle
+
+ROUNDS = 3
+JOB = ["--rounds=3", "--local-steps=10", "--batch=32", "--lr=0.05", "--round-timeout=120",
+       "--eval-limit=500", "--seed=3"]
+MODES = {
+    "fedavg": ["--codec=qsgd(bits=8)", "--downlink-codec=qsgd(bits=4,norm=linf)"],
+    "lgc": ["--codec=lgc()"],
+    "lsgd": ["--mode=lsgd", "--codec=qsgd(bits=8)", "--lsgd-period=10",
+             "--lsgd-global-period=20"],
+    "sgp": ["--mode=sgp", "--codec=qsgd(bits=8)"],
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    paths = fashion_npz(str(d))
+    paths["model"] = export_model(str(d / "smallnet.pt"))
+    return paths
+
+
+@pytest.fixture
+def federations():
+    made = []
+    yield made
+    for f in made:
+        f.stop()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_two_cpp_and_two_python_clients_run_every_mode(tmp_path, data, federations, mode):
+    ids = ["cpp-0", "cpp-1", "py-2", "py-3"]
+    f = Federation(str(tmp_path), ids, JOB + MODES[mode] + ["--min-clients=4"],
+                   model=data["model"], test_npz=data["test"])
+    federations.append(f)
+    clients = [f.cpp_client(ids[0], 0, 4, data["train"]), f.cpp_client(ids[1], 1, 4, data["train"]),
+               f.py_client(ids[2], 2, 4, data["train"]),
+               f.py_client(ids[3], 3, 4, data["train"], extra=["--optimizer=adam", "--augment"])]
+    assert f.wait(240) == 0, f.logs()
+    for c in clients:
+        assert c.wait(60) == 0, f.logs()
+    rounds = f.rounds()
+    assert [r["round"] for r in rounds] == list(range(1, ROUNDS + 1)), f.logs()
+    for r in rounds:
+        if mode == "lsgd":  # every client reports its loss; the elected leader uploads
+            assert sorted(r["lsgd_loss"]) == sorted(ids), (r, f.logs())
+        else:
+            assert r["participants"] == 4, (r, f.logs())
+    assert rounds[-1]["accuracy"] > 0.3, rounds
+    for c in clients[2:]:
+        assert f"trained {ROUNDS} rounds" in c.tail(), f.logs()
+    # The C++ clients had no file: they downloaded the coordinator's.
+    models = os.listdir(os.path.join(str(tmp_path), "clients", "models"))
+    assert len(models) == 1 and models[0].endswith(".pt")
+
+
+def run_kill_job(work, data, kill):
+    """One C++ and one Python client, fp32 updates in 32 KiB chunks; with `kill`, the
+    Python client is SIGKILLed once the first chunks of its round-1 update have arrived
+    (its link is slowed to 2 Mbit/s by the proxy) and restarted from its state folder."""
+    ids = ["cpp-0", "py-1"]
+    f = Federation(work, ids, ["--rounds=2", "--local-steps=5", "--batch=32", "--lr=0.05",
+                               "--codec=fp32", "--chunk-bytes=32768", "--min-clients=2",
+                               "--round-timeout=120", "--eval-limit=500", "--seed=5"],
+                   model=data["model"], test_npz=data["test"])
+    proxy = Throttle(f.port, bytes_per_second=250_000)
+    try:
+        cpp = f.cpp_client(ids[0], 0, 2, data["train"])
+        py = f.py_client(ids[1], 1, 2, data["train"], server=f"127.0.0.1:{proxy.port}")
+        if kill:
+            assert wait_for(lambda: f.metric("fedlgc_uplink_wire_bytes_total", client="py-1") > 0,
+                            120), f.logs()
+            py.kill(signal.SIGKILL)
+            sent = f.metric("fedlgc_uplink_wire_bytes_total", client="py-1")
+            update = 4 * sum(n for _, shape in fedlgc.layout_of(SmallNet())
+                             for n in [int(np.prod(shape))])
+            assert sent < 0.9 * update, "the whole update arrived before the kill"
+            py = f.py_client(ids[1], 1, 2, data["train"], server=f"127.0.0.1:{proxy.port}")
+        assert f.wait(240) == 0, f.logs()
+        assert cpp.wait(60) == 0 and py.wait(60) == 0, f.logs()
+        return f.rounds(), f
+    finally:
+        f.stop()
+        proxy.stop()
+
+
+def test_a_python_client_killed_mid_upload_loses_nothing(tmp_path, data):
+    clean, _ = run_kill_job(str(tmp_path / "clean"), data, kill=False)
+    killed, f = run_kill_job(str(tmp_path / "killed"), data, kill=True)
+    assert len(killed) == 2
+    for r in killed:
+        assert r["participants"] == 2 and r["stragglers"] == 0, r
+        # Every coordinate of both updates counted once: nothing lost, nothing twice.
+        assert r["raw_uplink_bytes"] == clean[0]["raw_uplink_bytes"], (r, clean[0])
+    # Same seeds, same data, the same updates: the same model (up to the order in which
+    # chunks were added).
+    for a, b in zip(clean, killed):
+        assert abs(a["loss"] - b["loss"]) < 1e-4 * max(1.0, a["loss"]), (a, b)
+
+
+def test_a_module_of_another_architecture_is_refused(tmp_path, data, federations):
+    f = Federation(str(tmp_path), ["py-0"], ["--rounds=1", "--local-steps=2", "--min-clients=1",
+                                            "--round-timeout=60"],
+                   model=data["model"], test_npz=data["test"])
+    federations.append(f)
+    c = f.py_client("py-0", 0, 1, data["train"], extra=["--wrong-model"])
+    assert c.wait(120) not in (None, 0), f.logs()
+    log = c.tail(30)
+    assert "does not match the job's model" in log and "fc2.weight [7, 48]" in log, log
+
+
+def test_a_model_file_of_another_hash_is_refused_with_both_hashes(tmp_path, data, federations):
+    other = export_model(str(tmp_path / "other.pt"), seed=1)
+    f = Federation(str(tmp_path), ["cpp-0"], ["--rounds=1", "--min-clients=1"],
+                   model=data["model"], test_npz=data["test"])
+    federations.append(f)
+    c = f.cpp_client("cpp-0", 0, 1, data["train"], extra=[f"--model={other}"])
+    assert c.wait(60) == 1, f.logs()
+    log = c.tail()
+    assert "FAILED_PRECONDITION" in log and log.count("sha256:") >= 2, log
+    assert wait_for(lambda: f.metric("fedlgc_rejected_total", reason="model") == 1, 10)

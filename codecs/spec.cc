@@ -158,4 +158,18 @@ std::string FormatSpecNumber(double v) {
   return buf;
 }
 
+std::string FormatSpec(const SpecNode& node) {
+  std::string out = node.name;
+  if (node.version != 0) StrAppend(&out, "/", node.version);
+  if (node.args.empty()) return out;
+  out += "(";
+  for (size_t i = 0; i < node.args.size(); ++i) {
+    const SpecArg& a = node.args[i];
+    if (i > 0) out += ",";
+    if (!a.key.empty()) StrAppend(&out, a.key, "=");
+    out += a.is_number ? a.text : FormatSpec(*a.node);
+  }
+  return out + ")";
+}
+
 }  // namespace fedlgc::codecs

@@ -47,6 +47,10 @@ inline constexpr int kMaxSpecDepth = 8;
 
 absl::StatusOr<SpecNode> ParseSpec(std::string_view text);
 
+// A parsed spec as text (numbers as they were written, no spaces); ParseSpec reads it back
+// as the same tree.
+std::string FormatSpec(const SpecNode& node);
+
 // Formats a number the way canonical specs print it (integers without a dot,
 // otherwise the shortest form that parses back to the same double).
 std::string FormatSpecNumber(double v);

@@ -8,12 +8,12 @@
 #include <utility>
 
 #include "codecs/crc32c.h"
+#include "codecs/spec.h"
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 
 namespace fedlgc::coordinator {
 namespace {
-
 
 constexpr uint32_t kMagic = 0x4C4E4C44;  // "DLNL"
 // 2: the job key and the CRC32C of the true model the held one follows.
@@ -23,9 +23,27 @@ std::string FloatBytes(std::span<const float> v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
 
+// Adds norm=linf to every qsgd node without a norm; true when it added one.
+bool LinfNorms(codecs::SpecNode* node) {
+  bool changed = false;
+  for (codecs::SpecArg& a : node->args) {
+    if (a.node) changed |= LinfNorms(a.node.get());
+  }
+  if (node->name != "qsgd") return changed;
+  for (const codecs::SpecArg& a : node->args) {
+    if (a.key == "norm") return changed;
+  }
+  codecs::SpecArg norm;
+  norm.key = "norm";
+  norm.node = std::make_unique<codecs::SpecNode>();
+  norm.node->name = "linf";
+  node->args.push_back(std::move(norm));
+  return true;
+}
+
 codecs::BroadcastOptions BroadcastOptionsOf(const DownlinkOptions& o) {
   codecs::BroadcastOptions b;
-  b.codec = o.codec;
+  b.codec = EffectiveDownlinkCodec(o.codec);
   b.window = o.window;
   b.max_frame_bytes = o.max_frame_bytes;
   return b;
@@ -254,8 +272,25 @@ uint64_t Downlink::version() const {
   return encoder_->version();
 }
 
+std::string EffectiveDownlinkCodec(const std::string& spec, std::string* note) {
+  if (note != nullptr) note->clear();
+  auto node = codecs::ParseSpec(spec);
+  if (!node.ok() || !LinfNorms(&*node)) return spec;
+  std::string effective = codecs::FormatSpec(*node);
+  if (note != nullptr) {
+    *note = StrCat("--downlink-codec ", spec, " runs as ", effective,
+                   ": levels of each bucket's largest magnitude keep the model clients hold "
+                   "closer to the true one than the L2 norm at the same bytes (say norm=l2 to "
+                   "keep it)");
+  }
+  return effective;
+}
+
 absl::StatusOr<std::unique_ptr<Downlinks>> Downlinks::Create(DownlinkOptions options,
                                                              std::string state_dir) {
+  std::string note;
+  EffectiveDownlinkCodec(options.codec, &note);
+  if (!note.empty()) std::fprintf(stderr, "coordinator: %s\n", note.c_str());
   codecs::BroadcastOptions b = BroadcastOptionsOf(options);
   auto probe = codecs::BroadcastEncoder::Create(b, {0.0f}, 0);
   if (!probe.ok()) return probe.status();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "codecs/str.h"
+#include "coordinator/downlink.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
 #include "core/cli.h"
@@ -194,7 +195,8 @@ void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOpti
       "fedlgc-sim: %s, %u clients, %u rounds, codec %s, downlink %s, %s, link %s, run folder "
       "%s\n",
       std::string(fedlgc::ModeName(mode)).c_str(), s.clients, co.rounds, co.plan.codec.c_str(),
-      co.downlink.codec.c_str(), s.partition.c_str(), s.link.empty() ? "direct" : s.link.c_str(),
+      fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(), s.partition.c_str(),
+      s.link.empty() ? "direct" : s.link.c_str(),
       s.run_dir.c_str());
   std::printf("%5s %9s %8s %13s %13s %7s %13s %7s %8s %5s %s\n", "round", "accuracy", "loss",
               "uplink B", "fp32 B", "ratio", "downlink B", "ratio", "seconds", "parts",
@@ -504,7 +506,7 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"mode", co.mode},
               {"codec", co.plan.codec},
               {"codec_warmup", warmup},
-              {"downlink_codec", co.downlink.codec},
+              {"downlink_codec", fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec)},
               {"partition", s.partition},
               {"local_epochs", co.plan.local_epochs},
               {"upload_order", co.plan.upload_order},
@@ -632,7 +634,10 @@ int main(int argc, char** argv) {
   SimOptions s;
   CoordinatorOptions co;
   co.rounds = 12;
-  co.plan.codec = "qsgd(bits=8)";
+  // What fedlgc is for, both ways: 4-bit updates up and 4-bit model deltas down, each
+  // through Zstandard (docs/results.md, time to accuracy on slow links).
+  co.plan.codec = "zstd(qsgd(bits=4,norm=linf))";
+  co.downlink.codec = "zstd(qsgd(bits=4,norm=linf))";
   co.round_timeout_s = 600;
   fedlgc::modes::ModeOptions mo;
   CLI::App app("Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.",

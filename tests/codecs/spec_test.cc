@@ -36,6 +36,17 @@ TEST(SpecParse, VersionsAndWords) {
   EXPECT_DOUBLE_EQ(node->args[1].number, 1000);
 }
 
+TEST(SpecParse, FormatSpecReadsBackAsTheSameTree) {
+  for (const char* spec : {"qsgd/1(norm=linf,bucket=1e3)", "ef(topk(ratio=0.01,values=qsgd(bits=8)))",
+                           "zstd(qsgd(bits=4))", "fp32", "lgc()"}) {
+    auto node = ParseSpec(spec);
+    ASSERT_TRUE(node.ok()) << spec;
+    const std::string text = FormatSpec(*node);
+    EXPECT_EQ(FormatSpec(ParseSpec(text).value()), text) << spec;
+  }
+  EXPECT_EQ(FormatSpec(ParseSpec(" zstd( qsgd( bits = 4 ) ) ").value()), "zstd(qsgd(bits=4))");
+}
+
 TEST(SpecParse, ErrorsNameTheColumn) {
   struct Case {
     const char* spec;

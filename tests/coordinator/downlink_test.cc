@@ -32,7 +32,7 @@ std::vector<float> Walk(std::vector<float> m, std::mt19937* rng) {
 
 DownlinkOptions Options() {
   DownlinkOptions o;
-  o.codec = "qsgd(bits=4,bucket=512)";
+  o.codec = "qsgd(bits=4,bucket=512,norm=linf)";
   o.window = 4;
   o.max_frame_bytes = 16384;
   return o;
@@ -207,6 +207,25 @@ TEST(Downlink, AModesBlobIsBroadcastWhenFirstAskedForAndGoesOnAfterARestart) {
   EXPECT_NE(other, g);
   EXPECT_EQ(other->Held(), truth[9]);
   EXPECT_FALSE(Downlinks::Create(DownlinkOptions{"ef(qsgd(bits=4))"}, dir).ok());
+}
+
+// What the docs advise against as a downlink gets the better variant: QSGD's levels of the
+// bucket's largest magnitude unless the spec names a norm.
+TEST(Downlink, QsgdWithoutANormRunsOnTheLargestMagnitude) {
+  std::string note;
+  EXPECT_EQ(EffectiveDownlinkCodec("qsgd(bits=4)", &note), "qsgd(bits=4,norm=linf)");
+  EXPECT_NE(note.find("runs as qsgd(bits=4,norm=linf)"), std::string::npos) << note;
+  EXPECT_NE(note.find("norm=l2"), std::string::npos) << note;
+  EXPECT_EQ(EffectiveDownlinkCodec("zstd(qsgd(bits=4))"), "zstd(qsgd(bits=4,norm=linf))");
+  for (const char* kept : {"qsgd(bits=4,norm=l2)", "qsgd(bits=4,norm=linf)", "fp16", "fp32",
+                           "natural", "not a spec("}) {
+    EXPECT_EQ(EffectiveDownlinkCodec(kept, &note), kept);
+    EXPECT_EQ(note, "") << kept;
+  }
+  const std::string dir = Dir("effective");
+  auto d = Downlinks::Create(DownlinkOptions{"qsgd(bits=4)"}, dir);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_NE((*d)->codec().find("norm=linf"), std::string::npos) << (*d)->codec();
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 out=${1:-build/equivalence}
 shift || true
 mkdir -p "$out"
-common=(--clients 4 --train-limit 4000 --seed 1 --quiet)
+common=(--clients 4 --train-limit 4000 --seed 1 --quiet --downlink-codec fp32)
 run() {  # name, then fedlgc-sim flags
   local name=$1
   shift

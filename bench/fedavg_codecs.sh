@@ -31,7 +31,7 @@ names=(fp32 fp16 qsgd8 qsgd4 topk1_ef_q8 topk1_ef_q8_warm adacomp50 dgc01_m09 dg
 for i in "${!codecs[@]}"; do
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "${names[$i]}" ]; then continue; fi
   ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed 1 \
-    --codec "${codecs[$i]}" --codec-warmup "${warmups[$i]}" --quiet \
+    --codec "${codecs[$i]}" --codec-warmup "${warmups[$i]}" --downlink-codec fp32 --quiet \
     --report "$out/${names[$i]}.json" "$@" | tail -1
 done
 python3 - "$out" "${names[@]}" <<'PY'

@@ -15,7 +15,7 @@ shift || true
 mkdir -p "$out"
 fedavg=build/bench-fedavg
 groups="client-0,client-1,client-2,client-3;client-4,client-5,client-6,client-7"
-common=(--clients 8 --rounds 20 --local-steps 235 --train-limit 0 --seed 1 --quiet)
+common=(--clients 8 --rounds 20 --local-steps 235 --train-limit 0 --seed 1 --quiet --downlink-codec fp32)
 run() {  # name, then fedlgc-sim flags
   local name=$1
   shift

@@ -20,7 +20,7 @@ for order in "${orders[@]}"; do
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$order" ]; then continue; fi
   rm -rf "$out/$order.run"
   ./build/bin/fedlgc-sim --clients 8 --rounds "${ROUNDS:-20}" --model cnn --train-limit 0 \
-    --local-steps 30 --seed 1 --link "${LINK:-rate=1mbit,delay=50ms}" --codec fp32 \
+    --local-steps 30 --seed 1 --link "${LINK:-rate=1mbit,delay=50ms}" --codec fp32 --downlink-codec fp32 \
     --chunk-bytes 16384 --downlink-codec 'qsgd(bits=4,norm=linf)' \
     --round-timeout "${TIMEOUT:-9}" --min-clients 8 --upload-order "$order" --quiet \
     --state-dir "$out/$order.run" --report "$out/$order.json" "$@" | tail -1

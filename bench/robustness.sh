@@ -18,7 +18,7 @@ mkdir -p "$out"
 bin=${BIN:-build/bin}
 rounds=${ROUNDS:-15}
 common=(--clients 8 --rounds "$rounds" --model cnn --train-limit 20000 --local-epochs 1
-        --seed 1 --quiet --bin-dir "$bin")
+        --seed 1 --quiet --bin-dir "$bin" --downlink-codec fp32)
 run() {  # name, then fedlgc-sim flags (each run starts from a fresh folder)
   local name=$1
   shift

@@ -15,7 +15,7 @@ rounds=${ROUNDS:-10}
 for aggregators in 0 2 4; do
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$aggregators" ]; then continue; fi
   ./build/bin/fedlgc-sim --clients 8 --aggregators "$aggregators" --rounds "$rounds" \
-    --local-epochs 1 --train-limit 0 --seed 1 --codec "$codec" --quiet \
+    --local-epochs 1 --train-limit 0 --seed 1 --codec "$codec" --downlink-codec fp32 --quiet \
     --report "$out/tree$aggregators.json" "$@" | tail -1
 done
 python3 - "$out" <<'PY'

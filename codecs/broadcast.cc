@@ -304,6 +304,7 @@ absl::StatusOr<const BroadcastDelta*> BroadcastEncoder::Advance(uint64_t version
   EncodeOptions eo;
   eo.seed = version;
   eo.max_frame_bytes = options_.max_frame_bytes;
+  eo.cuts = options_.cuts;
   FEDLGC_RETURN_IF_ERROR(codec_->Encode(diff, eo, &frames));
   BroadcastDelta d;
   d.from = version_;

@@ -81,6 +81,9 @@ struct BroadcastOptions {
   std::string codec = "fp32";  // a stateless codec spec (error feedback is the sender's)
   size_t window = 8;           // deltas kept for receivers that are behind
   uint64_t max_frame_bytes = 0;  // 0: one frame per delta
+  // Where each delta's frames must break (EncodeOptions::cuts): a model's buffers, whose
+  // scale is not the weights' (core/model.h ScaleCuts).
+  std::vector<uint64_t> cuts;
 };
 
 class BroadcastEncoder {

@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   if (DownlinkCompressed(o.downlink)) {
     DownlinkOptions dl = o.downlink;
     dl.job = c->job_key_;
+    dl.cuts = c->eval_model_->ScaleCuts();
     auto downlinks = Downlinks::Create(std::move(dl), o.state_dir);
     if (!downlinks.ok()) return downlinks.status();
     c->downlinks_ = *std::move(downlinks);

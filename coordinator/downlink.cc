@@ -46,6 +46,7 @@ codecs::BroadcastOptions BroadcastOptionsOf(const DownlinkOptions& o) {
   b.codec = EffectiveDownlinkCodec(o.codec);
   b.window = o.window;
   b.max_frame_bytes = o.max_frame_bytes;
+  b.cuts = o.cuts;
   return b;
 }
 

@@ -36,6 +36,7 @@ namespace fedlgc::coordinator {
 
 struct DownlinkOptions {
   std::string codec = "fp32";  // "fp32": plain float32 downloads, no Downlink at all
+  std::vector<uint64_t> cuts;  // the model's scale cuts (core/model.h), set by the coordinator
   size_t window = 8;           // deltas kept for clients that are behind
   uint32_t max_frame_bytes = 256 * 1024;
   std::string job;  // the job key (CoordinatorOptions::JobKey): a state of another is not loaded

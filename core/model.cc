@@ -173,6 +173,9 @@ class ScriptNet final : public Net {
 
 enum class LossKind { kOwn, kCrossEntropy, kMse };
 
+// See TorchModel::statistics_ (python/fedlgc/_flat.py does the same).
+constexpr float kStatisticsEps = 1e-5f;
+
 class TorchModel final : public Model {
  public:
   TorchModel(std::string name, ModelOptions options, std::unique_ptr<Net> net,
@@ -183,25 +186,36 @@ class TorchModel final : public Model {
     for (auto& [n, t] : flat) {
       if (t.requires_grad()) trainable_.push_back(t);
     }
+    const size_t params = flat.size();  // the tensors after them are buffers
     NamedTensors buffers = net_->FloatBuffers();
     if (options_.buffers == "local") {
       local_ = std::move(buffers);
     } else {
-      for (auto& b : buffers) {
-        if (std::string_view(b.first).ends_with("running_var")) {
-          variances_.push_back(b.second);
-        }
-      }
       flat.insert(flat.end(), buffers.begin(), buffers.end());
     }
     std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors;
-    for (auto& [n, t] : flat) {
+    for (size_t i = 0; i < flat.size(); ++i) {
+      const auto& [n, t] = flat[i];
       if (t.numel() == 0) continue;  // nothing to send; a layout has no empty tensors
+      if (i >= params && dim_ > 0) scale_cuts_.push_back(dim_);
       dim_ += static_cast<size_t>(t.numel());
       std::vector<uint64_t> shape;
       for (int64_t e : t.sizes()) shape.push_back(static_cast<uint64_t>(e));
       tensors.emplace_back(n, std::move(shape));
       flat_.push_back(t);
+      flat_names_.push_back(n);
+    }
+    // Batch normalisation's statistics, a running_mean and a running_var of one prefix,
+    // travel scale-free (kStatistics below).
+    for (size_t i = 0; i < flat_names_.size(); ++i) {
+      const std::string& n = flat_names_[i];
+      if (!std::string_view(n).ends_with("running_mean")) continue;
+      const std::string var = n.substr(0, n.size() - 4) + "var";
+      for (size_t j = 0; j < flat_names_.size(); ++j) {
+        if (flat_names_[j] == var && flat_[j].numel() == flat_[i].numel()) {
+          statistics_.push_back({i, j});
+        }
+      }
     }
     auto layout = codecs::ModelLayout::Create(std::move(tensors));
     if (layout.ok()) {
@@ -219,7 +233,16 @@ class TorchModel final : public Model {
   size_t dim() const override { return dim_; }
   const codecs::ModelLayout& layout() const override { return layout_; }
 
-  std::vector<float> GetFlat() const override { return Gather(flat_, dim_); }
+  std::vector<float> GetFlat() const override {
+    std::vector<torch::Tensor> out = flat_;
+    torch::NoGradGuard guard;
+    for (const auto& [mean, var] : statistics_) {
+      const torch::Tensor v = flat_[var].to(torch::kFloat32) + kStatisticsEps;
+      out[mean] = flat_[mean].to(torch::kFloat32) / v.sqrt();
+      out[var] = v.log();
+    }
+    return Gather(out, dim_);
+  }
 
   absl::Status SetFlat(std::span<const float> flat) override {
     if (flat.size() != dim_) {
@@ -227,11 +250,18 @@ class TorchModel final : public Model {
           StrCat(name_, ": flat weights of ", flat.size(), " values, the model has ", dim_));
     }
     Scatter(flat, flat_);
-    // A lossy code of a variance's change can take it below zero.
     torch::NoGradGuard guard;
-    for (torch::Tensor& v : variances_) v.clamp_min_(0);
+    for (const auto& [mean, var] : statistics_) {
+      // exp(log(v + eps)) - eps; a lossy code may take it a hair below zero.
+      torch::Tensor v = flat_[var];
+      v.copy_((flat_[var].exp() - kStatisticsEps).clamp_min(0));
+      torch::Tensor m = flat_[mean];
+      m.mul_((v + kStatisticsEps).sqrt());
+    }
     return absl::OkStatus();
   }
+
+  std::vector<uint64_t> ScaleCuts() const override { return scale_cuts_; }
 
   std::vector<float> GetLocalBuffers() const override {
     size_t n = 0;
@@ -525,10 +555,19 @@ class TorchModel final : public Model {
   std::unique_ptr<Net> net_;
   torch::Device device_;
   std::vector<torch::Tensor> flat_;       // the flat vector's tensors, in order
+  std::vector<std::string> flat_names_;
   std::vector<torch::Tensor> trainable_;  // parameters that require a gradient
-  std::vector<torch::Tensor> variances_;  // averaged running variances (kept >= 0)
+  // Averaged batch normalisation statistics, as indices into flat_ of a running_mean and
+  // its running_var. The flat vector holds them scale-free: log(var + eps) and
+  // mean / sqrt(var + eps). A lossy codec then errs by a factor of the variance and a
+  // fraction of the standard deviation, channel by channel, where on the raw values one
+  // bucket's step (set by the largest channel) could take a small variance to zero and
+  // blow up its channel; and the average of the clients' statistics is that of these
+  // forms (a geometric mean of the variances).
+  std::vector<std::pair<size_t, size_t>> statistics_;
   NamedTensors local_;                    // buffers "local": the buffers kept here
   size_t dim_ = 0;
+  std::vector<uint64_t> scale_cuts_;  // where each averaged buffer begins
   codecs::ModelLayout layout_;
   absl::Status layout_error_;
 };

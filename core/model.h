@@ -93,6 +93,13 @@ class Model {
   // classes. The error names the model and the data and says what does not fit.
   virtual absl::Status CheckFits(const Dataset& data) = 0;
 
+  // Where each buffer tensor of the flat vector begins (buffers "average"; empty
+  // otherwise). Statistics such as a running variance live on another scale than the
+  // weights: codecs restart their blocks there (EncodeOptions::cuts), so that no bucket's
+  // scale spans both (a 4-bit bucket scaled by a variance's change would wipe out the
+  // weights beside it).
+  virtual std::vector<uint64_t> ScaleCuts() const = 0;
+
   // Under buffers "local": the floating-point buffers this model keeps to itself (flat,
   // in named_buffers() order), to persist them between runs; empty otherwise.
   virtual std::vector<float> GetLocalBuffers() const = 0;

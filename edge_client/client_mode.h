@@ -46,6 +46,13 @@ class ClientEnv {
   virtual uint64_t dim() const = 0;
   // The job model's layout (names and shapes of its tensors), for per-tensor codecs.
   virtual const codecs::ModelLayout& layout() const = 0;
+  // Where the model's buffers begin, one cut per buffer tensor (core/model.h ScaleCuts):
+  // every encode of the flat vector passes them as EncodeOptions::cuts. Empty for models
+  // without averaged buffers.
+  virtual const std::vector<uint64_t>& scale_cuts() const {
+    static const std::vector<uint64_t> kNone;
+    return kNone;
+  }
   virtual const std::string& device() const = 0;  // resolved: "cpu", "cuda:0", ...
   virtual uint64_t total_rounds() const = 0;      // of the job (Join)
 

@@ -224,6 +224,7 @@ absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
   }
   model_ = *std::move(m);
   model_key_ = key;
+  scale_cuts_ = model_->ScaleCuts();
   local_buffers_ = mo.buffers == "local";
   if (local_buffers_) LoadLocalBuffers();
   return absl::OkStatus();

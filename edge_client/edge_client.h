@@ -115,6 +115,7 @@ class EdgeClient final : private ClientEnv {
   absl::Status Persist() override;
   uint64_t dim() const override;
   const codecs::ModelLayout& layout() const override;
+  const std::vector<uint64_t>& scale_cuts() const override { return scale_cuts_; }
   const std::string& device() const override { return device_; }
   uint64_t total_rounds() const override { return total_rounds_; }
   absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
@@ -143,6 +144,7 @@ class EdgeClient final : private ClientEnv {
   std::string model_key_;     // what model_ was made for: the job's model and rules
   std::string model_sha256_;  // of --model's file; empty without one
   bool local_buffers_ = false;
+  std::vector<uint64_t> scale_cuts_;  // of model_
   std::unique_ptr<core::Dataset> data_;
   std::vector<uint32_t> shard_;
   std::string device_;  // resolved --device, e.g. "cpu" or "cuda:0"

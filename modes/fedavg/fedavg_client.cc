@@ -186,11 +186,12 @@ absl::Status FedAvgClient::EncodeAndUpload(const protos::RoundStart& start,
   eopts.shared_scale = shared_scale;
   auto order = codecs::ParseUploadOrder(start.upload_order());
   if (!order.ok()) return order.status();
-  // P3's slices: by layer, every frame lies in one tensor.
+  // P3's slices: by layer, every frame lies in one tensor (the buffers' scale cuts are
+  // tensor cuts too).
   const std::vector<uint64_t> cuts =
       *order == codecs::UploadOrder::kLayer && env_.layout().dim() == update.size()
           ? env_.layout().TensorCuts()
-          : std::vector<uint64_t>{};
+          : env_.scale_cuts();
   eopts.cuts = cuts;
   if (absl::Status st = codec_->Encode(update, eopts, &frames); !st.ok()) return st;
   // Chunk i is the i-th frame to leave: what matters most first (P3).

@@ -136,6 +136,7 @@ absl::StatusOr<bool> SgpClient::TrainAndShare(const protos::RoundStart& start) {
   codecs::EncodeOptions eopts;
   eopts.seed = start.seed();
   eopts.max_frame_bytes = start.max_chunk_bytes();
+  eopts.cuts = env_.scale_cuts();
   const auto t0 = std::chrono::steady_clock::now();
   auto share = core::MakeShare(m.x, m.w, sgp.share(), reference, **codec, eopts);
   if (!share.ok()) return share.status();

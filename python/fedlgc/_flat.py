@@ -2,9 +2,12 @@
 
 The vector holds the module's parameters in named_parameters() order, then, when the job
 averages buffers (--buffers average), its floating-point buffers in named_buffers() order;
-tensors with no elements are left out. The C++ side lays a TorchScript module out the same
-way (core/model.h), so a Python module and the job's TorchScript file agree coordinate for
-coordinate when their names and shapes do.
+tensors with no elements are left out. Batch normalisation's statistics (a running_mean
+and the running_var of the same prefix) travel scale-free: log(var + 1e-5) and
+mean / sqrt(var + 1e-5), so that a lossy codec errs by a factor of a channel's variance
+rather than by a step that can take it to zero. The C++ side lays a TorchScript module out
+the same way (core/model.cc), so a Python module and the job's TorchScript file agree
+coordinate for coordinate when their names and shapes do.
 """
 
 import os
@@ -45,29 +48,49 @@ def check_layout(module, buffers, job_layout):
         f"{len(theirs)} in the job (buffers={buffers})")
 
 
+STATISTICS_EPS = 1e-5
+
+
+def _statistics(tensors):
+    """(mean index, var index) of each running_mean with its running_var."""
+    index = {n: i for i, (n, _) in enumerate(tensors)}
+    pairs = []
+    for i, (n, t) in enumerate(tensors):
+        if n.endswith("running_mean"):
+            j = index.get(n[:-4] + "var")
+            if j is not None and tensors[j][1].numel() == t.numel():
+                pairs.append((i, j))
+    return pairs
+
+
 def load(tensors, weights):
     """Copies the flat float32 array `weights` into the tensors (on their devices)."""
     off = 0
     with torch.no_grad():
-        for name, t in tensors:
+        for _, t in tensors:
             n = t.numel()
-            src = torch.from_numpy(weights[off:off + n]).view(t.shape)
-            t.copy_(src)
-            # A lossy code of a variance's change can take it below zero (core/model.h).
-            if name.endswith("running_var"):
-                t.clamp_(min=0)
+            t.copy_(torch.from_numpy(weights[off:off + n]).view(t.shape))
             off += n
+        for i, j in _statistics(tensors):
+            v, m = tensors[j][1], tensors[i][1]
+            v.copy_((v.exp() - STATISTICS_EPS).clamp(min=0))
+            m.mul_((v + STATISTICS_EPS).sqrt())
     if off != weights.size:
         raise ValueError(f"{weights.size} weights for a module of {off}")
 
 
 def store(tensors, weights):
     """Writes the tensors into the flat float32 array `weights`."""
-    off = 0
     with torch.no_grad():
-        for _, t in tensors:
+        out = [t.detach().to("cpu", torch.float32) for _, t in tensors]
+        for i, j in _statistics(tensors):
+            v = out[j] + STATISTICS_EPS
+            out[i] = out[i] / v.sqrt()
+            out[j] = v.log()
+        off = 0
+        for t in out:
             n = t.numel()
-            weights[off:off + n] = t.detach().to("cpu", torch.float32).reshape(-1).numpy()
+            weights[off:off + n] = t.reshape(-1).numpy()
             off += n
 
 
@@ -94,5 +117,9 @@ def load_local_buffers(module, path):
     bufs = local_buffers(module)
     if flat.size != sum(b.numel() for b in bufs):
         return False
-    load([("", b) for b in bufs], flat)
+    off = 0
+    with torch.no_grad():
+        for b in bufs:
+            b.copy_(torch.from_numpy(flat[off:off + b.numel()]).view(b.shape))
+            off += b.numel()
     return True

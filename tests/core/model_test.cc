@@ -104,21 +104,36 @@ TEST_F(ScriptModel, BuffersAverageOrStayLocal) {
   EXPECT_EQ(avg->layout().tensors().back().name, "bn.running_var");
   EXPECT_TRUE(avg->GetLocalBuffers().empty());
   EXPECT_EQ(local->GetLocalBuffers().size(), 8u);
-  // A lossy code may take a variance below zero: it is clamped at zero.
+  // The statistics travel scale-free: the last 4 coordinates are log(var + 1e-5) of the
+  // file's variances (drawn in [0.5, 2] by the fixture script), the 4 before them
+  // mean / sqrt(var + 1e-5); they come back as they went.
   std::vector<float> w = avg->GetFlat();
-  w.back() = -0.5f;
+  for (size_t i = w.size() - 4; i < w.size(); ++i) {
+    EXPECT_GT(w[i], std::log(0.5f) - 1e-4f);
+    EXPECT_LT(w[i], std::log(2.0f) + 1e-4f);
+  }
   ASSERT_TRUE(avg->SetFlat(w).ok());
-  EXPECT_EQ(avg->GetFlat().back(), 0.0f);
+  const std::vector<float> again = avg->GetFlat();
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(again[i], w[i], 1e-5f * (1 + std::fabs(w[i])));
+  // However far a lossy code takes them, the statistics stay usable: a variance at zero
+  // at worst, a finite mean.
+  w[w.size() - 1] = -80.0f;
+  w[w.size() - 5] = 1e6f;
+  ASSERT_TRUE(avg->SetFlat(w).ok());
+  const Dataset data = Blobs(64, {1, 8, 8}, 4, 3);
+  auto ev = avg->Evaluate(data);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_TRUE(std::isfinite(ev->loss));
   // Training moves a local model's buffers, and evaluation (batch statistics) leaves them.
-  const Dataset data = Blobs(256, {1, 8, 8}, 4, 1);
+  const Dataset local_data = Blobs(256, {1, 8, 8}, 4, 1);
   const std::vector<float> before = local->GetLocalBuffers();
   TrainOptions opts;
   opts.steps = 5;
-  ASSERT_TRUE(local->Train(data, All(data), opts).ok());
+  ASSERT_TRUE(local->Train(local_data, All(local_data), opts).ok());
   const std::vector<float> trained = local->GetLocalBuffers();
   EXPECT_NE(trained, before);
-  auto ev = local->Evaluate(data);
-  ASSERT_TRUE(ev.ok()) << ev.status();
+  auto local_ev = local->Evaluate(local_data);
+  ASSERT_TRUE(local_ev.ok()) << local_ev.status();
   EXPECT_EQ(local->GetLocalBuffers(), trained);
   ASSERT_TRUE(local->SetLocalBuffers(before).ok());
   EXPECT_EQ(local->GetLocalBuffers(), before);

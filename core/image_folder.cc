@@ -1,7 +1,8 @@
 // Image folders (see image_folder.h).
 #include "core/image_folder.h"
 
-#include <stb/stb_image.h>
+#include <png.h>
+#include <turbojpeg.h>
 
 #include <algorithm>
 #include <cctype>
@@ -28,48 +29,130 @@ bool IsImageName(const std::string& name) {
 bool IsPng(std::string_view b) { return b.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8); }
 bool IsJpeg(std::string_view b) { return b.substr(0, 3) == "\xFF\xD8\xFF"; }
 
-struct StbFree {
-  void operator()(unsigned char* p) const { stbi_image_free(p); }
+absl::Status TooLarge(std::string_view what, uint64_t w, uint64_t h, uint64_t max_pixels) {
+  return absl::InvalidArgumentError(
+      StrCat(what, ": ", w, "x", h, " pixels is over the ", max_pixels, " an image may have"));
+}
+
+// libpng's simplified API. Read with an alpha channel, which is then dropped (not
+// composited), so that a transparent pixel keeps its colour.
+absl::StatusOr<DecodedImage> DecodePng(std::string_view bytes, std::string_view what,
+                                       int channels, uint64_t max_pixels) {
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  struct Free {
+    png_image* img;
+    ~Free() { png_image_free(img); }
+  } free_it{&img};
+  if (png_image_begin_read_from_memory(&img, bytes.data(), bytes.size()) == 0) {
+    return absl::InvalidArgumentError(StrCat(what, ": cannot be decoded (", img.message, ")"));
+  }
+  if (img.width == 0 || img.height == 0 ||
+      static_cast<uint64_t>(img.width) * img.height > max_pixels) {
+    return TooLarge(what, img.width, img.height, max_pixels);
+  }
+  const int want = channels != 0 ? channels : (img.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
+  img.format = want == 1 ? PNG_FORMAT_GA : PNG_FORMAT_RGBA;
+  std::vector<uint8_t> with_alpha(PNG_IMAGE_SIZE(img));
+  if (png_image_finish_read(&img, nullptr, with_alpha.data(), 0, nullptr) == 0) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": cannot be decoded (", img.message, "; truncated?)"));
+  }
+  DecodedImage out;
+  out.width = static_cast<int>(img.width);
+  out.height = static_cast<int>(img.height);
+  out.channels = want;
+  const size_t pixels = static_cast<size_t>(out.width) * out.height;
+  out.pixels.resize(pixels * want);
+  for (size_t p = 0; p < pixels; ++p) {
+    for (int c = 0; c < want; ++c) out.pixels[p * want + c] = with_alpha[p * (want + 1) + c];
+  }
+  return out;
+}
+
+struct TjDestroy {
+  void operator()(void* h) const { tjDestroy(h); }
 };
+
+// libjpeg-turbo's TurboJPEG API; a warning (a truncated or corrupt stream) is an error.
+absl::StatusOr<DecodedImage> DecodeJpeg(std::string_view bytes, std::string_view what,
+                                        int channels, uint64_t max_pixels) {
+  std::unique_ptr<void, TjDestroy> h(tjInitDecompress());
+  if (h == nullptr) return absl::InternalError("TurboJPEG: cannot make a decompressor");
+  auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto size = static_cast<unsigned long>(bytes.size());
+  int w = 0, ht = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(h.get(), data, size, &w, &ht, &subsamp, &colorspace) != 0) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": cannot be decoded (", tjGetErrorStr2(h.get()), ")"));
+  }
+  if (w <= 0 || ht <= 0 || static_cast<uint64_t>(w) * static_cast<uint64_t>(ht) > max_pixels) {
+    return TooLarge(what, static_cast<uint64_t>(std::max(w, 0)),
+                    static_cast<uint64_t>(std::max(ht, 0)), max_pixels);
+  }
+  const int want = channels != 0 ? channels : colorspace == TJCS_GRAY ? 1 : 3;
+  DecodedImage out;
+  out.width = w;
+  out.height = ht;
+  out.channels = want;
+  out.pixels.resize(static_cast<size_t>(w) * ht * want);
+  if (tjDecompress2(h.get(), data, size, out.pixels.data(), w, 0, ht,
+                    want == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_STOPONWARNING) != 0) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": cannot be decoded (", tjGetErrorStr2(h.get()), ")"));
+  }
+  return out;
+}
 
 }  // namespace
 
 absl::StatusOr<DecodedImage> DecodeImage(std::string_view bytes, std::string_view what,
                                          int channels, uint64_t max_pixels) {
-  if (!IsPng(bytes) && !IsJpeg(bytes)) {
-    return absl::InvalidArgumentError(StrCat(what, ": not a PNG or JPEG file"));
+  if (channels != 0 && channels != 1 && channels != 3) {
+    return absl::InvalidArgumentError(StrCat("images have 1 or 3 channels, not ", channels));
   }
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return absl::InvalidArgumentError(StrCat(what, ": too large"));
+  if (IsPng(bytes)) return DecodePng(bytes, what, channels, max_pixels);
+  if (IsJpeg(bytes)) return DecodeJpeg(bytes, what, channels, max_pixels);
+  return absl::InvalidArgumentError(StrCat(what, ": not a PNG or JPEG file"));
+}
+
+absl::StatusOr<std::string> EncodeImage(const DecodedImage& image, bool jpeg, int quality) {
+  const int c = image.channels;
+  if (image.width <= 0 || image.height <= 0 || c < 1 || c > 4 ||
+      image.pixels.size() != static_cast<size_t>(image.width) * image.height * c) {
+    return absl::InvalidArgumentError("EncodeImage: an image of inconsistent size");
   }
-  const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
-  const int len = static_cast<int>(bytes.size());
-  int w = 0, h = 0, comp = 0;
-  if (stbi_info_from_memory(data, len, &w, &h, &comp) == 0) {
-    return absl::InvalidArgumentError(
-        StrCat(what, ": cannot be decoded (", stbi_failure_reason(), ")"));
+  if (jpeg) {
+    if (c != 1 && c != 3) return absl::InvalidArgumentError("a JPEG has 1 or 3 channels");
+    std::unique_ptr<void, TjDestroy> h(tjInitCompress());
+    unsigned char* buf = nullptr;
+    unsigned long size = 0;
+    if (tjCompress2(h.get(), image.pixels.data(), image.width, 0, image.height,
+                    c == 1 ? TJPF_GRAY : TJPF_RGB, &buf, &size, c == 1 ? TJSAMP_GRAY : TJSAMP_444,
+                    quality, 0) != 0) {
+      return absl::InternalError(StrCat("TurboJPEG: ", tjGetErrorStr2(h.get())));
+    }
+    std::string out(reinterpret_cast<const char*>(buf), size);
+    tjFree(buf);
+    return out;
   }
-  if (w <= 0 || h <= 0 || static_cast<uint64_t>(w) * static_cast<uint64_t>(h) > max_pixels) {
-    return absl::InvalidArgumentError(StrCat(what, ": ", w, "x", h, " pixels is over the ",
-                                             max_pixels, " an image may have"));
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  img.width = static_cast<png_uint_32>(image.width);
+  img.height = static_cast<png_uint_32>(image.height);
+  static constexpr png_uint_32 kFormats[] = {PNG_FORMAT_GRAY, PNG_FORMAT_GA, PNG_FORMAT_RGB,
+                                             PNG_FORMAT_RGBA};
+  img.format = kFormats[c - 1];
+  png_alloc_size_t size = 0;
+  if (png_image_write_to_memory(&img, nullptr, &size, 0, image.pixels.data(), 0, nullptr) == 0) {
+    return absl::InternalError(StrCat("libpng: ", img.message));
   }
-  const int want = channels != 0 ? channels : (comp <= 2 ? 1 : 3);
-  int got_w = 0, got_h = 0, file_comp = 0;
-  std::unique_ptr<unsigned char, StbFree> px(
-      stbi_load_from_memory(data, len, &got_w, &got_h, &file_comp, want));
-  if (px == nullptr) {
-    return absl::InvalidArgumentError(
-        StrCat(what, ": cannot be decoded (", stbi_failure_reason(), "; truncated?)"));
+  std::string out(size, '\0');
+  if (png_image_write_to_memory(&img, out.data(), &size, 0, image.pixels.data(), 0, nullptr) == 0) {
+    return absl::InternalError(StrCat("libpng: ", img.message));
   }
-  if (got_w != w || got_h != h) {
-    return absl::InvalidArgumentError(StrCat(what, ": its header and its pixels disagree"));
-  }
-  DecodedImage img;
-  img.width = w;
-  img.height = h;
-  img.channels = want;
-  img.pixels.assign(px.get(), px.get() + static_cast<size_t>(w) * h * want);
-  return img;
+  out.resize(size);
+  return out;
 }
 
 absl::StatusOr<ImageFolder> ReadImageFolder(const std::string& dir, size_t limit) {

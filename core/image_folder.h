@@ -1,5 +1,7 @@
 // Image classification data as people keep it: a folder with one subfolder per class, each
-// holding PNG or JPEG files (decoded with stb_image, which Debian packages as libstb).
+// holding PNG or JPEG files (decoded with libpng and libjpeg-turbo, Debian's libpng16 and
+// libturbojpeg; both fuzzed upstream. stb_image was tried first: the fuzz target crashed
+// Debian's 2022 copy of it on a mutated JPEG within seconds).
 // Class k is the k-th subfolder in name order, so a training and a test folder with the
 // same class folders agree on every label (an empty class folder still takes its place).
 // Every image must have the first image's size; grayscale images load with one channel,
@@ -23,10 +25,15 @@ struct DecodedImage {
 };
 
 // Decodes PNG or JPEG bytes (`what` names the file in errors). `channels` 1 or 3 converts
-// to that many; 0 keeps the file's (gray and gray+alpha as 1, the rest as 3). Images over
-// `max_pixels` are refused before they are decoded.
+// to that many; 0 keeps the file's (gray and gray+alpha as 1, the rest as 3). An alpha
+// channel is dropped. Images over `max_pixels` are refused before they are decoded; a
+// truncated or corrupt file is refused, not decoded in part.
 absl::StatusOr<DecodedImage> DecodeImage(std::string_view bytes, std::string_view what,
                                          int channels = 0, uint64_t max_pixels = 1ull << 26);
+// PNG (1 to 4 channels) or JPEG (1 or 3, at `quality`) bytes of `image`: for tests and
+// tools that make image folders.
+absl::StatusOr<std::string> EncodeImage(const DecodedImage& image, bool jpeg = false,
+                                        int quality = 95);
 
 struct ImageFolder {
   std::vector<std::string> classes;  // the subfolders' names, in label order

@@ -107,6 +107,10 @@ class LocalTrainer {
   // nothing and waits for the next one).
   virtual absl::StatusOr<double> Train(const protos::RoundStart& start,
                                        std::vector<float>* weights) = 0;
+  // The seconds the last Train spent training, when the trainer knows them apart from its
+  // own bookkeeping (a Python client's copies of the weights count as the client's, not
+  // as training); nullopt: all of Train's time.
+  virtual std::optional<double> TrainSeconds() const { return std::nullopt; }
 };
 
 // Makes the mode a job runs; modes::MakeClientMode is the one fedlgc-edge uses.

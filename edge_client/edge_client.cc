@@ -338,10 +338,20 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
     case protos::ServerEvent::kReceipt:
       st = client_mode_->OnReceipt(event.receipt());
       break;
-    case protos::ServerEvent::kRoundStart:
+    case protos::ServerEvent::kRoundStart: {
       last_round_ = event.round_start().round();
+      const auto t0 = std::chrono::steady_clock::now();
       st = client_mode_->OnRoundStart(event.round_start());
+      // The client's whole part of the round: download, training, encoding, upload (in
+      // LSGD and SGP, up to its report or share).
+      if (st.ok()) {
+        AppendRoundLog({last_round_,
+                        {{"round_seconds", std::chrono::duration<double>(
+                                               std::chrono::steady_clock::now() - t0)
+                                               .count()}}});
+      }
       break;
+    }
     case protos::ServerEvent::kMode:
       st = client_mode_->OnModeEvent(event.mode());
       break;
@@ -383,8 +393,8 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
     const auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = ProcessCpuSeconds();
     auto loss = trainer_->Train(start, weights);
-    last_train_seconds_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_train_seconds_ = trainer_->TrainSeconds().value_or(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
     if (loss.ok() && std::isfinite(*loss)) metrics_->SetTrainLoss(options_.client_id, *loss);
     return loss;

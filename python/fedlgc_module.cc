@@ -152,7 +152,8 @@ py::dict FrameInfo(const py::bytes& frame) {
 
 // The local step in Python: `round_fn(weights, info)` trains on the float32 array
 // `weights` in place (a view of the C++ vector, valid during the call only) and returns
-// the loss or None. A Python exception ends the client; Client.run re-raises it.
+// (the loss or None, the seconds the user's training took). A Python exception ends the
+// client; Client.run re-raises it.
 class PyTrainer final : public edge_client::LocalTrainer {
  public:
   PyTrainer(py::object round_fn, uint64_t num_samples)
@@ -163,6 +164,7 @@ class PyTrainer final : public edge_client::LocalTrainer {
   std::optional<py::error_already_set>& error() { return error_; }
 
   uint64_t NumSamples() override { return num_samples_; }
+  std::optional<double> TrainSeconds() const override { return train_seconds_; }
 
   absl::StatusOr<double> Train(const protos::RoundStart& start,
                                std::vector<float>* weights) override {
@@ -188,9 +190,11 @@ class PyTrainer final : public edge_client::LocalTrainer {
       // A view of the vector, no copy: the callable writes the trained weights into it.
       py::array_t<float> view({static_cast<py::ssize_t>(weights->size())}, {sizeof(float)},
                               weights->data(), py::capsule(weights, [](void*) {}));
-      py::object loss = round_fn_(view, info);
-      if (loss.is_none()) return std::numeric_limits<double>::quiet_NaN();
-      return loss.cast<double>();
+      // (loss or None, the seconds train() took)
+      py::tuple out = round_fn_(view, info).cast<py::tuple>();
+      train_seconds_ = out[1].cast<double>();
+      if (out[0].is_none()) return std::numeric_limits<double>::quiet_NaN();
+      return out[0].cast<double>();
     } catch (py::error_already_set& e) {
       const std::string what = e.what();
       error_.emplace(std::move(e));
@@ -208,6 +212,7 @@ class PyTrainer final : public edge_client::LocalTrainer {
   std::string layout_text_;
   py::list layout_;
   std::optional<py::error_already_set> error_;
+  std::optional<double> train_seconds_;
 };
 
 // The C++ edge client with a Python training step.

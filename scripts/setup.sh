@@ -19,8 +19,9 @@ stack=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler li
   prometheus-cpp-dev libssl-dev openssl zlib1g-dev libzstd-dev
   # flags and config files (CLI11), JSON round logs (nlohmann)
   libcli11-dev nlohmann-json3-dev
-  # the data readers: .npz archives (libzip), PNG/JPEG image folders (stb_image)
-  libzip-dev libstb-dev)
+  # the data readers: .npz archives (libzip), PNG and JPEG image folders (libpng,
+  # libjpeg-turbo)
+  libzip-dev libpng-dev libturbojpeg0-dev)
 # the Python edge client and codecs (import fedlgc): a pybind11 module over the C++ client,
 # next to Debian's torch, which links the same libtorch as libtorch-dev
 python=(python3-dev pybind11-dev python3-torch python3-numpy)
@@ -40,7 +41,7 @@ deployment=(docker-compose prometheus yamllint debootstrap)
 command -v dockerd >/dev/null || deployment+=(docker.io)
 data=(dataset-fashion-mnist)
 runtime=(libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-pull1.0
-  libprometheus-cpp-core1.0 libtorch1.13 libssl3 zlib1g libzstd1 libzip4 libstb0 curl
+  libprometheus-cpp-core1.0 libtorch1.13 libssl3 zlib1g libzstd1 libzip4 libpng16-16 libturbojpeg0 curl
   ca-certificates)
 
 case "$profile" in

@@ -157,7 +157,7 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         if loss is None and info["mode"] == "lsgd":
             raise ValueError("LSGD elects its leaders by their loss: train() must return "
                              "{'samples': n, 'loss': x}")
-        return loss
+        return loss, seconds
 
     client = _fedlgc.Client(options, round_fn, int(num_samples))
     errors = []

@@ -1,8 +1,6 @@
 // Tests for the data readers (core/npz.h, core/csv.h, core/image_folder.h) and
 // LoadDataset: what numpy writes reads back exactly, and every kind of bad file is refused
 // with a message that names the file and what is wrong.
-#include <stb/stb_image_write.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -266,15 +264,46 @@ TEST(Csv, LabelsAreClassesOrTargets) {
   EXPECT_EQ(shards[0].size() + shards[1].size(), 5u);
 }
 
-// A PNG or JPEG of w x h pixels with `channels`, each pixel (x + y * w + salt) % 256.
+// A PNG or JPEG of w x h pixels with `channels`, each pixel (x + y * w + salt) % 256 in
+// every channel.
 std::string WriteImage(const std::string& path, int w, int h, int channels, int salt, bool jpeg) {
-  std::vector<uint8_t> px(static_cast<size_t>(w) * h * channels);
-  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i / channels + salt) % 256);
-  fs::create_directories(fs::path(path).parent_path());
-  const int ok = jpeg ? stbi_write_jpg(path.c_str(), w, h, channels, px.data(), 100)
-                      : stbi_write_png(path.c_str(), w, h, channels, px.data(), w * channels);
-  EXPECT_NE(ok, 0) << path;
+  DecodedImage img;
+  img.width = w;
+  img.height = h;
+  img.channels = channels;
+  img.pixels.resize(static_cast<size_t>(w) * h * channels);
+  for (size_t i = 0; i < img.pixels.size(); ++i) {
+    img.pixels[i] = static_cast<uint8_t>((i / channels + salt) % 256);
+  }
+  auto bytes = EncodeImage(img, jpeg, 100);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_TRUE(AtomicWriteFile(path, bytes.value_or("")).ok()) << path;
   return path;
+}
+
+TEST(ImageCodec, PngIsLosslessAndTruncationIsRefused) {
+  for (int channels : {1, 3}) {
+    DecodedImage img{5, 3, channels, {}};
+    for (int i = 0; i < 15 * channels; ++i) img.pixels.push_back(static_cast<uint8_t>(i * 17));
+    for (bool jpeg : {false, true}) {
+      const std::string bytes = EncodeImage(img, jpeg, 100).value();
+      auto back = DecodeImage(bytes, "x");
+      ASSERT_TRUE(back.ok()) << back.status();
+      EXPECT_EQ(back->channels, channels);
+      if (!jpeg) {
+        EXPECT_EQ(back->pixels, img.pixels);
+      }
+      // Cut inside the pixel data; a PNG cut inside its trailer (IEND, after every
+      // pixel) still holds the whole image and decodes.
+      for (size_t cut : {bytes.size() / 2, jpeg ? bytes.size() - 3 : bytes.size() / 3}) {
+        EXPECT_FALSE(DecodeImage(bytes.substr(0, cut), "cut").ok()) << jpeg << " " << cut;
+      }
+    }
+  }
+  EXPECT_FALSE(DecodeImage("GIF89a", "g.gif").ok());
+  DecodedImage big{5000, 5000, 1, std::vector<uint8_t>(25000000, 7)};
+  auto huge = DecodeImage(EncodeImage(big).value(), "big.png", 0, 1 << 20);
+  EXPECT_NE(huge.status().message().find("5000x5000"), std::string::npos) << huge.status();
 }
 
 TEST(ImageFolder, OneFolderPerClassInNameOrder) {

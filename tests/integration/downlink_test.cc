@@ -265,7 +265,8 @@ TEST(Downlink, ACoordinatorKilledWithSigkillGoesOnWithTheSameBroadcast) {
         << r.raw_downlink_bytes;
   }
   // Each client's kept model (its state file) is the coordinator's at that version.
-  const std::string spec = codecs::MakeCodec(o.downlink.codec).value()->spec();
+  const std::string spec =
+      codecs::MakeCodec(coordinator::EffectiveDownlinkCodec(o.downlink.codec)).value()->spec();
   const size_t dim = CheckpointModel(o.state_dir, o).size();
   for (int i = 0; i < n; ++i) {
     const std::string id = "client-" + std::to_string(i);

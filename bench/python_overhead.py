@@ -27,9 +27,12 @@ CLIENT = r'''
 import sys, numpy as np, torch
 from torch import nn
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[8])
 import fedlgc
 from cnn_model import Cnn
-server, cid, certs, data, shard, state = sys.argv[2:8]
+from model import ResNet
+server, cid, certs, data, shard, state, _, which = sys.argv[2:10]
+Net = Cnn if which == "cnn" else ResNet
 torch.set_num_threads(1)
 with np.load(data) as f:
     x = torch.from_numpy(f["x"][int(shard)::4].astype(np.float32) / 255).reshape(-1, 1, 28, 28)
@@ -45,7 +48,7 @@ def train(m, info):
         loss.backward()
         opt.step()
     return {"samples": info.local_steps * info.batch_size, "loss": loss.item()}
-fedlgc.run_client(Cnn(), train, server=server, client_id=cid, num_samples=len(y),
+fedlgc.run_client(Net(), train, server=server, client_id=cid, num_samples=len(y),
                   tls=fedlgc.Tls(f"{certs}/ca.pem", f"{certs}/{cid}.pem", f"{certs}/{cid}.key"),
                   state_dir=state)
 '''
@@ -64,12 +67,18 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--model", choices=["cnn", "resnet"], default="cnn",
+                    help="the built-in CNN's architecture, or examples/resnet's ResNet")
     a = ap.parse_args()
+    a.out, a.data, a.bin = map(os.path.abspath, (a.out, a.data, a.bin))
     subprocess.run(["rm", "-rf", a.out], check=True)
     os.makedirs(a.out)
-    model = os.path.join(a.out, "cnn.pt")
-    subprocess.run([sys.executable, os.path.join(HERE, "cnn_model.py"), model], check=True,
-                   stdout=subprocess.DEVNULL)
+    resnet_dir = os.path.join(REPO, "examples", "resnet")
+    model = os.path.join(a.out, f"{a.model}.pt")
+    export = [os.path.join(HERE, "cnn_model.py")] if a.model == "cnn" else \
+        [os.path.join(resnet_dir, "export.py")]
+    subprocess.run([sys.executable, *export, model], check=True, stdout=subprocess.DEVNULL,
+                   cwd=resnet_dir)
     ids = ["cpp-0", "cpp-1", "py-2", "py-3"]
     certs = os.path.join(a.out, "certs")
     subprocess.run([os.path.join(REPO, "scripts", "gen-certs.sh"), certs, *ids], check=True,
@@ -98,7 +107,7 @@ def main():
     for i, cid in enumerate(ids[2:], start=2):
         procs.append(subprocess.Popen(
             [sys.executable, "-c", CLIENT, HERE, f"127.0.0.1:{port}", cid, certs,
-             f"{a.data}/train.npz", str(i), clients], stdout=log(cid),
+             f"{a.data}/train.npz", str(i), clients, resnet_dir, a.model], stdout=log(cid),
             stderr=subprocess.STDOUT, env=env))
     start = time.time()
     if procs[0].wait(3600) != 0:
@@ -120,7 +129,7 @@ def main():
               f"(training {overhead[cid][1]:.3f} s)")
     cpp = statistics.mean(overhead[c][0] for c in ids[:2])
     pyc = statistics.mean(overhead[c][0] for c in ids[2:])
-    print(f"python client overhead: {pyc:.3f} s a round against {cpp:.3f} s for the C++ client: "
+    print(f"{a.model}: python client overhead: {pyc:.3f} s a round against {cpp:.3f} s for the C++ client: "
           f"{pyc / cpp:.3f}x ({100 * (pyc / cpp - 1):+.1f}%); {time.time() - start:.0f} s in all")
     json.dump({"overhead": overhead, "ratio": pyc / cpp}, open(os.path.join(a.out, "summary.json"), "w"))
 

@@ -65,6 +65,8 @@ for part in "${parts[@]}"; do
     "$py" examples/fashion_npz.py "$out/data" >/dev/null
     "$py" bench/python_overhead.py --bin "$bin" --out "$out/python" --data "$out/data" \
       --rounds "${ROUNDS_PY:-12}"
+    "$py" bench/python_overhead.py --bin "$bin" --out "$out/python_resnet" --data "$out/data" \
+      --rounds "${ROUNDS_PY:-12}" --model resnet --steps 10
     ;;
   downlink)
     for dl in fp32 "qsgd(bits=4)" "qsgd(bits=4,norm=l2)"; do

@@ -206,7 +206,7 @@ class TorchModel final : public Model {
       flat_names_.push_back(n);
     }
     // Batch normalisation's statistics, a running_mean and a running_var of one prefix,
-    // travel scale-free (kStatistics below).
+    // travel scale-free (statistics_ below).
     for (size_t i = 0; i < flat_names_.size(); ++i) {
       const std::string& n = flat_names_[i];
       if (!std::string_view(n).ends_with("running_mean")) continue;

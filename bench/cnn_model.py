@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The built-in CNN (core/model.cc: conv 5x5 1->16, pool, conv 5x5 16->32, pool, fc 1568->128,
-fc 128->10, 215,018 parameters) written in Python and exported to TorchScript, to measure
+fc 128->10, 215,370 parameters) written in Python and exported to TorchScript, to measure
 a TorchScript model against the same network built in C++ (bench/your_model.sh cnn).
 
     cnn_model.py OUT.pt

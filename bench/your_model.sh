@@ -36,6 +36,8 @@ for part in "${parts[@]}"; do
         --downlink-codec fp32 --model "$model" --state-dir "$out/$name.run" \
         --report "$out/$name.json"
     done
+    "$py" bench/client_times.py "cnn=$out/cnn.run:$out/cnn.json" \
+      "cnn.pt=$out/cnn_pt.run:$out/cnn_pt.json" | tee "$out/cnn.txt"
     ;;
   resnet)
     "$py" examples/fashion_npz.py "$out/data" >/dev/null

@@ -64,7 +64,7 @@ struct DataOptions {
 // The training (`train`) or test split. fashion-mnist and synthetic:N have both; an npz
 // archive holds x and y, or x_train/y_train and x_test/y_test (Keras's layout) of which
 // the split's pair is read; a csv file or an image folder is one split. `limit` > 0 keeps
-// the first `limit` examples.
+// the first `limit` examples (of an image folder, its classes in turn).
 absl::StatusOr<Dataset> LoadDataset(const DataOptions& options, bool train, size_t limit = 0);
 
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte(.gz) from `dir` (gzip or plain).

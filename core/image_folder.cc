@@ -186,39 +186,47 @@ absl::StatusOr<ImageFolder> ReadImageFolder(const std::string& dir, size_t limit
     files.push_back(std::move(names));
   }
   if (total == 0) return absl::InvalidArgumentError(StrCat(dir, ": no .png, .jpg or .jpeg files"));
+  // The classes in turn (the first file of each class, then the second, ...), so that a
+  // limit keeps every class: folders hold their classes one after the other.
+  std::vector<std::pair<size_t, const std::string*>> order;
+  order.reserve(total);
+  for (size_t j = 0; order.size() < total; ++j) {
+    for (size_t k = 0; k < files.size(); ++k) {
+      if (j < files[k].size()) order.emplace_back(k, &files[k][j]);
+    }
+  }
+  if (limit > 0 && order.size() > limit) order.resize(limit);
   size_t example_size = 0;
   std::string first;  // the first image's path, for messages
-  for (size_t k = 0; k < files.size(); ++k) {
-    for (const std::string& path : files[k]) {
-      if (limit > 0 && f.labels.size() >= limit) return f;
-      auto bytes = ReadFile(path);
-      if (!bytes.ok()) return absl::NotFoundError(StrCat(path, ": cannot read"));
-      auto img = DecodeImage(*bytes, path, f.channels);
-      if (!img.ok()) return img.status();
-      if (f.labels.empty()) {
-        first = path;
-        f.width = img->width;
-        f.height = img->height;
-        f.channels = img->channels;
-        example_size = static_cast<size_t>(f.width) * f.height * f.channels;
-        f.x.reserve(example_size * (limit > 0 ? std::min(limit, total) : total));
-      } else if (img->width != f.width || img->height != f.height) {
-        return absl::InvalidArgumentError(
-            StrCat(path, ": ", img->width, "x", img->height, " pixels; the first image (",
-                   first, ") is ", f.width, "x", f.height,
-                   ": every image of a data set must have one size"));
-      }
-      // HWC bytes to CHW floats.
-      const size_t base = f.x.size();
-      f.x.resize(base + example_size);
-      const size_t plane = static_cast<size_t>(f.width) * f.height;
-      for (size_t p = 0; p < plane; ++p) {
-        for (int c = 0; c < f.channels; ++c) {
-          f.x[base + c * plane + p] = img->pixels[p * f.channels + c] * (1.0f / 255.0f);
-        }
-      }
-      f.labels.push_back(static_cast<int32_t>(k));
+  for (const auto& [k, file] : order) {
+    const std::string& path = *file;
+    auto bytes = ReadFile(path);
+    if (!bytes.ok()) return absl::NotFoundError(StrCat(path, ": cannot read"));
+    auto img = DecodeImage(*bytes, path, f.channels);
+    if (!img.ok()) return img.status();
+    if (f.labels.empty()) {
+      first = path;
+      f.width = img->width;
+      f.height = img->height;
+      f.channels = img->channels;
+      example_size = static_cast<size_t>(f.width) * f.height * f.channels;
+      f.x.reserve(example_size * order.size());
+    } else if (img->width != f.width || img->height != f.height) {
+      return absl::InvalidArgumentError(
+          StrCat(path, ": ", img->width, "x", img->height, " pixels; the first image (",
+                 first, ") is ", f.width, "x", f.height,
+                 ": every image of a data set must have one size"));
     }
+    // HWC bytes to CHW floats.
+    const size_t base = f.x.size();
+    f.x.resize(base + example_size);
+    const size_t plane = static_cast<size_t>(f.width) * f.height;
+    for (size_t p = 0; p < plane; ++p) {
+      for (int c = 0; c < f.channels; ++c) {
+        f.x[base + c * plane + p] = img->pixels[p * f.channels + c] * (1.0f / 255.0f);
+      }
+    }
+    f.labels.push_back(static_cast<int32_t>(k));
   }
   return f;
 }

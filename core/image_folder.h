@@ -42,8 +42,9 @@ struct ImageFolder {
   std::vector<int32_t> labels;
 };
 
-// Reads every PNG/JPEG under dir/<class>/ (class folders and files in name order).
-// `limit` > 0 keeps the first `limit` images in that order.
+// Reads every PNG/JPEG under dir/<class>/ (class folders and files in name order), the
+// classes in turn: the first file of each class, then the second, and so on. `limit` > 0
+// keeps the first `limit` images in that order, so every class keeps its share.
 absl::StatusOr<ImageFolder> ReadImageFolder(const std::string& dir, size_t limit = 0);
 
 }  // namespace fedlgc::core

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "codecs/str.h"
 #include "core/optimizer.h"
@@ -125,15 +126,23 @@ class ScriptNet final : public Net {
   explicit ScriptNet(torch::jit::Module module) : module_(std::move(module)) {
     own_loss_ = module_.find_method("loss").has_value();
   }
+  // A tensor shared by two submodules (tied weights) is listed once, under its first
+  // name, as Python's named_parameters() lists it: libtorch's lists it at every place.
   NamedTensors Parameters() override {
     NamedTensors out;
-    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
+    std::set<const void*> seen;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      if (seen.insert(p.value.unsafeGetTensorImpl()).second) out.emplace_back(p.name, p.value);
+    }
     return out;
   }
   NamedTensors FloatBuffers() override {
     NamedTensors out;
+    std::set<const void*> seen;
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
-      if (b.value.is_floating_point()) out.emplace_back(b.name, b.value);
+      if (b.value.is_floating_point() && seen.insert(b.value.unsafeGetTensorImpl()).second) {
+        out.emplace_back(b.name, b.value);
+      }
     }
     return out;
   }
@@ -300,7 +309,11 @@ class TorchModel final : public Model {
     try {
       return TrainImpl(data, indices, opts);
     } catch (const std::exception& e) {
-      return absl::InternalError(StrCat(name_, ": training failed: ", FirstLine(e)));
+      // What libtorch throws past the first batch's check (a later batch's label out of
+      // range, a loss() that fails on some input) is the model's or the data's, and
+      // another try would throw again: a precondition, so the client ends with it.
+      return absl::FailedPreconditionError(
+          StrCat(name_, ": training failed: ", FirstLine(e)));
     }
   }
 
@@ -426,19 +439,30 @@ class TorchModel final : public Model {
     } catch (const std::exception& e) {
       return fail(StrCat("a batch of shape ", ShapeOf(x), " fails in forward: ", FirstLine(e)));
     }
-    if (*kind == LossKind::kCrossEntropy) {
-      if (out.dim() != 2 || out.size(0) != x.size(0)) {
-        return fail(StrCat("for class labels the output must be [batch, classes]; a batch of ",
-                           ShapeOf(x), " gives ", ShapeOf(out)));
-      }
-      if (static_cast<int64_t>(data.classes) > out.size(1)) {
-        return fail(StrCat("labels go up to ", data.classes - 1, " but the model outputs ",
-                           out.size(1), " classes"));
-      }
+    if (*kind == LossKind::kCrossEntropy &&
+        (out.dim() != 2 || out.size(0) != x.size(0))) {
+      return fail(StrCat("for class labels the output must be [batch, classes]; a batch of ",
+                         ShapeOf(x), " gives ", ShapeOf(out)));
+    }
+    // Class scores [batch, classes], under cross entropy or a loss() of the module's own
+    // (whose [batch, 1] output may be a binary score, so one column says nothing): every
+    // label of the data, not only the first batch's, must have its column.
+    const bool scores = *kind == LossKind::kCrossEntropy ||
+                        (data.classification() && out.dim() == 2 && out.size(1) > 1 &&
+                         out.size(0) == x.size(0));
+    if (scores && static_cast<int64_t>(data.classes) > out.size(1)) {
+      return fail(StrCat("labels go up to ", data.classes - 1, " but the model outputs ",
+                         out.size(1), " classes"));
     }
     if (*kind == LossKind::kMse && out.numel() != y.numel()) {
+      // Class labels saved as floats read as float targets (--targets auto by dtype).
+      const bool labels_as_floats = data.target_size() == 1 && out.dim() == 2 &&
+                                    out.size(1) > 1;
       return fail(StrCat("a batch of ", ShapeOf(x), " gives outputs ", ShapeOf(out),
-                         " for targets ", ShapeOf(y)));
+                         " for targets ", ShapeOf(y),
+                         labels_as_floats ? " (if the labels are classes stored as floats, "
+                                            "--targets classes reads them as class labels)"
+                                          : ""));
     }
     torch::Tensor loss;
     try {
@@ -650,6 +674,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelOptions& options
       auto script = LoadScript(options.model);
       if (!script.ok()) return script.status();
       net = *std::move(script);
+    }
+    if (net->HasOwnLoss() && options.loss != "auto") {
+      return absl::InvalidArgumentError(
+          StrCat("--loss ", options.loss, ": model ", options.model, " has a loss() method "
+                 "of its own, which it trains and is evaluated with (leave --loss at auto)"));
     }
     auto model = std::make_unique<TorchModel>(options.model, options, std::move(net), *dev);
     if (!model->layout_error().ok()) {

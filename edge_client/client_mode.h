@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,6 +112,9 @@ class LocalTrainer {
   // own bookkeeping (a Python client's copies of the weights count as the client's, not
   // as training); nullopt: all of Train's time.
   virtual std::optional<double> TrainSeconds() const { return std::nullopt; }
+  // Figures of the last Train for the client's round log (<id>.rounds.jsonl): a Python
+  // client's sample count and the metrics its train() returned. Names are the log's keys.
+  virtual std::map<std::string, double> RoundFigures() const { return {}; }
 };
 
 // Makes the mode a job runs; modes::MakeClientMode is the one fedlgc-edge uses.

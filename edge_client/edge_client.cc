@@ -397,6 +397,12 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
     if (loss.ok() && std::isfinite(*loss)) metrics_->SetTrainLoss(options_.client_id, *loss);
+    // Every round it trains, whether or not it then uploads (an LSGD follower does not).
+    if (loss.ok()) {
+      if (auto figures = trainer_->RoundFigures(); !figures.empty()) {
+        AppendRoundLog({start.round(), std::move(figures)});
+      }
+    }
     return loss;
   }
   if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,13 +90,24 @@ class PyCodec {
     return d;
   }
 
-  py::list Encode(const FloatArray& x, uint64_t seed, uint64_t max_frame_bytes) {
+  // `cuts`: coordinates where a frame must end (EncodeOptions::cuts), strictly increasing
+  // within (0, n); a client passes its model's ScaleCuts.
+  py::list Encode(const FloatArray& x, uint64_t seed, uint64_t max_frame_bytes,
+                  const std::vector<uint64_t>& cuts) {
     if (x.ndim() != 1) throw py::value_error("encode takes a 1-D float32 array (x.reshape(-1))");
+    for (size_t i = 0; i < cuts.size(); ++i) {
+      if (cuts[i] == 0 || cuts[i] >= static_cast<uint64_t>(x.size()) ||
+          (i > 0 && cuts[i] <= cuts[i - 1])) {
+        throw py::value_error(StrCat("cuts must rise strictly within (0, ", x.size(),
+                                     "); cut ", i, " is ", cuts[i]));
+      }
+    }
     std::span<const float> values(x.data(), static_cast<size_t>(x.size()));
     std::vector<codecs::Frame> frames;
     codecs::EncodeOptions opts;
     opts.seed = seed;
     opts.max_frame_bytes = max_frame_bytes;
+    opts.cuts = cuts;
     absl::Status st;
     {
       py::gil_scoped_release release;
@@ -152,8 +164,8 @@ py::dict FrameInfo(const py::bytes& frame) {
 
 // The local step in Python: `round_fn(weights, info)` trains on the float32 array
 // `weights` in place (a view of the C++ vector, valid during the call only) and returns
-// (the loss or None, the seconds the user's training took). A Python exception ends the
-// client; Client.run re-raises it.
+// (the loss or None, the seconds the user's training took, the figures for the round log:
+// {name: float}). A Python exception ends the client; Client.run re-raises it.
 class PyTrainer final : public edge_client::LocalTrainer {
  public:
   PyTrainer(py::object round_fn, uint64_t num_samples)
@@ -165,6 +177,7 @@ class PyTrainer final : public edge_client::LocalTrainer {
 
   uint64_t NumSamples() override { return num_samples_; }
   std::optional<double> TrainSeconds() const override { return train_seconds_; }
+  std::map<std::string, double> RoundFigures() const override { return figures_; }
 
   absl::StatusOr<double> Train(const protos::RoundStart& start,
                                std::vector<float>* weights) override {
@@ -190,9 +203,10 @@ class PyTrainer final : public edge_client::LocalTrainer {
       // A view of the vector, no copy: the callable writes the trained weights into it.
       py::array_t<float> view({static_cast<py::ssize_t>(weights->size())}, {sizeof(float)},
                               weights->data(), py::capsule(weights, [](void*) {}));
-      // (loss or None, the seconds train() took)
+      // (loss or None, the seconds train() took, the round log's figures)
       py::tuple out = round_fn_(view, info).cast<py::tuple>();
       train_seconds_ = out[1].cast<double>();
+      figures_ = out[2].cast<std::map<std::string, double>>();
       if (out[0].is_none()) return std::numeric_limits<double>::quiet_NaN();
       return out[0].cast<double>();
     } catch (py::error_already_set& e) {
@@ -213,6 +227,7 @@ class PyTrainer final : public edge_client::LocalTrainer {
   py::list layout_;
   std::optional<py::error_already_set> error_;
   std::optional<double> train_seconds_;
+  std::map<std::string, double> figures_;
 };
 
 // The C++ edge client with a Python training step.
@@ -292,7 +307,7 @@ PYBIND11_MODULE(_fedlgc, m) {
       .def_property_readonly("traits", &PyCodec::traits)
       .def("max_frame_bytes", &PyCodec::max_frame_bytes, py::arg("n"))
       .def("encode", &PyCodec::Encode, py::arg("x"), py::arg("seed") = 0,
-           py::arg("max_frame_bytes") = 0)
+           py::arg("max_frame_bytes") = 0, py::arg("cuts") = std::vector<uint64_t>())
       .def("decode", &PyCodec::Decode, py::arg("frames"));
   m.def("frame_info", &fedlgc::python::FrameInfo, py::arg("frame"));
 

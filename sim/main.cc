@@ -663,6 +663,14 @@ int main(int argc, char** argv) {
     if (s.data.find("{i}") != std::string::npos && s.test_data.empty()) {
       return Fail("--data names a file per client ({i}): give the coordinator's --test-data");
     }
+    if (d.IsFile() && s.test_data.empty()) {
+      std::fprintf(stderr,
+                   "fedlgc-sim: no --test-data: the coordinator evaluates on %s's test split, "
+                   "which for a csv file, an image folder or an npz without x_test and y_test "
+                   "is the training data itself (the accuracy printed is then training "
+                   "accuracy)\n",
+                   s.data.c_str());
+    }
   }
   if (auto p = fedlgc::core::PartitionSpec::Parse(s.partition); !p.ok()) {
     return Fail(StrCat("--partition: ", p.status().message()));

@@ -26,6 +26,7 @@ docs/your-model.md is the guide.
 """
 
 import dataclasses
+import operator
 import os
 import threading
 import time
@@ -35,10 +36,11 @@ import torch  # noqa: F401  (libtorch first: the extension links the same one)
 from . import _flat, codecs
 from . import _fedlgc
 
-__all__ = ["run_client", "RoundInfo", "RoundResult", "Tls", "layout_of", "codecs"]
+__all__ = ["run_client", "RoundInfo", "RoundResult", "Tls", "layout_of", "cuts_of", "codecs"]
 
 PROTOCOL_VERSION = _fedlgc.PROTOCOL_VERSION
 layout_of = _flat.layout_of
+cuts_of = _flat.cuts_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,19 +82,30 @@ class RoundResult:
     seconds: float
 
 
+def _count(n):
+    """A whole number of samples: an int, a NumPy or 0-d torch integer."""
+    if isinstance(n, bool):
+        raise TypeError("the sample count train() returns is a bool, not a number")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"the sample count train() returns must be a whole number, not "
+                        f"{type(n).__name__}") from None
+    if n < 0:
+        raise ValueError(f"train() returned {n} samples")
+    return n
+
+
 def _parse_result(result):
-    if isinstance(result, bool) or result is None:
+    if result is None:
         raise TypeError("train() must return its sample count, or a dict with 'samples' "
                         "(and metrics such as 'loss')")
-    if isinstance(result, int):
-        return result, {}
     if isinstance(result, dict):
         if "samples" not in result:
             raise TypeError("the dict train() returns needs 'samples'")
-        metrics = {k: float(v) for k, v in result.items() if k != "samples"}
-        return int(result["samples"]), metrics
-    raise TypeError(f"train() returned a {type(result).__name__}; return the sample count "
-                    "or a dict with 'samples'")
+        metrics = {str(k): float(v) for k, v in result.items() if k != "samples"}
+        return _count(result["samples"]), metrics
+    return _count(result), {}
 
 
 def run_client(module, train, *, server, client_id, num_samples, tls=None, insecure=False,
@@ -107,7 +120,10 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         returns the number of samples it trained on, or a dict {"samples": n, "loss": x,
         ...}. LSGD elects its leaders by that loss, so an LSGD job needs it.
     num_samples: this client's weight in FedAvg's average: the size of its data, as a C++
-        client's shard size is (declared when it joins).
+        client's shard size is (declared when it joins, and fixed for the job: a weight a
+        client could change each round would let it outweigh the others). The count and
+        metrics `train` returns go into the round log (<state_dir>/<client_id>.rounds.jsonl,
+        as train_samples and metric_<name>) and the returned RoundResults.
     server: "host:port", or several comma-separated: the client fails over between them.
     tls: a Tls, or insecure=True for plaintext (local experiments only).
     state_dir: where the client keeps its residual, its update in flight and its round log
@@ -157,7 +173,9 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         if loss is None and info["mode"] == "lsgd":
             raise ValueError("LSGD elects its leaders by their loss: train() must return "
                              "{'samples': n, 'loss': x}")
-        return loss, seconds
+        figures = {"train_samples": float(samples)}
+        figures.update({f"metric_{k}": v for k, v in metrics.items()})
+        return loss, seconds, figures
 
     client = _fedlgc.Client(options, round_fn, int(num_samples))
     errors = []

@@ -30,6 +30,19 @@ def layout_of(module, buffers="average"):
     return [(n, tuple(t.shape)) for n, t in flat_tensors(module, buffers)]
 
 
+def cuts_of(module, buffers="average"):
+    """Where each averaged buffer begins in the flat vector (after the first tensor): a
+    client's encode ends a frame there, so that no block's scale spans weights and
+    statistics (core::Model::ScaleCuts)."""
+    cuts, off = [], 0
+    params = len([p for _, p in module.named_parameters() if p.numel() > 0])
+    for i, (_, t) in enumerate(flat_tensors(module, buffers)):
+        if i >= params and off > 0:
+            cuts.append(off)
+        off += t.numel()
+    return cuts
+
+
 def check_layout(module, buffers, job_layout):
     """Raises ValueError unless the module's layout is the job's, naming the first
     difference."""

@@ -27,10 +27,13 @@ def _vector(x):
     return np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1))
 
 
-def encode(spec, x, *, seed=0, max_frame_bytes=0, layout=None):
+def encode(spec, x, *, seed=0, max_frame_bytes=0, layout=None, cuts=()):
     """Encodes the float32 values of x (any shape, flattened) with a fresh codec of `spec`.
-    Returns the frames (bytes), each self-contained: it decodes alone."""
-    return Codec(spec, layout).encode(_vector(x), seed=seed, max_frame_bytes=max_frame_bytes)
+    Returns the frames (bytes), each self-contained: it decodes alone. `cuts`: coordinates
+    where a frame must end; a client's flat vector is cut where each averaged buffer begins
+    (fedlgc.cuts_of(module)), so to get the very frames a client sends, pass those."""
+    return Codec(spec, layout).encode(_vector(x), seed=seed, max_frame_bytes=max_frame_bytes,
+                                      cuts=list(cuts))
 
 
 def decode(frames, *, spec=None, layout=None):

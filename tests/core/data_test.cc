@@ -306,7 +306,7 @@ TEST(ImageCodec, PngIsLosslessAndTruncationIsRefused) {
   EXPECT_NE(huge.status().message().find("5000x5000"), std::string::npos) << huge.status();
 }
 
-TEST(ImageFolder, OneFolderPerClassInNameOrder) {
+TEST(ImageFolder, OneFolderPerClassInNameOrderTheClassesInTurn) {
   const std::string dir = TempDir("images");
   WriteImage(dir + "/cat/b.png", 4, 3, 1, 1, false);
   WriteImage(dir + "/cat/a.png", 4, 3, 1, 0, false);
@@ -321,10 +321,16 @@ TEST(ImageFolder, OneFolderPerClassInNameOrder) {
   EXPECT_EQ(d->size(), 4u);
   EXPECT_EQ(d->shape, (std::vector<int64_t>{1, 3, 4}));
   EXPECT_EQ(d->classes, 4u);
-  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 0, 1, 3}));
-  EXPECT_FLOAT_EQ(d->x[0], 0.0f);           // a.png first: pixel 0 is 0
-  EXPECT_FLOAT_EQ(d->x[12], 1.0f / 255);     // then b.png: pixel 0 is 1
-  EXPECT_FLOAT_EQ(d->x[12 + 5], 6.0f / 255);  // b.png pixel 5
+  // a.png, x.jpeg, z.PNG (each class's first), then b.png (cat's second).
+  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1, 3, 0}));
+  EXPECT_FLOAT_EQ(d->x[0], 0.0f);                // a.png: pixel 0 is 0
+  EXPECT_FLOAT_EQ(d->x[3 * 12], 1.0f / 255);     // b.png: pixel 0 is 1
+  EXPECT_FLOAT_EQ(d->x[3 * 12 + 5], 6.0f / 255);  // b.png pixel 5
+  // A limit keeps every class (an evaluation limit on a folder sorted by class).
+  auto few = LoadDataset(o, true, 3);
+  ASSERT_TRUE(few.ok()) << few.status();
+  EXPECT_EQ(few->labels, (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(few->classes, 4u);
 }
 
 TEST(ImageFolder, RgbIsChannelsFirstAndMixedSizesAreRefused) {

@@ -75,6 +75,20 @@ class TupleOut(nn.Module):
         return self.fc(x), x.sum(1)
 
 
+class Tied(nn.Module):
+    """Two layers sharing one weight (tied weights): it is one tensor of the flat vector."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 6)
+        self.b = nn.Linear(6, 6)
+        self.b.weight = self.a.weight
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
 def save(module, out, name, scripted=True, example=None):
     torch.manual_seed(7)
     for p in module.parameters():
@@ -105,6 +119,7 @@ def main():
     save(Gru(), out, "gru")
     save(Mlp(4, 8, 1), out, "regress")
     save(TupleOut(), out, "tuple_out")
+    save(Tied(), out, "tied")
     # A state dict saved with torch.save: a common mistake, and not TorchScript.
     torch.save(Mlp().state_dict(), os.path.join(out, "state_dict.pt"))
 

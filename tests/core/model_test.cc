@@ -70,7 +70,7 @@ std::vector<uint32_t> All(const Dataset& d) {
 }
 
 TEST_F(ScriptModel, TheFlatLayoutIsPythons) {
-  for (const std::string name : {"bn_loss", "mlp_traced", "gru", "regress", "tuple_out"}) {
+  for (const std::string name : {"bn_loss", "mlp_traced", "gru", "regress", "tuple_out", "tied"}) {
     auto m = Load(name);
     ASSERT_NE(m, nullptr) << name;
     std::ifstream f(Path(name + ".layout.txt"));
@@ -227,6 +227,12 @@ TEST_F(ScriptModel, WhatDoesNotFitIsRefusedBeforeTraining) {
   EXPECT_TRUE(has(mlp->CheckFits(Blobs(50, {1, 28, 28}, 12, 1)),
                   {"mlp_traced.pt", "labels go up to 11", "outputs 10 classes"}));
   EXPECT_TRUE(mlp->CheckFits(Blobs(50, {784}, 10, 1)).ok()) << "flattened images fit too";
+  EXPECT_TRUE(has(bn->CheckFits(Blobs(50, {1, 8, 8}, 6, 1)),
+                  {"bn_loss.pt", "labels go up to 5", "outputs 4 classes"}))
+      << "its own loss() too";
+  // What the first batch's check did not see ends the client: not a retry.
+  auto trained = mlp->Train(Blobs(50, {784}, 12, 1), All(Blobs(50, {784}, 12, 1)), TrainOptions());
+  EXPECT_EQ(trained.status().code(), absl::StatusCode::kFailedPrecondition) << trained.status();
   // Float targets with cross entropy, class labels with mse.
   Dataset reg = Blobs(8, {4}, 2, 1);
   reg.targets.assign(reg.labels.begin(), reg.labels.end());
@@ -240,6 +246,12 @@ TEST_F(ScriptModel, WhatDoesNotFitIsRefusedBeforeTraining) {
   reg.target_shape = {2};
   reg.targets.resize(16);
   EXPECT_TRUE(has(Load("regress")->CheckFits(reg), {"gives outputs [2, 1]", "targets [2, 2]"}));
+  // Class labels saved as floats: the message says how to read them as classes.
+  Dataset floats = Blobs(8, {784}, 10, 1);
+  floats.targets.assign(floats.labels.begin(), floats.labels.end());
+  floats.labels.clear();
+  floats.classes = 0;
+  EXPECT_TRUE(has(mlp->CheckFits(floats), {"outputs [2, 10]", "--targets classes"}));
   // A tuple's first element is the output.
   EXPECT_TRUE(Load("tuple_out")->CheckFits(Blobs(8, {6}, 2, 1)).ok());
   // The built-ins take 28x28 images only.
@@ -259,6 +271,9 @@ TEST_F(ScriptModel, FilesThatAreNotTorchScriptAreRefused) {
   o.model = Path("missing.pt");
   EXPECT_NE(Model::Create(o, 0).status().message().find("no such file"), std::string::npos);
   o.model = Path("bn_loss.pt");
+  o.loss = "mse";  // a loss() of its own decides
+  EXPECT_NE(Model::Create(o, 0).status().message().find("has a loss() method"), std::string::npos);
+  o.loss = "auto";
   o.buffers = "shared";
   EXPECT_NE(Model::Create(o, 0).status().message().find("--buffers"), std::string::npos);
 }

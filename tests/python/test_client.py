@@ -2,6 +2,7 @@
 end with two of each; a Python client SIGKILLed mid-upload and restarted loses nothing; a
 module of another architecture and a model file of another hash are refused, clearly."""
 
+import json
 import os
 import signal
 
@@ -62,6 +63,14 @@ def test_two_cpp_and_two_python_clients_run_every_mode(tmp_path, data, federatio
     assert rounds[-1]["accuracy"] > 0.3, rounds
     for c in clients[2:]:
         assert f"trained {ROUNDS} rounds" in c.tail(), f.logs()
+    # What the Python loop returned is in its round log: its steps of 32 (10, or LSGD's
+    # period), and its loss.
+    for cid in ids[2:]:
+        with open(os.path.join(str(tmp_path), "clients", f"{cid}.rounds.jsonl")) as log:
+            trained = [r for r in map(json.loads, log) if "train_samples" in r]
+        assert {r["round"] for r in trained} == set(range(1, ROUNDS + 1)), trained
+        assert all(r["train_samples"] in (320, 640) and r["metric_loss"] > 0
+                   for r in trained), trained
     # The C++ clients had no file: they downloaded the coordinator's.
     models = os.listdir(os.path.join(str(tmp_path), "clients", "models"))
     assert len(models) == 1 and models[0].endswith(".pt")

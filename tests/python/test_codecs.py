@@ -106,3 +106,26 @@ def test_bad_input_is_an_exception_not_a_crash():
     with pytest.raises(ValueError, match="encoded with"):
         fc.decode(fc.encode("qsgd(bits=4)", x), spec="qsgd(bits=8)")
     assert fedlgc.PROTOCOL_VERSION >= 2
+
+
+def test_a_clients_cuts_start_a_frame_at_each_averaged_buffer():
+    from federation import SmallNet
+    # SmallNet: 38,266 weights, then bn.running_mean and bn.running_var (48 each).
+    cuts = fedlgc.cuts_of(SmallNet())
+    assert cuts == [38266, 38314]
+    assert fedlgc.cuts_of(SmallNet(), "local") == []
+    x = np.random.default_rng(6).standard_normal(38266 + 96).astype(np.float32)
+    frames = fc.encode("qsgd(bits=4)", x, cuts=cuts)
+    assert [fc.frame_info(f)["begin"] for f in frames] == [0] + cuts
+    assert len(fc.encode("qsgd(bits=4)", x)) == 1
+    with pytest.raises(ValueError, match="cuts"):
+        fc.encode("qsgd(bits=4)", x, cuts=[38314, 38266])
+
+
+def test_what_train_returns_is_a_count_or_a_dict():
+    parse = fedlgc._parse_result
+    assert parse(np.int64(32)) == (32, {})
+    assert parse({"samples": np.int32(5), "loss": np.float32(0.5)}) == (5, {"loss": 0.5})
+    for bad in [None, True, 3.5, "7", {"loss": 1.0}, -1]:
+        with pytest.raises((TypeError, ValueError)):
+            parse(bad)

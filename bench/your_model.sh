@@ -7,7 +7,8 @@
 #             ROUNDS rounds of STEPS local steps: fp32, qsgd(bits=4), top-1% + EF with its
 #             warm-up, powersgd(rank=4) and lgc() (uplink; float32 downlink), the fp32 run's
 #             updates dumped for bench/lgc_probe
-#   probe     bench/lgc_probe over those updates at supports of 3, 5 and 10%
+#   probe     bench/lgc_probe over those updates at supports of 3 and 5% (RATIOS; each
+#             support's autoencoder takes about 30 min of one core)
 #   python    the Python client's overhead: 2 C++ and 2 Python clients on one job, the same
 #             model and local step, per client the median over rounds of its round time
 #             less its training
@@ -60,7 +61,7 @@ for part in "${parts[@]}"; do
     done
     ;;
   probe)
-    "$bin/fedlgc-bench-lgc-probe" "$out/updates" --ratios 0.03,0.05,0.1 \
+    "$bin/fedlgc-bench-lgc-probe" "$out/updates" --ratios "${RATIOS:-0.03,0.05}" \
       | tee "$out/probe.txt"
     ;;
   python)

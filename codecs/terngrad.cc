@@ -13,6 +13,7 @@
 #include "codecs/registry.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
+#include "codecs/spec.h"
 #include "codecs/status_macros.h"
 #include "codecs/str.h"
 
@@ -162,6 +163,30 @@ bool IsSharedScaleTernGrad(std::string_view spec) {
   if (!codec.ok()) return false;
   const auto* t = dynamic_cast<const TernGrad*>(codec->get());
   return t != nullptr && t->shared();
+}
+
+namespace {
+bool NodeIsSharedTernGrad(const SpecNode& node) {
+  if (node.name != "terngrad") return false;
+  for (const SpecArg& a : node.args) {
+    if (a.key == "shared" && a.is_number && a.number != 0) return true;
+  }
+  return false;
+}
+
+// Whether a codec below `node` is a shared-scale terngrad.
+bool BelowIsSharedTernGrad(const SpecNode& node) {
+  for (const SpecArg& a : node.args) {
+    if (a.node == nullptr) continue;
+    if (NodeIsSharedTernGrad(*a.node) || BelowIsSharedTernGrad(*a.node)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool NestsSharedScaleTernGrad(std::string_view spec) {
+  auto node = ParseSpec(spec);
+  return node.ok() && BelowIsSharedTernGrad(*node);
 }
 
 absl::StatusOr<std::shared_ptr<TernGradRoundCodec>> TernGradRoundCodec::Create(

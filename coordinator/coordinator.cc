@@ -37,116 +37,149 @@ Coordinator::~Coordinator() {
 }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options,
+                                                                 const ModeTraits& traits,
                                                                  const DriverFactory& make_driver) {
-  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  if (absl::Status st = options.Validate(traits); !st.ok()) return st;
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
-  const CoordinatorOptions& o = c->options_;
-  core::SetTorchThreads(o.torch_threads);
+  c->traits_ = traits;
+  core::SetTorchThreads(c->options_.torch_threads);
+  JobFiles files;
+  if (absl::Status st = c->LoadModelAndData(&files); !st.ok()) return st;
+  EngineState state;
+  if (absl::Status st = c->Resume(files, &state); !st.ok()) return st;
+  if (absl::Status st = c->MakeDriverAndEngine(make_driver, std::move(state)); !st.ok()) {
+    return st;
+  }
+  c->MakeService(files);
+  if (absl::Status st = c->MakeDownlinks(); !st.ok()) return st;
+  return c;
+}
+
+absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
+  const CoordinatorOptions& o = options_;
   const core::ModelOptions mo = o.model_options();
   auto model = core::Model::Create(mo, o.init_seed);
   if (!model.ok()) return model.status();
-  c->eval_model_ = std::move(model).value();
+  eval_model_ = std::move(model).value();
   // A TorchScript job: the file is served to the clients as it is, by its hash.
-  std::shared_ptr<const ModelBlob> model_file;
-  std::string model_sha256;
   if (mo.IsFile()) {
     auto bytes = core::ReadFile(o.model);
     if (!bytes.ok()) return bytes.status();
-    model_sha256 = core::Sha256Hex(*bytes);
-    model_file = MakeBlob(1, *std::move(bytes));
+    files->model_sha256 = core::Sha256Hex(*bytes);
+    files->model_file = MakeBlob(1, *std::move(bytes));
+    std::fprintf(stderr, "coordinator: model %s (sha256:%s, %zu parameters%s) served to clients\n",
+                 o.model.c_str(), files->model_sha256.c_str(), eval_model_->dim(),
+                 o.buffers == "average" ? " with its buffers" : "");
   }
   if (o.eval_every > 0) {
     auto test = core::LoadDataset(o.test_data_options(), false, o.eval_limit);
     if (!test.ok()) return test.status();
     // A model that cannot take the test set fails here, before any client joins.
-    if (absl::Status st = c->eval_model_->CheckFits(*test); !st.ok()) return st;
-    c->test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
+    if (absl::Status st = eval_model_->CheckFits(*test); !st.ok()) return st;
+    test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
     auto record_model = core::Model::Create(mo, o.init_seed);
     if (!record_model.ok()) return record_model.status();
-    c->record_model_ = std::move(record_model).value();
-  }
-  if (model_file != nullptr) {
-    std::fprintf(stderr, "coordinator: model %s (sha256:%s, %zu parameters%s) served to clients\n",
-                 o.model.c_str(), model_sha256.c_str(), c->eval_model_->dim(),
-                 o.buffers == "average" ? " with its buffers" : "");
+    record_model_ = std::move(record_model).value();
   }
   ModelGuard::LossFn guard_loss;
   if (o.guard.enabled && o.guard.samples > 0) {
     auto guard_set = core::LoadDataset(o.test_data_options(), false, o.guard.samples);
     if (!guard_set.ok()) return guard_set.status();
-    if (absl::Status st = c->eval_model_->CheckFits(*guard_set); !st.ok()) return st;
-    c->guard_data_ = std::make_unique<core::Dataset>(std::move(guard_set).value());
-    guard_loss = [cp = c.get()](std::span<const float> model) -> absl::StatusOr<double> {
-      if (absl::Status st = cp->eval_model_->SetFlat(model); !st.ok()) return st;
-      auto ev = cp->eval_model_->Evaluate(*cp->guard_data_);
+    if (absl::Status st = eval_model_->CheckFits(*guard_set); !st.ok()) return st;
+    guard_data_ = std::make_unique<core::Dataset>(std::move(guard_set).value());
+    guard_loss = [this](std::span<const float> model) -> absl::StatusOr<double> {
+      if (absl::Status st = eval_model_->SetFlat(model); !st.ok()) return st;
+      auto ev = eval_model_->Evaluate(*guard_data_);
       if (!ev.ok()) return ev.status();
       return ev->loss;
     };
   }
-  c->guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
-  auto robust = o.Robust();
+  guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Resume(const JobFiles& files, EngineState* state) {
+  const CoordinatorOptions& o = options_;
+  auto robust = o.Robust(traits_);
   if (!robust.ok()) return robust.status();
-  const uint64_t dim = c->eval_model_->dim();
-  c->job_key_ = o.JobKey(dim, &c->eval_model_->layout(), model_sha256);
-  EngineState state;
-  auto ckpt = ReadCheckpoint(o.state_dir, c->job_key_);
+  robust_ = *robust;
+  job_key_ = o.JobKey(eval_model_->dim(), &eval_model_->layout(), traits_, files.model_sha256);
+  auto ckpt = ReadCheckpoint(o.state_dir, job_key_);
   if (!ckpt.ok()) return ckpt.status();
   if (ckpt->has_value()) {
-    state = std::move(**ckpt);
+    *state = std::move(**ckpt);
     std::fprintf(stderr, "coordinator: resuming from %s at round %llu\n",
                  CheckpointPath(o.state_dir).c_str(),
-                 static_cast<unsigned long long>(state.next_round));
+                 static_cast<unsigned long long>(state->next_round));
   } else {
-    state.model = c->eval_model_->GetFlat();
+    state->model = eval_model_->GetFlat();
   }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, EngineState state) {
+  const CoordinatorOptions& o = options_;
   DriverEnv env;
-  env.dim = dim;
-  env.initial_model = c->eval_model_->GetFlat();
+  env.dim = eval_model_->dim();
+  env.initial_model = eval_model_->GetFlat();
   env.state_dir = o.state_dir;
   env.committed_round = state.next_round - 1;
   env.plan = &o.plan;
-  env.layout = c->eval_model_->layout();
+  env.layout = eval_model_->layout();
   env.init_seed = o.init_seed;
-  env.robust = *robust;
+  env.robust = robust_;
   auto driver = make_driver(env);
   if (!driver.ok()) return driver.status();
-  c->driver_ = std::move(driver).value();
+  driver_ = std::move(driver).value();
   EngineOptions eo;
   eo.plan = o.plan;
-  eo.layout = c->eval_model_->layout();
-  c->driver_->AdjustPlan(&eo.plan);
+  eo.layout = eval_model_->layout();
+  driver_->AdjustPlan(&eo.plan);
   eo.seed = o.seed;
   eo.max_client_weight = o.max_client_weight;
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
-  c->engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
-  c->metrics_ = std::make_unique<monitoring::Metrics>();
-  c->metrics_->SetMaxClientSeries(o.max_client_series);
+  engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
+  return absl::OkStatus();
+}
+
+void Coordinator::MakeService(const JobFiles& files) {
+  const CoordinatorOptions& o = options_;
+  metrics_ = std::make_unique<monitoring::Metrics>();
+  metrics_->SetMaxClientSeries(o.max_client_series);
   // An aggregator's job has its parent's rounds, which it learns with its parent's first
   // round (0: unknown, and no client takes the job for over).
-  JobInfo job{o.JobId(model_sha256), o.ModelName(), dim, o.has_parent() ? 0u : o.rounds,
-              model_sha256, model_file, o.buffers, o.loss};
-  c->metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
+  JobInfo job{o.JobId(files.model_sha256),
+              o.ModelName(),
+              eval_model_->dim(),
+              o.has_parent() ? 0u : o.rounds,
+              files.model_sha256,
+              files.model_file,
+              o.buffers,
+              o.loss};
+  metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;
   so.max_message_bytes = o.max_message_bytes;
   so.streams = o.streams;
-  c->service_ = std::make_unique<CoordinatorService>(c->engine_.get(), c->driver_.get(),
-                                                     c->metrics_.get(), job, so);
-  c->service_->SetChunkCallback([cp = c.get()] { cp->WakeUp(); });
-  c->service_->SetProgress(c->progress_.get());
-  if (DownlinkCompressed(o.downlink)) {
-    DownlinkOptions dl = o.downlink;
-    dl.job = c->job_key_;
-    dl.cuts = c->eval_model_->ScaleCuts();
-    auto downlinks = Downlinks::Create(std::move(dl), o.state_dir);
-    if (!downlinks.ok()) return downlinks.status();
-    c->downlinks_ = *std::move(downlinks);
-    auto global = c->downlinks_->At("", c->engine_->model()->version,
-                                    [cp = c.get()] { return cp->engine_->ModelVector(); });
-    if (!global.ok()) return global.status();
-    c->service_->SetDownlinks(c->downlinks_.get());
-  }
-  return c;
+  service_ =
+      std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
+  service_->SetChunkCallback([this] { WakeUp(); });
+  service_->SetProgress(progress_.get());
+}
+
+absl::Status Coordinator::MakeDownlinks() {
+  if (!DownlinkCompressed(options_.downlink)) return absl::OkStatus();
+  DownlinkOptions dl = options_.downlink;
+  dl.job = job_key_;
+  dl.cuts = eval_model_->ScaleCuts();
+  auto downlinks = Downlinks::Create(std::move(dl), options_.state_dir);
+  if (!downlinks.ok()) return downlinks.status();
+  downlinks_ = *std::move(downlinks);
+  auto global =
+      downlinks_->At("", engine_->model()->version, [this] { return engine_->ModelVector(); });
+  if (!global.ok()) return global.status();
+  service_->SetDownlinks(downlinks_.get());
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::Start() {
@@ -313,9 +346,7 @@ absl::Status Coordinator::RunOrder(RoundOrder order) {
 }
 
 size_t Coordinator::MinParticipants() const {
-  size_t n = driver_->mode() == Mode::kSgp ? 2 : 1;
-  if (auto robust = options_.Robust(); robust.ok()) n = std::max(n, robust->MinUpdates());
-  return n;
+  return std::max(traits_.min_participants, robust_.MinUpdates());
 }
 
 std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::time_point> until) {

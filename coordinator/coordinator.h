@@ -46,9 +46,11 @@ class CoordinatorService;
 // Thread-safe: Run on one thread, Stop from any.
 class Coordinator final : private RoundHost {
  public:
-  // Validates `options`, loads the checkpoint if there is one, and makes the job's driver
-  // with `make_driver` (modes::MakeRoundDriver for fedlgc-coordinator).
+  // Validates `options` against the job's mode (`traits`, modes::JobMode), loads the
+  // checkpoint if there is one, and makes the job's driver with `make_driver`
+  // (modes::MakeRoundDriver for fedlgc-coordinator).
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
+                                                             const ModeTraits& traits,
                                                              const DriverFactory& make_driver);
   ~Coordinator() override;
 
@@ -82,6 +84,21 @@ class Coordinator final : private RoundHost {
   // An aggregator's round: the order's model and round number, then a round as RunRound,
   // whose outcome goes back to the source.
   absl::Status RunOrder(RoundOrder order);
+
+  // Create's steps, in order. A TorchScript job's file, served to clients by its hash.
+  struct JobFiles {
+    std::string model_sha256;                     // empty: a built-in model
+    std::shared_ptr<const ModelBlob> model_file;  // null: a built-in model
+  };
+  // The model, the TorchScript file, the test and guard sets, the model guard.
+  absl::Status LoadModelAndData(JobFiles* files);
+  // The aggregator options, the job key, and the checkpoint's state (or a fresh one).
+  absl::Status Resume(const JobFiles& files, EngineState* state);
+  absl::Status MakeDriverAndEngine(const DriverFactory& make_driver, EngineState state);
+  // The metrics and the gRPC service (not started).
+  void MakeService(const JobFiles& files);
+  // The compressed downlink, when --downlink-codec asks for one.
+  absl::Status MakeDownlinks();
   // The rounds of `source_` until it says the job is over.
   absl::Status RunForParent();
   // Tells everyone the job (of `rounds`) is over and lingers (--linger).
@@ -133,6 +150,8 @@ class Coordinator final : private RoundHost {
   std::vector<float> ServedModel() const override;
 
   CoordinatorOptions options_;
+  ModeTraits traits_;         // the job's mode
+  AggregatorOptions robust_;  // --aggregator and --clip-multiplier, checked at Create
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<RoundDriver> driver_;
   // An aggregator's parent; null at the root. Atomic: Stop reads it from any thread.

@@ -30,16 +30,17 @@ int main(int argc, char** argv) {
   fedlgc::modes::AddModeFlags(app, &mo);
   if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
   fedlgc::core::InitProcess();
-  auto mode = o.JobMode();
+  auto mode = fedlgc::modes::JobMode(o);
   if (!mode.ok()) return Fail(mode.status());
+  const coord::ModeTraits& traits = **mode;
   if (o.has_parent() && !(mo.fedavg == fedlgc::modes::FedAvgOptions())) {
     // The parent applies its server optimizer once, to the merged update.
     return Fail(absl::InvalidArgumentError(
         "--parent: the server learning rate and momentum are the parent's; leave them at "
         "their defaults here"));
   }
-  auto c = coord::Coordinator::Create(o, [&](const coord::DriverEnv& env) {
-    return fedlgc::modes::MakeRoundDriver(*mode, mo, env);
+  auto c = coord::Coordinator::Create(o, traits, [&](const coord::DriverEnv& env) {
+    return fedlgc::modes::MakeRoundDriver(traits.mode, mo, env);
   });
   if (!c.ok()) return Fail(c.status());
   std::unique_ptr<fedlgc::tier::Tier> tier;
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
   if (auto st = (*c)->Start(); !st.ok()) return Fail(st);
   if (tier) tier->Start();
   std::fprintf(stderr, "fedlgc-coordinator: %s job, listening on port %d, metrics on %d\n",
-               std::string(fedlgc::ModeName(*mode)).c_str(), (*c)->port(), (*c)->metrics_port());
+               std::string(fedlgc::ModeName(traits.mode)).c_str(), (*c)->port(),
+               (*c)->metrics_port());
   if (!port_file.empty()) {
     const std::string ports =
         std::to_string((*c)->port()) + " " + std::to_string((*c)->metrics_port()) + "\n";

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/downlink.h"
+#include "coordinator/mode_traits.h"
 #include "coordinator/model_guard.h"
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
@@ -43,8 +44,8 @@ struct CoordinatorOptions {
   RoundPlan plan;
   // The global model's downloads (downlink.h): fp32, or deltas through a codec.
   DownlinkOptions downlink;
-  // "fedavg", "lgc", "lsgd" or "sgp" (core/protocol.h). A codec "lgc(...)" makes a job
-  // "lgc" whether --mode says fedavg (as before the mode had its own name) or lgc.
+  // --mode, a name of core/protocol.h; the job's mode is resolved from it and the codec
+  // once (modes::JobMode), and the options are checked against its traits.
   std::string mode = "fedavg";
   double ratio_target = 0;                  // exported for the compression-ratio alert; 0: none
   double linger_s = 0;                      // seconds to keep serving /metrics after the last round
@@ -84,18 +85,17 @@ struct CoordinatorOptions {
 
   bool has_parent() const { return !parent.empty(); }
 
-  absl::Status Validate() const;
+  // Checked against the job's mode (modes::JobMode resolves it from `mode` and the codec).
+  absl::Status Validate(const ModeTraits& traits) const;
   core::ModelOptions model_options() const;
   core::DataOptions test_data_options() const;
-  // The --parent options, for a job of `job_mode`.
-  absl::Status ValidateParent(Mode job_mode) const;
-  // The job's mode: `mode`, or kLgc when the codec is lgc(...).
-  absl::StatusOr<Mode> JobMode() const;
+  // The --parent options, for a job of the mode of `traits`.
+  absl::Status ValidateParent(const ModeTraits& traits) const;
   // Identifies the job in checkpoints: changing any of these makes a new job.
   // `layout`: the model's (per-tensor codecs name it in their spec); null only for jobs
   // whose codecs need none. `model_sha256`: a TorchScript file's hash, which names the
   // model in place of its path (moving the file keeps the job; changing it makes another).
-  std::string JobKey(uint64_t dim, const codecs::ModelLayout* layout,
+  std::string JobKey(uint64_t dim, const codecs::ModelLayout* layout, const ModeTraits& traits,
                      const std::string& model_sha256 = "") const;
   // The job id clients see in Join: "fedlgc-<model>" (a file: its name and the first 12
   // digits of its hash), and for an aggregator "fedlgc-<model>@<parent id>", so that a
@@ -104,7 +104,7 @@ struct CoordinatorOptions {
   // The model's name in Join and reports: a built-in's, or the file's name.
   std::string ModelName() const;
   // --aggregator and --clip-multiplier, checked against the job's mode.
-  absl::StatusOr<AggregatorOptions> Robust() const;
+  absl::StatusOr<AggregatorOptions> Robust(const ModeTraits& traits) const;
 };
 
 }  // namespace fedlgc::coordinator

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/mode_traits.h"
 #include "coordinator/model_guard.h"
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
@@ -75,6 +76,9 @@ class RoundHost {
   // clients send something relative to the model they downloaded (SGP's reference) adds
   // this back, not the engine's.
   virtual std::vector<float> ServedModel() const = 0;
+  // The time a driver's decisions read (half of a round gone, a leader late or gone):
+  // the coordinator's steady clock; a test's host moves its own instead of sleeping.
+  virtual Clock::time_point Now() const { return Clock::now(); }
 };
 
 // What a round commits under the model guard (ChooseUnderGuard).

@@ -1,11 +1,14 @@
-// The coordinator's factory of mode drivers: the one place that maps a Mode to its
-// RoundDriver (a new mode adds one line here; docs/adding-a-mode.md).
+// The coordinator's table of modes: the one place that maps a Mode to its traits
+// (catalog.h) and its RoundDriver (a new mode adds one row to drivers.cc;
+// docs/adding-a-mode.md).
 #ifndef FEDLGC_MODES_DRIVERS_H_
 #define FEDLGC_MODES_DRIVERS_H_
 
 #include <memory>
 
+#include "coordinator/options.h"
 #include "coordinator/round_driver.h"
+#include "modes/catalog.h"
 #include "modes/mode_options.h"
 
 namespace fedlgc::modes {

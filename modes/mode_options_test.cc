@@ -10,6 +10,7 @@
 #include "coordinator/flags.h"
 #include "core/cli.h"
 #include "gtest/gtest.h"
+#include "modes/drivers.h"
 
 namespace fedlgc::modes {
 namespace {
@@ -148,31 +149,65 @@ TEST(ModeOptions, EachModeValidatesItsOwnAndRefusesAnothersChangedOptions) {
 TEST(CoordinatorOptions, TheJobsModeComesFromTheModeAndTheCodec) {
   CoordinatorOptions co;
   co.insecure = true;
-  EXPECT_EQ(co.JobMode().value(), Mode::kFedAvg);
+  const auto mode = [&co] { return JobMode(co); };
+  EXPECT_EQ(mode().value()->mode, Mode::kFedAvg);
   co.plan.codec = "lgc(ratio=0.01)";
   co.plan.warmup_codecs = {"fp32"};
-  EXPECT_EQ(co.JobMode().value(), Mode::kLgc);  // --mode fedavg with an lgc codec
+  EXPECT_EQ(mode().value()->mode, Mode::kLgc);  // --mode fedavg with an lgc codec
   co.mode = "lgc";
-  EXPECT_EQ(co.JobMode().value(), Mode::kLgc);
-  EXPECT_TRUE(co.Validate().ok()) << co.Validate();
+  EXPECT_EQ(mode().value()->mode, Mode::kLgc);
+  EXPECT_TRUE(ValidateJob(co).ok()) << ValidateJob(co);
   co.mode = "sgp";
-  EXPECT_TRUE(absl::IsInvalidArgument(co.JobMode().status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(mode().status()));
   co.mode = "gossip";
-  const auto unknown = co.JobMode();
+  const auto unknown = mode();
   EXPECT_TRUE(absl::IsInvalidArgument(unknown.status()));
   EXPECT_NE(std::string(unknown.status().message()).find("fedavg, lgc, lsgd, sgp"),
             std::string::npos)
       << unknown.status();
   co.mode = "lgc";
   co.plan.codec = "fp32";
-  EXPECT_TRUE(absl::IsInvalidArgument(co.JobMode().status()));
-  // Checkpoints of FedAvg and LGC jobs carry no mode in their key, those of LSGD do.
+  EXPECT_TRUE(absl::IsInvalidArgument(mode().status()));
+  // A malformed lgc(...) is LGC's to refuse, with its own message.
   co.mode = "fedavg";
+  co.plan.codec = "lgc(ratio=2)";
+  EXPECT_EQ(mode().value()->mode, Mode::kLgc);
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateJob(co)));
+  // Checkpoints of FedAvg and LGC jobs carry no mode in their key, those of LSGD do.
+  co.plan.codec = "fp32";
   co.plan.warmup_codecs.clear();
-  const std::string fedavg = co.JobKey(10, nullptr);
+  const std::string fedavg = co.JobKey(10, nullptr, *mode().value());
   EXPECT_EQ(fedavg, "cnn/10/fp32/1/seed1");
   co.mode = "lsgd";
-  EXPECT_EQ(co.JobKey(10, nullptr), fedavg + "/mode:lsgd");
+  EXPECT_EQ(co.JobKey(10, nullptr, *mode().value()), fedavg + "/mode:lsgd");
+}
+
+// Every mode of the wire's table has a row, with its traits.
+TEST(ModeTraits, EveryModeHasARowThatAnswersForIt) {
+  for (const ModeInfo& m : kModes) {
+    const coordinator::ModeTraits& t = TraitsOf(m.mode);
+    EXPECT_EQ(t.mode, m.mode) << m.name;
+    EXPECT_NE(t.check_codecs, nullptr) << m.name;
+    EXPECT_GE(t.min_participants, 1u) << m.name;
+    EXPECT_EQ(t.report_key.empty(), t.report_heading.empty()) << m.name;
+  }
+  EXPECT_EQ(TraitsOf(Mode::kSgp).min_participants, 2u);
+  EXPECT_TRUE(TraitsOf(Mode::kFedAvg).plain_clients);
+  EXPECT_FALSE(TraitsOf(Mode::kLsgd).robust_aggregators);
+  // What a mode's traits refuse: a median in an SGP job, an aggregator under LSGD.
+  CoordinatorOptions co;
+  co.insecure = true;
+  co.mode = "sgp";
+  co.aggregator = "median";
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateJob(co)));
+  co.mode = "fedavg";
+  EXPECT_TRUE(ValidateJob(co).ok()) << ValidateJob(co);
+  co.aggregator = "mean";
+  co.mode = "lsgd";
+  co.parent = "127.0.0.1:1";
+  co.parent_id = "agg-0";
+  const absl::Status st = ValidateJob(co);
+  EXPECT_NE(std::string(st.message()).find("--parent"), std::string::npos) << st;
 }
 
 }  // namespace

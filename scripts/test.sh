@@ -5,11 +5,13 @@
 #      with the flags of build 1.
 #   3. libFuzzer targets built with clang (ASan+UBSan), each run for a few seconds from
 #      seed frames.
-#   4. The codec tests again under ASan+UBSan (g++; codecs only: no gRPC or libtorch).
+#   4. The codec tests again under ASan+UBSan: the sanitized build of step 3 (g++'s own
+#      when clang is missing; codecs only: no gRPC or libtorch).
 #   5. The compose deployment on a real Docker engine with the binaries of build 1
 #      (tests/deployment/compose_engine_test.py; images cached in /var/cache/fedlgc-docker,
 #      FEDLGC_DOCKER_CACHE to move it; FEDLGC_SKIP_DOCKER=1 skips the stage).
-# Build folders: build/, build-fuzz/, build-asan/. JOBS overrides the parallelism.
+# Build folders: build/, build-fuzz/ (build-asan/ without clang). JOBS overrides the
+# parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -46,11 +48,17 @@ else
 fi
 
 echo "== 4/5 codec tests under ASan+UBSan"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDLGC_SANITIZE=ON \
-  -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
-cmake --build build-asan -j"$JOBS"
+# The fuzz build of stage 3 is the codec library and its tests under clang's ASan+UBSan
+# already; without clang, g++ builds them with its own sanitizers.
+sanitized=build-fuzz
+if ! command -v clang++ >/dev/null; then
+  sanitized=build-asan
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDLGC_SANITIZE=ON \
+    -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
+  cmake --build build-asan -j"$JOBS"
+fi
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -j"$JOBS" --output-on-failure -L codecs
+  ctest --test-dir "$sanitized" -j"$JOBS" --output-on-failure -L codecs
 
 echo "== 5/5 the compose deployment on a real Docker engine"
 if [ "${FEDLGC_SKIP_DOCKER:-0}" = 1 ]; then

@@ -15,6 +15,7 @@
 #include "core/model.h"
 #include "core/protocol.h"
 #include "edge_client/client_mode.h"
+#include "modes/catalog.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::sim {
@@ -83,9 +84,13 @@ absl::Status LoadClient::JoinJob() {
                                                 reply->protocol_version(), "; fedlgc-load ",
                                                 kProtocolVersion));
   }
-  if (reply->mode() != ModeName(Mode::kFedAvg)) {
+  // An emulated client uploads plain updates of the job codec and nothing else.
+  const std::optional<Mode> mode = ParseMode(reply->mode());
+  if (!mode || !modes::TraitsOf(*mode).plain_clients) {
     return absl::FailedPreconditionError(
-        StrCat("the job runs mode '", reply->mode(), "'; fedlgc-load emulates FedAvg clients"));
+        StrCat("the job runs mode '", reply->mode(),
+               "', whose clients take part in its own protocol; fedlgc-load emulates clients "
+               "that send plain updates (FedAvg jobs)"));
   }
   dim_ = reply->dim();
   model_ = reply->model();

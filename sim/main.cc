@@ -36,10 +36,9 @@
 #include "core/process.h"
 #include "core/round_report.h"
 #include "core/signals.h"
-#include "edge_client/client_state.h"
 #include "edge_client/flags.h"
+#include "modes/catalog.h"
 #include "modes/mode_options.h"
-#include "modes/sgp/sgp_driver.h"
 #include "nlohmann/json.hpp"
 #include "sim/launch.h"
 
@@ -190,27 +189,26 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
 }
 
 void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOptions& co,
-                 fedlgc::Mode mode) {
+                 const fedlgc::coordinator::ModeTraits& mode) {
   std::printf(
       "fedlgc-sim: %s, %u clients, %u rounds, codec %s, downlink %s, %s, link %s, run folder "
       "%s\n",
-      std::string(fedlgc::ModeName(mode)).c_str(), s.clients, co.rounds, co.plan.codec.c_str(),
+      std::string(fedlgc::ModeName(mode.mode)).c_str(), s.clients, co.rounds, co.plan.codec.c_str(),
       fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(), s.partition.c_str(),
-      s.link.empty() ? "direct" : s.link.c_str(),
-      s.run_dir.c_str());
+      s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
   std::printf("%5s %9s %8s %13s %13s %7s %13s %7s %8s %5s %s\n", "round", "accuracy", "loss",
               "uplink B", "fp32 B", "ratio", "downlink B", "ratio", "seconds", "parts",
-              mode == fedlgc::Mode::kLsgd  ? "leader"
-              : mode == fedlgc::Mode::kSgp ? "consensus"
-                                           : "");
+              std::string(mode.report_heading).c_str());
 }
 
-// The mode's column: LSGD's global leader, SGP's consensus distance.
-void PrintRow(const RoundReport& r) {
-  const std::string extra = r.labels.count("lsgd_leader") ? r.Label("lsgd_leader")
-                            : r.figures.count("sgp_consensus_distance")
-                                ? StrCat(r.Figure("sgp_consensus_distance"))
-                                : std::string();
+// The mode's column (ModeTraits::report_key, a label or a figure): LSGD's global leader,
+// SGP's consensus distance.
+void PrintRow(const RoundReport& r, std::string_view report_key) {
+  const std::string key(report_key);
+  const std::string extra = key.empty()            ? std::string()
+                            : r.labels.count(key)  ? r.Label(key)
+                            : r.figures.count(key) ? StrCat(r.Figure(key))
+                                                   : std::string();
   std::printf("%5llu %9.4f %8.4f %13llu %13llu %7.1f %13llu %7.1f %8.1f %5d %s\n",
               static_cast<unsigned long long>(r.round), r.accuracy, r.loss,
               static_cast<unsigned long long>(r.uplink_bytes),
@@ -257,62 +255,6 @@ EncodeShare ReadEncodeShare(const std::string& dir, uint32_t clients) {
     }
   }
   return e;
-}
-
-// SGP: push-sum conserves mass. Sums x and w over the clients' state files and the
-// coordinator's mailboxes, and compares with what the clients brought in (the initial
-// model each, plus every local training step). Prints the check; nullopt when it could
-// not be made.
-std::optional<json> CheckSgpMass(const std::string& run_dir, uint32_t clients, uint32_t rounds,
-                                 const fedlgc::core::ModelOptions& model, uint64_t seed) {
-  auto x0 = fedlgc::core::Model::Create(model, seed);
-  if (!x0.ok()) return std::nullopt;
-  const std::vector<float> initial = (*x0)->GetFlat();
-  const size_t d = initial.size();
-  auto relay = fedlgc::modes::SgpDriver::Create({}, d, run_dir + "/coordinator", rounds);
-  if (!relay.ok()) {
-    std::fprintf(stderr, "fedlgc-sim: %s\n", relay.status().ToString().c_str());
-    return std::nullopt;
-  }
-  auto [x, w] = (*relay)->MailTotals();
-  std::vector<double> brought(d, 0.0);
-  for (uint32_t i = 0; i < clients; ++i) {
-    auto st =
-        fedlgc::edge_client::LoadClientState(StrCat(run_dir, "/clients/client-", i, ".state"));
-    if (!st.ok() || st->local.x.size() != d || st->local.contributed.size() != d) {
-      std::fprintf(stderr, "fedlgc-sim: client-%u has no SGP state\n", i);
-      return std::nullopt;
-    }
-    for (size_t k = 0; k < d; ++k) {
-      x[k] += st->local.x[k];
-      brought[k] += st->local.contributed[k];
-    }
-    w += st->local.w;
-    if (st->pending && st->pending->gossip && st->local.share.size() == d) {  // in flight
-      for (size_t k = 0; k < d; ++k) x[k] += st->local.share[k];
-      w += st->local.share_pw;
-    }
-  }
-  double worst = 0, start_norm = 0, steps_norm = 0, sum_norm = 0;
-  for (size_t k = 0; k < d; ++k) {
-    const double start = clients * double(initial[k]);
-    worst = std::max(worst, std::fabs(x[k] - brought[k]));
-    start_norm += start * start;
-    steps_norm += (brought[k] - start) * (brought[k] - start);
-    sum_norm += x[k] * x[k];
-  }
-  const bool ok = worst < 1e-3 && std::fabs(w - clients) < 1e-9;
-  std::printf(
-      "SGP mass: |sum x| %.4f = |start + applied steps| (|start| %.4f, |steps| %.4f): largest "
-      "coordinate gap %.3g; sum w %.12g for %u clients: %s\n",
-      std::sqrt(sum_norm), std::sqrt(start_norm), std::sqrt(steps_norm), worst, w, clients,
-      ok ? "conserved" : "NOT CONSERVED");
-  return json{{"sum_x_norm", std::sqrt(sum_norm)},
-              {"start_norm", std::sqrt(start_norm)},
-              {"steps_norm", std::sqrt(steps_norm)},
-              {"max_gap", worst},
-              {"sum_w", w},
-              {"conserved", ok}};
 }
 
 // A number for JSON: NaN and infinities become null.
@@ -434,7 +376,7 @@ struct FollowResult {
 // Follows rounds.jsonl while the coordinator runs, with a live line of progress.json on a
 // terminal. Stops the federation on SIGINT/SIGTERM and when too few clients have been
 // connected for --join-timeout.
-FollowResult Follow(Federation& f, const SimOptions& s,
+FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_key,
                     const fedlgc::core::StopOnSignals& signals) {
   const std::string dir = s.run_dir + "/coordinator";
   fedlgc::sim::TerminalLine line(!s.quiet && ::isatty(STDOUT_FILENO) == 1);
@@ -445,7 +387,7 @@ FollowResult Follow(Federation& f, const SimOptions& s,
     std::vector<RoundReport> fresh = NewRounds(dir + "/rounds.jsonl", out.rows.size());
     if (!fresh.empty() && !s.quiet) clear();
     for (RoundReport& r : fresh) {
-      if (!s.quiet) PrintRow(r);
+      if (!s.quiet) PrintRow(r, report_key);
       out.rows.push_back(std::move(r));
     }
     // Before the coordinator's exit: Ctrl-C on a terminal reaches the whole process group,
@@ -628,6 +570,54 @@ absl::Status WriteReports(const json& report, const SimOptions& s) {
   return absl::OkStatus();
 }
 
+// What a client would refuse, refused before anything starts; without --train-limit a
+// data file is read whole.
+absl::Status CheckClientOptions(const CLI::App& app, SimOptions* s) {
+  fedlgc::core::DataOptions d;
+  d.spec = s->data;
+  d.label_column = s->label_column;
+  d.targets = s->targets;
+  if (auto st = d.Validate(); !st.ok()) {
+    return absl::InvalidArgumentError(StrCat("--data: ", st.message()));
+  }
+  if (d.IsFile() && app.count("--train-limit") == 0) s->train_limit = 0;
+  if (s->data.find("{i}") != std::string::npos && s->test_data.empty()) {
+    return absl::InvalidArgumentError(
+        "--data names a file per client ({i}): give the coordinator's --test-data");
+  }
+  if (d.IsFile() && s->test_data.empty()) {
+    std::fprintf(stderr,
+                 "fedlgc-sim: no --test-data: the coordinator evaluates on %s's test split, "
+                 "which for a csv file, an image folder or an npz without x_test and y_test "
+                 "is the training data itself (the accuracy printed is then training "
+                 "accuracy)\n",
+                 s->data.c_str());
+  }
+  if (auto p = fedlgc::core::PartitionSpec::Parse(s->partition); !p.ok()) {
+    return absl::InvalidArgumentError(StrCat("--partition: ", p.status().message()));
+  }
+  if (auto opt = fedlgc::core::OptimizerSpec::Parse(s->optimizer); !opt.ok()) {
+    return opt.status();
+  }
+  return absl::OkStatus();
+}
+
+// The job's mode, with what its options and an aggregator (--aggregators) would refuse.
+absl::StatusOr<const fedlgc::coordinator::ModeTraits*> CheckJob(
+    const SimOptions& s, const CoordinatorOptions& co, const fedlgc::modes::ModeOptions& mo) {
+  auto mode = fedlgc::modes::JobMode(co);
+  if (!mode.ok()) return mode.status();
+  if (auto st = mo.Validate((*mode)->mode); !st.ok()) return st;
+  if (s.aggregators > 0) {
+    CoordinatorOptions probe = co;
+    probe.parent = "127.0.0.1:1";
+    probe.parent_id = "agg-0";
+    probe.insecure = true;
+    if (auto st = probe.ValidateParent(**mode); !st.ok()) return st;
+  }
+  return mode;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -652,53 +642,22 @@ int main(int argc, char** argv) {
   if (s.clients == 0) return Fail("--clients must be >= 1");
   if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
   if (s.aggregators > s.clients) return Fail("--aggregators must be <= --clients");
-  // What a client or the coordinator would refuse, refused before anything starts.
-  {
-    fedlgc::core::DataOptions d;
-    d.spec = s.data;
-    d.label_column = s.label_column;
-    d.targets = s.targets;
-    if (auto st = d.Validate(); !st.ok()) return Fail(StrCat("--data: ", st.message()));
-    if (d.IsFile() && app.count("--train-limit") == 0) s.train_limit = 0;
-    if (s.data.find("{i}") != std::string::npos && s.test_data.empty()) {
-      return Fail("--data names a file per client ({i}): give the coordinator's --test-data");
-    }
-    if (d.IsFile() && s.test_data.empty()) {
-      std::fprintf(stderr,
-                   "fedlgc-sim: no --test-data: the coordinator evaluates on %s's test split, "
-                   "which for a csv file, an image folder or an npz without x_test and y_test "
-                   "is the training data itself (the accuracy printed is then training "
-                   "accuracy)\n",
-                   s.data.c_str());
-    }
-  }
-  if (auto p = fedlgc::core::PartitionSpec::Parse(s.partition); !p.ok()) {
-    return Fail(StrCat("--partition: ", p.status().message()));
-  }
-  if (auto opt = fedlgc::core::OptimizerSpec::Parse(s.optimizer); !opt.ok()) {
-    return Fail(std::string(opt.status().message()));
+  if (absl::Status st = CheckClientOptions(app, &s); !st.ok()) {
+    return Fail(std::string(st.message()));
   }
   if (app.count("--min-clients") == 0) co.min_clients = s.clients;
   if (app.count("--init-seed") == 0) co.init_seed = co.seed;
-  auto mode = co.JobMode();
-  if (!mode.ok()) return Fail(std::string(mode.status().message()));
-  if (auto st = mo.Validate(*mode); !st.ok()) return Fail(std::string(st.message()));
-  if (s.aggregators > 0) {
-    // What an aggregator refuses, refused before anything starts.
-    CoordinatorOptions probe = co;
-    probe.parent = "127.0.0.1:1";
-    probe.parent_id = "agg-0";
-    probe.insecure = true;
-    if (auto st = probe.ValidateParent(*mode); !st.ok()) return Fail(std::string(st.message()));
-  }
+  auto job_mode = CheckJob(s, co, mo);
+  if (!job_mode.ok()) return Fail(std::string(job_mode.status().message()));
+  const fedlgc::coordinator::ModeTraits& mode = **job_mode;
   auto link = fedlgc::core::LinkSpec::Parse(s.link);
   if (!link.ok()) return Fail(link.status().ToString());
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-sim", &s.run_dir); !st.ok())
     return Fail(std::string(st.message()));
-  if (!s.quiet) PrintHeader(s, co, *mode);
+  if (!s.quiet) PrintHeader(s, co, mode);
   auto f = Launch(s, co, mo, *link);
   if (!f.ok()) return Fail(std::string(f.status().message()));
-  FollowResult run = Follow(*f, s, signals);
+  FollowResult run = Follow(*f, s, mode.report_key, signals);
   if (!run.error.empty()) {
     Fail(run.error);
     return signals.signal() != 0 ? 128 + signals.signal() : 1;
@@ -710,10 +669,17 @@ int main(int argc, char** argv) {
   }
   json report = Report(run.rows, *f, s, co);
   int code = 0;
-  if (*mode == fedlgc::Mode::kSgp) {
-    auto mass = CheckSgpMass(s.run_dir, s.clients, co.rounds, co.model_options(), co.init_seed);
-    if (mass) report["sgp_mass"] = *mass;
-    if (!mass || !(*mass)["conserved"].get<bool>()) code = 1;
+  if (mode.end_of_run_check != nullptr) {
+    const fedlgc::core::ModelOptions model = co.model_options();
+    auto check = mode.end_of_run_check({s.run_dir, s.clients, co.rounds, &model, co.init_seed});
+    if (check.ok()) {
+      json j(check->figures);
+      j[check->verdict] = check->passed;
+      report[check->name] = j;
+    } else {
+      std::fprintf(stderr, "fedlgc-sim: %s\n", check.status().ToString().c_str());
+    }
+    if (!check.ok() || !check->passed) code = 1;
   }
   if (absl::Status st = WriteReports(report, s); !st.ok()) return Fail(st.ToString());
   return code;

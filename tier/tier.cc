@@ -6,6 +6,7 @@
 
 #include "codecs/str.h"
 #include "core/atomic_file.h"
+#include "modes/catalog.h"
 #include "modes/clients.h"
 #include "protos/fedlgc.pb.h"
 
@@ -79,18 +80,20 @@ absl::StatusOr<std::unique_ptr<Tier>> Tier::Create(edge_client::EdgeClientOption
                                                    const std::string& state_dir,
                                                    uint32_t min_clients, double reserve) {
   std::unique_ptr<Tier> t(new Tier(local, state_dir, min_clients, reserve));
-  // An aggregator merges FedAvg updates: a parent of another mode is refused for good.
-  auto fedavg_only =
+  // An aggregator sends its parent plain updates of the job codec: a parent whose mode
+  // needs more of its clients is refused for good.
+  auto plain_only =
       [](Mode mode,
          edge_client::ClientEnv& env) -> absl::StatusOr<std::unique_ptr<edge_client::ClientMode>> {
-    if (mode != Mode::kFedAvg) {
+    if (!modes::TraitsOf(mode).plain_clients) {
       return absl::FailedPreconditionError(
           StrCat("the parent runs a ", ModeName(mode),
-                 " job; an aggregator takes part in FedAvg jobs only"));
+                 " job, whose clients take part in its own protocol; an aggregator sends "
+                 "plain updates (FedAvg jobs)"));
     }
     return modes::MakeClientMode(mode, env);
   };
-  auto client = edge_client::EdgeClient::Create(std::move(upstream), fedavg_only,
+  auto client = edge_client::EdgeClient::Create(std::move(upstream), plain_only,
                                                 /*stubs=*/nullptr, t.get());
   if (!client.ok()) return client.status();
   t->client_ = *std::move(client);

@@ -1,11 +1,14 @@
 // FedAvg at the coordinator (see fedavg_driver.h).
 #include "modes/fedavg/fedavg_driver.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
+#include "codecs/str.h"
 #include "coordinator/collectors.h"
 #include "protos/fedlgc.pb.h"
 
@@ -19,6 +22,38 @@ absl::Status FedAvgOptions::Validate() const {
 }
 
 namespace {
+
+// FedAvg runs every codec, and the round protocols of its own: two-phase PowerSGD (the job
+// codec itself, unwrapped, each message within --chunk-bytes) and GradiVeQ (the job codec
+// itself: clients add what they keep of its error).
+absl::Status CheckFedAvgCodecs(const coordinator::RoundPlan& plan,
+                               const codecs::ModelLayout& layout) {
+  if (codecs::NamesTwoPhasePowerSgd(plan.codec)) {
+    if (!codecs::IsTwoPhasePowerSgd(plan.codec)) {
+      return absl::InvalidArgumentError(
+          "powersgd(..., phases=2) is a round protocol of --mode fedavg: give it as the job's "
+          "--codec itself, unwrapped");
+    }
+    auto two = codecs::PowerSgdTwoPhase::Create(plan.codec, layout);
+    if (!two.ok()) return two.status();
+    const uint64_t bytes =
+        std::max(two->FrameBytes(codecs::kPowerSgdMessageSpec, two->message_floats()),
+                 two->FrameBytes(codecs::kPowerSgdProjectionSpec, two->projection_floats()));
+    if (bytes > plan.max_chunk_bytes) {
+      return absl::InvalidArgumentError(
+          StrCat("powersgd(..., phases=2) sends P, then Q and the dense tensors, as one chunk "
+                 "each, of up to ",
+                 bytes, " bytes: raise --chunk-bytes to at least that"));
+    }
+  }
+  auto c = codecs::MakeCodec(plan.codec, &layout);
+  if (!c.ok()) return c.status();
+  if (codecs::IsGradiveq(plan.codec) && plan.codec.rfind("gradiveq", 0) != 0) {
+    return absl::InvalidArgumentError(
+        "--codec: give gradiveq(...) itself; clients add what they keep of its error");
+  }
+  return absl::OkStatus();
+}
 
 using coordinator::AggregatorOptions;
 using coordinator::Clock;
@@ -195,6 +230,17 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
                            tick);
 }
 
+const coordinator::ModeTraits& FedAvgDriver::Traits() {
+  static const coordinator::ModeTraits traits{
+      .mode = Mode::kFedAvg,
+      .robust_aggregators = true,
+      .mode_in_job_key = false,
+      .plain_clients = true,
+      .check_codecs = &CheckFedAvgCodecs,
+  };
+  return traits;
+}
+
 absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     const FedAvgOptions& options, const coordinator::DriverEnv& env) {
   std::unique_ptr<FedAvgDriver> d(new FedAvgDriver(options, env.robust, env.layout));
@@ -232,7 +278,7 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
     return two_phase_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
   }
   if (shared_scale_ && engine.plan().CodecFor(round) == engine.plan().codec) {
-    auto decoder = shared_scale_->BeginRound(round, participants, deadline);
+    auto decoder = shared_scale_->BeginRound(round, participants, host.Now(), deadline);
     if (!decoder.ok()) return decoder.status();
     engine.UseCodec((*decoder)->spec(), *decoder);
     state_.code = decoder->get();

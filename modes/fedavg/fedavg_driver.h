@@ -73,6 +73,8 @@ absl::Status AggregateAndCommit(coordinator::RoundHost& host,
 // each round's scale first (terngrad_rounds.h).
 class FedAvgDriver final : public coordinator::RoundDriver {
  public:
+  // What this mode answers about itself (coordinator/mode_traits.h).
+  static const coordinator::ModeTraits& Traits();
   static absl::StatusOr<std::unique_ptr<FedAvgDriver>> Create(const FedAvgOptions& options,
                                                               const coordinator::DriverEnv& env);
 

@@ -207,7 +207,6 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
                                       const coordinator::ServerOptimizer& optimizer,
                                       const coordinator::AggregatorOptions& robust,
                                       coordinator::CommitResult* commit, RoundReport* report) {
-  using Clock = coordinator::Clock;
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
   const bool warm = math_.warm() && !next_query_.empty();
@@ -224,36 +223,9 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
         return Validate(round, spec, body);
       });
   if (absl::Status st = host.StartRound(participants, deadline, payloads); !st.ok()) return st;
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point half = start + (deadline - start) / 2;
-  const size_t n = participants.size();
-  bool factored = false;
-  host.WaitUntil(
-      deadline, [&] { return factored && payloads->Count(codecs::kPowerSgdMessageSpec) >= n; },
-      [&] {
-        if (factored) return;
-        const size_t in = payloads->Count(codecs::kPowerSgdProjectionSpec);
-        if (in == 0 || (in < n && Clock::now() < half)) return;
-        int used = 0;
-        std::vector<float> factor = Factor(*payloads, robust.clip, &used);
-        if (factor.empty()) return;
-        protos::ServerEvent e;
-        protos::PowerSgdFactor* f = e.mutable_mode()->mutable_powersgd_factor();
-        f->set_round(round);
-        f->set_factor(core::FloatsToBytes(factor));
-        {
-          absl::MutexLock lock(&mu_);
-          open_.factor_tag = codecs::PowerSgdTwoPhase::Tag(factor);
-          open_.factor = std::move(factor);
-        }
-        factored = true;
-        report->figures["powersgd_p_in"] = used;
-        report->figures["powersgd_factor_s"] =
-            std::chrono::duration<double>(Clock::now() - start).count();
-        for (const std::string& p : participants) host.Push(p, e);
-      });
+  WaitForMessages(host, participants, deadline, robust.clip, *payloads, report);
   if (host.stopped()) return absl::OkStatus();
-  report->hit_deadline = payloads->Count(codecs::kPowerSgdMessageSpec) < n;
+  report->hit_deadline = payloads->Count(codecs::kPowerSgdMessageSpec) < participants.size();
   engine.Freeze();
   std::vector<float> factor;
   uint32_t tag;
@@ -262,41 +234,11 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
     factor = open_.factor;
     tag = open_.factor_tag;
   }
-  std::vector<Message> messages;
-  if (!factor.empty()) {
-    for (auto& [client, p] : payloads->Payloads()) {
-      if (p.spec != codecs::kPowerSgdMessageSpec) continue;
-      auto v = codecs::PowerSgdTwoPhase::ReadBody(Bytes(p.body), tag, math_.message_floats());
-      if (!v.ok()) continue;  // validated on arrival: cannot happen
-      // Q columns facing a zero column of P^ rebuild to nothing: dropped, so a message's
-      // norm is its update's.
-      math_.DropDeadColumns(factor, *v);
-      messages.push_back({client, p.weight, *std::move(v), {}});
-    }
-  }
+  std::vector<Message> messages = ReadMessages(*payloads, factor, tag);
   std::set<std::string> counted;
   if (robust.buffered()) {
-    const bool compact = robust.takes_partial();  // the means take compact contributions
-    const std::vector<coordinator::Range> whole = {{0, engine.dim()}};
-    std::vector<coordinator::Contribution> all;
-    for (Message& m : messages) {
-      coordinator::Contribution c{m.client, m.weight, {}, whole, true};
-      if (compact) {
-        c.fill = [this, &factor, &m](std::span<float> dense) {
-          std::fill(dense.begin(), dense.end(), 0.0f);
-          math_.AddRebuilt(factor, m.values, 1.0, dense);
-          return absl::OkStatus();
-        };
-        c.norm = coordinator::L2Norm(m.values);
-      } else {
-        m.rebuilt.assign(engine.dim(), 0.0f);
-        math_.AddRebuilt(factor, m.values, 1.0, m.rebuilt);
-        c.values = m.rebuilt;
-      }
-      all.push_back(std::move(c));
-    }
     if (absl::Status st =
-            AggregateAndCommit(host, all, optimizer, robust, commit, report, &counted);
+            CommitBuffered(host, messages, factor, optimizer, robust, commit, report, &counted);
         !st.ok()) {
       return st;
     }
@@ -316,6 +258,86 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
   const std::vector<float> mean = ClippedMean(kept, weights, robust.clip);
   if (!mean.empty()) next_query_ = math_.NextQuery(mean, engine.SharedSeed(round + 1));
   return absl::OkStatus();
+}
+
+void PowerSgdRounds::WaitForMessages(coordinator::RoundHost& host,
+                                     const std::vector<std::string>& participants,
+                                     coordinator::Clock::time_point deadline, double clip,
+                                     const coordinator::PayloadCollector& payloads,
+                                     RoundReport* report) {
+  using Clock = coordinator::Clock;
+  const Clock::time_point start = host.Now();
+  const Clock::time_point half = start + (deadline - start) / 2;
+  const size_t n = participants.size();
+  bool factored = false;
+  host.WaitUntil(
+      deadline, [&] { return factored && payloads.Count(codecs::kPowerSgdMessageSpec) >= n; },
+      [&] {
+        if (factored) return;
+        const size_t in = payloads.Count(codecs::kPowerSgdProjectionSpec);
+        if (in == 0 || (in < n && host.Now() < half)) return;
+        int used = 0;
+        std::vector<float> factor = Factor(payloads, clip, &used);
+        if (factor.empty()) return;
+        protos::ServerEvent e;
+        protos::PowerSgdFactor* f = e.mutable_mode()->mutable_powersgd_factor();
+        f->set_round(host.engine().current_round());
+        f->set_factor(core::FloatsToBytes(factor));
+        {
+          absl::MutexLock lock(&mu_);
+          open_.factor_tag = codecs::PowerSgdTwoPhase::Tag(factor);
+          open_.factor = std::move(factor);
+        }
+        factored = true;
+        report->figures["powersgd_p_in"] = used;
+        report->figures["powersgd_factor_s"] =
+            std::chrono::duration<double>(host.Now() - start).count();
+        for (const std::string& p : participants) host.Push(p, e);
+      });
+}
+
+std::vector<PowerSgdRounds::Message> PowerSgdRounds::ReadMessages(
+    const coordinator::PayloadCollector& payloads, std::span<const float> factor,
+    uint32_t tag) const {
+  std::vector<Message> messages;
+  if (factor.empty()) return messages;
+  for (auto& [client, p] : payloads.Payloads()) {
+    if (p.spec != codecs::kPowerSgdMessageSpec) continue;
+    auto v = codecs::PowerSgdTwoPhase::ReadBody(Bytes(p.body), tag, math_.message_floats());
+    if (!v.ok()) continue;  // validated on arrival: cannot happen
+    // Q columns facing a zero column of P^ rebuild to nothing: dropped, so a message's
+    // norm is its update's.
+    math_.DropDeadColumns(factor, *v);
+    messages.push_back({client, p.weight, *std::move(v), {}});
+  }
+  return messages;
+}
+
+absl::Status PowerSgdRounds::CommitBuffered(
+    coordinator::RoundHost& host, std::vector<Message>& messages, std::span<const float> factor,
+    const coordinator::ServerOptimizer& optimizer, const coordinator::AggregatorOptions& robust,
+    coordinator::CommitResult* commit, RoundReport* report, std::set<std::string>* counted) const {
+  const uint64_t dim = host.engine().dim();
+  const bool compact = robust.takes_partial();  // the means take compact contributions
+  const std::vector<coordinator::Range> whole = {{0, dim}};
+  std::vector<coordinator::Contribution> all;
+  for (Message& m : messages) {
+    coordinator::Contribution c{m.client, m.weight, {}, whole, true};
+    if (compact) {
+      c.fill = [this, factor, &m](std::span<float> dense) {
+        std::fill(dense.begin(), dense.end(), 0.0f);
+        math_.AddRebuilt(factor, m.values, 1.0, dense);
+        return absl::OkStatus();
+      };
+      c.norm = coordinator::L2Norm(m.values);
+    } else {
+      m.rebuilt.assign(dim, 0.0f);
+      math_.AddRebuilt(factor, m.values, 1.0, m.rebuilt);
+      c.values = m.rebuilt;
+    }
+    all.push_back(std::move(c));
+  }
+  return AggregateAndCommit(host, all, optimizer, robust, commit, report, counted);
 }
 
 }  // namespace fedlgc::modes

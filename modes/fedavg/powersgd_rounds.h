@@ -72,6 +72,22 @@ class PowerSgdRounds {
   };
 
   absl::Status Load(uint64_t round);
+  // Waits until every participant's Q message is in or the deadline: once every P is in,
+  // or half of the round's time is gone and one is, pushes P^ (phase 2).
+  void WaitForMessages(coordinator::RoundHost& host, const std::vector<std::string>& participants,
+                       coordinator::Clock::time_point deadline, double clip,
+                       const coordinator::PayloadCollector& payloads, RoundReport* report);
+  // The Q messages made against `factor` (tagged `tag`); none before phase 2.
+  std::vector<Message> ReadMessages(const coordinator::PayloadCollector& payloads,
+                                    std::span<const float> factor, uint32_t tag) const;
+  // A buffered aggregator: each message rebuilt (or filled on demand for the means),
+  // aggregated and committed under the model guard. `counted`: the clients it counted.
+  absl::Status CommitBuffered(coordinator::RoundHost& host, std::vector<Message>& messages,
+                              std::span<const float> factor,
+                              const coordinator::ServerOptimizer& optimizer,
+                              const coordinator::AggregatorOptions& robust,
+                              coordinator::CommitResult* commit, RoundReport* report,
+                              std::set<std::string>* counted) const;
   // The streaming aggregator: the messages' clipped weighted mean, rebuilt once (they add
   // up under the shared P^), committed under the model guard as a whole. `counted`: the
   // clients it counted.

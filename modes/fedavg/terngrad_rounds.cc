@@ -21,14 +21,14 @@ absl::StatusOr<std::unique_ptr<TernGradRounds>> TernGradRounds::Create(const std
 
 absl::StatusOr<std::shared_ptr<codecs::TernGradRoundCodec>> TernGradRounds::BeginRound(
     uint64_t round, const std::vector<std::string>& participants,
-    coordinator::Clock::time_point deadline) {
+    coordinator::Clock::time_point opened, coordinator::Clock::time_point deadline) {
   auto decoder = codecs::TernGradRoundCodec::Create(spec_, dim_);
   if (!decoder.ok()) return decoder.status();
   absl::MutexLock lock(&mu_);
   round_ = round;
   participants_ = std::set<std::string>(participants.begin(), participants.end());
   reported_.clear();
-  opened_ = coordinator::Clock::now();
+  opened_ = opened;
   deadline_ = deadline;
   scale_ = 0;
   scale_seconds_ = -1;
@@ -66,7 +66,7 @@ void TernGradRounds::Tick(coordinator::RoundHost& host) {
   {
     absl::MutexLock lock(&mu_);
     if (round_ == 0 || scale_ > 0 || reported_.empty()) return;
-    const auto now = coordinator::Clock::now();
+    const auto now = host.Now();
     const bool everyone = reported_.size() == participants_.size();
     if (!everyone && now < opened_ + (deadline_ - opened_) / 2) return;
     std::vector<double> values;

@@ -45,12 +45,13 @@ class TernGradRounds {
   static absl::StatusOr<std::unique_ptr<TernGradRounds>> Create(const std::string& spec,
                                                                 uint64_t dim, double clip);
 
-  // Before round `round` opens: its decoder, for RoundEngine::UseCodec and the streaming
-  // aggregator's code.
+  // Before round `round` opens (at `opened`, RoundHost::Now): its decoder, for
+  // RoundEngine::UseCodec and the streaming aggregator's code.
   absl::StatusOr<std::shared_ptr<codecs::TernGradRoundCodec>> BeginRound(
       uint64_t round, const std::vector<std::string>& participants,
-      coordinator::Clock::time_point deadline);
-  // While the round waits: sets the round's scale and sends it when it is due.
+      coordinator::Clock::time_point opened, coordinator::Clock::time_point deadline);
+  // While the round waits: sets the round's scale and sends it when it is due (at
+  // host.Now()).
   void Tick(coordinator::RoundHost& host);
   // The round's figures; it is over.
   void EndRound(RoundReport* report);

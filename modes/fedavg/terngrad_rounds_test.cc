@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <limits>
-#include <thread>
 
 #include "codecs/input_error.h"
 #include "gtest/gtest.h"
@@ -13,8 +12,6 @@
 
 namespace fedlgc::modes {
 namespace {
-
-using coordinator::Clock;
 
 // Records what a round pushes.
 class PushHost final : public testing::FakeRoundHost {
@@ -38,7 +35,8 @@ constexpr char kSpec[] = "terngrad(bucket=64,shared=1)";
 TEST(TernGradRounds, ReportsAreCheckedAndTheScaleIsTheLargestWithinTheClipOfTheMedian) {
   auto rounds = TernGradRounds::Create(kSpec, 1000, /*clip=*/2).value();
   const std::vector<std::string> who = {"a", "b", "c", "d"};
-  auto decoder = rounds->BeginRound(5, who, Clock::now() + std::chrono::minutes(1)).value();
+  PushHost host;
+  auto decoder = rounds->BeginRound(5, who, host.now, host.now + std::chrono::minutes(1)).value();
   EXPECT_EQ(decoder->scale(), 0.0f);
   // Refused: another round, a stranger, no scale, and scales that are not finite, > 0 and
   // at most 1e30.
@@ -49,7 +47,6 @@ TEST(TernGradRounds, ReportsAreCheckedAndTheScaleIsTheLargestWithinTheClipOfTheM
     const absl::Status st = rounds->Accept("a", Report(5, bad));
     EXPECT_EQ(codecs::InputErrorOf(st), codecs::InputError::kNonFinite) << bad << ": " << st;
   }
-  PushHost host;
   ASSERT_TRUE(rounds->Accept("a", Report(5, 1.0)).ok());
   ASSERT_TRUE(rounds->Accept("b", Report(5, 1.5)).ok());
   ASSERT_TRUE(rounds->Accept("c", Report(5, 1.25)).ok());
@@ -90,13 +87,16 @@ TEST(TernGradRounds, ReportsAreCheckedAndTheScaleIsTheLargestWithinTheClipOfTheM
 // largest counts as it is.
 TEST(TernGradRounds, HalfwayThroughTheRoundTheReportsInSetTheScale) {
   auto rounds = TernGradRounds::Create(kSpec, 1000, /*clip=*/0).value();
-  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
-  auto decoder = rounds->BeginRound(1, {"a", "b", "c"}, deadline).value();
   PushHost host;
+  const auto deadline = host.now + std::chrono::seconds(200);
+  auto decoder = rounds->BeginRound(1, {"a", "b", "c"}, host.now, deadline).value();
   rounds->Tick(host);  // nobody reported
   ASSERT_TRUE(rounds->Accept("a", Report(1, 7.0)).ok());
   ASSERT_TRUE(rounds->Accept("b", Report(1, 70.0)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  host.now += std::chrono::seconds(99);
+  rounds->Tick(host);  // two of three, before half of the round's time: not yet
+  EXPECT_EQ(decoder->scale(), 0.0f);
+  host.now += std::chrono::seconds(2);
   rounds->Tick(host);
   EXPECT_EQ(decoder->scale(), 70.0f);
   EXPECT_EQ(host.pushed.size(), 3u) << "c, which never reported, gets it too";

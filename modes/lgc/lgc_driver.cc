@@ -8,6 +8,7 @@
 #include "codecs/str.h"
 #include "coordinator/collectors.h"
 #include "modes/fedavg/fedavg_driver.h"
+#include "modes/mode_rules.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
@@ -22,6 +23,38 @@ absl::Status LgcOptions::Validate() const {
         StrCat("--ae-device must be cpu, cuda, cuda:N or auto, not ", ae_device));
   }
   return absl::OkStatus();
+}
+
+namespace {
+// A job codec lgc(...) makes an LGC job, under --mode fedavg too (as before LGC had a mode
+// name); a malformed one is LGC's to refuse.
+bool ClaimsLgcCodec(std::string_view codec) {
+  auto plan = autoencoder::ParseLgcSpec(codec);
+  return !plan.ok() || plan->has_value();
+}
+
+// LGC's own codes, none of FedAvg's round protocols; its warm-up codecs (if any) are built
+// without the model's layout.
+absl::Status CheckLgcCodecs(const coordinator::RoundPlan& plan,
+                            const codecs::ModelLayout& /*layout*/) {
+  if (absl::Status st = RefuseFedAvgRoundProtocols(plan, Mode::kLgc); !st.ok()) return st;
+  auto lgc = autoencoder::ParseLgcSpec(plan.codec);
+  if (!lgc.ok()) return lgc.status();
+  if (!lgc->has_value()) return absl::InvalidArgumentError("--mode lgc needs an lgc(...) --codec");
+  return absl::OkStatus();
+}
+}  // namespace
+
+const coordinator::ModeTraits& LgcDriver::Traits() {
+  static const coordinator::ModeTraits traits{
+      .mode = Mode::kLgc,
+      .robust_aggregators = true,
+      .mode_in_job_key = false,
+      .codecs_take_layout = false,
+      .claims_codec = &ClaimsLgcCodec,
+      .check_codecs = &CheckLgcCodecs,
+  };
+  return traits;
 }
 
 LgcDriver::LgcDriver(LgcOptions options, coordinator::ServerOptimizer optimizer,
@@ -161,7 +194,7 @@ absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
         return agg_->Validate(round, spec, body);
       });
   if (absl::Status st = host.StartRound(participants, deadline, payloads_); !st.ok()) return st;
-  w.seen = w.asked = Clock::now();
+  w.seen = w.asked = host.Now();
   absl::Status watch;
   host.WaitUntil(
       deadline, [&] { return !watch.ok() || engine.AllComplete(); },
@@ -172,9 +205,16 @@ absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
   if (host.stopped()) return absl::OkStatus();
   report->hit_deadline = !engine.AllComplete();
   engine.Freeze();
-  const auto t0 = Clock::now();
   // The leader whose payload went out is the round's.
   if (!w.pushed.empty()) w.leader = w.pushed;
+  return CommitLeaderRound(host, round, &w, commit, report);
+}
+
+absl::Status LgcDriver::CommitLeaderRound(RoundHost& host, uint64_t round, LeaderWatch* watch,
+                                          CommitResult* commit, RoundReport* report) {
+  coordinator::RoundEngine& engine = host.engine();
+  LeaderWatch& w = *watch;
+  const auto t0 = Clock::now();
   // The model guard picks who counts: the round's candidate, else without the largest
   // values (at most a minority of them).
   coordinator::GuardedChoice choice;
@@ -234,7 +274,7 @@ absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, int stage,
     if (absl::Status st = PushLatent(host, round, participants, payloads, w); !st.ok()) return st;
   }
   // Gone: no event stream for 3 s (a reconnecting client is briefly absent).
-  const auto now = Clock::now();
+  const auto now = host.Now();
   if (std::find(live.begin(), live.end(), w->leader) != live.end()) w->seen = now;
   const bool gone = now - w->seen > std::chrono::seconds(3);
   // Each leader gets half of the time left when it was asked.
@@ -249,7 +289,7 @@ absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, int stage,
   if (next.empty()) return absl::OkStatus();
   w->tried.insert(next);
   w->leader = next;
-  w->seen = w->asked = Clock::now();
+  w->seen = w->asked = host.Now();
   {
     absl::MutexLock lock(&mu_);
     round_.leader = next;

@@ -40,6 +40,8 @@ class LgcDriver final : public coordinator::RoundDriver {
   using RoundHost = coordinator::RoundHost;
   using Clock = coordinator::Clock;
 
+  // What this mode answers about itself (coordinator/mode_traits.h).
+  static const coordinator::ModeTraits& Traits();
   // The plan comes from env.plan's codec (lgc(...)) and warm-up codecs.
   static absl::StatusOr<std::unique_ptr<LgcDriver>> Create(const LgcOptions& options,
                                                            const coordinator::ServerOptimizer& opt,
@@ -76,6 +78,10 @@ class LgcDriver final : public coordinator::RoundDriver {
                               const std::vector<std::string>& participants,
                               Clock::time_point deadline, coordinator::CommitResult* commit,
                               RoundReport* report);
+  // After the round froze: the leader's round aggregated (LgcAggregator) under the model
+  // guard, reported and committed.
+  absl::Status CommitLeaderRound(RoundHost& host, uint64_t round, LeaderWatch* watch,
+                                 coordinator::CommitResult* commit, RoundReport* report);
   // While a stage-2/3 round waits: pushes the leader's payload, promotes a new leader
   // when the current one vanished or is late.
   absl::Status WatchLeader(RoundHost& host, uint64_t round, int stage,

@@ -10,6 +10,7 @@
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "modes/mode_rules.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
@@ -40,6 +41,27 @@ LsgdDriver::LsgdDriver(LsgdOptions options, std::vector<float> initial, std::str
       robust_(std::move(robust)),
       initial_(std::move(initial)),
       state_dir_(std::move(state_dir)) {}
+
+namespace {
+// LSGD pulls clients towards a leader's model with its own protocol: the plain codecs of
+// the job, none of FedAvg's round protocols.
+absl::Status CheckLsgdCodecs(const coordinator::RoundPlan& plan,
+                             const codecs::ModelLayout& layout) {
+  if (absl::Status st = RefuseFedAvgRoundProtocols(plan, Mode::kLsgd); !st.ok()) return st;
+  return RefuseStatefulCodecs(plan, layout, Mode::kLsgd);
+}
+}  // namespace
+
+const coordinator::ModeTraits& LsgdDriver::Traits() {
+  // One leader's update per group: nothing to take a median of.
+  static const coordinator::ModeTraits traits{
+      .mode = Mode::kLsgd,
+      .check_codecs = &CheckLsgdCodecs,
+      .report_key = "lsgd_leader",
+      .report_heading = "leader",
+  };
+  return traits;
+}
 
 absl::StatusOr<std::unique_ptr<LsgdDriver>> LsgdDriver::Create(
     LsgdOptions options, std::vector<float> initial, std::string state_dir,
@@ -394,7 +416,7 @@ absl::Status LsgdDriver::RunRound(coordinator::RoundHost& host,
   const std::set<std::string> nobody;  // until elected
   if (absl::Status st = host.StartRound(participants, deadline, collector, &nobody); !st.ok())
     return st;
-  const auto opened = Clock::now();
+  const auto opened = host.Now();
   if (!CollectReports(host, opened, deadline)) return absl::OkStatus();
   const Election election = RunLeaders(host, round, opened, deadline, *collector);
   if (host.stopped()) return absl::OkStatus();

@@ -61,6 +61,8 @@ class LsgdDriver final : public coordinator::RoundDriver {
   using Clock = coordinator::Clock;
   using Updates = std::map<std::string, coordinator::PerClientCollector::Update>;
 
+  // What this mode answers about itself (coordinator/mode_traits.h).
+  static const coordinator::ModeTraits& Traits();
   // `initial`: the job's initial model, every group's first reference. Loads the state
   // of `committed_round` from `state_dir` when it is > 0.
   static absl::StatusOr<std::unique_ptr<LsgdDriver>> Create(

@@ -10,7 +10,9 @@
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/mixing.h"
+#include "modes/mode_rules.h"
 #include "modes/sgp/inbox.h"
+#include "modes/sgp/sgp_checks.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
@@ -28,6 +30,28 @@ absl::Status SgpOptions::Validate() const {
         "--sgp-overlap ", overlap, ": 0, or 1 (the next period trains while a share travels)"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+// SGP relays push-sum shares with its own accounting: the plain codecs of the job, none of
+// FedAvg's round protocols.
+absl::Status CheckSgpCodecs(const coordinator::RoundPlan& plan, const codecs::ModelLayout& layout) {
+  if (absl::Status st = RefuseFedAvgRoundProtocols(plan, Mode::kSgp); !st.ok()) return st;
+  return RefuseStatefulCodecs(plan, layout, Mode::kSgp);
+}
+}  // namespace
+
+const coordinator::ModeTraits& SgpDriver::Traits() {
+  // A share needs a peer to go to; shares are relayed, not summed (no median).
+  static const coordinator::ModeTraits traits{
+      .mode = Mode::kSgp,
+      .min_participants = 2,
+      .check_codecs = &CheckSgpCodecs,
+      .report_key = "sgp_consensus_distance",
+      .report_heading = "consensus",
+      .end_of_run_check = &CheckSgpMass,
+  };
+  return traits;
 }
 
 absl::StatusOr<std::unique_ptr<SgpDriver>> SgpDriver::Create(
@@ -178,7 +202,7 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
   auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/true);
   if (absl::Status st = host.StartRound(participants, deadline, collector, &waiting); !st.ok())
     return st;
-  const auto opened = Clock::now();
+  const auto opened = host.Now();
   host.WaitUntil(
       deadline, [&] { return engine.AllComplete(); },
       [&] {

@@ -55,6 +55,8 @@ class SgpDriver final : public coordinator::RoundDriver {
   // senders keep their shares (bounds what a client that never fetches can pin here).
   static constexpr size_t kMaxMailRounds = 8;
 
+  // What this mode answers about itself (coordinator/mode_traits.h).
+  static const coordinator::ModeTraits& Traits();
   // Loads the state of `committed_round` from `state_dir` when it is > 0.
   // `robust.clip`: a share whose sender model lies further than clip x the lower
   // median of the round's from the served model is withheld (its sender keeps it).

@@ -132,6 +132,13 @@ TEST(TernGrad, ARoundsDecoderTakesOnlyTheRoundsScaleAndSumsCodes) {
   EXPECT_TRUE(IsSharedScaleTernGrad(spec));
   EXPECT_FALSE(IsSharedScaleTernGrad("terngrad(bucket=128)"));
   EXPECT_FALSE(IsSharedScaleTernGrad("no codec"));
+  // Wrapped inside another codec, it is found in the parsed spec.
+  EXPECT_FALSE(NestsSharedScaleTernGrad(spec));
+  EXPECT_TRUE(NestsSharedScaleTernGrad("zstd(terngrad(shared=1))"));
+  EXPECT_TRUE(NestsSharedScaleTernGrad("ef(zstd(terngrad(bucket=64,shared=1)))"));
+  EXPECT_FALSE(NestsSharedScaleTernGrad("zstd(terngrad(shared=0))"));
+  EXPECT_FALSE(NestsSharedScaleTernGrad("zstd(qsgd(bits=4,bucket=10))"));
+  EXPECT_FALSE(NestsSharedScaleTernGrad("zstd(("));
   EXPECT_FALSE(TernGradRoundCodec::Create("terngrad(bucket=128)", 1000).ok());
   auto decoder = TernGradRoundCodec::Create(spec, 1000).value();
   EXPECT_TRUE(decoder->traits().summable);

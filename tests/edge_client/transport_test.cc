@@ -88,6 +88,7 @@ TEST(Transport, SleepLastsItsSecondsUnlessStopped) {
   EXPECT_GE(slept, 0.3);
   EXPECT_LT(slept, 5.0);
   std::thread stopper([&f] {
+    // sleep: stops a Sleep of 0.3 s, the behaviour under test
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     f.transport->Stop();
   });

@@ -77,6 +77,7 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeou
   const auto until = std::chrono::steady_clock::now() + timeout;
   while (!done()) {
     if (std::chrono::steady_clock::now() > until) return false;
+    // sleep: polls; the timeout is the caller's
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return true;
@@ -131,11 +132,12 @@ edge_client::EdgeClientOptions ClientDefaults(const std::string& dir, const std:
 
 InProcessCoordinator::InProcessCoordinator(coordinator::CoordinatorOptions options,
                                            modes::ModeOptions mode_options) {
-  auto mode = options.JobMode();
+  auto mode = modes::JobMode(options);
   EXPECT_TRUE(mode.ok()) << mode.status();
+  const coordinator::ModeTraits& traits = *mode.value();
   auto c = coordinator::Coordinator::Create(
-      options, [mode, mode_options](const coordinator::DriverEnv& env) {
-        return modes::MakeRoundDriver(mode.value(), mode_options, env);
+      options, traits, [&traits, mode_options](const coordinator::DriverEnv& env) {
+        return modes::MakeRoundDriver(traits.mode, mode_options, env);
       });
   EXPECT_TRUE(c.ok()) << c.status();
   c_ = std::move(c).value();
@@ -204,7 +206,8 @@ int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
 std::vector<float> CheckpointModel(const std::string& state_dir,
                                    const coordinator::CoordinatorOptions& o) {
   auto m = core::Model::Create(o.model, o.init_seed).value();
-  auto s = coordinator::ReadCheckpoint(state_dir, o.JobKey(m->dim(), &m->layout()));
+  auto s = coordinator::ReadCheckpoint(
+      state_dir, o.JobKey(m->dim(), &m->layout(), *modes::JobMode(o).value()));
   EXPECT_TRUE(s.ok() && s->has_value()) << s.status();
   return s.ok() && s->has_value() ? (*s)->model : std::vector<float>{};
 }

@@ -12,6 +12,7 @@
 #include "core/model.h"
 #include "edge_client/client_state.h"
 #include "gtest/gtest.h"
+#include "modes/drivers.h"
 #include "modes/lsgd/lsgd_driver.h"
 #include "modes/sgp/sgp_driver.h"
 #include "monitoring/metrics.h"
@@ -114,67 +115,69 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
                               "powersgd(rank=2,phases=2)", "gradiveq(dims=4,slice=64)",
                               "randk(ratio=0.01,seed=round)", "terngrad(shared=1)"}) {
       o.plan.codec = codec;
-      const absl::Status st = o.Validate();
+      const absl::Status st = modes::ValidateJob(o);
       EXPECT_TRUE(absl::IsInvalidArgument(st)) << mode << " " << codec << ": " << st;
       EXPECT_NE(std::string(st.message()).find("--mode fedavg"), std::string::npos) << st;
     }
     o.plan.codec = "topk(ratio=0.01)";
-    EXPECT_TRUE(o.Validate().ok()) << mode;
+    EXPECT_TRUE(modes::ValidateJob(o).ok()) << mode;
   }
   o.mode = "fedavg";
   o.plan.codec = "dgc(ratio=0.01)";
-  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_TRUE(modes::ValidateJob(o).ok());
   // PowerSGD is built from the job model's layout, which the validation reads too; LGC's
   // warm-up rounds build their codecs without one and refuse it.
   o.plan.codec = "powersgd(rank=2)";
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
   // GradiVeQ: bare (clients add what they keep of its error), and never as a warm-up codec
   // (its bases belong to the job codec).
   o.plan.codec = "gradiveq(dims=4,slice=64)";
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
   o.plan.warmup_codecs = {"gradiveq(dims=4,slice=64)"};
-  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("--codec-warmup"), std::string::npos);
   o.plan.warmup_codecs = {"fp32"};
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
   // rand-k from the round's seed: the FedAvg driver names it, also in warm-up rounds,
   // except before a gradiveq job (whose bases name the rounds' codecs).
   o.plan.warmup_codecs = {"randk(ratio=0.05,seed=round)"};
-  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("--codec-warmup"), std::string::npos);
   o.plan.codec = "topk(ratio=0.01)";
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
   o.plan.codec = "ef(randk(ratio=0.01,scale=0,seed=round))";
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
   o.plan.warmup_codecs = {"fp32"};
   o.plan.codec = "ef(gradiveq(dims=4,slice=64))";
-  EXPECT_NE(std::string(o.Validate().message()).find("gradiveq(...) itself"), std::string::npos);
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("gradiveq(...) itself"),
+            std::string::npos);
   o.plan.warmup_codecs.clear();
   // Two-phase PowerSGD is the FedAvg driver's round protocol: the job codec itself, not
   // wrapped, not a warm-up codec, and its Q payload (one chunk) within --chunk-bytes.
   o.plan.codec = "powersgd(rank=2,phases=2)";
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
   o.plan.codec = "zstd(powersgd(rank=2,phases=2))";
-  EXPECT_NE(std::string(o.Validate().message()).find("unwrapped"), std::string::npos)
-      << o.Validate();
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("unwrapped"), std::string::npos)
+      << modes::ValidateJob(o);
   o.plan.codec = "fp32";
   o.plan.warmup_codecs = {"powersgd(rank=2,phases=2)"};
-  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("--codec-warmup"), std::string::npos);
   o.plan.warmup_codecs.clear();
   // TernGrad's shared scale is agreed in the FedAvg driver's rounds: the job codec itself.
   o.plan.codec = "terngrad(shared=1)";
-  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
   o.plan.codec = "zstd(terngrad(shared=1))";
-  EXPECT_NE(std::string(o.Validate().message()).find("not inside another codec"), std::string::npos)
-      << o.Validate();
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("not inside another codec"),
+            std::string::npos)
+      << modes::ValidateJob(o);
   o.plan.codec = "fp32";
   o.plan.warmup_codecs = {"terngrad(shared=1)"};
-  EXPECT_NE(std::string(o.Validate().message()).find("--codec-warmup"), std::string::npos);
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("--codec-warmup"), std::string::npos);
   o.plan.warmup_codecs.clear();
   o.plan.codec = "powersgd(rank=8,phases=2)";
   o.plan.max_chunk_bytes = 4096;
-  EXPECT_NE(std::string(o.Validate().message()).find("--chunk-bytes"), std::string::npos)
-      << o.Validate();
+  EXPECT_NE(std::string(modes::ValidateJob(o).message()).find("--chunk-bytes"), std::string::npos)
+      << modes::ValidateJob(o);
   o.model = "no-such-model";
-  EXPECT_FALSE(o.Validate().ok());
+  EXPECT_FALSE(modes::ValidateJob(o).ok());
 }
 
 TEST(Modes, TheUploadOrderIsOneTheClientsKnow) {
@@ -182,10 +185,10 @@ TEST(Modes, TheUploadOrderIsOneTheClientsKnow) {
   o.insecure = true;
   for (const char* order : {"index", "layer", "magnitude"}) {
     o.plan.upload_order = order;
-    EXPECT_TRUE(o.Validate().ok()) << order;
+    EXPECT_TRUE(modes::ValidateJob(o).ok()) << order;
   }
   o.plan.upload_order = "random";
-  const absl::Status st = o.Validate();
+  const absl::Status st = modes::ValidateJob(o);
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_NE(std::string(st.message()).find("--upload-order"), std::string::npos) << st;
 }

@@ -252,6 +252,7 @@ TEST(Service, SixHundredUnreadDownloadsDoNotGrowTheCoordinator) {
     }
     ASSERT_TRUE(d->Finish().ok());
   }
+  // sleep: lets RSS settle before measuring
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const int64_t baseline = RssKiB(coordinator.pid());
   constexpr int kDownloads = 600;
@@ -266,12 +267,14 @@ TEST(Service, SixHundredUnreadDownloadsDoNotGrowTheCoordinator) {
   EXPECT_TRUE(WaitFor([&] { return MetricValue(metrics_port, "fedlgc_open_calls") >= kDownloads; },
                       std::chrono::seconds(30)))
       << "open: " << MetricValue(metrics_port, "fedlgc_open_calls");
+  // sleep: lets RSS settle
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const int64_t loaded = RssKiB(coordinator.pid());
   for (auto& c : contexts) c->TryCancel();
   for (auto& r : readers) (void)r->Finish();
   EXPECT_TRUE(WaitFor([&] { return MetricValue(metrics_port, "fedlgc_open_calls") == 0; },
                       std::chrono::seconds(30)));
+  // sleep: lets RSS settle
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const int64_t after = RssKiB(coordinator.pid());
   std::printf("coordinator RSS: %lld KiB after one download, %lld KiB with %d unread "

@@ -81,6 +81,7 @@ bool AllGone(const std::set<int>& pids, std::chrono::seconds within) {
     }
     if (!alive) return true;
     if (std::chrono::steady_clock::now() >= until) return false;
+    // sleep: polls for the process to exit
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }

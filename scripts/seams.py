@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""The seams' ratchet: counts in the source what docs/architecture.md says should shrink
+and fails when one grows past its baseline (scripts/seams_baseline.json).
+
+    scripts/seams.py [--root DIR] [--update] [--list NAME]
+
+  mode_rules       `Mode::k...` written outside modes/ and core/protocol.h (the wire names):
+                   a rule about one mode decided by code that is not the mode's
+  long_functions   function definitions over 80 lines, signature included (product .cc)
+  test_sleeps      sleeps in tests without a `// sleep: <why>` on their line or the one before
+                   (a test that waits out a deadline moves a fake clock instead)
+  stderr_prints    fprintf(stderr, ...) in product code (the logger's job)
+  lgc_stage_ints   LGC stages compared with or set to bare integers
+  codecs_helpers   files outside codecs/ that include codecs/{str,crc32c,spec}.h, helpers
+                   every folder uses
+
+--update writes the current counts as the baseline (after a change that lowers them);
+--list NAME prints where one count comes from.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+PRODUCT_SKIP = ("build", "tests", "bench", "examples", ".git", "docs", "python/fedlgc")
+
+
+def is_test(rel):
+    return rel.startswith("tests/") or rel.endswith("_test.cc") or "/testing/" in rel
+
+
+def sources(root, exts=(".cc", ".h")):
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        top = rel_dir.split(os.sep)[0]
+        if top.startswith("build") or top in (".git", "node_modules"):
+            dirnames[:] = []
+            continue
+        for f in sorted(filenames):
+            if f.endswith(exts):
+                rel = os.path.normpath(os.path.join(rel_dir, f))
+                yield rel, os.path.join(dirpath, f)
+
+
+def product(rel):
+    return not is_test(rel) and not rel.startswith(PRODUCT_SKIP)
+
+
+def blank_comments_and_strings(src):
+    """The source with comments, string and character literals blanked (newlines kept)."""
+    out, i, n = [], 0, len(src)
+    while i < n:
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif src.startswith('R"', i) and re.match(r'R"([^(\s]*)\(', src[i:]):
+            delim = ")" + re.match(r'R"([^(\s]*)\(', src[i:]).group(1) + '"'
+            j = src.find(delim, i)
+            j = n if j < 0 else j + len(delim)
+        elif src[i] == '"' or (src[i] == "'" and not (i > 0 and src[i - 1].isalnum())):
+            j = i + 1
+            while j < n and src[j] != src[i] and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            j += 1
+        else:
+            out.append(src[i])
+            i += 1
+            continue
+        out.append("".join(c if c == "\n" else " " for c in src[i:j]))
+        i = j
+    return "".join(out)
+
+
+def long_functions(root, limit=80):
+    """(lines, file:line, name) of function definitions longer than `limit` lines, counted
+    from the signature's first line to the closing brace."""
+    found = []
+    for rel, path in sources(root, (".cc",)):
+        if not product(rel):
+            continue
+        src = blank_comments_and_strings(open(path, errors="replace").read())
+        src = "\n".join("" if l.lstrip().startswith("#") else l for l in src.split("\n"))
+        stack = []
+        for i, c in enumerate(src):
+            if c == "{":
+                k = i - 1
+                while k >= 0 and src[k] not in ";{}":
+                    k -= 1
+                head = " ".join(src[k + 1:i].split())
+                scopes_only = all(s == "scope" for s in stack)
+                if re.search(r"\bnamespace\b", head) and "(" not in head:
+                    stack.append("scope")
+                elif re.search(r"\b(class|struct|union)\b[^()]*$", head):
+                    stack.append("scope")
+                elif scopes_only and ")" in head and not re.search(r"=\s*$", head) \
+                        and not head.endswith("]"):
+                    start = k + 1
+                    while start < i and src[start].isspace():
+                        start += 1
+                    m = re.search(r"([~\w:]+)\s*\(", head)
+                    stack.append(("fn", m.group(1) if m else head[:50],
+                                  src.count("\n", 0, start) + 1))
+                else:
+                    stack.append("block")
+            elif c == "}" and stack:
+                top = stack.pop()
+                if isinstance(top, tuple):
+                    lines = src.count("\n", 0, i) + 1 - top[2] + 1
+                    if lines > limit:
+                        found.append((lines, f"{rel}:{top[2]}", top[1]))
+    return sorted(found, reverse=True)
+
+
+def grep(root, pattern, keep, flags=0):
+    rx = re.compile(pattern, flags)
+    hits = []
+    for rel, path in sources(root):
+        if not keep(rel):
+            continue
+        for n, line in enumerate(open(path, errors="replace"), 1):
+            if rx.search(line):
+                hits.append(f"{rel}:{n}: {line.strip()}")
+    return hits
+
+
+def marked_out(root, hits, mark):
+    """The hits whose line, or the line before, does not carry `mark`."""
+    kept = []
+    for hit in hits:
+        rel, n = hit.split(":")[:2]
+        lines = open(os.path.join(root, rel), errors="replace").read().split("\n")
+        n = int(n)
+        if mark not in lines[n - 1] and not (n >= 2 and mark in lines[n - 2]):
+            kept.append(hit)
+    return kept
+
+
+def stderr_prints(root):
+    hits = []
+    for rel, path in sources(root, (".cc",)):
+        if not product(rel):
+            continue
+        src = open(path, errors="replace").read()
+        for m in re.finditer(r"fprintf\s*\(\s*stderr", src):
+            hits.append(f"{rel}:{src.count(chr(10), 0, m.start()) + 1}")
+    return hits
+
+
+def measure(root):
+    mode_rules = grep(root, r"\bMode::k[A-Z]",
+                      lambda r: product(r) and not r.startswith("modes/")
+                      and r != os.path.normpath("core/protocol.h"))
+    sleeps = marked_out(root, grep(root, r"sleep_for|SleepFor\(|\busleep\(|\bsleep\(",
+                                   lambda r: is_test(r)), "// sleep:")
+    stage_ints = grep(root,
+                      r"stage\(\)\s*(==|!=|<=|>=|<|>)\s*\d|\bstage\s*(==|!=|<=|>=|<|>)\s*\d"
+                      r"|set_stage\(\d|lgc_stage\s*(==|!=|<|>|=)\s*\d",
+                      lambda r: product(r))
+    helpers = sorted({h.split(":")[0] for h in grep(
+        root, r'#include "codecs/(str|crc32c|spec)\.h"',
+        lambda r: not r.startswith("codecs/"))})
+    return {
+        "mode_rules": mode_rules,
+        "long_functions": [f"{n} lines {where} {name}" for n, where, name in long_functions(root)],
+        "test_sleeps": sleeps,
+        "stderr_prints": stderr_prints(root),
+        "lgc_stage_ints": stage_ints,
+        "codecs_helpers": helpers,
+    }
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=os.path.dirname(here))
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("--list")
+    args = ap.parse_args()
+    found = measure(args.root)
+    if args.list:
+        print("\n".join(found[args.list]))
+        return 0
+    baseline_path = os.path.join(args.root, "scripts", "seams_baseline.json")
+    counts = {k: len(v) for k, v in found.items()}
+    if args.update:
+        with open(baseline_path, "w") as f:
+            json.dump(counts, f, indent=2, sort_keys=True)
+            f.write("\n")
+        print(f"seams: baseline written: {counts}")
+        return 0
+    with open(baseline_path) as f:
+        baseline = json.load(f)
+    failed = False
+    for name, n in counts.items():
+        limit = baseline.get(name)
+        mark = "ok"
+        if limit is None:
+            mark, failed = "no baseline", True
+        elif n > limit:
+            mark, failed = f"GREW past {limit}", True
+        elif n < limit:
+            mark = f"below {limit}: lower the baseline (--update)"
+        print(f"seams: {name:16s} {n:4d}  {mark}")
+        if limit is not None and n > limit:
+            for where in found[name]:
+                print(f"    {where}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

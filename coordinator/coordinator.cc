@@ -67,9 +67,6 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
     if (!bytes.ok()) return bytes.status();
     files->model_sha256 = core::Sha256Hex(*bytes);
     files->model_file = MakeBlob(1, *std::move(bytes));
-    std::fprintf(stderr, "coordinator: model %s (sha256:%s, %zu parameters%s) served to clients\n",
-                 o.model.c_str(), files->model_sha256.c_str(), eval_model_->dim(),
-                 o.buffers == "average" ? " with its buffers" : "");
   }
   if (o.eval_every > 0) {
     auto test = core::LoadDataset(o.test_data_options(), false, o.eval_limit);
@@ -95,6 +92,12 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
     };
   }
   guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
+  // Said once the model has taken the test and guard sets (a refusal is the only line).
+  if (files->model_file != nullptr) {
+    std::fprintf(stderr, "coordinator: model %s (sha256:%s, %zu parameters%s) served to clients\n",
+                 o.model.c_str(), files->model_sha256.c_str(), eval_model_->dim(),
+                 o.buffers == "average" ? " with its buffers" : "");
+  }
   return absl::OkStatus();
 }
 

@@ -222,7 +222,7 @@ std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
   return held;
 }
 
-std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
+std::optional<ChunkResult> RoundEngine::AdmitSenderLocked(const ChunkIn& c) const {
   if (!round_ || c.round != round_->number || round_->frozen) {
     return Refused(
         RejectReason::kWrongRound,
@@ -260,6 +260,12 @@ std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
                    absl::FailedPreconditionError(StrCat(
                        "client ", c.client_id, " has nothing to upload in round ", c.round)));
   }
+  return std::nullopt;
+}
+
+std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
+  if (auto no = AdmitSenderLocked(c)) return no;
+  const Round& r = *round_;
   auto it = r.updates.find(c.client_id);
   const Update* u = it == r.updates.end() ? nullptr : &it->second;
   if (c.frame.empty()) {  // a query: report what is held

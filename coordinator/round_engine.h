@@ -258,6 +258,11 @@ class RoundEngine {
   // the wrong call, or fields out of range; the answer to a query; nullopt for a chunk
   // to decode.
   std::optional<ChunkResult> AdmitLocked(const ChunkIn& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AdmitLocked's first step: whether this sender may send this round a chunk of this kind
+  // (open round, participant, not quarantined, joined, shares as the round takes them,
+  // an uploader); nullopt when it may.
+  std::optional<ChunkResult> AdmitSenderLocked(const ChunkIn& c) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a decoded chunk to the open round (or finds it is a duplicate by now).
   ChunkResult CollectLocked(const ChunkIn& c, DecodedChunk decoded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

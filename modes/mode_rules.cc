@@ -50,4 +50,10 @@ absl::Status RefuseStatefulCodecs(const coordinator::RoundPlan& plan,
   return absl::OkStatus();
 }
 
+absl::Status CheckOwnProtocolCodecs(const coordinator::RoundPlan& plan,
+                                    const codecs::ModelLayout& layout, Mode mode) {
+  if (absl::Status st = RefuseFedAvgRoundProtocols(plan, mode); !st.ok()) return st;
+  return RefuseStatefulCodecs(plan, layout, mode);
+}
+
 }  // namespace fedlgc::modes

@@ -23,6 +23,11 @@ absl::Status RefuseFedAvgRoundProtocols(const coordinator::RoundPlan& plan, Mode
 absl::Status RefuseStatefulCodecs(const coordinator::RoundPlan& plan,
                                   const codecs::ModelLayout& layout, Mode mode);
 
+// Both of the above: the codec rules of a mode with a protocol of its own that accounts for
+// what a codec loses (LSGD, SGP).
+absl::Status CheckOwnProtocolCodecs(const coordinator::RoundPlan& plan,
+                                    const codecs::ModelLayout& layout, Mode mode);
+
 }  // namespace fedlgc::modes
 
 #endif  // FEDLGC_MODES_MODE_RULES_H_

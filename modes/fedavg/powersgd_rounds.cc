@@ -223,7 +223,7 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
         return Validate(round, spec, body);
       });
   if (absl::Status st = host.StartRound(participants, deadline, payloads); !st.ok()) return st;
-  WaitForMessages(host, participants, deadline, robust.clip, *payloads, report);
+  WaitForMessages(host, round, participants, deadline, robust.clip, *payloads, report);
   if (host.stopped()) return absl::OkStatus();
   report->hit_deadline = payloads->Count(codecs::kPowerSgdMessageSpec) < participants.size();
   engine.Freeze();
@@ -260,7 +260,7 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
   return absl::OkStatus();
 }
 
-void PowerSgdRounds::WaitForMessages(coordinator::RoundHost& host,
+void PowerSgdRounds::WaitForMessages(coordinator::RoundHost& host, uint64_t round,
                                      const std::vector<std::string>& participants,
                                      coordinator::Clock::time_point deadline, double clip,
                                      const coordinator::PayloadCollector& payloads,
@@ -281,7 +281,7 @@ void PowerSgdRounds::WaitForMessages(coordinator::RoundHost& host,
         if (factor.empty()) return;
         protos::ServerEvent e;
         protos::PowerSgdFactor* f = e.mutable_mode()->mutable_powersgd_factor();
-        f->set_round(host.engine().current_round());
+        f->set_round(round);
         f->set_factor(core::FloatsToBytes(factor));
         {
           absl::MutexLock lock(&mu_);

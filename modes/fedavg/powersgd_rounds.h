@@ -74,7 +74,8 @@ class PowerSgdRounds {
   absl::Status Load(uint64_t round);
   // Waits until every participant's Q message is in or the deadline: once every P is in,
   // or half of the round's time is gone and one is, pushes P^ (phase 2).
-  void WaitForMessages(coordinator::RoundHost& host, const std::vector<std::string>& participants,
+  void WaitForMessages(coordinator::RoundHost& host, uint64_t round,
+                       const std::vector<std::string>& participants,
                        coordinator::Clock::time_point deadline, double clip,
                        const coordinator::PayloadCollector& payloads, RoundReport* report);
   // The Q messages made against `factor` (tagged `tag`); none before phase 2.

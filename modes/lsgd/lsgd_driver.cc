@@ -47,8 +47,7 @@ namespace {
 // the job, none of FedAvg's round protocols.
 absl::Status CheckLsgdCodecs(const coordinator::RoundPlan& plan,
                              const codecs::ModelLayout& layout) {
-  if (absl::Status st = RefuseFedAvgRoundProtocols(plan, Mode::kLsgd); !st.ok()) return st;
-  return RefuseStatefulCodecs(plan, layout, Mode::kLsgd);
+  return CheckOwnProtocolCodecs(plan, layout, Mode::kLsgd);
 }
 }  // namespace
 

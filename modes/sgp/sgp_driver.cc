@@ -36,8 +36,7 @@ namespace {
 // SGP relays push-sum shares with its own accounting: the plain codecs of the job, none of
 // FedAvg's round protocols.
 absl::Status CheckSgpCodecs(const coordinator::RoundPlan& plan, const codecs::ModelLayout& layout) {
-  if (absl::Status st = RefuseFedAvgRoundProtocols(plan, Mode::kSgp); !st.ok()) return st;
-  return RefuseStatefulCodecs(plan, layout, Mode::kSgp);
+  return CheckOwnProtocolCodecs(plan, layout, Mode::kSgp);
 }
 }  // namespace
 

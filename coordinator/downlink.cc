@@ -10,14 +10,11 @@
 #include "codecs/crc32c.h"
 #include "codecs/spec.h"
 #include "codecs/str.h"
+#include "coordinator/downlink_state.h"
 #include "core/atomic_file.h"
 
 namespace fedlgc::coordinator {
 namespace {
-
-constexpr uint32_t kMagic = 0x4C4E4C44;  // "DLNL"
-// 2: the job key and the CRC32C of the true model the held one follows.
-constexpr uint32_t kVersion = 2;
 
 std::string FloatBytes(std::span<const float> v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -93,26 +90,21 @@ absl::StatusOr<std::unique_ptr<codecs::BroadcastEncoder>> LoadSaved(
   if (!saved) return nullptr;
   const uint64_t version = *saved;
   const std::string path = core::RoundStatePath(dir, prefix, version);
-  std::string bytes;
-  auto reader = core::ReadRoundState(dir, prefix, version, kMagic, kVersion, &bytes);
-  if (!reader.ok()) {
-    std::fprintf(stderr, "coordinator: %s: %s; clients download the model whole once\n",
-                 path.c_str(), std::string(reader.status().message()).c_str());
+  auto saved_state = LoadDownlinkState(dir, prefix, version);
+  if (!saved_state.ok()) {
+    std::fprintf(stderr, "coordinator: %s; clients download the model whole once\n",
+                 std::string(saved_state.status().message()).c_str());
     return nullptr;
   }
-  std::string codec, job, state;
-  uint32_t crc = 0;
-  if (!reader->Str(&codec) || !reader->Str(&job) || !reader->U32(&crc) ||
-      !reader->Str(&state, size_t{1} << 34) || !reader->done()) {
-    return absl::DataLossError(StrCat(path, ": truncated"));
-  }
-  if (codec != o.codec || job != o.job || (version == at_most && crc != true_crc)) {
+  const DownlinkState& st = *saved_state;
+  if (st.codec != o.codec || st.job != o.job || (version == at_most && st.true_crc != true_crc)) {
     std::fprintf(stderr,
                  "coordinator: %s belongs to another %s: clients download the model whole once\n",
-                 path.c_str(), codec != o.codec ? "downlink codec" : job != o.job ? "job" : "model");
+                 path.c_str(),
+                 st.codec != o.codec ? "downlink codec" : st.job != o.job ? "job" : "model");
     return nullptr;
   }
-  auto enc = codecs::BroadcastEncoder::Restore(BroadcastOptionsOf(o), state);
+  auto enc = codecs::BroadcastEncoder::Restore(BroadcastOptionsOf(o), st.encoder);
   if (!enc.ok()) return enc.status();
   if ((*enc)->version() != version) {
     return absl::DataLossError(StrCat(path, ": holds version ", (*enc)->version()));
@@ -126,20 +118,11 @@ absl::StatusOr<std::vector<float>> Downlink::SavedHeld(const DownlinkOptions& op
                                                        const std::string& state_dir,
                                                        const std::string& name,
                                                        uint64_t version) {
-  const std::string prefix = PrefixOf(name);
-  std::string bytes;
-  auto reader = core::ReadRoundState(state_dir, prefix, version, kMagic, kVersion, &bytes);
-  if (!reader.ok()) return reader.status();
-  std::string codec, job, state;
-  uint32_t crc = 0;
-  if (!reader->Str(&codec) || !reader->Str(&job) || !reader->U32(&crc) ||
-      !reader->Str(&state, size_t{1} << 34) || !reader->done()) {
-    return absl::DataLossError(StrCat(core::RoundStatePath(state_dir, prefix, version),
-                                      ": truncated"));
-  }
+  auto saved = LoadDownlinkState(state_dir, PrefixOf(name), version);
+  if (!saved.ok()) return saved.status();
   codecs::BroadcastOptions b = BroadcastOptionsOf(options);
-  b.codec = codec;
-  auto enc = codecs::BroadcastEncoder::Restore(b, state);
+  b.codec = saved->codec;
+  auto enc = codecs::BroadcastEncoder::Restore(b, saved->encoder);
   if (!enc.ok()) return enc.status();
   return std::vector<float>((*enc)->held().begin(), (*enc)->held().end());
 }
@@ -196,13 +179,9 @@ void Downlink::ResetBlobsLocked() {
 
 absl::Status Downlink::SaveLocked() {
   const uint64_t version = encoder_->version();
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, version);
-  w.Str(options_.codec);
-  w.Str(options_.job);
-  w.U32(true_crc_);
-  w.Str(encoder_->SaveState());
-  if (absl::Status st =
-          core::AtomicWriteFile(core::RoundStatePath(state_dir_, prefix_, version), w.Finish());
+  if (absl::Status st = SaveDownlinkState(
+          state_dir_, prefix_, version,
+          DownlinkState{options_.codec, options_.job, true_crc_, encoder_->SaveState()});
       !st.ok()) {
     return st;
   }

@@ -106,6 +106,8 @@ struct Receipt {
   uint64_t update_id = 0;
   uint32_t chunk_count = 0;
   std::vector<uint32_t> counted;
+
+  bool operator==(const Receipt&) const = default;
 };
 
 struct CommitResult {
@@ -131,6 +133,8 @@ struct EngineState {
   // flight, so a receipt lost with a connection never makes it resend or re-absorb a
   // counted update.
   std::map<std::string, std::vector<Receipt>> receipts;
+
+  bool operator==(const EngineState&) const = default;
 };
 
 // How many receipts per client survive (in memory and in checkpoints).

@@ -41,6 +41,8 @@ struct PendingUpdate {
   // The job id (JoinReply) of the coordinator it was made for; empty in files older than
   // version 9. A client that fails over to another coordinator gives it up.
   std::string job;
+
+  bool operator==(const PendingUpdate&) const = default;
 };
 
 // LSGD and SGP: the model the client keeps between rounds, and where it stands.
@@ -59,6 +61,8 @@ struct LocalModel {
   // receipt says it was delivered.
   double share_pw = 0;
   std::vector<float> share;
+
+  bool operator==(const LocalModel&) const = default;
 };
 
 struct ClientState {
@@ -78,6 +82,8 @@ struct ClientState {
   // version it was trained from.
   uint64_t scale_round = 0;
   uint64_t scale_version = 0;
+
+  bool operator==(const ClientState&) const = default;
 };
 
 absl::Status SaveClientState(const std::string& path, const ClientState& state);

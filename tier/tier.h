@@ -52,6 +52,8 @@ struct KeptRound {
   bool handed = false;         // given to the upstream client
   std::vector<float> delta;    // the round's update
   std::vector<float> carry;    // earlier rounds' updates that did not go up (or empty)
+
+  bool operator==(const KeptRound&) const = default;
 };
 absl::Status SaveKeptRound(const std::string& path, const KeptRound& kept);
 // nullopt when there is no file.

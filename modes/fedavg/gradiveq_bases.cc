@@ -5,14 +5,10 @@
 
 #include "codecs/registry.h"
 #include "codecs/str.h"
-#include "core/atomic_file.h"
+#include "modes/fedavg/fedavg_state.h"
 
 namespace fedlgc::modes {
 namespace {
-
-constexpr uint32_t kMagic = 0x53425647;  // "GVBS"
-constexpr uint32_t kVersion = 1;
-constexpr char kStatePrefix[] = "gradiveq";
 
 absl::StatusOr<std::shared_ptr<const codecs::GradiVeQ>> Build(
     const std::string& spec, const codecs::ModelLayout& layout,
@@ -113,34 +109,24 @@ absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> GradiveqBases::Blo
 }
 
 absl::Status GradiveqBases::Save(uint64_t round) const {
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
-  {
-    absl::MutexLock lock(&mu_);
-    w.Str(basis_ ? basis_->bytes() : std::string());
-  }
-  return core::SaveRoundState(state_dir_, kStatePrefix, round, w.Finish());
+  absl::MutexLock lock(&mu_);
+  return SaveGradiveqBasis(state_dir_, round, basis_ ? basis_->bytes() : std::string());
 }
 
 absl::Status GradiveqBases::Load(uint64_t round) {
-  std::string bytes;
-  auto reader = core::ReadRoundState(state_dir_, kStatePrefix, round, kMagic, kVersion, &bytes);
-  if (absl::IsNotFound(reader.status())) {
+  auto basis = LoadGradiveqBasis(state_dir_, round);
+  if (absl::IsNotFound(basis.status())) {
     std::fprintf(stderr,
                  "coordinator: no GradiVeQ bases beside the checkpoint of round %llu: the next "
                  "round fits new ones\n",
                  static_cast<unsigned long long>(round));
     return absl::OkStatus();
   }
-  if (!reader.ok()) return reader.status();
-  std::string basis;
-  if (!reader->Str(&basis)) {
-    return absl::DataLossError(
-        StrCat(core::RoundStatePath(state_dir_, kStatePrefix, round), ": malformed"));
-  }
-  if (basis.empty()) return absl::OkStatus();
-  auto parsed = codecs::SliceBasis::Parse(basis, layout_);
+  if (!basis.ok()) return basis.status();
+  if (basis->empty()) return absl::OkStatus();
+  auto parsed = codecs::SliceBasis::Parse(*basis, layout_);
   if (!parsed.ok()) {
-    return absl::DataLossError(StrCat(core::RoundStatePath(state_dir_, kStatePrefix, round), ": ",
+    return absl::DataLossError(StrCat(GradiveqBasisPath(state_dir_, round), ": ",
                                       std::string(parsed.status().message())));
   }
   return Use(std::make_shared<const codecs::SliceBasis>(*std::move(parsed)));

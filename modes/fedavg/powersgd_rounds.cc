@@ -9,17 +9,13 @@
 #include "codecs/input_error.h"
 #include "codecs/str.h"
 #include "coordinator/collectors.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "modes/fedavg/fedavg_driver.h"
+#include "modes/fedavg/fedavg_state.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
 namespace {
-
-constexpr uint32_t kMagic = 0x51475350;  // "PSGQ"
-constexpr uint32_t kVersion = 1;
-constexpr std::string_view kStatePrefix = "powersgd_query";
 
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -40,39 +36,31 @@ absl::StatusOr<std::unique_ptr<PowerSgdRounds>> PowerSgdRounds::Create(
 }
 
 absl::Status PowerSgdRounds::Save(uint64_t round) const {
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
-  w.Floats(next_query_);
-  return core::SaveRoundState(state_dir_, kStatePrefix, round, w.Finish());
+  return SavePowerSgdQuery(state_dir_, round, next_query_);
 }
 
 absl::Status PowerSgdRounds::Load(uint64_t round) {
-  std::string bytes;
-  auto reader = core::ReadRoundState(state_dir_, kStatePrefix, round, kMagic, kVersion, &bytes);
-  if (absl::IsNotFound(reader.status())) {
+  auto q = LoadPowerSgdQuery(state_dir_, round);
+  if (absl::IsNotFound(q.status())) {
     std::fprintf(stderr,
                  "coordinator: no PowerSGD query beside the checkpoint of round %llu: the next "
                  "round draws one\n",
                  static_cast<unsigned long long>(round));
     return absl::OkStatus();
   }
-  if (!reader.ok()) return reader.status();
-  std::vector<float> q;
-  if (!reader->Floats(&q)) {
-    return absl::DataLossError(
-        StrCat(core::RoundStatePath(state_dir_, kStatePrefix, round), ": malformed"));
-  }
-  if (!q.empty() && q.size() != math_.query_floats()) {
-    return absl::DataLossError(StrCat(core::RoundStatePath(state_dir_, kStatePrefix, round),
-                                      ": a query of ", q.size(), " floats; the codec's has ",
+  if (!q.ok()) return q.status();
+  if (!q->empty() && q->size() != math_.query_floats()) {
+    return absl::DataLossError(StrCat(PowerSgdQueryPath(state_dir_, round), ": a query of ",
+                                      q->size(), " floats; the codec's has ",
                                       math_.query_floats()));
   }
-  for (float v : q) {
+  for (float v : *q) {
     if (!std::isfinite(v)) {
       return absl::DataLossError(
-          StrCat(core::RoundStatePath(state_dir_, kStatePrefix, round), ": a non-finite query"));
+          StrCat(PowerSgdQueryPath(state_dir_, round), ": a non-finite query"));
     }
   }
-  next_query_ = std::move(q);
+  next_query_ = *std::move(q);
   return absl::OkStatus();
 }
 

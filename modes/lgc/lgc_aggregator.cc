@@ -12,14 +12,10 @@
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "modes/lgc/lgc_state.h"
 
 namespace fedlgc::modes {
 namespace {
-
-constexpr uint32_t kMagic = 0x53474C46;  // "FLGS"
-// 3: u64 steps, str autoencoder, u32 n and n x (str client, u64 the last round it led). 2 (a
-// support before the autoencoder, echoes after it) and 1 (the support) still load.
-constexpr uint32_t kVersion = 3;
 
 std::string StatePath(const std::string& dir, uint64_t round) {
   return core::RoundStatePath(dir, "lgc", round);
@@ -413,63 +409,27 @@ absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
 }
 
 absl::Status LgcAggregator::Save(uint64_t round) const {
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
-  w.U64(ae_steps_);
+  LgcState state;
+  state.ae_steps = ae_steps_;
   {
     absl::MutexLock ae_lock(&ae_mu_);
-    w.Str(ae_ ? ae_->Serialize() : std::string());
+    if (ae_) state.autoencoder = ae_->Serialize();
   }
-  w.U32(static_cast<uint32_t>(led_.size()));
-  for (const auto& [client, r] : led_) {
-    w.Str(client);
-    w.U64(r);
-  }
-  return core::SaveRoundState(state_dir_, "lgc", round, w.Finish());
+  state.led = led_;
+  return SaveLgcState(state_dir_, round, state);
 }
 
 absl::Status LgcAggregator::Load(uint64_t round) {
-  const std::string path = StatePath(state_dir_, round);
-  std::string bytes;
-  uint32_t version = kVersion;
-  auto reader = core::ReadRoundState(state_dir_, "lgc", round, kMagic, kVersion, &bytes);
-  for (uint32_t old : {2u, 1u}) {  // states of the protocols before this one
-    if (reader.ok()) break;
-    auto r = core::ReadRoundState(state_dir_, "lgc", round, kMagic, old, &bytes);
-    if (r.ok()) reader = std::move(r), version = old;
-  }
-  if (!reader.ok()) return reader.status();
-  core::StateReader& r = *reader;
-  const auto malformed = [&] { return absl::DataLossError(StrCat(path, ": malformed LGC state")); };
-  std::string ae, support;
-  if (!r.U64(&ae_steps_)) return malformed();
-  if (version < 3 && !r.Str(&support, 64u << 20)) return malformed();  // not used any more
-  if (!r.Str(&ae, 1u << 30)) return malformed();
-  if (version == 3) {
-    uint32_t n = 0;
-    if (!r.U32(&n)) return malformed();
-    for (uint32_t i = 0; i < n; ++i) {
-      std::string client;
-      uint64_t led = 0;
-      if (!r.Str(&client) || !r.U64(&led) || led > round) return malformed();
-      led_[client] = led;
-    }
-  }
-  if (version == 2) {  // echoes, not kept any more
-    uint32_t n = 0;
-    if (!r.U32(&n)) return malformed();
-    for (uint32_t i = 0; i < n; ++i) {
-      std::string client, values;
-      uint64_t v = 0;
-      if (!r.Str(&client) || !r.U64(&v) || !r.Str(&values, 64u << 20)) return malformed();
-    }
-  }
-  if (!r.done()) return malformed();
+  auto loaded = LoadLgcState(state_dir_, round);
+  if (!loaded.ok()) return loaded.status();
+  ae_steps_ = loaded->ae_steps;
+  led_ = std::move(loaded->led);
   if (!plan_.autoencoder()) return absl::OkStatus();
-  if (ae.empty()) {
-    return absl::DataLossError(
-        StrCat(path, ": no autoencoder in the state of a job with one (train > 0)"));
+  if (loaded->autoencoder.empty()) {
+    return absl::DataLossError(StrCat(StatePath(state_dir_, round),
+                                      ": no autoencoder in the state of a job with one (train > 0)"));
   }
-  auto restored = autoencoder::Autoencoder::Deserialize(ae, ae_options_);
+  auto restored = autoencoder::Autoencoder::Deserialize(loaded->autoencoder, ae_options_);
   if (!restored.ok()) return restored.status();
   absl::MutexLock ae_lock(&ae_mu_);
   ae_ = std::move(restored).value();

@@ -8,20 +8,12 @@
 
 #include "codecs/input_error.h"
 #include "codecs/str.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "modes/mode_rules.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
-namespace {
-
-constexpr uint32_t kMagic = 0x4C534744;  // "LSGD"
-constexpr uint32_t kVersion = 1;
-
-}  // namespace
-
 absl::Status LsgdOptions::Validate() const {
   if (!(pull > 0 && pull <= 1) || !(global_pull > 0 && global_pull <= 1)) {
     return absl::InvalidArgumentError("--lsgd-pull and --lsgd-global-pull must be in (0, 1]");
@@ -87,36 +79,36 @@ bool LsgdDriver::IsGlobalRound(uint64_t round) const {
 }
 
 void LsgdDriver::FormGroupsLocked(const std::vector<std::vector<std::string>>& groups) {
-  refs_.assign(groups.size(), initial_);
-  ref_versions_.assign(groups.size(), 0);
+  state_.refs.assign(groups.size(), initial_);
+  state_.ref_versions.assign(groups.size(), 0);
   blobs_.assign(groups.size(), nullptr);
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (const std::string& c : groups[g]) group_of_[c] = g;
+    for (const std::string& c : groups[g]) state_.group_of[c] = g;
     PublishLocked(g);
   }
 }
 
 void LsgdDriver::PublishLocked(size_t g) {
-  blobs_[g] = coordinator::MakeBlob(ref_versions_[g], core::FloatsToBytes(refs_[g]));
+  blobs_[g] = coordinator::MakeBlob(state_.ref_versions[g], core::FloatsToBytes(state_.refs[g]));
 }
 
 size_t LsgdDriver::GroupOfLocked(const std::string& client) {
-  if (auto it = group_of_.find(client); it != group_of_.end()) return it->second;
+  if (auto it = state_.group_of.find(client); it != state_.group_of.end()) return it->second;
   // A newcomer: the group whose mean round trip is nearest its own, else the smallest.
-  std::vector<double> sum(refs_.size(), 0.0);
-  std::vector<size_t> count(refs_.size(), 0), known(refs_.size(), 0);
-  for (const auto& [c, g] : group_of_) {
+  std::vector<double> sum(state_.refs.size(), 0.0);
+  std::vector<size_t> count(state_.refs.size(), 0), known(state_.refs.size(), 0);
+  for (const auto& [c, g] : state_.group_of) {
     ++count[g];
-    if (auto r = rtt_ms_.find(c); r != rtt_ms_.end()) {
+    if (auto r = state_.rtt_ms.find(c); r != state_.rtt_ms.end()) {
       sum[g] += r->second;
       ++known[g];
     }
   }
   size_t best = 0;
-  const auto mine = rtt_ms_.find(client);
+  const auto mine = state_.rtt_ms.find(client);
   double best_score = std::numeric_limits<double>::infinity();
-  for (size_t g = 0; g < refs_.size(); ++g) {
-    const double score = mine != rtt_ms_.end() && known[g] > 0
+  for (size_t g = 0; g < state_.refs.size(); ++g) {
+    const double score = mine != state_.rtt_ms.end() && known[g] > 0
                              ? std::fabs(sum[g] / known[g] - mine->second)
                              : static_cast<double>(count[g]);
     if (score < best_score) {
@@ -124,7 +116,7 @@ size_t LsgdDriver::GroupOfLocked(const std::string& client) {
       best = g;
     }
   }
-  group_of_[client] = best;
+  state_.group_of[client] = best;
   return best;
 }
 
@@ -154,7 +146,7 @@ absl::Status LsgdDriver::AcceptReport(const std::string& client,
   }
   losses_[client] = loss;
   if (report.rtt_ms() > 0) {
-    auto [it, fresh] = rtt_ms_.try_emplace(client, report.rtt_ms());
+    auto [it, fresh] = state_.rtt_ms.try_emplace(client, report.rtt_ms());
     if (!fresh) it->second = std::min(it->second, report.rtt_ms());
   }
   return absl::OkStatus();
@@ -177,12 +169,12 @@ std::map<std::string, double> LsgdDriver::Losses() const {
 
 size_t LsgdDriver::group_count() const {
   absl::MutexLock lock(&mu_);
-  return refs_.size();
+  return state_.refs.size();
 }
 
 std::map<std::string, size_t> LsgdDriver::Groups() const {
   absl::MutexLock lock(&mu_);
-  return group_of_;
+  return state_.group_of;
 }
 
 LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::string>& live,
@@ -191,33 +183,33 @@ LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::strin
   if (options_.group_size > 0) {
     std::map<std::string, double> rtt;
     for (const auto& [c, loss] : losses_) {
-      auto it = rtt_ms_.find(c);
-      rtt[c] = it == rtt_ms_.end() ? 0.0 : it->second;
+      auto it = state_.rtt_ms.find(c);
+      rtt[c] = it == state_.rtt_ms.end() ? 0.0 : it->second;
     }
-    for (const auto& [c, g] : group_of_) {
-      if (auto it = rtt_ms_.find(c); it != rtt_ms_.end()) rtt[c] = it->second;
+    for (const auto& [c, g] : state_.group_of) {
+      if (auto it = state_.rtt_ms.find(c); it != state_.rtt_ms.end()) rtt[c] = it->second;
     }
     auto groups = GroupsByLatency(rtt, options_.group_size);
-    if (groups.size() > refs_.size()) {
+    if (groups.size() > state_.refs.size()) {
       // More clients than the groups were formed for: form them again. Every group
       // starts from the run's model (the last global leader's group reference).
       std::vector<float> start = initial_;
-      if (auto it = group_of_.find(global_leader_); it != group_of_.end())
-        start = refs_[it->second];
-      group_of_.clear();
+      if (auto it = state_.group_of.find(state_.global_leader); it != state_.group_of.end())
+        start = state_.refs[it->second];
+      state_.group_of.clear();
       FormGroupsLocked(groups);
-      for (auto& ref : refs_) ref = start;
-      for (size_t g = 0; g < refs_.size(); ++g) {
+      for (auto& ref : state_.refs) ref = start;
+      for (size_t g = 0; g < state_.refs.size(); ++g) {
         // A new reference: new clients must not pull stale ones. Versions 2r - 1 (formed in
         // round r) and 2r (committed in round r) never name two models.
-        ref_versions_[g] = 2 * round - 1;
+        state_.ref_versions[g] = 2 * round - 1;
         PublishLocked(g);
       }
-      pulled_leaders_.clear();
-      pull_global_ = false;
+      state_.pulled_leaders.clear();
+      state_.pull_global = false;
     }
   }
-  if (refs_.empty()) FormGroupsLocked({{}});
+  if (state_.refs.empty()) FormGroupsLocked({{}});
   Election e;
   e.global = IsGlobalRound(round);
   std::map<size_t, double> best_loss;
@@ -248,10 +240,10 @@ protos::LsgdLead LsgdDriver::LeadFor(uint64_t round, const std::string& leader) 
 protos::LsgdLead LsgdDriver::LeadForLocked(uint64_t round, const std::string& leader) const {
   protos::LsgdLead lead;
   lead.set_round(round);
-  auto it = group_of_.find(leader);
-  const size_t g = it == group_of_.end() ? 0 : it->second;
+  auto it = state_.group_of.find(leader);
+  const size_t g = it == state_.group_of.end() ? 0 : it->second;
   lead.set_reference_blob(StrCat("group:", g));
-  lead.set_reference_version(g < ref_versions_.size() ? ref_versions_[g] : 0);
+  lead.set_reference_version(g < state_.ref_versions.size() ? state_.ref_versions[g] : 0);
   return lead;
 }
 
@@ -271,12 +263,12 @@ double FactorOf(const LsgdDriver::Scaling& scaling, const LsgdDriver::Updates& u
 std::vector<float> LsgdDriver::Preview(const Election& election, const Updates& updates,
                                        const Scaling& scaling) const {
   absl::MutexLock lock(&mu_);
-  const std::string& global = election.best.empty() ? global_leader_ : election.best;
-  auto g = group_of_.find(global);
-  if (g == group_of_.end() || g->second >= refs_.size()) {
-    return refs_.empty() ? initial_ : refs_.front();
+  const std::string& global = election.best.empty() ? state_.global_leader : election.best;
+  auto g = state_.group_of.find(global);
+  if (g == state_.group_of.end() || g->second >= state_.refs.size()) {
+    return state_.refs.empty() ? initial_ : state_.refs.front();
   }
-  std::vector<float> model = refs_[g->second];
+  std::vector<float> model = state_.refs[g->second];
   auto leader = election.leaders.find(g->second);
   if (leader == election.leaders.end()) return model;
   const double f = FactorOf(scaling, updates, leader->second);
@@ -291,44 +283,44 @@ std::vector<float> LsgdDriver::Commit(uint64_t round, const Election& election,
                                       const Updates& updates, std::set<std::string>* counted,
                                       const Scaling& scaling) {
   absl::MutexLock lock(&mu_);
-  pulled_leaders_.clear();
+  state_.pulled_leaders.clear();
   for (const auto& [g, leader] : election.leaders) {
     const double f = FactorOf(scaling, updates, leader);
-    if (!(f > 0) || g >= refs_.size()) continue;
-    std::vector<float>& ref = refs_[g];
+    if (!(f > 0) || g >= state_.refs.size()) continue;
+    std::vector<float>& ref = state_.refs[g];
     const std::vector<float>& delta = updates.at(leader).values;
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += static_cast<float>(f * delta[i]);
-    ref_versions_[g] = 2 * round;
+    state_.ref_versions[g] = 2 * round;
     PublishLocked(g);
-    pulled_leaders_[g] = leader;
+    state_.pulled_leaders[g] = leader;
     counted->insert(leader);
   }
   // The global pull goes to the best leader's group, whose reference just took its model.
-  pull_global_ = election.global && !election.best.empty() && counted->count(election.best);
-  if (!election.best.empty()) global_leader_ = election.best;
-  auto g = group_of_.find(global_leader_);
-  if (g != group_of_.end() && g->second < refs_.size()) return refs_[g->second];
-  return refs_.empty() ? initial_ : refs_.front();
+  state_.pull_global = election.global && !election.best.empty() && counted->count(election.best);
+  if (!election.best.empty()) state_.global_leader = election.best;
+  auto g = state_.group_of.find(state_.global_leader);
+  if (g != state_.group_of.end() && g->second < state_.refs.size()) return state_.refs[g->second];
+  return state_.refs.empty() ? initial_ : state_.refs.front();
 }
 
 void LsgdDriver::AddPullLocked(size_t group, double strength, protos::LsgdRound* s) const {
   protos::Pull* p = s->add_pulls();
   p->set_blob(StrCat("group:", group));
-  p->set_version(ref_versions_[group]);
+  p->set_version(state_.ref_versions[group]);
   p->set_strength(static_cast<float>(strength));
 }
 
 void LsgdDriver::DecorateRoundStart(const std::string& client, protos::RoundStart* start) {
   protos::LsgdRound* s = start->mutable_lsgd();
   absl::MutexLock lock(&mu_);
-  if (refs_.empty()) return;
+  if (state_.refs.empty()) return;
   const size_t g = GroupOfLocked(client);
   if (options_.multi_group()) {
-    auto it = pulled_leaders_.find(g);
-    if (it != pulled_leaders_.end() && it->second != client) AddPullLocked(g, options_.pull, s);
+    auto it = state_.pulled_leaders.find(g);
+    if (it != state_.pulled_leaders.end() && it->second != client) AddPullLocked(g, options_.pull, s);
   }
-  if (pull_global_ && client != global_leader_)
-    AddPullLocked(group_of_.at(global_leader_), options_.global_pull, s);
+  if (state_.pull_global && client != state_.global_leader)
+    AddPullLocked(state_.group_of.at(state_.global_leader), options_.global_pull, s);
   if (leaders_.count(client) && start->round() == round_)
     *s->mutable_lead() = LeadForLocked(round_, client);
 }
@@ -488,73 +480,17 @@ absl::Status LsgdDriver::CommitGuarded(coordinator::RoundHost& host, uint64_t ro
 }
 
 absl::Status LsgdDriver::Save(uint64_t round) {
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
   absl::MutexLock lock(&mu_);
-  w.U64(refs_.size());
-  for (size_t g = 0; g < refs_.size(); ++g) {
-    w.U64(ref_versions_[g]);
-    w.Floats(refs_[g]);
-  }
-  w.U64(group_of_.size());
-  for (const auto& [c, g] : group_of_) {
-    w.Str(c);
-    w.U64(g);
-  }
-  w.U64(rtt_ms_.size());
-  for (const auto& [c, rtt] : rtt_ms_) {
-    w.Str(c);
-    w.F64(rtt);
-  }
-  w.U64(pulled_leaders_.size());
-  for (const auto& [g, c] : pulled_leaders_) {
-    w.U64(g);
-    w.Str(c);
-  }
-  w.U32(pull_global_ ? 1 : 0);
-  w.Str(global_leader_);
-  return core::SaveRoundState(state_dir_, "lsgd", round, w.Finish());
+  return SaveLsgdState(state_dir_, round, state_);
 }
 
 absl::Status LsgdDriver::Load(uint64_t round) {
-  const std::string path = core::RoundStatePath(state_dir_, "lsgd", round);
-  std::string bytes;
-  auto reader = core::ReadRoundState(state_dir_, "lsgd", round, kMagic, kVersion, &bytes);
-  if (!reader.ok()) return reader.status();
-  core::StateReader& r = *reader;
-  const auto bad = [&] { return absl::DataLossError(StrCat(path, ": malformed LSGD state")); };
-  uint32_t global;
-  uint64_t groups, n;
-  if (!r.U64(&groups) || groups > (1u << 16)) return bad();
+  auto loaded = LoadLsgdState(state_dir_, round, initial_.size());
+  if (!loaded.ok()) return loaded.status();
   absl::MutexLock lock(&mu_);
-  refs_.assign(groups, {});
-  ref_versions_.assign(groups, 0);
-  blobs_.assign(groups, nullptr);
-  for (size_t g = 0; g < groups; ++g) {
-    if (!r.U64(&ref_versions_[g]) || !r.Floats(&refs_[g]) || refs_[g].size() != initial_.size())
-      return bad();
-    PublishLocked(g);
-  }
-  std::string c;
-  uint64_t g;
-  double rtt;
-  if (!r.U64(&n)) return bad();
-  for (uint64_t i = 0; i < n; ++i) {
-    if (!r.Str(&c) || !r.U64(&g) || g >= groups) return bad();
-    group_of_[c] = g;
-  }
-  if (!r.U64(&n)) return bad();
-  for (uint64_t i = 0; i < n; ++i) {
-    if (!r.Str(&c) || !r.F64(&rtt)) return bad();
-    rtt_ms_[c] = rtt;
-  }
-  if (!r.U64(&n)) return bad();
-  for (uint64_t i = 0; i < n; ++i) {
-    if (!r.U64(&g) || !r.Str(&c) || g >= groups) return bad();
-    pulled_leaders_[g] = c;
-  }
-  if (!r.U32(&global) || !r.Str(&global_leader_) || !r.done()) return bad();
-  pull_global_ = global != 0;
-  if (pull_global_ && !group_of_.count(global_leader_)) return bad();
+  state_ = *std::move(loaded);
+  blobs_.assign(state_.refs.size(), nullptr);
+  for (size_t g = 0; g < state_.refs.size(); ++g) PublishLocked(g);
   return absl::OkStatus();
 }
 

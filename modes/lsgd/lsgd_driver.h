@@ -35,6 +35,7 @@
 #include "coordinator/collectors.h"
 #include "coordinator/round_driver.h"
 #include "modes/lsgd/lsgd_groups.h"
+#include "modes/lsgd/lsgd_state.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
@@ -168,20 +169,13 @@ class LsgdDriver final : public coordinator::RoundDriver {
   const std::string state_dir_;
   std::deque<double> leader_norms_;  // of recent counted leaders; the round loop's only
   mutable absl::Mutex mu_;
-  std::map<std::string, size_t> group_of_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<float>> refs_ ABSL_GUARDED_BY(mu_);  // empty: groups not formed
-  std::vector<uint64_t> ref_versions_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<const ModelBlob>> blobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, double> rtt_ms_ ABSL_GUARDED_BY(mu_);
+  LsgdState state_ ABSL_GUARDED_BY(mu_);  // what a restart keeps (lsgd_state.h)
+  std::vector<std::shared_ptr<const ModelBlob>> blobs_ ABSL_GUARDED_BY(mu_);  // of state_.refs
   // The round being collected.
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> participants_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> losses_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> leaders_ ABSL_GUARDED_BY(mu_);  // of the open round
-  // The last commit: the leaders whose update counted, and the global pull.
-  std::map<size_t, std::string> pulled_leaders_ ABSL_GUARDED_BY(mu_);
-  bool pull_global_ ABSL_GUARDED_BY(mu_) = false;
-  std::string global_leader_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fedlgc::modes

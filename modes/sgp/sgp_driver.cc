@@ -8,22 +8,15 @@
 
 #include "codecs/input_error.h"
 #include "codecs/str.h"
-#include "core/atomic_file.h"
 #include "core/mixing.h"
 #include "modes/mode_rules.h"
 #include "modes/sgp/inbox.h"
 #include "modes/sgp/sgp_checks.h"
+#include "modes/sgp/sgp_state.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
-namespace {
-
-constexpr uint32_t kMagic = 0x53475050;  // "SGPP"
-constexpr uint32_t kVersion = 1;
-
-}  // namespace
-
 absl::Status SgpOptions::Validate() const {
   if (overlap > 1) {
     return absl::InvalidArgumentError(StrCat(
@@ -314,43 +307,25 @@ std::pair<std::vector<double>, double> SgpDriver::MailTotals() const {
 }
 
 absl::Status SgpDriver::Save(uint64_t round) {
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
   absl::MutexLock lock(&mu_);
-  uint64_t n = 0;
-  for (const auto& [client, box] : mail_) n += box.size();
-  w.U64(n);
+  std::vector<SgpMailView> views;
   for (const auto& [client, box] : mail_) {
-    for (const auto& [r, mail] : box) {
-      w.Str(client);
-      w.U64(r);
-      w.F64(mail.w);
-      w.Floats(mail.x);
-    }
+    for (const auto& [r, mail] : box) views.push_back({client, r, mail.w, mail.x});
   }
-  return core::SaveRoundState(state_dir_, "sgp", round, w.Finish());
+  return SaveSgpState(state_dir_, round, views);
 }
 
 absl::Status SgpDriver::Load(uint64_t round) {
-  const std::string path = core::RoundStatePath(state_dir_, "sgp", round);
-  std::string bytes;
-  auto reader = core::ReadRoundState(state_dir_, "sgp", round, kMagic, kVersion, &bytes);
-  if (!reader.ok()) return reader.status();
-  core::StateReader& r = *reader;
-  uint64_t n;
-  if (!r.U64(&n)) return absl::DataLossError(StrCat(path, ": malformed SGP state"));
+  auto loaded = LoadSgpState(state_dir_, round, dim_);
+  if (!loaded.ok()) return loaded.status();
   absl::MutexLock lock(&mu_);
-  for (uint64_t i = 0; i < n; ++i) {
-    std::string client;
-    uint64_t mail_round;
+  for (SgpMail& m : *loaded) {
     Mail mail;
-    if (!r.Str(&client) || !r.U64(&mail_round) || !r.F64(&mail.w) || !r.Floats(&mail.x) ||
-        mail.x.size() != dim_ || !(mail.w > 0)) {
-      return absl::DataLossError(StrCat(path, ": malformed SGP mail"));
-    }
-    Seal(mail_round, &mail);
-    mail_[client][mail_round] = std::move(mail);
+    mail.w = m.w;
+    mail.x = std::move(m.x);
+    Seal(m.round, &mail);
+    mail_[m.client][m.round] = std::move(mail);
   }
-  if (!r.done()) return absl::DataLossError(StrCat(path, ": trailing bytes"));
   return absl::OkStatus();
 }
 

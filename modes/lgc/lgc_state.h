@@ -1,0 +1,27 @@
+// What the LGC aggregator must not lose across a restart, in <state_dir>/lgc-<round>.bin
+// beside the round's checkpoint: its autoencoder and who led when.
+#ifndef FEDLGC_MODES_LGC_LGC_STATE_H_
+#define FEDLGC_MODES_LGC_LGC_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace fedlgc::modes {
+
+struct LgcState {
+  uint64_t ae_steps = 0;    // the autoencoder's training steps so far
+  std::string autoencoder;  // Autoencoder::Serialize(); empty without one
+  std::map<std::string, uint64_t> led;  // the last LGC round each client led
+
+  bool operator==(const LgcState&) const = default;
+};
+
+absl::Status SaveLgcState(const std::string& state_dir, uint64_t round, const LgcState& state);
+absl::StatusOr<LgcState> LoadLgcState(const std::string& state_dir, uint64_t round);
+
+}  // namespace fedlgc::modes
+
+#endif  // FEDLGC_MODES_LGC_LGC_STATE_H_

@@ -65,10 +65,19 @@ struct LgcPlan {
 // nullopt when `spec` is not an lgc(...) spec; an error when it is one but malformed.
 absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec);
 
-// Stage of `round` (from 1) with `warmup` warm-up rounds: 1, 2 or 3 (3 only with train > 0).
-inline int LgcStage(const LgcPlan& plan, uint64_t round, uint64_t warmup) {
-  if (round <= warmup) return 1;
-  return !plan.autoencoder() || round <= warmup + plan.train_rounds ? 2 : 3;
+// An LGC round's stage; the numbers are the wire's (protos::LgcStage, checked where both
+// are seen, modes/lgc/lgc_driver.cc).
+enum class LgcStage : uint32_t {
+  kWarmUp = 1,       // a FedAvg round with the warm-up codec
+  kCells = 2,        // the compact codes: the leader's cells, followers' bit corrections
+  kAutoencoder = 3,  // the autoencoder's latent and corrections (train > 0)
+};
+
+// Stage of `round` (from 1) with `warmup` warm-up rounds (kAutoencoder only with train > 0).
+inline LgcStage StageOf(const LgcPlan& plan, uint64_t round, uint64_t warmup) {
+  if (round <= warmup) return LgcStage::kWarmUp;
+  return !plan.autoencoder() || round <= warmup + plan.train_rounds ? LgcStage::kCells
+                                                                    : LgcStage::kAutoencoder;
 }
 
 // Frame specs of LGC payloads (the frame's range is the whole model). Stage 2 (lgc_codes.h):

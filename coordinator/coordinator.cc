@@ -131,6 +131,10 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   env.layout = eval_model_->layout();
   env.init_seed = o.init_seed;
   env.robust = robust_;
+  // The modes register their own series on it.
+  metrics_ = std::make_unique<monitoring::Metrics>();
+  metrics_->SetMaxClientSeries(o.max_client_series);
+  env.metrics = metrics_.get();
   auto driver = make_driver(env);
   if (!driver.ok()) return driver.status();
   driver_ = std::move(driver).value();
@@ -147,8 +151,6 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
 
 void Coordinator::MakeService(const JobFiles& files) {
   const CoordinatorOptions& o = options_;
-  metrics_ = std::make_unique<monitoring::Metrics>();
-  metrics_->SetMaxClientSeries(o.max_client_series);
   // An aggregator's job has its parent's rounds, which it learns with its parent's first
   // round (0: unknown, and no client takes the job for over).
   JobInfo job{o.JobId(files.model_sha256),

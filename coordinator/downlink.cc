@@ -101,7 +101,9 @@ absl::StatusOr<std::unique_ptr<codecs::BroadcastEncoder>> LoadSaved(
     std::fprintf(stderr,
                  "coordinator: %s belongs to another %s: clients download the model whole once\n",
                  path.c_str(),
-                 st.codec != o.codec ? "downlink codec" : st.job != o.job ? "job" : "model");
+                 st.codec != o.codec ? "downlink codec"
+                 : st.job != o.job   ? "job"
+                                     : "model");
     return nullptr;
   }
   auto enc = codecs::BroadcastEncoder::Restore(BroadcastOptionsOf(o), st.encoder);

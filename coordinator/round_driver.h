@@ -116,6 +116,9 @@ struct DriverEnv {
   codecs::ModelLayout layout;        // the model's (per-tensor codecs need it)
   uint64_t init_seed = 1;
   AggregatorOptions robust;  // clipping and the aggregator (--aggregator)
+  // The process's metrics, where a mode registers its own series when it is made (the
+  // host's metrics() later); nullptr in tools that make a driver only to read its state.
+  monitoring::Metrics* metrics = nullptr;
 };
 
 // Thread-safety: RunRound runs on the round loop's thread; DecorateRoundStart, Blob,

@@ -48,18 +48,28 @@ StateWriter BeginRoundState(uint32_t magic, uint32_t version, uint64_t round) {
 absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_view prefix,
                                            uint64_t round, uint32_t magic, uint32_t version,
                                            std::string* bytes) {
+  uint32_t found = 0;
+  return ReadRoundState(dir, prefix, round, magic, version, version, &found, bytes);
+}
+
+absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_view prefix,
+                                           uint64_t round, uint32_t magic, uint32_t min_version,
+                                           uint32_t max_version, uint32_t* version,
+                                           std::string* bytes) {
   const std::string path = RoundStatePath(dir, prefix, round);
   auto read = ReadFile(path);
   if (!read.ok()) return read.status();
   *bytes = std::move(read).value();
   auto reader = StateReader::Open(*bytes, path);
   if (!reader.ok()) return reader.status();
-  uint32_t m, v;
+  uint32_t m;
   uint64_t r;
-  if (!reader->U32(&m) || !reader->U32(&v) || !reader->U64(&r) || m != magic || v != version ||
-      r != round) {
-    return absl::DataLossError(
-        StrCat(path, ": not the ", prefix, " state (version ", version, ") of round ", round));
+  if (!reader->U32(&m) || !reader->U32(version) || !reader->U64(&r) || m != magic ||
+      *version < min_version || *version > max_version || r != round) {
+    return absl::DataLossError(StrCat(
+        path, ": not the ", prefix, " state (version ",
+        min_version == max_version ? StrCat(max_version) : StrCat(min_version, " to ", max_version),
+        ") of round ", round));
   }
   return reader;
 }

@@ -52,6 +52,9 @@ class StateWriter {
     U64(v.size());
     Raw(v.data(), v.size() * 4);
   }
+  // Appends bytes as they are, without a length: a body that runs to the end of the file
+  // (a protobuf message, core/state_message.h).
+  void Tail(std::string_view s) { out_.append(s); }
   // Appends the CRC32C of everything written and returns the result.
   std::string Finish();
 
@@ -71,6 +74,12 @@ class StateReader {
   bool Str(std::string* s, size_t max = 1 << 20);
   bool Floats(std::vector<float>* v, size_t max = size_t{1} << 31);
   bool done() const { return pos_ == data_.size(); }
+  // Everything not read yet (what Tail wrote); the reader is done after it.
+  std::string_view Rest() {
+    std::string_view rest = data_.substr(pos_);
+    pos_ = data_.size();
+    return rest;
+  }
 
  private:
   explicit StateReader(std::string_view data) : data_(data) {}
@@ -90,6 +99,12 @@ class StateReader {
 StateWriter BeginRoundState(uint32_t magic, uint32_t version, uint64_t round);
 absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_view prefix,
                                            uint64_t round, uint32_t magic, uint32_t version,
+                                           std::string* bytes);
+// The same for a format whose versions min_version..max_version load (the current one and
+// the ones its converters read); *version says which one the file holds.
+absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_view prefix,
+                                           uint64_t round, uint32_t magic, uint32_t min_version,
+                                           uint32_t max_version, uint32_t* version,
                                            std::string* bytes);
 
 }  // namespace fedlgc::core

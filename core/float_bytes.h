@@ -30,6 +30,15 @@ inline absl::StatusOr<std::vector<float>> FloatsFromBytes(std::string_view bytes
   return v;
 }
 
+// All the floats of `bytes` (DATA_LOSS, naming `what`, unless its size is a multiple of 4).
+inline absl::StatusOr<std::vector<float>> FloatsFromBytes(std::string_view bytes,
+                                                          std::string_view what) {
+  if (bytes.size() % 4 != 0) {
+    return absl::DataLossError(StrCat(what, ": ", bytes.size(), " bytes are not whole floats"));
+  }
+  return FloatsFromBytes(bytes, bytes.size() / 4, what);
+}
+
 }  // namespace fedlgc::core
 
 #endif  // FEDLGC_CORE_FLOAT_BYTES_H_

@@ -70,8 +70,12 @@ class ClientEnv {
   virtual PendingUpdate NewPending(uint64_t round, uint64_t model_version) = 0;
   // Uploads state().pending until the coordinator holds it or the round closes (both
   // count as uploaded: the receipt will say what counted); through Gossip with `share`.
+  // kFirstHalf: not the round's last upload (two-phase PowerSGD's P), which counts the
+  // round as uploaded.
+  enum class Half { kWhole, kFirstHalf };
   virtual absl::Status UploadPending(uint64_t round, SystemTime deadline,
-                                     const std::optional<ShareFields>& share = std::nullopt) = 0;
+                                     const std::optional<ShareFields>& share = std::nullopt,
+                                     Half half = Half::kWhole) = 0;
   // A round was uploaded by other means (an SGP share on a thread of its own).
   virtual void CountUploaded(uint64_t round) = 0;
   // Records an encode that began at t0 for `round`: the histogram, and the round's local
@@ -95,6 +99,12 @@ class ClientMode {
   virtual void Settle() {}
   // The job is over; the coordinator may still read last words (SGP: the mail added).
   virtual absl::Status OnJobOver() { return absl::OkStatus(); }
+  // The mode's own state in the client state file (ClientState::modes). LoadState runs
+  // once, after the mode is made and before its first event: it reads its slot (or, from
+  // a file older than slots, its part of state.legacy). SaveState runs with every
+  // Persist and writes its slot. A mode that keeps nothing across a restart needs neither.
+  virtual absl::Status LoadState(const ClientState& /*state*/) { return absl::OkStatus(); }
+  virtual void SaveState(std::map<std::string, std::string>* /*slots*/) const {}
 };
 
 // What a client contributes in place of training on a shard of its own: an aggregator

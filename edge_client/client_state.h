@@ -1,12 +1,14 @@
 // What an edge client must not lose across a restart: its error-feedback residual (and the
-// codec's other sender state, such as DGC's momentum), the
-// update it is uploading (its frames, so a resumed upload sends the very same bytes and
-// the coordinator's receipts refer to them) and, in LSGD and SGP jobs, its own model.
+// codec's other sender state, such as DGC's momentum), the update it is uploading (its
+// frames, so a resumed upload sends the very same bytes and the coordinator's receipts
+// refer to them) and each mode's own state (an LSGD or SGP client's model, LGC's support,
+// two-phase PowerSGD's phase), which the mode writes and reads in its own slot.
 // Written atomically after every encode, receipt, pull, mixing step and local period.
 #ifndef FEDLGC_EDGE_CLIENT_CLIENT_STATE_H_
 #define FEDLGC_EDGE_CLIENT_CLIENT_STATE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,22 +24,6 @@ struct PendingUpdate {
   uint64_t num_samples = 0;
   std::vector<std::string> frames;  // chunk i is frames[i]
   std::vector<float> scales;        // LSGD leads and SGP shares: chunk i's scale (empty: 1)
-  // LGC rounds: the stage, the round's support and the values sent on it (restored into
-  // the residual when the update does not count). lgc_stage 0: a codec update.
-  uint32_t lgc_stage = 0;
-  std::vector<uint32_t> lgc_support;
-  std::vector<float> lgc_values;
-  // SGP: a push-sum share (sent through Gossip; ClientState::local holds what it moves,
-  // already taken out of x and w until a receipt says it was not delivered).
-  bool gossip = false;
-  // LSGD: a leader's model minus its group's reference, coded without error feedback (the
-  // reference holds what the coordinator decoded, so the next upload carries the error).
-  bool lead = false;
-  // Two-phase PowerSGD (modes/fedavg/powersgd_client.h): 1 P sent (the residual holds
-  // all of M), 2 Q sent against psgd_factor (restored into the residual when it does not
-  // count); 0: another kind of update.
-  uint32_t psgd_phase = 0;
-  std::vector<float> psgd_factor;
   // The job id (JoinReply) of the coordinator it was made for; empty in files older than
   // version 9. A client that fails over to another coordinator gives it up.
   std::string job;
@@ -45,24 +31,32 @@ struct PendingUpdate {
   bool operator==(const PendingUpdate&) const = default;
 };
 
-// LSGD and SGP: the model the client keeps between rounds, and where it stands.
-struct LocalModel {
-  std::vector<float> x;        // empty: not started (the first round downloads one)
-  double w = 1;                // SGP: push-sum weight; the client trains on x / w
-  uint64_t trained_round = 0;  // last round whose local period ran
-  uint64_t pulled_round = 0;   // LSGD: last round whose pulls were applied
-  double loss = 0;             // LSGD: running loss after trained_round
-  uint64_t inbox_applied = 0;  // SGP: last round whose relayed shares were added
-  // SGP: what this client brought into the network: the model it started from plus every
-  // change local training made to x. Push-sum conserves the sum of x, so over all clients
-  // and the coordinator's mailboxes, sum of x = sum of contributed.
+// What client state files before version 12 kept of the modes in fields of their own.
+// LoadClientState fills it from such a file; each mode takes its part (ClientMode::
+// LoadState) while its slot is empty, and the next write keeps it in the slot instead.
+struct LegacyModeFields {
+  // The update in flight's LGC stage (0: a codec update), support and values sent on it.
+  uint32_t lgc_stage = 0;
+  std::vector<uint32_t> lgc_support;
+  std::vector<float> lgc_values;
+  // The update in flight's two-phase PowerSGD phase (0: none) and factor.
+  uint32_t psgd_phase = 0;
+  std::vector<float> psgd_factor;
+  // terngrad(shared=1): the round waiting for its shared scale and its model version.
+  uint64_t scale_round = 0;
+  uint64_t scale_version = 0;
+  // LSGD's and SGP's local model (modes/local_model.h).
+  std::vector<float> x;
+  double w = 1;
+  uint64_t trained_round = 0;
+  uint64_t pulled_round = 0;
+  double loss = 0;
+  uint64_t inbox_applied = 0;
   std::vector<float> contributed;
-  // SGP: the share in flight (its frames are the pending update): given up once its
-  // receipt says it was delivered.
   double share_pw = 0;
   std::vector<float> share;
 
-  bool operator==(const LocalModel&) const = default;
+  bool operator==(const LegacyModeFields&) const = default;
 };
 
 struct ClientState {
@@ -76,12 +70,11 @@ struct ClientState {
   // even when the coordinator has moved on to another basis. Empty for most codecs.
   std::string codec_basis;
   std::optional<PendingUpdate> pending;
-  LocalModel local;
-  // A round of terngrad(shared=1) (modes/fedavg/terngrad_rounds.h) whose update was added
-  // to the residual, where it waits for the round's shared scale (0: none), and the model
-  // version it was trained from.
-  uint64_t scale_round = 0;
-  uint64_t scale_version = 0;
+  // Each mode's own state, keyed by a name the mode picks (its ClientMode writes it with
+  // every Persist and reads it once, at LoadState); the file keeps the bytes as they are.
+  std::map<std::string, std::string> modes;
+  // From a file older than version 12 only.
+  std::optional<LegacyModeFields> legacy;
 
   bool operator==(const ClientState&) const = default;
 };

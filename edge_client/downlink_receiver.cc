@@ -2,15 +2,59 @@
 #include "edge_client/downlink_receiver.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include "codecs/broadcast.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_message.h"
+#include "protos/state.pb.h"
 
 namespace fedlgc::edge_client {
+namespace {
 
+// <id>.downlink: u32 magic 'FLDR', u32 version 2, the message state::HeldModel
+// (protos/state.proto, core/state_message.h), CRC32C (core/atomic_file.h). Version 1 had no
+// magic: str codec, u64 version, floats model, CRC32C; its first word, a codec spec's
+// length, is never the magic.
+constexpr uint32_t kMagic = 0x52444C46;  // "FLDR"
+constexpr uint32_t kVersion = 2;
+
+struct Held {
+  std::string codec;
+  uint64_t version = 0;
+  std::vector<float> model;
+};
+
+absl::StatusOr<Held> ReadHeld(std::string_view bytes, const std::string& path) {
+  auto reader = core::StateReader::Open(bytes, path);
+  if (!reader.ok()) return reader.status();
+  Held h;
+  uint32_t magic = 0, version = 0;
+  if (bytes.size() >= 8) std::memcpy(&magic, bytes.data(), 4);
+  if (magic != kMagic) {  // version 1
+    if (!reader->Str(&h.codec) || !reader->U64(&h.version) || !reader->Floats(&h.model) ||
+        !reader->done()) {
+      return absl::DataLossError(StrCat(path, ": malformed held model"));
+    }
+    return h;
+  }
+  if (!reader->U32(&magic) || !reader->U32(&version) || version != kVersion) {
+    return absl::DataLossError(StrCat(path, ": held model of version ", version));
+  }
+  state::HeldModel m;
+  if (absl::Status st = core::ParseMessage(*reader, &m, path); !st.ok()) return st;
+  auto model = core::FloatsFromBytes(m.model(), path);
+  if (!model.ok()) return model.status();
+  h.codec = m.codec();
+  h.version = m.version();
+  h.model = *std::move(model);
+  return h;
+}
+
+}  // namespace
 
 absl::Status DownlinkReceiver::Configure(const std::string& codec, uint64_t dim) {
   if (codec == spec_ && dim == dim_ && (codec_ != nullptr || codec.empty())) return absl::OkStatus();
@@ -24,15 +68,13 @@ absl::Status DownlinkReceiver::Configure(const std::string& codec, uint64_t dim)
   codec_ = *std::move(made);
   auto bytes = core::ReadFileIfExists(path_);
   if (!bytes.ok() || !bytes->has_value()) return absl::OkStatus();
-  auto reader = core::StateReader::Open(**bytes, path_);
-  std::string saved_codec;
-  uint64_t version = 0;
-  std::vector<float> model;
-  if (!reader.ok() || !reader->Str(&saved_codec) || !reader->U64(&version) ||
-      !reader->Floats(&model) || !reader->done()) {
-    std::fprintf(stderr, "%s does not load: the next model download is whole\n", path_.c_str());
+  auto held = ReadHeld(**bytes, path_);
+  if (!held.ok()) {
+    std::fprintf(stderr, "%s does not load (%s): the next model download is whole\n", path_.c_str(),
+                 std::string(held.status().message()).c_str());
     return absl::OkStatus();
   }
+  auto& [saved_codec, version, model] = *held;
   if (saved_codec == codec && model.size() == dim) {
     version_ = version;
     model_ = std::move(model);
@@ -73,10 +115,14 @@ absl::StatusOr<std::vector<float>> DownlinkReceiver::Take(const Transport::Model
 absl::Status DownlinkReceiver::Hold(uint64_t version, std::vector<float> model) {
   version_ = version;
   model_ = std::move(model);
+  state::HeldModel m;
+  m.set_codec(spec_);
+  m.set_version(version);
+  m.set_model(core::FloatsToBytes(model_));
   core::StateWriter w;
-  w.Str(spec_);
-  w.U64(version);
-  w.Floats(model_);
+  w.U32(kMagic);
+  w.U32(kVersion);
+  if (absl::Status st = core::AppendMessage(m, &w, path_); !st.ok()) return st;
   return core::AtomicWriteFile(path_, w.Finish());
 }
 

@@ -111,7 +111,13 @@ int EdgeClient::metrics_port() const { return metrics_->port(); }
 
 void EdgeClient::Stop() { transport_->Stop(); }
 
-absl::Status EdgeClient::Persist() { return SaveClientState(state_path_, state_); }
+absl::Status EdgeClient::Persist() {
+  if (client_mode_) client_mode_->SaveState(&state_.modes);
+  // A file older than slots keeps its modes' fields until the mode has taken them.
+  if (state_.legacy && !client_mode_) return absl::OkStatus();
+  state_.legacy.reset();
+  return SaveClientState(state_path_, state_);
+}
 
 uint64_t EdgeClient::dim() const { return model_ ? model_->dim() : 0; }
 
@@ -156,7 +162,6 @@ absl::Status EdgeClient::Join() {
                ": run an edge client and coordinator of the same release"));
   }
   if (absl::Status st = EnsureModel(*reply); !st.ok()) return st;
-  if (absl::Status st = ForgetOtherJobsUpdate(reply->job_id()); !st.ok()) return st;
   job_over_ = reply->total_rounds() > 0 && reply->current_round() > reply->total_rounds();
   total_rounds_ = reply->total_rounds();
   if (model_->dim() != reply->dim()) {
@@ -183,10 +188,11 @@ absl::Status EdgeClient::Join() {
   if (!client_mode_) {
     auto made = make_mode_(*mode, *this);
     if (!made.ok()) return made.status();
+    if (absl::Status st = (*made)->LoadState(state_); !st.ok()) return st;
     client_mode_ = *std::move(made);
     mode_ = mode;
   }
-  return absl::OkStatus();
+  return ForgetOtherJobsUpdate(reply->job_id());
 }
 
 absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
@@ -517,12 +523,12 @@ PendingUpdate EdgeClient::NewPending(uint64_t round, uint64_t model_version) {
 }
 
 absl::Status EdgeClient::UploadPending(uint64_t round, SystemTime deadline,
-                                       const std::optional<ShareFields>& share) {
+                                       const std::optional<ShareFields>& share, Half half) {
   const absl::Status st = transport_->Upload(*state_.pending, state_.codec, deadline, share);
   if (st.ok() || absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) {
     // Done, or the round closed first: the receipt will say what counted. A two-phase
     // PowerSGD P is the first half of its round's upload.
-    if (state_.pending->psgd_phase != 1) CountUploaded(round);
+    if (half == Half::kWhole) CountUploaded(round);
     return absl::OkStatus();
   }
   return st;

@@ -129,7 +129,8 @@ class EdgeClient final : private ClientEnv {
   absl::StatusOr<DownlinkReceiver*> ReceiverFor(const std::string& blob);
   PendingUpdate NewPending(uint64_t round, uint64_t model_version) override;
   absl::Status UploadPending(uint64_t round, SystemTime deadline,
-                             const std::optional<ShareFields>& share) override;
+                             const std::optional<ShareFields>& share = std::nullopt,
+                             Half half = Half::kWhole) override;
   void CountUploaded(uint64_t round) override;
   void ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) override;
   void AppendRoundLog(const ClientRoundRecord& record) override;

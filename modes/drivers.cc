@@ -36,11 +36,12 @@ const DriverRow kDrivers[] = {
     {&LsgdDriver::Traits,
      [](const ModeOptions& o, const DriverEnv& env) {
        return Up(LsgdDriver::Create(o.lsgd, env.initial_model, env.state_dir, env.committed_round,
-                                    env.robust));
+                                    env.robust, env.metrics));
      }},
     {&SgpDriver::Traits,
      [](const ModeOptions& o, const DriverEnv& env) {
-       return Up(SgpDriver::Create(o.sgp, env.dim, env.state_dir, env.committed_round, env.robust));
+       return Up(SgpDriver::Create(o.sgp, env.dim, env.state_dir, env.committed_round, env.robust,
+                                   env.metrics));
      }},
 };
 

@@ -106,21 +106,6 @@ Metrics::Metrics()
                              .Name("fedlgc_client_last_round")
                              .Help("Last round in which a chunk of the client counted")
                              .Register(*registry_)),
-      lsgd_leader_(BuildGauge()
-                       .Name("fedlgc_lsgd_leader")
-                       .Help("LSGD: 1 for the global leader (whose model is the run's), else 0")
-                       .Register(*registry_)),
-      sgp_consensus_distance_(
-          BuildGauge()
-              .Name("fedlgc_sgp_consensus_distance")
-              .Help("SGP: root mean squared distance of the clients' de-biased models to their "
-                    "mean, from the last round's shares")
-              .Register(*registry_)),
-      overlapped_periods_(BuildCounter()
-                              .Name("fedlgc_sgp_overlapped_periods_total")
-                              .Help("SGP with overlap: local periods trained while the client's "
-                                    "last share was uploading")
-                              .Register(*registry_)),
       job_finished_(BuildGauge()
                         .Name("fedlgc_job_finished")
                         .Help("1 once the coordinator has run the job's last round")
@@ -278,17 +263,14 @@ void Metrics::SetClientLastRound(const std::string& client, uint64_t round) {
   client_last_round_.Add({{"client", client}}).Set(static_cast<double>(round));
 }
 
-void Metrics::SetLsgdLeader(const std::string& client, bool leader) {
-  if (!OwnSeries(client)) return;
-  lsgd_leader_.Add({{"client", client}}).Set(leader ? 1.0 : 0.0);
+prometheus::Family<prometheus::Gauge>& Metrics::GaugeFamily(const std::string& name,
+                                                            const std::string& help) {
+  return BuildGauge().Name(name).Help(help).Register(*registry_);
 }
 
-void Metrics::AddOverlappedPeriod(const std::string& client) {
-  overlapped_periods_.Add({{"client", CounterClient(client)}}).Increment();
-}
-
-void Metrics::SetSgpConsensusDistance(double distance) {
-  sgp_consensus_distance_.Add({}).Set(distance);
+prometheus::Family<prometheus::Counter>& Metrics::CounterFamily(const std::string& name,
+                                                                const std::string& help) {
+  return BuildCounter().Name(name).Help(help).Register(*registry_);
 }
 
 void Metrics::AddGuardRefusal(std::string_view check) {

@@ -33,7 +33,7 @@ class Metrics {
 
   // Per-client series: only the first `max` clients to appear get series of their own;
   // the others' counters add up under client="_other" and they have no per-client gauges
-  // (training loss, last round, LSGD leader). Quarantine gauges are always per client.
+  // (training loss, last round, a mode's). Quarantine gauges are always per client.
   // 0 (the default): every client.
   void SetMaxClientSeries(size_t max);
 
@@ -76,12 +76,6 @@ class Metrics {
   // Last round in which a chunk of `client` counted. At join, the round before the
   // current one, unless this process has seen the client already.
   void SetClientLastRound(const std::string& client, uint64_t round);
-  // LSGD: 1 for the client whose model is the run's model (the global leader), else 0.
-  void SetLsgdLeader(const std::string& client, bool leader);
-  // SGP: sqrt(mean over senders of ||z_i - zbar||^2) of the round's shares.
-  void SetSgpConsensusDistance(double distance);
-  // SGP with overlap (client side): a local period trained while the last share uploaded.
-  void AddOverlappedPeriod(const std::string& client);
   // Robustness: a candidate model the guard refused, by check (nonfinite, norm, loss);
   // a client barred from the job; updates scaled down by clipping and the round's bound.
   void AddGuardRefusal(std::string_view check);
@@ -105,12 +99,19 @@ class Metrics {
   void InitClient(const std::string& client);
   void InitRejectReasons();
 
- private:
-  // The client label of a counter: the client, or "_other" past the limit.
+  // A mode's own series (LSGD's leader, SGP's consensus distance; docs/adding-a-mode.md):
+  // the mode registers its families when it is made, on this process's registry, under a
+  // name of the form above (the same name again gives the same family).
+  prometheus::Family<prometheus::Gauge>& GaugeFamily(const std::string& name,
+                                                     const std::string& help);
+  prometheus::Family<prometheus::Counter>& CounterFamily(const std::string& name,
+                                                         const std::string& help);
+  // The client label of a counter: the client, or "_other" past SetMaxClientSeries.
   std::string CounterClient(const std::string& client);
-  // Whether the client has series of its own (gauges are set only then).
+  // Whether the client has series of its own (set its gauges only then).
   bool OwnSeries(const std::string& client) { return CounterClient(client) == client; }
 
+ private:
   absl::Mutex clients_mu_;
   size_t max_client_series_ ABSL_GUARDED_BY(clients_mu_) = 0;
   std::set<std::string> own_series_ ABSL_GUARDED_BY(clients_mu_);
@@ -138,9 +139,6 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& deadline_;
   prometheus::Family<prometheus::Gauge>& round_bytes_;
   prometheus::Family<prometheus::Gauge>& client_last_round_;
-  prometheus::Family<prometheus::Gauge>& lsgd_leader_;
-  prometheus::Family<prometheus::Gauge>& sgp_consensus_distance_;
-  prometheus::Family<prometheus::Counter>& overlapped_periods_;
   prometheus::Family<prometheus::Gauge>& job_finished_;
   prometheus::Family<prometheus::Gauge>& tier_;
   prometheus::Family<prometheus::Counter>& guard_refusals_;

@@ -6,15 +6,21 @@
 
 #include "codecs/str.h"
 #include "core/atomic_file.h"
+#include "core/float_bytes.h"
+#include "core/state_message.h"
 #include "modes/catalog.h"
 #include "modes/clients.h"
 #include "protos/fedlgc.pb.h"
+#include "protos/state.pb.h"
 
 namespace fedlgc::tier {
 namespace {
 
+// An aggregator's kept round: u32 magic 'FLRT', u32 version, then version 3: the message
+// state::KeptRound (protos/state.proto, core/state_message.h); version 2: u64 round, u64
+// model_version, u32 handed, floats delta, floats carry. CRC32C at the end.
 constexpr uint32_t kKeptMagic = 0x54524C46;  // "FLRT"
-constexpr uint32_t kKeptVersion = 2;
+constexpr uint32_t kKeptVersion = 3;
 
 }  // namespace
 
@@ -38,14 +44,16 @@ edge_client::EdgeClientOptions UpstreamOptions(const coordinator::CoordinatorOpt
 }
 
 absl::Status SaveKeptRound(const std::string& path, const KeptRound& kept) {
+  state::KeptRound m;
+  m.set_round(kept.round);
+  m.set_model_version(kept.model_version);
+  m.set_handed(kept.handed);
+  m.set_delta(core::FloatsToBytes(kept.delta));
+  m.set_carry(core::FloatsToBytes(kept.carry));
   core::StateWriter w;
   w.U32(kKeptMagic);
   w.U32(kKeptVersion);
-  w.U64(kept.round);
-  w.U64(kept.model_version);
-  w.U32(kept.handed ? 1 : 0);
-  w.Floats(kept.delta);
-  w.Floats(kept.carry);
+  if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
   return core::AtomicWriteFile(path, w.Finish());
 }
 
@@ -55,16 +63,36 @@ absl::StatusOr<std::optional<KeptRound>> LoadKeptRound(const std::string& path) 
   if (!bytes->has_value()) return std::nullopt;
   auto reader = core::StateReader::Open(**bytes, path);
   if (!reader.ok()) return reader.status();
-  KeptRound kept;
-  uint32_t magic = 0, version = 0, handed = 0;
-  if (!reader->U32(&magic) || !reader->U32(&version) || magic != kKeptMagic ||
-      version != kKeptVersion || !reader->U64(&kept.round) || !reader->U64(&kept.model_version) ||
-      !reader->U32(&handed) || handed > 1 || !reader->Floats(&kept.delta) ||
-      !reader->Floats(&kept.carry) || !reader->done() ||
-      (!kept.carry.empty() && kept.carry.size() != kept.delta.size())) {
+  const auto malformed = [&] {
     return absl::DataLossError(StrCat(path, ": malformed aggregator round"));
+  };
+  KeptRound kept;
+  uint32_t magic = 0, version = 0;
+  if (!reader->U32(&magic) || !reader->U32(&version) || magic != kKeptMagic || version < 2 ||
+      version > kKeptVersion) {
+    return malformed();
   }
-  kept.handed = handed != 0;
+  if (version == 2) {
+    uint32_t handed = 0;
+    if (!reader->U64(&kept.round) || !reader->U64(&kept.model_version) || !reader->U32(&handed) ||
+        handed > 1 || !reader->Floats(&kept.delta) || !reader->Floats(&kept.carry) ||
+        !reader->done()) {
+      return malformed();
+    }
+    kept.handed = handed != 0;
+  } else {
+    state::KeptRound m;
+    if (absl::Status st = core::ParseMessage(*reader, &m, path); !st.ok()) return st;
+    auto delta = core::FloatsFromBytes(m.delta(), path);
+    auto carry = core::FloatsFromBytes(m.carry(), path);
+    if (!delta.ok() || !carry.ok()) return malformed();
+    kept.round = m.round();
+    kept.model_version = m.model_version();
+    kept.handed = m.handed();
+    kept.delta = *std::move(delta);
+    kept.carry = *std::move(carry);
+  }
+  if (!kept.carry.empty() && kept.carry.size() != kept.delta.size()) return malformed();
   return kept;
 }
 

@@ -13,10 +13,17 @@
 #include "codecs/residual_codec.h"
 #include "codecs/str.h"
 #include "codecs/terngrad.h"
+#include "core/float_bytes.h"
+#include "modes/fedavg/fedavg_state.pb.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
+namespace {
+
+constexpr char kSlot[] = "fedavg";
+
+}  // namespace
 
 absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::RoundStart& start,
                                                SystemTime deadline) {
@@ -204,7 +211,7 @@ absl::Status FedAvgClient::EncodeAndUpload(const protos::RoundStart& start,
   state.pending = std::move(p);
   KeepResidual();
   state.codec_state = codec_->SaveState();  // only an encode changes it
-  state.scale_round = state.scale_version = 0;
+  scale_round_ = scale_version_ = 0;
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
   return env_.UploadPending(start.round(), edge_client::DeadlineOf(start));
 }
@@ -214,10 +221,10 @@ absl::Status FedAvgClient::OnSharedScaleRound(const protos::RoundStart& start, b
   const SystemTime deadline = edge_client::DeadlineOf(start);
   if (state.pending) return env_.UploadPending(start.round(), deadline);  // a resumed upload
   if (trained) {  // the update of this round went back into the residual: it waits there
-    state.scale_round = start.round();
-    state.scale_version = start.model_version();
+    scale_round_ = start.round();
+    scale_version_ = start.model_version();
   }
-  if (state.scale_round != start.round() || state.scale_version != start.model_version()) {
+  if (scale_round_ != start.round() || scale_version_ != start.model_version()) {
     auto update = TrainUpdate(env_, start, deadline);
     if (!update.ok()) return update.status();
     if (update->empty()) return absl::OkStatus();  // the round moved on
@@ -227,8 +234,8 @@ absl::Status FedAvgClient::OnSharedScaleRound(const protos::RoundStart& start, b
     for (size_t i = 0; i < v.size(); ++i) v[i] += (*update)[i];
     state.residual = std::move(v);
     ResidualChanged();
-    state.scale_round = start.round();
-    state.scale_version = start.model_version();
+    scale_round_ = start.round();
+    scale_version_ = start.model_version();
     if (absl::Status st = env_.Persist(); !st.ok()) return st;
   }
   scale_start_ = std::make_unique<protos::RoundStart>(start);
@@ -253,7 +260,7 @@ absl::Status FedAvgClient::OnSharedScaleRound(const protos::RoundStart& start, b
 absl::Status FedAvgClient::OnScale(const protos::TernGradScale& scale) {
   const edge_client::ClientState& state = env_.state();
   if (!scale_start_ || scale_start_->round() != scale.round() || state.pending ||
-      state.scale_round != scale.round() || !(scale.scale() > 0)) {
+      scale_round_ != scale.round() || !(scale.scale() > 0)) {
     return absl::OkStatus();  // not this client's round, or sent already
   }
   return SendWithScale(scale.scale());
@@ -270,7 +277,7 @@ absl::Status FedAvgClient::SendWithScale(float scale) {
 absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
   edge_client::ClientState& state = env_.state();
   if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
-  if (state.pending->psgd_phase != 0) return two_phase_.OnReceipt(receipt);
+  if (two_phase_.Owns(state)) return two_phase_.OnReceipt(receipt);
   const PendingUpdate& p = *state.pending;
   std::vector<bool> counted(p.frames.size(), false);
   if (receipt.update_id() == p.update_id) {
@@ -298,14 +305,52 @@ absl::Status FedAvgClient::OnModeEvent(const protos::ModeEvent& event) {
 }
 
 absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
-  if (p.psgd_phase != 0) return two_phase_.Restore(p);
   edge_client::ClientState& state = env_.state();
+  if (two_phase_.Owns(state)) return two_phase_.Restore(p);
   if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
   for (const std::string& f : p.frames) {
     if (absl::Status st = RestoreFrame(f); !st.ok()) return st;
   }
   KeepResidual();
   return absl::OkStatus();
+}
+
+absl::Status FedAvgClient::LoadState(const edge_client::ClientState& state) {
+  const auto it = state.modes.find(kSlot);
+  if (it == state.modes.end()) {
+    if (!state.legacy) return absl::OkStatus();
+    const edge_client::LegacyModeFields& l = *state.legacy;
+    scale_round_ = l.scale_round;
+    scale_version_ = l.scale_version;
+    if (l.psgd_phase != 0 && state.pending) {
+      two_phase_.in_flight().Set(state.pending->update_id, {l.psgd_phase, l.psgd_factor});
+    }
+    return absl::OkStatus();
+  }
+  pb::FedAvgClientState in;
+  if (!in.ParseFromString(it->second) || in.psgd_phase() > 2) {
+    return absl::DataLossError("the client state's fedavg slot is malformed");
+  }
+  scale_round_ = in.scale_round();
+  scale_version_ = in.scale_version();
+  if (in.psgd_phase() != 0) {
+    auto factor = core::FloatsFromBytes(in.psgd_factor(), "the saved PowerSGD factor");
+    if (!factor.ok()) return factor.status();
+    two_phase_.in_flight().Set(in.psgd_update_id(), {in.psgd_phase(), *std::move(factor)});
+  }
+  return absl::OkStatus();
+}
+
+void FedAvgClient::SaveState(std::map<std::string, std::string>* slots) const {
+  pb::FedAvgClientState out;
+  out.set_scale_round(scale_round_);
+  out.set_scale_version(scale_version_);
+  if (const PowerSgdInFlight* f = two_phase_.in_flight().Of(env_.state())) {
+    out.set_psgd_update_id(two_phase_.in_flight().update_id());
+    out.set_psgd_phase(f->phase);
+    out.set_psgd_factor(core::FloatsToBytes(f->factor));
+  }
+  (*slots)[kSlot] = out.SerializeAsString();
 }
 
 }  // namespace fedlgc::modes

@@ -6,6 +6,7 @@
 #ifndef FEDLGC_MODES_FEDAVG_FEDAVG_CLIENT_H_
 #define FEDLGC_MODES_FEDAVG_FEDAVG_CLIENT_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,13 @@ class FedAvgClient final : public edge_client::ClientMode {
   absl::Status Restore(const PendingUpdate& p);
   // Another mode changed state().residual: the codec's residual follows.
   void ResidualChanged();
+  // Whether the pending update is of a round protocol that restores itself (two-phase
+  // PowerSGD).
+  bool OwnsPending() const { return two_phase_.Owns(env_.state()); }
+
+  // The shared-scale round and two-phase PowerSGD's update in flight, in the slot "fedavg".
+  absl::Status LoadState(const edge_client::ClientState& state) override;
+  void SaveState(std::map<std::string, std::string>* slots) const override;
 
  private:
   // The codec of `spec` wrapped in error feedback (unless it keeps its own residual, as
@@ -81,6 +89,11 @@ class FedAvgClient final : public edge_client::ClientMode {
   PowerSgdClient two_phase_;  // rounds of powersgd(..., phases=2)
   // The terngrad(shared=1) round being run, while it waits for its scale.
   std::unique_ptr<protos::RoundStart> scale_start_;
+  // A round of terngrad(shared=1) (terngrad_rounds.h) whose update was added to the
+  // residual, where it waits for the round's shared scale (0: none), and the model
+  // version it was trained from.
+  uint64_t scale_round_ = 0;
+  uint64_t scale_version_ = 0;
 };
 
 }  // namespace fedlgc::modes

@@ -1,19 +1,23 @@
-// FedAvg's round-protocol state files (see fedavg_state.h), each u32 magic, u32 version 1,
-// u64 round, then PowerSGD's 'PSGQ': floats query; GradiVeQ's 'GVBS': str basis; CRC32C
-// (core/atomic_file.h).
+// FedAvg's round-protocol state files (see fedavg_state.h): u32 magic, u32 version, u64
+// round, then version 2: a message of fedavg_state.proto (core/state_message.h),
+// PowerSGD's 'PSGQ' pb::PowerSgdQuery, GradiVeQ's 'GVBS' pb::GradiveqBasis; version 1:
+// PSGQ floats query, GVBS str basis. CRC32C at the end (core/atomic_file.h).
 #include "modes/fedavg/fedavg_state.h"
 
 #include "codecs/str.h"
 #include "core/atomic_file.h"
+#include "core/float_bytes.h"
+#include "core/state_message.h"
+#include "modes/fedavg/fedavg_state.pb.h"
 
 namespace fedlgc::modes {
 namespace {
 
 constexpr uint32_t kQueryMagic = 0x51475350;  // "PSGQ"
-constexpr uint32_t kQueryVersion = 1;
+constexpr uint32_t kQueryVersion = 2;
 constexpr std::string_view kQueryPrefix = "powersgd_query";
 constexpr uint32_t kBasisMagic = 0x53425647;  // "GVBS"
-constexpr uint32_t kBasisVersion = 1;
+constexpr uint32_t kBasisVersion = 2;
 constexpr std::string_view kBasisPrefix = "gradiveq";
 
 }  // namespace
@@ -28,41 +32,62 @@ std::string GradiveqBasisPath(const std::string& state_dir, uint64_t round) {
 
 absl::Status SavePowerSgdQuery(const std::string& state_dir, uint64_t round,
                                std::span<const float> query) {
+  pb::PowerSgdQuery m;
+  m.set_query(core::FloatsToBytes(query));
   core::StateWriter w = core::BeginRoundState(kQueryMagic, kQueryVersion, round);
-  w.Floats(query);
+  if (absl::Status st = core::AppendMessage(m, &w, PowerSgdQueryPath(state_dir, round)); !st.ok()) {
+    return st;
+  }
   return core::SaveRoundState(state_dir, kQueryPrefix, round, w.Finish());
 }
 
-absl::StatusOr<std::vector<float>> LoadPowerSgdQuery(const std::string& state_dir,
-                                                     uint64_t round) {
+absl::StatusOr<std::vector<float>> LoadPowerSgdQuery(const std::string& state_dir, uint64_t round) {
+  const std::string path = PowerSgdQueryPath(state_dir, round);
   std::string bytes;
-  auto reader =
-      core::ReadRoundState(state_dir, kQueryPrefix, round, kQueryMagic, kQueryVersion, &bytes);
+  uint32_t version = 0;
+  auto reader = core::ReadRoundState(state_dir, kQueryPrefix, round, kQueryMagic, 1, kQueryVersion,
+                                     &version, &bytes);
   if (!reader.ok()) return reader.status();
-  std::vector<float> q;
-  if (!reader->Floats(&q) || !reader->done()) {
-    return absl::DataLossError(StrCat(PowerSgdQueryPath(state_dir, round), ": malformed"));
+  if (version == 1) {
+    std::vector<float> q;
+    if (!reader->Floats(&q) || !reader->done()) {
+      return absl::DataLossError(StrCat(path, ": malformed"));
+    }
+    return q;
   }
-  return q;
+  pb::PowerSgdQuery m;
+  if (absl::Status st = core::ParseMessage(*reader, &m, path); !st.ok()) return st;
+  return core::FloatsFromBytes(m.query(), path);
 }
 
 absl::Status SaveGradiveqBasis(const std::string& state_dir, uint64_t round,
                                std::string_view basis) {
+  pb::GradiveqBasis m;
+  m.set_basis(std::string(basis));
   core::StateWriter w = core::BeginRoundState(kBasisMagic, kBasisVersion, round);
-  w.Str(basis);
+  if (absl::Status st = core::AppendMessage(m, &w, GradiveqBasisPath(state_dir, round)); !st.ok()) {
+    return st;
+  }
   return core::SaveRoundState(state_dir, kBasisPrefix, round, w.Finish());
 }
 
 absl::StatusOr<std::string> LoadGradiveqBasis(const std::string& state_dir, uint64_t round) {
+  const std::string path = GradiveqBasisPath(state_dir, round);
   std::string bytes;
-  auto reader =
-      core::ReadRoundState(state_dir, kBasisPrefix, round, kBasisMagic, kBasisVersion, &bytes);
+  uint32_t version = 0;
+  auto reader = core::ReadRoundState(state_dir, kBasisPrefix, round, kBasisMagic, 1, kBasisVersion,
+                                     &version, &bytes);
   if (!reader.ok()) return reader.status();
-  std::string basis;
-  if (!reader->Str(&basis) || !reader->done()) {
-    return absl::DataLossError(StrCat(GradiveqBasisPath(state_dir, round), ": malformed"));
+  if (version == 1) {
+    std::string basis;
+    if (!reader->Str(&basis) || !reader->done()) {
+      return absl::DataLossError(StrCat(path, ": malformed"));
+    }
+    return basis;
   }
-  return basis;
+  pb::GradiveqBasis m;
+  if (absl::Status st = core::ParseMessage(*reader, &m, path); !st.ok()) return st;
+  return std::string(m.basis());
 }
 
 }  // namespace fedlgc::modes

@@ -17,8 +17,7 @@ namespace fedlgc::modes {
 // `query` empty: the next round draws one. NOT_FOUND when the round has no file.
 absl::Status SavePowerSgdQuery(const std::string& state_dir, uint64_t round,
                                std::span<const float> query);
-absl::StatusOr<std::vector<float>> LoadPowerSgdQuery(const std::string& state_dir,
-                                                     uint64_t round);
+absl::StatusOr<std::vector<float>> LoadPowerSgdQuery(const std::string& state_dir, uint64_t round);
 
 // `basis`: codecs::SliceBasis::bytes(), empty before one is fitted. NOT_FOUND when the
 // round has no file.

@@ -126,8 +126,8 @@ absl::Status GradiveqBases::Load(uint64_t round) {
   if (basis->empty()) return absl::OkStatus();
   auto parsed = codecs::SliceBasis::Parse(*basis, layout_);
   if (!parsed.ok()) {
-    return absl::DataLossError(StrCat(GradiveqBasisPath(state_dir_, round), ": ",
-                                      std::string(parsed.status().message())));
+    return absl::DataLossError(
+        StrCat(GradiveqBasisPath(state_dir_, round), ": ", std::string(parsed.status().message())));
   }
   return Use(std::make_shared<const codecs::SliceBasis>(*std::move(parsed)));
 }

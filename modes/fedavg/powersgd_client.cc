@@ -80,11 +80,14 @@ absl::Status PowerSgdClient::OnRoundStart(const protos::RoundStart& start) {
     // it (a restarted coordinator drew another query, or made another factor): what it sent
     // goes back into the residual and M goes out again against the round's current state.
     const edge_client::PendingUpdate& p = *state.pending;
-    const bool current = p.psgd_phase == 1
-                             ? PendingTag(p) == codecs::PowerSgdTwoPhase::Tag(*query)
-                             : !factor.empty() && codecs::PowerSgdTwoPhase::Tag(factor) ==
-                                                      codecs::PowerSgdTwoPhase::Tag(p.psgd_factor);
-    if (current && (p.psgd_phase == 2 || factor.empty())) {
+    const PowerSgdInFlight* f = in_flight_.Of(state);
+    const uint32_t phase = f ? f->phase : 0;
+    const bool current = phase == 1 ? PendingTag(p) == codecs::PowerSgdTwoPhase::Tag(*query)
+                         : phase == 2
+                             ? !factor.empty() && codecs::PowerSgdTwoPhase::Tag(factor) ==
+                                                      codecs::PowerSgdTwoPhase::Tag(f->factor)
+                             : false;
+    if (current && (phase == 2 || factor.empty())) {
       return env_.UploadPending(start.round(), deadline_);
     }
     if (absl::Status st = Restore(p); !st.ok()) return st;
@@ -124,25 +127,26 @@ absl::Status PowerSgdClient::SendProjection(uint64_t round, uint64_t model_versi
   edge_client::PendingUpdate pending = env_.NewPending(round, model_version);
   pending.frames = {
       math_->Frame(codecs::kPowerSgdProjectionSpec, codecs::PowerSgdTwoPhase::Tag(query), p)};
-  pending.psgd_phase = 1;
+  in_flight_.Set(pending.update_id, {1, {}});
   state.pending = std::move(pending);
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
-  return env_.UploadPending(round, deadline_);
+  return env_.UploadPending(round, deadline_, std::nullopt, ClientEnv::Half::kFirstHalf);
 }
 
 absl::Status PowerSgdClient::OnFactor(const protos::PowerSgdFactor& f) {
   edge_client::ClientState& state = env_.state();
-  if (!state.pending || state.pending->round != f.round() || state.pending->psgd_phase == 0 ||
-      !math_) {
+  const PowerSgdInFlight* in_flight = in_flight_.Of(state);
+  if (!state.pending || state.pending->round != f.round() || in_flight == nullptr || !math_) {
     return absl::OkStatus();  // not waiting for this one
   }
   auto factor =
       core::FloatsFromBytes(f.factor(), math_->projection_floats(), "the PowerSGD factor");
   if (!factor.ok()) return factor.status();
   const edge_client::PendingUpdate& p = *state.pending;
-  if (p.psgd_phase == 2) {
+  if (in_flight->phase == 2) {
     // Sent against this factor already; another one (a restarted coordinator's) replaces it.
-    if (codecs::PowerSgdTwoPhase::Tag(*factor) == codecs::PowerSgdTwoPhase::Tag(p.psgd_factor)) {
+    if (codecs::PowerSgdTwoPhase::Tag(*factor) ==
+        codecs::PowerSgdTwoPhase::Tag(in_flight->factor)) {
       return absl::OkStatus();
     }
     if (absl::Status st = Restore(p); !st.ok()) return st;
@@ -167,8 +171,7 @@ absl::Status PowerSgdClient::SendMessage(uint64_t round, uint64_t model_version,
   edge_client::PendingUpdate pending = env_.NewPending(round, model_version);
   pending.frames = {
       math_->Frame(codecs::kPowerSgdMessageSpec, codecs::PowerSgdTwoPhase::Tag(factor), message)};
-  pending.psgd_phase = 2;
-  pending.psgd_factor = std::move(factor);
+  in_flight_.Set(pending.update_id, {2, std::move(factor)});
   state.pending = std::move(pending);
   residual_changed_();
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
@@ -192,22 +195,25 @@ absl::Status PowerSgdClient::OnReceipt(const protos::RoundReceipt& receipt) {
 
 absl::Status PowerSgdClient::Restore(const edge_client::PendingUpdate& p) {
   // Phase 1 sent nothing the residual lacks: M is still all there.
-  if (p.psgd_phase != 2) return absl::OkStatus();
   edge_client::ClientState& state = env_.state();
+  const PowerSgdInFlight* f =
+      state.pending && state.pending->update_id == p.update_id ? in_flight_.Of(state) : nullptr;
+  if (f == nullptr || f->phase != 2) return absl::OkStatus();
+  const std::vector<float>& factor = f->factor;
   absl::Status st = EnsureMath(state.codec);
   absl::StatusOr<std::vector<float>> message = absl::DataLossError("no frame");
   if (st.ok() && p.frames.size() == 1) {
     auto view = codecs::ParseFrame(p.frames[0], codecs::FrameLimits());
     if (view.ok()) {
       message = codecs::PowerSgdTwoPhase::ReadBody(
-          view->body, codecs::PowerSgdTwoPhase::Tag(p.psgd_factor), math_->message_floats());
+          view->body, codecs::PowerSgdTwoPhase::Tag(factor), math_->message_floats());
     } else {
       message = view.status();
     }
   }
   if (st.ok()) st = message.status();
-  if (st.ok() && (p.psgd_factor.size() != math_->projection_floats() ||
-                  state.residual.size() != math_->dim())) {
+  if (st.ok() &&
+      (factor.size() != math_->projection_floats() || state.residual.size() != math_->dim())) {
     st = absl::DataLossError("it does not match the job's model");
   }
   if (!st.ok()) {
@@ -218,7 +224,7 @@ absl::Status PowerSgdClient::Restore(const edge_client::PendingUpdate& p) {
     env_.metrics().AddChunks(env_.client_id(), "dropped", 1);
     return absl::OkStatus();
   }
-  math_->AddRebuilt(p.psgd_factor, *message, 1.0, state.residual);
+  math_->AddRebuilt(factor, *message, 1.0, state.residual);
   residual_changed_();
   return absl::OkStatus();
 }

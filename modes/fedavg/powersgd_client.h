@@ -19,12 +19,22 @@
 
 #include "codecs/powersgd_two_phase.h"
 #include "edge_client/client_mode.h"
+#include "modes/in_flight.h"
 
 namespace fedlgc::protos {
 class PowerSgdFactor;
 }
 
 namespace fedlgc::modes {
+
+// The pending update's place in its round: 1 P sent (the residual holds all of M), 2 Q
+// sent against `factor` (M - P^ Q^T in the residual; restored when it does not count).
+struct PowerSgdInFlight {
+  uint32_t phase = 0;
+  std::vector<float> factor;
+
+  bool operator==(const PowerSgdInFlight&) const = default;
+};
 
 // Not thread-safe: the event loop's (through FedAvgClient).
 class PowerSgdClient {
@@ -40,6 +50,11 @@ class PowerSgdClient {
   absl::Status OnReceipt(const protos::RoundReceipt& receipt);
   // Puts what pending update `p` sent back into the residual (it did not count).
   absl::Status Restore(const edge_client::PendingUpdate& p);
+  // Whether the pending update is one of this protocol's.
+  bool Owns(const edge_client::ClientState& state) const { return in_flight_.Of(state) != nullptr; }
+  // Kept in FedAvgClient's slot.
+  InFlight<PowerSgdInFlight>& in_flight() { return in_flight_; }
+  const InFlight<PowerSgdInFlight>& in_flight() const { return in_flight_; }
 
  private:
   absl::Status EnsureMath(const std::string& spec);
@@ -53,6 +68,7 @@ class PowerSgdClient {
   const std::function<void()> residual_changed_;
   std::optional<codecs::PowerSgdTwoPhase> math_;
   std::string spec_;                  // math_'s, as the round named it
+  InFlight<PowerSgdInFlight> in_flight_;
   edge_client::SystemTime deadline_;  // of the round being run
 };
 

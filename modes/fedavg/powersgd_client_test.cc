@@ -14,71 +14,13 @@
 #include "gtest/gtest.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
+#include "tests/edge_client/fake_client_env.h"
 
 namespace fedlgc::modes {
 namespace {
 
 using edge_client::PendingUpdate;
-
-// Trains by adding a fixed step (different each time) to the weights; uploads are recorded.
-class FakeEnv final : public edge_client::ClientEnv {
- public:
-  explicit FakeEnv(codecs::ModelLayout layout) : layout_(std::move(layout)) {}
-
-  const std::string& client_id() const override { return id_; }
-  monitoring::Metrics& metrics() override { return metrics_; }
-  edge_client::Transport& transport() override { std::abort(); }
-  edge_client::ClientState& state() override { return state_; }
-  absl::Status Persist() override {
-    ++persists;
-    return absl::OkStatus();
-  }
-  uint64_t dim() const override { return layout_.dim(); }
-  const codecs::ModelLayout& layout() const override { return layout_; }
-  const std::string& device() const override { return device_; }
-  uint64_t total_rounds() const override { return 3; }
-  absl::StatusOr<double> TrainLocal(const protos::RoundStart&,
-                                    std::vector<float>* weights) override {
-    ++trained;
-    std::vector<float> step(weights->size());
-    for (size_t i = 0; i < step.size(); ++i) {
-      step[i] = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(trained));
-      (*weights)[i] += step[i];
-    }
-    for (size_t i = 0; i < step.size(); ++i) trained_sum[i] += (*weights)[i] - 1.0f;
-    return 0.5;
-  }
-  absl::StatusOr<std::vector<float>> DownloadFloats(const std::string&, uint64_t,
-                                                    edge_client::SystemTime) override {
-    return std::vector<float>(layout_.dim(), 1.0f);
-  }
-  PendingUpdate NewPending(uint64_t round, uint64_t model_version) override {
-    PendingUpdate p;
-    p.round = round;
-    p.model_version = model_version;
-    p.update_id = ++next_id_;
-    return p;
-  }
-  absl::Status UploadPending(uint64_t, edge_client::SystemTime,
-                             const std::optional<edge_client::ShareFields>&) override {
-    uploads.push_back(*state_.pending);
-    return absl::OkStatus();
-  }
-  void CountUploaded(uint64_t) override {}
-  void ObserveEncode(uint64_t, std::chrono::steady_clock::time_point) override {}
-  void AppendRoundLog(const ClientRoundRecord&) override {}
-
-  int trained = 0, persists = 0;
-  std::vector<float> trained_sum = std::vector<float>(1018, 0.0f);
-  std::vector<PendingUpdate> uploads;
-
- private:
-  const std::string id_ = "client-0", device_ = "cpu";
-  codecs::ModelLayout layout_;
-  monitoring::Metrics metrics_;
-  edge_client::ClientState state_;
-  uint64_t next_id_ = 0;
-};
+using FakeEnv = edge_client::FakeClientEnv;
 
 constexpr char kSpec[] = "powersgd(rank=2,phases=2)";
 
@@ -150,7 +92,8 @@ TEST(PowerSgdClient, SendsPThenQAndResendsAgainstWhatTheRoundHoldsNow) {
   EXPECT_EQ(p.spec, codecs::kPowerSgdProjectionSpec);
   EXPECT_EQ(p.tag, codecs::PowerSgdTwoPhase::Tag(q1));
   EXPECT_EQ(p.values, t.Project(m, q1));
-  EXPECT_EQ(env.state().pending->psgd_phase, 1u);
+  ASSERT_NE(client.in_flight().Of(env.state()), nullptr);
+  EXPECT_EQ(client.in_flight().Of(env.state())->phase, 1u);
 
   // The same round again with another query (a restarted coordinator drew one): P again
   // against it, without training again.
@@ -241,8 +184,10 @@ TEST(PowerSgdClient, RefusesRoundStartsItCannotUseBeforeTraining) {
   // The good one: trained once, sent against it.
   ASSERT_TRUE(client.OnRoundStart(Start(1, q, f)).ok());
   EXPECT_EQ(env.trained, 1);
-  EXPECT_EQ(env.state().pending->psgd_phase, 2u);
-  EXPECT_EQ(env.state().pending->psgd_factor, f);
+  const PowerSgdInFlight* in_flight = client.in_flight().Of(env.state());
+  ASSERT_NE(in_flight, nullptr);
+  EXPECT_EQ(in_flight->phase, 2u);
+  EXPECT_EQ(in_flight->factor, f);
 }
 
 }  // namespace

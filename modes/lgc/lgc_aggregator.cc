@@ -82,11 +82,11 @@ absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
 
 absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
                                      std::span<const uint8_t> body) const {
-  const int stage = Stage(round);
-  if (stage == 2 && spec == autoencoder::kLeaderCellsSpec) {
+  const LgcStage stage = Stage(round);
+  if (stage == LgcStage::kCells && spec == autoencoder::kLeaderCellsSpec) {
     return autoencoder::UnpackLeaderCells(plan_, body, dim_, KAt(round)).status();
   }
-  if (stage == 2 && spec == autoencoder::kBitCorrectionSpec) {
+  if (stage == LgcStage::kCells && spec == autoencoder::kBitCorrectionSpec) {
     auto c = autoencoder::UnpackBitCorrection(plan_, body, KAt(round));
     if (!c.ok()) return c.status();
     if (c->bits != plan_.bits) {
@@ -95,7 +95,7 @@ absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
     }
     return absl::OkStatus();
   }
-  if (stage == 3 && spec == autoencoder::kLeaderSpec) {
+  if (stage == LgcStage::kAutoencoder && spec == autoencoder::kLeaderSpec) {
     auto p = autoencoder::DecodeLeader(body, dim_, *latent_codec_, latent_size_);
     if (!p.ok()) return p.status();
     if (p->support.size() != k_) {
@@ -104,11 +104,11 @@ absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
     }
     return absl::OkStatus();
   }
-  if (stage == 3 && spec == autoencoder::kCorrectionSpec) {
+  if (stage == LgcStage::kAutoencoder && spec == autoencoder::kCorrectionSpec) {
     return autoencoder::DecodeCorrection(body, k_).status();
   }
-  return codecs::WrongCodecError(
-      StrCat("a stage-", stage, " LGC round does not take \"", spec, "\" frames"));
+  return codecs::WrongCodecError(StrCat("a stage-", static_cast<uint32_t>(stage),
+                                        " LGC round does not take \"", spec, "\" frames"));
 }
 
 // One client's payload, decoded.
@@ -133,17 +133,17 @@ struct LgcAggregator::Decoded {
   uint64_t k = 0;  // the round's support size
 };
 
-void LgcAggregator::DecodeLeaderPayload(int stage, const std::string& client,
+void LgcAggregator::DecodeLeaderPayload(LgcStage stage, const std::string& client,
                                         const PayloadCollector::Payload& p,
                                         const std::string& leader, Decoded* d) const {
   uint32_t ref = 0;
-  if (stage == 2) {
+  if (stage == LgcStage::kCells) {
     auto lc = autoencoder::UnpackLeaderCells(plan_, Bytes(p.body), dim_, d->k);
     if (!lc.ok()) return;  // validated on arrival; cannot happen
     ref = autoencoder::ReferenceOf(lc->support, lc->values);
     d->refs[ref] = {lc->support, lc->values};
     d->items.push_back({client, p.weight, std::move(lc->values), 1.0f, ref});
-  } else if (stage == 3) {
+  } else if (stage == LgcStage::kAutoencoder) {
     auto lp = autoencoder::DecodeLeader(Bytes(p.body), dim_, *latent_codec_, latent_size_);
     if (!lp.ok()) return;  // validated on arrival; cannot happen
     ref = autoencoder::ReferenceOf(lp->support, lp->latent);
@@ -160,15 +160,15 @@ void LgcAggregator::DecodeLeaderPayload(int stage, const std::string& client,
   }
 }
 
-void LgcAggregator::DecodeFollowerPayload(int stage, const std::string& client,
+void LgcAggregator::DecodeFollowerPayload(LgcStage stage, const std::string& client,
                                           const PayloadCollector::Payload& p, Decoded* d) const {
-  if (stage == 2) {
+  if (stage == LgcStage::kCells) {
     auto c = autoencoder::UnpackBitCorrection(plan_, Bytes(p.body), d->k);
     if (c.ok()) {
       d->items.push_back({client, p.weight, std::move(c->correction), c->gain, c->reference,
                           c->sent_crc, true});
     }
-  } else if (stage == 3) {
+  } else if (stage == LgcStage::kAutoencoder) {
     auto c = autoencoder::DecodeCorrection(Bytes(p.body), k_);
     if (c.ok()) {
       d->items.push_back({client, p.weight, std::move(c->innovation), c->gain, c->reference,
@@ -178,7 +178,7 @@ void LgcAggregator::DecodeFollowerPayload(int stage, const std::string& client,
 }
 
 LgcAggregator::Decoded LgcAggregator::DecodePayloads(
-    uint64_t round, int stage, const std::string& leader,
+    uint64_t round, LgcStage stage, const std::string& leader,
     const std::map<std::string, PayloadCollector::Payload>& payloads,
     const std::set<std::string>* leaders) const {
   Decoded d;
@@ -316,12 +316,12 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
     const std::map<std::string, PayloadCollector::Payload>& payloads,
     const std::set<std::string>* leaders, const coordinator::AggregatorOptions& robust,
     const Chooser& choose) {
-  const int stage = Stage(round);
+  const LgcStage stage = Stage(round);
   Outcome out;
   out.delta.assign(dim_, 0.0f);
   absl::MutexLock ae_lock(&ae_mu_);
   Decoded d = DecodePayloads(round, stage, leader, payloads, leaders);
-  if (stage == 3) {
+  if (stage == LgcStage::kAutoencoder) {
     if (!d.has_main) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
     if (absl::Status st = RebuildStage3(round, &d, &out); !st.ok()) return st;
@@ -346,7 +346,7 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   auto delta = CombineValues(d, robust, {}, &out.counted);
   if (!delta.ok()) return delta.status();
   out.delta = *std::move(delta);
-  if (stage != 2 || !d.has_main) return out;
+  if (stage != LgcStage::kCells || !d.has_main) return out;
   // Training sees the clients' values on one support, the round leader's, read by value:
   // in the order of the leader's decoded values.
   std::erase_if(d.items, [&](const Item& it) { return it.reference != d.main_ref; });
@@ -395,9 +395,10 @@ std::string LgcAggregator::EncoderBytes() const {
 
 absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
     uint64_t round, std::span<const uint8_t> leader_body) const {
-  const int stage = Stage(round);
-  if (stage < 2) return codecs::WrongCodecError("a warm-up round has no leader payload");
-  if (stage == 2) {
+  const LgcStage stage = Stage(round);
+  if (stage == LgcStage::kWarmUp)
+    return codecs::WrongCodecError("a warm-up round has no leader payload");
+  if (stage == LgcStage::kCells) {
     auto lc = autoencoder::UnpackLeaderCells(plan_, leader_body, dim_, KAt(round));
     if (!lc.ok()) return lc.status();
     return LeaderBytes{"", "", std::string(leader_body.begin(), leader_body.end())};
@@ -426,8 +427,9 @@ absl::Status LgcAggregator::Load(uint64_t round) {
   led_ = std::move(loaded->led);
   if (!plan_.autoencoder()) return absl::OkStatus();
   if (loaded->autoencoder.empty()) {
-    return absl::DataLossError(StrCat(StatePath(state_dir_, round),
-                                      ": no autoencoder in the state of a job with one (train > 0)"));
+    return absl::DataLossError(
+        StrCat(StatePath(state_dir_, round),
+               ": no autoencoder in the state of a job with one (train > 0)"));
   }
   auto restored = autoencoder::Autoencoder::Deserialize(loaded->autoencoder, ae_options_);
   if (!restored.ok()) return restored.status();

@@ -30,6 +30,7 @@
 
 namespace fedlgc::modes {
 
+using autoencoder::LgcStage;
 using coordinator::ModelBlob;
 using coordinator::PayloadCollector;
 
@@ -45,14 +46,16 @@ class LgcAggregator {
                                                                uint64_t committed_round,
                                                                uint64_t seed, std::string device);
 
-  int Stage(uint64_t round) const { return autoencoder::LgcStage(plan_, round, warmup_); }
+  LgcStage Stage(uint64_t round) const { return autoencoder::StageOf(plan_, round, warmup_); }
   // Stage 3 has begun: the autoencoder stops training, decoders may be served, and a CPU
   // copy of it rebuilds the clients' predictions (see Aggregate).
   void Freeze();
   uint64_t k() const { return k_; }
   // The support size of `round` (wider in the ramp; the plan's in stage 3).
   uint64_t KAt(uint64_t round) const {
-    return Stage(round) == 3 ? k_ : plan_.SupportSizeAt(dim_, round > warmup_ ? round - warmup_ : 0);
+    return Stage(round) == LgcStage::kAutoencoder
+               ? k_
+               : plan_.SupportSizeAt(dim_, round > warmup_ ? round - warmup_ : 0);
   }
   static constexpr uint64_t kEncoderVersion = 1;
   // The frozen encoder for stage 3 (version kEncoderVersion); empty with train=0.
@@ -128,12 +131,13 @@ class LgcAggregator {
                 autoencoder::AeOptions ae_options);
   absl::Status Load(uint64_t round);
   // The payloads of a stage-2 or stage-3 round, decoded (Aggregate's first step).
-  Decoded DecodePayloads(uint64_t round, int stage, const std::string& leader,
+  Decoded DecodePayloads(uint64_t round, LgcStage stage, const std::string& leader,
                          const std::map<std::string, PayloadCollector::Payload>& payloads,
                          const std::set<std::string>* leaders) const;
-  void DecodeLeaderPayload(int stage, const std::string& client, const PayloadCollector::Payload& p,
-                           const std::string& leader, Decoded* d) const;
-  void DecodeFollowerPayload(int stage, const std::string& client,
+  void DecodeLeaderPayload(LgcStage stage, const std::string& client,
+                           const PayloadCollector::Payload& p, const std::string& leader,
+                           Decoded* d) const;
+  void DecodeFollowerPayload(LgcStage stage, const std::string& client,
                              const PayloadCollector::Payload& p, Decoded* d) const;
   // Stage 3: each client's values rebuilt from the latent and its payload.
   absl::Status RebuildStage3(uint64_t round, Decoded* d, Outcome* out)

@@ -152,8 +152,8 @@ TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNa
   auto made = Make(spec, TempDir("stage3"));
   ASSERT_NE(made, nullptr);
   LgcAggregator& lgc = *made;
-  EXPECT_EQ(lgc.Stage(1), 2);
-  EXPECT_EQ(lgc.Stage(2), 3);
+  EXPECT_EQ(lgc.Stage(1), LgcStage::kCells);
+  EXPECT_EQ(lgc.Stage(2), LgcStage::kAutoencoder);
   const LgcAggregator::Outcome trained = CellsRound(lgc, spec, 1, u0, u1);
   EXPECT_GE(trained.ae_reconstruction, 0) << "the autoencoder trained on round 1";
   EXPECT_GT(trained.values_cosine, -2);
@@ -226,7 +226,7 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   auto zero_warmup = LgcAggregator::Create(**plan, 0, kDim, dir, 0, 1, "cpu");
   ASSERT_TRUE(zero_warmup.ok()) << zero_warmup.status();
   LgcAggregator& lgc = **zero_warmup;
-  EXPECT_EQ(lgc.Stage(1), 2);
+  EXPECT_EQ(lgc.Stage(1), LgcStage::kCells);
   const size_t k = lgc.k();
   const std::vector<float> u0 = Gaussian(kDim, 11), u1 = Gaussian(kDim, 12);
   const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
@@ -273,7 +273,7 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   EXPECT_TRUE(lgc.EncoderBytes().empty());
   lgc.Freeze();
   EXPECT_EQ(lgc.Decoder("c1"), nullptr);
-  EXPECT_EQ(lgc.Stage(1000), 2);
+  EXPECT_EQ(lgc.Stage(1000), LgcStage::kCells);
   // Who led when comes back with the state: a restarted coordinator chooses as before.
   lgc.Led("c0", 1);
   lgc.Led("c1", 0);

@@ -12,6 +12,8 @@
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/float_bytes.h"
+#include "modes/lgc/lgc_stage.h"
+#include "modes/lgc/lgc_state.pb.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
@@ -26,6 +28,8 @@ std::string Framed(std::string_view spec, uint64_t dim, const std::string& body)
   codecs::FinishFrame(offset, &frame);
   return frame;
 }
+
+constexpr char kSlot[] = "lgc";
 
 // A download or weight fetch that ran out of the round's time: the round goes on without
 // this client's payload (it stays in the residual).
@@ -58,7 +62,13 @@ absl::Status LgcClient::OnRoundStart(const protos::RoundStart& start) {
     if (absl::Status st = Restore(*state.pending); !st.ok()) return st;
     state.pending.reset();
   }
-  if (start.lgc().stage() < 2) return plain_.OnRoundStart(start);
+  const std::optional<LgcStage> stage = FromProto(start.lgc().stage());
+  if (!stage) {
+    return absl::InvalidArgumentError(StrCat("an LGC round start of stage ",
+                                             static_cast<int>(start.lgc().stage()),
+                                             ", which this client does not know"));
+  }
+  if (*stage == LgcStage::kWarmUp) return plain_.OnRoundStart(start);
   return RunPayloadRound(start);
 }
 
@@ -78,7 +88,8 @@ absl::Status LgcClient::RunPayloadRound(const protos::RoundStart& start) {
 
 absl::Status LgcClient::BeginUpdate(const protos::RoundStart& start) {
   const protos::LgcRound& lgc = start.lgc();
-  if (lgc.stage() == 3) {
+  const LgcStage stage = FromProto(lgc.stage()).value_or(LgcStage::kWarmUp);
+  if (stage == LgcStage::kAutoencoder) {
     // Off the round's critical path: a follower needs its decoder once the leader's latent
     // arrives, a leader with its own (fetched below with the encoder).
     const absl::Status st = EnsureWeights(/*decoder=*/true, lgc.encoder_version(), support_size());
@@ -95,37 +106,40 @@ absl::Status LgcClient::BeginUpdate(const protos::RoundStart& start) {
     for (size_t i = 0; i < u.size(); ++i) u[i] += state.residual[i];
   }
   PendingUpdate p = env_.NewPending(start.round(), start.model_version());
-  p.lgc_stage = lgc.stage();
-  if (lgc.leader()) return SendAsLeader(start, std::move(u), std::move(p));
+  LgcInFlight f;
+  f.stage = stage;
+  if (lgc.leader()) return SendAsLeader(start, std::move(u), std::move(p), std::move(f));
   // A follower waits for the leader's payload: all of u stays in the residual until
   // then, nothing is taken out for a support yet.
   state.residual = std::move(u);
   plain_.ResidualChanged();
   std::fprintf(stderr, "%s: round %llu: waiting for the leader's support\n",
                env_.client_id().c_str(), static_cast<unsigned long long>(p.round));
+  in_flight_.Set(p.update_id, std::move(f));
   state.pending = std::move(p);
   return env_.Persist();
 }
 
 absl::Status LgcClient::SendAsLeader(const protos::RoundStart& start, std::vector<float> u,
-                                     PendingUpdate p) {
+                                     PendingUpdate p, LgcInFlight f) {
   const protos::LgcRound& lgc = start.lgc();
   // The leader picks this round's support: its own top-k.
-  p.lgc_support = autoencoder::SelectSupport(u, round_support_size());
-  p.lgc_values = autoencoder::Gather(u, p.lgc_support);
-  if (p.lgc_stage == 3) {
+  f.support = autoencoder::SelectSupport(u, round_support_size());
+  f.values = autoencoder::Gather(u, f.support);
+  if (f.stage == LgcStage::kAutoencoder) {
     // Fetched before the clock starts: the encode time is the encoder's, not the link's.
     const absl::Status st =
-        EnsureWeights(/*decoder=*/false, lgc.encoder_version(), p.lgc_support.size());
+        EnsureWeights(/*decoder=*/false, lgc.encoder_version(), f.support.size());
     if (OutOfTime(st)) return KeepForLater(std::move(u));
     if (!st.ok()) return st;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto frame = LeaderFrame(p.lgc_stage, lgc.encoder_version(), u, &p);
+  auto frame = LeaderFrame(p.round, lgc.encoder_version(), u, &f);
   if (!frame.ok()) return OutOfTime(frame.status()) ? KeepForLater(std::move(u)) : frame.status();
   env_.ObserveEncode(start.round(), t0);
   p.frames = {std::move(frame).value()};
-  SetResidual(u, p);
+  SetResidual(u, f);
+  in_flight_.Set(p.update_id, std::move(f));
   env_.state().pending = std::move(p);
   return env_.Persist();
 }
@@ -164,27 +178,28 @@ absl::Status LgcClient::OnModeEvent(const protos::ModeEvent& event) {
   return absl::OkStatus();
 }
 
-void LgcClient::SetResidual(std::span<const float> u, const PendingUpdate& p) {
-  // The support's values minus what the coordinator rebuilds of them (lgc_values): the
+void LgcClient::SetResidual(std::span<const float> u, const LgcInFlight& f) {
+  // The support's values minus what the coordinator rebuilds of them (f.values): the
   // miss. sent + residual == u.
   edge_client::ClientState& state = env_.state();
   state.residual.assign(u.begin(), u.end());
-  for (size_t j = 0; j < p.lgc_support.size(); ++j) {
-    state.residual[p.lgc_support[j]] = u[p.lgc_support[j]] - p.lgc_values[j];
+  for (size_t j = 0; j < f.support.size(); ++j) {
+    state.residual[f.support[j]] = u[f.support[j]] - f.values[j];
   }
   plain_.ResidualChanged();
 }
 
 absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   edge_client::ClientState& state = env_.state();
-  if (!state.pending || state.pending->round != latent.round() || state.pending->lgc_stage < 2 ||
+  LgcInFlight* f = in_flight_.Of(state);
+  if (!state.pending || state.pending->round != latent.round() || f == nullptr ||
       !state.pending->frames.empty() || !plan_) {
     return absl::OkStatus();  // not waiting for this one
   }
   PendingUpdate& p = *state.pending;
   absl::StatusOr<std::vector<uint32_t>> support;
   absl::StatusOr<std::vector<float>> z;
-  if (p.lgc_stage == 2) {
+  if (f->stage == LgcStage::kCells) {
     // The leader's body; its decoded values are the prediction.
     const std::string& cells = latent.leader_cells();
     auto lc = autoencoder::UnpackLeaderCells(
@@ -208,7 +223,7 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   std::vector<float> sent;
   std::string body;
   std::string_view spec;
-  if (p.lgc_stage == 2) {
+  if (f->stage == LgcStage::kCells) {
     // The leader's decoded values are the prediction: send the miss in plan_->bits bits.
     if (z->size() != v.size()) {
       return absl::InvalidArgumentError(
@@ -238,10 +253,10 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   env_.ObserveEncode(p.round, t0);
   // The residual held all of u: what is sent of the support leaves it.
   const std::vector<float> u = state.residual;
-  p.lgc_support = *std::move(support);
-  p.lgc_values = std::move(sent);
+  f->support = *std::move(support);
+  f->values = std::move(sent);
   p.frames = {std::move(frame)};
-  SetResidual(u, p);
+  SetResidual(u, *f);
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
   return env_.UploadPending(p.round, deadline_);
 }
@@ -263,25 +278,26 @@ void LgcClient::LogMiss(uint64_t round, std::span<const float> v, std::span<cons
 
 absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
   edge_client::ClientState& state = env_.state();
-  if (!state.pending || state.pending->round != promote.round() || !plan_ ||
-      state.pending->lgc_stage < 2) {
+  LgcInFlight* f = in_flight_.Of(state);
+  if (!state.pending || state.pending->round != promote.round() || !plan_ || f == nullptr) {
     return absl::OkStatus();  // nothing of that round here
   }
   PendingUpdate& p = *state.pending;
   // u again: the residual plus what was taken out for the support (none while waiting).
   std::vector<float> u = state.residual;
-  for (size_t j = 0; j < p.lgc_support.size(); ++j) u[p.lgc_support[j]] += p.lgc_values[j];
-  PendingUpdate lead = p;
+  for (size_t j = 0; j < f->support.size(); ++j) u[f->support[j]] += f->values[j];
+  LgcInFlight lead;
+  lead.stage = f->stage;
   // A leader's support is its own top-k.
-  lead.lgc_support = autoencoder::SelectSupport(u, round_support_size());
-  lead.lgc_values = autoencoder::Gather(u, lead.lgc_support);
-  auto frame = LeaderFrame(p.lgc_stage, promote.encoder_version(), u, &lead);
+  lead.support = autoencoder::SelectSupport(u, round_support_size());
+  lead.values = autoencoder::Gather(u, lead.support);
+  auto frame = LeaderFrame(p.round, promote.encoder_version(), u, &lead);
   if (!frame.ok()) return OutOfTime(frame.status()) ? absl::OkStatus() : frame.status();
-  p.lgc_support = std::move(lead.lgc_support);
-  p.lgc_values = std::move(lead.lgc_values);
+  *f = std::move(lead);
   p.frames = {std::move(frame).value()};
-  SetResidual(u, p);
+  SetResidual(u, *f);
   p.update_id = env_.transport().NewUpdateId();
+  in_flight_.Rebind(p.update_id);
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
   std::fprintf(stderr, "%s: leading LGC round %llu\n", env_.client_id().c_str(),
                static_cast<unsigned long long>(promote.round()));
@@ -291,7 +307,7 @@ absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
 absl::Status LgcClient::OnReceipt(const protos::RoundReceipt& receipt) {
   edge_client::ClientState& state = env_.state();
   if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
-  if (state.pending->lgc_stage == 0) return plain_.OnReceipt(receipt);
+  if (in_flight_.Of(state) == nullptr) return plain_.OnReceipt(receipt);
   const PendingUpdate& p = *state.pending;
   // One chunk: it counted or the whole update goes back (a follower that never got its
   // leader's payload has no chunk: its update is all in the residual already).
@@ -307,11 +323,13 @@ absl::Status LgcClient::OnReceipt(const protos::RoundReceipt& receipt) {
 }
 
 absl::Status LgcClient::Restore(const PendingUpdate& p) {
-  if (p.lgc_stage == 0) return plain_.Restore(p);
   edge_client::ClientState& state = env_.state();
+  const LgcInFlight* f =
+      state.pending && state.pending->update_id == p.update_id ? in_flight_.Of(state) : nullptr;
+  if (f == nullptr) return plain_.Restore(p);
   if (state.residual.size() != env_.dim()) state.residual.assign(env_.dim(), 0.0f);
-  for (size_t j = 0; j < p.lgc_support.size(); ++j) {
-    state.residual[p.lgc_support[j]] += p.lgc_values[j];
+  for (size_t j = 0; j < f->support.size(); ++j) {
+    state.residual[f->support[j]] += f->values[j];
   }
   // A codec used again later starts from this residual.
   plain_.ResidualChanged();
@@ -339,37 +357,35 @@ absl::Status LgcClient::EnsureWeights(bool decoder, uint64_t version, size_t k) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> LgcClient::LeaderFrame(uint32_t stage, uint64_t encoder_version,
-                                                   std::span<const float> u,
-                                                   PendingUpdate* pending) {
-  auto body = LeaderBody(stage, encoder_version, u, pending);
+absl::StatusOr<std::string> LgcClient::LeaderFrame(uint64_t round, uint64_t encoder_version,
+                                                   std::span<const float> u, LgcInFlight* f) {
+  auto body = LeaderBody(round, encoder_version, u, f);
   if (!body.ok()) return body.status();
-  return Framed(stage == 2 ? autoencoder::kLeaderCellsSpec : autoencoder::kLeaderSpec, env_.dim(),
-                *body);
+  return Framed(
+      f->stage == LgcStage::kCells ? autoencoder::kLeaderCellsSpec : autoencoder::kLeaderSpec,
+      env_.dim(), *body);
 }
 
-absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encoder_version,
-                                                  std::span<const float> u,
-                                                  PendingUpdate* pending) {
-  const PendingUpdate& p = *pending;
-  const size_t k = p.lgc_support.size();
-  if (stage == 2) {
+absl::StatusOr<std::string> LgcClient::LeaderBody(uint64_t round, uint64_t encoder_version,
+                                                  std::span<const float> u, LgcInFlight* f) {
+  const size_t k = f->support.size();
+  if (f->stage == LgcStage::kCells) {
     // The support as a set, the values in cells; what they decode to is what counts.
-    pending->lgc_support = autoencoder::SelectSupportSet(u, k);
-    const std::vector<float> v = autoencoder::Gather(u, pending->lgc_support);
+    f->support = autoencoder::SelectSupportSet(u, k);
+    const std::vector<float> v = autoencoder::Gather(u, f->support);
     std::vector<float> sent;
-    std::string body = autoencoder::EncodeLeaderCells(pending->lgc_support, v, env_.dim(), &sent);
-    LogMiss(p.round, v, sent, true);
-    pending->lgc_values = std::move(sent);
+    std::string body = autoencoder::EncodeLeaderCells(f->support, v, env_.dim(), &sent);
+    LogMiss(round, v, sent, true);
+    f->values = std::move(sent);
     return autoencoder::PackBody(*plan_, std::move(body));
   }
   // Stage 3: the support in value order and the latent of the values on it.
   autoencoder::LeaderPayload lp;
-  lp.support = p.lgc_support;
+  lp.support = f->support;
   auto latent_codec = codecs::MakeCodec(plan_->latent);
   if (!latent_codec.ok()) return latent_codec.status();
   if (absl::Status st = EnsureWeights(false, encoder_version, k); !st.ok()) return st;
-  std::vector<float> normalized = p.lgc_values;
+  std::vector<float> normalized = f->values;
   const float scale = autoencoder::RmsScale(normalized);
   for (float& x : normalized) x /= scale;
   auto latent = encoder_->Encode(normalized);
@@ -377,7 +393,7 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encod
   lp.latent = std::move(latent).value();
   lp.innovation.assign(k, 0.0f);  // first the latent alone (see below)
   const auto& dense = static_cast<const codecs::DenseCodec&>(**latent_codec);
-  auto encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, p.round);
+  auto encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, round);
   if (!encoded.ok()) return encoded;
   // The latent as the coordinator will decode it, and this client's prediction from it
   // (the latent's bytes do not depend on the innovation: same codec, same seed).
@@ -385,14 +401,14 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint32_t stage, uint64_t encod
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded->data()), encoded->size());
   auto sent = autoencoder::DecodeLeader(view, env_.dim(), dense, lp.latent.size());
   if (!sent.ok()) return sent.status();
-  auto c = PredictAndCorrect(p.round, p.lgc_values, sent->latent, encoder_version, true);
+  auto c = PredictAndCorrect(round, f->values, sent->latent, encoder_version, true);
   if (!c.ok()) return c.status();
   lp.scale = c->gain;
   lp.step = c->step;
   lp.sent_crc = c->sent_crc;
   lp.innovation = std::move(c->innovation);
-  encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, p.round);
-  if (encoded.ok()) pending->lgc_values = std::move(c->sent);
+  encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, round);
+  if (encoded.ok()) f->values = std::move(c->sent);
   return encoded;
 }
 
@@ -412,6 +428,51 @@ absl::StatusOr<autoencoder::Correction> LgcClient::PredictAndCorrect(uint64_t ro
   autoencoder::Correction c = autoencoder::Correct(v, *prediction, plan_->InnovationSize(k));
   LogMiss(round, v, c.sent, leader);
   return c;
+}
+
+absl::Status LgcClient::LoadState(const edge_client::ClientState& state) {
+  if (absl::Status st = plain_.LoadState(state); !st.ok()) return st;
+  const auto it = state.modes.find(kSlot);
+  if (it == state.modes.end()) {
+    const std::optional<LgcStage> stage =
+        state.legacy ? FromProto(static_cast<int>(state.legacy->lgc_stage)) : std::nullopt;
+    if (stage && *stage != LgcStage::kWarmUp && state.pending) {
+      const edge_client::LegacyModeFields& l = *state.legacy;
+      in_flight_.Set(state.pending->update_id, {*stage, l.lgc_support, l.lgc_values});
+    }
+    return absl::OkStatus();
+  }
+  pb::LgcClientState in;
+  const auto bad = [] { return absl::DataLossError("the client state's lgc slot is malformed"); };
+  if (!in.ParseFromString(it->second) || in.support().size() % 4 != 0) return bad();
+  if (in.stage() == 0) return absl::OkStatus();
+  const std::optional<LgcStage> stage = FromProto(static_cast<int>(in.stage()));
+  if (!stage || *stage == LgcStage::kWarmUp) return bad();
+  LgcInFlight f;
+  f.stage = *stage;
+  f.support.resize(in.support().size() / 4);
+  if (!f.support.empty()) std::memcpy(f.support.data(), in.support().data(), in.support().size());
+  auto values = core::FloatsFromBytes(in.values(), "LGC values");
+  if (!values.ok() || values->size() != f.support.size()) return bad();
+  f.values = *std::move(values);
+  for (uint32_t j : f.support) {
+    if (j >= env_.dim()) return bad();
+  }
+  in_flight_.Set(in.update_id(), std::move(f));
+  return absl::OkStatus();
+}
+
+void LgcClient::SaveState(std::map<std::string, std::string>* slots) const {
+  plain_.SaveState(slots);
+  pb::LgcClientState out;
+  if (const LgcInFlight* f = in_flight_.Of(env_.state())) {
+    out.set_update_id(in_flight_.update_id());
+    out.set_stage(static_cast<uint32_t>(f->stage));
+    out.set_support(
+        std::string(reinterpret_cast<const char*>(f->support.data()), f->support.size() * 4));
+    out.set_values(core::FloatsToBytes(f->values));
+  }
+  (*slots)[kSlot] = out.SerializeAsString();
 }
 
 }  // namespace fedlgc::modes

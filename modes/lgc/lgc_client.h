@@ -6,6 +6,7 @@
 #ifndef FEDLGC_MODES_LGC_LGC_CLIENT_H_
 #define FEDLGC_MODES_LGC_LGC_CLIENT_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -16,6 +17,7 @@
 #include "autoencoder/lgc_payload.h"
 #include "autoencoder/lgc_plan.h"
 #include "modes/fedavg/fedavg_client.h"
+#include "modes/in_flight.h"
 
 namespace fedlgc::protos {
 class LgcPromote;
@@ -24,6 +26,16 @@ class LgcLatent;
 
 namespace fedlgc::modes {
 
+// The LGC part of the update in flight: its stage (cells or autoencoder), the round's support and
+// the values the coordinator rebuilds on it (restored into the residual when it does not count).
+struct LgcInFlight {
+  autoencoder::LgcStage stage = autoencoder::LgcStage::kCells;
+  std::vector<uint32_t> support;
+  std::vector<float> values;
+
+  bool operator==(const LgcInFlight&) const = default;
+};
+
 class LgcClient final : public edge_client::ClientMode {
  public:
   explicit LgcClient(ClientEnv& env) : env_(env), plain_(env) {}
@@ -31,6 +43,10 @@ class LgcClient final : public edge_client::ClientMode {
   absl::Status OnRoundStart(const protos::RoundStart& start) override;
   absl::Status OnReceipt(const protos::RoundReceipt& receipt) override;
   absl::Status OnModeEvent(const protos::ModeEvent& event) override;
+  // The warm-up rounds' state (FedAvgClient's slot) and the update in flight's LGC part
+  // (the slot "lgc").
+  absl::Status LoadState(const edge_client::ClientState& state) override;
+  void SaveState(std::map<std::string, std::string>* slots) const override;
 
  private:
   absl::Status EnsurePlan(const std::string& codec);
@@ -40,8 +56,8 @@ class LgcClient final : public edge_client::ClientMode {
   // for the leader's payload. No pending update when the round moved on.
   absl::Status BeginUpdate(const protos::RoundStart& start);
   // The update `u` (+ residual) as this round's leader payload.
-  absl::Status SendAsLeader(const protos::RoundStart& start, std::vector<float> u,
-                            PendingUpdate p);
+  absl::Status SendAsLeader(const protos::RoundStart& start, std::vector<float> u, PendingUpdate p,
+                            LgcInFlight f);
   // The round ran out of time before `u` (update + residual) could be sent: it all goes
   // into the residual.
   absl::Status KeepForLater(std::vector<float> u);
@@ -53,21 +69,20 @@ class LgcClient final : public edge_client::ClientMode {
   absl::Status OnPromote(const protos::LgcPromote& promote);
   // The leader's payload arrived; a follower waiting for it sends its correction.
   absl::Status OnLatent(const protos::LgcLatent& latent);
-  // The frame of a leader's update: `u` the update plus residual, pending->lgc_values u
-  // on the support; sets pending->lgc_support and lgc_values to what the coordinator will
-  // rebuild.
-  absl::StatusOr<std::string> LeaderFrame(uint32_t stage, uint64_t encoder_version,
-                                          std::span<const float> u, PendingUpdate* pending);
-  absl::StatusOr<std::string> LeaderBody(uint32_t stage, uint64_t encoder_version,
-                                         std::span<const float> u, PendingUpdate* pending);
+  // The frame of `round`'s leader update: `u` the update plus residual, f->values u on
+  // the support; sets f->support and f->values to what the coordinator will rebuild.
+  absl::StatusOr<std::string> LeaderFrame(uint64_t round, uint64_t encoder_version,
+                                          std::span<const float> u, LgcInFlight* f);
+  absl::StatusOr<std::string> LeaderBody(uint64_t round, uint64_t encoder_version,
+                                         std::span<const float> u, LgcInFlight* f);
   // Stage 3: this client's prediction of its values `v` on the support from `latent`
   // (its own decoder), and the gain and innovation it sends; logs the miss.
   absl::StatusOr<autoencoder::Correction> PredictAndCorrect(uint64_t round,
                                                             std::span<const float> v,
                                                             std::span<const float> latent,
                                                             uint64_t encoder_version, bool leader);
-  // The residual after an LGC frame: u, minus lgc_values on the support.
-  void SetResidual(std::span<const float> u, const PendingUpdate& p);
+  // The residual after an LGC frame: u, minus f.values on the support.
+  void SetResidual(std::span<const float> u, const LgcInFlight& f);
   // One rounds.jsonl line: |v - sent| / |v| of an LGC update (sent: what the coordinator
   // rebuilt or will rebuild).
   void LogMiss(uint64_t round, std::span<const float> v, std::span<const float> sent, bool leader);
@@ -83,6 +98,7 @@ class LgcClient final : public edge_client::ClientMode {
 
   ClientEnv& env_;      // outlives this mode
   FedAvgClient plain_;  // warm-up rounds, and the codec's residual
+  InFlight<LgcInFlight> in_flight_;
   std::string spec_;
   std::optional<autoencoder::LgcPlan> plan_;
   std::unique_ptr<autoencoder::Autoencoder> encoder_;

@@ -8,6 +8,7 @@
 #include "codecs/str.h"
 #include "coordinator/collectors.h"
 #include "modes/fedavg/fedavg_driver.h"
+#include "modes/lgc/lgc_stage.h"
 #include "modes/mode_rules.h"
 #include "protos/fedlgc.pb.h"
 
@@ -121,15 +122,18 @@ std::string LgcDriver::ChooseLeader(const RoundHost& host,
 void LgcDriver::DecorateRoundStart(const std::string& client, protos::RoundStart* s) {
   protos::LgcRound* lgc = s->mutable_lgc();
   absl::MutexLock lock(&mu_);
-  if (round_.round != s->round() || round_.stage < 2) {
-    lgc->set_stage(1);  // a warm-up round: a FedAvg round with the round's codec
+  if (round_.round != s->round() || round_.stage == LgcStage::kWarmUp) {
+    // A warm-up round: a FedAvg round with the round's codec.
+    lgc->set_stage(ToProto(LgcStage::kWarmUp));
     return;
   }
-  lgc->set_stage(static_cast<uint32_t>(round_.stage));
+  lgc->set_stage(ToProto(round_.stage));
   lgc->set_support(round_.support);
   lgc->set_leader(client == round_.leader);
   lgc->set_support_size(agg_->KAt(round_.round));
-  if (round_.stage == 3) lgc->set_encoder_version(LgcAggregator::kEncoderVersion);
+  if (round_.stage == LgcStage::kAutoencoder) {
+    lgc->set_encoder_version(LgcAggregator::kEncoderVersion);
+  }
   lgc->set_latent(round_.latent);
   lgc->set_leader_cells(round_.cells);
 }
@@ -161,9 +165,10 @@ void LgcDriver::PublishEncoder() {
 absl::Status LgcDriver::RunRound(RoundHost& host, const std::vector<std::string>& participants,
                                  Clock::time_point deadline, CommitResult* commit,
                                  RoundReport* report) {
-  const int stage = agg_->Stage(host.engine().current_round());
-  report->figures["lgc_stage"] = stage;
-  if (stage == 1) return RunPlainRound(host, participants, deadline, commit, report);
+  const LgcStage stage = agg_->Stage(host.engine().current_round());
+  report->figures["lgc_stage"] = static_cast<double>(stage);
+  if (stage == LgcStage::kWarmUp)
+    return RunPlainRound(host, participants, deadline, commit, report);
   return RunLeaderRound(host, stage, participants, deadline, commit, report);
 }
 
@@ -174,7 +179,7 @@ absl::Status LgcDriver::RunPlainRound(RoundHost& host, const std::vector<std::st
                         report);
 }
 
-absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
+absl::Status LgcDriver::RunLeaderRound(RoundHost& host, LgcStage stage,
                                        const std::vector<std::string>& participants,
                                        Clock::time_point deadline, CommitResult* commit,
                                        RoundReport* report) {
@@ -183,7 +188,7 @@ absl::Status LgcDriver::RunLeaderRound(RoundHost& host, int stage,
   LeaderWatch w;
   w.leader = ChooseLeader(host, participants, w.tried);
   w.tried.insert(w.leader);
-  if (stage == 3 && !encoder_published()) PublishEncoder();
+  if (stage == LgcStage::kAutoencoder && !encoder_published()) PublishEncoder();
   {
     absl::MutexLock lock(&mu_);
     // The support is the leader's, sent once its payload is in.
@@ -263,7 +268,7 @@ absl::Status LgcDriver::CommitLeaderRound(RoundHost& host, uint64_t round, Leade
   return absl::OkStatus();
 }
 
-absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, int stage,
+absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, LgcStage stage,
                                     const std::vector<std::string>& participants,
                                     Clock::time_point deadline, LeaderWatch* w) {
   const auto payloads = payloads_->Payloads();
@@ -300,7 +305,7 @@ absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, int stage,
   promote->set_encoder_version(LgcAggregator::kEncoderVersion);
   host.Push(next, e);
   std::fprintf(stderr, "coordinator: round %llu: leader %s promoted (stage %d)\n",
-               static_cast<unsigned long long>(round), next.c_str(), stage);
+               static_cast<unsigned long long>(round), next.c_str(), static_cast<int>(stage));
   return absl::OkStatus();
 }
 

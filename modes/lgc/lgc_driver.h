@@ -74,7 +74,7 @@ class LgcDriver final : public coordinator::RoundDriver {
   absl::Status RunPlainRound(RoundHost& host, const std::vector<std::string>& participants,
                              Clock::time_point deadline, coordinator::CommitResult* commit,
                              RoundReport* report);
-  absl::Status RunLeaderRound(RoundHost& host, int stage,
+  absl::Status RunLeaderRound(RoundHost& host, LgcStage stage,
                               const std::vector<std::string>& participants,
                               Clock::time_point deadline, coordinator::CommitResult* commit,
                               RoundReport* report);
@@ -84,7 +84,7 @@ class LgcDriver final : public coordinator::RoundDriver {
                                  coordinator::CommitResult* commit, RoundReport* report);
   // While a stage-2/3 round waits: pushes the leader's payload, promotes a new leader
   // when the current one vanished or is late.
-  absl::Status WatchLeader(RoundHost& host, uint64_t round, int stage,
+  absl::Status WatchLeader(RoundHost& host, uint64_t round, LgcStage stage,
                            const std::vector<std::string>& participants, Clock::time_point deadline,
                            LeaderWatch* w);
   // Once a payload of one of the round's leaders is in, sends it (LeaderPayloadBytes) to
@@ -115,7 +115,7 @@ class LgcDriver final : public coordinator::RoundDriver {
   // What RoundStart tells the participants of the open round.
   struct RoundState {
     uint64_t round = 0;
-    int stage = 0;
+    LgcStage stage = LgcStage::kWarmUp;
     std::string leader;
     // What was pushed to the round's clients: stage 3 the leader's support and latent,
     // stage 2 its body.

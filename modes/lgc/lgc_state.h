@@ -12,8 +12,8 @@
 namespace fedlgc::modes {
 
 struct LgcState {
-  uint64_t ae_steps = 0;    // the autoencoder's training steps so far
-  std::string autoencoder;  // Autoencoder::Serialize(); empty without one
+  uint64_t ae_steps = 0;                // the autoencoder's training steps so far
+  std::string autoencoder;              // Autoencoder::Serialize(); empty without one
   std::map<std::string, uint64_t> led;  // the last LGC round each client led
 
   bool operator==(const LgcState&) const = default;

@@ -8,6 +8,22 @@
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
+namespace {
+
+constexpr char kSlot[] = "lsgd";
+
+}  // namespace
+
+absl::Status LsgdClient::LoadState(const edge_client::ClientState& state) {
+  auto m = LoadLocalModel(state, kSlot);
+  if (!m.ok()) return m.status();
+  local_ = *std::move(m);
+  return absl::OkStatus();
+}
+
+void LsgdClient::SaveState(std::map<std::string, std::string>* slots) const {
+  SaveLocalModel(local_, kSlot, slots);
+}
 
 absl::Status LsgdClient::OnRoundStart(const protos::RoundStart& start) {
   if (!start.has_lsgd()) {
@@ -22,9 +38,9 @@ absl::Status LsgdClient::OnRoundStart(const protos::RoundStart& start) {
   }
   round_ = {start.round(), start.model_version(),   start.seed(),
             start.codec(), start.max_chunk_bytes(), edge_client::DeadlineOf(start)};
-  auto ready = EnsureLocalModel(env_, start);
+  auto ready = EnsureLocalModel(env_, start, &local_);
   if (!ready.ok() || !*ready) return ready.status();
-  edge_client::LocalModel& m = state.local;
+  LocalModel& m = local_;
   if (m.pulled_round < start.round()) {
     if (absl::Status st = ApplyPulls(start); !st.ok()) return RoundOver(st) ? absl::OkStatus() : st;
   }
@@ -42,7 +58,7 @@ absl::Status LsgdClient::OnRoundStart(const protos::RoundStart& start) {
 }
 
 absl::Status LsgdClient::ApplyPulls(const protos::RoundStart& start) {
-  edge_client::LocalModel& m = env_.state().local;
+  LocalModel& m = local_;
   for (const protos::Pull& pull : start.lsgd().pulls()) {
     if (!(pull.strength() > 0 && pull.strength() <= 1)) {
       return absl::InvalidArgumentError(StrCat("pull strength ", pull.strength()));
@@ -70,7 +86,7 @@ absl::Status LsgdClient::OnModeEvent(const protos::ModeEvent& event) {
 
 absl::Status LsgdClient::OnLead(const protos::LsgdLead& lead) {
   edge_client::ClientState& state = env_.state();
-  const edge_client::LocalModel& m = state.local;
+  const LocalModel& m = local_;
   if (lead.round() != m.trained_round || lead.round() != round_.round) {
     return absl::OkStatus();  // stale
   }
@@ -93,7 +109,6 @@ absl::Status LsgdClient::OnLead(const protos::LsgdLead& lead) {
     edge_client::PendingUpdate p = env_.NewPending(lead.round(), round_.model_version);
     p.frames = std::move(scaled->frames);
     p.scales = std::move(scaled->scales);
-    p.lead = true;
     state.pending = std::move(p);
     if (absl::Status st = env_.Persist(); !st.ok()) return st;
   }
@@ -103,7 +118,8 @@ absl::Status LsgdClient::OnLead(const protos::LsgdLead& lead) {
 absl::Status LsgdClient::OnReceipt(const protos::RoundReceipt& receipt) {
   edge_client::ClientState& state = env_.state();
   if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
-  // A lead's receipt: nothing to restore (see PendingUpdate::lead).
+  // A lead's receipt: nothing to restore (the reference holds what the coordinator
+  // decoded, so the next lead carries what this one lost).
   state.pending.reset();
   return env_.Persist();
 }

@@ -7,6 +7,7 @@
 #ifndef FEDLGC_MODES_LSGD_LSGD_CLIENT_H_
 #define FEDLGC_MODES_LSGD_LSGD_CLIENT_H_
 
+#include <map>
 #include <string>
 
 #include "edge_client/client_mode.h"
@@ -25,6 +26,10 @@ class LsgdClient final : public edge_client::ClientMode {
   absl::Status OnRoundStart(const protos::RoundStart& start) override;
   absl::Status OnReceipt(const protos::RoundReceipt& receipt) override;
   absl::Status OnModeEvent(const protos::ModeEvent& event) override;
+  // Its model, in the slot "lsgd".
+  absl::Status LoadState(const edge_client::ClientState& state) override;
+  void SaveState(std::map<std::string, std::string>* slots) const override;
+  const LocalModel& local() const { return local_; }
 
  private:
   // This client leads its group: upload its model minus the group's reference.
@@ -36,6 +41,7 @@ class LsgdClient final : public edge_client::ClientMode {
 
   edge_client::ClientEnv& env_;  // outlives this mode
   PlainCodec codec_;
+  LocalModel local_;
   // What a lead request needs from the round's start.
   struct Round {
     uint64_t round = 0, model_version = 0, seed = 0;

@@ -56,10 +56,16 @@ const coordinator::ModeTraits& LsgdDriver::Traits() {
 
 absl::StatusOr<std::unique_ptr<LsgdDriver>> LsgdDriver::Create(
     LsgdOptions options, std::vector<float> initial, std::string state_dir,
-    uint64_t committed_round, const coordinator::AggregatorOptions& robust) {
+    uint64_t committed_round, const coordinator::AggregatorOptions& robust,
+    monitoring::Metrics* metrics) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
   std::unique_ptr<LsgdDriver> d(new LsgdDriver(std::move(options), std::move(initial),
                                                std::move(state_dir), robust));
+  if (metrics != nullptr) {
+    d->metrics_ = metrics;
+    d->leader_gauge_ = &metrics->GaugeFamily(
+        "fedlgc_lsgd_leader", "LSGD: 1 for the global leader (whose model is the run's), else 0");
+  }
   if (committed_round > 0) {
     if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
   } else {
@@ -317,7 +323,8 @@ void LsgdDriver::DecorateRoundStart(const std::string& client, protos::RoundStar
   const size_t g = GroupOfLocked(client);
   if (options_.multi_group()) {
     auto it = state_.pulled_leaders.find(g);
-    if (it != state_.pulled_leaders.end() && it->second != client) AddPullLocked(g, options_.pull, s);
+    if (it != state_.pulled_leaders.end() && it->second != client)
+      AddPullLocked(g, options_.pull, s);
   }
   if (state_.pull_global && client != state_.global_leader)
     AddPullLocked(state_.group_of.at(state_.global_leader), options_.global_pull, s);
@@ -417,7 +424,11 @@ absl::Status LsgdDriver::RunRound(coordinator::RoundHost& host,
     return st;
   }
   report->labels["lsgd_leader"] = election.best;
-  for (const std::string& c : participants) host.metrics().SetLsgdLeader(c, c == election.best);
+  for (const std::string& c : participants) {
+    if (leader_gauge_ != nullptr && metrics_->OwnSeries(c)) {
+      leader_gauge_->Add({{"client", c}}).Set(c == election.best ? 1.0 : 0.0);
+    }
+  }
   for (const auto& [c, loss] : Losses()) {
     host.metrics().SetTrainLoss(c, loss);
     report->per_client["lsgd_loss"][c] = loss;

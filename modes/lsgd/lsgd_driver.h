@@ -38,6 +38,15 @@
 #include "modes/lsgd/lsgd_state.h"
 #include "protos/fedlgc.pb.h"
 
+namespace prometheus {
+template <typename T>
+class Family;
+class Gauge;
+}  // namespace prometheus
+namespace fedlgc::monitoring {
+class Metrics;
+}
+
 namespace fedlgc::modes {
 
 using coordinator::ModelBlob;
@@ -68,7 +77,8 @@ class LsgdDriver final : public coordinator::RoundDriver {
   // of `committed_round` from `state_dir` when it is > 0.
   static absl::StatusOr<std::unique_ptr<LsgdDriver>> Create(
       LsgdOptions options, std::vector<float> initial, std::string state_dir,
-      uint64_t committed_round, const coordinator::AggregatorOptions& robust = {});
+      uint64_t committed_round, const coordinator::AggregatorOptions& robust = {},
+      monitoring::Metrics* metrics = nullptr);
 
   // RoundDriver.
   Mode mode() const override { return Mode::kLsgd; }
@@ -168,6 +178,10 @@ class LsgdDriver final : public coordinator::RoundDriver {
   const std::vector<float> initial_;
   const std::string state_dir_;
   std::deque<double> leader_norms_;  // of recent counted leaders; the round loop's only
+  // fedlgc_lsgd_leader{client}: 1 for the global leader, whose model is the run's (nullptr
+  // without metrics).
+  monitoring::Metrics* metrics_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* leader_gauge_ = nullptr;
   mutable absl::Mutex mu_;
   LsgdState state_ ABSL_GUARDED_BY(mu_);  // what a restart keeps (lsgd_state.h)
   std::vector<std::shared_ptr<const ModelBlob>> blobs_ ABSL_GUARDED_BY(mu_);  // of state_.refs

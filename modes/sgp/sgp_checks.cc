@@ -9,6 +9,7 @@
 #include "codecs/str.h"
 #include "core/model.h"
 #include "edge_client/client_state.h"
+#include "modes/local_model.h"
 #include "modes/sgp/sgp_driver.h"
 
 namespace fedlgc::modes {
@@ -24,17 +25,19 @@ absl::StatusOr<coordinator::RunCheck> CheckSgpMass(const coordinator::FinishedRu
   std::vector<double> brought(d, 0.0);
   for (uint32_t i = 0; i < run.clients; ++i) {
     auto st = edge_client::LoadClientState(StrCat(run.dir, "/clients/client-", i, ".state"));
-    if (!st.ok() || st->local.x.size() != d || st->local.contributed.size() != d) {
+    absl::StatusOr<LocalModel> m =
+        st.ok() ? LoadLocalModel(*st, "sgp") : absl::StatusOr<LocalModel>(st.status());
+    if (!m.ok() || m->x.size() != d || m->contributed.size() != d) {
       return absl::NotFoundError(StrCat("client-", i, " has no SGP state"));
     }
     for (size_t k = 0; k < d; ++k) {
-      x[k] += st->local.x[k];
-      brought[k] += st->local.contributed[k];
+      x[k] += m->x[k];
+      brought[k] += m->contributed[k];
     }
-    w += st->local.w;
-    if (st->pending && st->pending->gossip && st->local.share.size() == d) {  // in flight
-      for (size_t k = 0; k < d; ++k) x[k] += st->local.share[k];
-      w += st->local.share_pw;
+    w += m->w;
+    if (st->pending && m->share.size() == d) {  // in flight
+      for (size_t k = 0; k < d; ++k) x[k] += m->share[k];
+      w += m->share_pw;
     }
   }
   double worst = 0, start_norm = 0, steps_norm = 0, sum_norm = 0;

@@ -11,8 +11,31 @@
 
 namespace fedlgc::modes {
 
-using edge_client::LocalModel;
 using edge_client::SystemTime;
+
+namespace {
+
+constexpr char kSlot[] = "sgp";
+
+}  // namespace
+
+SgpClient::SgpClient(edge_client::ClientEnv& env)
+    : env_(env),
+      overlapped_(env.metrics().CounterFamily(
+          "fedlgc_sgp_overlapped_periods_total",
+          "SGP with overlap: local periods trained while the client's last share was "
+          "uploading")) {}
+
+absl::Status SgpClient::LoadState(const edge_client::ClientState& state) {
+  auto m = LoadLocalModel(state, kSlot);
+  if (!m.ok()) return m.status();
+  local_ = *std::move(m);
+  return absl::OkStatus();
+}
+
+void SgpClient::SaveState(std::map<std::string, std::string>* slots) const {
+  SaveLocalModel(local_, kSlot, slots);
+}
 
 void SgpClient::Settle() {
   if (!upload_.joinable()) return;
@@ -22,7 +45,7 @@ void SgpClient::Settle() {
 
 void SgpClient::Reabsorb() {
   edge_client::ClientState& state = env_.state();
-  LocalModel& m = state.local;
+  LocalModel& m = local_;
   if (m.share.size() == m.x.size()) {
     for (size_t i = 0; i < m.x.size(); ++i) m.x[i] += m.share[i];
     m.w += m.share_pw;
@@ -36,7 +59,7 @@ void SgpClient::Reabsorb() {
 
 absl::Status SgpClient::TrainPeriod(const protos::RoundStart& start, uint64_t round,
                                     uint64_t seed) {
-  LocalModel& m = env_.state().local;
+  LocalModel& m = local_;
   // Train on z = x / w; the step lands on the numerator as w (z' - z).
   protos::RoundStart period = start;
   period.set_seed(seed);
@@ -55,7 +78,7 @@ absl::Status SgpClient::TrainPeriod(const protos::RoundStart& start, uint64_t ro
 }
 
 absl::Status SgpClient::ApplyInbox(const protos::RoundStart& start) {
-  LocalModel& m = env_.state().local;
+  LocalModel& m = local_;
   for (uint64_t round : start.sgp().inbox_rounds()) {
     if (round <= m.inbox_applied) continue;
     auto bytes = env_.transport().DownloadBlob("inbox", round, edge_client::DeadlineOf(start));
@@ -71,7 +94,7 @@ absl::Status SgpClient::ApplyInbox(const protos::RoundStart& start) {
 }
 
 absl::Status SgpClient::Report(uint64_t round, SystemTime deadline, double distance_sq) {
-  const LocalModel& m = env_.state().local;
+  const LocalModel& m = local_;
   // A diverged model reports nothing but the mail it added.
   if (!std::isfinite(m.loss) && m.inbox_applied == 0) return absl::OkStatus();
   protos::ProgressReport report;
@@ -92,7 +115,7 @@ absl::Status SgpClient::OnRoundStart(const protos::RoundStart& start) {
     Reabsorb();
     if (absl::Status st = env_.Persist(); !st.ok()) return st;
   }
-  auto ready = EnsureLocalModel(env_, start);
+  auto ready = EnsureLocalModel(env_, start, &local_);
   if (!ready.ok() || !*ready) return ready.status();
   if (absl::Status st = ApplyInbox(start); !st.ok()) return RoundOver(st) ? absl::OkStatus() : st;
   if (!state.pending) {
@@ -104,7 +127,7 @@ absl::Status SgpClient::OnRoundStart(const protos::RoundStart& start) {
 
 absl::StatusOr<bool> SgpClient::TrainAndShare(const protos::RoundStart& start) {
   const protos::SgpRound& sgp = start.sgp();
-  LocalModel& m = env_.state().local;
+  LocalModel& m = local_;
   const bool sends = sgp.share() < 1;
   const SystemTime deadline = edge_client::DeadlineOf(start);
   std::vector<float> reference;
@@ -144,7 +167,6 @@ absl::StatusOr<bool> SgpClient::TrainAndShare(const protos::RoundStart& start) {
   edge_client::PendingUpdate p = env_.NewPending(start.round(), start.model_version());
   p.frames = std::move(share->frames);
   p.scales = std::move(share->scales);
-  p.gossip = true;
   edge_client::ClientState& state = env_.state();
   state.pending = std::move(p);
   state.codec = start.codec();
@@ -159,7 +181,7 @@ absl::StatusOr<bool> SgpClient::TrainAndShare(const protos::RoundStart& start) {
 
 absl::Status SgpClient::SendShare(const protos::RoundStart& start) {
   edge_client::ClientState& state = env_.state();
-  const LocalModel& m = state.local;
+  const LocalModel& m = local_;
   const SystemTime deadline = edge_client::DeadlineOf(start);
   // Overlap: the next local period trains while the share travels (gossip one round
   // behind: the next period does not see this round's mail). Not after the last round.
@@ -175,7 +197,7 @@ absl::Status SgpClient::SendShare(const protos::RoundStart& start) {
   upload_ = std::thread([this, p = *state.pending, codec = state.codec, deadline, share] {
     (void)env_.transport().Upload(p, codec, deadline, share);
   });
-  env_.metrics().AddOverlappedPeriod(env_.client_id());
+  overlapped_.Add({{"client", env_.metrics().CounterClient(env_.client_id())}}).Increment();
   return TrainPeriod(start, start.round() + 1, start.next_seed());
 }
 
@@ -188,8 +210,8 @@ absl::Status SgpClient::OnReceipt(const protos::RoundReceipt& receipt) {
                          receipt.counted_chunks_size() == static_cast<int>(p.frames.size());
   if (delivered) {
     state.pending.reset();
-    state.local.share.clear();
-    state.local.share_pw = 0;
+    local_.share.clear();
+    local_.share_pw = 0;
   } else {
     Reabsorb();
   }
@@ -197,7 +219,7 @@ absl::Status SgpClient::OnReceipt(const protos::RoundReceipt& receipt) {
 }
 
 absl::Status SgpClient::OnJobOver() {
-  const LocalModel& m = env_.state().local;
+  const LocalModel& m = local_;
   if (m.inbox_applied == 0) return absl::OkStatus();
   return Report(0, std::chrono::system_clock::now() + std::chrono::seconds(10), -1);
 }

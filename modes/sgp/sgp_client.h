@@ -7,16 +7,24 @@
 #ifndef FEDLGC_MODES_SGP_SGP_CLIENT_H_
 #define FEDLGC_MODES_SGP_SGP_CLIENT_H_
 
+#include <map>
+#include <string>
 #include <thread>
 
 #include "edge_client/client_mode.h"
 #include "modes/local_model.h"
 
+namespace prometheus {
+template <typename T>
+class Family;
+class Counter;
+}  // namespace prometheus
+
 namespace fedlgc::modes {
 
 class SgpClient final : public edge_client::ClientMode {
  public:
-  explicit SgpClient(edge_client::ClientEnv& env) : env_(env) {}
+  explicit SgpClient(edge_client::ClientEnv& env);
   ~SgpClient() override { Settle(); }
 
   absl::Status OnRoundStart(const protos::RoundStart& start) override;
@@ -26,6 +34,10 @@ class SgpClient final : public edge_client::ClientMode {
   // Mail added just before the job ended may never have been acknowledged: the relay
   // would keep a copy of mass that is already in this model.
   absl::Status OnJobOver() override;
+  // Its model and the share in flight, in the slot "sgp".
+  absl::Status LoadState(const edge_client::ClientState& state) override;
+  void SaveState(std::map<std::string, std::string>* slots) const override;
+  const LocalModel& local() const { return local_; }
 
  private:
   // Adds the shares relayed to this client in earlier rounds, each once.
@@ -45,10 +57,14 @@ class SgpClient final : public edge_client::ClientMode {
 
   edge_client::ClientEnv& env_;  // outlives this mode
   PlainCodec codec_;
+  LocalModel local_;
   // With overlap, the share's upload running while the next period trains. Until it is
   // joined the mode leaves the pending share and the transport to it.
   std::thread upload_;
   uint64_t upload_round_ = 0;
+  // fedlgc_sgp_overlapped_periods_total{client}: local periods trained while the last
+  // share uploaded.
+  prometheus::Family<prometheus::Counter>& overlapped_;
 };
 
 }  // namespace fedlgc::modes

@@ -48,9 +48,15 @@ const coordinator::ModeTraits& SgpDriver::Traits() {
 
 absl::StatusOr<std::unique_ptr<SgpDriver>> SgpDriver::Create(
     const SgpOptions& options, size_t dim, std::string state_dir, uint64_t committed_round,
-    const coordinator::AggregatorOptions& robust) {
+    const coordinator::AggregatorOptions& robust, monitoring::Metrics* metrics) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
   std::unique_ptr<SgpDriver> d(new SgpDriver(options, dim, std::move(state_dir), robust));
+  if (metrics != nullptr) {
+    d->distance_gauge_ = &metrics->GaugeFamily(
+        "fedlgc_sgp_consensus_distance",
+        "SGP: root mean squared distance of the clients' de-biased models to their mean, from "
+        "the last round's shares");
+  }
   if (committed_round > 0) {
     if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
   }
@@ -254,7 +260,9 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
   if (!committed.ok()) return committed.status();
   *commit = *std::move(committed);
   report->figures["sgp_consensus_distance"] = out.consensus_distance;
-  if (out.consensus_distance >= 0) host.metrics().SetSgpConsensusDistance(out.consensus_distance);
+  if (out.consensus_distance >= 0 && distance_gauge_ != nullptr) {
+    distance_gauge_->Add({}).Set(out.consensus_distance);
+  }
   return absl::OkStatus();
 }
 

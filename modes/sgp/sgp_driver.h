@@ -34,6 +34,15 @@
 #include "coordinator/round_driver.h"
 #include "protos/fedlgc.pb.h"
 
+namespace prometheus {
+template <typename T>
+class Family;
+class Gauge;
+}  // namespace prometheus
+namespace fedlgc::monitoring {
+class Metrics;
+}
+
 namespace fedlgc::modes {
 
 using coordinator::ModelBlob;
@@ -62,7 +71,7 @@ class SgpDriver final : public coordinator::RoundDriver {
   // median of the round's from the served model is withheld (its sender keeps it).
   static absl::StatusOr<std::unique_ptr<SgpDriver>> Create(
       const SgpOptions& options, size_t dim, std::string state_dir, uint64_t committed_round,
-      const coordinator::AggregatorOptions& robust = {});
+      const coordinator::AggregatorOptions& robust = {}, monitoring::Metrics* metrics = nullptr);
 
   // RoundDriver.
   Mode mode() const override { return Mode::kSgp; }
@@ -133,6 +142,8 @@ class SgpDriver final : public coordinator::RoundDriver {
   const size_t dim_;
   const std::string state_dir_;
   const coordinator::AggregatorOptions robust_;
+  // fedlgc_sgp_consensus_distance (nullptr without metrics).
+  prometheus::Family<prometheus::Gauge>* distance_gauge_ = nullptr;
   mutable absl::Mutex mu_;
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> participants_ ABSL_GUARDED_BY(mu_);  // sorted

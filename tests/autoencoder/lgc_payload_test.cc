@@ -329,9 +329,9 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_TRUE((*d)->zstd);
   EXPECT_EQ((*d)->train_rounds, 0u);
   EXPECT_FALSE((*d)->autoencoder());
-  EXPECT_EQ(LgcStage(**d, 1, 0), 2);
-  EXPECT_EQ(LgcStage(**d, 1000, 0), 2);  // the compact codes throughout
-  EXPECT_EQ(LgcStage(**d, 2, 2), 1);
+  EXPECT_EQ(StageOf(**d, 1, 0), LgcStage::kCells);
+  EXPECT_EQ(StageOf(**d, 1000, 0), LgcStage::kCells);  // the compact codes throughout
+  EXPECT_EQ(StageOf(**d, 2, 2), LgcStage::kWarmUp);
   EXPECT_EQ((*d)->SupportSize(215370), 10769u);
   auto p = ParseLgcSpec(
       "lgc(ratio=0.05,bits=4,ramp=2,zstd=0,innovation=0.02,train=6,ae_steps=3,"
@@ -347,8 +347,8 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_EQ((*p)->ae_optimizer, "sgd");
   EXPECT_NE((*p)->latent.find("bits=4"), std::string::npos) << (*p)->latent;
   EXPECT_EQ((*p)->InnovationSize(2154), 44u);
-  EXPECT_EQ(LgcStage(**p, 6, 0), 2);
-  EXPECT_EQ(LgcStage(**p, 7, 0), 3);
+  EXPECT_EQ(StageOf(**p, 6, 0), LgcStage::kCells);
+  EXPECT_EQ(StageOf(**p, 7, 0), LgcStage::kAutoencoder);
   // The keys of the protocols before this one: what is now the protocol is accepted.
   EXPECT_TRUE(ParseLgcSpec("lgc(predict=1,code=cells,echo=0)").ok());
   EXPECT_TRUE(ParseLgcSpec("lgc(train=3,ramp=2)").ok());  // the ramp ends before training does

@@ -16,6 +16,7 @@ std::string Path(const std::string& name) {
   return dir + "/" + name;
 }
 
+// The fields every mode shares, and two modes' slots (opaque to the file).
 ClientState Sample() {
   ClientState s;
   s.codec = "qsgd(bits=4)";
@@ -26,53 +27,46 @@ ClientState Sample() {
   p.update_id = 99;
   p.num_samples = 10;
   p.frames = {"abc", "de"};
-  p.gossip = true;
   s.pending = p;
-  s.local.x = {1.0f, 2.0f, 3.0f};
-  s.local.w = 0.5;
-  s.local.trained_round = 7;
-  s.local.pulled_round = 6;
-  s.local.loss = 0.25;
-  s.local.inbox_applied = 5;
-  s.local.contributed = {3.0f, 3.0f, 3.0f};
-  s.local.share_pw = 0.5;
-  s.local.share = {1.0f, 2.0f, 3.0f};
   s.codec_state = std::string("DGCS\0\x01 sender state", 20);
-  s.scale_round = 9;
-  s.scale_version = 8;
+  s.modes["fedavg"] = std::string("\x08\x09\x10\x08", 4);
+  s.modes["sgp"] = std::string("slot\0bytes", 10);
   return s;
 }
 
+// The local model and the modes' fields a file older than slots held (OldFile below).
+LegacyModeFields SampleLegacy() {
+  LegacyModeFields l;
+  l.x = {1.0f, 2.0f, 3.0f};
+  l.w = 0.5;
+  l.trained_round = 7;
+  l.pulled_round = 6;
+  l.loss = 0.25;
+  l.inbox_applied = 5;
+  l.contributed = {3.0f, 3.0f, 3.0f};
+  l.share_pw = 0.5;
+  l.share = {1.0f, 2.0f, 3.0f};
+  return l;
+}
+
 TEST(ClientState, RoundTripsEveryField) {
-  const std::string path = Path("v6.state");
+  const std::string path = Path("v12.state");
   ClientState s = Sample();
-  s.pending->lead = true;
-  s.pending->psgd_phase = 2;
-  s.pending->psgd_factor = {0.6f, -0.8f};
+  s.pending->scales = {0.5f, 2.0f};
   s.pending->job = "fedlgc-cnn@agg-1";
+  s.codec_basis = "GVBQ";
   ASSERT_TRUE(SaveClientState(path, s).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->codec, s.codec);
-  EXPECT_EQ(back->residual, s.residual);
-  ASSERT_TRUE(back->pending.has_value());
-  EXPECT_EQ(back->pending->frames, s.pending->frames);
-  EXPECT_TRUE(back->pending->gossip);
-  EXPECT_TRUE(back->pending->lead);
-  EXPECT_EQ(back->pending->psgd_phase, 2u);
-  EXPECT_EQ(back->pending->psgd_factor, s.pending->psgd_factor);
-  EXPECT_EQ(back->pending->job, s.pending->job);
-  EXPECT_EQ(back->local.x, s.local.x);
-  EXPECT_EQ(back->local.w, s.local.w);
-  EXPECT_EQ(back->local.trained_round, 7u);
-  EXPECT_EQ(back->local.pulled_round, 6u);
-  EXPECT_EQ(back->local.inbox_applied, 5u);
-  EXPECT_EQ(back->local.contributed, s.local.contributed);
-  EXPECT_EQ(back->local.share, s.local.share);
-  EXPECT_EQ(back->local.share_pw, 0.5);
-  EXPECT_EQ(back->codec_state, s.codec_state);
-  EXPECT_EQ(back->scale_round, 9u);
-  EXPECT_EQ(back->scale_version, 8u);
+  EXPECT_EQ(*back, s);
+  EXPECT_EQ(back->modes.at("sgp"), std::string("slot\0bytes", 10));
+  EXPECT_FALSE(back->legacy.has_value());
+}
+
+TEST(ClientState, NoFileIsAnEmptyState) {
+  auto back = LoadClientState(Path("none.state"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, ClientState());
 }
 
 // An older state file of Sample() by hand: version 3 (x and w still hold the gossip share
@@ -81,6 +75,7 @@ TEST(ClientState, RoundTripsEveryField) {
 // job).
 std::string OldFile(uint32_t version) {
   const ClientState s = Sample();
+  const LegacyModeFields l = SampleLegacy();
   core::StateWriter w;
   w.U32(0x53434C46);
   w.U32(version);
@@ -106,15 +101,15 @@ std::string OldFile(uint32_t version) {
     w.U32(0);
     w.Floats(std::vector<float>{});  // scales
   }
-  w.Floats(s.local.x);
+  w.Floats(l.x);
   w.F64(version == 3 ? 1.0 : 0.5);  // version 3: w before giving up the share
   w.U64(7);
   w.U64(6);
   w.F64(0.25);
   w.U64(5);
-  w.Floats(s.local.contributed);
+  w.Floats(l.contributed);
   w.F64(0.5);
-  w.Floats(s.local.share);
+  w.Floats(l.share);
   if (version >= 5 && version <= 10) {  // an LGC echo
     w.U64(6);
     w.Floats(std::vector<float>{-0.25f, 4.0f});
@@ -139,9 +134,9 @@ TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
   ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(3)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->local.x, (std::vector<float>{0.0f, 0.0f, 0.0f}));
-  EXPECT_EQ(back->local.w, 0.5);
-  EXPECT_TRUE(back->pending->gossip);
+  ASSERT_TRUE(back->legacy.has_value());
+  EXPECT_EQ(back->legacy->x, (std::vector<float>{0.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(back->legacy->w, 0.5);
 }
 
 TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
@@ -149,11 +144,12 @@ TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
   ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(4)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->pending->lgc_stage, 3u);
-  EXPECT_EQ(back->pending->lgc_support, (std::vector<uint32_t>{5}));
-  EXPECT_FALSE(back->pending->gossip);
-  EXPECT_EQ(back->local.x, Sample().local.x);  // no share conversion after version 3
-  EXPECT_EQ(back->local.w, 0.5);
+  ASSERT_TRUE(back->legacy.has_value());
+  EXPECT_EQ(back->legacy->lgc_stage, 3u);
+  EXPECT_EQ(back->legacy->lgc_support, (std::vector<uint32_t>{5}));
+  EXPECT_EQ(back->legacy->lgc_values, (std::vector<float>{0.5f}));
+  EXPECT_EQ(back->legacy->x, SampleLegacy().x);  // no share conversion after version 3
+  EXPECT_EQ(back->legacy->w, 0.5);
 }
 
 TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
@@ -165,7 +161,7 @@ TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
   EXPECT_EQ(back->pending->frames, (std::vector<std::string>{"abc", "de"}));
   EXPECT_EQ(back->codec_state, Sample().codec_state);
   EXPECT_TRUE(back->pending->job.empty());  // kept whatever job the client joins
-  EXPECT_EQ(back->scale_round, 0u);
+  EXPECT_EQ(back->legacy->scale_round, 0u);
 }
 
 TEST(ClientState, AVersion10FileLoadsWithoutItsLgcEcho) {
@@ -173,11 +169,11 @@ TEST(ClientState, AVersion10FileLoadsWithoutItsLgcEcho) {
   ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(10)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->local.share, Sample().local.share);
+  EXPECT_EQ(back->legacy->share, SampleLegacy().share);
   EXPECT_EQ(back->codec_state, Sample().codec_state);
   EXPECT_EQ(back->pending->job, "job-a");
-  EXPECT_EQ(back->scale_round, 9u);
-  EXPECT_EQ(back->scale_version, 8u);
+  EXPECT_EQ(back->legacy->scale_round, 9u);
+  EXPECT_EQ(back->legacy->scale_version, 8u);
 }
 
 TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {
@@ -186,7 +182,7 @@ TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {
   ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(5)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->local.share, Sample().local.share);
+  EXPECT_EQ(back->legacy->share, SampleLegacy().share);
   EXPECT_TRUE(back->codec_state.empty());
 }
 

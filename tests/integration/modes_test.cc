@@ -13,6 +13,7 @@
 #include "edge_client/client_state.h"
 #include "gtest/gtest.h"
 #include "modes/drivers.h"
+#include "modes/local_model.h"
 #include "modes/lsgd/lsgd_driver.h"
 #include "modes/sgp/sgp_driver.h"
 #include "monitoring/metrics.h"
@@ -30,10 +31,18 @@ struct ModeRun {
   std::vector<float> model;
   std::map<std::string, size_t> groups;          // LSGD
   std::pair<std::vector<double>, double> mail;   // SGP
-  std::vector<edge_client::ClientState> states;  // each client's, at the end
+  std::vector<modes::LocalModel> states;         // each client's model, at the end
   std::string metrics;
   double overlapped_periods = 0;  // clients' fedlgc_sgp_overlapped_periods_total
 };
+
+// Client i's local model at the end of a run of `mode` (its slot in the client state).
+absl::StatusOr<modes::LocalModel> LocalModelOf(const std::string& dir, int i,
+                                               const std::string& mode) {
+  auto st = edge_client::LoadClientState(dir + "/clients/client-" + std::to_string(i) + ".state");
+  if (!st.ok()) return st.status();
+  return modes::LoadLocalModel(*st, mode);
+}
 
 coordinator::CoordinatorOptions JobOptions(const std::string& dir, const std::string& certs,
                                            const std::string& mode, int n) {
@@ -90,9 +99,9 @@ ModeRun RunMode(const std::string& dir, const std::string& certs, coordinator::C
   if (auto* s = dynamic_cast<modes::SgpDriver*>(&coord.get().driver())) r.mail = s->MailTotals();
   r.metrics = ScrapeMetrics(coord.get().metrics_port());
   for (int i = 0; i < n; ++i) {
-    auto st = edge_client::LoadClientState(dir + "/clients/client-" + std::to_string(i) + ".state");
-    EXPECT_TRUE(st.ok()) << st.status();
-    r.states.push_back(st.ok() ? std::move(st).value() : edge_client::ClientState{});
+    auto m = LocalModelOf(dir, i, r.options.mode);
+    EXPECT_TRUE(m.ok()) << m.status();
+    r.states.push_back(m.ok() ? std::move(m).value() : modes::LocalModel{});
   }
   return r;
 }
@@ -217,16 +226,16 @@ TEST(Lsgd, TwoConfiguredGroupsElectTheArgminAndTheRunsModelIsTheGlobalLeaders) {
   // The run's model is the last global leader's (its group's reference took its model).
   const std::string leader = r.reports.back().Label("lsgd_leader");
   const int li = leader.back() - '0';
-  EXPECT_LT(MaxAbsDiff(r.model, r.states[li].local.x), 1e-5);
+  EXPECT_LT(MaxAbsDiff(r.model, r.states[li].x), 1e-5);
   // Everyone trained every round and applied the pulls it was sent.
   for (const auto& s : r.states) {
-    EXPECT_EQ(s.local.trained_round, 4u);
-    EXPECT_EQ(s.local.pulled_round, 4u);
+    EXPECT_EQ(s.trained_round, 4u);
+    EXPECT_EQ(s.pulled_round, 4u);
   }
   // The others are different models (each keeps its own), pulled towards the leaders.
   for (int i = 0; i < 4; ++i) {
     if (i != li) {
-      EXPECT_GT(MaxAbsDiff(r.model, r.states[i].local.x), 1e-4);
+      EXPECT_GT(MaxAbsDiff(r.model, r.states[i].x), 1e-4);
     }
   }
   EXPECT_GT(r.reports.back().accuracy, 0.8);
@@ -339,7 +348,7 @@ TEST(Lsgd, ACompressedDownlinkCarriesTheGroupReferencesAsDeltas) {
   EXPECT_GE(group_states, 2);
   std::printf("downlink: %.2fx fewer bytes than float32\n", DownlinkRatio(r));
   EXPECT_GT(DownlinkRatio(r), 1.3);
-  for (const auto& s : r.states) EXPECT_EQ(s.local.pulled_round, 4u);
+  for (const auto& s : r.states) EXPECT_EQ(s.pulled_round, 4u);
   EXPECT_GT(r.reports.back().accuracy, 0.75);
 }
 
@@ -347,16 +356,16 @@ void ExpectConserved(const ModeRun& r, int n, double tolerance) {
   std::vector<double> x = r.mail.first, brought(x.size(), 0.0);
   double w = r.mail.second;
   for (const auto& s : r.states) {
-    ASSERT_EQ(s.local.x.size(), x.size());
-    ASSERT_EQ(s.local.contributed.size(), x.size());
+    ASSERT_EQ(s.x.size(), x.size());
+    ASSERT_EQ(s.contributed.size(), x.size());
     for (size_t i = 0; i < x.size(); ++i) {
-      x[i] += s.local.x[i];
-      brought[i] += s.local.contributed[i];
+      x[i] += s.x[i];
+      brought[i] += s.contributed[i];
     }
-    w += s.local.w;
-    if (s.pending && s.pending->gossip) {  // a share still in flight
-      for (size_t i = 0; i < x.size(); ++i) x[i] += s.local.share[i];
-      w += s.local.share_pw;
+    w += s.w;
+    if (!s.share.empty()) {  // a share still in flight
+      for (size_t i = 0; i < x.size(); ++i) x[i] += s.share[i];
+      w += s.share_pw;
     }
   }
   EXPECT_NEAR(w, n, 1e-9);
@@ -385,8 +394,8 @@ TEST(Sgp, PushSumOverTheRelayConservesMassAndLearns) {
     EXPECT_EQ(rep.raw_uplink_bytes, 4 * r.model.size() * 4);
   }
   for (const auto& s : r.states) {
-    EXPECT_EQ(s.local.trained_round, 4u);
-    EXPECT_FALSE(s.pending.has_value());
+    EXPECT_EQ(s.trained_round, 4u);
+    EXPECT_TRUE(s.share.empty());  // every share delivered
   }
   ExpectConserved(r, 4, 1e-4);
   EXPECT_GT(r.reports.back().accuracy, 0.8);
@@ -443,7 +452,7 @@ TEST(Sgp, OverlapTrainsTheNextPeriodWhileTheShareTravels) {
   }
   // One local period per round, none after the last; those of rounds 2-4 trained while the
   // share of the round before was uploading (3 per client).
-  for (const auto& s : r.states) EXPECT_EQ(s.local.trained_round, 4u);
+  for (const auto& s : r.states) EXPECT_EQ(s.trained_round, 4u);
   EXPECT_EQ(r.overlapped_periods, 4 * 3);
   ExpectConserved(r, 4, 1e-4);
   EXPECT_GT(r.reports.back().accuracy, 0.75);
@@ -481,11 +490,11 @@ TEST(Sgp, AClientKilledMidRunStallsNobodyAndMassIsConserved) {
   for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(60)), 0);
   r.mail = dynamic_cast<modes::SgpDriver&>(coord.get().driver()).MailTotals();
   for (int i = 0; i < 4; ++i) {
-    auto st = edge_client::LoadClientState(dir + "/clients/client-" + std::to_string(i) + ".state");
-    ASSERT_TRUE(st.ok()) << st.status();
-    r.states.push_back(std::move(st).value());
+    auto m = LocalModelOf(dir, i, "sgp");
+    ASSERT_TRUE(m.ok()) << m.status();
+    r.states.push_back(std::move(m).value());
   }
-  EXPECT_LT(r.states[3].local.trained_round, 6u);
+  EXPECT_LT(r.states[3].trained_round, 6u);
   ExpectConserved(r, 4, 1e-4);
   EXPECT_GT(r.reports.back().accuracy, 0.75);
 }

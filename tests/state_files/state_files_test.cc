@@ -48,7 +48,8 @@ coordinator::EngineState Checkpoint() {
   return s;
 }
 
-edge_client::ClientState ClientState() {
+// The fields every mode shares.
+edge_client::ClientState ClientStateCommon() {
   edge_client::ClientState s;
   s.codec = "topk(ratio=0.01,values=qsgd(bits=8))";
   s.residual = Values(5, 0.75f);
@@ -61,26 +62,41 @@ edge_client::ClientState ClientState() {
   p.num_samples = 60;
   p.frames = {std::string("frame\0one", 9), "frame two"};
   p.scales = {0.5f, 0.25f};
-  p.lgc_stage = 2;
-  p.lgc_support = {1, 3, 4};
-  p.lgc_values = {0.5f, -0.25f, 8.0f};
-  p.gossip = true;
-  p.lead = true;
-  p.psgd_phase = 2;
-  p.psgd_factor = {0.6f, -0.8f};
   p.job = kJob;
   s.pending = p;
-  s.local.x = Values(5, 1.5f);
-  s.local.w = 0.375;
-  s.local.trained_round = 9;
-  s.local.pulled_round = 8;
-  s.local.loss = 0.4375;
-  s.local.inbox_applied = 7;
-  s.local.contributed = Values(5, 2.5f);
-  s.local.share_pw = 0.125;
-  s.local.share = Values(5, 0.5f);
-  s.scale_round = 9;
-  s.scale_version = 8;
+  return s;
+}
+
+// Version 12: each mode's state in its slot, bytes the file does not read.
+edge_client::ClientState ClientState() {
+  edge_client::ClientState s = ClientStateCommon();
+  s.modes["fedavg"] = std::string("\x08\x09\x10\x08", 4);
+  s.modes["lgc"] = std::string("lgc\0slot", 8);
+  s.modes["sgp"] = std::string(1000, '\x7f');
+  return s;
+}
+
+// Version 11 kept the modes' fields among its own: they load as the legacy fields.
+edge_client::ClientState ClientStateV11() {
+  edge_client::ClientState s = ClientStateCommon();
+  edge_client::LegacyModeFields l;
+  l.lgc_stage = 2;
+  l.lgc_support = {1, 3, 4};
+  l.lgc_values = {0.5f, -0.25f, 8.0f};
+  l.psgd_phase = 2;
+  l.psgd_factor = {0.6f, -0.8f};
+  l.scale_round = 9;
+  l.scale_version = 8;
+  l.x = Values(5, 1.5f);
+  l.w = 0.375;
+  l.trained_round = 9;
+  l.pulled_round = 8;
+  l.loss = 0.4375;
+  l.inbox_applied = 7;
+  l.contributed = Values(5, 2.5f);
+  l.share_pw = 0.125;
+  l.share = Values(5, 0.5f);
+  s.legacy = l;
   return s;
 }
 
@@ -88,9 +104,7 @@ coordinator::DownlinkState Downlink() {
   return {"qsgd(bits=8,norm=linf)", kJob, 0xDEADBEEF, std::string("encoder\0state", 13)};
 }
 
-tier::KeptRound Kept() {
-  return {9, 8, true, Values(4, 0.125f), Values(4, -2.0f)};
-}
+tier::KeptRound Kept() { return {9, 8, true, Values(4, 0.125f), Values(4, -2.0f)}; }
 
 modes::LsgdState Lsgd() {
   modes::LsgdState s;
@@ -105,7 +119,8 @@ modes::LsgdState Lsgd() {
 }
 
 std::vector<modes::SgpMail> SgpMail() {
-  return {{"client-0", 4, 0.5, Values(4, 0.5f)}, {"client-0", 5, 0.25, Values(4, 1.5f)},
+  return {{"client-0", 4, 0.5, Values(4, 0.5f)},
+          {"client-0", 5, 0.25, Values(4, 1.5f)},
           {"client-3", 5, 1.75, Values(4, -0.5f)}};
 }
 
@@ -121,99 +136,99 @@ struct Format {
   std::string name;
   uint32_t current;
   std::function<absl::Status(const std::string& dir)> write;
-  std::function<void(const std::string& dir)> check;
+  std::function<void(const std::string& dir, uint32_t version)> check;
 };
 
 std::vector<Format> Formats() {
   std::vector<Format> f;
-  f.push_back({"checkpoint", 2,
-               [](const std::string& dir) {
-                 return coordinator::WriteCheckpoint(dir, kJob, Checkpoint());
-               },
-               [](const std::string& dir) {
-                 auto s = coordinator::ReadCheckpoint(dir, kJob);
-                 ASSERT_TRUE(s.ok()) << s.status();
-                 ASSERT_TRUE(s->has_value());
-                 EXPECT_EQ(**s, Checkpoint());
-               }});
-  f.push_back({"client_state", 11,
+  f.push_back(
+      {"checkpoint", 3,
+       [](const std::string& dir) { return coordinator::WriteCheckpoint(dir, kJob, Checkpoint()); },
+       [](const std::string& dir, uint32_t) {
+         auto s = coordinator::ReadCheckpoint(dir, kJob);
+         ASSERT_TRUE(s.ok()) << s.status();
+         ASSERT_TRUE(s->has_value());
+         EXPECT_EQ(**s, Checkpoint());
+       }});
+  f.push_back({"client_state", 12,
                [](const std::string& dir) {
                  return edge_client::SaveClientState(dir + "/client-0.state", ClientState());
                },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t version) {
                  auto s = edge_client::LoadClientState(dir + "/client-0.state");
                  ASSERT_TRUE(s.ok()) << s.status();
-                 EXPECT_EQ(*s, ClientState());
+                 EXPECT_EQ(*s, version == 11 ? ClientStateV11() : ClientState());
                }});
-  f.push_back({"downlink", 2,
+  f.push_back({"downlink", 3,
                [](const std::string& dir) {
                  return coordinator::SaveDownlinkState(dir, "downlink", 7, Downlink());
                },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t) {
                  auto s = coordinator::LoadDownlinkState(dir, "downlink", 7);
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, Downlink());
                }});
-  f.push_back({"downlink_receiver", 1,
+  f.push_back({"downlink_receiver", 2,
                [](const std::string& dir) {
                  edge_client::DownlinkReceiver r(dir + "/client-0.downlink");
                  if (absl::Status st = r.Configure("qsgd(bits=8)", kDim); !st.ok()) return st;
                  return r.Hold(7, Values(kDim, 0.625f));
                },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t) {
                  edge_client::DownlinkReceiver r(dir + "/client-0.downlink");
                  ASSERT_TRUE(r.Configure("qsgd(bits=8)", kDim).ok());
                  EXPECT_EQ(r.held_version(), std::optional<uint64_t>(7));
                  EXPECT_EQ(r.model(), Values(kDim, 0.625f));
                }});
-  f.push_back({"tier", 2,
-               [](const std::string& dir) { return tier::SaveKeptRound(dir + "/kept.bin", Kept()); },
-               [](const std::string& dir) {
-                 auto s = tier::LoadKeptRound(dir + "/kept.bin");
-                 ASSERT_TRUE(s.ok()) << s.status();
-                 ASSERT_TRUE(s->has_value());
-                 EXPECT_EQ(**s, Kept());
-               }});
-  f.push_back({"powersgd_query", 1,
+  f.push_back(
+      {"tier", 3,
+       [](const std::string& dir) { return tier::SaveKeptRound(dir + "/kept.bin", Kept()); },
+       [](const std::string& dir, uint32_t) {
+         auto s = tier::LoadKeptRound(dir + "/kept.bin");
+         ASSERT_TRUE(s.ok()) << s.status();
+         ASSERT_TRUE(s->has_value());
+         EXPECT_EQ(**s, Kept());
+       }});
+  f.push_back({"powersgd_query", 2,
                [](const std::string& dir) {
                  return modes::SavePowerSgdQuery(dir, kRound, Values(6, 0.3f));
                },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t) {
                  auto s = modes::LoadPowerSgdQuery(dir, kRound);
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, Values(6, 0.3f));
                }});
-  f.push_back({"gradiveq", 1,
+  f.push_back({"gradiveq", 2,
                [](const std::string& dir) {
                  return modes::SaveGradiveqBasis(dir, kRound, std::string("GVBQ\0basis", 10));
                },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t) {
                  auto s = modes::LoadGradiveqBasis(dir, kRound);
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, std::string("GVBQ\0basis", 10));
                }});
-  f.push_back({"lgc", 3,
+  f.push_back({"lgc", 4,
                [](const std::string& dir) { return modes::SaveLgcState(dir, kRound, Lgc()); },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t) {
                  auto s = modes::LoadLgcState(dir, kRound);
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, Lgc());
                }});
-  f.push_back({"lsgd", 1,
+  f.push_back({"lsgd", 2,
                [](const std::string& dir) { return modes::SaveLsgdState(dir, kRound, Lsgd()); },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t) {
                  auto s = modes::LoadLsgdState(dir, kRound, kDim);
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, Lsgd());
                }});
-  f.push_back({"sgp", 1,
+  f.push_back({"sgp", 2,
                [](const std::string& dir) {
                  std::vector<modes::SgpMail> mail = SgpMail();
                  std::vector<modes::SgpMailView> views;
                  for (const auto& m : mail) views.push_back({m.client, m.round, m.w, m.x});
                  return modes::SaveSgpState(dir, kRound, views);
                },
-               [](const std::string& dir) {
+               [](const std::string& dir, uint32_t) {
                  auto s = modes::LoadSgpState(dir, kRound, kDim);
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, SgpMail());
@@ -237,7 +252,7 @@ TEST(StateFiles, EveryFormatRoundTripsItsExample) {
     SCOPED_TRACE(f.name);
     const std::string dir = TempDir(f.name);
     ASSERT_TRUE(f.write(dir).ok());
-    f.check(dir);
+    f.check(dir, f.current);
   }
 }
 
@@ -260,9 +275,10 @@ TEST(StateFiles, FilesOfEveryVersionKeptLoad) {
       SCOPED_TRACE(StrCat("version ", v));
       // Loaders may tidy their folder; each loads from a copy.
       const std::string dir = TempDir(StrCat(f.name, "-v", v));
-      std::filesystem::copy(FixtureDir(f, v), dir, std::filesystem::copy_options::recursive |
-                                                       std::filesystem::copy_options::overwrite_existing);
-      f.check(dir);
+      std::filesystem::copy(FixtureDir(f, v), dir,
+                            std::filesystem::copy_options::recursive |
+                                std::filesystem::copy_options::overwrite_existing);
+      f.check(dir, v);
       ++kept;
     }
     EXPECT_GE(kept, 1);

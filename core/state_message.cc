@@ -1,0 +1,37 @@
+// Protobuf bodies of state files (see state_message.h).
+#include "core/state_message.h"
+
+#include <climits>
+#include <string>
+
+#include "codecs/str.h"
+#include "google/protobuf/message_lite.h"
+
+namespace fedlgc::core {
+
+absl::Status AppendMessage(const google::protobuf::MessageLite& message, StateWriter* w,
+                           std::string_view what) {
+  const size_t size = message.ByteSizeLong();
+  if (size > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": a state of ", size, " bytes passes protobuf's 2 GiB limit on a message"));
+  }
+  std::string bytes;
+  if (!message.SerializeToString(&bytes)) {
+    return absl::InternalError(StrCat(what, ": the state did not serialize"));
+  }
+  w->Tail(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessage(StateReader& r, google::protobuf::MessageLite* message,
+                          std::string_view what) {
+  const std::string_view body = r.Rest();
+  if (body.size() > static_cast<size_t>(INT_MAX) ||
+      !message->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+    return absl::DataLossError(StrCat(what, ": the state does not parse"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fedlgc::core

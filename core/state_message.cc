@@ -24,6 +24,15 @@ absl::Status AppendMessage(const google::protobuf::MessageLite& message, StateWr
   return absl::OkStatus();
 }
 
+absl::Status SaveRoundMessage(const std::string& dir, std::string_view prefix, uint64_t round,
+                              uint32_t magic, uint32_t version,
+                              const google::protobuf::MessageLite& message) {
+  StateWriter w = BeginRoundState(magic, version, round);
+  if (absl::Status st = AppendMessage(message, &w, RoundStatePath(dir, prefix, round)); !st.ok())
+    return st;
+  return SaveRoundState(dir, prefix, round, w.Finish());
+}
+
 absl::Status ParseMessage(StateReader& r, google::protobuf::MessageLite* message,
                           std::string_view what) {
   const std::string_view body = r.Rest();

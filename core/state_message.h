@@ -7,6 +7,8 @@
 #ifndef FEDLGC_CORE_STATE_MESSAGE_H_
 #define FEDLGC_CORE_STATE_MESSAGE_H_
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -21,6 +23,11 @@ namespace fedlgc::core {
 // Appends `message` as the rest of the body. INVALID_ARGUMENT, naming `what`, past 2 GiB.
 absl::Status AppendMessage(const google::protobuf::MessageLite& message, StateWriter* w,
                            std::string_view what);
+// Writes `message` as the state of `round`, <dir>/<prefix>-<round>.bin (magic, version,
+// round; SaveRoundState's pruning of older rounds' files).
+absl::Status SaveRoundMessage(const std::string& dir, std::string_view prefix, uint64_t round,
+                              uint32_t magic, uint32_t version,
+                              const google::protobuf::MessageLite& message);
 // Parses the rest of the body into `message`. DATA_LOSS, naming `what`, when it does not
 // parse.
 absl::Status ParseMessage(StateReader& r, google::protobuf::MessageLite* message,

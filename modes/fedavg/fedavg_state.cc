@@ -34,11 +34,7 @@ absl::Status SavePowerSgdQuery(const std::string& state_dir, uint64_t round,
                                std::span<const float> query) {
   pb::PowerSgdQuery m;
   m.set_query(core::FloatsToBytes(query));
-  core::StateWriter w = core::BeginRoundState(kQueryMagic, kQueryVersion, round);
-  if (absl::Status st = core::AppendMessage(m, &w, PowerSgdQueryPath(state_dir, round)); !st.ok()) {
-    return st;
-  }
-  return core::SaveRoundState(state_dir, kQueryPrefix, round, w.Finish());
+  return core::SaveRoundMessage(state_dir, kQueryPrefix, round, kQueryMagic, kQueryVersion, m);
 }
 
 absl::StatusOr<std::vector<float>> LoadPowerSgdQuery(const std::string& state_dir, uint64_t round) {
@@ -64,11 +60,7 @@ absl::Status SaveGradiveqBasis(const std::string& state_dir, uint64_t round,
                                std::string_view basis) {
   pb::GradiveqBasis m;
   m.set_basis(std::string(basis));
-  core::StateWriter w = core::BeginRoundState(kBasisMagic, kBasisVersion, round);
-  if (absl::Status st = core::AppendMessage(m, &w, GradiveqBasisPath(state_dir, round)); !st.ok()) {
-    return st;
-  }
-  return core::SaveRoundState(state_dir, kBasisPrefix, round, w.Finish());
+  return core::SaveRoundMessage(state_dir, kBasisPrefix, round, kBasisMagic, kBasisVersion, m);
 }
 
 absl::StatusOr<std::string> LoadGradiveqBasis(const std::string& state_dir, uint64_t round) {

@@ -53,10 +53,7 @@ absl::Status SaveLgcState(const std::string& state_dir, uint64_t round, const Lg
   m.set_ae_steps(s.ae_steps);
   m.set_autoencoder(s.autoencoder);
   for (const auto& [client, r] : s.led) (*m.mutable_led())[client] = r;
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
-  const std::string path = core::RoundStatePath(state_dir, kPrefix, round);
-  if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
-  return core::SaveRoundState(state_dir, kPrefix, round, w.Finish());
+  return core::SaveRoundMessage(state_dir, kPrefix, round, kMagic, kVersion, m);
 }
 
 absl::StatusOr<LgcState> LoadLgcState(const std::string& state_dir, uint64_t round) {

@@ -80,10 +80,7 @@ absl::Status SaveLsgdState(const std::string& state_dir, uint64_t round, const L
   for (const auto& [g, c] : s.pulled_leaders) (*m.mutable_pulled_leaders())[g] = c;
   m.set_pull_global(s.pull_global);
   m.set_global_leader(s.global_leader);
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
-  const std::string path = core::RoundStatePath(state_dir, kPrefix, round);
-  if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
-  return core::SaveRoundState(state_dir, kPrefix, round, w.Finish());
+  return core::SaveRoundMessage(state_dir, kPrefix, round, kMagic, kVersion, m);
 }
 
 absl::StatusOr<LsgdState> LoadLsgdState(const std::string& state_dir, uint64_t round, size_t dim) {

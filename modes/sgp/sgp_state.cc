@@ -40,10 +40,7 @@ absl::Status SaveSgpState(const std::string& state_dir, uint64_t round,
     out->set_w(v.w);
     out->set_x(core::FloatsToBytes(v.x));
   }
-  core::StateWriter w = core::BeginRoundState(kMagic, kVersion, round);
-  const std::string path = core::RoundStatePath(state_dir, kPrefix, round);
-  if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
-  return core::SaveRoundState(state_dir, kPrefix, round, w.Finish());
+  return core::SaveRoundMessage(state_dir, kPrefix, round, kMagic, kVersion, m);
 }
 
 absl::StatusOr<std::vector<SgpMail>> LoadSgpState(const std::string& state_dir, uint64_t round,

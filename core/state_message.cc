@@ -9,8 +9,8 @@
 
 namespace fedlgc::core {
 
-absl::Status AppendMessage(const google::protobuf::MessageLite& message, StateWriter* w,
-                           std::string_view what) {
+absl::StatusOr<std::string> SerializeMessage(const google::protobuf::MessageLite& message,
+                                             std::string_view what) {
   const size_t size = message.ByteSizeLong();
   if (size > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(
@@ -20,7 +20,14 @@ absl::Status AppendMessage(const google::protobuf::MessageLite& message, StateWr
   if (!message.SerializeToString(&bytes)) {
     return absl::InternalError(StrCat(what, ": the state did not serialize"));
   }
-  w->Tail(bytes);
+  return bytes;
+}
+
+absl::Status AppendMessage(const google::protobuf::MessageLite& message, StateWriter* w,
+                           std::string_view what) {
+  auto bytes = SerializeMessage(message, what);
+  if (!bytes.ok()) return bytes.status();
+  w->Tail(*bytes);
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/atomic_file.h"
 
 namespace google::protobuf {
@@ -20,6 +21,10 @@ class MessageLite;
 
 namespace fedlgc::core {
 
+// `message`'s bytes. INVALID_ARGUMENT, naming `what` and the size, past 2 GiB (protobuf
+// would write nothing).
+absl::StatusOr<std::string> SerializeMessage(const google::protobuf::MessageLite& message,
+                                             std::string_view what);
 // Appends `message` as the rest of the body. INVALID_ARGUMENT, naming `what`, past 2 GiB.
 absl::Status AppendMessage(const google::protobuf::MessageLite& message, StateWriter* w,
                            std::string_view what);

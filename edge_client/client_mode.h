@@ -102,9 +102,12 @@ class ClientMode {
   // The mode's own state in the client state file (ClientState::modes). LoadState runs
   // once, after the mode is made and before its first event: it reads its slot (or, from
   // a file older than slots, its part of state.legacy). SaveState runs with every
-  // Persist and writes its slot. A mode that keeps nothing across a restart needs neither.
+  // Persist and writes its slot; an error (a slot past protobuf's 2 GiB) fails the Persist.
+  // A mode that keeps nothing across a restart needs neither.
   virtual absl::Status LoadState(const ClientState& /*state*/) { return absl::OkStatus(); }
-  virtual void SaveState(std::map<std::string, std::string>* /*slots*/) const {}
+  virtual absl::Status SaveState(std::map<std::string, std::string>* /*slots*/) const {
+    return absl::OkStatus();
+  }
 };
 
 // What a client contributes in place of training on a shard of its own: an aggregator

@@ -112,7 +112,11 @@ int EdgeClient::metrics_port() const { return metrics_->port(); }
 void EdgeClient::Stop() { transport_->Stop(); }
 
 absl::Status EdgeClient::Persist() {
-  if (client_mode_) client_mode_->SaveState(&state_.modes);
+  if (client_mode_) {
+    if (absl::Status st = client_mode_->SaveState(&state_.modes); !st.ok()) {
+      return absl::Status(st.code(), StrCat(state_path_, ": ", st.message()));
+    }
+  }
   // A file older than slots keeps its modes' fields until the mode has taken them.
   if (state_.legacy && !client_mode_) return absl::OkStatus();
   state_.legacy.reset();
@@ -188,7 +192,12 @@ absl::Status EdgeClient::Join() {
   if (!client_mode_) {
     auto made = make_mode_(*mode, *this);
     if (!made.ok()) return made.status();
-    if (absl::Status st = (*made)->LoadState(state_); !st.ok()) return st;
+    if (absl::Status st = (*made)->LoadState(state_); !st.ok()) {
+      // No retry mends a state file: say which, and stop.
+      return absl::FailedPreconditionError(
+          StrCat(state_path_, ": ", st.message(),
+                 "; move the file away to start this client afresh (what it held is lost)"));
+    }
     client_mode_ = *std::move(made);
     mode_ = mode;
   }

@@ -36,7 +36,7 @@ Slots SlotsAfterLoading(Mode mode, const edge_client::ClientState& state) {
   if (!client.ok()) return {};
   EXPECT_TRUE((*client)->LoadState(env.state()).ok());
   Slots slots;
-  (*client)->SaveState(&slots);
+  EXPECT_TRUE((*client)->SaveState(&slots).ok());
   return slots;
 }
 

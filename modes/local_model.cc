@@ -4,13 +4,14 @@
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/float_bytes.h"
+#include "core/state_message.h"
 #include "modes/local_model.pb.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
 
-void SaveLocalModel(const LocalModel& m, const std::string& slot,
-                    std::map<std::string, std::string>* slots) {
+absl::Status SaveLocalModel(const LocalModel& m, const std::string& slot,
+                            std::map<std::string, std::string>* slots) {
   pb::LocalModel out;
   out.set_x(core::FloatsToBytes(m.x));
   out.set_w(m.w);
@@ -21,7 +22,10 @@ void SaveLocalModel(const LocalModel& m, const std::string& slot,
   out.set_contributed(core::FloatsToBytes(m.contributed));
   out.set_share_pw(m.share_pw);
   out.set_share(core::FloatsToBytes(m.share));
-  (*slots)[slot] = out.SerializeAsString();
+  auto bytes = core::SerializeMessage(out, StrCat("the ", slot, " slot"));
+  if (!bytes.ok()) return bytes.status();
+  (*slots)[slot] = *std::move(bytes);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<LocalModel> LoadLocalModel(const edge_client::ClientState& state,

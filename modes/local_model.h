@@ -41,8 +41,8 @@ struct LocalModel {
 // The mode's slot in the client state (`slot`: "lsgd" or "sgp"): written with every
 // Persist, read at LoadState. A state without the slot gives the fields of a file older
 // than slots (state.legacy), or a model not started.
-void SaveLocalModel(const LocalModel& m, const std::string& slot,
-                    std::map<std::string, std::string>* slots);
+absl::Status SaveLocalModel(const LocalModel& m, const std::string& slot,
+                            std::map<std::string, std::string>* slots);
 absl::StatusOr<LocalModel> LoadLocalModel(const edge_client::ClientState& state,
                                           const std::string& slot);
 

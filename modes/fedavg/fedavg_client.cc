@@ -14,6 +14,7 @@
 #include "codecs/str.h"
 #include "codecs/terngrad.h"
 #include "core/float_bytes.h"
+#include "core/state_message.h"
 #include "modes/fedavg/fedavg_state.pb.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
@@ -341,7 +342,7 @@ absl::Status FedAvgClient::LoadState(const edge_client::ClientState& state) {
   return absl::OkStatus();
 }
 
-void FedAvgClient::SaveState(std::map<std::string, std::string>* slots) const {
+absl::Status FedAvgClient::SaveState(std::map<std::string, std::string>* slots) const {
   pb::FedAvgClientState out;
   out.set_scale_round(scale_round_);
   out.set_scale_version(scale_version_);
@@ -350,7 +351,10 @@ void FedAvgClient::SaveState(std::map<std::string, std::string>* slots) const {
     out.set_psgd_phase(f->phase);
     out.set_psgd_factor(core::FloatsToBytes(f->factor));
   }
-  (*slots)[kSlot] = out.SerializeAsString();
+  auto bytes = core::SerializeMessage(out, "the fedavg slot");
+  if (!bytes.ok()) return bytes.status();
+  (*slots)[kSlot] = *std::move(bytes);
+  return absl::OkStatus();
 }
 
 }  // namespace fedlgc::modes

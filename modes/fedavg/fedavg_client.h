@@ -56,7 +56,7 @@ class FedAvgClient final : public edge_client::ClientMode {
 
   // The shared-scale round and two-phase PowerSGD's update in flight, in the slot "fedavg".
   absl::Status LoadState(const edge_client::ClientState& state) override;
-  void SaveState(std::map<std::string, std::string>* slots) const override;
+  absl::Status SaveState(std::map<std::string, std::string>* slots) const override;
 
  private:
   // The codec of `spec` wrapped in error feedback (unless it keeps its own residual, as

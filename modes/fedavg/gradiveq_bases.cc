@@ -109,8 +109,12 @@ absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> GradiveqBases::Blo
 }
 
 absl::Status GradiveqBases::Save(uint64_t round) const {
-  absl::MutexLock lock(&mu_);
-  return SaveGradiveqBasis(state_dir_, round, basis_ ? basis_->bytes() : std::string());
+  std::shared_ptr<const codecs::SliceBasis> basis;
+  {
+    absl::MutexLock lock(&mu_);
+    basis = basis_;
+  }
+  return SaveGradiveqBasis(state_dir_, round, basis ? basis->bytes() : std::string());
 }
 
 absl::Status GradiveqBases::Load(uint64_t round) {

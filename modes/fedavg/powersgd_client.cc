@@ -88,7 +88,9 @@ absl::Status PowerSgdClient::OnRoundStart(const protos::RoundStart& start) {
                                                       codecs::PowerSgdTwoPhase::Tag(f->factor)
                              : false;
     if (current && (phase == 2 || factor.empty())) {
-      return env_.UploadPending(start.round(), deadline_);
+      // A P resumed is still the round's first half.
+      return env_.UploadPending(start.round(), deadline_, std::nullopt,
+                                phase == 1 ? ClientEnv::Half::kFirstHalf : ClientEnv::Half::kWhole);
     }
     if (absl::Status st = Restore(p); !st.ok()) return st;
     state.pending.reset();

@@ -12,6 +12,7 @@
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/float_bytes.h"
+#include "core/state_message.h"
 #include "modes/lgc/lgc_stage.h"
 #include "modes/lgc/lgc_state.pb.h"
 #include "monitoring/metrics.h"
@@ -462,8 +463,8 @@ absl::Status LgcClient::LoadState(const edge_client::ClientState& state) {
   return absl::OkStatus();
 }
 
-void LgcClient::SaveState(std::map<std::string, std::string>* slots) const {
-  plain_.SaveState(slots);
+absl::Status LgcClient::SaveState(std::map<std::string, std::string>* slots) const {
+  if (absl::Status st = plain_.SaveState(slots); !st.ok()) return st;
   pb::LgcClientState out;
   if (const LgcInFlight* f = in_flight_.Of(env_.state())) {
     out.set_update_id(in_flight_.update_id());
@@ -472,7 +473,10 @@ void LgcClient::SaveState(std::map<std::string, std::string>* slots) const {
         std::string(reinterpret_cast<const char*>(f->support.data()), f->support.size() * 4));
     out.set_values(core::FloatsToBytes(f->values));
   }
-  (*slots)[kSlot] = out.SerializeAsString();
+  auto bytes = core::SerializeMessage(out, "the lgc slot");
+  if (!bytes.ok()) return bytes.status();
+  (*slots)[kSlot] = *std::move(bytes);
+  return absl::OkStatus();
 }
 
 }  // namespace fedlgc::modes

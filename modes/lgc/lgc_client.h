@@ -46,7 +46,7 @@ class LgcClient final : public edge_client::ClientMode {
   // The warm-up rounds' state (FedAvgClient's slot) and the update in flight's LGC part
   // (the slot "lgc").
   absl::Status LoadState(const edge_client::ClientState& state) override;
-  void SaveState(std::map<std::string, std::string>* slots) const override;
+  absl::Status SaveState(std::map<std::string, std::string>* slots) const override;
 
  private:
   absl::Status EnsurePlan(const std::string& codec);

@@ -21,8 +21,8 @@ absl::Status LsgdClient::LoadState(const edge_client::ClientState& state) {
   return absl::OkStatus();
 }
 
-void LsgdClient::SaveState(std::map<std::string, std::string>* slots) const {
-  SaveLocalModel(local_, kSlot, slots);
+absl::Status LsgdClient::SaveState(std::map<std::string, std::string>* slots) const {
+  return SaveLocalModel(local_, kSlot, slots);
 }
 
 absl::Status LsgdClient::OnRoundStart(const protos::RoundStart& start) {

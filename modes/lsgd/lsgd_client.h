@@ -28,7 +28,7 @@ class LsgdClient final : public edge_client::ClientMode {
   absl::Status OnModeEvent(const protos::ModeEvent& event) override;
   // Its model, in the slot "lsgd".
   absl::Status LoadState(const edge_client::ClientState& state) override;
-  void SaveState(std::map<std::string, std::string>* slots) const override;
+  absl::Status SaveState(std::map<std::string, std::string>* slots) const override;
   const LocalModel& local() const { return local_; }
 
  private:

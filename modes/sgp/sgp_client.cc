@@ -33,8 +33,8 @@ absl::Status SgpClient::LoadState(const edge_client::ClientState& state) {
   return absl::OkStatus();
 }
 
-void SgpClient::SaveState(std::map<std::string, std::string>* slots) const {
-  SaveLocalModel(local_, kSlot, slots);
+absl::Status SgpClient::SaveState(std::map<std::string, std::string>* slots) const {
+  return SaveLocalModel(local_, kSlot, slots);
 }
 
 void SgpClient::Settle() {

@@ -36,7 +36,7 @@ class SgpClient final : public edge_client::ClientMode {
   absl::Status OnJobOver() override;
   // Its model and the share in flight, in the slot "sgp".
   absl::Status LoadState(const edge_client::ClientState& state) override;
-  void SaveState(std::map<std::string, std::string>* slots) const override;
+  absl::Status SaveState(std::map<std::string, std::string>* slots) const override;
   const LocalModel& local() const { return local_; }
 
  private:

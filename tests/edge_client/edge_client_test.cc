@@ -5,6 +5,7 @@
 #include "edge_client/edge_client.h"
 
 #include <filesystem>
+#include <map>
 
 #include "core/model.h"
 #include "core/protocol.h"
@@ -33,6 +34,19 @@ class RecordingMode final : public ClientMode {
   }
   absl::Status OnModeEvent(const protos::ModeEvent& e) override {
     log_->push_back(e.has_lsgd_lead() ? "lead" : "mode event");
+    return absl::OkStatus();
+  }
+  // Its slot "recording": a "+" per Persist that saved it; "bad" does not load; a slot
+  // that loads is logged.
+  absl::Status LoadState(const ClientState& state) override {
+    const auto it = state.modes.find("recording");
+    if (it == state.modes.end()) return absl::OkStatus();
+    if (it->second == "bad") return absl::DataLossError("the recording slot is malformed");
+    log_->push_back("loaded");
+    return absl::OkStatus();
+  }
+  absl::Status SaveState(std::map<std::string, std::string>* slots) const override {
+    (*slots)["recording"] += "+";
     return absl::OkStatus();
   }
 
@@ -192,6 +206,48 @@ TEST(EdgeClient, AnUpdateMadeForAnotherJobIsGivenUpAtJoin) {
     ASSERT_TRUE(saved.ok()) << saved.status();
     EXPECT_EQ(saved->pending.has_value(), same) << "the state file, joining " << job;
   }
+}
+
+// A mode's slot that does not load stops the client with the file named (no retry mends
+// it); a good one is loaded once, before any event, and saved with every Persist.
+TEST(EdgeClient, AModeSlotThatDoesNotLoadStopsTheClientNamingTheFile) {
+  ClientState state;
+  state.modes["recording"] = "bad";
+  Fixture f;
+  f.ExpectJoin(kProtocolVersion, "fedavg");
+  EXPECT_CALL(*f.stub, EventsRaw(_)).Times(0);
+  auto client = f.Client("bad-slot", nullptr, &state);
+  ASSERT_NE(client, nullptr);
+  const absl::Status st = client->Run();
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_NE(std::string(st.message()).find("edge-client-bad-slot/client-0.state"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(std::string(st.message()).find("recording slot is malformed"), std::string::npos);
+  EXPECT_EQ(f.joined_with.size(), 1u);  // not retried
+
+  // A pending update of another job is given up at Join: a Persist, which saves the slot.
+  ClientState good;
+  good.modes["recording"] = "";
+  good.pending.emplace();
+  good.pending->frames = {"a"};
+  good.pending->job = "another-job";
+  protos::ServerEvent done;
+  done.mutable_done()->set_rounds(3);
+  Fixture g;
+  g.ExpectJoin(kProtocolVersion, "fedavg", "this-job");
+  EXPECT_CALL(*g.stub, EventsRaw(_)).WillOnce(Invoke([&](grpc::ClientContext*) {
+    return Playing({done});
+  }));
+  auto ok = g.Client("good-slot", nullptr, &good);
+  ASSERT_NE(ok, nullptr);
+  ASSERT_TRUE(ok->Run().ok());
+  ASSERT_FALSE(g.log.empty());
+  EXPECT_EQ(g.log.front(), "loaded");
+  auto saved = LoadClientState(::testing::TempDir() + "/edge-client-good-slot/client-0.state");
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_FALSE(saved->pending.has_value());
+  EXPECT_EQ(saved->modes.at("recording"), "+");
 }
 
 // A client with a LocalTrainer (an aggregator's upstream client) loads no data and joins

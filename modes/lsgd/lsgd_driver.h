@@ -36,16 +36,8 @@
 #include "coordinator/round_driver.h"
 #include "modes/lsgd/lsgd_groups.h"
 #include "modes/lsgd/lsgd_state.h"
+#include "monitoring/metrics_fwd.h"
 #include "protos/fedlgc.pb.h"
-
-namespace prometheus {
-template <typename T>
-class Family;
-class Gauge;
-}  // namespace prometheus
-namespace fedlgc::monitoring {
-class Metrics;
-}
 
 namespace fedlgc::modes {
 

@@ -13,12 +13,7 @@
 
 #include "edge_client/client_mode.h"
 #include "modes/local_model.h"
-
-namespace prometheus {
-template <typename T>
-class Family;
-class Counter;
-}  // namespace prometheus
+#include "monitoring/metrics_fwd.h"
 
 namespace fedlgc::modes {
 

@@ -32,16 +32,8 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/collectors.h"
 #include "coordinator/round_driver.h"
+#include "monitoring/metrics_fwd.h"
 #include "protos/fedlgc.pb.h"
-
-namespace prometheus {
-template <typename T>
-class Family;
-class Gauge;
-}  // namespace prometheus
-namespace fedlgc::monitoring {
-class Metrics;
-}
 
 namespace fedlgc::modes {
 

@@ -21,7 +21,8 @@
 namespace fedlgc::coordinator {
 
 Coordinator::Coordinator(CoordinatorOptions options)
-    : options_(std::move(options)), progress_(std::make_unique<Progress>(options_.rounds)) {}
+    : options_(std::move(options)),
+      progress_(std::make_unique<Progress>(options_.rounds, options_.clock)) {}
 
 Coordinator::~Coordinator() {
   Stop();
@@ -144,6 +145,7 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   driver_->AdjustPlan(&eo.plan);
   eo.seed = o.seed;
   eo.max_client_weight = o.max_client_weight;
+  eo.clock = o.clock;
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
   engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   return absl::OkStatus();
@@ -166,6 +168,7 @@ void Coordinator::MakeService(const JobFiles& files) {
   so.insecure = o.insecure;
   so.max_message_bytes = o.max_message_bytes;
   so.streams = o.streams;
+  so.clock = o.clock;
   service_ =
       std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
   service_->SetChunkCallback([this] { WakeUp(); });
@@ -284,9 +287,11 @@ void Coordinator::FinishJob(uint64_t rounds) {
   // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
   // the job finished, before the process exits.
   const double wait_s = std::max(0.5, options_.linger_s);
-  const absl::Time until = absl::Now() + absl::Seconds(wait_s);
+  core::Clock& clock = *options_.clock;
+  const auto until = clock.Now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(wait_s));
   absl::MutexLock lock(&mu_);
-  while (!stop_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+  while (!stop_ && clock.Now() < until) clock.WaitUntil(&cv_, &mu_, until);
 }
 
 absl::Status Coordinator::RunForParent() {
@@ -325,8 +330,8 @@ absl::Status Coordinator::RunOrder(RoundOrder order) {
     if (!global.ok()) return global.status();
   }
   const auto deadline = std::min(
-      order.deadline, Clock::now() + std::chrono::milliseconds(
-                                         static_cast<int64_t>(options_.round_timeout_s * 1000)));
+      order.deadline, options_.clock->Now() + std::chrono::milliseconds(static_cast<int64_t>(
+                                                  options_.round_timeout_s * 1000)));
   const std::vector<std::string> participants = WaitForParticipants(deadline);
   if (stop_) {
     source_.load()->Finish(absl::CancelledError("the aggregator is stopping"));
@@ -360,11 +365,11 @@ std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::t
   while (!stop_) {
     connected = service_->Connected();
     if (connected.size() >= o.min_clients) break;
-    if (until && Clock::now() >= *until) return {};
+    if (until && o.clock->Now() >= *until) return {};
     progress_->Waiting(connected.size(), o.min_clients);
     WriteProgress();
     absl::MutexLock lock(&mu_);
-    if (!stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+    if (!stop_) o.clock->WaitUntil(&cv_, &mu_, o.clock->Now() + std::chrono::milliseconds(50));
   }
   if (stop_) return {};
   // A seeded sample of the connected clients; quarantined ones are never asked.
@@ -385,8 +390,9 @@ std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::t
 absl::Status Coordinator::RunRound() {
   const std::vector<std::string> participants = WaitForParticipants();
   if (stop_) return absl::OkStatus();
-  const auto deadline = Clock::now() + std::chrono::milliseconds(
-                                           static_cast<int64_t>(options_.round_timeout_s * 1000));
+  const auto deadline =
+      options_.clock->Now() +
+      std::chrono::milliseconds(static_cast<int64_t>(options_.round_timeout_s * 1000));
   CommitResult commit;
   return DriveRound(participants, deadline, &commit);
 }
@@ -421,9 +427,9 @@ absl::Status Coordinator::StartRound(const std::vector<std::string>& participant
 void Coordinator::WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
                             const std::function<void()>& tick) {
   absl::MutexLock lock(&mu_);
-  while (!stop_ && Clock::now() < deadline && !done()) {
-    const auto wake = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
-    cv_.WaitWithTimeout(&mu_, absl::FromChrono(wake - Clock::now()));
+  core::Clock& clock = *options_.clock;
+  while (!stop_ && clock.Now() < deadline && !done()) {
+    clock.WaitUntil(&cv_, &mu_, std::min(deadline, clock.Now() + std::chrono::milliseconds(100)));
     mu_.Unlock();
     if (tick) tick();
     WriteProgress();
@@ -443,7 +449,7 @@ void Coordinator::WriteProgress(bool force) {
 
 std::set<std::string> Coordinator::Vanished(const std::set<std::string>& watched,
                                             Clock::time_point since) const {
-  const auto now = Clock::now();
+  const auto now = options_.clock->Now();
   std::set<std::string> gone;
   for (const std::string& c : watched) {
     // Neither an event stream nor a call for 3 s (a client busy uploading through a cut
@@ -493,12 +499,11 @@ bool Coordinator::EvaluationDue(uint64_t round) const {
 }
 
 absl::Status Coordinator::Evaluate(std::span<const float> model, RoundReport* rep) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = options_.clock->Now();
   if (absl::Status st = record_model_->SetFlat(model); !st.ok()) return st;
   auto ev = record_model_->Evaluate(*test_data_);
   if (!ev.ok()) return ev.status();
-  rep->figures["eval_seconds"] =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep->figures["eval_seconds"] = core::SecondsSince(*options_.clock, t0);
   rep->accuracy = ev->accuracy;
   rep->loss = ev->loss;
   metrics_->SetGlobalEval(ev->accuracy, ev->loss);

@@ -67,6 +67,7 @@ class Coordinator final : private RoundHost {
   void Stop();
   // Clients with an open event stream.
   std::vector<std::string> ConnectedClients() const { return Connected(); }
+  core::Clock& clock() const { return *options_.clock; }
 
   RoundEngine& engine() override { return *engine_; }
   monitoring::Metrics& metrics() override { return *metrics_; }
@@ -148,6 +149,7 @@ class Coordinator final : private RoundHost {
   absl::StatusOr<GuardVerdict> CheckModel(std::span<const float> candidate) override;
   void Quarantine(const std::set<std::string>& clients, const std::string& why) override;
   std::vector<float> ServedModel() const override;
+  Clock::time_point Now() const override { return options_.clock->Now(); }
 
   CoordinatorOptions options_;
   ModeTraits traits_;         // the job's mode

@@ -15,6 +15,7 @@
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/stream_registry.h"
+#include "core/clock.h"
 #include "core/dataset.h"
 #include "core/model.h"
 #include "core/protocol.h"
@@ -82,6 +83,9 @@ struct CoordinatorOptions {
   std::string parent_tls_server_name = "localhost";
   std::string parent_metrics_listen;
   double parent_reserve = 0.25;
+  // The time rounds, deadlines and idle calls are measured in (not owned; core/clock.h):
+  // the process's, or a test's fake.
+  core::Clock* clock = core::Clock::Real();
 
   bool has_parent() const { return !parent.empty(); }
 

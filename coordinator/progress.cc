@@ -26,7 +26,7 @@ void Progress::Waiting(size_t connected, size_t needed) {
   absl::MutexLock lock(&mu_);
   if (state_ != State::kWaiting) {
     state_ = State::kWaiting;
-    waiting_since_ = Clock::now();
+    waiting_since_ = clock_->Now();
     ++changes_;
   }
   if (connected != connected_ || needed != needed_) {
@@ -40,7 +40,7 @@ void Progress::StartRound(uint64_t round, const std::vector<std::string>& partic
   absl::MutexLock lock(&mu_);
   state_ = State::kRound;
   round_ = round;
-  round_start_ = Clock::now();
+  round_start_ = clock_->Now();
   connected_ = std::max(connected_, participants.size());
   clients_.clear();
   for (const std::string& c : participants) clients_[c];
@@ -86,7 +86,7 @@ std::map<std::string, std::pair<uint64_t, uint64_t>> Progress::Traffic() const {
 
 std::string Progress::ToJson() const {
   absl::MutexLock lock(&mu_);
-  const auto now = Clock::now();
+  const auto now = clock_->Now();
   uint64_t down = 0, up = 0;
   size_t downloaded = 0, uploading = 0, uploaded = 0;
   nlohmann::json listed = nlohmann::json::object();
@@ -128,7 +128,7 @@ absl::Status Progress::WriteIfDue(const std::string& path, std::chrono::millisec
                                   bool force) {
   {
     absl::MutexLock lock(&mu_);
-    const auto now = Clock::now();
+    const auto now = clock_->Now();
     // While waiting the file changes by its clock alone: rewrite it every second.
     const bool ticking = state_ == State::kWaiting && now - last_write_ >= std::chrono::seconds(1);
     if (!force && ((changes_ == written_ && !ticking) || now - last_write_ < every)) {

@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "core/clock.h"
 
 namespace fedlgc::coordinator {
 
@@ -38,7 +39,9 @@ class Progress final {
  public:
   static constexpr size_t kMaxListedClients = 64;
 
-  explicit Progress(uint64_t rounds) : rounds_(rounds) {}
+  // `clock` (not owned): what waiting and round times are read from.
+  Progress(uint64_t rounds, core::Clock* clock)
+      : rounds_(rounds), clock_(clock), waiting_since_(clock->Now()), round_start_(clock->Now()) {}
 
   // Too few clients to open the next round (`connected` of `needed`).
   void Waiting(size_t connected, size_t needed);
@@ -61,7 +64,7 @@ class Progress final {
                           bool force = false);
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using Clock = core::Clock;
   struct ClientProgress {
     uint64_t down = 0, up = 0;
     bool downloaded = false, uploaded = false;
@@ -71,14 +74,15 @@ class Progress final {
   static const char* Name(State s);
 
   const uint64_t rounds_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kStarting;
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t committed_ ABSL_GUARDED_BY(mu_) = 0;
   size_t connected_ ABSL_GUARDED_BY(mu_) = 0;
   size_t needed_ ABSL_GUARDED_BY(mu_) = 0;
-  Clock::time_point waiting_since_ ABSL_GUARDED_BY(mu_) = Clock::now();
-  Clock::time_point round_start_ ABSL_GUARDED_BY(mu_) = Clock::now();
+  Clock::time_point waiting_since_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point round_start_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ClientProgress> clients_ ABSL_GUARDED_BY(mu_);  // the participants
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;

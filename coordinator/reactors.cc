@@ -76,7 +76,7 @@ DownloadReactor::DownloadReactor(CoordinatorService* svc, std::string client,
       blob_(std::move(blob)),
       offset_(offset),
       measure_(measure && offset == 0 && !blob_->chain),
-      start_(std::chrono::steady_clock::now()),
+      start_(svc_->clock().Now()),
       ticket_(std::move(ticket)) {
   if (offset_ > 0) svc_->metrics()->AddResume(client_, "download");
   Next();
@@ -148,9 +148,7 @@ void DownloadReactor::Next() {
   if (offset_ >= total) {
     svc_->ReportDownload(client_, 0, true);
     if (measure_) {
-      svc_->RecordDownload(
-          client_, total,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+      svc_->RecordDownload(client_, total, core::SecondsSince(svc_->clock(), start_));
     }
     Finish(grpc::Status::OK);
     return;

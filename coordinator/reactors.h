@@ -88,7 +88,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   uint64_t offset_;
   uint64_t sent_ = 0;  // bytes of the message being written
   const bool measure_;  // a whole model download: its time measures the link
-  const std::chrono::steady_clock::time_point start_;
+  const Clock::time_point start_;
   const std::shared_ptr<StreamTicket> ticket_;
   grpc::ByteBuffer out_;
 };
@@ -130,7 +130,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     const ChunkIn in = ToChunkIn(msg);
     svc_->driver()->ObserveChunk(client_, in);
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = svc_->clock().Now();
     const ChunkResult r = svc_->engine()->AcceptChunk(in);
     if (!r.status.ok()) {
       svc_->metrics()->AddRejected(r.reason);
@@ -169,8 +169,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   // The receipt so far, and the bytes and metrics of an accepted chunk.
-  void Account(const ChunkIn& in, const ChunkResult& r,
-               std::chrono::steady_clock::time_point start) {
+  void Account(const ChunkIn& in, const ChunkResult& r, Clock::time_point start) {
     receipt_.set_round(in.round);
     receipt_.set_update_id(in.update_id);
     receipt_.clear_held_chunks();
@@ -180,8 +179,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       receipt_.set_duplicates(receipt_.duplicates() + 1);
     } else if (!in.frame.empty()) {
       const uint64_t wire = in.frame.size();
-      svc_->metrics()->ObserveDecodeSeconds(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      svc_->metrics()->ObserveDecodeSeconds(core::SecondsSince(svc_->clock(), start));
       svc_->metrics()->AddUplink(client_, r.codec, wire, r.coordinates * 4);
       svc_->traffic().uplink_wire += wire;
       svc_->traffic().uplink_raw += r.coordinates * 4;

@@ -77,8 +77,9 @@ class RoundHost {
   // this back, not the engine's.
   virtual std::vector<float> ServedModel() const = 0;
   // The time a driver's decisions read (half of a round gone, a leader late or gone):
-  // the coordinator's steady clock; a test's host moves its own instead of sleeping.
-  virtual Clock::time_point Now() const { return Clock::now(); }
+  // the coordinator's clock (CoordinatorOptions::clock); a test's host moves a fake one
+  // instead of sleeping.
+  virtual Clock::time_point Now() const = 0;
 };
 
 // What a round commits under the model guard (ChooseUnderGuard).

@@ -125,7 +125,7 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
     samples[p] = it == state_.clients.end() ? 0 : it->second;
   }
   r->weights = CappedWeights(samples, options_.max_client_weight);
-  r->opened = Clock::now();
+  r->opened = options_.clock->Now();
   r->deadline = deadline;
   r->training = training_override_.value_or(options_.plan.training());
   if (codec_override_.empty()) {
@@ -471,7 +471,7 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
     }
     res.receipts[p] = rc;
   }
-  res.seconds = std::chrono::duration<double>(Clock::now() - r.opened).count();
+  res.seconds = core::SecondsSince(*options_.clock, r.opened);
   state_.next_round = r.number + 1;
   state_.model_version += 1;
   round_.reset();

@@ -24,10 +24,11 @@
 #include "codecs/codec.h"
 #include "codecs/layout.h"
 #include "coordinator/collector.h"
+#include "core/clock.h"
 
 namespace fedlgc::coordinator {
 
-using Clock = std::chrono::steady_clock;
+using Clock = core::Clock;
 
 // How a client trains in a round.
 struct LocalTraining {
@@ -69,6 +70,8 @@ struct EngineOptions {
   uint64_t seed = 1;
   // The model's layout, for codecs that work per tensor (empty: none can be used).
   codecs::ModelLayout layout;
+  // What the engine reads a round's opening and length from (not owned).
+  Clock* clock = Clock::Real();
 };
 
 // Server SGD with momentum, applied to a round's mean update (lr 1, momentum 0: FedAvg).

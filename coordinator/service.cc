@@ -36,7 +36,7 @@ CoordinatorService::CoordinatorService(RoundEngine* engine, RoundDriver* driver,
       total_rounds_(job_.total_rounds),
       options_(std::move(options)),
       calls_(
-          options_.streams, options_.watchdog,
+          options_.streams, options_.clock, options_.watchdog,
           [metrics](size_t open) { metrics->SetOpenCalls(open); },
           [metrics](int cancelled) { metrics->AddIdleCancelled(cancelled); }) {}
 
@@ -215,12 +215,12 @@ std::vector<std::string> CoordinatorService::Connected() const {
 
 void CoordinatorService::Touch(const std::string& client) {
   absl::MutexLock lock(&mu_);
-  last_call_[client] = Clock::now();
+  last_call_[client] = options_.clock->Now();
 }
 
 Clock::time_point CoordinatorService::LastSeen(const std::string& client) const {
   absl::MutexLock lock(&mu_);
-  if (streams_.count(client)) return Clock::now();
+  if (streams_.count(client)) return options_.clock->Now();
   auto it = last_call_.find(client);
   return it == last_call_.end() ? Clock::time_point() : it->second;
 }
@@ -244,8 +244,8 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   driver_->DecorateRoundStart(client, s);
   s->set_seed(info->seed);
   s->set_next_seed(info->next_seed);
-  const auto left = info->deadline - Clock::now();
-  const auto deadline = std::chrono::system_clock::now() +
+  const auto left = info->deadline - options_.clock->Now();
+  const auto deadline = options_.clock->WallNow() +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
   s->set_deadline_unix_ms(
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count());

@@ -56,6 +56,7 @@ struct ServiceOptions {
   uint64_t max_message_bytes = 4 << 20;  // larger messages: RESOURCE_EXHAUSTED, oversized
   StreamLimits streams;
   bool watchdog = true;  // cancel idle calls from a thread of the service's own
+  Clock* clock = Clock::Real();  // last calls, deadlines, idle calls (not owned)
 };
 
 // Every call of the service, as raw bytes (wire.h).
@@ -135,6 +136,7 @@ class CoordinatorService final : public RawCoordinatorService {
   RoundDriver* driver() { return driver_; }
   monitoring::Metrics* metrics() { return metrics_; }
   uint64_t max_message_bytes() const { return options_.max_message_bytes; }
+  Clock& clock() const { return *options_.clock; }
   StreamRegistry& calls() { return calls_; }
   void NotifyChunk() {
     if (on_chunk_) on_chunk_();

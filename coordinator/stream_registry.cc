@@ -20,11 +20,12 @@ absl::Status StreamLimits::Validate() const {
 
 StreamTicket::StreamTicket(StreamRegistry* registry, std::string client,
                            grpc::CallbackServerContext* ctx)
-    : registry_(registry), client_(std::move(client)), ctx_(ctx), last_(Clock::now()) {}
+    : registry_(registry), client_(std::move(client)), ctx_(ctx), last_(registry->clock_->Now()) {}
 
 void StreamTicket::Progress() {
+  const Clock::time_point now = registry_->clock_->Now();
   absl::MutexLock lock(&mu_);
-  last_ = Clock::now();
+  last_ = now;
 }
 
 void StreamTicket::Done() {
@@ -47,10 +48,10 @@ bool StreamTicket::idle_cancelled() const {
   return idle_cancelled_;
 }
 
-StreamRegistry::StreamRegistry(StreamLimits limits, bool watchdog,
+StreamRegistry::StreamRegistry(StreamLimits limits, Clock* clock, bool watchdog,
                                std::function<void(size_t)> observe,
                                std::function<void(int)> on_idle)
-    : limits_(limits), observe_(std::move(observe)), on_idle_(std::move(on_idle)) {
+    : limits_(limits), clock_(clock), observe_(std::move(observe)), on_idle_(std::move(on_idle)) {
   if (watchdog) watchdog_ = std::thread([this] { Watch(); });
 }
 
@@ -91,7 +92,8 @@ void StreamRegistry::Forget(StreamTicket* ticket) {
   if (observe_) observe_(open_.size());
 }
 
-int StreamRegistry::CancelIdle(Clock::time_point now) {
+int StreamRegistry::CancelIdle() {
+  const Clock::time_point now = clock_->Now();
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(limits_.idle_timeout_s));
   std::vector<std::shared_ptr<StreamTicket>> idle;
@@ -162,7 +164,7 @@ void StreamRegistry::Watch() {
       mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
       if (stop_) return;
     }
-    CancelIdle(Clock::now());
+    CancelIdle();
   }
 }
 

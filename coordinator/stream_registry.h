@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/clock.h"
 
 namespace grpc {
 class CallbackServerContext;
@@ -47,7 +48,7 @@ class StreamTicket {
 
  private:
   friend class StreamRegistry;
-  using Clock = std::chrono::steady_clock;
+  using Clock = core::Clock;
   StreamTicket(class StreamRegistry* registry, std::string client,
                grpc::CallbackServerContext* ctx);
 
@@ -64,16 +65,17 @@ class StreamTicket {
 
 class StreamRegistry {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = core::Clock;
 
+  // `clock` (not owned): what a call's last progress and idleness are read from.
   // `watchdog`: run the idle check every second on a thread of its own (tests call
   // CancelIdle themselves).
   // `observe` (when given) hears the number of open calls whenever it changes, and
   // `on_idle` each idle call (with 1) just before it is cancelled, so that whoever sees
   // the cancel finds it counted.
-  explicit StreamRegistry(StreamLimits limits, bool watchdog = true,
-                          std::function<void(size_t)> observe = nullptr,
-                          std::function<void(int)> on_idle = nullptr);
+  StreamRegistry(StreamLimits limits, Clock* clock, bool watchdog = true,
+                 std::function<void(size_t)> observe = nullptr,
+                 std::function<void(int)> on_idle = nullptr);
   ~StreamRegistry();
   StreamRegistry(const StreamRegistry&) = delete;
   StreamRegistry& operator=(const StreamRegistry&) = delete;
@@ -82,8 +84,9 @@ class StreamRegistry {
   // its cap. The reactor calls Progress and Done on the ticket.
   absl::StatusOr<std::shared_ptr<StreamTicket>> Open(const std::string& client,
                                                      grpc::CallbackServerContext* ctx);
-  // Cancels the calls idle for longer than the timeout at `now`; returns how many.
-  int CancelIdle(Clock::time_point now);
+  // Cancels the calls idle for longer than the timeout at the clock's now; returns how
+  // many.
+  int CancelIdle();
 
   size_t open() const;
   size_t open_for(const std::string& client) const;
@@ -95,6 +98,7 @@ class StreamRegistry {
   void Watch();
 
   const StreamLimits limits_;
+  Clock* const clock_;
   const std::function<void(size_t)> observe_;
   const std::function<void(int)> on_idle_;
   mutable absl::Mutex mu_;

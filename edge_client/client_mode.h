@@ -41,6 +41,9 @@ class ClientEnv {
   virtual const std::string& client_id() const = 0;
   virtual monitoring::Metrics& metrics() = 0;
   virtual Transport& transport() = 0;
+  // The client's clock (EdgeClientOptions::clock): what a mode times its encode with and
+  // reads the time from.
+  virtual core::Clock& clock() = 0;
   // The persisted state (client_state.h) and its write to disk.
   virtual ClientState& state() = 0;
   virtual absl::Status Persist() = 0;
@@ -80,7 +83,7 @@ class ClientEnv {
   virtual void CountUploaded(uint64_t round) = 0;
   // Records an encode that began at t0 for `round`: the histogram, and the round's local
   // training and encode seconds in the client's rounds.jsonl.
-  virtual void ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) = 0;
+  virtual void ObserveEncode(uint64_t round, core::Clock::time_point t0) = 0;
   virtual void AppendRoundLog(const ClientRoundRecord& record) = 0;
 };
 

@@ -256,8 +256,8 @@ absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& 
   std::fprintf(stderr, "%s: downloading the job's model %s (%llu bytes, sha256:%s)\n",
                options_.client_id.c_str(), reply.model().c_str(),
                static_cast<unsigned long long>(reply.model_bytes()), sha.c_str());
-  auto bytes = transport_->DownloadBlob(
-      kModelFileBlob, 1, std::chrono::system_clock::now() + std::chrono::hours(1));
+  auto bytes = transport_->DownloadBlob(kModelFileBlob, 1,
+                                        options_.clock->WallNow() + std::chrono::hours(1));
   if (!bytes.ok()) return bytes.status();
   if (const std::string got = core::Sha256Hex(*bytes); got != sha) {
     return absl::DataLossError(
@@ -355,15 +355,12 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
       break;
     case protos::ServerEvent::kRoundStart: {
       last_round_ = event.round_start().round();
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = options_.clock->Now();
       st = client_mode_->OnRoundStart(event.round_start());
       // The client's whole part of the round: download, training, encoding, upload (in
       // LSGD and SGP, up to its report or share).
       if (st.ok()) {
-        AppendRoundLog({last_round_,
-                        {{"round_seconds", std::chrono::duration<double>(
-                                               std::chrono::steady_clock::now() - t0)
-                                               .count()}}});
+        AppendRoundLog({last_round_, {{"round_seconds", core::SecondsSince(*options_.clock, t0)}}});
       }
       break;
     }
@@ -405,11 +402,11 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
                                               std::vector<float>* weights) {
   if (trainer_ != nullptr) {
     // Timed as the client's own training is, for the round log.
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = options_.clock->Now();
     const double cpu0 = ProcessCpuSeconds();
     auto loss = trainer_->Train(start, weights);
-    last_train_seconds_ = trainer_->TrainSeconds().value_or(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    last_train_seconds_ =
+        trainer_->TrainSeconds().value_or(core::SecondsSince(*options_.clock, t0));
     last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
     if (loss.ok() && std::isfinite(*loss)) metrics_->SetTrainLoss(options_.client_id, *loss);
     // Every round it trains, whether or not it then uploads (an LSGD follower does not).
@@ -548,9 +545,8 @@ void EdgeClient::CountUploaded(uint64_t round) {
   if (last_uploaded_round_.exchange(round) != round) ++rounds_uploaded_;
 }
 
-void EdgeClient::ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) {
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+void EdgeClient::ObserveEncode(uint64_t round, core::Clock::time_point t0) {
+  const double seconds = core::SecondsSince(*options_.clock, t0);
   metrics_->ObserveEncodeSeconds(seconds);
   AppendRoundLog({round,
                   {{"train_seconds", last_train_seconds_},

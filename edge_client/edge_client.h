@@ -111,6 +111,7 @@ class EdgeClient final : private ClientEnv {
   // ClientEnv.
   const std::string& client_id() const override { return options_.client_id; }
   Transport& transport() override { return *transport_; }
+  core::Clock& clock() override { return *options_.clock; }
   ClientState& state() override { return state_; }
   absl::Status Persist() override;
   uint64_t dim() const override;
@@ -132,7 +133,7 @@ class EdgeClient final : private ClientEnv {
                              const std::optional<ShareFields>& share = std::nullopt,
                              Half half = Half::kWhole) override;
   void CountUploaded(uint64_t round) override;
-  void ObserveEncode(uint64_t round, std::chrono::steady_clock::time_point t0) override;
+  void ObserveEncode(uint64_t round, core::Clock::time_point t0) override;
   void AppendRoundLog(const ClientRoundRecord& record) override;
 
   EdgeClientOptions options_;

@@ -55,6 +55,7 @@ TransportOptions EdgeClientOptions::transport() const {
   t.backoff_initial_s = backoff_initial_s;
   t.backoff_max_s = backoff_max_s;
   t.call_timeout_s = call_timeout_s;
+  t.clock = clock;
   return t;
 }
 

@@ -53,6 +53,8 @@ struct EdgeClientOptions {
   // Measurements only: each round's local update (trained minus received weights) as
   // float32 in <dump_updates>/<client id>/r<round>.f32 (bench/lgc_probe reads them).
   std::string dump_updates;
+  // The time the client reads (not owned; core/clock.h): the process's, or a test's fake.
+  core::Clock* clock = core::Clock::Real();
 
   absl::Status Validate() const;
   TransportOptions transport() const;

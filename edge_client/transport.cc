@@ -147,6 +147,7 @@ void Transport::Stop() {
   {
     absl::MutexLock lock(&sleep_mu_);
     sleep_stop_ = true;
+    sleep_cv_.SignalAll();
   }
   absl::MutexLock lock(&events_mu_);
   if (events_ctx_ != nullptr) events_ctx_->TryCancel();
@@ -172,15 +173,17 @@ void Transport::Backoff(int attempt) {
 void Transport::Sleep(double seconds) {
   // Woken by Stop(), not by polling: fedlgc-load runs thousands of transports in one
   // process, and a poll every few milliseconds each costs more than their work.
+  core::Clock& clock = *options_.clock;
+  const auto until = clock.Now() + std::chrono::duration_cast<core::Clock::duration>(
+                                       std::chrono::duration<double>(seconds));
   absl::MutexLock lock(&sleep_mu_);
-  sleep_mu_.AwaitWithTimeout(absl::Condition(&sleep_stop_), absl::Seconds(seconds));
+  while (!sleep_stop_ && clock.Now() < until) clock.WaitUntil(&sleep_cv_, &sleep_mu_, until);
 }
 
 uint64_t Transport::NewUpdateId() { return rng_() | 1; }
 
-void Transport::NoteRoundTrip(std::chrono::steady_clock::time_point t0) {
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+void Transport::NoteRoundTrip(core::Clock::time_point t0) {
+  const double ms = 1000 * core::SecondsSince(*options_.clock, t0);
   if (min_rtt_ms_ == 0 || ms < min_rtt_ms_) min_rtt_ms_ = ms;
 }
 
@@ -197,7 +200,7 @@ absl::StatusOr<protos::JoinReply> Transport::Join(const protos::JoinRequest& req
     if (stop_) return absl::CancelledError("stopped");
     join_ctx_ = &ctx;  // Stop() cancels a join that waits on a slow coordinator
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = options_.clock->Now();
   const grpc::Status st = stub->Join(&ctx, request, &reply);
   {
     absl::MutexLock lock(&events_mu_);
@@ -271,7 +274,7 @@ absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& nam
   ModelDownload out;  // chain and from: those of the first chunk (once `known`)
   bool known = false;
   for (int attempt = 0; !stop_; ++attempt) {
-    if (std::chrono::system_clock::now() > deadline) {
+    if (options_.clock->WallNow() > deadline) {
       return absl::DeadlineExceededError(
           StrCat("round deadline passed while downloading ", what, " ", version));
     }
@@ -378,7 +381,7 @@ absl::Status Transport::UploadAs(const PendingUpdate& p, const std::string& code
   std::vector<int> sends(p.frames.size(), 0);
   const std::vector<uint64_t> raw = RawBytes(p.frames);
   for (int attempt = 0; !stop_; ++attempt) {
-    if (std::chrono::system_clock::now() > deadline) {
+    if (options_.clock->WallNow() > deadline) {
       return absl::DeadlineExceededError(
           StrCat("round ", p.round, " deadline passed during upload"));
     }
@@ -430,7 +433,7 @@ absl::Status Transport::Report(protos::ProgressReport report, SystemTime deadlin
   auto stub = NewStub();
   report.set_client_id(options_.client_id);
   for (int attempt = 0; !stop_; ++attempt) {
-    if (std::chrono::system_clock::now() > deadline) return absl::OkStatus();
+    if (options_.clock->WallNow() > deadline) return absl::OkStatus();
     if (attempt > 0) {
       Backoff(attempt - 1);
       if (RefreshChannelIfDown()) stub = NewStub();
@@ -439,7 +442,7 @@ absl::Status Transport::Report(protos::ProgressReport report, SystemTime deadlin
     protos::ReportAck ack;
     grpc::ClientContext ctx;
     PrepareContext(&ctx, 10);
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = options_.clock->Now();
     const grpc::Status st = stub->Report(&ctx, report, &ack);
     if (st.ok()) {
       NoteRoundTrip(t0);

@@ -21,6 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/clock.h"
 #include "edge_client/client_state.h"
 #include "protos/fedlgc.grpc.pb.h"
 
@@ -44,6 +45,10 @@ struct TransportOptions {
   double backoff_initial_s = 0.2;
   double backoff_max_s = 5.0;
   double call_timeout_s = 60;  // per upload/download attempt
+  // What round deadlines are checked against and backoffs wait on (not owned): the
+  // process's clock, or a test's fake. A gRPC call's own deadline (call_timeout_s) is
+  // gRPC's, on the real clock.
+  core::Clock* clock = core::Clock::Real();
 };
 
 // Makes the stub of a channel; the default is protos::Coordinator::NewStub. Tests return
@@ -139,7 +144,7 @@ class Transport {
                                                const PendingUpdate& p, const ShareFields& share);
   std::shared_ptr<protos::Coordinator::StubInterface> NewStub();
   void PrepareContext(grpc::ClientContext* ctx, double timeout_s) const;
-  void NoteRoundTrip(std::chrono::steady_clock::time_point t0);
+  void NoteRoundTrip(core::Clock::time_point t0);
 
   const TransportOptions options_;
   const std::vector<std::string> servers_;  // options_.server split at commas
@@ -150,7 +155,8 @@ class Transport {
   std::mt19937_64 rng_;
   double min_rtt_ms_ = 0;
   std::atomic<bool> stop_{false};
-  absl::Mutex sleep_mu_;  // Sleep waits on sleep_stop_
+  absl::Mutex sleep_mu_;  // Sleep waits on sleep_cv_ for sleep_stop_
+  absl::CondVar sleep_cv_;
   bool sleep_stop_ ABSL_GUARDED_BY(sleep_mu_) = false;
   absl::Mutex events_mu_;  // guards events_ctx_ and join_ctx_ against Stop()
   grpc::ClientContext* events_ctx_ ABSL_GUARDED_BY(events_mu_) = nullptr;

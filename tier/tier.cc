@@ -40,6 +40,7 @@ edge_client::EdgeClientOptions UpstreamOptions(const coordinator::CoordinatorOpt
   u.metrics_listen = o.parent_metrics_listen;
   u.max_message_bytes = o.max_message_bytes;
   u.torch_threads = o.torch_threads;
+  u.clock = o.clock;
   return u;
 }
 
@@ -235,7 +236,7 @@ absl::StatusOr<double> Tier::Train(const protos::RoundStart& start, std::vector<
 absl::StatusOr<std::vector<float>> Tier::RunLocalRound(const protos::RoundStart& start,
                                                        const std::vector<float>& model) {
   // The local round gets what is left of the parent's round but the reserve.
-  const auto left = edge_client::DeadlineOf(start) - std::chrono::system_clock::now();
+  const auto left = edge_client::DeadlineOf(start) - local_->clock().WallNow();
   if (left <= decltype(left)::zero()) {
     std::fprintf(stderr,
                  "aggregator: round %llu: the parent's deadline has passed by this host's "
@@ -247,7 +248,7 @@ absl::StatusOr<std::vector<float>> Tier::RunLocalRound(const protos::RoundStart&
   coordinator::RoundOrder order;
   order.round = start.round();
   order.model = model;
-  order.deadline = coordinator::Clock::now() + local_left;
+  order.deadline = local_->clock().Now() + local_left;
   order.training = {start.local_epochs(), start.local_steps(), start.lr(), start.batch_size()};
   order.total_rounds = static_cast<uint32_t>(client_->job_rounds());
   // No local round is open: the engine's last committed round is its checkpoint's.

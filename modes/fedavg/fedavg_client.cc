@@ -186,7 +186,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
 absl::Status FedAvgClient::EncodeAndUpload(const protos::RoundStart& start,
                                            std::span<const float> update, float shared_scale) {
   edge_client::ClientState& state = env_.state();
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = env_.clock().Now();
   std::vector<codecs::Frame> frames;
   codecs::EncodeOptions eopts;
   eopts.seed = start.seed();

@@ -36,7 +36,7 @@ std::unique_ptr<coordinator::RoundEngine> Engine(const codecs::ModelLayout& layo
 std::string SpecOfNextRound(coordinator::RoundEngine& engine) {
   engine.Register("c", 10);
   auto sum = std::make_shared<coordinator::WeightedSumCollector>(engine.dim());
-  EXPECT_TRUE(engine.OpenRound({"c"}, coordinator::Clock::now(), sum).ok());
+  EXPECT_TRUE(engine.OpenRound({"c"}, coordinator::Clock::Real()->Now(), sum).ok());
   const std::string spec = engine.OpenRoundFor("c")->codec;
   EXPECT_TRUE(engine.CommitModel(engine.ModelVector(), {}).ok());
   return spec;

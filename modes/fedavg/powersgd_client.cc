@@ -98,7 +98,7 @@ absl::Status PowerSgdClient::OnRoundStart(const protos::RoundStart& start) {
     auto update = TrainUpdate(env_, start, deadline_);
     if (!update.ok()) return update.status();
     if (update->empty()) return absl::OkStatus();  // the round moved on
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = env_.clock().Now();
     // M = update + residual waits in the residual until the factor is in.
     std::vector<float> m = *std::move(update);
     if (state.residual.size() == m.size()) {

@@ -36,7 +36,8 @@ TEST(TernGradRounds, ReportsAreCheckedAndTheScaleIsTheLargestWithinTheClipOfTheM
   auto rounds = TernGradRounds::Create(kSpec, 1000, /*clip=*/2).value();
   const std::vector<std::string> who = {"a", "b", "c", "d"};
   PushHost host;
-  auto decoder = rounds->BeginRound(5, who, host.now, host.now + std::chrono::minutes(1)).value();
+  auto decoder =
+      rounds->BeginRound(5, who, host.Now(), host.Now() + std::chrono::minutes(1)).value();
   EXPECT_EQ(decoder->scale(), 0.0f);
   // Refused: another round, a stranger, no scale, and scales that are not finite, > 0 and
   // at most 1e30.
@@ -88,15 +89,15 @@ TEST(TernGradRounds, ReportsAreCheckedAndTheScaleIsTheLargestWithinTheClipOfTheM
 TEST(TernGradRounds, HalfwayThroughTheRoundTheReportsInSetTheScale) {
   auto rounds = TernGradRounds::Create(kSpec, 1000, /*clip=*/0).value();
   PushHost host;
-  const auto deadline = host.now + std::chrono::seconds(200);
-  auto decoder = rounds->BeginRound(1, {"a", "b", "c"}, host.now, deadline).value();
+  const auto deadline = host.Now() + std::chrono::seconds(200);
+  auto decoder = rounds->BeginRound(1, {"a", "b", "c"}, host.Now(), deadline).value();
   rounds->Tick(host);  // nobody reported
   ASSERT_TRUE(rounds->Accept("a", Report(1, 7.0)).ok());
   ASSERT_TRUE(rounds->Accept("b", Report(1, 70.0)).ok());
-  host.now += std::chrono::seconds(99);
+  host.clock.Advance(std::chrono::seconds(99));
   rounds->Tick(host);  // two of three, before half of the round's time: not yet
   EXPECT_EQ(decoder->scale(), 0.0f);
-  host.now += std::chrono::seconds(2);
+  host.clock.Advance(std::chrono::seconds(2));
   rounds->Tick(host);
   EXPECT_EQ(decoder->scale(), 70.0f);
   EXPECT_EQ(host.pushed.size(), 3u) << "c, which never reported, gets it too";

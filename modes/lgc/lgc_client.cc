@@ -134,7 +134,7 @@ absl::Status LgcClient::SendAsLeader(const protos::RoundStart& start, std::vecto
     if (OutOfTime(st)) return KeepForLater(std::move(u));
     if (!st.ok()) return st;
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = env_.clock().Now();
   auto frame = LeaderFrame(p.round, lgc.encoder_version(), u, &f);
   if (!frame.ok()) return OutOfTime(frame.status()) ? KeepForLater(std::move(u)) : frame.status();
   env_.ObserveEncode(start.round(), t0);
@@ -219,7 +219,7 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   }
   if (!z.ok()) return z.status();
   const uint32_t reference = autoencoder::ReferenceOf(*support, *z);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = env_.clock().Now();
   const std::vector<float> v = autoencoder::Gather(state.residual, *support);
   std::vector<float> sent;
   std::string body;

@@ -219,7 +219,7 @@ absl::Status LgcDriver::CommitLeaderRound(RoundHost& host, uint64_t round, Leade
                                           CommitResult* commit, RoundReport* report) {
   coordinator::RoundEngine& engine = host.engine();
   LeaderWatch& w = *watch;
-  const auto t0 = Clock::now();
+  const auto t0 = host.Now();
   // The model guard picks who counts: the round's candidate, else without the largest
   // values (at most a minority of them).
   coordinator::GuardedChoice choice;
@@ -251,7 +251,7 @@ absl::Status LgcDriver::CommitLeaderRound(RoundHost& host, uint64_t round, Leade
   report->figures["clip_bound"] = outcome->clip_bound;
   report->figures["clipped"] = outcome->clipped;
   report->per_client["update_norm"] = outcome->norms;
-  report->figures["ae_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+  report->figures["ae_seconds"] = std::chrono::duration<double>(host.Now() - t0).count();
   report->figures["ae_reconstruction"] = outcome->ae_reconstruction;
   report->figures["ae_similarity"] = outcome->ae_similarity;
   report->figures["lgc_values_cosine"] = outcome->values_cosine;

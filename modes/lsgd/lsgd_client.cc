@@ -102,7 +102,7 @@ absl::Status LsgdClient::OnLead(const protos::LsgdLead& lead) {
     eopts.seed = round_.seed;
     eopts.max_frame_bytes = round_.max_chunk_bytes;
     eopts.cuts = env_.scale_cuts();
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = env_.clock().Now();
     auto scaled = core::EncodeScaled(delta, **codec, eopts);
     if (!scaled.ok()) return scaled.status();
     env_.ObserveEncode(lead.round(), t0);

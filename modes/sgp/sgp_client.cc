@@ -160,7 +160,7 @@ absl::StatusOr<bool> SgpClient::TrainAndShare(const protos::RoundStart& start) {
   eopts.seed = start.seed();
   eopts.max_frame_bytes = start.max_chunk_bytes();
   eopts.cuts = env_.scale_cuts();
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = env_.clock().Now();
   auto share = core::MakeShare(m.x, m.w, sgp.share(), reference, **codec, eopts);
   if (!share.ok()) return share.status();
   env_.ObserveEncode(start.round(), t0);
@@ -221,7 +221,7 @@ absl::Status SgpClient::OnReceipt(const protos::RoundReceipt& receipt) {
 absl::Status SgpClient::OnJobOver() {
   const LocalModel& m = local_;
   if (m.inbox_applied == 0) return absl::OkStatus();
-  return Report(0, std::chrono::system_clock::now() + std::chrono::seconds(10), -1);
+  return Report(0, env_.clock().WallNow() + std::chrono::seconds(10), -1);
 }
 
 }  // namespace fedlgc::modes

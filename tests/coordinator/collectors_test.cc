@@ -58,7 +58,7 @@ TEST(PerClientCollector, CompactUpdatesAreTheDenseOnesAndMakeTheSameMean) {
   auto e_dense = Engine(clients, "qsgd(bits=4)"), e_compact = Engine(clients, "qsgd(bits=4)");
   auto dense = std::make_shared<PerClientCollector>(/*push_sum=*/false);
   auto compact = std::make_shared<PerClientCollector>(/*push_sum=*/false, /*compact=*/true);
-  const auto deadline = Clock::now() + std::chrono::seconds(9);
+  const auto deadline = Clock::Real()->Now() + std::chrono::seconds(9);
   ASSERT_TRUE(e_dense->OpenRound(clients, deadline, dense).ok());
   ASSERT_TRUE(e_compact->OpenRound(clients, deadline, compact).ok());
   for (size_t k = 0; k < clients.size(); ++k) {
@@ -116,7 +116,8 @@ TEST(PerClientCollector, KeepsEachClientsUpdateApartAndWaitsOnlyForUploaders) {
   auto e = Engine({"a", "b", "c"});
   auto collector = std::make_shared<PerClientCollector>(/*push_sum=*/false);
   ASSERT_TRUE(
-      e->OpenRound({"a", "b", "c"}, Clock::now() + std::chrono::seconds(9), collector).ok());
+      e->OpenRound({"a", "b", "c"}, Clock::Real()->Now() + std::chrono::seconds(9), collector)
+          .ok());
   e->SetUploaders({"a", "b"});
   std::vector<float> xa(kDim, 1.0f), xb(kDim, -2.0f);
   const auto fa = Frames(xa), fb = Frames(xb);
@@ -149,7 +150,8 @@ TEST(PerClientCollector, KeepsEachClientsUpdateApartAndWaitsOnlyForUploaders) {
 TEST(PerClientCollector, GossipChunksCarryAValidWeightAndTheRoundsReference) {
   auto e = Engine({"a", "b"});
   auto collector = std::make_shared<PerClientCollector>(/*push_sum=*/true);
-  ASSERT_TRUE(e->OpenRound({"a", "b"}, Clock::now() + std::chrono::seconds(9), collector).ok());
+  ASSERT_TRUE(
+      e->OpenRound({"a", "b"}, Clock::Real()->Now() + std::chrono::seconds(9), collector).ok());
   const auto f = Frames(std::vector<float>(kDim, 1.0f));
   ChunkIn c = Chunk("a", f, 0);
   // Through UploadUpdate (no push-sum share): refused.

@@ -1,7 +1,7 @@
 // A RoundHost for unit tests of a driver's parts, which override what they watch: the
 // engine and the metrics abort (a test that needs them runs a coordinator), the rest does
-// nothing (no clients, no pushes, every model passes). Its clock stands still at `now`
-// until the test moves it.
+// nothing (no clients, no pushes, every model passes). Its clock (a FakeClock) stands
+// still until the test moves it.
 #ifndef FEDLGC_TESTS_COORDINATOR_FAKE_ROUND_HOST_H_
 #define FEDLGC_TESTS_COORDINATOR_FAKE_ROUND_HOST_H_
 
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coordinator/round_driver.h"
+#include "tests/core/fake_clock.h"
 
 namespace fedlgc::testing {
 
@@ -39,9 +40,9 @@ class FakeRoundHost : public coordinator::RoundHost {
   }
   void Quarantine(const std::set<std::string>&, const std::string&) override {}
   std::vector<float> ServedModel() const override { return {}; }
-  coordinator::Clock::time_point Now() const override { return now; }
+  coordinator::Clock::time_point Now() const override { return clock.Now(); }
 
-  coordinator::Clock::time_point now = coordinator::Clock::now();
+  core::FakeClock clock;
 };
 
 }  // namespace fedlgc::testing

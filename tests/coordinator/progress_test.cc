@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/core/fake_clock.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -15,11 +16,14 @@ namespace {
 nlohmann::json Parse(const Progress& p) { return nlohmann::json::parse(p.ToJson()); }
 
 TEST(Progress, CountsWhatEachParticipantHasDone) {
-  Progress p(10);
+  core::FakeClock clock;
+  Progress p(10, &clock);
   EXPECT_EQ(Parse(p)["state"], "starting");
   p.Waiting(1, 3);
+  clock.Advance(std::chrono::milliseconds(2500));
   auto j = Parse(p);
   EXPECT_EQ(j["state"], "waiting");
+  EXPECT_DOUBLE_EQ(j["waiting_seconds"], 2.5);
   EXPECT_EQ(j["connected"], 1);
   EXPECT_EQ(j["needed"], 3);
   p.StartRound(4, {"a", "b", "c"});
@@ -62,7 +66,7 @@ TEST(Progress, CountsWhatEachParticipantHasDone) {
 }
 
 TEST(Progress, ListsClientsOnlyForSmallRounds) {
-  Progress p(1);
+  Progress p(1, core::Clock::Real());
   std::vector<std::string> many;
   for (size_t i = 0; i <= Progress::kMaxListedClients; ++i) {
     std::string id = "c";
@@ -85,7 +89,8 @@ TEST(Progress, WritesOnlyWhenSomethingChangedAndNotTooOften) {
   std::filesystem::remove_all(dir);
   const std::string path = dir + "/state/progress.json";  // folders made as needed
   std::filesystem::remove(path);
-  Progress p(3);
+  core::FakeClock clock;
+  Progress p(3, &clock);
   p.StartRound(1, {"a"});
   ASSERT_TRUE(p.WriteIfDue(path, std::chrono::milliseconds(0)).ok());
   ASSERT_TRUE(std::filesystem::exists(path));
@@ -99,6 +104,16 @@ TEST(Progress, WritesOnlyWhenSomethingChangedAndNotTooOften) {
   ASSERT_TRUE(std::filesystem::exists(path));
   std::filesystem::remove(path);
   ASSERT_TRUE(p.WriteIfDue(path, std::chrono::hours(1), /*force=*/true).ok());
+  EXPECT_TRUE(std::filesystem::exists(path));
+  // While waiting for clients the file ticks once a second, changed or not.
+  p.Waiting(0, 1);
+  ASSERT_TRUE(p.WriteIfDue(path, std::chrono::milliseconds(0)).ok());
+  std::filesystem::remove(path);
+  clock.Advance(std::chrono::milliseconds(900));
+  ASSERT_TRUE(p.WriteIfDue(path, std::chrono::milliseconds(0)).ok());
+  EXPECT_FALSE(std::filesystem::exists(path));
+  clock.Advance(std::chrono::milliseconds(100));
+  ASSERT_TRUE(p.WriteIfDue(path, std::chrono::milliseconds(0)).ok());
   EXPECT_TRUE(std::filesystem::exists(path));
 }
 

@@ -16,6 +16,7 @@
 #include "coordinator/collectors.h"
 #include "core/atomic_file.h"
 #include "gtest/gtest.h"
+#include "tests/core/fake_clock.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -43,7 +44,8 @@ struct Summed {
   RoundEngine* operator->() { return engine.get(); }
   void Open(const std::vector<std::string>& participants) {
     sum = std::make_shared<WeightedSumCollector>(engine->dim());
-    ASSERT_TRUE(engine->OpenRound(participants, Clock::now() + std::chrono::seconds(60), sum).ok());
+    const auto deadline = Clock::Real()->Now() + std::chrono::seconds(60);
+    ASSERT_TRUE(engine->OpenRound(participants, deadline, sum).ok());
   }
   CommitResult Commit() {
     engine->Freeze();
@@ -51,9 +53,11 @@ struct Summed {
   }
 };
 
-Summed MakeEngine(const std::string& codec = "fp32", float momentum = 0) {
+Summed MakeEngine(const std::string& codec = "fp32", float momentum = 0,
+                  Clock* clock = Clock::Real()) {
   EngineOptions o;
   o.plan.codec = codec;
+  o.clock = clock;
   o.max_client_weight = 1;  // the sample counts as they are
   EngineState s;
   s.model.assign(kDim, 1.0f);
@@ -75,6 +79,13 @@ ChunkIn Chunk(const std::string& client, const std::vector<std::string>& frames,
   c.num_samples = samples;
   c.frame = frames[i];
   return c;
+}
+
+TEST(RoundEngine, ARoundLastsAsLongAsItsClockSays) {
+  core::FakeClock clock;
+  Summed e = MakeEngine("fp32", 0, &clock);
+  clock.Advance(std::chrono::milliseconds(12'345));
+  EXPECT_DOUBLE_EQ(e.Commit().seconds, 12.345);
 }
 
 TEST(RoundEngine, WeightedMeanPerCoordinateWithPartialUpdates) {
@@ -234,7 +245,8 @@ TEST(RoundEngine, AParticipantThatHasNotJoinedIsRefused) {
   RoundEngine e(o, s);
   e.Register("a", 10);
   auto sum = std::make_shared<WeightedSumCollector>(kDim);
-  ASSERT_TRUE(e.OpenRound({"a", "ghost"}, Clock::now() + std::chrono::seconds(60), sum).ok());
+  ASSERT_TRUE(
+      e.OpenRound({"a", "ghost"}, Clock::Real()->Now() + std::chrono::seconds(60), sum).ok());
   const auto f = Encode("fp32", std::vector<float>(kDim, 1.0f), 0);
   const ChunkResult r = e.AcceptChunk(Chunk("ghost", f, 0, 10));
   EXPECT_EQ(r.reason, RejectReason::kNotParticipant);

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/core/fake_clock.h"
+
 namespace fedlgc::coordinator {
 namespace {
 
@@ -11,7 +13,8 @@ TEST(StreamRegistry, CapsCallsPerClientAndInAll) {
   limits.per_client = 2;
   limits.total = 3;
   size_t observed = 0;
-  StreamRegistry registry(limits, /*watchdog=*/false, [&](size_t n) { observed = n; });
+  StreamRegistry registry(limits, core::Clock::Real(), /*watchdog=*/false,
+                          [&](size_t n) { observed = n; });
   auto a1 = registry.Open("a", nullptr);
   auto a2 = registry.Open("a", nullptr);
   ASSERT_TRUE(a1.ok() && a2.ok());
@@ -34,14 +37,16 @@ TEST(StreamRegistry, CapsCallsPerClientAndInAll) {
 TEST(StreamRegistry, OnlyCallsWithoutProgressAreIdle) {
   StreamLimits limits;
   limits.idle_timeout_s = 10;
-  StreamRegistry registry(limits, /*watchdog=*/false);
+  core::FakeClock clock;
+  StreamRegistry registry(limits, &clock, /*watchdog=*/false);
   auto t = registry.Open("a", nullptr);
   ASSERT_TRUE(t.ok());
-  const auto now = StreamRegistry::Clock::now();
   // Not idle yet; a call whose context is gone (done) is never cancelled.
-  EXPECT_EQ(registry.CancelIdle(now + std::chrono::seconds(5)), 0);
+  clock.Advance(std::chrono::seconds(5));
+  EXPECT_EQ(registry.CancelIdle(), 0);
   (*t)->Done();
-  EXPECT_EQ(registry.CancelIdle(now + std::chrono::seconds(60)), 0);
+  clock.Advance(std::chrono::seconds(55));
+  EXPECT_EQ(registry.CancelIdle(), 0);
   EXPECT_EQ(registry.open(), 0u);
   EXPECT_FALSE((*t)->idle_cancelled());
 }

@@ -11,6 +11,7 @@
 
 #include "edge_client/client_mode.h"
 #include "monitoring/metrics.h"
+#include "tests/core/fake_clock.h"
 
 namespace fedlgc::edge_client {
 
@@ -22,6 +23,7 @@ class FakeClientEnv final : public ClientEnv {
   const std::string& client_id() const override { return id_; }
   monitoring::Metrics& metrics() override { return metrics_; }
   Transport& transport() override { std::abort(); }
+  core::Clock& clock() override { return clock_; }
   ClientState& state() override { return state_; }
   absl::Status Persist() override {
     ++persists;
@@ -59,7 +61,7 @@ class FakeClientEnv final : public ClientEnv {
     return absl::OkStatus();
   }
   void CountUploaded(uint64_t) override {}
-  void ObserveEncode(uint64_t, std::chrono::steady_clock::time_point) override {}
+  void ObserveEncode(uint64_t, core::Clock::time_point) override {}
   void AppendRoundLog(const ClientRoundRecord&) override {}
 
   int trained = 0, persists = 0;
@@ -70,6 +72,7 @@ class FakeClientEnv final : public ClientEnv {
   const std::string id_ = "client-0", device_ = "cpu";
   codecs::ModelLayout layout_;
   monitoring::Metrics metrics_;
+  core::FakeClock clock_;
   ClientState state_;
   uint64_t next_id_ = 0;
 };

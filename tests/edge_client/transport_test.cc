@@ -2,7 +2,7 @@
 // resumes with only the chunks the coordinator lacks, a receipt that holds only some
 // chunks makes it send the rest, a closed round (FAILED_PRECONDITION) is not retried, a
 // download resumes from its offset and starts over on a bad checksum, and a report for a
-// round that moved on is not an error.
+// round that moved on is not an error. Backoffs and round deadlines run on a fake clock.
 #include "edge_client/transport.h"
 
 #include <set>
@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc_mock.grpc.pb.h"
+#include "tests/core/fake_clock.h"
 #include "tests/edge_client/fake_streams.h"
 
 namespace fedlgc::edge_client {
@@ -27,18 +28,25 @@ struct Fixture {
   std::shared_ptr<protos::MockCoordinatorStub> stub =
       std::make_shared<protos::MockCoordinatorStub>();
   monitoring::Metrics metrics;
+  core::FakeClock clock;
   std::unique_ptr<Transport> transport;
 
-  Fixture() {
+  // `real`: on the process's clock instead of the fake.
+  explicit Fixture(bool real = false, double backoff_initial_s = 0.001,
+                   double backoff_max_s = 0.002) {
     TransportOptions o;
     o.server = "127.0.0.1:1";  // never dialled: every call goes to the mock
     o.insecure = true;
-    o.backoff_initial_s = 0.001;
-    o.backoff_max_s = 0.002;
+    o.backoff_initial_s = backoff_initial_s;
+    o.backoff_max_s = backoff_max_s;
+    o.clock = real ? core::Clock::Real() : &clock;
     transport = std::make_unique<Transport>(
         o, &metrics, [stub = stub](const std::shared_ptr<grpc::Channel>&) { return stub; });
     EXPECT_TRUE(transport->Connect().ok());
   }
+
+  // A round deadline 30 s away on the fixture's clock.
+  SystemTime Later() const { return clock.WallNow() + std::chrono::seconds(30); }
 };
 
 // An update of `n` fp32 frames.
@@ -56,8 +64,6 @@ PendingUpdate Update(int n) {
   EXPECT_GE(p.frames.size(), static_cast<size_t>(n));
   return p;
 }
-
-SystemTime Later() { return std::chrono::system_clock::now() + std::chrono::seconds(30); }
 
 // A receipt holding `held`, for the update the stream carried (or was asked about).
 Upload::Receipt Holds(std::set<uint32_t> held) {
@@ -81,21 +87,52 @@ std::set<uint32_t> All(const PendingUpdate& p) {
 }
 
 TEST(Transport, SleepLastsItsSecondsUnlessStopped) {
-  Fixture f;
-  auto t0 = std::chrono::steady_clock::now();
-  f.transport->Sleep(0.3);
-  const double slept = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_GE(slept, 0.3);
-  EXPECT_LT(slept, 5.0);
+  Fixture fake;
+  const auto start = fake.clock.Now();
+  fake.transport->Sleep(0.3);
+  EXPECT_EQ(fake.clock.Now() - start, std::chrono::milliseconds(300));
+  fake.transport->Stop();
+  fake.transport->Sleep(60);  // stopped: returns at once
+  EXPECT_EQ(fake.clock.Now() - start, std::chrono::milliseconds(300));
+
+  // On the real clock, Stop() from another thread ends a Sleep under way.
+  Fixture f(/*real=*/true);
   std::thread stopper([&f] {
     // sleep: stops a Sleep of 0.3 s, the behaviour under test
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     f.transport->Stop();
   });
-  t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   f.transport->Sleep(60);  // an edge's --linger, cut short by SIGTERM
   stopper.join();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST(Transport, RetriesBackOffExponentiallyWithJitterUntilTheRoundsDeadline) {
+  Fixture f(/*real=*/false, /*backoff_initial_s=*/0.2, /*backoff_max_s=*/5);
+  const PendingUpdate p = Update(1);
+  std::vector<core::Clock::time_point> tries;
+  std::vector<protos::UpdateChunk> sent;
+  EXPECT_CALL(*f.stub, UploadUpdateRaw(_, _))
+      .WillRepeatedly(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
+        tries.push_back(f.clock.Now());
+        return new Upload(&sent, r, grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"), nullptr,
+                          0);
+      }));
+  const SystemTime deadline = f.clock.WallNow() + std::chrono::seconds(60);
+  const absl::Status st = f.transport->Upload(p, "fp32", deadline);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  // Retry k waits between half and all of min(5 s, 0.2 s * 2^(k-1)): 0.2, 0.4, ... 3.2,
+  // then 5 s each, until the 60 s of the round are gone.
+  ASSERT_GE(tries.size(), 12u);
+  for (size_t k = 1; k < tries.size(); ++k) {
+    const double cap = std::min(5.0, 0.2 * (1 << std::min<size_t>(k - 1, 10)));
+    const double waited = std::chrono::duration<double>(tries[k] - tries[k - 1]).count();
+    EXPECT_GE(waited, 0.5 * cap - 1e-9) << "retry " << k;
+    EXPECT_LE(waited, cap + 1e-9) << "retry " << k;
+  }
+  EXPECT_GE(f.clock.WallNow(), deadline);
+  EXPECT_LT(f.clock.WallNow(), deadline + std::chrono::seconds(5));
 }
 
 TEST(Transport, AnUploadCutMidStreamResumesWithOnlyTheChunksTheCoordinatorLacks) {
@@ -116,7 +153,7 @@ TEST(Transport, AnUploadCutMidStreamResumesWithOnlyTheChunksTheCoordinatorLacks)
       .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
         return new Upload(&sent, r, grpc::Status::OK, Holds(All(p)));
       }));
-  ASSERT_TRUE(f.transport->Upload(p, "fp32", Later()).ok());
+  ASSERT_TRUE(f.transport->Upload(p, "fp32", f.Later()).ok());
   std::vector<uint32_t> expect = {0, 1, 999};  // 999: the query (no frame)
   for (uint32_t i = 2; i < n; ++i) expect.push_back(i);
   EXPECT_EQ(Indices(sent), expect);
@@ -142,7 +179,7 @@ TEST(Transport, AReceiptHoldingSomeChunksMakesItSendTheRest) {
       .WillOnce(Invoke([&](grpc::ClientContext*, protos::UploadReceipt* r) {
         return new Upload(&sent, r, grpc::Status::OK, Holds(All(p)));
       }));
-  ASSERT_TRUE(f.transport->Upload(p, "fp32", Later()).ok());
+  ASSERT_TRUE(f.transport->Upload(p, "fp32", f.Later()).ok());
   std::vector<uint32_t> expect;
   for (uint32_t i = 0; i < n; ++i) expect.push_back(i);
   expect.push_back(999);
@@ -164,7 +201,7 @@ TEST(Transport, AClosedRoundIsNotRetried) {
                                        "round 3 is closed; no round is open"),
                           nullptr, 1);
       }));
-  const absl::Status st = f.transport->Upload(p, "fp32", Later());
+  const absl::Status st = f.transport->Upload(p, "fp32", f.Later());
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
   EXPECT_NE(std::string(st.message()).find("round 3 is closed"), std::string::npos) << st;
   EXPECT_EQ(sent.size(), 1u);
@@ -183,7 +220,7 @@ TEST(Transport, ASharesChunksGoThroughGossipWithTheirPushSumFields) {
               for (uint32_t i = 0; i < p.frames.size(); ++i) out->add_held_chunks(i);
             });
       }));
-  ASSERT_TRUE(f.transport->Upload(p, "fp32", Later(), ShareFields{0.5, 7, 2}).ok());
+  ASSERT_TRUE(f.transport->Upload(p, "fp32", f.Later(), ShareFields{0.5, 7, 2}).ok());
   ASSERT_EQ(sent.size(), p.frames.size());
   for (const auto& g : sent) {
     EXPECT_EQ(g.weight(), 0.5);
@@ -224,7 +261,7 @@ TEST(Transport, ADownloadResumesFromItsOffsetAndStartsOverOnABadChecksum) {
         offsets.push_back(req.offset());
         return new testing::FakeDownloadStream(Chunks(blob, 0, 3000, crc), grpc::Status::OK);
       }));
-  auto got = f.transport->DownloadBlob("", 5, Later());
+  auto got = f.transport->DownloadBlob("", 5, f.Later());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, blob);
   EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 1000, 0}));
@@ -260,7 +297,7 @@ TEST(Transport, ACutChainOfDeltasResumesFromItsOffsetWithTheHeldVersion) {
         return new testing::FakeDownloadStream(ChainChunks(blob, 1200, 3000, crc),
                                                grpc::Status::OK);
       }));
-  auto got = f.transport->DownloadModel("", 5, Later(), 3);
+  auto got = f.transport->DownloadModel("", 5, f.Later(), 3);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->bytes, blob);
   EXPECT_TRUE(got->chain);
@@ -298,7 +335,7 @@ void ExpectStartsOverWhenTheBlobChanged(bool shorter) {
         return new testing::FakeDownloadStream(ChainChunks(b, 0, b.size(), crc_b),
                                                grpc::Status::OK);
       }));
-  auto got = f.transport->DownloadModel("", 5, Later(), 3);
+  auto got = f.transport->DownloadModel("", 5, f.Later(), 3);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->bytes, b);
   EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 1000, 0}));
@@ -318,8 +355,8 @@ TEST(Transport, AReportForARoundThatMovedOnIsNotAnError) {
       .WillOnce(::testing::Return(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad loss")));
   protos::ProgressReport report;
   report.set_round(2);
-  EXPECT_TRUE(f.transport->Report(report, Later()).ok());  // retried, then moved on
-  const absl::Status bad = f.transport->Report(report, Later());
+  EXPECT_TRUE(f.transport->Report(report, f.Later()).ok());  // retried, then moved on
+  const absl::Status bad = f.transport->Report(report, f.Later());
   EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
 }
 

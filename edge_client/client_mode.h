@@ -40,7 +40,6 @@ class ClientEnv {
   virtual ~ClientEnv() = default;
   virtual const std::string& client_id() const = 0;
   virtual monitoring::Metrics& metrics() = 0;
-  virtual Transport& transport() = 0;
   // The client's clock (EdgeClientOptions::clock): what a mode times its encode with and
   // reads the time from.
   virtual core::Clock& clock() = 0;
@@ -69,8 +68,16 @@ class ClientEnv {
   virtual absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob,
                                                             uint64_t version,
                                                             SystemTime deadline) = 0;
+  // A blob other than the model, resumably (Transport::DownloadBlob): its bytes.
+  virtual absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
+                                                   SystemTime deadline) = 0;
+  // Sends a progress report of this client (Transport::Report: OK once the round is over
+  // or the deadline passed).
+  virtual absl::Status Report(protos::ProgressReport report, SystemTime deadline) = 0;
   // An update in flight for `round`, with a fresh update id and this shard's weight.
   virtual PendingUpdate NewPending(uint64_t round, uint64_t model_version) = 0;
+  // A fresh update id, for an update sent again as another (an LGC leader promoted).
+  virtual uint64_t NewUpdateId() = 0;
   // Uploads state().pending until the coordinator holds it or the round closes (both
   // count as uploaded: the receipt will say what counted); through Gossip with `share`.
   // kFirstHalf: not the round's last upload (two-phase PowerSGD's P), which counts the
@@ -79,6 +86,11 @@ class ClientEnv {
   virtual absl::Status UploadPending(uint64_t round, SystemTime deadline,
                                      const std::optional<ShareFields>& share = std::nullopt,
                                      Half half = Half::kWhole) = 0;
+  // Uploads a copy of an update on the caller's thread, which may be one of the mode's own
+  // while the event loop goes on (an SGP share travelling beside training); the mode
+  // counts it (CountUploaded) when it knows it arrived.
+  virtual absl::Status UploadCopy(const PendingUpdate& p, const std::string& codec_label,
+                                  SystemTime deadline, const ShareFields& share) = 0;
   // A round was uploaded by other means (an SGP share on a thread of its own).
   virtual void CountUploaded(uint64_t round) = 0;
   // Records an encode that began at t0 for `round`: the histogram, and the round's local

@@ -110,7 +110,6 @@ class EdgeClient final : private ClientEnv {
 
   // ClientEnv.
   const std::string& client_id() const override { return options_.client_id; }
-  Transport& transport() override { return *transport_; }
   core::Clock& clock() override { return *options_.clock; }
   ClientState& state() override { return state_; }
   absl::Status Persist() override;
@@ -128,7 +127,19 @@ class EdgeClient final : private ClientEnv {
   absl::StatusOr<std::vector<float>> DownloadHeld(const std::string& blob, uint64_t version,
                                                   SystemTime deadline);
   absl::StatusOr<DownlinkReceiver*> ReceiverFor(const std::string& blob);
+  absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
+                                           SystemTime deadline) override {
+    return transport_->DownloadBlob(name, version, deadline);
+  }
+  absl::Status Report(protos::ProgressReport report, SystemTime deadline) override {
+    return transport_->Report(std::move(report), deadline);
+  }
   PendingUpdate NewPending(uint64_t round, uint64_t model_version) override;
+  uint64_t NewUpdateId() override { return transport_->NewUpdateId(); }
+  absl::Status UploadCopy(const PendingUpdate& p, const std::string& codec_label,
+                          SystemTime deadline, const ShareFields& share) override {
+    return transport_->Upload(p, codec_label, deadline, share);
+  }
   absl::Status UploadPending(uint64_t round, SystemTime deadline,
                              const std::optional<ShareFields>& share = std::nullopt,
                              Half half = Half::kWhole) override;

@@ -69,7 +69,7 @@ absl::StatusOr<std::shared_ptr<const codecs::SliceBasis>> FedAvgClient::BasisFor
     return absl::FailedPreconditionError(
         StrCat("the GradiVeQ basis ", word, " that \"", spec, "\" names is not held here"));
   }
-  auto bytes = env_.transport().DownloadBlob(codecs::kGradiveqBasisBlob, named->first, *deadline);
+  auto bytes = env_.DownloadBlob(codecs::kGradiveqBasisBlob, named->first, *deadline);
   if (!bytes.ok()) return bytes.status();
   auto parsed = codecs::SliceBasis::Parse(*bytes, env_.layout());
   if (!parsed.ok()) return parsed.status();
@@ -252,7 +252,7 @@ absl::Status FedAvgClient::OnSharedScaleRound(const protos::RoundStart& start, b
   report.set_client_id(env_.client_id());
   report.set_round(start.round());
   report.mutable_fedavg()->set_terngrad_scale(local);
-  const absl::Status st = env_.transport().Report(report, deadline);
+  const absl::Status st = env_.Report(report, deadline);
   // The round moved on or its scale is set: the next RoundStart or the scale event says so.
   if (absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) return absl::OkStatus();
   return st;

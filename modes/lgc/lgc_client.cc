@@ -297,7 +297,7 @@ absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
   *f = std::move(lead);
   p.frames = {std::move(frame).value()};
   SetResidual(u, *f);
-  p.update_id = env_.transport().NewUpdateId();
+  p.update_id = env_.NewUpdateId();
   in_flight_.Rebind(p.update_id);
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
   std::fprintf(stderr, "%s: leading LGC round %llu\n", env_.client_id().c_str(),
@@ -342,8 +342,7 @@ absl::Status LgcClient::EnsureWeights(bool decoder, uint64_t version, size_t k) 
   uint64_t& held_version = decoder ? decoder_version_ : encoder_version_;
   if (held && held_version == version && held->length() == static_cast<int64_t>(k))
     return absl::OkStatus();
-  auto bytes =
-      env_.transport().DownloadBlob(decoder ? "lgc-decoder" : "encoder", version, deadline_);
+  auto bytes = env_.DownloadBlob(decoder ? "lgc-decoder" : "encoder", version, deadline_);
   if (!bytes.ok()) return bytes.status();
   autoencoder::AeOptions ao;
   // A decoder runs on the CPU, as the coordinator's rebuild of its output does.

@@ -76,7 +76,7 @@ absl::Status LsgdClient::ReportLoss(uint64_t round, double loss) {
   protos::ProgressReport report;
   report.set_round(round);
   report.mutable_lsgd()->set_loss(loss);
-  return env_.transport().Report(report, round_.deadline);
+  return env_.Report(report, round_.deadline);
 }
 
 absl::Status LsgdClient::OnModeEvent(const protos::ModeEvent& event) {

@@ -81,7 +81,7 @@ absl::Status SgpClient::ApplyInbox(const protos::RoundStart& start) {
   LocalModel& m = local_;
   for (uint64_t round : start.sgp().inbox_rounds()) {
     if (round <= m.inbox_applied) continue;
-    auto bytes = env_.transport().DownloadBlob("inbox", round, edge_client::DeadlineOf(start));
+    auto bytes = env_.DownloadBlob("inbox", round, edge_client::DeadlineOf(start));
     if (!bytes.ok()) return bytes.status();
     auto inbox = DecodeInbox(*bytes, m.x.size());
     if (!inbox.ok()) return inbox.status();
@@ -101,7 +101,7 @@ absl::Status SgpClient::Report(uint64_t round, SystemTime deadline, double dista
   report.set_round(round);
   report.mutable_sgp()->set_inbox_applied(m.inbox_applied);
   report.mutable_sgp()->set_distance_sq(std::isfinite(distance_sq) ? distance_sq : -1);
-  return env_.transport().Report(report, deadline);
+  return env_.Report(report, deadline);
 }
 
 absl::Status SgpClient::OnRoundStart(const protos::RoundStart& start) {
@@ -195,7 +195,7 @@ absl::Status SgpClient::SendShare(const protos::RoundStart& start) {
   if (!ahead) return env_.UploadPending(start.round(), deadline, share);
   upload_round_ = start.round();
   upload_ = std::thread([this, p = *state.pending, codec = state.codec, deadline, share] {
-    (void)env_.transport().Upload(p, codec, deadline, share);
+    (void)env_.UploadCopy(p, codec, deadline, share);
   });
   overlapped_.Add({{"client", env_.metrics().CounterClient(env_.client_id())}}).Increment();
   return TrainPeriod(start, start.round() + 1, start.next_seed());

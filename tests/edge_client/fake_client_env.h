@@ -1,12 +1,15 @@
 // A ClientEnv for a mode's unit tests (the edge client's seam, client_mode.h): training
-// adds a fixed step (different each time) to the weights, downloads give a model of ones,
-// uploads are recorded, Persist counts; the transport is not there.
+// adds a fixed step (different each time) to the weights, downloads give a model of ones
+// (or `model`, or what `floats` holds for the blob) and the blobs a test put in `blobs`, uploads
+// and reports are recorded, Persist counts; the clock is a fake.
 #ifndef FEDLGC_TESTS_EDGE_CLIENT_FAKE_CLIENT_ENV_H_
 #define FEDLGC_TESTS_EDGE_CLIENT_FAKE_CLIENT_ENV_H_
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "edge_client/client_mode.h"
@@ -22,7 +25,6 @@ class FakeClientEnv final : public ClientEnv {
 
   const std::string& client_id() const override { return id_; }
   monitoring::Metrics& metrics() override { return metrics_; }
-  Transport& transport() override { std::abort(); }
   core::Clock& clock() override { return clock_; }
   ClientState& state() override { return state_; }
   absl::Status Persist() override {
@@ -38,15 +40,42 @@ class FakeClientEnv final : public ClientEnv {
     ++trained;
     std::vector<float> step(weights->size());
     for (size_t i = 0; i < step.size(); ++i) {
-      step[i] = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(trained));
+      step[i] = Step(i, trained);
       (*weights)[i] += step[i];
     }
     for (size_t i = 0; i < step.size(); ++i) trained_sum[i] += (*weights)[i] - 1.0f;
-    return 0.5;
+    return loss;
   }
-  absl::StatusOr<std::vector<float>> DownloadFloats(const std::string&, uint64_t,
+  // The step the k-th training (1-based) adds to coordinate i.
+  static float Step(size_t i, int k) {
+    return 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k));
+  }
+  absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version,
                                                     SystemTime) override {
+    ++model_downloads;
+    if (auto it = floats.find({blob, version}); it != floats.end()) return it->second;
+    if (!model.empty()) return model;
     return std::vector<float>(layout_.dim(), 1.0f);
+  }
+  absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
+                                           SystemTime) override {
+    auto it = blobs.find({name, version});
+    if (it == blobs.end()) {
+      return absl::NotFoundError(name + " " + std::to_string(version) + " is not served");
+    }
+    return it->second;
+  }
+  absl::Status Report(protos::ProgressReport report, SystemTime) override {
+    report.set_client_id(id_);
+    reports.push_back(std::move(report));
+    return report_status;
+  }
+  uint64_t NewUpdateId() override { return ++next_id_; }
+  absl::Status UploadCopy(const PendingUpdate& p, const std::string&, SystemTime,
+                          const ShareFields& share) override {
+    absl::MutexLock l(&copies_mu);
+    copies.emplace_back(p, share);
+    return absl::OkStatus();
   }
   PendingUpdate NewPending(uint64_t round, uint64_t model_version) override {
     PendingUpdate p;
@@ -55,18 +84,30 @@ class FakeClientEnv final : public ClientEnv {
     p.update_id = ++next_id_;
     return p;
   }
-  absl::Status UploadPending(uint64_t, SystemTime, const std::optional<ShareFields>&,
+  absl::Status UploadPending(uint64_t, SystemTime, const std::optional<ShareFields>& share,
                              Half) override {
     uploads.push_back(*state_.pending);
+    upload_shares.push_back(share);
     return absl::OkStatus();
   }
-  void CountUploaded(uint64_t) override {}
+  void CountUploaded(uint64_t round) override { counted.push_back(round); }
   void ObserveEncode(uint64_t, core::Clock::time_point) override {}
   void AppendRoundLog(const ClientRoundRecord&) override {}
 
-  int trained = 0, persists = 0;
+  int trained = 0, persists = 0, model_downloads = 0;
+  double loss = 0.5;               // what TrainLocal returns
   std::vector<float> trained_sum;  // of every update trained
+  std::vector<float> model;        // what DownloadFloats gives; empty: ones
+  std::map<std::pair<std::string, uint64_t>, std::string> blobs;  // by name and version
+  // Models DownloadFloats gives by blob and version; others: `model`.
+  std::map<std::pair<std::string, uint64_t>, std::vector<float>> floats;
   std::vector<PendingUpdate> uploads;
+  std::vector<std::optional<ShareFields>> upload_shares;  // beside each of uploads
+  std::vector<uint64_t> counted;                          // CountUploaded's rounds
+  std::vector<protos::ProgressReport> reports;
+  absl::Status report_status;  // what Report returns
+  absl::Mutex copies_mu;       // UploadCopy may run on a mode's thread
+  std::vector<std::pair<PendingUpdate, ShareFields>> copies ABSL_GUARDED_BY(copies_mu);
 
  private:
   const std::string id_ = "client-0", device_ = "cpu";

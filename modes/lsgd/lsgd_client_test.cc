@@ -18,16 +18,11 @@
 namespace fedlgc::modes {
 namespace {
 
+using edge_client::Ramp;
 using FakeEnv = edge_client::FakeClientEnv;
 
 codecs::ModelLayout Layout() {
   return codecs::ModelLayout::Create({{"w", {6, 5}}, {"b", {6}}}).value();
-}
-
-std::vector<float> Ramp(size_t n, float a, float b) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = a + b * static_cast<float>(i);
-  return v;
 }
 
 protos::RoundStart Start(uint64_t round, const std::string& codec = "fp32") {
@@ -37,10 +32,7 @@ protos::RoundStart Start(uint64_t round, const std::string& codec = "fp32") {
   s.set_codec(codec);
   s.set_seed(round * 11);
   s.set_local_steps(1);
-  s.set_deadline_unix_ms(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
-          .count());
+  s.set_deadline_unix_ms(edge_client::DeadlineInAMinute());
   s.mutable_lsgd();
   return s;
 }

@@ -19,16 +19,11 @@
 namespace fedlgc::modes {
 namespace {
 
+using edge_client::Ramp;
 using FakeEnv = edge_client::FakeClientEnv;
 
 codecs::ModelLayout Layout() {
   return codecs::ModelLayout::Create({{"w", {7, 4}}, {"b", {7}}}).value();
-}
-
-std::vector<float> Ramp(size_t n, float a, float b) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = a + b * static_cast<float>(i);
-  return v;
 }
 
 protos::RoundStart Start(uint64_t round, double share, bool reference = false,
@@ -40,10 +35,7 @@ protos::RoundStart Start(uint64_t round, double share, bool reference = false,
   s.set_seed(round * 7);
   s.set_next_seed(round * 7 + 7);
   s.set_local_steps(1);
-  s.set_deadline_unix_ms(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
-          .count());
+  s.set_deadline_unix_ms(edge_client::DeadlineInAMinute());
   s.mutable_sgp()->set_share(share);
   s.mutable_sgp()->set_reference(reference);
   s.mutable_sgp()->set_overlap(overlap);

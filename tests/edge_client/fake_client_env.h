@@ -118,6 +118,20 @@ class FakeClientEnv final : public ClientEnv {
   uint64_t next_id_ = 0;
 };
 
+// a, a + b, a + 2b, ...: a model or update a test can tell apart coordinate by coordinate.
+inline std::vector<float> Ramp(size_t n, float a, float b) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = a + b * static_cast<float>(i);
+  return v;
+}
+
+// A round start's deadline a minute from now, as the coordinator writes it.
+inline int64_t DeadlineInAMinute() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             (std::chrono::system_clock::now() + std::chrono::minutes(1)).time_since_epoch())
+      .count();
+}
+
 }  // namespace fedlgc::edge_client
 
 #endif  // FEDLGC_TESTS_EDGE_CLIENT_FAKE_CLIENT_ENV_H_

@@ -152,16 +152,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // The chunk as the engine takes it; its frame views `msg`'s bytes, which the engine
   // copies what it keeps of before AcceptChunk returns.
   ChunkIn ToChunkIn(const Msg& msg) const {
-    const protos::UpdateChunk& chunk = Chunk(msg);
-    ChunkIn in;
-    in.client_id = client_;
-    in.round = chunk.round();
-    in.update_id = chunk.update_id();
-    in.chunk_index = chunk.chunk_index();
-    in.chunk_count = chunk.chunk_count();
-    in.num_samples = chunk.num_samples();
-    in.frame = chunk.frame();
-    in.scale = chunk.scale() == 0 ? 1.0f : chunk.scale();
+    ChunkIn in = ChunkInOf(client_, Chunk(msg));
     if constexpr (std::is_same_v<Msg, protos::GossipChunk>) {
       in.share = PushSumShare{msg.weight(), msg.reference_version(), msg.inbox_applied()};
     }

@@ -227,11 +227,17 @@ Clock::time_point CoordinatorService::LastSeen(const std::string& client) const 
 
 std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
     const std::string& client) const {
-  const std::optional<RoundInfo> info = engine_->OpenRoundFor(client);
+  return RoundStartEventOf(*engine_, *driver_, client, *options_.clock);
+}
+
+std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, RoundDriver& driver,
+                                                     const std::string& client,
+                                                     const Clock& clock) {
+  const std::optional<RoundInfo> info = engine.OpenRoundFor(client);
   if (!info) return std::nullopt;
   protos::ServerEvent e;
   auto* s = e.mutable_round_start();
-  const RoundPlan& plan = engine_->plan();
+  const RoundPlan& plan = engine.plan();
   s->set_round(info->round);
   s->set_model_version(info->model_version);
   s->set_codec(info->codec);
@@ -241,15 +247,28 @@ std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
   s->set_batch_size(info->training.batch_size);
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
   s->set_upload_order(plan.upload_order);
-  driver_->DecorateRoundStart(client, s);
+  driver.DecorateRoundStart(client, s);
   s->set_seed(info->seed);
   s->set_next_seed(info->next_seed);
-  const auto left = info->deadline - options_.clock->Now();
-  const auto deadline = options_.clock->WallNow() +
-                        std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
+  const auto left = info->deadline - clock.Now();
+  const auto deadline =
+      clock.WallNow() + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
   s->set_deadline_unix_ms(
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count());
   return e;
+}
+
+ChunkIn ChunkInOf(const std::string& client, const protos::UpdateChunk& chunk) {
+  ChunkIn in;
+  in.client_id = client;
+  in.round = chunk.round();
+  in.update_id = chunk.update_id();
+  in.chunk_index = chunk.chunk_index();
+  in.chunk_count = chunk.chunk_count();
+  in.num_samples = chunk.num_samples();
+  in.frame = chunk.frame();
+  in.scale = chunk.scale() == 0 ? 1.0f : chunk.scale();
+  return in;
 }
 
 protos::ServerEvent CoordinatorService::ReceiptEvent(const Receipt& rc) {

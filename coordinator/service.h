@@ -59,6 +59,16 @@ struct ServiceOptions {
   Clock* clock = Clock::Real();  // last calls, deadlines, idle calls (not owned)
 };
 
+// The RoundStart event of the round `engine` has open for `client` (nullopt: none for
+// it): the round, the plan's codec and training, the mode's parameters (the driver's
+// DecorateRoundStart), the seeds and the deadline in wall time by `clock`.
+std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, RoundDriver& driver,
+                                                     const std::string& client, const Clock& clock);
+
+// An upload's chunk as the engine takes it (without a push-sum share); its frame views
+// `chunk`'s bytes.
+ChunkIn ChunkInOf(const std::string& client, const protos::UpdateChunk& chunk);
+
 // Every call of the service, as raw bytes (wire.h).
 using RawCoordinatorService = protos::Coordinator::WithRawCallbackMethod_Join<
     protos::Coordinator::WithRawCallbackMethod_Events<

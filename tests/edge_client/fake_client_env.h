@@ -20,8 +20,8 @@ namespace fedlgc::edge_client {
 
 class FakeClientEnv final : public ClientEnv {
  public:
-  explicit FakeClientEnv(codecs::ModelLayout layout)
-      : trained_sum(layout.dim(), 0.0f), layout_(std::move(layout)) {}
+  explicit FakeClientEnv(codecs::ModelLayout layout, std::string id = "client-0")
+      : trained_sum(layout.dim(), 0.0f), id_(std::move(id)), layout_(std::move(layout)) {}
 
   const std::string& client_id() const override { return id_; }
   monitoring::Metrics& metrics() override { return metrics_; }
@@ -40,7 +40,7 @@ class FakeClientEnv final : public ClientEnv {
     ++trained;
     std::vector<float> step(weights->size());
     for (size_t i = 0; i < step.size(); ++i) {
-      step[i] = Step(i, trained);
+      step[i] = step_scale * Step(i, trained + step_phase);
       (*weights)[i] += step[i];
     }
     for (size_t i = 0; i < step.size(); ++i) trained_sum[i] += (*weights)[i] - 1.0f;
@@ -82,6 +82,7 @@ class FakeClientEnv final : public ClientEnv {
     p.round = round;
     p.model_version = model_version;
     p.update_id = ++next_id_;
+    p.num_samples = num_samples;
     return p;
   }
   absl::Status UploadPending(uint64_t, SystemTime, const std::optional<ShareFields>& share,
@@ -96,6 +97,9 @@ class FakeClientEnv final : public ClientEnv {
 
   int trained = 0, persists = 0, model_downloads = 0;
   double loss = 0.5;               // what TrainLocal returns
+  uint64_t num_samples = 100;      // what NewPending says
+  float step_scale = 1;            // of every training step
+  int step_phase = 0;              // added to the count of trainings in Step
   std::vector<float> trained_sum;  // of every update trained
   std::vector<float> model;        // what DownloadFloats gives; empty: ones
   std::map<std::pair<std::string, uint64_t>, std::string> blobs;  // by name and version
@@ -110,7 +114,7 @@ class FakeClientEnv final : public ClientEnv {
   std::vector<std::pair<PendingUpdate, ShareFields>> copies ABSL_GUARDED_BY(copies_mu);
 
  private:
-  const std::string id_ = "client-0", device_ = "cpu";
+  const std::string id_, device_ = "cpu";
   codecs::ModelLayout layout_;
   monitoring::Metrics metrics_;
   core::FakeClock clock_;

@@ -1,6 +1,6 @@
 // fedlgc-bench-lgc-probe: measurements for LGC's design on saved updates (the local updates
 // a real run wrote with fedlgc-sim --dump-updates DIR). It replays LGC's compact codes
-// (autoencoder/lgc_codes.h) over them with exact error feedback, the leader rotating over
+// (modes/lgc/lgc_codes.h) over them with exact error feedback, the leader rotating over
 // the clients, and measures:
 //   1. the lossless stage: zstd over each leader body and follower correction;
 //   2. block supports: the energy of the top k/B aligned blocks of B coordinates against
@@ -26,18 +26,19 @@
 #include <vector>
 
 #include "autoencoder/autoencoder.h"
-#include "autoencoder/lgc_codes.h"
-#include "autoencoder/lgc_payload.h"
 #include "codecs/dense_codec.h"
 #include "codecs/elias_fano.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "modes/lgc/lgc_codes.h"
+#include "modes/lgc/lgc_payload.h"
 
 namespace {
 
 namespace ae = fedlgc::autoencoder;
+namespace lgc = fedlgc::lgc;
 using fedlgc::StrCat;
 
 struct Options {
@@ -177,10 +178,10 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
       u[c] = updates[c][r];
       for (size_t i = 0; i < dim; ++i) u[c][i] += residual[c][i];
     }
-    const std::vector<uint32_t> support = ae::SelectSupportSet(u[lead], k);
-    const std::vector<float> vl = ae::Gather(u[lead], support);
+    const std::vector<uint32_t> support = lgc::SelectSupportSet(u[lead], k);
+    const std::vector<float> vl = lgc::Gather(u[lead], support);
     std::vector<float> p;
-    const std::string lbody = ae::EncodeLeaderCells(support, vl, dim, &p);
+    const std::string lbody = lgc::EncodeLeaderCells(support, vl, dim, &p);
     R.leader_raw += lbody.size();
     R.leader_z3 += Zstd(lbody, 3);
     R.leader_z19 += Zstd(lbody, 19);
@@ -190,23 +191,23 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
       R.cells_err.Add(std::sqrt(Dot(diff, diff) / Dot(vl, vl)));
     }
     MeasureBlocks(u[lead], k, &R);
-    const std::vector<uint32_t> order = ae::ValueOrder(p);
+    const std::vector<uint32_t> order = lgc::ValueOrder(p);
     std::vector<ae::Sample> batch;
     Test test{ids[lead], {}, {}, {}};
-    const float lscale = ae::RmsScale(vl);
+    const float lscale = lgc::RmsScale(vl);
     for (size_t c = 0; c < n; ++c) {
       std::vector<float> sent;
-      const std::vector<float> v = ae::Gather(u[c], support);
+      const std::vector<float> v = lgc::Gather(u[c], support);
       if (c == lead) {
         sent = p;
       } else {
-        ae::BitCorrection corr = ae::CorrectBits(v, p, o.bits);
+        lgc::BitCorrection corr = lgc::CorrectBits(v, p, o.bits);
         // CorrectBits makes only codes its encoder takes.
-        const std::string body = ae::EncodeBitCorrection(corr).value();
+        const std::string body = lgc::EncodeBitCorrection(corr).value();
         R.follower_raw += body.size();
         R.follower_z3 += Zstd(body, 3);
         R.follower_z19 += Zstd(body, 19);
-        const std::vector<float> q = ae::Gather(rebuilt[c], support);
+        const std::vector<float> q = lgc::Gather(rebuilt[c], support);
         if (r > 0) {
           R.miss_leader.Add(MissFraction(v, {p}));
           R.miss_temporal.Add(MissFraction(v, {q}));
@@ -223,7 +224,7 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
         rebuilt[c][support[j]] = sent[j];
       }
       std::vector<float> x = Permute(sent, order);
-      const float s = ae::RmsScale(x);
+      const float s = lgc::RmsScale(x);
       for (float& y : x) y /= s;
       if (r < o.train_rounds) {
         batch.push_back({ids[c], x, std::vector<float>(k, 0.0f)});
@@ -332,7 +333,7 @@ int CompareAutoencoder(const Options& o, size_t k,
       cells_miss.Add(MissFraction(v, {t.cells}));
     }
   }
-  const size_t cells_bytes = ae::CellsBytes(k);
+  const size_t cells_bytes = lgc::CellsBytes(k);
   const size_t latent_floats = static_cast<size_t>((*net)->latent_size());
   const uint64_t qbytes = latent_codec->MaxBodyBytes(latent_floats);
   std::printf("autoencoder: %u steps on %zu rounds' rebuilds (loss %.3f -> %.3f), tested on %zu "

@@ -28,7 +28,7 @@
 namespace fedlgc::codecs {
 
 // The body transform on its own, for formats outside this library (LGC's compact codes,
-// autoencoder/lgc_codes.h): u8 mode, then `body` as is (mode 0) or one zstd frame with its
+// modes/lgc/lgc_codes.h): u8 mode, then `body` as is (mode 0) or one zstd frame with its
 // content size (mode 1), whichever is shorter.
 absl::StatusOr<std::string> ZstdPack(std::span<const uint8_t> body, int level);
 // The body ZstdPack packed. Refuses an unknown mode, anything but one regular zstd frame

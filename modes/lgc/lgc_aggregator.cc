@@ -5,13 +5,13 @@
 #include <cmath>
 #include <cstdio>
 
-#include "autoencoder/lgc_codes.h"
-#include "autoencoder/lgc_payload.h"
 #include "codecs/crc32c.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "modes/lgc/lgc_codes.h"
+#include "modes/lgc/lgc_payload.h"
 #include "modes/lgc/lgc_state.h"
 
 namespace fedlgc::modes {
@@ -41,7 +41,7 @@ void DropNonFinite(std::vector<Item>* items) {
 
 }  // namespace
 
-LgcAggregator::LgcAggregator(autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim,
+LgcAggregator::LgcAggregator(lgc::LgcPlan plan, uint64_t warmup, uint64_t dim,
                              std::string state_dir, autoencoder::AeOptions ae_options)
     : plan_(std::move(plan)),
       warmup_(warmup),
@@ -51,7 +51,7 @@ LgcAggregator::LgcAggregator(autoencoder::LgcPlan plan, uint64_t warmup, uint64_
       ae_options_(std::move(ae_options)) {}
 
 absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
-    autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
+    lgc::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
     uint64_t committed_round, uint64_t seed, std::string device) {
   autoencoder::AeOptions ao;
   ao.optimizer = plan.ae_optimizer;
@@ -83,11 +83,11 @@ absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
 absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
                                      std::span<const uint8_t> body) const {
   const LgcStage stage = Stage(round);
-  if (stage == LgcStage::kCells && spec == autoencoder::kLeaderCellsSpec) {
-    return autoencoder::UnpackLeaderCells(plan_, body, dim_, KAt(round)).status();
+  if (stage == LgcStage::kCells && spec == lgc::kLeaderCellsSpec) {
+    return lgc::UnpackLeaderCells(plan_, body, dim_, KAt(round)).status();
   }
-  if (stage == LgcStage::kCells && spec == autoencoder::kBitCorrectionSpec) {
-    auto c = autoencoder::UnpackBitCorrection(plan_, body, KAt(round));
+  if (stage == LgcStage::kCells && spec == lgc::kBitCorrectionSpec) {
+    auto c = lgc::UnpackBitCorrection(plan_, body, KAt(round));
     if (!c.ok()) return c.status();
     if (c->bits != plan_.bits) {
       return absl::InvalidArgumentError(
@@ -95,8 +95,8 @@ absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
     }
     return absl::OkStatus();
   }
-  if (stage == LgcStage::kAutoencoder && spec == autoencoder::kLeaderSpec) {
-    auto p = autoencoder::DecodeLeader(body, dim_, *latent_codec_, latent_size_);
+  if (stage == LgcStage::kAutoencoder && spec == lgc::kLeaderSpec) {
+    auto p = lgc::DecodeLeader(body, dim_, *latent_codec_, latent_size_);
     if (!p.ok()) return p.status();
     if (p->support.size() != k_) {
       return absl::InvalidArgumentError(
@@ -104,8 +104,8 @@ absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
     }
     return absl::OkStatus();
   }
-  if (stage == LgcStage::kAutoencoder && spec == autoencoder::kCorrectionSpec) {
-    return autoencoder::DecodeCorrection(body, k_).status();
+  if (stage == LgcStage::kAutoencoder && spec == lgc::kCorrectionSpec) {
+    return lgc::DecodeCorrection(body, k_).status();
   }
   return codecs::WrongCodecError(StrCat("a stage-", static_cast<uint32_t>(stage),
                                         " LGC round does not take \"", spec, "\" frames"));
@@ -138,15 +138,15 @@ void LgcAggregator::DecodeLeaderPayload(LgcStage stage, const std::string& clien
                                         const std::string& leader, Decoded* d) const {
   uint32_t ref = 0;
   if (stage == LgcStage::kCells) {
-    auto lc = autoencoder::UnpackLeaderCells(plan_, Bytes(p.body), dim_, d->k);
+    auto lc = lgc::UnpackLeaderCells(plan_, Bytes(p.body), dim_, d->k);
     if (!lc.ok()) return;  // validated on arrival; cannot happen
-    ref = autoencoder::ReferenceOf(lc->support, lc->values);
+    ref = lgc::ReferenceOf(lc->support, lc->values);
     d->refs[ref] = {lc->support, lc->values};
     d->items.push_back({client, p.weight, std::move(lc->values), 1.0f, ref});
   } else if (stage == LgcStage::kAutoencoder) {
-    auto lp = autoencoder::DecodeLeader(Bytes(p.body), dim_, *latent_codec_, latent_size_);
+    auto lp = lgc::DecodeLeader(Bytes(p.body), dim_, *latent_codec_, latent_size_);
     if (!lp.ok()) return;  // validated on arrival; cannot happen
-    ref = autoencoder::ReferenceOf(lp->support, lp->latent);
+    ref = lgc::ReferenceOf(lp->support, lp->latent);
     d->refs[ref] = {lp->support, lp->latent};
     d->items.push_back(
         {client, p.weight, std::move(lp->innovation), lp->scale, ref, lp->sent_crc, true});
@@ -163,13 +163,13 @@ void LgcAggregator::DecodeLeaderPayload(LgcStage stage, const std::string& clien
 void LgcAggregator::DecodeFollowerPayload(LgcStage stage, const std::string& client,
                                           const PayloadCollector::Payload& p, Decoded* d) const {
   if (stage == LgcStage::kCells) {
-    auto c = autoencoder::UnpackBitCorrection(plan_, Bytes(p.body), d->k);
+    auto c = lgc::UnpackBitCorrection(plan_, Bytes(p.body), d->k);
     if (c.ok()) {
       d->items.push_back({client, p.weight, std::move(c->correction), c->gain, c->reference,
                           c->sent_crc, true});
     }
   } else if (stage == LgcStage::kAutoencoder) {
-    auto c = autoencoder::DecodeCorrection(Bytes(p.body), k_);
+    auto c = lgc::DecodeCorrection(Bytes(p.body), k_);
     if (c.ok()) {
       d->items.push_back({client, p.weight, std::move(c->innovation), c->gain, c->reference,
                           c->sent_crc, true});
@@ -184,7 +184,7 @@ LgcAggregator::Decoded LgcAggregator::DecodePayloads(
   Decoded d;
   d.k = KAt(round);
   for (const auto& [client, p] : payloads) {
-    if (autoencoder::IsLeaderSpec(p.spec)) {
+    if (lgc::IsLeaderSpec(p.spec)) {
       // Only the round's leaders (chosen or promoted) set a support for others; a leader
       // payload from anyone else does not count (it goes back to its sender).
       const bool may_lead = leaders ? leaders->count(client) > 0 : client == leader;
@@ -206,7 +206,7 @@ absl::Status LgcAggregator::RebuildStage3(uint64_t round, Decoded* d, Outcome* o
   for (Item& it : d->items) {
     auto p = cpu.Decode(it.client, d->refs[it.reference].latent, zeros);
     if (!p.ok()) return p.status();
-    it.v = autoencoder::Rebuild(it.gain, *p, it.v);
+    it.v = lgc::Rebuild(it.gain, *p, it.v);
     CountMismatch(round, it, out);
   }
   // A huge gain can overflow: such an update is not counted.
@@ -215,7 +215,7 @@ absl::Status LgcAggregator::RebuildStage3(uint64_t round, Decoded* d, Outcome* o
 }
 
 void LgcAggregator::CountMismatch(uint64_t round, const Item& it, Outcome* out) {
-  if (autoencoder::SentCrc(it.v) == it.sent_crc) return;
+  if (lgc::SentCrc(it.v) == it.sent_crc) return;
   ++out->rebuild_mismatches;
   std::fprintf(stderr,
                "lgc: round %llu: %s's rebuild differs from what it computed (counted; its error "
@@ -227,7 +227,7 @@ void LgcAggregator::RebuildCorrections(uint64_t round, Decoded* d, Outcome* out)
   // gain * the leader's decoded values + the correction, as the client computed it.
   for (Item& it : d->items) {
     if (!it.correction) continue;
-    it.v = autoencoder::Rebuild(it.gain, d->refs.at(it.reference).latent, it.v);
+    it.v = lgc::Rebuild(it.gain, d->refs.at(it.reference).latent, it.v);
     CountMismatch(round, it, out);
   }
   DropNonFinite(&d->items);
@@ -293,7 +293,7 @@ absl::Status LgcAggregator::Train(const std::vector<Item>& items, Outcome* out) 
   std::vector<autoencoder::Sample> batch;
   for (const Item& it : items) {
     std::vector<float> v = it.v;
-    const float scale = autoencoder::RmsScale(v);
+    const float scale = lgc::RmsScale(v);
     for (float& x : v) x /= scale;
     // The decoder reads no innovation in stage 3, so none in training either.
     batch.push_back({it.client, std::move(v), std::vector<float>(it.v.size(), 0.0f)});
@@ -350,7 +350,7 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   // Training sees the clients' values on one support, the round leader's, read by value:
   // in the order of the leader's decoded values.
   std::erase_if(d.items, [&](const Item& it) { return it.reference != d.main_ref; });
-  const std::vector<uint32_t> order = autoencoder::ValueOrder(d.refs.at(d.main_ref).latent);
+  const std::vector<uint32_t> order = lgc::ValueOrder(d.refs.at(d.main_ref).latent);
   for (Item& it : d.items) {
     std::vector<float> v(it.v.size());
     for (size_t j = 0; j < order.size(); ++j) v[j] = it.v[order[j]];
@@ -399,14 +399,13 @@ absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
   if (stage == LgcStage::kWarmUp)
     return codecs::WrongCodecError("a warm-up round has no leader payload");
   if (stage == LgcStage::kCells) {
-    auto lc = autoencoder::UnpackLeaderCells(plan_, leader_body, dim_, KAt(round));
+    auto lc = lgc::UnpackLeaderCells(plan_, leader_body, dim_, KAt(round));
     if (!lc.ok()) return lc.status();
     return LeaderBytes{"", "", std::string(leader_body.begin(), leader_body.end())};
   }
-  auto lp = autoencoder::DecodeLeader(leader_body, dim_, *latent_codec_, latent_size_);
+  auto lp = lgc::DecodeLeader(leader_body, dim_, *latent_codec_, latent_size_);
   if (!lp.ok()) return lp.status();
-  return LeaderBytes{autoencoder::SupportToBytes(lp->support), core::FloatsToBytes(lp->latent),
-                     ""};
+  return LeaderBytes{lgc::SupportToBytes(lp->support), core::FloatsToBytes(lp->latent), ""};
 }
 
 absl::Status LgcAggregator::Save(uint64_t round) const {

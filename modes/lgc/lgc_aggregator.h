@@ -1,4 +1,4 @@
-// The arithmetic of an LGC job at the coordinator (autoencoder/lgc_plan.h, docs/lgc.md):
+// The arithmetic of an LGC job at the coordinator (modes/lgc/lgc_plan.h, docs/lgc.md):
 // validation and exact rebuilds of the clients' payloads, their aggregation, the
 // autoencoder and its online training (train > 0), and the state that survives a restart
 // (lgc-<round>.bin in the state folder, written before the round's checkpoint; the one of
@@ -22,17 +22,17 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "autoencoder/autoencoder.h"
-#include "autoencoder/lgc_plan.h"
 #include "codecs/dense_codec.h"
 #include "coordinator/collectors.h"
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
+#include "modes/lgc/lgc_plan.h"
 
 namespace fedlgc::modes {
 
-using autoencoder::LgcStage;
 using coordinator::ModelBlob;
 using coordinator::PayloadCollector;
+using lgc::LgcStage;
 
 // Thread-safety: Decoder, Validate, EncoderBytes and LeaderPayloadBytes may run on RPC
 // threads while the round loop runs the rest.
@@ -40,13 +40,12 @@ class LgcAggregator {
  public:
   // `warmup`: the job's warm-up rounds (none are needed). Loads the state of
   // `committed_round` when it is > 0.
-  static absl::StatusOr<std::unique_ptr<LgcAggregator>> Create(autoencoder::LgcPlan plan,
-                                                               uint64_t warmup, uint64_t dim,
-                                                               std::string state_dir,
+  static absl::StatusOr<std::unique_ptr<LgcAggregator>> Create(lgc::LgcPlan plan, uint64_t warmup,
+                                                               uint64_t dim, std::string state_dir,
                                                                uint64_t committed_round,
                                                                uint64_t seed, std::string device);
 
-  LgcStage Stage(uint64_t round) const { return autoencoder::StageOf(plan_, round, warmup_); }
+  LgcStage Stage(uint64_t round) const { return lgc::StageOf(plan_, round, warmup_); }
   // Stage 3 has begun: the autoencoder stops training, decoders may be served, and a CPU
   // copy of it rebuilds the clients' predictions (see Aggregate).
   void Freeze();
@@ -127,7 +126,7 @@ class LgcAggregator {
   };
   struct Decoded;
 
-  LgcAggregator(autoencoder::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
+  LgcAggregator(lgc::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
                 autoencoder::AeOptions ae_options);
   absl::Status Load(uint64_t round);
   // The payloads of a stage-2 or stage-3 round, decoded (Aggregate's first step).
@@ -160,7 +159,7 @@ class LgcAggregator {
   absl::Status Train(const std::vector<Item>& items, Outcome* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
 
-  const autoencoder::LgcPlan plan_;
+  const lgc::LgcPlan plan_;
   const uint64_t warmup_, dim_, k_;
   const std::string state_dir_;
   const autoencoder::AeOptions ae_options_;

@@ -12,14 +12,14 @@
 #include <set>
 #include <tuple>
 
-#include "autoencoder/lgc_codes.h"
-#include "autoencoder/lgc_payload.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "codecs/zstd_codec.h"
 #include "core/atomic_file.h"
 #include "gtest/gtest.h"
+#include "modes/lgc/lgc_codes.h"
+#include "modes/lgc/lgc_payload.h"
 
 namespace fedlgc::modes {
 namespace {
@@ -48,7 +48,7 @@ std::span<const uint8_t> Span(const std::string& s) { return View(s); }
 
 std::unique_ptr<LgcAggregator> Make(const std::string& spec, const std::string& dir,
                                     uint64_t warmup = 0, uint64_t committed = 0) {
-  auto plan = autoencoder::ParseLgcSpec(spec);
+  auto plan = lgc::ParseLgcSpec(spec);
   EXPECT_TRUE(plan.ok() && plan->has_value()) << plan.status();
   auto d = LgcAggregator::Create(**plan, warmup, kDim, dir, committed, 1, "cpu");
   EXPECT_TRUE(d.ok()) << d.status();
@@ -60,19 +60,17 @@ std::unique_ptr<LgcAggregator> Make(const std::string& spec, const std::string& 
 // mean is exactly that of what the two computed, and returns the outcome.
 LgcAggregator::Outcome CellsRound(LgcAggregator& lgc, const std::string& spec, uint64_t round,
                                   const std::vector<float>& u0, const std::vector<float>& u1) {
-  const autoencoder::LgcPlan plan = autoencoder::ParseLgcSpec(spec).value().value();
+  const lgc::LgcPlan plan = lgc::ParseLgcSpec(spec).value().value();
   const size_t k = lgc.KAt(round);
-  const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
+  const std::vector<uint32_t> support = lgc::SelectSupportSet(u0, k);
   std::vector<float> sent;
-  const std::string leader =
-      autoencoder::EncodeLeaderCells(support, autoencoder::Gather(u0, support), kDim, &sent);
-  autoencoder::BitCorrection c = autoencoder::CorrectBits(autoencoder::Gather(u1, support), sent, 2);
-  c.reference = autoencoder::ReferenceOf(support, sent);
+  const std::string leader = lgc::EncodeLeaderCells(support, lgc::Gather(u0, support), kDim, &sent);
+  lgc::BitCorrection c = lgc::CorrectBits(lgc::Gather(u1, support), sent, 2);
+  c.reference = lgc::ReferenceOf(support, sent);
   std::map<std::string, PayloadCollector::Payload> p;
-  p["c0"] = {std::string(autoencoder::kLeaderCellsSpec),
-             autoencoder::PackBody(plan, leader).value(), 1};
-  p["c1"] = {std::string(autoencoder::kBitCorrectionSpec),
-             autoencoder::PackBody(plan, autoencoder::EncodeBitCorrection(c).value()).value(), 3};
+  p["c0"] = {std::string(lgc::kLeaderCellsSpec), lgc::PackBody(plan, leader).value(), 1};
+  p["c1"] = {std::string(lgc::kBitCorrectionSpec),
+             lgc::PackBody(plan, lgc::EncodeBitCorrection(c).value()).value(), 3};
   for (const auto& [id, payload] : p) {
     EXPECT_TRUE(lgc.Validate(round, payload.spec, View(payload.body)).ok()) << id;
   }
@@ -107,10 +105,10 @@ std::unique_ptr<autoencoder::Autoencoder> ClientAutoencoder(LgcAggregator& lgc,
 // The leader c0 of a stage-3 round: the latent of its top-k values, the latent as the
 // coordinator decodes and pushes it (z), and its correction against its own prediction.
 struct PredictLeader {
-  autoencoder::LeaderPayload payload;
+  lgc::LeaderPayload payload;
   std::vector<float> values;  // on its support
   std::vector<float> z;
-  autoencoder::Correction correction;
+  lgc::Correction correction;
 };
 
 PredictLeader MakePredictLeader(LgcAggregator& lgc, const codecs::DenseCodec& dense,
@@ -119,21 +117,20 @@ PredictLeader MakePredictLeader(LgcAggregator& lgc, const codecs::DenseCodec& de
   const std::vector<float> zeros(k, 0.0f);
   auto ae0 = ClientAutoencoder(lgc, "c0");
   PredictLeader l;
-  l.payload.support = autoencoder::SelectSupport(u, k);
-  l.values = autoencoder::Gather(u, l.payload.support);
+  l.payload.support = lgc::SelectSupport(u, k);
+  l.values = lgc::Gather(u, l.payload.support);
   std::vector<float> normalized = l.values;
-  for (float& x : normalized) x /= autoencoder::RmsScale(l.values);
+  for (float& x : normalized) x /= lgc::RmsScale(l.values);
   l.payload.latent = ae0->Encode(normalized).value();
   l.payload.innovation = zeros;
-  const std::string first = autoencoder::EncodeLeader(l.payload, kDim, dense, 2).value();
-  l.z = autoencoder::DecodeLeader(View(first), kDim, dense, l.payload.latent.size())->latent;
+  const std::string first = lgc::EncodeLeader(l.payload, kDim, dense, 2).value();
+  l.z = lgc::DecodeLeader(View(first), kDim, dense, l.payload.latent.size())->latent;
   const auto pushed = lgc.LeaderPayloadBytes(2, View(first)).value();
   EXPECT_EQ(pushed.latent,
             std::string(reinterpret_cast<const char*>(l.z.data()), l.z.size() * 4));
   EXPECT_EQ(pushed.support,
             std::string(reinterpret_cast<const char*>(l.payload.support.data()), k * 4));
-  l.correction =
-      autoencoder::Correct(l.values, ae0->Decode("c0", l.z, zeros).value(), k_inn);
+  l.correction = lgc::Correct(l.values, ae0->Decode("c0", l.z, zeros).value(), k_inn);
   l.payload.scale = l.correction.gain;
   l.payload.step = l.correction.step;
   l.payload.sent_crc = l.correction.sent_crc;
@@ -157,7 +154,7 @@ TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNa
   const LgcAggregator::Outcome trained = CellsRound(lgc, spec, 1, u0, u1);
   EXPECT_GE(trained.ae_reconstruction, 0) << "the autoencoder trained on round 1";
   EXPECT_GT(trained.values_cosine, -2);
-  auto plan = autoencoder::ParseLgcSpec(spec).value().value();
+  auto plan = lgc::ParseLgcSpec(spec).value().value();
   const size_t k = lgc.k(), k_inn = plan.InnovationSize(k);
   EXPECT_EQ(lgc.Decoder("c1"), nullptr) << "served before stage 3";
   lgc.Freeze();
@@ -167,16 +164,15 @@ TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNa
   // The leader: the latent of its top-k, then its own prediction from the latent as the
   // coordinator will decode it.
   const PredictLeader leader = MakePredictLeader(lgc, dense, Gaussian(kDim, 4), k_inn);
-  const autoencoder::LeaderPayload& l3 = leader.payload;
+  const lgc::LeaderPayload& l3 = leader.payload;
   const std::vector<float>& w0 = leader.values;
   const std::vector<float>& z = leader.z;
-  const autoencoder::Correction& c0 = leader.correction;
+  const lgc::Correction& c0 = leader.correction;
   // The followers: their values on the leader's support, predicted from the pushed latent.
   auto follower = [&](const std::string& id, const std::vector<float>& u) {
     auto ae = ClientAutoencoder(lgc, id);
-    auto c = autoencoder::Correct(autoencoder::Gather(u, l3.support),
-                                  ae->Decode(id, z, zeros).value(), k_inn);
-    c.reference = autoencoder::ReferenceOf(l3.support, z);
+    auto c = lgc::Correct(lgc::Gather(u, l3.support), ae->Decode(id, z, zeros).value(), k_inn);
+    c.reference = lgc::ReferenceOf(l3.support, z);
     return c;
   };
   const auto c1 = follower("c1", u1);
@@ -185,17 +181,16 @@ TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNa
   auto c3 = follower("c3", Gaussian(kDim, 6));
   c3.sent_crc ^= 1;  // a rebuild the coordinator cannot match: counted, reported
   std::map<std::string, PayloadCollector::Payload> p3;
-  p3["c0"] = {std::string(autoencoder::kLeaderSpec),
-              autoencoder::EncodeLeader(l3, kDim, dense, 2).value(), 1};
+  p3["c0"] = {std::string(lgc::kLeaderSpec), lgc::EncodeLeader(l3, kDim, dense, 2).value(), 1};
   for (const auto& [id, c, w] : {std::tuple{"c1", &c1, 3}, {"c2", &c2, 5}, {"c3", &c3, 2}}) {
-    p3[id] = {std::string(autoencoder::kCorrectionSpec), autoencoder::EncodeCorrection(*c).value(),
+    p3[id] = {std::string(lgc::kCorrectionSpec), lgc::EncodeCorrection(*c).value(),
               static_cast<double>(w)};
   }
   // A leader payload from a client that was not asked to lead counts for nothing.
-  p3["c4"] = {std::string(autoencoder::kLeaderSpec), p3["c0"].body, 7};
+  p3["c4"] = {std::string(lgc::kLeaderSpec), p3["c0"].body, 7};
   for (const auto& [id, p] : p3) EXPECT_TRUE(lgc.Validate(2, p.spec, View(p.body)).ok()) << id;
   // Stage 3 takes no compact codes: the wrong codec for the round.
-  const absl::Status wrong = lgc.Validate(2, autoencoder::kBitCorrectionSpec, View(p3["c1"].body));
+  const absl::Status wrong = lgc.Validate(2, lgc::kBitCorrectionSpec, View(p3["c1"].body));
   EXPECT_TRUE(absl::IsInvalidArgument(wrong)) << wrong;
   EXPECT_EQ(codecs::InputErrorOf(wrong), codecs::InputError::kWrongCodec);
   auto out = lgc.Aggregate(2, "c0", p3);
@@ -221,7 +216,7 @@ TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNa
 // correction against another leader payload or in another width does not count.
 TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   const std::string dir = TempDir("cells");
-  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,bits=2,zstd=0)");
+  auto plan = lgc::ParseLgcSpec("lgc(ratio=0.05,bits=2,zstd=0)");
   ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
   auto zero_warmup = LgcAggregator::Create(**plan, 0, kDim, dir, 0, 1, "cpu");
   ASSERT_TRUE(zero_warmup.ok()) << zero_warmup.status();
@@ -229,34 +224,30 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   EXPECT_EQ(lgc.Stage(1), LgcStage::kCells);
   const size_t k = lgc.k();
   const std::vector<float> u0 = Gaussian(kDim, 11), u1 = Gaussian(kDim, 12);
-  const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
+  const std::vector<uint32_t> support = lgc::SelectSupportSet(u0, k);
   std::vector<float> leader_sent;
   const std::string leader =
-      autoencoder::EncodeLeaderCells(support, autoencoder::Gather(u0, support), kDim, &leader_sent);
+      lgc::EncodeLeaderCells(support, lgc::Gather(u0, support), kDim, &leader_sent);
   // What the coordinator pushes to followers: the leader's body itself.
   auto pushed = lgc.LeaderPayloadBytes(1, Span(leader));
   ASSERT_TRUE(pushed.ok()) << pushed.status();
   EXPECT_EQ(pushed->cells, leader);
   EXPECT_TRUE(pushed->support.empty() && pushed->latent.empty());
-  autoencoder::BitCorrection c =
-      autoencoder::CorrectBits(autoencoder::Gather(u1, support), leader_sent, 2);
-  c.reference = autoencoder::ReferenceOf(support, leader_sent);
+  lgc::BitCorrection c = lgc::CorrectBits(lgc::Gather(u1, support), leader_sent, 2);
+  c.reference = lgc::ReferenceOf(support, leader_sent);
   std::map<std::string, PayloadCollector::Payload> p;
-  p["c0"] = {std::string(autoencoder::kLeaderCellsSpec), leader, 1};
-  p["c1"] = {std::string(autoencoder::kBitCorrectionSpec),
-             autoencoder::EncodeBitCorrection(c).value(), 3};
-  autoencoder::BitCorrection stray = c;
+  p["c0"] = {std::string(lgc::kLeaderCellsSpec), leader, 1};
+  p["c1"] = {std::string(lgc::kBitCorrectionSpec), lgc::EncodeBitCorrection(c).value(), 3};
+  lgc::BitCorrection stray = c;
   stray.reference = 123;
-  p["c2"] = {std::string(autoencoder::kBitCorrectionSpec),
-             autoencoder::EncodeBitCorrection(stray).value(), 3};
+  p["c2"] = {std::string(lgc::kBitCorrectionSpec), lgc::EncodeBitCorrection(stray).value(), 3};
   for (const auto& [id, payload] : p) EXPECT_TRUE(lgc.Validate(1, payload.spec, Span(payload.body)).ok()) << id;
-  const autoencoder::BitCorrection one_bit =
-      autoencoder::CorrectBits(autoencoder::Gather(u1, support), leader_sent, 1);
-  EXPECT_FALSE(lgc.Validate(1, autoencoder::kBitCorrectionSpec,
-                            Span(autoencoder::EncodeBitCorrection(one_bit).value()))
-                   .ok());
+  const lgc::BitCorrection one_bit = lgc::CorrectBits(lgc::Gather(u1, support), leader_sent, 1);
+  EXPECT_FALSE(
+      lgc.Validate(1, lgc::kBitCorrectionSpec, Span(lgc::EncodeBitCorrection(one_bit).value()))
+          .ok());
   // Stage 3's formats are refused as a wrong codec.
-  EXPECT_EQ(codecs::InputErrorOf(lgc.Validate(1, autoencoder::kLeaderSpec, Span(leader))),
+  EXPECT_EQ(codecs::InputErrorOf(lgc.Validate(1, lgc::kLeaderSpec, Span(leader))),
             codecs::InputError::kWrongCodec);
   coordinator::AggregatorOptions unclipped;
   unclipped.clip = 0;
@@ -286,7 +277,7 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
 // ramp=2: rounds 1 and 2 send on 4x and 2x the plan's support, round 3 on it; a ramped
 // round takes only its own size, and aggregates like any other.
 TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
-  auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.02,ramp=2,zstd=0)");
+  auto plan = lgc::ParseLgcSpec("lgc(ratio=0.02,ramp=2,zstd=0)");
   ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
   EXPECT_EQ((*plan)->SupportSizeAt(kDim, 1), 164u);  // ceil(0.08 x 2048)
   EXPECT_EQ((*plan)->SupportSizeAt(kDim, 2), 82u);
@@ -303,22 +294,20 @@ TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
   const std::vector<float> u0 = Gaussian(kDim, 21), u1 = Gaussian(kDim, 22);
   for (uint64_t round : {2, 4}) {
     const size_t k = lgc.KAt(round);
-    const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
+    const std::vector<uint32_t> support = lgc::SelectSupportSet(u0, k);
     std::vector<float> sent;
     const std::string leader =
-        autoencoder::EncodeLeaderCells(support, autoencoder::Gather(u0, support), kDim, &sent);
-    EXPECT_TRUE(lgc.Validate(round, autoencoder::kLeaderCellsSpec, Span(leader)).ok()) << round;
-    const std::string other = autoencoder::EncodeLeaderCells(
-        autoencoder::SelectSupportSet(u0, 41 + 164 - k), std::vector<float>(41 + 164 - k, 1.0f),
-        kDim, nullptr);
-    EXPECT_FALSE(lgc.Validate(round, autoencoder::kLeaderCellsSpec, Span(other)).ok()) << round;
-    autoencoder::BitCorrection c =
-        autoencoder::CorrectBits(autoencoder::Gather(u1, support), sent, 2);
-    c.reference = autoencoder::ReferenceOf(support, sent);
+        lgc::EncodeLeaderCells(support, lgc::Gather(u0, support), kDim, &sent);
+    EXPECT_TRUE(lgc.Validate(round, lgc::kLeaderCellsSpec, Span(leader)).ok()) << round;
+    const std::string other =
+        lgc::EncodeLeaderCells(lgc::SelectSupportSet(u0, 41 + 164 - k),
+                               std::vector<float>(41 + 164 - k, 1.0f), kDim, nullptr);
+    EXPECT_FALSE(lgc.Validate(round, lgc::kLeaderCellsSpec, Span(other)).ok()) << round;
+    lgc::BitCorrection c = lgc::CorrectBits(lgc::Gather(u1, support), sent, 2);
+    c.reference = lgc::ReferenceOf(support, sent);
     std::map<std::string, PayloadCollector::Payload> p;
-    p["c0"] = {std::string(autoencoder::kLeaderCellsSpec), leader, 1};
-    p["c1"] = {std::string(autoencoder::kBitCorrectionSpec),
-               autoencoder::EncodeBitCorrection(c).value(), 1};
+    p["c0"] = {std::string(lgc::kLeaderCellsSpec), leader, 1};
+    p["c1"] = {std::string(lgc::kBitCorrectionSpec), lgc::EncodeBitCorrection(c).value(), 1};
     EXPECT_TRUE(lgc.Validate(round, p["c1"].spec, Span(p["c1"].body)).ok()) << round;
     coordinator::AggregatorOptions unclipped;
     unclipped.clip = 0;
@@ -343,27 +332,25 @@ TEST(LgcAggregator, PackedBodiesCountAsTheirCodesAndBombsAreRefused) {
   const LgcAggregator::Outcome b = CellsRound(*plain, "lgc(ratio=0.05,zstd=0)", 1, u0, u1);
   EXPECT_EQ(a.delta, b.delta);
   const size_t k = packed->k();
-  const std::vector<uint32_t> support = autoencoder::SelectSupportSet(u0, k);
-  const std::string raw = autoencoder::EncodeLeaderCells(
-      support, autoencoder::Gather(u0, support), kDim, nullptr);
-  EXPECT_FALSE(packed->Validate(1, autoencoder::kLeaderCellsSpec, View(raw)).ok());
-  EXPECT_FALSE(plain->Validate(1, autoencoder::kLeaderCellsSpec,
-                               View(codecs::ZstdPack(View(raw), 3).value()))
-                   .ok());
+  const std::vector<uint32_t> support = lgc::SelectSupportSet(u0, k);
+  const std::string raw = lgc::EncodeLeaderCells(support, lgc::Gather(u0, support), kDim, nullptr);
+  EXPECT_FALSE(packed->Validate(1, lgc::kLeaderCellsSpec, View(raw)).ok());
+  EXPECT_FALSE(
+      plain->Validate(1, lgc::kLeaderCellsSpec, View(codecs::ZstdPack(View(raw), 3).value())).ok());
   // 1 MB of zeros packs into a few hundred bytes: refused from its declared size.
   const std::string bomb = codecs::ZstdPack(View(std::string(1 << 20, '\0')), 3).value();
   ASSERT_LT(bomb.size(), 1000u);
-  const absl::Status st = packed->Validate(1, autoencoder::kLeaderCellsSpec, View(bomb));
+  const absl::Status st = packed->Validate(1, lgc::kLeaderCellsSpec, View(bomb));
   EXPECT_EQ(codecs::InputErrorOf(st), codecs::InputError::kMalformed) << st;
   EXPECT_NE(std::string(st.message()).find("inflates to 1048576"), std::string::npos) << st;
-  EXPECT_FALSE(packed->Validate(1, autoencoder::kBitCorrectionSpec, View(bomb)).ok());
+  EXPECT_FALSE(packed->Validate(1, lgc::kBitCorrectionSpec, View(bomb)).ok());
 }
 
 // The states of the protocols before this one (version 1: steps, a support, the
 // autoencoder; version 2: the same and the echoes) still load; the support and echoes are
 // not kept any more.
 TEST(LgcAggregator, StatesOfTheProtocolsBeforeStillLoad) {
-  const auto plan = autoencoder::ParseLgcSpec("lgc(ratio=0.05,train=3)").value().value();
+  const auto plan = lgc::ParseLgcSpec("lgc(ratio=0.05,train=3)").value().value();
   const uint64_t k = plan.SupportSize(kDim);
   std::vector<uint32_t> support(k);
   for (uint32_t j = 0; j < k; ++j) support[j] = 3 * j;
@@ -389,7 +376,7 @@ TEST(LgcAggregator, StatesOfTheProtocolsBeforeStillLoad) {
     ASSERT_TRUE((*d)->Save(5).ok());
     EXPECT_TRUE(LgcAggregator::Create(plan, 0, kDim, dir, 5, 1, "cpu").ok()) << version;
     // A job without the autoencoder ignores the one in the state.
-    const auto plain = autoencoder::ParseLgcSpec("lgc(ratio=0.05)").value().value();
+    const auto plain = lgc::ParseLgcSpec("lgc(ratio=0.05)").value().value();
     auto without = LgcAggregator::Create(plain, 0, kDim, dir, 4, 1, "cpu");
     ASSERT_TRUE(without.ok()) << without.status();
     EXPECT_TRUE((*without)->EncoderBytes().empty());
@@ -405,9 +392,8 @@ TEST(LgcAggregator, StatesOfTheProtocolsBeforeStillLoad) {
   EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
   auto bytes = core::ReadFile(StrCat(dir, "/lgc-2.bin")).value();
   ASSERT_TRUE(core::AtomicWriteFile(StrCat(dir, "/lgc-2.bin"), bytes.substr(0, bytes.size() - 9)).ok());
-  EXPECT_FALSE(LgcAggregator::Create(
-                   autoencoder::ParseLgcSpec("lgc(ratio=0.05)").value().value(), 0, kDim, dir, 2,
-                   1, "cpu")
+  EXPECT_FALSE(LgcAggregator::Create(lgc::ParseLgcSpec("lgc(ratio=0.05)").value().value(), 0, kDim,
+                                     dir, 2, 1, "cpu")
                    .ok());
 }
 

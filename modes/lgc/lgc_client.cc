@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <cstring>
 
-#include "autoencoder/lgc_codes.h"
 #include "codecs/dense_codec.h"
 #include "codecs/frame.h"
 #include "codecs/registry.h"
 #include "codecs/str.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"
+#include "modes/lgc/lgc_codes.h"
 #include "modes/lgc/lgc_stage.h"
 #include "modes/lgc/lgc_state.pb.h"
 #include "monitoring/metrics.h"
@@ -40,7 +40,7 @@ bool OutOfTime(const absl::Status& st) { return absl::IsDeadlineExceeded(st); }
 
 absl::Status LgcClient::EnsurePlan(const std::string& codec) {
   if (plan_ && spec_ == codec) return absl::OkStatus();
-  auto plan = autoencoder::ParseLgcSpec(codec);
+  auto plan = lgc::ParseLgcSpec(codec);
   if (!plan.ok()) return plan.status();
   if (!plan->has_value()) {
     return absl::InvalidArgumentError(StrCat("an LGC round with codec ", codec));
@@ -125,8 +125,8 @@ absl::Status LgcClient::SendAsLeader(const protos::RoundStart& start, std::vecto
                                      PendingUpdate p, LgcInFlight f) {
   const protos::LgcRound& lgc = start.lgc();
   // The leader picks this round's support: its own top-k.
-  f.support = autoencoder::SelectSupport(u, round_support_size());
-  f.values = autoencoder::Gather(u, f.support);
+  f.support = lgc::SelectSupport(u, round_support_size());
+  f.values = lgc::Gather(u, f.support);
   if (f.stage == LgcStage::kAutoencoder) {
     // Fetched before the clock starts: the encode time is the encoder's, not the link's.
     const absl::Status st =
@@ -203,7 +203,7 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
   if (f->stage == LgcStage::kCells) {
     // The leader's body; its decoded values are the prediction.
     const std::string& cells = latent.leader_cells();
-    auto lc = autoencoder::UnpackLeaderCells(
+    auto lc = lgc::UnpackLeaderCells(
         *plan_,
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cells.data()), cells.size()),
         env_.dim(), round_support_size());
@@ -211,16 +211,16 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
     support = std::move(lc->support);
     z = std::move(lc->values);
   } else {
-    support = autoencoder::SupportFromBytes(latent.support(), round_support_size(), env_.dim());
+    support = lgc::SupportFromBytes(latent.support(), round_support_size(), env_.dim());
     if (!support.ok()) return absl::InvalidArgumentError(support.status().message());
     const std::string& bytes = latent.latent();
     z = core::FloatsFromBytes(bytes.substr(0, bytes.size() / 4 * 4), bytes.size() / 4,
                               "LGC latent");
   }
   if (!z.ok()) return z.status();
-  const uint32_t reference = autoencoder::ReferenceOf(*support, *z);
+  const uint32_t reference = lgc::ReferenceOf(*support, *z);
   const auto t0 = env_.clock().Now();
-  const std::vector<float> v = autoencoder::Gather(state.residual, *support);
+  const std::vector<float> v = lgc::Gather(state.residual, *support);
   std::vector<float> sent;
   std::string body;
   std::string_view spec;
@@ -230,12 +230,12 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
       return absl::InvalidArgumentError(
           StrCat("LGC leader values: ", z->size(), " for a support of ", v.size()));
     }
-    autoencoder::BitCorrection c = autoencoder::CorrectBits(v, *z, plan_->bits);
+    lgc::BitCorrection c = lgc::CorrectBits(v, *z, plan_->bits);
     c.reference = reference;
-    auto encoded = autoencoder::EncodeBitCorrection(c);
-    if (encoded.ok()) encoded = autoencoder::PackBody(*plan_, std::move(encoded).value());
+    auto encoded = lgc::EncodeBitCorrection(c);
+    if (encoded.ok()) encoded = lgc::PackBody(*plan_, std::move(encoded).value());
     if (!encoded.ok()) return encoded.status();
-    spec = autoencoder::kBitCorrectionSpec;
+    spec = lgc::kBitCorrectionSpec;
     body = std::move(encoded).value();
     LogMiss(p.round, v, c.sent, false);
     sent = std::move(c.sent);
@@ -244,9 +244,9 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
     if (OutOfTime(c.status())) return absl::OkStatus();
     if (!c.ok()) return c.status();
     c->reference = reference;
-    auto encoded = autoencoder::EncodeCorrection(*c);
+    auto encoded = lgc::EncodeCorrection(*c);
     if (!encoded.ok()) return encoded.status();
-    spec = autoencoder::kCorrectionSpec;
+    spec = lgc::kCorrectionSpec;
     body = std::move(encoded).value();
     sent = std::move(c->sent);
   }
@@ -290,8 +290,8 @@ absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
   LgcInFlight lead;
   lead.stage = f->stage;
   // A leader's support is its own top-k.
-  lead.support = autoencoder::SelectSupport(u, round_support_size());
-  lead.values = autoencoder::Gather(u, lead.support);
+  lead.support = lgc::SelectSupport(u, round_support_size());
+  lead.values = lgc::Gather(u, lead.support);
   auto frame = LeaderFrame(p.round, promote.encoder_version(), u, &lead);
   if (!frame.ok()) return OutOfTime(frame.status()) ? absl::OkStatus() : frame.status();
   *f = std::move(lead);
@@ -361,9 +361,8 @@ absl::StatusOr<std::string> LgcClient::LeaderFrame(uint64_t round, uint64_t enco
                                                    std::span<const float> u, LgcInFlight* f) {
   auto body = LeaderBody(round, encoder_version, u, f);
   if (!body.ok()) return body.status();
-  return Framed(
-      f->stage == LgcStage::kCells ? autoencoder::kLeaderCellsSpec : autoencoder::kLeaderSpec,
-      env_.dim(), *body);
+  return Framed(f->stage == LgcStage::kCells ? lgc::kLeaderCellsSpec : lgc::kLeaderSpec, env_.dim(),
+                *body);
 }
 
 absl::StatusOr<std::string> LgcClient::LeaderBody(uint64_t round, uint64_t encoder_version,
@@ -371,35 +370,35 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint64_t round, uint64_t encod
   const size_t k = f->support.size();
   if (f->stage == LgcStage::kCells) {
     // The support as a set, the values in cells; what they decode to is what counts.
-    f->support = autoencoder::SelectSupportSet(u, k);
-    const std::vector<float> v = autoencoder::Gather(u, f->support);
+    f->support = lgc::SelectSupportSet(u, k);
+    const std::vector<float> v = lgc::Gather(u, f->support);
     std::vector<float> sent;
-    std::string body = autoencoder::EncodeLeaderCells(f->support, v, env_.dim(), &sent);
+    std::string body = lgc::EncodeLeaderCells(f->support, v, env_.dim(), &sent);
     LogMiss(round, v, sent, true);
     f->values = std::move(sent);
-    return autoencoder::PackBody(*plan_, std::move(body));
+    return lgc::PackBody(*plan_, std::move(body));
   }
   // Stage 3: the support in value order and the latent of the values on it.
-  autoencoder::LeaderPayload lp;
+  lgc::LeaderPayload lp;
   lp.support = f->support;
   auto latent_codec = codecs::MakeCodec(plan_->latent);
   if (!latent_codec.ok()) return latent_codec.status();
   if (absl::Status st = EnsureWeights(false, encoder_version, k); !st.ok()) return st;
   std::vector<float> normalized = f->values;
-  const float scale = autoencoder::RmsScale(normalized);
+  const float scale = lgc::RmsScale(normalized);
   for (float& x : normalized) x /= scale;
   auto latent = encoder_->Encode(normalized);
   if (!latent.ok()) return latent.status();
   lp.latent = std::move(latent).value();
   lp.innovation.assign(k, 0.0f);  // first the latent alone (see below)
   const auto& dense = static_cast<const codecs::DenseCodec&>(**latent_codec);
-  auto encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, round);
+  auto encoded = lgc::EncodeLeader(lp, env_.dim(), dense, round);
   if (!encoded.ok()) return encoded;
   // The latent as the coordinator will decode it, and this client's prediction from it
   // (the latent's bytes do not depend on the innovation: same codec, same seed).
   const auto view =
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded->data()), encoded->size());
-  auto sent = autoencoder::DecodeLeader(view, env_.dim(), dense, lp.latent.size());
+  auto sent = lgc::DecodeLeader(view, env_.dim(), dense, lp.latent.size());
   if (!sent.ok()) return sent.status();
   auto c = PredictAndCorrect(round, f->values, sent->latent, encoder_version, true);
   if (!c.ok()) return c.status();
@@ -407,16 +406,16 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint64_t round, uint64_t encod
   lp.step = c->step;
   lp.sent_crc = c->sent_crc;
   lp.innovation = std::move(c->innovation);
-  encoded = autoencoder::EncodeLeader(lp, env_.dim(), dense, round);
+  encoded = lgc::EncodeLeader(lp, env_.dim(), dense, round);
   if (encoded.ok()) f->values = std::move(c->sent);
   return encoded;
 }
 
-absl::StatusOr<autoencoder::Correction> LgcClient::PredictAndCorrect(uint64_t round,
-                                                                     std::span<const float> v,
-                                                                     std::span<const float> latent,
-                                                                     uint64_t encoder_version,
-                                                                     bool leader) {
+absl::StatusOr<lgc::Correction> LgcClient::PredictAndCorrect(uint64_t round,
+                                                             std::span<const float> v,
+                                                             std::span<const float> latent,
+                                                             uint64_t encoder_version,
+                                                             bool leader) {
   const size_t k = v.size();
   if (absl::Status st = EnsureWeights(true, encoder_version, k); !st.ok()) return st;
   if (latent.size() != static_cast<size_t>(decoder_->latent_size())) {
@@ -425,7 +424,7 @@ absl::StatusOr<autoencoder::Correction> LgcClient::PredictAndCorrect(uint64_t ro
   }
   auto prediction = decoder_->Decode(env_.client_id(), latent, std::vector<float>(k, 0.0f));
   if (!prediction.ok()) return prediction.status();
-  autoencoder::Correction c = autoencoder::Correct(v, *prediction, plan_->InnovationSize(k));
+  lgc::Correction c = lgc::Correct(v, *prediction, plan_->InnovationSize(k));
   LogMiss(round, v, c.sent, leader);
   return c;
 }

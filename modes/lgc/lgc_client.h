@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "autoencoder/autoencoder.h"
-#include "autoencoder/lgc_payload.h"
-#include "autoencoder/lgc_plan.h"
 #include "modes/fedavg/fedavg_client.h"
 #include "modes/in_flight.h"
+#include "modes/lgc/lgc_payload.h"
+#include "modes/lgc/lgc_plan.h"
 
 namespace fedlgc::protos {
 class LgcPromote;
@@ -29,7 +29,7 @@ namespace fedlgc::modes {
 // The LGC part of the update in flight: its stage (cells or autoencoder), the round's support and
 // the values the coordinator rebuilds on it (restored into the residual when it does not count).
 struct LgcInFlight {
-  autoencoder::LgcStage stage = autoencoder::LgcStage::kCells;
+  lgc::LgcStage stage = lgc::LgcStage::kCells;
   std::vector<uint32_t> support;
   std::vector<float> values;
 
@@ -77,10 +77,9 @@ class LgcClient final : public edge_client::ClientMode {
                                          std::span<const float> u, LgcInFlight* f);
   // Stage 3: this client's prediction of its values `v` on the support from `latent`
   // (its own decoder), and the gain and innovation it sends; logs the miss.
-  absl::StatusOr<autoencoder::Correction> PredictAndCorrect(uint64_t round,
-                                                            std::span<const float> v,
-                                                            std::span<const float> latent,
-                                                            uint64_t encoder_version, bool leader);
+  absl::StatusOr<lgc::Correction> PredictAndCorrect(uint64_t round, std::span<const float> v,
+                                                    std::span<const float> latent,
+                                                    uint64_t encoder_version, bool leader);
   // The residual after an LGC frame: u, minus f.values on the support.
   void SetResidual(std::span<const float> u, const LgcInFlight& f);
   // One rounds.jsonl line: |v - sent| / |v| of an LGC update (sent: what the coordinator
@@ -100,7 +99,7 @@ class LgcClient final : public edge_client::ClientMode {
   FedAvgClient plain_;  // warm-up rounds, and the codec's residual
   InFlight<LgcInFlight> in_flight_;
   std::string spec_;
-  std::optional<autoencoder::LgcPlan> plan_;
+  std::optional<lgc::LgcPlan> plan_;
   std::unique_ptr<autoencoder::Autoencoder> encoder_;
   uint64_t encoder_version_ = 0;
   std::unique_ptr<autoencoder::Autoencoder> decoder_;  // this client's

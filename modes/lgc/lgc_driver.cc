@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "autoencoder/lgc_plan.h"
 #include "codecs/str.h"
 #include "coordinator/collectors.h"
 #include "modes/fedavg/fedavg_driver.h"
+#include "modes/lgc/lgc_plan.h"
 #include "modes/lgc/lgc_stage.h"
 #include "modes/mode_rules.h"
 #include "protos/fedlgc.pb.h"
@@ -30,7 +30,7 @@ namespace {
 // A job codec lgc(...) makes an LGC job, under --mode fedavg too (as before LGC had a mode
 // name); a malformed one is LGC's to refuse.
 bool ClaimsLgcCodec(std::string_view codec) {
-  auto plan = autoencoder::ParseLgcSpec(codec);
+  auto plan = lgc::ParseLgcSpec(codec);
   return !plan.ok() || plan->has_value();
 }
 
@@ -39,7 +39,7 @@ bool ClaimsLgcCodec(std::string_view codec) {
 absl::Status CheckLgcCodecs(const coordinator::RoundPlan& plan,
                             const codecs::ModelLayout& /*layout*/) {
   if (absl::Status st = RefuseFedAvgRoundProtocols(plan, Mode::kLgc); !st.ok()) return st;
-  auto lgc = autoencoder::ParseLgcSpec(plan.codec);
+  auto lgc = lgc::ParseLgcSpec(plan.codec);
   if (!lgc.ok()) return lgc.status();
   if (!lgc->has_value()) return absl::InvalidArgumentError("--mode lgc needs an lgc(...) --codec");
   return absl::OkStatus();
@@ -68,7 +68,7 @@ LgcDriver::LgcDriver(LgcOptions options, coordinator::ServerOptimizer optimizer,
 absl::StatusOr<std::unique_ptr<LgcDriver>> LgcDriver::Create(
     const LgcOptions& options, const coordinator::ServerOptimizer& opt, const DriverEnv& env) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
-  auto plan = autoencoder::ParseLgcSpec(env.plan->codec);
+  auto plan = lgc::ParseLgcSpec(env.plan->codec);
   if (!plan.ok()) return plan.status();
   if (!plan->has_value()) {
     return absl::InvalidArgumentError(
@@ -274,7 +274,7 @@ absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, LgcStage st
   const auto payloads = payloads_->Payloads();
   const auto live = host.Connected();
   const bool delivered =
-      payloads.count(w->leader) && autoencoder::IsLeaderSpec(payloads.at(w->leader).spec);
+      payloads.count(w->leader) && lgc::IsLeaderSpec(payloads.at(w->leader).spec);
   if (w->pushed.empty()) {
     if (absl::Status st = PushLatent(host, round, participants, payloads, w); !st.ok()) return st;
   }
@@ -316,9 +316,9 @@ absl::Status LgcDriver::PushLatent(RoundHost& host, uint64_t round,
   // The leader's payload, or a former leader's of this round (it was promoted over, then
   // delivered); never a leader payload from a client that was not asked to lead.
   auto from = in.find(w->leader);
-  if (from == in.end() || !autoencoder::IsLeaderSpec(from->second.spec)) {
+  if (from == in.end() || !lgc::IsLeaderSpec(from->second.spec)) {
     from = std::find_if(in.begin(), in.end(), [&](const auto& p) {
-      return autoencoder::IsLeaderSpec(p.second.spec) && w->tried.count(p.first) > 0;
+      return lgc::IsLeaderSpec(p.second.spec) && w->tried.count(p.first) > 0;
     });
   }
   if (from == in.end()) return absl::OkStatus();

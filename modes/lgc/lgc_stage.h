@@ -1,16 +1,16 @@
-// An LGC round's stage (autoencoder::LgcStage) as the wire carries it (protos::LgcStage):
+// An LGC round's stage (lgc::LgcStage) as the wire carries it (protos::LgcStage):
 // the same numbers, checked here.
 #ifndef FEDLGC_MODES_LGC_LGC_STAGE_H_
 #define FEDLGC_MODES_LGC_LGC_STAGE_H_
 
 #include <optional>
 
-#include "autoencoder/lgc_plan.h"
+#include "modes/lgc/lgc_plan.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
 
-using autoencoder::LgcStage;
+using lgc::LgcStage;
 
 static_assert(static_cast<int>(LgcStage::kWarmUp) == protos::LGC_STAGE_WARM_UP);
 static_assert(static_cast<int>(LgcStage::kCells) == protos::LGC_STAGE_CELLS);

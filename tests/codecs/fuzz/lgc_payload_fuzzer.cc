@@ -1,9 +1,9 @@
 // Fuzz target for the LGC decoders the coordinator runs on what clients send
-// (autoencoder/lgc_codes.h, lgc_payload.h, envelope.h): the first input byte picks the decoder, the rest
-// is its body. Every input must decode or fail with a status; what decodes must hold what
-// the decoder promises (indices in range and distinct, values finite). Seeds are valid
-// bodies of each kind. Built like decode_fuzzer.cc (libFuzzer with clang, the seeded
-// driver everywhere else); libtorch-free, so it builds in the codecs-only configuration.
+// (modes/lgc/lgc_codes.h, lgc_payload.h, envelope.h): the first input byte picks the decoder, the
+// rest is its body. Every input must decode or fail with a status; what decodes must hold what the
+// decoder promises (indices in range and distinct, values finite). Seeds are valid bodies of each
+// kind. Built like decode_fuzzer.cc (libFuzzer with clang, the seeded driver everywhere else);
+// libtorch-free, so it builds in the codecs-only configuration.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "autoencoder/envelope.h"
-#include "autoencoder/lgc_codes.h"
-#include "autoencoder/lgc_payload.h"
 #include "codecs/dense_codec.h"
 #include "codecs/registry.h"
+#include "modes/lgc/lgc_codes.h"
+#include "modes/lgc/lgc_payload.h"
 
 namespace {
 
-using namespace fedlgc::autoencoder;  // NOLINT: a test of this namespace
+using namespace fedlgc::autoencoder;  // NOLINT: the envelope
+using namespace fedlgc::lgc;          // NOLINT: the payloads
 
 constexpr uint64_t kDim = 5000;
 constexpr size_t kSupport = 64;

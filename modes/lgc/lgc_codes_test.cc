@@ -3,21 +3,21 @@
 // log-spacing of each value, bit corrections never leave a group's miss larger than it was
 // (and leave less with more bits), rebuild the same at both ends, and hostile bodies are
 // refused.
-#include "autoencoder/lgc_codes.h"
+#include "modes/lgc/lgc_codes.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
-#include "autoencoder/lgc_payload.h"
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
 #include "codecs/zstd_codec.h"
 #include "gtest/gtest.h"
-#include "tests/autoencoder/refused.h"
+#include "modes/lgc/lgc_payload.h"
+#include "modes/lgc/refused_for_tests.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 namespace {
 
 std::vector<float> Gaussian(size_t n, uint64_t seed, float sigma = 1.0f) {
@@ -235,4 +235,4 @@ TEST(LgcCodes, PackedBodiesUnpackToThemselvesWithinTheirLargestSize) {
 }
 
 }  // namespace
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc

@@ -1,6 +1,6 @@
-// Test helper: a result refused as bad input of a given kind.
-#ifndef FEDLGC_TESTS_AUTOENCODER_REFUSED_H_
-#define FEDLGC_TESTS_AUTOENCODER_REFUSED_H_
+// For the LGC codes' tests: a result refused as bad input of a given kind.
+#ifndef FEDLGC_MODES_LGC_REFUSED_FOR_TESTS_H_
+#define FEDLGC_MODES_LGC_REFUSED_FOR_TESTS_H_
 
 #include <string>
 
@@ -8,7 +8,7 @@
 #include "codecs/input_error.h"
 #include "gtest/gtest.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 
 // Refused as bad input of `kind` (INVALID_ARGUMENT tagged as codecs::InputError says).
 template <typename T>
@@ -21,6 +21,6 @@ template <typename T>
          << (r.ok() ? std::string("accepted") : r.status().ToString());
 }
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc
 
-#endif  // FEDLGC_TESTS_AUTOENCODER_REFUSED_H_
+#endif  // FEDLGC_MODES_LGC_REFUSED_FOR_TESTS_H_

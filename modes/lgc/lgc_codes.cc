@@ -1,19 +1,19 @@
 // LGC's compact codes (see lgc_codes.h).
-#include "autoencoder/lgc_codes.h"
+#include "modes/lgc/lgc_codes.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "autoencoder/lgc_payload.h"
 #include "codecs/bit_io.h"
 #include "codecs/byte_io.h"
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
 #include "codecs/str.h"
 #include "codecs/zstd_codec.h"
+#include "modes/lgc/lgc_payload.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 namespace {
 
 using codecs::ByteReader;
@@ -111,8 +111,8 @@ void EncodeCells(std::span<const float> v, std::string* out, std::vector<float>*
   for (size_t j = 0; j < v.size(); ++j) {
     const bool negative = std::signbit(v[j]);
     const uint8_t code = static_cast<uint8_t>(cell[j] | (negative ? 8 : 0));
-    (*out)[first + j / 2] = static_cast<char>(static_cast<uint8_t>((*out)[first + j / 2]) |
-                                              (j % 2 ? code << 4 : code));
+    (*out)[first + j / 2] =
+        static_cast<char>(static_cast<uint8_t>((*out)[first + j / 2]) | (j % 2 ? code << 4 : code));
     if (decoded) (*decoded)[j] = negative ? -mean[cell[j]] : mean[cell[j]];
   }
 }
@@ -305,4 +305,4 @@ absl::StatusOr<BitCorrection> UnpackBitCorrection(const LgcPlan& plan,
   return DecodeBitCorrection(*raw, k);
 }
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc

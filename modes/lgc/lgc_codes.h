@@ -21,8 +21,8 @@
 // Follower body (lgc-correction/2): u32 reference (ReferenceOf(support, leader's decoded
 // values)), f32 gain, u8 bits, u32 CRC32C of the rebuilt values, ceil(k / kGroup) f32
 // steps, then k codes of `bits` bits (codecs/bit_io.h order).
-#ifndef FEDLGC_AUTOENCODER_LGC_CODES_H_
-#define FEDLGC_AUTOENCODER_LGC_CODES_H_
+#ifndef FEDLGC_MODES_LGC_LGC_CODES_H_
+#define FEDLGC_MODES_LGC_LGC_CODES_H_
 
 #include <cstdint>
 #include <span>
@@ -31,9 +31,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autoencoder/lgc_plan.h"
+#include "modes/lgc/lgc_plan.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 
 inline constexpr int kCells = 8;
 inline constexpr size_t kGroup = 128;
@@ -67,10 +67,10 @@ struct BitCorrection {
   float gain = 0;
   uint8_t bits = 1;
   uint32_t sent_crc = 0;
-  std::vector<float> steps;      // one per group of kGroup values
-  std::vector<uint8_t> codes;    // one per value, < 2^bits
-  std::vector<float> correction; // steps[j / kGroup] * level(codes[j]): what Rebuild adds
-  std::vector<float> sent;       // Rebuild(gain, prediction, correction); client side only
+  std::vector<float> steps;       // one per group of kGroup values
+  std::vector<uint8_t> codes;     // one per value, < 2^bits
+  std::vector<float> correction;  // steps[j / kGroup] * level(codes[j]): what Rebuild adds
+  std::vector<float> sent;        // Rebuild(gain, prediction, correction); client side only
 };
 // The client's side: v its values on the support, p the prediction (same length).
 BitCorrection CorrectBits(std::span<const float> v, std::span<const float> prediction, int bits);
@@ -91,6 +91,6 @@ absl::StatusOr<BitCorrection> UnpackBitCorrection(const LgcPlan& plan,
 size_t LeaderCellsBytes(size_t k, uint64_t dim);
 size_t BitCorrectionBytes(size_t k, int bits);
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc
 
-#endif  // FEDLGC_AUTOENCODER_LGC_CODES_H_
+#endif  // FEDLGC_MODES_LGC_LGC_CODES_H_

@@ -28,8 +28,8 @@
 // about 4x worse (docs/lgc.md), so train=0 (the compact codes throughout) is the default.
 //
 // --codec-warmup rounds (any codec, stage 1) may come first; none are needed.
-#ifndef FEDLGC_AUTOENCODER_LGC_PLAN_H_
-#define FEDLGC_AUTOENCODER_LGC_PLAN_H_
+#ifndef FEDLGC_MODES_LGC_LGC_PLAN_H_
+#define FEDLGC_MODES_LGC_LGC_PLAN_H_
 
 #include <cstdint>
 #include <optional>
@@ -38,13 +38,13 @@
 
 #include "absl/status/statusor.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 
 struct LgcPlan {
   double ratio = 0.05;
   int bits = 2;
-  uint32_t ramp = 0;  // the first `ramp` LGC rounds use 2^(ramp - r + 1) x ratio
-  bool zstd = true;   // the compact codes' bodies through ZstdPack
+  uint32_t ramp = 0;          // the first `ramp` LGC rounds use 2^(ramp - r + 1) x ratio
+  bool zstd = true;           // the compact codes' bodies through ZstdPack
   uint32_t train_rounds = 0;  // 0: the autoencoder never codes (and does not train)
   uint32_t ae_steps = 20;
   std::string ae_optimizer = "adam";
@@ -93,6 +93,6 @@ inline bool IsLeaderSpec(std::string_view spec) {
   return spec == kLeaderSpec || spec == kLeaderCellsSpec;
 }
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc
 
-#endif  // FEDLGC_AUTOENCODER_LGC_PLAN_H_
+#endif  // FEDLGC_MODES_LGC_LGC_PLAN_H_

@@ -1,5 +1,5 @@
 // LGC job specs (see lgc_plan.h).
-#include "autoencoder/lgc_plan.h"
+#include "modes/lgc/lgc_plan.h"
 
 #include <cmath>
 
@@ -9,7 +9,7 @@
 #include "codecs/spec.h"
 #include "codecs/str.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 
 uint64_t LgcPlan::SupportSize(uint64_t dim) const {
   return std::min<uint64_t>(dim, std::max<uint64_t>(1, std::ceil(ratio * dim)));
@@ -29,9 +29,9 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   auto node = codecs::ParseSpec(spec);
   if (!node.ok()) return node.status();
   if (node->name != "lgc") return std::optional<LgcPlan>();
-  codecs::ParamReader params(*node, {"ratio", "bits", "ramp", "zstd", "train", "ae_steps",
-                                     "ae_optimizer", "ae_lr", "latent", "innovation", "predict",
-                                     "code", "echo"});
+  codecs::ParamReader params(
+      *node, {"ratio", "bits", "ramp", "zstd", "train", "ae_steps", "ae_optimizer", "ae_lr",
+              "latent", "innovation", "predict", "code", "echo"});
   if (!params.status().ok()) return params.status();
   LgcPlan p;
   auto ratio = params.Real("ratio", p.ratio, 1e-6, 1.0);
@@ -51,9 +51,9 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   auto echo = params.Int("echo", 0, 0, 1);
   auto latent = params.Node("latent");
   for (const absl::Status& st :
-       {ratio.status(), bits.status(), ramp.status(), zstd.status(), train.status(),
-        steps.status(), opt.status(), lr.status(), innovation.status(), predict.status(),
-        code.status(), echo.status(), latent.status()}) {
+       {ratio.status(), bits.status(), ramp.status(), zstd.status(), train.status(), steps.status(),
+        opt.status(), lr.status(), innovation.status(), predict.status(), code.status(),
+        echo.status(), latent.status()}) {
     if (!st.ok()) return st;
   }
   if (*predict == 0 || *code == "fp32" || *echo == 1) {
@@ -87,4 +87,4 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   return std::optional<LgcPlan>(p);
 }
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc

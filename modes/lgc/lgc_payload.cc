@@ -1,5 +1,5 @@
 // LGC payloads (see lgc_payload.h).
-#include "autoencoder/lgc_payload.h"
+#include "modes/lgc/lgc_payload.h"
 
 #include <algorithm>
 #include <bit>
@@ -7,13 +7,13 @@
 #include <cstring>
 #include <numeric>
 
-#include "codecs/byte_io.h"
 #include "codecs/bit_io.h"
+#include "codecs/byte_io.h"
 #include "codecs/crc32c.h"
 #include "codecs/input_error.h"
 #include "codecs/str.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 
 using codecs::ByteReader;
 using codecs::PutScalar;
@@ -331,4 +331,4 @@ uint32_t SentCrc(std::span<const float> sent) {
   return codecs::Crc32c(sent.data(), sent.size() * sizeof(float));
 }
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc

@@ -1,7 +1,7 @@
 // LGC's stage-3 payloads: the support is the top-k by magnitude in ascending value order,
 // bodies round-trip (indices and innovation exactly, the latent within its quantizer's
 // error) with exact sizes, hostile bodies are refused; and the plan's spec.
-#include "autoencoder/lgc_payload.h"
+#include "modes/lgc/lgc_payload.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,13 +9,13 @@
 #include <random>
 #include <set>
 
-#include "autoencoder/lgc_plan.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"
-#include "tests/autoencoder/refused.h"
+#include "modes/lgc/lgc_plan.h"
+#include "modes/lgc/refused_for_tests.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 namespace {
 
 std::vector<float> Gaussian(size_t n, uint64_t seed) {
@@ -360,11 +360,10 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   for (const char* bad :
        {"lgc(predict=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(bits=3)", "lgc(bits=8)",
         "lgc(zstd=2)", "lgc(ramp=21)", "lgc(train=-1)", "lgc(train=2,ramp=2)",
-        "lgc(ae_optimizer=rmsprop)",
-        "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
+        "lgc(ae_optimizer=rmsprop)", "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
     EXPECT_FALSE(ParseLgcSpec(bad).ok()) << bad;
   }
 }
 
 }  // namespace
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc

@@ -13,8 +13,8 @@
 // whatever the code), u32 latent_bytes, the latent through a dense codec of the codec
 // library (e.g. 8-bit QSGD), then the leader's correction against its own latent: the
 // correction body below less its reference.
-#ifndef FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_
-#define FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_
+#ifndef FEDLGC_MODES_LGC_LGC_PAYLOAD_H_
+#define FEDLGC_MODES_LGC_LGC_PAYLOAD_H_
 
 #include <cstdint>
 #include <span>
@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "codecs/dense_codec.h"
 
-namespace fedlgc::autoencoder {
+namespace fedlgc::lgc {
 
 // The k largest |u| coordinates (ties to the lower index), ordered by u ascending (ties by
 // index). k is clamped to u.size().
@@ -103,6 +103,6 @@ absl::StatusOr<Correction> DecodeCorrection(std::span<const uint8_t> body, size_
 // it with their corrections; the coordinator decodes each against the payload it names.
 uint32_t ReferenceOf(std::span<const uint32_t> support, std::span<const float> latent);
 
-}  // namespace fedlgc::autoencoder
+}  // namespace fedlgc::lgc
 
-#endif  // FEDLGC_AUTOENCODER_LGC_PAYLOAD_H_
+#endif  // FEDLGC_MODES_LGC_LGC_PAYLOAD_H_

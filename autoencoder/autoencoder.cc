@@ -8,9 +8,9 @@
 #include <optional>
 
 #include "autoencoder/envelope.h"
+#include "base/str.h"
 #include "codecs/byte_io.h"
 #include "codecs/rng.h"
-#include "codecs/str.h"
 
 namespace fedlgc::autoencoder {
 

@@ -3,9 +3,9 @@
 
 #include <cstring>
 
+#include "base/crc32c.h"
+#include "base/str.h"
 #include "codecs/byte_io.h"
-#include "codecs/crc32c.h"
-#include "codecs/str.h"
 
 namespace fedlgc::autoencoder {
 
@@ -22,7 +22,7 @@ absl::StatusOr<std::string_view> OpenEnvelope(std::string_view bytes, uint32_t k
   if (bytes.size() < kHeader + 4) return absl::DataLossError("autoencoder weights: truncated");
   uint32_t crc = 0;
   std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
-  if (crc != codecs::Crc32c(bytes.data(), bytes.size() - 4)) {
+  if (crc != Crc32c(bytes.data(), bytes.size() - 4)) {
     return absl::DataLossError("autoencoder weights: checksum mismatch");
   }
   if (std::memcmp(bytes.data(), kMagic, 4) != 0) {
@@ -49,7 +49,7 @@ std::string Seal(uint32_t kind, int64_t length, const std::string& body) {
   PutScalar<uint32_t>(&out, kind);
   PutScalar<int64_t>(&out, length);
   out += body;
-  PutScalar<uint32_t>(&out, codecs::Crc32c(out.data(), out.size()));
+  PutScalar<uint32_t>(&out, Crc32c(out.data(), out.size()));
   return out;
 }
 

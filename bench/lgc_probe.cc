@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "autoencoder/autoencoder.h"
+#include "base/str.h"
 #include "codecs/dense_codec.h"
 #include "codecs/elias_fano.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "modes/lgc/lgc_codes.h"

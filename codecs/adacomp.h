@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/spec.h"
 #include "codecs/bit_io.h"
 #include "codecs/dense_codec.h"
-#include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 

@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/spec.h"
 #include "codecs/dense_codec.h"
 #include "codecs/level_quantizer.h"
-#include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/crc32c.h"
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/byte_io.h"
-#include "codecs/crc32c.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

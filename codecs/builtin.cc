@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/status_macros.h"
 #include "codecs/adacomp.h"
 #include "codecs/adaptive_levels.h"
 #include "codecs/dgc.h"
@@ -14,7 +15,6 @@
 #include "codecs/registry.h"
 #include "codecs/sign.h"
 #include "codecs/sparse_codec.h"
-#include "codecs/status_macros.h"
 #include "codecs/terngrad.h"
 #include "codecs/zstd_codec.h"
 

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/input_error.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 

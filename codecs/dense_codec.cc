@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/input_error.h"
 #include "codecs/simd.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 

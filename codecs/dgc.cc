@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/byte_io.h"
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 #include "codecs/topk.h"
 
 namespace fedlgc::codecs {

@@ -4,8 +4,8 @@
 #include <bit>
 #include <cmath>
 
+#include "base/str.h"
 #include "codecs/bit_io.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

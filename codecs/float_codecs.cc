@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/input_error.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 

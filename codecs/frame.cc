@@ -3,9 +3,9 @@
 
 #include <cstring>
 
-#include "codecs/crc32c.h"
-#include "codecs/spec.h"
-#include "codecs/str.h"
+#include "base/crc32c.h"
+#include "base/spec.h"
+#include "base/str.h"
 
 namespace fedlgc::codecs {
 namespace {

@@ -7,12 +7,12 @@
 #include <iterator>
 #include <numeric>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/byte_io.h"
 #include "codecs/input_error.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

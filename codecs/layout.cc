@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <set>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::codecs {
 

@@ -7,14 +7,14 @@
 #include <cstring>
 #include <limits>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/bit_io.h"
 #include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/spec.h"
 #include "codecs/dense_codec.h"
-#include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 

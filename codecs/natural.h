@@ -14,8 +14,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "base/spec.h"
 #include "codecs/dense_codec.h"
-#include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 

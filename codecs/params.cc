@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::codecs {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "codecs/spec.h"
+#include "base/spec.h"
 
 namespace fedlgc::codecs {
 

@@ -6,14 +6,14 @@
 #include <cstring>
 #include <memory>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
+#include "base/spec.h"
+#include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
-#include "codecs/spec.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

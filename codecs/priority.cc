@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
+#include "base/status_macros.h"
+#include "base/str.h"
 
 namespace fedlgc::codecs {
 

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
+#include "base/status_macros.h"
+#include "base/str.h"
 
 namespace fedlgc::codecs {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/spec.h"
 #include "codecs/codec.h"
 #include "codecs/layout.h"
-#include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 

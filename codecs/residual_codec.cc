@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <memory>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/registry.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

@@ -6,12 +6,12 @@
 #include <cstring>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 

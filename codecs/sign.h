@@ -11,8 +11,8 @@
 #include <span>
 
 #include "absl/status/statusor.h"
+#include "base/spec.h"
 #include "codecs/dense_codec.h"
-#include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 

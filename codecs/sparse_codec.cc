@@ -5,13 +5,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/spec.h"
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
 #include "codecs/params.h"
 #include "codecs/simd.h"
-#include "codecs/spec.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 #include "codecs/topk.h"
 
 namespace fedlgc::codecs {

@@ -7,15 +7,15 @@
 #include <limits>
 #include <vector>
 
+#include "base/spec.h"
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/input_error.h"
 #include "codecs/packing.h"
 #include "codecs/params.h"
 #include "codecs/registry.h"
 #include "codecs/rng.h"
 #include "codecs/simd.h"
-#include "codecs/spec.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

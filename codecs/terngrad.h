@@ -16,8 +16,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "base/spec.h"
 #include "codecs/dense_codec.h"
-#include "codecs/spec.h"
 
 namespace fedlgc::codecs {
 

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <limits>
 
+#include "base/status_macros.h"
+#include "base/str.h"
 #include "codecs/input_error.h"
 #include "codecs/params.h"
-#include "codecs/status_macros.h"
-#include "codecs/str.h"
 
 namespace fedlgc::codecs {
 namespace {

@@ -7,7 +7,7 @@
 // CRC32C at the end (core/atomic_file.h).
 #include "coordinator/checkpoint.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"

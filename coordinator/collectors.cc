@@ -5,7 +5,7 @@
 #include <cmath>
 #include <utility>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/mixing.h"
 
 namespace fedlgc::coordinator {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <random>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/service.h"
 #include "core/atomic_file.h"

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <utility>
 
-#include "codecs/crc32c.h"
-#include "codecs/spec.h"
-#include "codecs/str.h"
+#include "base/crc32c.h"
+#include "base/spec.h"
+#include "base/str.h"
 #include "coordinator/downlink_state.h"
 #include "core/atomic_file.h"
 
@@ -21,18 +21,18 @@ std::string FloatBytes(std::span<const float> v) {
 }
 
 // Adds norm=linf to every qsgd node without a norm; true when it added one.
-bool LinfNorms(codecs::SpecNode* node) {
+bool LinfNorms(SpecNode* node) {
   bool changed = false;
-  for (codecs::SpecArg& a : node->args) {
+  for (SpecArg& a : node->args) {
     if (a.node) changed |= LinfNorms(a.node.get());
   }
   if (node->name != "qsgd") return changed;
-  for (const codecs::SpecArg& a : node->args) {
+  for (const SpecArg& a : node->args) {
     if (a.key == "norm") return changed;
   }
-  codecs::SpecArg norm;
+  SpecArg norm;
   norm.key = "norm";
-  norm.node = std::make_unique<codecs::SpecNode>();
+  norm.node = std::make_unique<SpecNode>();
   norm.node->name = "linf";
   node->args.push_back(std::move(norm));
   return true;
@@ -236,7 +236,7 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> Downlink::Serve(uint64_t versio
   auto blob = std::make_shared<ModelBlob>();
   blob->version = version;
   blob->bytes = codecs::SerializeChain(version, encoder_->held_crc(), deltas);
-  blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+  blob->crc32c = Crc32c(blob->bytes.data(), blob->bytes.size());
   blob->chain = true;
   blob->from = *held;
   blob->raw_bytes = full_->bytes.size();
@@ -256,9 +256,9 @@ uint64_t Downlink::version() const {
 
 std::string EffectiveDownlinkCodec(const std::string& spec, std::string* note) {
   if (note != nullptr) note->clear();
-  auto node = codecs::ParseSpec(spec);
+  auto node = ParseSpec(spec);
   if (!node.ok() || !LinfNorms(&*node)) return spec;
-  std::string effective = codecs::FormatSpec(*node);
+  std::string effective = FormatSpec(*node);
   if (note != nullptr) {
     *note = StrCat("--downlink-codec ", spec, " runs as ", effective,
                    ": levels of each bucket's largest magnitude keep the model clients hold "

@@ -4,7 +4,7 @@
 // CRC32C at the end (core/atomic_file.h).
 #include "coordinator/downlink_state.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/state_message.h"
 #include "protos/state.pb.h"

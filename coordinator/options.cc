@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "base/str.h"
 #include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
-#include "codecs/str.h"
 #include "codecs/terngrad.h"
 #include "core/model.h"
 

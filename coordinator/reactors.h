@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "codecs/str.h"
+#include "base/str.h"
 #include "coordinator/service.h"
 #include "coordinator/stream_registry.h"
 #include "coordinator/wire.h"

@@ -6,9 +6,9 @@
 #include <limits>
 #include <numeric>
 
+#include "base/spec.h"
+#include "base/str.h"
 #include "codecs/params.h"
-#include "codecs/spec.h"
-#include "codecs/str.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -205,7 +205,7 @@ void Bulyan(const AggregatorOptions& o, std::span<const Contribution* const> cho
 }  // namespace
 
 absl::StatusOr<AggregatorOptions> AggregatorOptions::Parse(std::string_view spec, double clip) {
-  auto node = codecs::ParseSpec(spec);
+  auto node = ParseSpec(spec);
   if (!node.ok()) return node.status();
   AggregatorOptions o;
   o.clip = clip;
@@ -261,7 +261,7 @@ absl::StatusOr<AggregatorOptions> AggregatorOptions::Parse(std::string_view spec
 std::string AggregatorOptions::Spec() const {
   switch (kind) {
     case AggregatorKind::kTrimmedMean:
-      return StrCat("trimmed_mean(trim=", codecs::FormatSpecNumber(trim), ")");
+      return StrCat("trimmed_mean(trim=", FormatSpecNumber(trim), ")");
     case AggregatorKind::kKrum:
       return StrCat("krum(f=", f, ",select=", select, ")");
     case AggregatorKind::kBulyan:

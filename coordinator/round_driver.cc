@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::coordinator {
 

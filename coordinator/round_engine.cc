@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
+#include "base/str.h"
 #include "codecs/registry.h"
 #include "codecs/rng.h"
-#include "codecs/str.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -61,7 +61,7 @@ std::shared_ptr<const ModelBlob> MakeBlob(uint64_t version, std::string bytes) {
   auto blob = std::make_shared<ModelBlob>();
   blob->version = version;
   blob->bytes = std::move(bytes);
-  blob->crc32c = codecs::Crc32c(blob->bytes.data(), blob->bytes.size());
+  blob->crc32c = Crc32c(blob->bytes.data(), blob->bytes.size());
   return blob;
 }
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "coordinator/downlink.h"
 #include "coordinator/reactors.h"
 #include "coordinator/wire.h"

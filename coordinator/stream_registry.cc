@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::coordinator {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::coordinator {
 

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "codecs/crc32c.h"
-#include "codecs/str.h"
+#include "base/crc32c.h"
+#include "base/str.h"
 
 namespace fedlgc::core {
 namespace {
@@ -140,7 +140,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 std::string StateWriter::Finish() {
-  const uint32_t crc = codecs::Crc32c(out_.data(), out_.size());
+  const uint32_t crc = Crc32c(out_.data(), out_.size());
   Raw(&crc, 4);
   return std::move(out_);
 }
@@ -149,7 +149,7 @@ absl::StatusOr<StateReader> StateReader::Open(std::string_view bytes, std::strin
   if (bytes.size() < 4) return absl::DataLossError(StrCat(what, ": truncated"));
   uint32_t crc;
   std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
-  if (codecs::Crc32c(bytes.data(), bytes.size() - 4) != crc) {
+  if (Crc32c(bytes.data(), bytes.size() - 4) != crc) {
     return absl::DataLossError(StrCat(what, ": checksum mismatch"));
   }
   return StateReader(bytes.substr(0, bytes.size() - 4));

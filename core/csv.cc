@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 
 namespace fedlgc::core {

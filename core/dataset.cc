@@ -12,7 +12,7 @@
 #include <memory>
 #include <random>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/csv.h"
 #include "core/image_folder.h"
 #include "core/npz.h"

@@ -17,7 +17,7 @@
 #include <deque>
 #include <random>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::core {
 namespace {

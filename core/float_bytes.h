@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::core {
 

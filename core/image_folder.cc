@@ -10,7 +10,7 @@
 #include <limits>
 #include <memory>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 
 namespace fedlgc::core {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/str.h"
 #include "codecs/codec.h"
 #include "codecs/frame.h"
-#include "codecs/str.h"
 
 namespace fedlgc::core {
 

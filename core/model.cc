@@ -16,7 +16,7 @@
 #include <random>
 #include <set>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/optimizer.h"
 
 namespace fedlgc::core {

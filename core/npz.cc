@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::core {
 namespace {

@@ -1,9 +1,9 @@
 // Optimizer specs (see optimizer.h).
 #include "core/optimizer.h"
 
+#include "base/spec.h"
+#include "base/str.h"
 #include "codecs/params.h"
-#include "codecs/spec.h"
-#include "codecs/str.h"
 
 namespace fedlgc::core {
 namespace {
@@ -15,7 +15,7 @@ constexpr double kAdamLr = 0.001;
 absl::StatusOr<OptimizerSpec> OptimizerSpec::Parse(const std::string& text) {
   OptimizerSpec o;
   if (text.empty()) return o;
-  auto node = codecs::ParseSpec(text);
+  auto node = ParseSpec(text);
   auto bad = [&](const absl::Status& st) {
     return absl::InvalidArgumentError(StrCat("--optimizer '", text, "': ", st.message()));
   };
@@ -71,7 +71,6 @@ double OptimizerSpec::LearningRate(double round_lr) const {
 }
 
 std::string OptimizerSpec::ToString() const {
-  using codecs::FormatSpecNumber;
   std::string lr_text = lr ? StrCat("lr=", FormatSpecNumber(*lr), ",") : "";
   if (kind == Kind::kSgd) {
     return StrCat("sgd(", lr_text, "momentum=", FormatSpecNumber(momentum),

@@ -1,4 +1,4 @@
-// The client's local optimizer as a spec in the codecs' grammar (codecs/spec.h):
+// The client's local optimizer as a spec in the codecs' grammar (base/spec.h):
 //   sgd(lr=0.05, momentum=0.9, weight_decay=0, nesterov=0)
 //   adam(lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0)
 // An SGD that names no lr takes the round's (the coordinator's --lr); Adam's lr is 0.001

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::core {
 

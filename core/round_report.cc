@@ -7,7 +7,7 @@
 #include <limits>
 #include <sstream>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "nlohmann/json.hpp"
 

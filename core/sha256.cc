@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::core {
 namespace {

@@ -4,7 +4,7 @@
 #include <climits>
 #include <string>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "google/protobuf/message_lite.h"
 
 namespace fedlgc::core {

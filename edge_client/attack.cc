@@ -3,14 +3,14 @@
 
 #include <random>
 
+#include "base/spec.h"
+#include "base/str.h"
 #include "codecs/params.h"
-#include "codecs/spec.h"
-#include "codecs/str.h"
 
 namespace fedlgc::edge_client {
 
 absl::StatusOr<Attack> Attack::Parse(std::string_view spec) {
-  auto node = codecs::ParseSpec(spec);
+  auto node = ParseSpec(spec);
   if (!node.ok()) return node.status();
   Attack a;
   if (node->name == "none") {
@@ -45,11 +45,11 @@ std::string Attack::Spec() const {
     case Kind::kNone:
       return "none";
     case Kind::kScale:
-      return StrCat("scale(factor=", codecs::FormatSpecNumber(factor), ")");
+      return StrCat("scale(factor=", FormatSpecNumber(factor), ")");
     case Kind::kSignFlip:
-      return StrCat("signflip(factor=", codecs::FormatSpecNumber(factor), ")");
+      return StrCat("signflip(factor=", FormatSpecNumber(factor), ")");
     case Kind::kNoise:
-      return StrCat("noise(std=", codecs::FormatSpecNumber(std), ")");
+      return StrCat("noise(std=", FormatSpecNumber(std), ")");
   }
   return "none";
 }

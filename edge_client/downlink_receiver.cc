@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/str.h"
 #include "codecs/broadcast.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "base/str.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/dataset.h"
 #include "core/float_bytes.h"

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::edge_client {
 

@@ -1,7 +1,7 @@
 // Edge client options (see options.h).
 #include "edge_client/options.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/optimizer.h"
 #include "core/partition.h"
 #include "edge_client/attack.h"

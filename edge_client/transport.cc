@@ -9,9 +9,9 @@
 #include <thread>
 #include <type_traits>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
+#include "base/str.h"
 #include "codecs/frame.h"
-#include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "edge_client/grpc_status.h"
 #include "monitoring/metrics.h"
@@ -328,7 +328,7 @@ absl::StatusOr<Transport::ModelDownload> Transport::Fetch(const std::string& nam
       continue;
     }
     if (st.ok() && blob.size() == total) {
-      if (codecs::Crc32c(blob.data(), blob.size()) != crc) {
+      if (Crc32c(blob.data(), blob.size()) != crc) {
         blob.clear();  // corrupted: start over
         known = false;
         continue;

@@ -1,7 +1,7 @@
 // The factory of client modes (see clients.h).
 #include "modes/clients.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "modes/fedavg/fedavg_client.h"
 #include "modes/lgc/lgc_client.h"
 #include "modes/lsgd/lsgd_client.h"

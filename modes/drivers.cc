@@ -1,7 +1,7 @@
 // The coordinator's table of modes (see drivers.h).
 #include "modes/drivers.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::modes {
 namespace {

@@ -1,8 +1,8 @@
 // The decentralised modes' local model (see local_model.h).
 #include "modes/local_model.h"
 
+#include "base/str.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"
 #include "modes/local_model.pb.h"

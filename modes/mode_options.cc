@@ -3,7 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/cli.h"
 
 namespace fedlgc::modes {

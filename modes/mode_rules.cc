@@ -1,11 +1,11 @@
 // Codec rules shared by modes (see mode_rules.h).
 #include "modes/mode_rules.h"
 
+#include "base/str.h"
 #include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
-#include "codecs/str.h"
 #include "codecs/terngrad.h"
 
 namespace fedlgc::modes {

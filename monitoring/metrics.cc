@@ -1,7 +1,7 @@
 // Metric families and the exposer (see metrics.h).
 #include "monitoring/metrics.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "prometheus/counter.h"
 
 namespace fedlgc::monitoring {

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/str.h"
 #include "codecs/codec.h"
 #include "codecs/layout.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "core/protocol.h"
 #include "edge_client/edge_client.h"
 #include "modes/clients.h"

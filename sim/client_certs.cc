@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 
 namespace fedlgc::sim {

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
 #include "core/cli.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::sim {
 namespace {

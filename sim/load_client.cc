@@ -7,10 +7,10 @@
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
+#include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/registry.h"
 #include "codecs/rng.h"
-#include "codecs/str.h"
 #include "core/float_bytes.h"
 #include "core/model.h"
 #include "core/protocol.h"

@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "base/str.h"
 #include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/terngrad.h"
-#include "codecs/str.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"
 #include "core/cli.h"

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "coordinator/downlink.h"
 #include "coordinator/flags.h"
 #include "core/atomic_file.h"

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"

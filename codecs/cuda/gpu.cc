@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
+#include "base/str.h"
 #include "codecs/level_quantizer.h"
 #include "codecs/packing.h"
-#include "codecs/str.h"
 
 #if FEDLGC_WITH_CUDA
 #include <cuda_runtime.h>

@@ -5,13 +5,13 @@
 #include <cstdio>
 #include <limits>
 
+#include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
-#include "codecs/str.h"
 #include "codecs/terngrad.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"

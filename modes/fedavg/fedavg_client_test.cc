@@ -8,7 +8,7 @@
 #include <limits>
 #include <set>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 #include "codecs/registry.h"
 #include "codecs/terngrad.h"
 #include "core/model.h"
@@ -116,7 +116,7 @@ struct ScriptedCoordinator {
           protos::ModelChunk c;
           c.set_version(0);
           c.set_total_bytes(bytes.size());
-          c.set_crc32c(codecs::Crc32c(bytes.data(), bytes.size()));
+          c.set_crc32c(Crc32c(bytes.data(), bytes.size()));
           c.set_data(bytes);
           return new testing::FakeDownloadStream({c}, grpc::Status::OK);
         }));

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/str.h"
 #include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
-#include "codecs/str.h"
 #include "coordinator/collectors.h"
 #include "protos/fedlgc.pb.h"
 

@@ -4,7 +4,7 @@
 // PSGQ floats query, GVBS str basis. CRC32C at the end (core/atomic_file.h).
 #include "modes/fedavg/fedavg_state.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"

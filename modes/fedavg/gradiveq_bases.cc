@@ -3,8 +3,8 @@
 
 #include <cstdio>
 
+#include "base/str.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "modes/fedavg/fedavg_state.h"
 
 namespace fedlgc::modes {

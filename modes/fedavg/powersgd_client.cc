@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 #include "core/float_bytes.h"
 #include "modes/fedavg/fedavg_client.h"
 #include "monitoring/metrics.h"

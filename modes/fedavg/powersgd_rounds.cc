@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/str.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 #include "coordinator/collectors.h"
 #include "core/float_bytes.h"
 #include "modes/fedavg/fedavg_driver.h"

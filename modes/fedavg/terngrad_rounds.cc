@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/str.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 #include "coordinator/robust.h"
 #include "protos/fedlgc.pb.h"
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
+#include "base/str.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "modes/lgc/lgc_codes.h"

@@ -12,9 +12,9 @@
 #include <set>
 #include <tuple>
 
+#include "base/str.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "codecs/zstd_codec.h"
 #include "core/atomic_file.h"
 #include "gtest/gtest.h"

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/str.h"
 #include "codecs/dense_codec.h"
 #include "codecs/frame.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"
 #include "modes/lgc/lgc_codes.h"

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <numeric>
 
+#include "base/str.h"
 #include "codecs/bit_io.h"
 #include "codecs/byte_io.h"
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 #include "codecs/zstd_codec.h"
 #include "modes/lgc/lgc_payload.h"
 

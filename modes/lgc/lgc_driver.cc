@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "coordinator/collectors.h"
 #include "modes/fedavg/fedavg_driver.h"
 #include "modes/lgc/lgc_plan.h"

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <numeric>
 
+#include "base/crc32c.h"
+#include "base/str.h"
 #include "codecs/bit_io.h"
 #include "codecs/byte_io.h"
-#include "codecs/crc32c.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 
 namespace fedlgc::lgc {
 
@@ -300,8 +300,8 @@ Correction Correct(std::span<const float> v, std::span<const float> prediction, 
 }
 
 uint32_t ReferenceOf(std::span<const uint32_t> support, std::span<const float> latent) {
-  const uint32_t crc = codecs::Crc32c(support.data(), support.size() * sizeof(uint32_t));
-  return codecs::Crc32cExtend(crc, latent.data(), latent.size() * sizeof(float));
+  const uint32_t crc = Crc32c(support.data(), support.size() * sizeof(uint32_t));
+  return Crc32cExtend(crc, latent.data(), latent.size() * sizeof(float));
 }
 
 absl::StatusOr<std::string> EncodeCorrection(const Correction& c) {
@@ -328,7 +328,7 @@ absl::StatusOr<Correction> DecodeCorrection(std::span<const uint8_t> body, size_
 }
 
 uint32_t SentCrc(std::span<const float> sent) {
-  return codecs::Crc32c(sent.data(), sent.size() * sizeof(float));
+  return Crc32c(sent.data(), sent.size() * sizeof(float));
 }
 
 }  // namespace fedlgc::lgc

@@ -3,11 +3,11 @@
 
 #include <cmath>
 
+#include "base/spec.h"
+#include "base/str.h"
 #include "codecs/dense_codec.h"
 #include "codecs/params.h"
 #include "codecs/registry.h"
-#include "codecs/spec.h"
-#include "codecs/str.h"
 
 namespace fedlgc::lgc {
 
@@ -26,7 +26,7 @@ uint64_t LgcPlan::InnovationSize(uint64_t support) const {
 }
 
 absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
-  auto node = codecs::ParseSpec(spec);
+  auto node = ParseSpec(spec);
   if (!node.ok()) return node.status();
   if (node->name != "lgc") return std::optional<LgcPlan>();
   codecs::ParamReader params(

@@ -6,7 +6,7 @@
 // (core/atomic_file.h). The support and echoes of versions 1 and 2 are not kept any more.
 #include "modes/lgc/lgc_state.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/state_message.h"
 #include "modes/lgc/lgc_state.pb.h"

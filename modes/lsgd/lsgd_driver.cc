@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "base/str.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 #include "core/float_bytes.h"
 #include "modes/mode_rules.h"
 #include "monitoring/metrics.h"

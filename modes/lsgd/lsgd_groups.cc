@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <set>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
 namespace fedlgc::modes {
 namespace {

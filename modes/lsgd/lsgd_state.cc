@@ -5,7 +5,7 @@
 // str global_leader. CRC32C at the end of both (core/atomic_file.h).
 #include "modes/lsgd/lsgd_state.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"

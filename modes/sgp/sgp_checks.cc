@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/model.h"
 #include "edge_client/client_state.h"
 #include "modes/local_model.h"

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/mixing.h"
 #include "modes/sgp/inbox.h"
 #include "monitoring/metrics.h"

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/str.h"
 #include "codecs/input_error.h"
-#include "codecs/str.h"
 #include "core/mixing.h"
 #include "modes/mode_rules.h"
 #include "modes/sgp/inbox.h"

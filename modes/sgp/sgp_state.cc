@@ -4,7 +4,7 @@
 // both (core/atomic_file.h).
 #include "modes/sgp/sgp_state.h"
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"

@@ -11,10 +11,10 @@
 #include <random>
 #include <vector>
 
+#include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::codecs {

@@ -1,6 +1,6 @@
 // Tests for codecs/spec.cc and the registry's spec handling: grammar, precise errors,
 // canonical specs that round-trip.
-#include "codecs/spec.h"
+#include "base/spec.h"
 
 #include "codecs/registry.h"
 #include "gmock/gmock.h"
@@ -37,8 +37,9 @@ TEST(SpecParse, VersionsAndWords) {
 }
 
 TEST(SpecParse, FormatSpecReadsBackAsTheSameTree) {
-  for (const char* spec : {"qsgd/1(norm=linf,bucket=1e3)", "ef(topk(ratio=0.01,values=qsgd(bits=8)))",
-                           "zstd(qsgd(bits=4))", "fp32", "lgc()"}) {
+  for (const char* spec :
+       {"qsgd/1(norm=linf,bucket=1e3)", "ef(topk(ratio=0.01,values=qsgd(bits=8)))",
+        "zstd(qsgd(bits=4))", "fp32", "lgc()"}) {
     auto node = ParseSpec(spec);
     ASSERT_TRUE(node.ok()) << spec;
     const std::string text = FormatSpec(*node);

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/crc32c.h"
 #include "codecs/codec.h"
-#include "codecs/crc32c.h"
 #include "codecs/layout.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"

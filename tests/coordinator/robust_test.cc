@@ -11,9 +11,9 @@
 #include <numeric>
 #include <random>
 
+#include "base/str.h"
 #include "codecs/gradiveq.h"
 #include "codecs/registry.h"
-#include "codecs/str.h"
 #include "coordinator/collectors.h"
 #include "coordinator/model_guard.h"
 #include "coordinator/round_driver.h"

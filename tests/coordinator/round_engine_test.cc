@@ -9,7 +9,7 @@
 #include <limits>
 #include <random>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 #include "codecs/frame.h"
 #include "codecs/registry.h"
 #include "coordinator/checkpoint.h"
@@ -137,7 +137,7 @@ TEST(RoundEngine, MalformedChunksAreRefusedAndLeaveTheAggregateAlone) {
   const auto good = Encode("qsgd(bits=8,bucket=64)", x, 0);
   auto with = [&](std::string frame) { return std::vector<std::string>{std::move(frame)}; };
   auto fix_crc = [](std::string f) {
-    const uint32_t crc = codecs::Crc32c(f.data(), f.size() - 4);
+    const uint32_t crc = Crc32c(f.data(), f.size() - 4);
     std::memcpy(f.data() + f.size() - 4, &crc, 4);
     return f;
   };

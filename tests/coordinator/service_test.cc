@@ -11,7 +11,7 @@
 
 #include <thread>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 #include "coordinator/collectors.h"
 #include "core/float_bytes.h"
 #include "core/protocol.h"
@@ -141,7 +141,7 @@ TEST(CoordinatorService, TheModelDownloadsWholeWithItsChecksum) {
   }
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(bytes, core::FloatsToBytes(s.engine->ModelVector()));
-  EXPECT_EQ(crc, codecs::Crc32c(bytes.data(), bytes.size()));
+  EXPECT_EQ(crc, Crc32c(bytes.data(), bytes.size()));
 }
 
 TEST(CoordinatorService, ARoundStartCarriesTheDeadlineByTheServicesClock) {

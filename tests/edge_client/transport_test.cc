@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 #include "codecs/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -244,7 +244,7 @@ TEST(Transport, ADownloadResumesFromItsOffsetAndStartsOverOnABadChecksum) {
   Fixture f;
   std::string blob(3000, '\0');
   for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7);
-  const uint32_t crc = codecs::Crc32c(blob.data(), blob.size());
+  const uint32_t crc = Crc32c(blob.data(), blob.size());
   std::vector<uint64_t> offsets;
   EXPECT_CALL(*f.stub, DownloadModelRaw(_, _))
       .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {
@@ -280,7 +280,7 @@ TEST(Transport, ACutChainOfDeltasResumesFromItsOffsetWithTheHeldVersion) {
   Fixture f;
   std::string blob(3000, '\0');
   for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 13);
-  const uint32_t crc = codecs::Crc32c(blob.data(), blob.size());
+  const uint32_t crc = Crc32c(blob.data(), blob.size());
   std::vector<uint64_t> offsets, held;
   auto record = [&](const protos::ModelRequest& req) {
     offsets.push_back(req.offset());
@@ -312,8 +312,8 @@ TEST(Transport, ACutChainOfDeltasResumesFromItsOffsetWithTheHeldVersion) {
 void ExpectStartsOverWhenTheBlobChanged(bool shorter) {
   Fixture f;
   const std::string a(3000, 'a'), b(shorter ? 800 : 2000, 'b');
-  const uint32_t crc_a = codecs::Crc32c(a.data(), a.size());
-  const uint32_t crc_b = codecs::Crc32c(b.data(), b.size());
+  const uint32_t crc_a = Crc32c(a.data(), a.size());
+  const uint32_t crc_b = Crc32c(b.data(), b.size());
   std::vector<uint64_t> offsets;
   EXPECT_CALL(*f.stub, DownloadModelRaw(_, _))
       .WillOnce(Invoke([&](grpc::ClientContext*, const protos::ModelRequest& req) {

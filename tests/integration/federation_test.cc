@@ -7,10 +7,10 @@
 #include <cmath>
 #include <fstream>
 
+#include "base/str.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
-#include "codecs/str.h"
 #include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/protocol.h"

@@ -14,7 +14,7 @@
 #include <random>
 #include <set>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 #include "codecs/registry.h"
 #include "core/atomic_file.h"
 #include "core/model.h"
@@ -29,7 +29,7 @@ namespace fedlgc::testing {
 namespace {
 
 std::string FixCrc(std::string f) {
-  const uint32_t crc = codecs::Crc32c(f.data(), f.size() - 4);
+  const uint32_t crc = Crc32c(f.data(), f.size() - 4);
   std::memcpy(f.data() + f.size() - 4, &crc, 4);
   return f;
 }

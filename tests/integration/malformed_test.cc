@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "core/atomic_file.h"
@@ -99,7 +99,7 @@ TEST(Malformed, EachKindGetsAStatusAndACount) {
     return c;
   };
   auto fix_crc = [](std::string f) {
-    const uint32_t crc = codecs::Crc32c(f.data(), f.size() - 4);
+    const uint32_t crc = Crc32c(f.data(), f.size() - 4);
     std::memcpy(f.data() + f.size() - 4, &crc, 4);
     return f;
   };

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "core/atomic_file.h"
 #include "core/fault_proxy.h"
 #include "core/round_report.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "codecs/str.h"
+#include "base/str.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/downlink_state.h"
 #include "edge_client/client_state.h"

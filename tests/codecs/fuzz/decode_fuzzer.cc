@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/crc32c.h"
 #include "codecs/codec.h"
-#include "codecs/crc32c.h"
 #include "codecs/registry.h"
 
 #ifndef FEDLGC_FUZZ_SPEC
@@ -32,7 +32,7 @@ extern "C" const char* FedlgcFuzzSpec() { return FEDLGC_FUZZ_SPEC; }
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string frame(reinterpret_cast<const char*>(data), size);
   if (frame.size() >= 4) {
-    const uint32_t crc = fedlgc::codecs::Crc32c(frame.data(), frame.size() - 4);
+    const uint32_t crc = fedlgc::Crc32c(frame.data(), frame.size() - 4);
     std::memcpy(frame.data() + frame.size() - 4, &crc, 4);
   }
   // The receiver's vector size is fixed by the job; use the one the frame claims when it

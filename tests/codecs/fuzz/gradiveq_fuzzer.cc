@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/crc32c.h"
 #include "codecs/codec.h"
-#include "codecs/crc32c.h"
 #include "codecs/gradiveq.h"
 #include "codecs/layout.h"
 #include "codecs/registry.h"
@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (input.size() >= 4) {
-    const uint32_t crc = fedlgc::codecs::Crc32c(input.data(), input.size() - 4);
+    const uint32_t crc = fedlgc::Crc32c(input.data(), input.size() - 4);
     std::memcpy(input.data() + input.size() - 4, &crc, 4);
   }
   std::vector<float> out(Layout().dim());

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/crc32c.h"
 #include "codecs/codec.h"
-#include "codecs/crc32c.h"
 #include "codecs/layout.h"
 #include "codecs/registry.h"
 
@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto* codec = NewCodec().release();
   std::string frame(reinterpret_cast<const char*>(data), size);
   if (frame.size() >= 4) {
-    const uint32_t crc = fedlgc::codecs::Crc32c(frame.data(), frame.size() - 4);
+    const uint32_t crc = fedlgc::Crc32c(frame.data(), frame.size() - 4);
     std::memcpy(frame.data() + frame.size() - 4, &crc, 4);
   }
   std::vector<float> out(Layout().dim());

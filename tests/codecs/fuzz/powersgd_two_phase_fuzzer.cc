@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 #include "codecs/frame.h"
 #include "codecs/layout.h"
 #include "codecs/powersgd_two_phase.h"
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Round& r = TheRound();
   std::string frame(reinterpret_cast<const char*>(data), size);
   if (frame.size() >= 4) {
-    const uint32_t crc = fedlgc::codecs::Crc32c(frame.data(), frame.size() - 4);
+    const uint32_t crc = fedlgc::Crc32c(frame.data(), frame.size() - 4);
     std::memcpy(frame.data() + frame.size() - 4, &crc, 4);
   }
   fedlgc::codecs::FrameLimits limits;

@@ -7,8 +7,8 @@
 //
 // e.g. `ef(topk(ratio=0.01, values=qsgd(bits=8)))`. Whitespace between tokens is ignored.
 // Errors name the column (1-based) and what was expected.
-#ifndef FEDLGC_CODECS_SPEC_H_
-#define FEDLGC_CODECS_SPEC_H_
+#ifndef FEDLGC_BASE_SPEC_H_
+#define FEDLGC_BASE_SPEC_H_
 
 #include <cstdint>
 #include <memory>
@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace fedlgc::codecs {
+namespace fedlgc {
 
 struct SpecNode;
 
@@ -55,6 +55,6 @@ std::string FormatSpec(const SpecNode& node);
 // otherwise the shortest form that parses back to the same double).
 std::string FormatSpecNumber(double v);
 
-}  // namespace fedlgc::codecs
+}  // namespace fedlgc
 
-#endif  // FEDLGC_CODECS_SPEC_H_
+#endif  // FEDLGC_BASE_SPEC_H_

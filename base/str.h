@@ -1,8 +1,8 @@
 // String building for messages. Debian's abseil is built with its own string_view
 // (ABSL_OPTION_USE_STD_STRING_VIEW 0), so absl::StrCat does not take std::string_view;
 // this small variadic StrCat takes strings, string views, integers and floats.
-#ifndef FEDLGC_CODECS_STR_H_
-#define FEDLGC_CODECS_STR_H_
+#ifndef FEDLGC_BASE_STR_H_
+#define FEDLGC_BASE_STR_H_
 
 #include <charconv>
 #include <concepts>
@@ -66,4 +66,4 @@ std::string StrJoin(const Range& range, std::string_view sep) {
 
 }  // namespace fedlgc
 
-#endif  // FEDLGC_CODECS_STR_H_
+#endif  // FEDLGC_BASE_STR_H_

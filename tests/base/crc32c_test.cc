@@ -1,11 +1,11 @@
 // CRC32C known answers and incremental extension.
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace fedlgc::codecs {
+namespace fedlgc {
 namespace {
 
 TEST(Crc32c, KnownAnswers) {
@@ -27,4 +27,4 @@ TEST(Crc32c, ExtendEqualsWhole) {
 }
 
 }  // namespace
-}  // namespace fedlgc::codecs
+}  // namespace fedlgc

@@ -1,6 +1,6 @@
 // CRC32C with the reflected polynomial 0x82F63B78. One hardware stream checksums a
 // 256 KiB chunk in well under a millisecond, which is all the framing needs.
-#include "codecs/crc32c.h"
+#include "base/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace fedlgc::codecs {
+namespace fedlgc {
 namespace {
 
 constexpr uint32_t kPoly = 0x82F63B78u;
@@ -83,4 +83,4 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
   return ~crc;
 }
 
-}  // namespace fedlgc::codecs
+}  // namespace fedlgc

@@ -1,7 +1,7 @@
 // Small helpers for absl::Status plumbing. Debian's abseil (20220623) has no
 // ABSL_RETURN_IF_ERROR, so fedlgc carries its own two macros.
-#ifndef FEDLGC_CODECS_STATUS_MACROS_H_
-#define FEDLGC_CODECS_STATUS_MACROS_H_
+#ifndef FEDLGC_BASE_STATUS_MACROS_H_
+#define FEDLGC_BASE_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,4 +24,4 @@
   if (!tmp.ok()) return tmp.status();                 \
   lhs = std::move(tmp).value()
 
-#endif  // FEDLGC_CODECS_STATUS_MACROS_H_
+#endif  // FEDLGC_BASE_STATUS_MACROS_H_

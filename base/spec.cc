@@ -1,13 +1,13 @@
 // Recursive-descent parser for codec specs (grammar in spec.h).
-#include "codecs/spec.h"
+#include "base/spec.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-#include "codecs/str.h"
+#include "base/str.h"
 
-namespace fedlgc::codecs {
+namespace fedlgc {
 namespace {
 
 bool IsIdentStart(char c) { return (c >= 'a' && c <= 'z') || c == '_'; }
@@ -172,4 +172,4 @@ std::string FormatSpec(const SpecNode& node) {
   return out + ")";
 }
 
-}  // namespace fedlgc::codecs
+}  // namespace fedlgc

@@ -18,6 +18,7 @@
 namespace fedlgc::modes {
 namespace {
 
+using edge_client::DecodeFp32;
 using edge_client::Ramp;
 using FakeEnv = edge_client::FakeClientEnv;
 
@@ -50,13 +51,6 @@ protos::ModeEvent Lead(uint64_t round, const std::string& blob, uint64_t version
   e.mutable_lsgd_lead()->set_reference_blob(blob);
   e.mutable_lsgd_lead()->set_reference_version(version);
   return e;
-}
-
-std::vector<float> Decode(const edge_client::PendingUpdate& p, size_t dim) {
-  auto codec = codecs::MakeCodec("fp32").value();
-  std::vector<float> out(dim);
-  EXPECT_TRUE(core::DecodeFrames(*codec, p.frames, p.scales, out).ok());
-  return out;
 }
 
 TEST(LsgdClient, TheFirstRoundStartsFromTheRunsModelTrainsAndReportsItsLoss) {
@@ -114,7 +108,7 @@ TEST(LsgdClient, ALeadUploadsItsModelMinusTheReferenceAndItsReceiptEndsIt) {
   ASSERT_EQ(env.uploads.size(), 1u);
   EXPECT_EQ(env.uploads[0].round, 1u);
   EXPECT_FALSE(env.upload_shares[0].has_value());
-  const std::vector<float> got = Decode(env.uploads[0], dim);
+  const std::vector<float> got = DecodeFp32(env.uploads[0], dim);
   for (size_t i = 0; i < dim; ++i) {
     EXPECT_EQ(got[i], client.local().x[i] - ref[i]) << i;
   }

@@ -19,6 +19,7 @@
 namespace fedlgc::modes {
 namespace {
 
+using edge_client::DecodeFp32;
 using edge_client::Ramp;
 using FakeEnv = edge_client::FakeClientEnv;
 
@@ -40,13 +41,6 @@ protos::RoundStart Start(uint64_t round, double share, bool reference = false,
   s.mutable_sgp()->set_reference(reference);
   s.mutable_sgp()->set_overlap(overlap);
   return s;
-}
-
-std::vector<float> Decode(const edge_client::PendingUpdate& p, size_t dim) {
-  auto codec = codecs::MakeCodec("fp32").value();
-  std::vector<float> out(dim);
-  EXPECT_TRUE(core::DecodeFrames(*codec, p.frames, p.scales, out).ok());
-  return out;
 }
 
 protos::RoundReceipt Receipt(const edge_client::PendingUpdate& p, size_t counted) {
@@ -71,7 +65,7 @@ TEST(SgpClient, AShareLeavesXAndWAndWhatIsLeftPlusTheShareIsTheTrainedModel) {
   EXPECT_DOUBLE_EQ(m.w, 0.75);
   EXPECT_DOUBLE_EQ(m.share_pw, 0.25);
   // fp32 carries p x exactly: the share decodes to a quarter of the trained model.
-  const std::vector<float> sent = Decode(env.uploads[0], dim);
+  const std::vector<float> sent = DecodeFp32(env.uploads[0], dim);
   for (size_t i = 0; i < dim; ++i) {
     const float trained = env.model[i] + FakeEnv::Step(i, 1);
     EXPECT_EQ(sent[i], m.share[i]) << i;

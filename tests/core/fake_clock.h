@@ -29,7 +29,6 @@ class FakeClock final : public Clock {
   void WaitUntil(absl::CondVar*, absl::Mutex*, time_point until) override {
     absl::MutexLock l(&mu_);
     if (until > now_) Move(until - now_);
-    ++waits_;
   }
 
   void Advance(duration d) {
@@ -39,11 +38,6 @@ class FakeClock final : public Clock {
   template <typename Rep, typename Period>
   void Advance(std::chrono::duration<Rep, Period> d) {
     Advance(std::chrono::duration_cast<duration>(d));
-  }
-  // How many times anyone waited on it.
-  int waits() const {
-    absl::MutexLock l(&mu_);
-    return waits_;
   }
 
  private:
@@ -55,7 +49,6 @@ class FakeClock final : public Clock {
   mutable absl::Mutex mu_;
   time_point now_ ABSL_GUARDED_BY(mu_);
   std::chrono::system_clock::time_point wall_ ABSL_GUARDED_BY(mu_);
-  int waits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fedlgc::core

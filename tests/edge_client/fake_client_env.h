@@ -12,7 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "codecs/registry.h"
+#include "core/mixing.h"
 #include "edge_client/client_mode.h"
+#include "gtest/gtest.h"
 #include "monitoring/metrics.h"
 #include "tests/core/fake_clock.h"
 
@@ -127,6 +130,14 @@ inline std::vector<float> Ramp(size_t n, float a, float b) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = a + b * static_cast<float>(i);
   return v;
+}
+
+// An update's fp32 frames (with their scales) decoded into `dim` values.
+inline std::vector<float> DecodeFp32(const PendingUpdate& p, size_t dim) {
+  auto codec = codecs::MakeCodec("fp32").value();
+  std::vector<float> out(dim);
+  EXPECT_TRUE(core::DecodeFrames(*codec, p.frames, p.scales, out).ok());
+  return out;
 }
 
 // A round start's deadline a minute from now, as the coordinator writes it.

@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "autoencoder/autoencoder.h"
+#include "base/file.h"
 #include "base/str.h"
 #include "codecs/dense_codec.h"
 #include "codecs/elias_fano.h"
 #include "codecs/registry.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
 #include "modes/lgc/lgc_codes.h"
 #include "modes/lgc/lgc_payload.h"
@@ -64,7 +64,7 @@ Updates Load(const std::string& dir, std::vector<std::string>* ids) {
   for (const std::string& c : clients) {
     std::vector<std::vector<float>> mine;
     for (uint64_t r = 1;; ++r) {
-      auto bytes = fedlgc::core::ReadFileIfExists(StrCat(dir, "/", c, "/r", r, ".f32"));
+      auto bytes = fedlgc::ReadFileIfExists(StrCat(dir, "/", c, "/r", r, ".f32"));
       if (!bytes.ok() || !bytes->has_value()) break;
       auto v = fedlgc::core::FloatsFromBytes(**bytes, (*bytes)->size() / 4, "update");
       if (!v.ok()) break;

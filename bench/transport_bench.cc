@@ -6,7 +6,7 @@
 //   fedlgc-bench-transport [--mb 64] [--chunk-kb 256] [--reps 5] [--json FILE]
 //                          [--only tcp|tls|grpc|grpc-tls] [--arg NAME=INT ...]
 //
-// The process sets malloc up as every fedlgc binary does (core::InitProcess); run it with
+// The process sets malloc up as every fedlgc binary does (fedlgc::InitProcess); run it with
 // GLIBC_TUNABLES=glibc.malloc.perturb=0 to measure glibc's defaults instead.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "core/atomic_file.h"
-#include "core/cli.h"
+#include "base/file.h"
+#include "base/flags.h"
 #include "protos/fedlgc.grpc.pb.h"
 
 namespace {
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   std::string json, only;
   std::vector<std::string> extra_args;
   CLI::App app("gRPC streaming vs raw TCP on loopback.", "fedlgc-bench-transport");
-  fedlgc::core::AddCommonFlags(app);
+  fedlgc::AddCommonFlags(app);
   app.add_option("--mb", mb, "megabytes per transfer");
   app.add_option("--chunk-kb", chunk_kb, "chunk size in KiB");
   app.add_option("--reps", reps, "repetitions (medians are reported)");
@@ -255,8 +255,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"tcp", "tls", "grpc", "grpc-tls"}));
   app.add_option("--arg", extra_args, "a gRPC channel argument NAME=INT for both ends (repeat)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
-  fedlgc::core::InitProcess();
+  if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::InitProcess();
   const size_t total = size_t{mb} << 20, chunk = size_t{chunk_kb} << 10;
 
   // Certificates for the mTLS case.
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   const std::string gen =
       std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh " + dir + " bench >/dev/null";
   if (std::system(gen.c_str()) != 0) return 1;
-  auto read = [&](const std::string& f) { return fedlgc::core::ReadFile(dir + "/" + f).value(); };
+  auto read = [&](const std::string& f) { return fedlgc::ReadFile(dir + "/" + f).value(); };
 
   SinkService service;
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);

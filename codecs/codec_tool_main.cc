@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "codecs/codec.h"
 #include "codecs/registry.h"
 
@@ -22,6 +23,7 @@ namespace {
 using fedlgc::codecs::Frame;
 
 int Usage() {
+  // not a log line: the tool's usage, as every command line tool prints it
   std::fprintf(stderr,
                "usage: fedlgc-codec encode SPEC IN.f32 OUT.frames [--seed N] "
                "[--max-frame-bytes B]\n"
@@ -31,7 +33,7 @@ int Usage() {
 }
 
 int Fail(const std::string& what) {
-  std::fprintf(stderr, "fedlgc-codec: %s\n", what.c_str());
+  fedlgc::log::Error("fedlgc-codec", "%s", what);
   return 1;
 }
 

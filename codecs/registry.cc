@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "base/str.h"
 
@@ -67,7 +68,7 @@ const Registry& DefaultRegistry() {
     absl::Status st = RegisterBuiltinCodecs(*r);
     if (!st.ok()) {
       // A broken builtin table is a programming error, not bad input.
-      std::fprintf(stderr, "fedlgc: RegisterBuiltinCodecs failed: %s\n", st.ToString().c_str());
+      log::Error("fedlgc", "RegisterBuiltinCodecs failed: %s", st.ToString().c_str());
       std::abort();
     }
     return r;

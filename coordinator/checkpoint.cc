@@ -7,9 +7,10 @@
 // CRC32C at the end (core/atomic_file.h).
 #include "coordinator/checkpoint.h"
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "protos/state.pb.h"
 
@@ -114,13 +115,13 @@ absl::Status WriteCheckpoint(const std::string& state_dir, const std::string& jo
   w.U32(kVersion);
   const std::string path = CheckpointPath(state_dir);
   if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
-  return core::AtomicWriteFile(path, w.Finish());
+  return fedlgc::AtomicWriteFile(path, w.Finish());
 }
 
 absl::StatusOr<std::optional<EngineState>> ReadCheckpoint(const std::string& state_dir,
                                                           const std::string& job) {
   const std::string path = CheckpointPath(state_dir);
-  auto bytes = core::ReadFileIfExists(path);
+  auto bytes = fedlgc::ReadFileIfExists(path);
   if (!bytes.ok()) return bytes.status();
   if (!bytes->has_value()) return std::optional<EngineState>();
   auto reader = core::StateReader::Open(**bytes, path);

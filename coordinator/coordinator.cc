@@ -8,12 +8,13 @@
 #include <cstdio>
 #include <random>
 
+#include "base/failpoint.h"
+#include "base/file.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/service.h"
-#include "core/atomic_file.h"
 #include "core/dataset.h"
-#include "core/failpoint.h"
 #include "core/model.h"
 #include "core/sha256.h"
 #include "monitoring/metrics.h"
@@ -64,7 +65,7 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
   eval_model_ = std::move(model).value();
   // A TorchScript job: the file is served to the clients as it is, by its hash.
   if (mo.IsFile()) {
-    auto bytes = core::ReadFile(o.model);
+    auto bytes = fedlgc::ReadFile(o.model);
     if (!bytes.ok()) return bytes.status();
     files->model_sha256 = core::Sha256Hex(*bytes);
     files->model_file = MakeBlob(1, *std::move(bytes));
@@ -95,9 +96,9 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
   guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
   // Said once the model has taken the test and guard sets (a refusal is the only line).
   if (files->model_file != nullptr) {
-    std::fprintf(stderr, "coordinator: model %s (sha256:%s, %zu parameters%s) served to clients\n",
-                 o.model.c_str(), files->model_sha256.c_str(), eval_model_->dim(),
-                 o.buffers == "average" ? " with its buffers" : "");
+    log::Info("coordinator", "model %s (sha256:%s, %zu parameters%s) served to clients", o.model,
+              files->model_sha256, eval_model_->dim(),
+              o.buffers == "average" ? " with its buffers" : "");
   }
   return absl::OkStatus();
 }
@@ -112,9 +113,8 @@ absl::Status Coordinator::Resume(const JobFiles& files, EngineState* state) {
   if (!ckpt.ok()) return ckpt.status();
   if (ckpt->has_value()) {
     *state = std::move(**ckpt);
-    std::fprintf(stderr, "coordinator: resuming from %s at round %llu\n",
-                 CheckpointPath(o.state_dir).c_str(),
-                 static_cast<unsigned long long>(state->next_round));
+    log::Info("coordinator", "resuming from %s at round %llu", CheckpointPath(o.state_dir).c_str(),
+              static_cast<unsigned long long>(state->next_round));
   } else {
     state->model = eval_model_->GetFlat();
   }
@@ -194,14 +194,13 @@ absl::Status Coordinator::Start() {
   const CoordinatorOptions& o = options_;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (o.insecure) {
-    std::fprintf(
-        stderr,
-        "coordinator: WARNING: --insecure: no TLS, clients are trusted to name themselves. "
-        "Use only for local experiments.\n");
+    log::Warning("coordinator",
+                 "--insecure: no TLS, clients are trusted to name themselves. Use only for "
+                 "local experiments.");
     creds = grpc::InsecureServerCredentials();
   } else {
-    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert),
-         key = core::ReadFile(o.tls_key);
+    auto ca = fedlgc::ReadFile(o.tls_ca), cert = fedlgc::ReadFile(o.tls_cert),
+         key = fedlgc::ReadFile(o.tls_key);
     for (const auto* f : {&ca, &cert, &key}) {
       if (!f->ok()) return f->status();
     }
@@ -224,8 +223,9 @@ absl::Status Coordinator::Start() {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(o.max_streams_per_connection));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  // 20 s: a host busy training (8 clients on 2 cores here) can take more than 5 s to
-  // answer a ping, and a dropped event stream costs a reconnect and a leader promotion.
+  // 20 s: a host busy training (measured: 8 clients training on 2 cores) can take more than
+  // 5 s to answer a ping, and a dropped event stream costs a reconnect and a leader
+  // promotion.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -443,7 +443,7 @@ void Coordinator::WriteProgress(bool force) {
   absl::Status st = progress_->WriteIfDue(options_.state_dir + "/progress.json",
                                           std::chrono::milliseconds(250), force);
   if (!st.ok() && !progress_error_logged_.exchange(true)) {
-    std::fprintf(stderr, "coordinator: progress file: %s\n", st.ToString().c_str());
+    log::Warning("coordinator", "progress file: %s", st.ToString().c_str());
   }
 }
 
@@ -473,9 +473,9 @@ absl::StatusOr<GuardVerdict> Coordinator::CheckModel(std::span<const float> cand
   if (!verdict.ok()) return verdict.status();
   if (!verdict->passed()) {
     metrics_->AddGuardRefusal(GuardCheckName(verdict->check));
-    std::fprintf(stderr, "coordinator: round %llu: the model guard refused a candidate (%s): %s\n",
+    log::Warning("coordinator", "round %llu: the model guard refused a candidate (%s): %s",
                  static_cast<unsigned long long>(engine_->current_round()),
-                 std::string(GuardCheckName(verdict->check)).c_str(), verdict->detail.c_str());
+                 std::string(GuardCheckName(verdict->check)).c_str(), verdict->detail);
   }
   return verdict;
 }
@@ -488,8 +488,7 @@ void Coordinator::Quarantine(const std::set<std::string>& clients, const std::st
   for (const std::string& c : clients) {
     engine_->Quarantine(c, why);
     metrics_->SetQuarantined(c);
-    std::fprintf(stderr, "coordinator: client %s quarantined for the rest of the job: %s\n",
-                 c.c_str(), why.c_str());
+    log::Warning("coordinator", "client %s quarantined for the rest of the job: %s", c, why);
   }
 }
 
@@ -538,7 +537,7 @@ void Coordinator::RecorderLoop() {
     }
     if (!next.model.empty()) {
       if (absl::Status st = Evaluate(next.model, &next.report); !st.ok()) {
-        std::fprintf(stderr, "coordinator: round %llu: evaluation: %s\n",
+        log::Warning("coordinator", "round %llu: evaluation: %s",
                      static_cast<unsigned long long>(next.report.round), st.ToString().c_str());
       }
     }
@@ -561,13 +560,12 @@ void Coordinator::DrainRecords() {
 void Coordinator::Record(RoundReport rep) {
   // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
   if (absl::Status st = AppendLine(options_.state_dir + "/rounds.jsonl", ToJson(rep)); !st.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", st.ToString().c_str());
+    log::Warning("coordinator", "%s", st.ToString().c_str());
   }
-  std::fprintf(
-      stderr,
-      "coordinator: round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes\n",
-      static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
-      static_cast<unsigned long long>(rep.uplink_bytes));
+  log::Info("coordinator",
+            "round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes",
+            static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
+            static_cast<unsigned long long>(rep.uplink_bytes));
   absl::MutexLock lock(&mu_);
   reports_.push_back(std::move(rep));
 }
@@ -581,9 +579,9 @@ void Coordinator::RecoverRoundLog() {
     for (const RoundReport& r : *log) last = std::max(last, r.round);
   }
   if (last >= committed) return;
-  std::fprintf(stderr,
-               "coordinator: rounds.jsonl ends at round %llu, the checkpoint at %llu (a crash "
-               "before their lines): writing them from the checkpoint\n",
+  log::Warning("coordinator",
+               "rounds.jsonl ends at round %llu, the checkpoint at %llu (a crash before their "
+               "lines): writing them from the checkpoint",
                static_cast<unsigned long long>(last), static_cast<unsigned long long>(committed));
   for (uint64_t r = last + 1; r <= committed; ++r) {
     RoundReport rep;
@@ -629,7 +627,7 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   }
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;
-  core::Failpoint("after-checkpoint", commit.round);
+  fedlgc::Failpoint("after-checkpoint", commit.round);
   PublishRoundMetrics(commit, rep);
   // Receipts become visible only now that the checkpoint holding them is on disk: a
   // client must never learn that a chunk counted in a round a crash could still undo.

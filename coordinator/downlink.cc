@@ -8,10 +8,11 @@
 #include <utility>
 
 #include "base/crc32c.h"
+#include "base/log.h"
 #include "base/spec.h"
 #include "base/str.h"
 #include "coordinator/downlink_state.h"
-#include "core/atomic_file.h"
+#include "core/state_file.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -92,15 +93,14 @@ absl::StatusOr<std::unique_ptr<codecs::BroadcastEncoder>> LoadSaved(
   const std::string path = core::RoundStatePath(dir, prefix, version);
   auto saved_state = LoadDownlinkState(dir, prefix, version);
   if (!saved_state.ok()) {
-    std::fprintf(stderr, "coordinator: %s; clients download the model whole once\n",
+    log::Warning("coordinator", "%s; clients download the model whole once",
                  std::string(saved_state.status().message()).c_str());
     return nullptr;
   }
   const DownlinkState& st = *saved_state;
   if (st.codec != o.codec || st.job != o.job || (version == at_most && st.true_crc != true_crc)) {
-    std::fprintf(stderr,
-                 "coordinator: %s belongs to another %s: clients download the model whole once\n",
-                 path.c_str(),
+    log::Warning("coordinator", "%s belongs to another %s: clients download the model whole once",
+                 path,
                  st.codec != o.codec ? "downlink codec"
                  : st.job != o.job   ? "job"
                                      : "model");
@@ -272,7 +272,7 @@ absl::StatusOr<std::unique_ptr<Downlinks>> Downlinks::Create(DownlinkOptions opt
                                                              std::string state_dir) {
   std::string note;
   EffectiveDownlinkCodec(options.codec, &note);
-  if (!note.empty()) std::fprintf(stderr, "coordinator: %s\n", note.c_str());
+  if (!note.empty()) log::Warning("coordinator", "%s", note);
   codecs::BroadcastOptions b = BroadcastOptionsOf(options);
   auto probe = codecs::BroadcastEncoder::Create(b, {0.0f}, 0);
   if (!probe.ok()) return probe.status();

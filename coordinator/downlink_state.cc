@@ -4,8 +4,9 @@
 // CRC32C at the end (core/atomic_file.h).
 #include "coordinator/downlink_state.h"
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "protos/state.pb.h"
 
@@ -27,7 +28,7 @@ absl::Status SaveDownlinkState(const std::string& state_dir, const std::string& 
   const std::string path = core::RoundStatePath(state_dir, prefix, version);
   core::StateWriter w = core::BeginRoundState(kMagic, kVersion, version);
   if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
-  return core::AtomicWriteFile(path, w.Finish());
+  return fedlgc::AtomicWriteFile(path, w.Finish());
 }
 
 absl::StatusOr<DownlinkState> LoadDownlinkState(const std::string& state_dir,

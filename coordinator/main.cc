@@ -2,17 +2,18 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "base/file.h"
+#include "base/flags.h"
+#include "base/log.h"
+#include "base/signals.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/flags.h"
-#include "core/atomic_file.h"
-#include "core/cli.h"
-#include "core/signals.h"
 #include "modes/drivers.h"
 #include "tier/tier.h"
 
 namespace {
 int Fail(const absl::Status& st) {
-  std::fprintf(stderr, "fedlgc-coordinator: %s\n", st.ToString().c_str());
+  fedlgc::log::Error("fedlgc-coordinator", "%s", st.ToString().c_str());
   return 1;
 }
 }  // namespace
@@ -23,13 +24,13 @@ int main(int argc, char** argv) {
   fedlgc::modes::ModeOptions mo;
   std::string port_file;
   CLI::App app("Coordinates federated training rounds over gRPC (mTLS).", "fedlgc-coordinator");
-  fedlgc::core::AddCommonFlags(app);
+  fedlgc::AddCommonFlags(app);
   app.add_option("--port-file", port_file,
                  "write \"<grpc port> <metrics port>\" here once listening");
   coord::AddCoordinatorFlags(app, &o);
   fedlgc::modes::AddModeFlags(app, &mo);
-  if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
-  fedlgc::core::InitProcess();
+  if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::InitProcess();
   auto mode = fedlgc::modes::JobMode(o);
   if (!mode.ok()) return Fail(mode.status());
   const coord::ModeTraits& traits = **mode;
@@ -65,17 +66,17 @@ int main(int argc, char** argv) {
   }
   if (auto st = (*c)->Start(); !st.ok()) return Fail(st);
   if (tier) tier->Start();
-  std::fprintf(stderr, "fedlgc-coordinator: %s job, listening on port %d, metrics on %d\n",
-               std::string(fedlgc::ModeName(traits.mode)).c_str(), (*c)->port(),
-               (*c)->metrics_port());
+  fedlgc::log::Info("fedlgc-coordinator", "%s job, listening on port %d, metrics on %d",
+                    std::string(fedlgc::ModeName(traits.mode)).c_str(), (*c)->port(),
+                    (*c)->metrics_port());
   if (!port_file.empty()) {
     const std::string ports =
         std::to_string((*c)->port()) + " " + std::to_string((*c)->metrics_port()) + "\n";
-    if (auto st = fedlgc::core::AtomicWriteFile(port_file, ports); !st.ok()) return Fail(st);
+    if (auto st = fedlgc::AtomicWriteFile(port_file, ports); !st.ok()) return Fail(st);
   }
   absl::Status st;
   {
-    fedlgc::core::StopOnSignals stop([coordinator = c->get()] { coordinator->Stop(); });
+    fedlgc::StopOnSignals stop([coordinator = c->get()] { coordinator->Stop(); });
     st = (*c)->Run();
   }
   if (!st.ok()) return Fail(st);

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "core/atomic_file.h"
+#include "base/file.h"
 #include "nlohmann/json.hpp"
 
 namespace fedlgc::coordinator {
@@ -139,7 +139,7 @@ absl::Status Progress::WriteIfDue(const std::string& path, std::chrono::millisec
   }
   // Not synced: it says what is happening now, and an fsync per write would slow the
   // round loop.
-  return core::AtomicWriteFile(path, ToJson(), core::Durability::kVisible);
+  return fedlgc::AtomicWriteFile(path, ToJson(), fedlgc::Durability::kVisible);
 }
 
 }  // namespace fedlgc::coordinator

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "base/log.h"
 #include "base/str.h"
 
 namespace fedlgc::coordinator {
@@ -135,8 +136,8 @@ int StreamRegistry::CancelIdle() {
     Forget(ticket.get());
   }
   if (cancelled > 0) {
-    std::fprintf(stderr, "coordinator: %d call(s) cancelled after %.0f s without progress\n",
-                 cancelled, limits_.idle_timeout_s);
+    log::Warning("coordinator", "%d call(s) cancelled after %.0f s without progress", cancelled,
+                 limits_.idle_timeout_s);
   }
   return cancelled;
 }

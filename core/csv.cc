@@ -4,8 +4,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
 
 namespace fedlgc::core {
 namespace {

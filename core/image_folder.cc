@@ -10,8 +10,8 @@
 #include <limits>
 #include <memory>
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
 
 namespace fedlgc::core {
 namespace {

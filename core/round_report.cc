@@ -7,8 +7,8 @@
 #include <limits>
 #include <sstream>
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace fedlgc {
@@ -90,7 +90,7 @@ ClientRoundRecord RecordFrom(const json& j) {
 template <typename T>
 absl::StatusOr<std::vector<T>> ReadLines(const std::string& path,
                                          absl::StatusOr<T> (*parse)(std::string_view)) {
-  auto bytes = core::ReadFileIfExists(path);
+  auto bytes = fedlgc::ReadFileIfExists(path);
   if (!bytes.ok()) return bytes.status();
   std::vector<T> out;
   if (!bytes->has_value()) return out;

@@ -13,7 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/atomic_file.h"
+#include "base/file.h"
+#include "core/state_file.h"
 
 namespace google::protobuf {
 class MessageLite;

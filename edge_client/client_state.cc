@@ -19,9 +19,10 @@
 
 #include <cstring>
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "protos/state.pb.h"
 
@@ -165,11 +166,11 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
   w.U32(kMagic);
   w.U32(kVersion);
   if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
-  return core::AtomicWriteFile(path, w.Finish());
+  return fedlgc::AtomicWriteFile(path, w.Finish());
 }
 
 absl::StatusOr<ClientState> LoadClientState(const std::string& path) {
-  auto bytes = core::ReadFileIfExists(path);
+  auto bytes = fedlgc::ReadFileIfExists(path);
   if (!bytes.ok()) return bytes.status();
   ClientState s;
   if (!bytes->has_value()) return s;

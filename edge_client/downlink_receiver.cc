@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/file.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/broadcast.h"
 #include "codecs/registry.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "protos/state.pb.h"
 
@@ -66,11 +68,11 @@ absl::Status DownlinkReceiver::Configure(const std::string& codec, uint64_t dim)
   auto made = codecs::MakeCodec(codec);
   if (!made.ok()) return made.status();
   codec_ = *std::move(made);
-  auto bytes = core::ReadFileIfExists(path_);
+  auto bytes = fedlgc::ReadFileIfExists(path_);
   if (!bytes.ok() || !bytes->has_value()) return absl::OkStatus();
   auto held = ReadHeld(**bytes, path_);
   if (!held.ok()) {
-    std::fprintf(stderr, "%s does not load (%s): the next model download is whole\n", path_.c_str(),
+    log::Warning("", "%s does not load (%s): the next model download is whole", path_,
                  std::string(held.status().message()).c_str());
     return absl::OkStatus();
   }
@@ -123,7 +125,7 @@ absl::Status DownlinkReceiver::Hold(uint64_t version, std::vector<float> model) 
   w.U32(kMagic);
   w.U32(kVersion);
   if (absl::Status st = core::AppendMessage(m, &w, path_); !st.ok()) return st;
-  return core::AtomicWriteFile(path_, w.Finish());
+  return fedlgc::AtomicWriteFile(path_, w.Finish());
 }
 
 void DownlinkReceiver::Forget() {

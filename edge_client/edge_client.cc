@@ -6,9 +6,10 @@
 #include <cstdio>
 #include <ctime>
 
+#include "base/file.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/input_error.h"
-#include "core/atomic_file.h"
 #include "core/dataset.h"
 #include "core/float_bytes.h"
 #include "core/model.h"
@@ -56,8 +57,8 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
   const EdgeClientOptions& o = c->options_;
   c->attack_ = Attack::Parse(o.attack).value();  // validated
   if (c->attack_.active()) {
-    std::fprintf(stderr, "%s: WARNING: --attack %s: this client lies about its updates\n",
-                 o.client_id.c_str(), c->attack_.Spec().c_str());
+    log::Warning(o.client_id, "--attack %s: this client lies about its updates",
+                 c->attack_.Spec().c_str());
   }
   core::SetTorchThreads(o.torch_threads);
   if (trainer == nullptr) {
@@ -139,11 +140,11 @@ absl::Status EdgeClient::ForgetOtherJobsUpdate(const std::string& job) {
   if (!state_.pending || state_.pending->job.empty() || state_.pending->job == job) {
     return absl::OkStatus();
   }
-  std::fprintf(stderr,
-               "%s: the update in flight for round %llu was made for job %s, not %s: given up "
-               "(%zu chunks), as the coordinator it was sent to may have counted it\n",
-               options_.client_id.c_str(), static_cast<unsigned long long>(state_.pending->round),
-               state_.pending->job.c_str(), job.c_str(), state_.pending->frames.size());
+  log::Warning(options_.client_id,
+               "the update in flight for round %llu was made for job %s, not %s: given up (%zu "
+               "chunks), as the coordinator it was sent to may have counted it",
+               static_cast<unsigned long long>(state_.pending->round), state_.pending->job, job,
+               state_.pending->frames.size());
   metrics_->AddChunks(options_.client_id, "dropped", state_.pending->frames.size());
   state_.pending.reset();
   return Persist();
@@ -253,9 +254,8 @@ absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& 
   }
   const std::string path = StrCat(options_.state_dir, "/models/", sha, ".pt");
   if (auto held = core::Sha256OfFile(path); held.ok() && *held == sha) return path;
-  std::fprintf(stderr, "%s: downloading the job's model %s (%llu bytes, sha256:%s)\n",
-               options_.client_id.c_str(), reply.model().c_str(),
-               static_cast<unsigned long long>(reply.model_bytes()), sha.c_str());
+  log::Info(options_.client_id, "downloading the job's model %s (%llu bytes, sha256:%s)",
+            reply.model().c_str(), static_cast<unsigned long long>(reply.model_bytes()), sha);
   auto bytes = transport_->DownloadBlob(kModelFileBlob, 1,
                                         options_.clock->WallNow() + std::chrono::hours(1));
   if (!bytes.ok()) return bytes.status();
@@ -263,26 +263,26 @@ absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& 
     return absl::DataLossError(
         StrCat("the model file downloaded has sha256:", got, "; the job's is sha256:", sha));
   }
-  if (absl::Status st = core::AtomicWriteFile(path, *bytes); !st.ok()) return st;
+  if (absl::Status st = fedlgc::AtomicWriteFile(path, *bytes); !st.ok()) return st;
   return path;
 }
 
 absl::Status EdgeClient::SaveLocalBuffers() const {
-  return core::AtomicWriteFile(StrCat(options_.state_dir, "/", options_.client_id, ".buffers"),
-                               core::FloatsToBytes(model_->GetLocalBuffers()),
-                               core::Durability::kVisible);
+  return fedlgc::AtomicWriteFile(StrCat(options_.state_dir, "/", options_.client_id, ".buffers"),
+                                 core::FloatsToBytes(model_->GetLocalBuffers()),
+                                 fedlgc::Durability::kVisible);
 }
 
 void EdgeClient::LoadLocalBuffers() {
   const std::string path = StrCat(options_.state_dir, "/", options_.client_id, ".buffers");
-  auto bytes = core::ReadFileIfExists(path);
+  auto bytes = fedlgc::ReadFileIfExists(path);
   if (!bytes.ok() || !bytes->has_value()) return;
   const size_t n = model_->GetLocalBuffers().size();
   auto floats = core::FloatsFromBytes(**bytes, n, path);
   absl::Status st = floats.ok() ? model_->SetLocalBuffers(*floats) : floats.status();
   if (!st.ok()) {
-    std::fprintf(stderr, "%s: %s: its buffers start from the model's\n",
-                 options_.client_id.c_str(), std::string(st.message()).c_str());
+    log::Info(options_.client_id, "%s: its buffers start from the model's",
+              std::string(st.message()).c_str());
   }
 }
 
@@ -320,8 +320,7 @@ absl::Status EdgeClient::Run() {
           absl::IsInvalidArgument(st) || absl::IsFailedPrecondition(st)) {
         return st;
       }
-      std::fprintf(stderr, "%s: %s; reconnecting\n", options_.client_id.c_str(),
-                   st.ToString().c_str());
+      log::Warning(options_.client_id, "%s; reconnecting", st.ToString().c_str());
     }
     if (uploaded_enough()) return absl::OkStatus();
     metrics_->AddResume(options_.client_id, "events");
@@ -337,7 +336,7 @@ void EdgeClient::FinishOverJob() {
   (void)EventLoop(&done);
   client_mode_->Settle();
   if (absl::Status st = client_mode_->OnJobOver(); !st.ok()) {
-    std::fprintf(stderr, "%s: %s\n", options_.client_id.c_str(), st.ToString().c_str());
+    log::Warning(options_.client_id, "%s", st.ToString().c_str());
   }
 }
 
@@ -383,8 +382,8 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
 }
 
 void EdgeClient::SkipRound(uint64_t round, const absl::Status& why) {
-  std::fprintf(stderr, "%s: round %llu skipped: %s\n", options_.client_id.c_str(),
-               static_cast<unsigned long long>(round), std::string(why.message()).c_str());
+  log::Warning(options_.client_id, "round %llu skipped: %s", static_cast<unsigned long long>(round),
+               std::string(why.message()).c_str());
   metrics_->AddSkippedRound(options_.client_id, "nonfinite");
   AppendRoundLog({round, {{"skipped", 1}}});
 }
@@ -393,9 +392,9 @@ absl::Status EdgeClient::DumpUpdate(uint64_t round, std::span<const float> befor
                                     std::span<const float> after) const {
   std::vector<float> delta(after.begin(), after.end());
   for (size_t i = 0; i < delta.size() && i < before.size(); ++i) delta[i] -= before[i];
-  return core::AtomicWriteFile(
+  return fedlgc::AtomicWriteFile(
       StrCat(options_.dump_updates, "/", options_.client_id, "/r", round, ".f32"),
-      core::FloatsToBytes(delta), core::Durability::kVisible);
+      core::FloatsToBytes(delta), fedlgc::Durability::kVisible);
 }
 
 absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
@@ -484,8 +483,8 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(const std::string& b
   // kind): the model whole, which the next chains start from.
   metrics_->AddDownlinkFallback(options_.client_id,
                                 absl::IsDataLoss(model.status()) ? "mismatch" : "malformed");
-  std::fprintf(stderr, "%s: %s %llu: %s; downloading it whole\n", options_.client_id.c_str(),
-               blob.empty() ? "model" : blob.c_str(), static_cast<unsigned long long>(version),
+  log::Warning(options_.client_id, "%s %llu: %s; downloading it whole",
+               blob.empty() ? "model" : blob, static_cast<unsigned long long>(version),
                std::string(model.status().message()).c_str());
   r->Forget();
   got = transport_->DownloadModel(blob, version, deadline, std::nullopt);
@@ -557,7 +556,7 @@ void EdgeClient::ObserveEncode(uint64_t round, core::Clock::time_point t0) {
 void EdgeClient::AppendRoundLog(const ClientRoundRecord& record) {
   const std::string path = StrCat(options_.state_dir, "/", options_.client_id, ".rounds.jsonl");
   if (absl::Status st = AppendLine(path, ToJson(record)); !st.ok()) {
-    std::fprintf(stderr, "%s: %s\n", options_.client_id.c_str(), st.ToString().c_str());
+    log::Warning(options_.client_id, "%s", st.ToString().c_str());
   }
 }
 

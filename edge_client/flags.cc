@@ -3,7 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/cli.h"
+#include "base/flags.h"
 
 namespace fedlgc::edge_client {
 
@@ -20,7 +20,7 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
   link->add_option("--tls-key", o->tls_key, "this client's key");
   link->add_option("--tls-server-name", o->tls_server_name,
                    "name to verify in the coordinator's certificate");
-  core::AddBoolFlag(*link, "--insecure", &o->insecure, "plaintext: local experiments only");
+  fedlgc::AddBoolFlag(*link, "--insecure", &o->insecure, "plaintext: local experiments only");
   link->add_option("--max-message-bytes", o->max_message_bytes, "gRPC message size limit");
   link->add_option("--backoff-max", o->backoff_max_s, "longest reconnect backoff in seconds");
   link->add_option("--call-timeout", o->call_timeout_s, "seconds per upload or download attempt");
@@ -37,29 +37,33 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
   data->add_option("--model", o->model,
                    "the job's TorchScript file, if this client has it (its SHA-256 must be the "
                    "job's); empty: the coordinator's model, downloaded when it is a file");
-  data->add_option("--optimizer", o->optimizer,
-                   "local optimizer: sgd(lr=..,momentum=..,weight_decay=..,nesterov=0|1) or "
-                   "adam(lr=..,beta1=..,beta2=..,eps=..,weight_decay=..); empty: SGD with the "
-                   "round's lr and momentum 0.9 (an sgd without lr takes the round's)");
-  data->add_option("--data", o->data,
-                   "fashion-mnist, synthetic:N, npz:PATH (arrays x and y, or x_train and "
-                   "y_train), csv:PATH or images:DIR (docs/your-model.md)");
-  data->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
-  core::AddLabelFlags(*data, "the data", &o->label_column, &o->targets);
-  data->add_option("--train-limit", o->train_limit, "use the first N training examples (0 = all)");
+  AddTrainingFlags(*data, o);
   data->add_option("--shard", o->shard, "this client's shard index");
   data->add_option("--num-shards", o->num_shards,
                    "number of shards the training set is split into (1: all of it, as when "
                    "each client has a file of its own)");
-  data->add_option("--partition", o->partition, "iid, dirichlet(ALPHA) or labels(K)");
   data->add_option("--partition-seed", o->partition_seed,
                    "seed of the split (same on every client)");
-  data->add_option("--device", o->device,
-                   "cpu, cuda, cuda:N or auto (CUDA when libtorch and a GPU allow)");
-  data->add_option("--torch-threads", o->torch_threads, "libtorch threads");
-  data->add_option("--dump-updates", o->dump_updates,
-                   "measurements only: write each round's local update (float32) to "
-                   "DIR/<id>/r<round>.f32");
+}
+
+void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o) {
+  app.add_option("--data", o->data,
+                 "fashion-mnist, synthetic:N, npz:PATH (arrays x and y, or x_train and "
+                 "y_train), csv:PATH or images:DIR (docs/your-model.md)");
+  app.add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
+  fedlgc::AddLabelFlags(app, "the data", &o->label_column, &o->targets);
+  app.add_option("--optimizer", o->optimizer,
+                 "local optimizer: sgd(lr=..,momentum=..,weight_decay=..,nesterov=0|1) or "
+                 "adam(lr=..,beta1=..,beta2=..,eps=..,weight_decay=..); empty: SGD with the "
+                 "round's lr and momentum 0.9 (an sgd without lr takes the round's)");
+  app.add_option("--train-limit", o->train_limit, "use the first N training examples (0 = all)");
+  app.add_option("--partition", o->partition, "iid, dirichlet(ALPHA) or labels(K)");
+  app.add_option("--device", o->device,
+                 "cpu, cuda, cuda:N or auto (CUDA when libtorch and a GPU allow)");
+  app.add_option("--torch-threads", o->torch_threads, "libtorch threads per process");
+  app.add_option("--dump-updates", o->dump_updates,
+                 "measurements only: write each round's local update (float32) to "
+                 "DIR/<id>/r<round>.f32");
 }
 
 }  // namespace fedlgc::edge_client

@@ -15,6 +15,13 @@ namespace fedlgc::edge_client {
 // defaults. `o` must outlive parsing.
 void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o);
 
+// The flags of what a client trains on and with: --data, --data-dir, --label-column,
+// --targets, --optimizer, --train-limit, --partition, --device, --torch-threads and
+// --dump-updates. fedlgc-edge registers them in its Data group; fedlgc-sim in one of its
+// own, bound to the options it starts every client from (it may say more of an option
+// in its help: CLI::Option::description). `app` may be an option group.
+void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o);
+
 }  // namespace fedlgc::edge_client
 
 #endif  // FEDLGC_EDGE_CLIENT_FLAGS_H_

@@ -10,9 +10,10 @@
 #include <type_traits>
 
 #include "base/crc32c.h"
+#include "base/file.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/frame.h"
-#include "core/atomic_file.h"
 #include "edge_client/grpc_status.h"
 #include "monitoring/metrics.h"
 
@@ -99,8 +100,8 @@ absl::Status Transport::Connect() {
   if (o.insecure) {
     creds = grpc::InsecureChannelCredentials();
   } else {
-    auto ca = core::ReadFile(o.tls_ca), cert = core::ReadFile(o.tls_cert),
-         key = core::ReadFile(o.tls_key);
+    auto ca = fedlgc::ReadFile(o.tls_ca), cert = fedlgc::ReadFile(o.tls_cert),
+         key = fedlgc::ReadFile(o.tls_key);
     for (const auto* f : {&ca, &cert, &key}) {
       if (!f->ok()) return f->status();
     }
@@ -126,8 +127,8 @@ absl::Status Transport::FailOver() {
   if (servers_.size() > 1) {
     const std::string& from = servers_[current_];
     current_ = (current_ + 1) % servers_.size();
-    std::fprintf(stderr, "%s: %s unreachable; failing over to %s\n", options_.client_id.c_str(),
-                 from.c_str(), servers_[current_].c_str());
+    log::Warning(options_.client_id, "%s unreachable; failing over to %s", from,
+                 servers_[current_]);
     if (metrics_ != nullptr) metrics_->AddResume(options_.client_id, "failover");
   }
   return Connect();

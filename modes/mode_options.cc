@@ -3,8 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/flags.h"
 #include "base/str.h"
-#include "core/cli.h"
 
 namespace fedlgc::modes {
 namespace {
@@ -45,8 +45,8 @@ void AddLsgdFlags(CLI::App& app, LsgdOptions* o) {
 
 void AddSgpFlags(CLI::App& app, SgpOptions* o) {
   CLI::Option_group* g = app.add_option_group("SGP", "stochastic gradient push");
-  core::AddBoolFlag(*g, "--sgp-reference,!--no-sgp-reference", &o->reference,
-                    "code shares relative to the round's network mean (else the whole share)");
+  fedlgc::AddBoolFlag(*g, "--sgp-reference,!--no-sgp-reference", &o->reference,
+                      "code shares relative to the round's network mean (else the whole share)");
   g->add_option("--sgp-overlap", o->overlap,
                 "1 lets a client train its next period while its share travels (gossip one "
                 "round behind), 0 waits");

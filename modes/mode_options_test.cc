@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/flags.h"
 #include "coordinator/flags.h"
-#include "core/cli.h"
 #include "gtest/gtest.h"
 #include "modes/drivers.h"
 
@@ -26,12 +26,12 @@ std::string WriteConfig(const std::string& name, const std::string& text) {
 // Parses `args` (after the program name) into fresh options.
 int Parse(std::vector<std::string> args, CoordinatorOptions* co, ModeOptions* mo) {
   CLI::App app("test", "fedlgc-coordinator");
-  core::AddCommonFlags(app);
+  fedlgc::AddCommonFlags(app);
   coordinator::AddCoordinatorFlags(app, co);
   AddModeFlags(app, mo);
   std::vector<char*> argv = {const_cast<char*>("fedlgc-coordinator")};
   for (std::string& a : args) argv.push_back(a.data());
-  const auto code = core::ParseFlags(app, static_cast<int>(argv.size()), argv.data());
+  const auto code = fedlgc::ParseFlags(app, static_cast<int>(argv.size()), argv.data());
   return code.value_or(0);
 }
 
@@ -56,12 +56,12 @@ TEST(ModeOptions, EveryOptionSurvivesAConfigFileRoundTrip) {
   mo.lgc.leader = "client-3";
   mo.fedavg.server_momentum = 0.5f;
   CLI::App writer;
-  core::CaptureDefaults(writer);
+  fedlgc::CaptureDefaults(writer);
   CoordinatorOptions co_copy = co;
   ModeOptions mo_copy = mo;
   coordinator::AddCoordinatorFlags(writer, &co_copy);
   AddModeFlags(writer, &mo_copy);
-  const std::string path = WriteConfig("round_trip", core::ConfigText(writer));
+  const std::string path = WriteConfig("round_trip", fedlgc::ConfigText(writer));
 
   CoordinatorOptions back;
   ModeOptions mback;

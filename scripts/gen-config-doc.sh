@@ -42,6 +42,11 @@ the coordinator and of each client it starts (`coordinator.toml`, `client-<i>.to
 folder). Each component checks its options as a whole before it starts (`Validate()`), and a
 refusal names the flag.
 
+Every binary logs to stderr, one line per message: the level's letter (`D`, `I`, `W`, `E`),
+the UTC time to the millisecond, who speaks (`coordinator`, a client's id, `aggregator`)
+and the message, e.g. `W 2026-11-28T19:30:01.123Z client-3: round 7 skipped: ...`.
+`--log-level` (debug, info, warning, error; default info) drops the lines below it.
+
 ## fedlgc-coordinator
 
 ```

@@ -9,8 +9,14 @@ and fails when one grows past its baseline (scripts/seams_baseline.json).
   long_functions   function definitions over 80 lines, signature included (product .cc)
   test_sleeps      sleeps in tests without a `// sleep: <why>` on their line or the one before
                    (a test that waits out a deadline moves a fake clock instead)
-  stderr_prints    fprintf(stderr, ...) in product code (the logger's job)
+  stderr_prints    fprintf(stderr, ...), std::cerr, fputs(..., stderr) and perror in product
+                   code: messages are the logger's job (base/log.h). A print that is not a
+                   log line (a usage text) says so: `// not a log line: <why>` on its line
+                   or the one before
   lgc_stage_ints   LGC stages compared with or set to bare integers
+  example_mode     the smooth mode (modes/smooth/, docs/adding-a-mode.md's worked example)
+                   named in source outside its folder and the mode tables (core/protocol.h,
+                   modes/drivers.cc, modes/clients.cc): adding a mode touches nothing else
   codecs_helpers   files that include codecs/{str,crc32c,spec}.h: helpers every folder uses,
                    which live in base/ (a file including them from codecs/ again counts)
 
@@ -146,8 +152,13 @@ def stderr_prints(root):
         if not product(rel):
             continue
         src = open(path, errors="replace").read()
-        for m in re.finditer(r"fprintf\s*\(\s*stderr", src):
-            hits.append(f"{rel}:{src.count(chr(10), 0, m.start()) + 1}")
+        lines = src.split("\n")
+        for m in re.finditer(r"fprintf\s*\(\s*stderr|std::cerr|fputs\s*\([^;]*stderr|\bperror\s*\(",
+                             src):
+            line = src.count(chr(10), 0, m.start())
+            if any("// not a log line:" in l for l in lines[max(0, line - 1):line + 1]):
+                continue
+            hits.append(f"{rel}:{line + 1}")
     return hits
 
 
@@ -164,8 +175,13 @@ def measure(root):
     helpers = sorted({h.split(":")[0] for h in grep(
         root, r'#include "codecs/(str|crc32c|spec)\.h"',
         lambda r: True)})
+    tables = {os.path.normpath(t) for t in ("core/protocol.h", "modes/drivers.cc",
+                                             "modes/clients.cc")}
+    example_mode = grep(root, r"\bkSmooth\b|\bSmooth(Driver|Client)\b|modes/smooth/|\"smooth\"",
+                        lambda r: not r.startswith("modes/smooth/") and r not in tables)
     return {
         "mode_rules": mode_rules,
+        "example_mode": example_mode,
         "long_functions": [f"{n} lines {where} {name}" for n, where, name in long_functions(root)],
         "test_sleeps": sleeps,
         "stderr_prints": stderr_prints(root),

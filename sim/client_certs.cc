@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
 
 namespace fedlgc::sim {
 namespace {
@@ -38,7 +38,7 @@ bool ValidId(const std::string& id) {
 }
 
 absl::StatusOr<BioPtr> ReadBio(const std::string& path) {
-  auto text = core::ReadFile(path);
+  auto text = fedlgc::ReadFile(path);
   if (!text.ok()) return text.status();
   BioPtr bio(BIO_new(BIO_s_mem()));
   if (!bio || BIO_write(bio.get(), text->data(), static_cast<int>(text->size())) <= 0) {
@@ -104,11 +104,13 @@ absl::Status WriteClient(const std::string& dir, const std::string& id, X509* ca
     return absl::InternalError("PEM encoding failed");
   }
   const std::string key_path = StrCat(dir, "/", id, ".key");
-  if (absl::Status st = core::AtomicWriteFile(key_path, BioText(key_pem.get()), core::Durability::kVisible); !st.ok())
+  if (absl::Status st =
+          fedlgc::AtomicWriteFile(key_path, BioText(key_pem.get()), fedlgc::Durability::kVisible);
+      !st.ok())
     return st;
   // The certificate last: its presence says the pair is complete.
-  return core::AtomicWriteFile(StrCat(dir, "/", id, ".pem"), BioText(cert_pem.get()),
-                               core::Durability::kVisible);
+  return fedlgc::AtomicWriteFile(StrCat(dir, "/", id, ".pem"), BioText(cert_pem.get()),
+                                 fedlgc::Durability::kVisible);
 }
 
 absl::Status IssueAll(const std::string& dir, const std::vector<std::string>& ids, X509* ca,

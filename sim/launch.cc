@@ -11,19 +11,19 @@
 #include <filesystem>
 #include <sstream>
 
+#include "base/file.h"
+#include "base/flags.h"
 #include "base/str.h"
 #include "coordinator/flags.h"
-#include "core/atomic_file.h"
-#include "core/cli.h"
 #include "nlohmann/json.hpp"
 
 namespace fedlgc::sim {
 namespace {
 
 // Waits for the coordinator's port file; 0 when it exited or never wrote one.
-int WaitForPort(core::ChildProcess& coordinator, const std::string& port_file) {
+int WaitForPort(sim::ChildProcess& coordinator, const std::string& port_file) {
   for (int i = 0; i < 600; ++i) {
-    auto f = core::ReadFileIfExists(port_file);
+    auto f = fedlgc::ReadFileIfExists(port_file);
     if (f.ok() && f->has_value()) {
       if (const int port = std::atoi((*f)->c_str()); port > 0) return port;
     }
@@ -60,25 +60,25 @@ absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir) {
 
 std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOptions mo) {
   CLI::App app;
-  core::CaptureDefaults(app);
+  fedlgc::CaptureDefaults(app);
   coordinator::AddCoordinatorFlags(app, &co);
   modes::AddModeFlags(app, &mo);
-  return core::ConfigText(app);
+  return fedlgc::ConfigText(app);
 }
 
-absl::StatusOr<std::unique_ptr<core::ChildProcess>> StartCoordinator(
+absl::StatusOr<std::unique_ptr<sim::ChildProcess>> StartCoordinator(
     const std::string& bin_dir, const std::string& run_dir,
     const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port,
     const std::string& name) {
   const std::string config = StrCat(run_dir, "/", name, ".toml");
-  if (absl::Status st = core::AtomicWriteFile(config, CoordinatorConfig(co, mo)); !st.ok())
+  if (absl::Status st = fedlgc::AtomicWriteFile(config, CoordinatorConfig(co, mo)); !st.ok())
     return st;
   const std::string port_file = StrCat(run_dir, "/", name, ".port");
   // A port file left by an earlier run in this folder names a port nobody listens on.
   std::error_code ignored;
   std::filesystem::remove(port_file, ignored);
   const std::string log = StrCat(run_dir, "/", name, ".log");
-  auto child = std::make_unique<core::ChildProcess>(
+  auto child = std::make_unique<sim::ChildProcess>(
       std::vector<std::string>{bin_dir + "/fedlgc-coordinator", "--config=" + config,
                                "--port-file=" + port_file},
       log);
@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<core::ChildProcess>> StartCoordinator(
 }
 
 std::string LogTail(const std::string& path, size_t lines) {
-  auto f = core::ReadFileIfExists(path);
+  auto f = fedlgc::ReadFileIfExists(path);
   if (!f.ok() || !f->has_value() || (*f)->empty()) return "  (empty)\n";
   std::vector<std::string> all;
   std::istringstream in(**f);
@@ -107,7 +107,7 @@ std::string LogTail(const std::string& path, size_t lines) {
 
 std::vector<RoundReport> NewRounds(const std::string& path, size_t have) {
   std::vector<RoundReport> out;
-  auto f = core::ReadFileIfExists(path);
+  auto f = fedlgc::ReadFileIfExists(path);
   if (!f.ok() || !f->has_value()) return out;
   const std::string& text = **f;
   size_t n = 0;
@@ -157,7 +157,7 @@ std::string ProgressLine(const nlohmann::json& p) {
 }
 
 std::string ReadProgressLine(const std::string& coordinator_dir) {
-  auto text = core::ReadFileIfExists(coordinator_dir + "/progress.json");
+  auto text = fedlgc::ReadFileIfExists(coordinator_dir + "/progress.json");
   if (!text.ok() || !text->has_value()) return "";
   const nlohmann::json p = nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
   return p.is_object() ? ProgressLine(p) : "";

@@ -15,10 +15,10 @@ namespace CLI {
 class App;
 }
 #include "coordinator/options.h"
-#include "core/process.h"
 #include "core/round_report.h"
 #include "modes/mode_options.h"
 #include "nlohmann/json_fwd.hpp"
+#include "sim/process.h"
 
 namespace fedlgc::sim {
 
@@ -38,7 +38,7 @@ std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOpt
 // A coordinator of `bin_dir` with the config `co`/`mo` written to RUN_DIR/NAME.toml,
 // logging to RUN_DIR/NAME.log; *port is the port it listens on once it wrote its port
 // file. UNAVAILABLE with the log's tail when it exited first.
-absl::StatusOr<std::unique_ptr<core::ChildProcess>> StartCoordinator(
+absl::StatusOr<std::unique_ptr<sim::ChildProcess>> StartCoordinator(
     const std::string& bin_dir, const std::string& run_dir,
     const coordinator::CoordinatorOptions& co, const modes::ModeOptions& mo, int* port,
     const std::string& name = "coordinator");

@@ -25,23 +25,24 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "base/file.h"
+#include "base/flags.h"
+#include "base/log.h"
+#include "base/signals.h"
 #include "base/str.h"
 #include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/terngrad.h"
 #include "coordinator/flags.h"
-#include "core/atomic_file.h"
-#include "core/cli.h"
-#include "core/fault_proxy.h"
 #include "core/float_bytes.h"
-#include "core/process.h"
-#include "core/signals.h"
 #include "monitoring/metrics.h"
 #include "nlohmann/json.hpp"
 #include "sim/client_certs.h"
+#include "sim/fault_proxy.h"
 #include "sim/launch.h"
 #include "sim/load_book.h"
 #include "sim/load_client.h"
+#include "sim/process.h"
 
 namespace {
 
@@ -103,16 +104,16 @@ void AddLoadFlags(CLI::App& app, LoadOptions* o) {
                 "serve the emulated clients' metrics here (empty: not served)");
   g->add_flag("--insecure", o->insecure, "plaintext instead of mTLS");
   g->add_flag("--quiet", o->quiet, "print only the summary");
-  fedlgc::core::AddBoolFlag(*g, "--check", &o->check,
-                            "check every round's aggregate against the updates sent (with "
-                            "--server: pass its --server-lr, and run it with --linger so the "
-                            "last round's model can be fetched)");
+  fedlgc::AddBoolFlag(*g, "--check", &o->check,
+                      "check every round's aggregate against the updates sent (with "
+                      "--server: pass its --server-lr, and run it with --linger so the "
+                      "last round's model can be fetched)");
   g->add_option("--timeout", o->timeout_s, "give up after this many seconds")
       ->check(CLI::PositiveNumber);
 }
 
 int Fail(const std::string& msg) {
-  std::fprintf(stderr, "fedlgc-load: %s\n", msg.c_str());
+  fedlgc::log::Error("fedlgc-load", "%s", msg);
   return 1;
 }
 
@@ -263,9 +264,9 @@ fedlgc::sim::LoadClientOptions ClientOptions(const LoadOptions& o, const std::st
 }
 
 struct Run {
-  std::unique_ptr<fedlgc::core::ChildProcess> coordinator;  // null with --server
+  std::unique_ptr<fedlgc::sim::ChildProcess> coordinator;  // null with --server
   std::string server;  // HOST:PORT the clients dial (before any fault proxy)
-  std::vector<std::unique_ptr<fedlgc::core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<fedlgc::sim::FaultProxy>> proxies;
   std::vector<std::unique_ptr<fedlgc::sim::LoadClient>> clients;
   std::vector<std::thread> threads;
   std::atomic<uint32_t> finished{0}, failed{0};
@@ -356,15 +357,15 @@ absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
     run->coordinator = *std::move(child);
     run->server = StrCat("127.0.0.1:", port);
   }
-  auto link = fedlgc::core::LinkSpec::Parse(o.link);
+  auto link = fedlgc::sim::LinkSpec::Parse(o.link);
   if (!link.ok()) return link.status();
   const size_t colon = run->server.rfind(':');
   for (uint32_t i = 0; i < o.clients; ++i) {
     std::string target = run->server;
     if (!link->trivial()) {
-      auto p = fedlgc::core::FaultProxy::Start(run->server.substr(0, colon),
-                                               std::atoi(run->server.c_str() + colon + 1), *link,
-                                               co.seed * 1000 + i);
+      auto p = fedlgc::sim::FaultProxy::Start(run->server.substr(0, colon),
+                                              std::atoi(run->server.c_str() + colon + 1), *link,
+                                              co.seed * 1000 + i);
       if (!p.ok()) return p.status();
       target = StrCat("127.0.0.1:", (*p)->port());
       run->proxies.push_back(std::move(p).value());
@@ -398,7 +399,7 @@ void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBoo
   auto bytes =
       t.DownloadBlob("", version, std::chrono::system_clock::now() + std::chrono::seconds(30));
   if (!bytes.ok()) {
-    std::fprintf(stderr, "fedlgc-load: the final model: %s\n", bytes.status().ToString().c_str());
+    fedlgc::log::Warning("fedlgc-load", "the final model: %s", bytes.status().ToString().c_str());
     return;
   }
   if (auto model = fedlgc::core::FloatsFromBytes(*bytes, bytes->size() / 4, "the model");
@@ -428,7 +429,7 @@ void Take(LoadBook& book, bool final, const ProcSampler& proc, bool check, bool 
 // or --timeout; prints the rounds as they settle.
 Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& book,
                fedlgc::monitoring::Metrics* metrics, Run& run, ProcSampler& proc,
-               const fedlgc::core::StopOnSignals& signals) {
+               const fedlgc::StopOnSignals& signals) {
   Outcome out;
   // On a terminal, a live line of the open round from the coordinator's progress.json.
   fedlgc::sim::TerminalLine line(!o.quiet && run.coordinator && ::isatty(STDOUT_FILENO) == 1);
@@ -472,7 +473,7 @@ json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& 
   const double self_cpu = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 +
                           self.ru_stime.tv_sec + self.ru_stime.tv_usec / 1e6;
   const bool ok = out.error.empty() && out.failed_checks == 0 && out.rounds > 0;
-  if (out.error.empty() && out.rounds == 0) std::fprintf(stderr, "fedlgc-load: no round ran\n");
+  if (out.error.empty() && out.rounds == 0) fedlgc::log::Warning("fedlgc-load", "no round ran");
   std::printf(
       "%s: %llu rounds, %llu checked (%llu receipts) | coordinator peak RSS %.0f MB, %.1f CPU s, "
       "%d threads | fedlgc-load %.0f MB, %.1f CPU s | %llu link cuts, %llu reconnects | %.1f s\n",
@@ -555,7 +556,7 @@ absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
 
 // Launches, follows and reports the run; the exit code.
 int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
-            const fedlgc::modes::ModeOptions& mo, const fedlgc::core::StopOnSignals& signals) {
+            const fedlgc::modes::ModeOptions& mo, const fedlgc::StopOnSignals& signals) {
   RaiseFileLimit();
   fedlgc::monitoring::Metrics metrics;
   metrics.SetMaxClientSeries(100);  // the emulated clients' own counters, bounded
@@ -578,7 +579,7 @@ int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
   json report{{"rounds", out.rows}, {"summary", Summary(o, co, out, proc, run, book, book.Now())}};
   if (!out.error.empty()) Fail(out.error);
   if (!o.report.empty()) {
-    if (absl::Status st = fedlgc::core::AtomicWriteFile(o.report, report.dump(1) + "\n"); !st.ok())
+    if (absl::Status st = fedlgc::AtomicWriteFile(o.report, report.dump(1) + "\n"); !st.ok())
       return Fail(st.ToString());
     std::printf("report: %s\n", o.report.c_str());
   }
@@ -596,12 +597,12 @@ int main(int argc, char** argv) {
   fedlgc::modes::ModeOptions mo;
   CLI::App app("Emulates N edge clients over the real protocol against one coordinator.",
                "fedlgc-load");
-  fedlgc::core::AddCommonFlags(app);
+  fedlgc::AddCommonFlags(app);
   AddLoadFlags(app, &o);
   fedlgc::sim::AddJobFlags(app, &co, &mo);
-  if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
-  fedlgc::core::InitProcess();
-  const fedlgc::core::StopOnSignals signals([] {});
+  if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::InitProcess();
+  const fedlgc::StopOnSignals signals([] {});
   if (absl::Status st = Settle(app, &o, &co, mo); !st.ok()) return Fail(std::string(st.message()));
   return RunLoad(o, co, mo, signals);
 }

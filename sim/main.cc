@@ -23,24 +23,25 @@
 #include <thread>
 #include <vector>
 
+#include "base/file.h"
+#include "base/flags.h"
+#include "base/log.h"
+#include "base/signals.h"
 #include "base/str.h"
 #include "coordinator/downlink.h"
 #include "coordinator/flags.h"
-#include "core/atomic_file.h"
-#include "core/cli.h"
 #include "core/dataset.h"
-#include "core/fault_proxy.h"
 #include "core/model.h"
 #include "core/optimizer.h"
 #include "core/partition.h"
-#include "core/process.h"
 #include "core/round_report.h"
-#include "core/signals.h"
 #include "edge_client/flags.h"
 #include "modes/catalog.h"
 #include "modes/mode_options.h"
 #include "nlohmann/json.hpp"
+#include "sim/fault_proxy.h"
 #include "sim/launch.h"
+#include "sim/process.h"
 
 namespace {
 
@@ -58,16 +59,20 @@ struct SimOptions {
   std::string link, report, html, run_dir, bin_dir = fedlgc::sim::SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
   bool quiet = false, insecure = false;
-  std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
+  // What every client trains on and with (edge_client/flags.h AddTrainingFlags): each
+  // client's options start from these.
+  fedlgc::edge_client::EdgeClientOptions edge = SimClientDefaults();
   std::string test_data;  // empty: --data's test split
-  std::string label_column = "label", targets = "auto", optimizer;
-  uint64_t train_limit = 20000, eval_limit = 0;
-  std::string partition = "iid", device = "auto";
-  int torch_threads = 1;
+  uint64_t eval_limit = 0;
   uint32_t byzantine = 0;                    // the last N clients lie
   std::string attack = "scale(factor=100)";  // how (edge_client/attack.h)
   double join_timeout_s = 60;                // too few clients connected this long: the run fails
-  std::string dump_updates;                  // the clients' --dump-updates
+
+  static fedlgc::edge_client::EdgeClientOptions SimClientDefaults() {
+    fedlgc::edge_client::EdgeClientOptions o;
+    o.train_limit = 20000;  // of fashion-mnist and synthetic data (files: all, main())
+    return o;
+  }
 };
 
 void AddSimFlags(CLI::App& app, SimOptions* s) {
@@ -87,33 +92,25 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--bin-dir", s->bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
   g->add_option("--certs-script", s->certs_script, "scripts/gen-certs.sh");
   g->add_flag("--insecure", s->insecure, "plaintext instead of mTLS");
-  g->add_option("--data", s->data,
-                "the clients' data: fashion-mnist, synthetic:N, npz:PATH, csv:PATH or "
-                "images:DIR, split by --partition; a path with {i} names each client's own "
-                "file (client i reads it whole, no split) (docs/your-model.md)");
   g->add_option("--test-data", s->test_data,
-                "the coordinator's test set in the same forms (default: --data's test split: "
-                "an npz's x_test and y_test, or its x and y)");
-  g->add_option("--data-dir", s->data_dir, "Fashion-MNIST folder");
-  fedlgc::core::AddLabelFlags(*g, "the data", &s->label_column, &s->targets);
-  g->add_option("--optimizer", s->optimizer,
-                "the clients' local optimizer, e.g. 'adam(lr=0.001)' (default: SGD with --lr, "
-                "momentum 0.9)");
-  g->add_option("--train-limit", s->train_limit,
-                "training examples split among clients (0 = all; the default 20000 applies to "
-                "fashion-mnist and synthetic data, files are read whole)");
+                "the coordinator's test set in the same forms as --data (default: --data's test "
+                "split: an npz's x_test and y_test, or its x and y)");
   g->add_option("--eval-limit", s->eval_limit, "test examples for evaluation (0 = all)");
-  g->add_option("--partition", s->partition, "iid, dirichlet(ALPHA) or labels(K)");
-  g->add_option("--device", s->device, "the clients' device: cpu, cuda, cuda:N or auto");
-  g->add_option("--torch-threads", s->torch_threads, "libtorch threads per process");
+  CLI::Option_group* t = app.add_option_group("Clients", "what every client trains on and with");
+  fedlgc::edge_client::AddTrainingFlags(*t, &s->edge);
+  t->get_option("--data")->description(
+      "the clients' data: fashion-mnist, synthetic:N, npz:PATH, csv:PATH or images:DIR, split "
+      "by --partition; a path with {i} names each client's own file (client i reads it whole, "
+      "no split) (docs/your-model.md)");
+  t->get_option("--train-limit")
+      ->description(
+          "training examples split among clients (0 = all; the default 20000 applies to "
+          "fashion-mnist and synthetic data, files are read whole)");
   g->add_option("--byzantine", s->byzantine,
                 "robustness experiments: the last N clients lie about their updates");
   g->add_option("--attack", s->attack,
                 "how the --byzantine clients lie: scale(factor=100), signflip(factor=1) or "
                 "noise(std=1)");
-  g->add_option("--dump-updates", s->dump_updates,
-                "measurements only: every client writes its local updates under DIR "
-                "(edge client --dump-updates)");
   g->add_option("--join-timeout", s->join_timeout_s,
                 "seconds the coordinator may wait for too few connected clients before the run "
                 "fails (0: wait forever)")
@@ -121,15 +118,15 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
 }
 
 int Fail(const std::string& msg) {
-  std::fprintf(stderr, "fedlgc-sim: %s\n", msg.c_str());
+  fedlgc::log::Error("fedlgc-sim", "%s", msg);
   return 1;
 }
 
 std::string ClientConfig(fedlgc::edge_client::EdgeClientOptions eo) {
   CLI::App app;
-  fedlgc::core::CaptureDefaults(app);
+  fedlgc::CaptureDefaults(app);
   fedlgc::edge_client::AddEdgeClientFlags(app, &eo);
-  return fedlgc::core::ConfigText(app);
+  return fedlgc::ConfigText(app);
 }
 
 // The service settings of the coordinator the simulator starts.
@@ -138,12 +135,12 @@ void SetService(const SimOptions& s, const std::string& certs,
   co->listen = "127.0.0.1:0";
   co->metrics_listen = "127.0.0.1:0";
   co->state_dir = s.run_dir + "/coordinator";
-  co->test_data = s.test_data.empty() ? s.data : s.test_data;
-  co->data_dir = s.data_dir;
-  co->label_column = s.label_column;
-  co->targets = s.targets;
+  co->test_data = s.test_data.empty() ? s.edge.data : s.test_data;
+  co->data_dir = s.edge.data_dir;
+  co->label_column = s.edge.label_column;
+  co->targets = s.edge.targets;
   co->eval_limit = s.eval_limit;
-  co->torch_threads = s.torch_threads;
+  co->torch_threads = s.edge.torch_threads;
   co->linger_s = 2;  // clients that reconnect late still read their last receipts
   co->insecure = s.insecure;
   if (!s.insecure) {
@@ -155,31 +152,21 @@ void SetService(const SimOptions& s, const std::string& certs,
 
 fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const std::string& certs,
                                                      uint32_t i, int port, uint64_t seed) {
-  fedlgc::edge_client::EdgeClientOptions eo;
+  fedlgc::edge_client::EdgeClientOptions eo = s.edge;  // data, optimizer, partition, device
   eo.server = StrCat("127.0.0.1:", port);
   eo.client_id = StrCat("client-", i);
   eo.state_dir = s.run_dir + "/clients";
-  eo.data = s.data;
-  eo.data_dir = s.data_dir;
-  eo.label_column = s.label_column;
-  eo.targets = s.targets;
-  eo.optimizer = s.optimizer;
-  eo.train_limit = s.train_limit;
   eo.shard = i;
   eo.num_shards = s.clients;
   // A file of each client's own: read whole.
-  if (const size_t at = s.data.find("{i}"); at != std::string::npos) {
-    eo.data = s.data.substr(0, at) + std::to_string(i) + s.data.substr(at + 3);
+  if (const size_t at = s.edge.data.find("{i}"); at != std::string::npos) {
+    eo.data = s.edge.data.substr(0, at) + std::to_string(i) + s.edge.data.substr(at + 3);
     eo.shard = 0;
     eo.num_shards = 1;
   }
-  eo.partition = s.partition;
   eo.partition_seed = seed;
-  eo.torch_threads = s.torch_threads;
-  eo.device = s.device;
   eo.insecure = s.insecure;
   if (i + s.byzantine >= s.clients) eo.attack = s.attack;
-  eo.dump_updates = s.dump_updates;
   if (!s.insecure) {
     eo.tls_ca = certs + "/ca.pem";
     eo.tls_cert = certs + "/" + eo.client_id + ".pem";
@@ -194,8 +181,8 @@ void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOpti
       "fedlgc-sim: %s, %u clients, %u rounds, codec %s, downlink %s, %s, link %s, run folder "
       "%s\n",
       std::string(fedlgc::ModeName(mode.mode)).c_str(), s.clients, co.rounds, co.plan.codec.c_str(),
-      fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(), s.partition.c_str(),
-      s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
+      fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(),
+      s.edge.partition.c_str(), s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
   std::printf("%5s %9s %8s %13s %13s %7s %13s %7s %8s %5s %s\n", "round", "accuracy", "loss",
               "uplink B", "fp32 B", "ratio", "downlink B", "ratio", "seconds", "parts",
               std::string(mode.report_heading).c_str());
@@ -265,12 +252,12 @@ json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 namespace {
 
 using fedlgc::coordinator::CoordinatorOptions;
-using fedlgc::core::ChildProcess;
+using fedlgc::sim::ChildProcess;
 
 struct Federation {
   std::unique_ptr<ChildProcess> coordinator;
   std::vector<std::unique_ptr<ChildProcess>> aggregators;  // --aggregators
-  std::vector<std::unique_ptr<fedlgc::core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<fedlgc::sim::FaultProxy>> proxies;
   std::vector<std::unique_ptr<ChildProcess>> edges;
   std::chrono::steady_clock::time_point start;
 };
@@ -297,7 +284,7 @@ CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& cer
 // (with --link), the clients.
 absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
                                   const fedlgc::modes::ModeOptions& mo,
-                                  const fedlgc::core::LinkSpec& link) {
+                                  const fedlgc::sim::LinkSpec& link) {
   const std::string certs = s.run_dir + "/certs";
   std::string cmd = s.certs_script + " " + certs;
   for (uint32_t i = 0; i < s.clients; ++i) cmd += StrCat(" client-", i);
@@ -332,15 +319,14 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
   for (uint32_t i = 0; i < s.clients; ++i) {
     int target = s.aggregators > 0 ? ports[i % s.aggregators] : port;
     if (!link.trivial()) {
-      auto p = fedlgc::core::FaultProxy::Start("127.0.0.1", target, link, co.seed * 1000 + i);
+      auto p = fedlgc::sim::FaultProxy::Start("127.0.0.1", target, link, co.seed * 1000 + i);
       if (!p.ok()) return p.status();
       target = (*p)->port();
       f.proxies.push_back(std::move(p).value());
     }
     const auto eo = ClientOptions(s, certs, i, target, co.seed);
     const std::string client_config = StrCat(s.run_dir, "/", eo.client_id, ".toml");
-    if (auto st = fedlgc::core::AtomicWriteFile(client_config, ClientConfig(eo)); !st.ok())
-      return st;
+    if (auto st = fedlgc::AtomicWriteFile(client_config, ClientConfig(eo)); !st.ok()) return st;
     f.edges.push_back(std::make_unique<ChildProcess>(
         std::vector<std::string>{s.bin_dir + "/fedlgc-edge", "--config=" + client_config},
         s.run_dir + "/" + eo.client_id + ".log"));
@@ -377,7 +363,7 @@ struct FollowResult {
 // terminal. Stops the federation on SIGINT/SIGTERM and when too few clients have been
 // connected for --join-timeout.
 FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_key,
-                    const fedlgc::core::StopOnSignals& signals) {
+                    const fedlgc::StopOnSignals& signals) {
   const std::string dir = s.run_dir + "/coordinator";
   fedlgc::sim::TerminalLine line(!s.quiet && ::isatty(STDOUT_FILENO) == 1);
   FollowResult out;
@@ -413,7 +399,7 @@ FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_
       StopAll(f, std::chrono::seconds(10));
       return out;
     }
-    auto text = fedlgc::core::ReadFileIfExists(dir + "/progress.json");
+    auto text = fedlgc::ReadFileIfExists(dir + "/progress.json");
     if (!text.ok() || !text->has_value()) continue;
     const json p = json::parse(**text, nullptr, /*allow_exceptions=*/false);
     if (!p.is_object()) continue;  // being replaced: read it next time
@@ -449,17 +435,17 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"codec", co.plan.codec},
               {"codec_warmup", warmup},
               {"downlink_codec", fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec)},
-              {"partition", s.partition},
+              {"partition", s.edge.partition},
               {"local_epochs", co.plan.local_epochs},
               {"upload_order", co.plan.upload_order},
               {"seed", co.seed},
               {"link", s.link},
               {"model", co.model},
               {"buffers", co.buffers},
-              {"data", s.data},
+              {"data", s.edge.data},
               {"test_data", co.test_data},
-              {"optimizer", s.optimizer},
-              {"train_limit", s.train_limit},
+              {"optimizer", s.edge.optimizer},
+              {"train_limit", s.edge.train_limit},
               {"aggregator", co.aggregator},
               {"clip_multiplier", co.clip_multiplier},
               {"guard", co.guard.enabled},
@@ -557,8 +543,7 @@ json Report(const std::vector<RoundReport>& rows, const Federation& f, const Sim
 absl::Status WriteReports(const json& report, const SimOptions& s) {
   if (s.report.empty() && s.html.empty()) return absl::OkStatus();
   const std::string json_path = s.report.empty() ? s.run_dir + "/report.json" : s.report;
-  if (auto st = fedlgc::core::AtomicWriteFile(json_path, report.dump(1) + "\n"); !st.ok())
-    return st;
+  if (auto st = fedlgc::AtomicWriteFile(json_path, report.dump(1) + "\n"); !st.ok()) return st;
   if (!s.report.empty()) std::printf("report: %s\n", s.report.c_str());
   if (s.html.empty()) return absl::OkStatus();
   const std::string log = s.run_dir + "/report.log";
@@ -574,29 +559,28 @@ absl::Status WriteReports(const json& report, const SimOptions& s) {
 // data file is read whole.
 absl::Status CheckClientOptions(const CLI::App& app, SimOptions* s) {
   fedlgc::core::DataOptions d;
-  d.spec = s->data;
-  d.label_column = s->label_column;
-  d.targets = s->targets;
+  d.spec = s->edge.data;
+  d.label_column = s->edge.label_column;
+  d.targets = s->edge.targets;
   if (auto st = d.Validate(); !st.ok()) {
     return absl::InvalidArgumentError(StrCat("--data: ", st.message()));
   }
-  if (d.IsFile() && app.count("--train-limit") == 0) s->train_limit = 0;
-  if (s->data.find("{i}") != std::string::npos && s->test_data.empty()) {
+  if (d.IsFile() && app.count("--train-limit") == 0) s->edge.train_limit = 0;
+  if (s->edge.data.find("{i}") != std::string::npos && s->test_data.empty()) {
     return absl::InvalidArgumentError(
         "--data names a file per client ({i}): give the coordinator's --test-data");
   }
   if (d.IsFile() && s->test_data.empty()) {
-    std::fprintf(stderr,
-                 "fedlgc-sim: no --test-data: the coordinator evaluates on %s's test split, "
-                 "which for a csv file, an image folder or an npz without x_test and y_test "
-                 "is the training data itself (the accuracy printed is then training "
-                 "accuracy)\n",
-                 s->data.c_str());
+    fedlgc::log::Warning("fedlgc-sim",
+                         "no --test-data: the coordinator evaluates on %s's test split, which for "
+                         "a csv file, an image folder or an npz without x_test and y_test is the "
+                         "training data itself (the accuracy printed is then training accuracy)",
+                         s->edge.data);
   }
-  if (auto p = fedlgc::core::PartitionSpec::Parse(s->partition); !p.ok()) {
+  if (auto p = fedlgc::core::PartitionSpec::Parse(s->edge.partition); !p.ok()) {
     return absl::InvalidArgumentError(StrCat("--partition: ", p.status().message()));
   }
-  if (auto opt = fedlgc::core::OptimizerSpec::Parse(s->optimizer); !opt.ok()) {
+  if (auto opt = fedlgc::core::OptimizerSpec::Parse(s->edge.optimizer); !opt.ok()) {
     return opt.status();
   }
   return absl::OkStatus();
@@ -632,13 +616,13 @@ int main(int argc, char** argv) {
   fedlgc::modes::ModeOptions mo;
   CLI::App app("Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.",
                "fedlgc-sim");
-  fedlgc::core::AddCommonFlags(app);
+  fedlgc::AddCommonFlags(app);
   AddSimFlags(app, &s);
   fedlgc::sim::AddJobFlags(app, &co, &mo);
-  if (auto code = fedlgc::core::ParseFlags(app, argc, argv)) return *code;
-  fedlgc::core::InitProcess();
+  if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
+  fedlgc::InitProcess();
   // Follow sees the signal and stops the federation.
-  const fedlgc::core::StopOnSignals signals([] {});
+  const fedlgc::StopOnSignals signals([] {});
   if (s.clients == 0) return Fail("--clients must be >= 1");
   if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
   if (s.aggregators > s.clients) return Fail("--aggregators must be <= --clients");
@@ -650,7 +634,7 @@ int main(int argc, char** argv) {
   auto job_mode = CheckJob(s, co, mo);
   if (!job_mode.ok()) return Fail(std::string(job_mode.status().message()));
   const fedlgc::coordinator::ModeTraits& mode = **job_mode;
-  auto link = fedlgc::core::LinkSpec::Parse(s.link);
+  auto link = fedlgc::sim::LinkSpec::Parse(s.link);
   if (!link.ok()) return Fail(link.status().ToString());
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-sim", &s.run_dir); !st.ok())
     return Fail(std::string(st.message()));
@@ -677,7 +661,7 @@ int main(int argc, char** argv) {
       j[check->verdict] = check->passed;
       report[check->name] = j;
     } else {
-      std::fprintf(stderr, "fedlgc-sim: %s\n", check.status().ToString().c_str());
+      fedlgc::log::Error("fedlgc-sim", "%s", check.status().ToString().c_str());
     }
     if (!check.ok() || !check->passed) code = 1;
   }

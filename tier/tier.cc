@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cstdio>
 
+#include "base/file.h"
+#include "base/log.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "modes/catalog.h"
 #include "modes/clients.h"
@@ -55,11 +57,11 @@ absl::Status SaveKeptRound(const std::string& path, const KeptRound& kept) {
   w.U32(kKeptMagic);
   w.U32(kKeptVersion);
   if (absl::Status st = core::AppendMessage(m, &w, path); !st.ok()) return st;
-  return core::AtomicWriteFile(path, w.Finish());
+  return fedlgc::AtomicWriteFile(path, w.Finish());
 }
 
 absl::StatusOr<std::optional<KeptRound>> LoadKeptRound(const std::string& path) {
-  auto bytes = core::ReadFileIfExists(path);
+  auto bytes = fedlgc::ReadFileIfExists(path);
   if (!bytes.ok()) return bytes.status();
   if (!bytes->has_value()) return std::nullopt;
   auto reader = core::StateReader::Open(**bytes, path);
@@ -163,8 +165,7 @@ void Tier::RunUpstream() {
     stopped = stop_;
   }
   if (!stopped) st = client_->Run();
-  if (!st.ok())
-    std::fprintf(stderr, "aggregator: its parent's client: %s\n", st.ToString().c_str());
+  if (!st.ok()) log::Warning("aggregator", "its parent's client: %s", st.ToString().c_str());
   absl::MutexLock lock(&mu_);
   over_ = true;
   upstream_result_ = st;
@@ -177,8 +178,7 @@ std::vector<float> Tier::Unhanded(size_t dim, uint64_t committed, uint64_t* kept
   *kept_round = *kept_version = 0;
   auto kept = LoadKeptRound(KeptPath());
   if (!kept.ok()) {
-    std::fprintf(stderr, "aggregator: %s: what it holds is lost\n",
-                 kept.status().ToString().c_str());
+    log::Error("aggregator", "%s: what it holds is lost", kept.status().ToString().c_str());
     return {};
   }
   if (!kept->has_value() || (*kept)->handed || (*kept)->delta.size() != dim) return {};
@@ -199,7 +199,7 @@ void Tier::MarkHanded() {
   if (!kept.ok() || !kept->has_value()) return;
   (*kept)->handed = true;
   if (absl::Status st = SaveKeptRound(KeptPath(), **kept); !st.ok()) {
-    std::fprintf(stderr, "aggregator: %s\n", st.ToString().c_str());
+    log::Warning("aggregator", "%s", st.ToString().c_str());
   }
 }
 
@@ -210,12 +210,12 @@ absl::StatusOr<double> Tier::Train(const protos::RoundStart& start, std::vector<
       Unhanded(weights->size(), local_->engine().current_round() - 1, &kept_round, &kept_version);
   if (kept_round == start.round() && kept_version == start.model_version()) {
     // A restart that committed this round already sends what it committed.
-    std::fprintf(stderr, "aggregator: round %llu was committed before a restart: sending it up\n",
-                 static_cast<unsigned long long>(start.round()));
+    log::Info("aggregator", "round %llu was committed before a restart: sending it up",
+              static_cast<unsigned long long>(start.round()));
   } else {
     auto model = RunLocalRound(start, *weights);
     if (!model.ok() && unhanded.empty()) {
-      std::fprintf(stderr, "aggregator: round %llu: nothing goes up: %s\n",
+      log::Warning("aggregator", "round %llu: nothing goes up: %s",
                    static_cast<unsigned long long>(start.round()),
                    std::string(model.status().message()).c_str());
       return absl::NotFoundError(model.status().message());
@@ -223,9 +223,8 @@ absl::StatusOr<double> Tier::Train(const protos::RoundStart& start, std::vector<
     if (model.ok()) *weights = *std::move(model);
   }
   if (!unhanded.empty() && kept_round != start.round()) {
-    std::fprintf(stderr,
-                 "aggregator: round %llu also carries what earlier rounds committed and never "
-                 "sent up\n",
+    log::Warning("aggregator",
+                 "round %llu also carries what earlier rounds committed and never sent up",
                  static_cast<unsigned long long>(start.round()));
   }
   for (size_t i = 0; i < unhanded.size(); ++i) (*weights)[i] += unhanded[i];
@@ -238,9 +237,9 @@ absl::StatusOr<std::vector<float>> Tier::RunLocalRound(const protos::RoundStart&
   // The local round gets what is left of the parent's round but the reserve.
   const auto left = edge_client::DeadlineOf(start) - local_->clock().WallNow();
   if (left <= decltype(left)::zero()) {
-    std::fprintf(stderr,
-                 "aggregator: round %llu: the parent's deadline has passed by this host's "
-                 "clock (are the clocks in step?)\n",
+    log::Warning("aggregator",
+                 "round %llu: the parent's deadline has passed by this host's clock (are the "
+                 "clocks in step?)",
                  static_cast<unsigned long long>(start.round()));
   }
   const auto local_left = std::chrono::duration_cast<coordinator::Clock::duration>(

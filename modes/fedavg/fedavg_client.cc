@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/gradiveq.h"
@@ -114,8 +115,7 @@ absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
   if (absl::Status st = codec_->LoadState(state.codec_state); !st.ok()) {
     // Momentum-like state is soft: a sender that cannot read it (a newer codec version,
     // say) starts it afresh rather than stop; the residual, the update's mass, is kept.
-    std::fprintf(stderr, "%s: %s; starting the codec's state afresh\n", env_.client_id().c_str(),
-                 st.ToString().c_str());
+    log::Info(env_.client_id(), "%s; starting the codec's state afresh", st.ToString().c_str());
     state.codec_state.clear();
     codec_->LoadState("").IgnoreError();  // an empty state is always accepted
   }
@@ -129,8 +129,9 @@ absl::Status FedAvgClient::RestoreFrame(const std::string& frame) {
   if (absl::IsFailedPrecondition(st)) {
     // Coded against a GradiVeQ basis no longer held anywhere: its values cannot be
     // recovered, and keeping the frame would stall every later round.
-    std::fprintf(stderr, "%s: a frame of an update in flight cannot be restored (%s): dropped\n",
-                 env_.client_id().c_str(), std::string(st.message()).c_str());
+    log::Warning(env_.client_id(),
+                 "a frame of an update in flight cannot be restored (%s): dropped",
+                 std::string(st.message()).c_str());
     env_.metrics().AddChunks(env_.client_id(), "dropped", 1);
     return absl::OkStatus();
   }

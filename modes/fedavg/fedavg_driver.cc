@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
@@ -66,10 +67,10 @@ absl::Status Commit(coordinator::RoundEngine& engine, uint64_t round,
                     const std::set<std::string>* counted, coordinator::CommitResult* commit) {
   absl::StatusOr<coordinator::CommitResult> committed;
   if (choice.model.empty()) {
-    std::fprintf(stderr,
-                 "coordinator: round %llu: the model guard refused every candidate (%s): the "
-                 "round counts nothing\n",
-                 static_cast<unsigned long long>(round), choice.first.detail.c_str());
+    log::Warning(
+        "coordinator",
+        "round %llu: the model guard refused every candidate (%s): the round counts nothing",
+        static_cast<unsigned long long>(round), choice.first.detail);
     committed = engine.CommitModel(engine.ModelVector(), {});
   } else {
     committed = engine.CommitDelta(delta, optimizer, counted);
@@ -135,7 +136,7 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
   if (!summed.ok()) {
     // Codes that decode to values beyond float (the decoders bound what one chunk can
     // carry, so this is a guard): the round counts nothing, the job goes on.
-    std::fprintf(stderr, "coordinator: round %llu: %s: the round counts nothing\n",
+    log::Warning("coordinator", "round %llu: %s: the round counts nothing",
                  static_cast<unsigned long long>(round),
                  std::string(summed.status().message()).c_str());
     coordinator::GuardedChoice none;
@@ -196,8 +197,8 @@ absl::Status AggregateAndCommit(coordinator::RoundHost& host,
         robust, kept, coordinator::ClipByMedian(kept, robust.clip), engine.dim());
     if (!agg.ok()) return agg.status();
     if (!agg->fallback.empty()) {
-      std::fprintf(stderr, "coordinator: round %llu: %s\n", static_cast<unsigned long long>(round),
-                   agg->fallback.c_str());
+      log::Warning("coordinator", "round %llu: %s", static_cast<unsigned long long>(round),
+                   agg->fallback);
       report->labels["aggregator_fallback"] = agg->fallback;
     }
     delta = std::move(agg->values);

@@ -5,8 +5,8 @@
 #include "modes/fedavg/fedavg_state.h"
 
 #include "base/str.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "modes/fedavg/fedavg_state.pb.h"
 

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/registry.h"
 #include "modes/fedavg/fedavg_state.h"
@@ -85,9 +86,9 @@ absl::Status GradiveqBases::EndRound(uint64_t round, std::span<const float> step
       double kept = 0;
       for (double k : basis->kept()) kept += k;
       if (!basis->kept().empty()) report->figures["gradiveq_kept"] = kept / basis->kept().size();
-      std::fprintf(stderr, "coordinator: round %llu: GradiVeQ bases %s fitted (%zu tensors)\n",
-                   static_cast<unsigned long long>(round), basis->word().c_str(),
-                   basis->tensors().size());
+      log::Info("coordinator", "round %llu: GradiVeQ bases %s fitted (%zu tensors)",
+                static_cast<unsigned long long>(round), basis->word().c_str(),
+                basis->tensors().size());
       if (absl::Status st = Use(std::move(basis)); !st.ok()) return st;
     }
   }
@@ -120,10 +121,10 @@ absl::Status GradiveqBases::Save(uint64_t round) const {
 absl::Status GradiveqBases::Load(uint64_t round) {
   auto basis = LoadGradiveqBasis(state_dir_, round);
   if (absl::IsNotFound(basis.status())) {
-    std::fprintf(stderr,
-                 "coordinator: no GradiVeQ bases beside the checkpoint of round %llu: the next "
-                 "round fits new ones\n",
-                 static_cast<unsigned long long>(round));
+    log::Warning(
+        "coordinator",
+        "no GradiVeQ bases beside the checkpoint of round %llu: the next round fits new ones",
+        static_cast<unsigned long long>(round));
     return absl::OkStatus();
   }
   if (!basis.ok()) return basis.status();

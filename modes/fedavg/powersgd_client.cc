@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/input_error.h"
@@ -221,8 +222,8 @@ absl::Status PowerSgdClient::Restore(const edge_client::PendingUpdate& p) {
   if (!st.ok()) {
     // A state file of another job or damaged past its checksum: its values are lost, and
     // keeping the update would stall every later round.
-    std::fprintf(stderr, "%s: a PowerSGD update in flight cannot be restored (%s): dropped\n",
-                 env_.client_id().c_str(), std::string(st.message()).c_str());
+    log::Warning(env_.client_id(), "a PowerSGD update in flight cannot be restored (%s): dropped",
+                 std::string(st.message()).c_str());
     env_.metrics().AddChunks(env_.client_id(), "dropped", 1);
     return absl::OkStatus();
   }

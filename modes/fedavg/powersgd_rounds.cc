@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/input_error.h"
 #include "coordinator/collectors.h"
@@ -42,9 +43,8 @@ absl::Status PowerSgdRounds::Save(uint64_t round) const {
 absl::Status PowerSgdRounds::Load(uint64_t round) {
   auto q = LoadPowerSgdQuery(state_dir_, round);
   if (absl::IsNotFound(q.status())) {
-    std::fprintf(stderr,
-                 "coordinator: no PowerSGD query beside the checkpoint of round %llu: the next "
-                 "round draws one\n",
+    log::Warning("coordinator",
+                 "no PowerSGD query beside the checkpoint of round %llu: the next round draws one",
                  static_cast<unsigned long long>(round));
     return absl::OkStatus();
   }

@@ -6,10 +6,11 @@
 #include <cstdio>
 
 #include "base/crc32c.h"
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/registry.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_file.h"
 #include "modes/lgc/lgc_codes.h"
 #include "modes/lgc/lgc_payload.h"
 #include "modes/lgc/lgc_state.h"
@@ -217,10 +218,10 @@ absl::Status LgcAggregator::RebuildStage3(uint64_t round, Decoded* d, Outcome* o
 void LgcAggregator::CountMismatch(uint64_t round, const Item& it, Outcome* out) {
   if (lgc::SentCrc(it.v) == it.sent_crc) return;
   ++out->rebuild_mismatches;
-  std::fprintf(stderr,
-               "lgc: round %llu: %s's rebuild differs from what it computed (counted; its error "
-               "feedback is off by the difference)\n",
-               static_cast<unsigned long long>(round), it.client.c_str());
+  log::Warning("lgc",
+               "round %llu: %s's rebuild differs from what it computed (counted; its error "
+               "feedback is off by the difference)",
+               static_cast<unsigned long long>(round), it.client);
 }
 
 void LgcAggregator::RebuildCorrections(uint64_t round, Decoded* d, Outcome* out) const {

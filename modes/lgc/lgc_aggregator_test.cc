@@ -12,11 +12,12 @@
 #include <set>
 #include <tuple>
 
+#include "base/file.h"
 #include "base/str.h"
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
 #include "codecs/zstd_codec.h"
-#include "core/atomic_file.h"
+#include "core/state_file.h"
 #include "gtest/gtest.h"
 #include "modes/lgc/lgc_codes.h"
 #include "modes/lgc/lgc_payload.h"
@@ -390,8 +391,9 @@ TEST(LgcAggregator, StatesOfTheProtocolsBeforeStillLoad) {
   ASSERT_TRUE(none->Save(2).ok());
   const auto refused = LgcAggregator::Create(plan, 0, kDim, dir, 2, 1, "cpu");
   EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
-  auto bytes = core::ReadFile(StrCat(dir, "/lgc-2.bin")).value();
-  ASSERT_TRUE(core::AtomicWriteFile(StrCat(dir, "/lgc-2.bin"), bytes.substr(0, bytes.size() - 9)).ok());
+  auto bytes = fedlgc::ReadFile(StrCat(dir, "/lgc-2.bin")).value();
+  ASSERT_TRUE(
+      fedlgc::AtomicWriteFile(StrCat(dir, "/lgc-2.bin"), bytes.substr(0, bytes.size() - 9)).ok());
   EXPECT_FALSE(LgcAggregator::Create(lgc::ParseLgcSpec("lgc(ratio=0.05)").value().value(), 0, kDim,
                                      dir, 2, 1, "cpu")
                    .ok());

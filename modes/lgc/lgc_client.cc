@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/dense_codec.h"
 #include "codecs/frame.h"
@@ -114,8 +115,8 @@ absl::Status LgcClient::BeginUpdate(const protos::RoundStart& start) {
   // then, nothing is taken out for a support yet.
   state.residual = std::move(u);
   plain_.ResidualChanged();
-  std::fprintf(stderr, "%s: round %llu: waiting for the leader's support\n",
-               env_.client_id().c_str(), static_cast<unsigned long long>(p.round));
+  log::Info(env_.client_id(), "round %llu: waiting for the leader's support",
+            static_cast<unsigned long long>(p.round));
   in_flight_.Set(p.update_id, std::move(f));
   state.pending = std::move(p);
   return env_.Persist();
@@ -271,9 +272,8 @@ void LgcClient::LogMiss(uint64_t round, std::span<const float> v, std::span<cons
   }
   const double rel = std::sqrt(ee / std::max(vv, 1e-30));
   if (!std::isfinite(rel)) return;
-  std::fprintf(stderr, "%s: round %llu: LGC reconstruction error %.3f (%s)\n",
-               env_.client_id().c_str(), static_cast<unsigned long long>(round), rel,
-               leader ? "leader" : "follower");
+  log::Info(env_.client_id(), "round %llu: LGC reconstruction error %.3f (%s)",
+            static_cast<unsigned long long>(round), rel, leader ? "leader" : "follower");
   env_.AppendRoundLog({round, {{"lgc_relative_error", rel}, {"lgc_leader", leader ? 1.0 : 0.0}}});
 }
 
@@ -300,8 +300,8 @@ absl::Status LgcClient::OnPromote(const protos::LgcPromote& promote) {
   p.update_id = env_.NewUpdateId();
   in_flight_.Rebind(p.update_id);
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
-  std::fprintf(stderr, "%s: leading LGC round %llu\n", env_.client_id().c_str(),
-               static_cast<unsigned long long>(promote.round()));
+  log::Info(env_.client_id(), "leading LGC round %llu",
+            static_cast<unsigned long long>(promote.round()));
   return env_.UploadPending(promote.round(), deadline_);
 }
 

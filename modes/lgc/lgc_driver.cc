@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "coordinator/collectors.h"
 #include "modes/fedavg/fedavg_driver.h"
@@ -304,8 +305,8 @@ absl::Status LgcDriver::WatchLeader(RoundHost& host, uint64_t round, LgcStage st
   promote->set_round(round);
   promote->set_encoder_version(LgcAggregator::kEncoderVersion);
   host.Push(next, e);
-  std::fprintf(stderr, "coordinator: round %llu: leader %s promoted (stage %d)\n",
-               static_cast<unsigned long long>(round), next.c_str(), static_cast<int>(stage));
+  log::Info("coordinator", "round %llu: leader %s promoted (stage %d)",
+            static_cast<unsigned long long>(round), next, static_cast<int>(stage));
   return absl::OkStatus();
 }
 

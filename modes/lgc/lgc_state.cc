@@ -7,7 +7,7 @@
 #include "modes/lgc/lgc_state.h"
 
 #include "base/str.h"
-#include "core/atomic_file.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "modes/lgc/lgc_state.pb.h"
 

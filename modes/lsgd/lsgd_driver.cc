@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/input_error.h"
 #include "core/float_bytes.h"
@@ -396,7 +397,7 @@ LsgdDriver::Election LsgdDriver::RunLeaders(coordinator::RoundHost& host, uint64
         excluded.insert(gone.begin(), gone.end());
         for (const std::string& c : gone) live.erase(c);
         election = Elect(round, live, excluded);
-        std::fprintf(stderr, "coordinator: round %llu: %zu LSGD leader(s) gone; re-elected\n",
+        log::Warning("coordinator", "round %llu: %zu LSGD leader(s) gone; re-elected",
                      static_cast<unsigned long long>(round), gone.size());
         ask(election);
       });

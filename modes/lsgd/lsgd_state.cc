@@ -6,8 +6,8 @@
 #include "modes/lsgd/lsgd_state.h"
 
 #include "base/str.h"
-#include "core/atomic_file.h"
 #include "core/float_bytes.h"
+#include "core/state_file.h"
 #include "core/state_message.h"
 #include "modes/lsgd/lsgd_state.pb.h"
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/log.h"
 #include "base/str.h"
 #include "codecs/input_error.h"
 #include "core/mixing.h"
@@ -208,7 +209,7 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
         if (gone.empty()) return;
         for (const std::string& c : gone) waiting.erase(c);
         engine.SetUploaders(waiting);
-        std::fprintf(stderr, "coordinator: round %llu: %zu SGP sender(s) gone\n",
+        log::Warning("coordinator", "round %llu: %zu SGP sender(s) gone",
                      static_cast<unsigned long long>(round), gone.size());
       });
   if (host.stopped()) return absl::OkStatus();

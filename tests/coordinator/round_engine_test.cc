@@ -10,11 +10,12 @@
 #include <random>
 
 #include "base/crc32c.h"
+#include "base/file.h"
 #include "codecs/frame.h"
 #include "codecs/registry.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/collectors.h"
-#include "core/atomic_file.h"
+#include "core/state_file.h"
 #include "gtest/gtest.h"
 #include "tests/core/fake_clock.h"
 
@@ -428,7 +429,7 @@ TEST(Checkpoint, AVersion1CheckpointStillLoads) {
   w.Str("a");
   w.U64(10);
   w.U32(0);  // no receipts
-  ASSERT_TRUE(core::AtomicWriteFile(CheckpointPath(dir), w.Finish()).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(CheckpointPath(dir), w.Finish()).ok());
   auto back = ReadCheckpoint(dir, "job");
   ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
   EXPECT_EQ((*back)->next_round, 5u);

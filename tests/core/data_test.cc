@@ -7,7 +7,7 @@
 #include <limits>
 #include <set>
 
-#include "core/atomic_file.h"
+#include "base/file.h"
 #include "core/csv.h"
 #include "core/dataset.h"
 #include "core/image_folder.h"

@@ -3,6 +3,8 @@
 // coordinate; buffers average or stay local; a module's own loss, Adam, sequence and
 // regression models train; what does not fit is refused before any training, with a
 // message that names the model, the data and what is wrong.
+#include "core/model.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,10 +12,9 @@
 #include <random>
 #include <sstream>
 
-#include "core/atomic_file.h"
+#include "base/file.h"
 #include "core/dataset.h"
 #include "core/float_bytes.h"
-#include "core/model.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
 

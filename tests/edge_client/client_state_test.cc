@@ -4,7 +4,8 @@
 
 #include <filesystem>
 
-#include "core/atomic_file.h"
+#include "base/file.h"
+#include "core/state_file.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::edge_client {
@@ -131,7 +132,7 @@ std::string OldFile(uint32_t version) {
 
 TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
   const std::string path = Path("v3.state");
-  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(3)).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, OldFile(3)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_TRUE(back->legacy.has_value());
@@ -141,7 +142,7 @@ TEST(ClientState, AVersion3ShareInFlightLeavesXAndWOnLoad) {
 
 TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
   const std::string path = Path("v4.state");
-  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(4)).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, OldFile(4)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_TRUE(back->legacy.has_value());
@@ -154,7 +155,7 @@ TEST(ClientState, AVersion4FileLoadsWithoutAnEcho) {
 
 TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
   const std::string path = Path("v8.state");
-  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(8)).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, OldFile(8)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_TRUE(back->pending.has_value());
@@ -166,7 +167,7 @@ TEST(ClientState, AVersion8FileLoadsWithoutAJob) {
 
 TEST(ClientState, AVersion10FileLoadsWithoutItsLgcEcho) {
   const std::string path = Path("v10.state");
-  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(10)).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, OldFile(10)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->legacy->share, SampleLegacy().share);
@@ -179,7 +180,7 @@ TEST(ClientState, AVersion10FileLoadsWithoutItsLgcEcho) {
 TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {
   // Versions 5 to 10 hold an LGC echo between the share and the codec state: skipped.
   const std::string path = Path("v5-old.state");
-  ASSERT_TRUE(core::AtomicWriteFile(path, OldFile(5)).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, OldFile(5)).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->legacy->share, SampleLegacy().share);
@@ -189,9 +190,9 @@ TEST(ClientState, AVersion5FileLoadsWithoutCodecState) {
 TEST(ClientState, ACorruptedFileIsRefused) {
   const std::string path = Path("bad.state");
   ASSERT_TRUE(SaveClientState(path, Sample()).ok());
-  auto bytes = core::ReadFile(path).value();
+  auto bytes = fedlgc::ReadFile(path).value();
   bytes[bytes.size() / 2] ^= 0x40;
-  ASSERT_TRUE(core::AtomicWriteFile(path, bytes).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, bytes).ok());
   EXPECT_FALSE(LoadClientState(path).ok());
 }
 

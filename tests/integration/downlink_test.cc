@@ -178,8 +178,8 @@ TEST(Downlink, ADownloadCutByTheLinkResumesAndTheModelIsTheCoordinators) {
   // chunks). The download resumes from the chunks the client had read (gRPC drops those
   // of a broken call it had not read yet, so on a loaded machine that may be none; the
   // offset itself is checked in tests/edge_client/transport_test.cc).
-  auto proxy = core::FaultProxy::Start("127.0.0.1", coord.port(),
-                                       core::LinkSpec::Parse("cut_after=600k").value(), 0);
+  auto proxy = sim::FaultProxy::Start("127.0.0.1", coord.port(),
+                                      sim::LinkSpec::Parse("cut_after=600k").value(), 0);
   ASSERT_TRUE(proxy.ok());
   std::vector<std::unique_ptr<ClientThread>> clients;
   clients.push_back(

@@ -7,11 +7,11 @@
 #include <cmath>
 #include <fstream>
 
+#include "base/file.h"
 #include "base/str.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
-#include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/protocol.h"
 #include "core/round_report.h"
@@ -72,13 +72,13 @@ RunResult RunFederation(const std::string& name, int n, const Job& job,
   const std::string certs = MakeCerts(dir, n);
   const auto o = JobOptions(dir, certs, n, job);
   InProcessCoordinator coord(o);
-  std::vector<std::unique_ptr<core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<sim::FaultProxy>> proxies;
   std::vector<std::unique_ptr<ClientThread>> clients;
   for (int i = 0; i < n; ++i) {
     int port = coord.port();
     if (i < static_cast<int>(proxy_link.size()) && !proxy_link[i].empty()) {
-      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(),
-                                       core::LinkSpec::Parse(proxy_link[i]).value(), i);
+      auto p = sim::FaultProxy::Start("127.0.0.1", coord.port(),
+                                      sim::LinkSpec::Parse(proxy_link[i]).value(), i);
       EXPECT_TRUE(p.ok());
       port = (*p)->port();
       proxies.push_back(std::move(p).value());
@@ -310,8 +310,8 @@ TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
   const std::string certs = MakeCerts(dir, n);
   InProcessCoordinator coord(JobOptions(dir, certs, n, job));
   // Client 0 sits behind a 4 Mbit/s link, so its upload takes more than a second.
-  auto proxy = core::FaultProxy::Start("127.0.0.1", coord.port(),
-                                       core::LinkSpec::Parse("rate=4mbit").value(), 0);
+  auto proxy = sim::FaultProxy::Start("127.0.0.1", coord.port(),
+                                      sim::LinkSpec::Parse("rate=4mbit").value(), 0);
   ASSERT_TRUE(proxy.ok());
   auto victim = SpawnEdge(dir, certs, 0, n, (*proxy)->port());
   auto other = SpawnEdge(dir, certs, 1, n, coord.port());
@@ -652,7 +652,7 @@ class RawClient {
     stub_ = protos::Coordinator::NewStub(
         grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), creds, args));
   }
-  static std::string Read(const std::string& path) { return **core::ReadFileIfExists(path); }
+  static std::string Read(const std::string& path) { return **fedlgc::ReadFileIfExists(path); }
   grpc::Status Join(const std::string& id, uint32_t protocol = kProtocolVersion) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
@@ -714,7 +714,7 @@ TEST(Federation, ClientsFailOverToACoordinatorRestartedAtAnotherAddress) {
     EXPECT_EQ((*log)[i].participants, n) << "round " << i + 1;
   }
   for (int i = 0; i < n; ++i) {
-    const std::string text = core::ReadFile(StrCat(dir, "/client-", i, ".log")).value();
+    const std::string text = fedlgc::ReadFile(StrCat(dir, "/client-", i, ".log")).value();
     EXPECT_NE(text.find(StrCat("failing over to 127.0.0.1:", second_port)), std::string::npos)
         << text;
   }

@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "base/file.h"
 #include "coordinator/checkpoint.h"
-#include "core/atomic_file.h"
 #include "core/model.h"
 #include "gtest/gtest.h"
 #include "modes/clients.h"
@@ -50,9 +50,9 @@ void AddCerts(const std::string& certs, const std::vector<std::string>& ids) {
 std::shared_ptr<grpc::Channel> ClientChannel(const std::string& certs, const std::string& id,
                                              int port, int channel_id) {
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = **core::ReadFileIfExists(certs + "/ca.pem");
-  ssl.pem_cert_chain = **core::ReadFileIfExists(certs + "/" + id + ".pem");
-  ssl.pem_private_key = **core::ReadFileIfExists(certs + "/" + id + ".key");
+  ssl.pem_root_certs = **fedlgc::ReadFileIfExists(certs + "/ca.pem");
+  ssl.pem_cert_chain = **fedlgc::ReadFileIfExists(certs + "/" + id + ".pem");
+  ssl.pem_private_key = **fedlgc::ReadFileIfExists(certs + "/" + id + ".key");
   grpc::ChannelArguments args;
   args.SetSslTargetNameOverride("localhost");
   if (channel_id > 0) args.SetInt("fedlgc.test.channel", channel_id);
@@ -87,7 +87,7 @@ int WaitForPortFile(const std::string& path, std::chrono::milliseconds timeout) 
   int port = 0;
   WaitFor(
       [&] {
-        auto f = core::ReadFileIfExists(path);
+        auto f = fedlgc::ReadFileIfExists(path);
         if (f.ok() && f->has_value()) port = std::atoi((*f)->c_str());
         return port > 0;
       },
@@ -191,7 +191,7 @@ bool ClientThread::Wait(std::chrono::seconds timeout) {
 std::string BinPath(const std::string& name) { return std::string(FEDLGC_BIN_DIR) + "/" + name; }
 
 std::string ReadText(const std::string& path) {
-  auto text = core::ReadFile(path);
+  auto text = fedlgc::ReadFile(path);
   return text.ok() ? *std::move(text) : std::string();
 }
 
@@ -199,7 +199,7 @@ int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
                   std::chrono::milliseconds timeout) {
   std::string cmd;
   for (const std::string& a : argv) cmd += "'" + a + "' ";
-  core::ChildProcess script({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, log);
+  sim::ChildProcess script({"/usr/bin/script", "-qfec", cmd, "/dev/null"}, log);
   return script.Wait(timeout);
 }
 

@@ -15,10 +15,10 @@
 
 #include "absl/status/status.h"
 #include "coordinator/coordinator.h"
-#include "core/fault_proxy.h"
-#include "core/process.h"
 #include "edge_client/edge_client.h"
 #include "modes/mode_options.h"
+#include "sim/fault_proxy.h"
+#include "sim/process.h"
 #include "tier/tier.h"
 
 namespace grpc {
@@ -97,7 +97,7 @@ class ClientThread {
   absl::Status result_;
 };
 
-using core::ChildProcess;
+using sim::ChildProcess;
 
 // Path of a binary built next to this test.
 std::string BinPath(const std::string& name);

@@ -15,8 +15,8 @@
 #include <set>
 
 #include "base/crc32c.h"
+#include "base/file.h"
 #include "codecs/registry.h"
-#include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/protocol.h"
 #include "core/round_report.h"

@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/atomic_file.h"
+#include "base/file.h"
 #include "core/round_report.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
@@ -84,9 +84,9 @@ void CountMisses(const std::string& dir, int n, double limit, std::map<uint64_t,
 // when it could not start).
 std::vector<std::unique_ptr<ChildProcess>> SpawnBehindALeaderLink(
     const std::string& dir, const std::string& certs, int n, int port, const std::string& link,
-    std::unique_ptr<core::FaultProxy>* proxy) {
+    std::unique_ptr<sim::FaultProxy>* proxy) {
   if (WaitForPortFile(dir + "/coordinator/port", seconds(60)) != port) return {};
-  auto started = core::FaultProxy::Start("127.0.0.1", port, core::LinkSpec::Parse(link).value(), 0);
+  auto started = sim::FaultProxy::Start("127.0.0.1", port, sim::LinkSpec::Parse(link).value(), 0);
   if (!started.ok()) return {};
   *proxy = std::move(started).value();
   std::vector<std::unique_ptr<ChildProcess>> clients;
@@ -176,13 +176,13 @@ TEST(Lgc, AutoencoderRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
       o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1)");
   argv.push_back("--lgc-leader=client-0");
   ChildProcess coord(argv, dir + "/coordinator.log");
-  std::unique_ptr<core::FaultProxy> proxy;
+  std::unique_ptr<sim::FaultProxy> proxy;
   auto clients = SpawnBehindALeaderLink(dir, certs, n, port, "delay=150ms", &proxy);
   ASSERT_NE(proxy, nullptr);
   const std::string victim_log = dir + "/client-2.log";
   ASSERT_TRUE(WaitFor(
       [&] {
-        auto log = core::ReadFileIfExists(victim_log);
+        auto log = fedlgc::ReadFileIfExists(victim_log);
         return log.ok() && log->has_value() &&
                (*log)->find("round 6: waiting for the leader's support") != std::string::npos;
       },
@@ -269,7 +269,7 @@ void PromotedLeaderRun(const std::string& name, const std::string& codec, int st
   ChildProcess coord(argv, dir + "/coordinator.log");
   // client-0, the configured leader, sits behind a slow link: it is still downloading
   // when it is killed at the start of the first compressed round.
-  std::unique_ptr<core::FaultProxy> proxy;
+  std::unique_ptr<sim::FaultProxy> proxy;
   auto clients = SpawnBehindALeaderLink(dir, certs, n, port, "rate=2mbit", &proxy);
   ASSERT_NE(proxy, nullptr);
   WaitForRounds(o.state_dir, 4);
@@ -292,7 +292,7 @@ void PromotedLeaderRun(const std::string& name, const std::string& codec, int st
   // Raw bytes count each survivor's model once, also the one that sent twice (as a
   // follower, then as the promoted leader).
   EXPECT_EQ(lines[4].raw_uplink_bytes, lines[5].raw_uplink_bytes);
-  auto log = core::ReadFileIfExists(dir + "/coordinator.log");
+  auto log = fedlgc::ReadFileIfExists(dir + "/coordinator.log");
   ASSERT_TRUE(log.ok() && log->has_value());
   EXPECT_NE((*log)->find("round 5: leader client-"), std::string::npos) << "no promotion logged";
 }

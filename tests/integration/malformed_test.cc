@@ -6,9 +6,9 @@
 #include <limits>
 
 #include "base/crc32c.h"
+#include "base/file.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
-#include "core/atomic_file.h"
 #include "core/model.h"
 #include "core/protocol.h"
 #include "gtest/gtest.h"

@@ -70,13 +70,13 @@ ModeRun RunMode(const std::string& dir, const std::string& certs, coordinator::C
   r.certs = certs;
   r.options = o;
   InProcessCoordinator coord(o, mo);
-  std::vector<std::unique_ptr<core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<sim::FaultProxy>> proxies;
   std::vector<std::unique_ptr<ClientThread>> clients;
   for (int i = 0; i < n; ++i) {
     int port = coord.port();
     if (i < static_cast<int>(links.size()) && !links[i].empty()) {
-      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(),
-                                       core::LinkSpec::Parse(links[i]).value(), i);
+      auto p = sim::FaultProxy::Start("127.0.0.1", coord.port(),
+                                      sim::LinkSpec::Parse(links[i]).value(), i);
       EXPECT_TRUE(p.ok());
       port = (*p)->port();
       proxies.push_back(std::move(p).value());
@@ -274,13 +274,13 @@ TEST(Lsgd, ALeaderKilledMidUploadIsReplacedByTheNextBestOfItsGroup) {
   o.plan.max_chunk_bytes = 32 * 1024;
   InProcessCoordinator coord(o, mo);
   // Group 0 sits behind 4 Mbit/s links: its leader's upload (636 KB) takes over a second.
-  std::vector<std::unique_ptr<core::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<sim::FaultProxy>> proxies;
   std::vector<std::unique_ptr<ChildProcess>> clients;
   for (int i = 0; i < 4; ++i) {
     int port = coord.port();
     if (i < 2) {
-      auto p = core::FaultProxy::Start("127.0.0.1", coord.port(),
-                                       core::LinkSpec::Parse("rate=4mbit").value(), i);
+      auto p = sim::FaultProxy::Start("127.0.0.1", coord.port(),
+                                      sim::LinkSpec::Parse("rate=4mbit").value(), i);
       ASSERT_TRUE(p.ok());
       port = (*p)->port();
       proxies.push_back(std::move(p).value());

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/atomic_file.h"
+#include "base/file.h"
 #include "core/protocol.h"
 #include "gtest/gtest.h"
 #include "protos/fedlgc.grpc.pb.h"
@@ -230,7 +230,7 @@ TEST(Service, SixHundredUnreadDownloadsDoNotGrowTheCoordinator) {
       dir + "/coordinator.log");
   const int port = WaitForPortFile(dir + "/port", std::chrono::seconds(60));
   ASSERT_GT(port, 0);
-  auto ports = core::ReadFileIfExists(dir + "/port").value().value();
+  auto ports = fedlgc::ReadFileIfExists(dir + "/port").value().value();
   const int metrics_port = std::atoi(ports.substr(ports.find(' ') + 1).c_str());
   std::vector<std::unique_ptr<protos::Coordinator::Stub>> stubs;
   for (int i = 0; i < 12; ++i) {

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <set>
 
+#include "base/file.h"
 #include "base/str.h"
-#include "core/atomic_file.h"
-#include "core/fault_proxy.h"
 #include "core/round_report.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "sim/fault_proxy.h"
 #include "tests/integration/harness.h"
 
 namespace fedlgc::testing {
@@ -197,8 +197,8 @@ void RunThroughAFault(const std::string& name, Fault fault) {
   ChildProcess agg1(argvs[1], dir + "/agg-1.log");
   // client-3 uploads through a slow link (an fp32 MLP update of 636 KB takes about 3 s), so agg-0's
   // rounds stay open a while after its other clients are in.
-  auto slow = core::FaultProxy::Start("127.0.0.1", ports[0],
-                                      core::LinkSpec::Parse("rate=1600kbit").value(), 3);
+  auto slow = sim::FaultProxy::Start("127.0.0.1", ports[0],
+                                     sim::LinkSpec::Parse("rate=1600kbit").value(), 3);
   ASSERT_TRUE(slow.ok()) << slow.status();
   std::vector<std::unique_ptr<ChildProcess>> clients;
   for (int i = 0; i < kClients; ++i) {
@@ -303,9 +303,9 @@ TEST(Tier, TheKeptRoundFileRoundTripsAndADamagedOneIsRefused) {
   EXPECT_FALSE((*back)->handed);
   EXPECT_EQ((*back)->delta, kept.delta);
   EXPECT_EQ((*back)->carry, kept.carry);
-  std::string bytes = core::ReadFile(path).value();
+  std::string bytes = fedlgc::ReadFile(path).value();
   bytes[20] ^= 1;
-  ASSERT_TRUE(core::AtomicWriteFile(path, bytes).ok());
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, bytes).ok());
   EXPECT_TRUE(absl::IsDataLoss(tier::LoadKeptRound(path).status()));
   EXPECT_FALSE(tier::LoadKeptRound(path + ".none").value().has_value());
 }

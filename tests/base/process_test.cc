@@ -1,4 +1,4 @@
-// What core::InitProcess sets for malloc: a stream of megabyte buffers allocated on one
+// What fedlgc::InitProcess sets for malloc: a stream of megabyte buffers allocated on one
 // thread and freed on another (as gRPC does with what it reads) reuses its pages instead
 // of faulting fresh ones in each time. Measured in fresh processes (malloc_probe.cc):
 // a forked child would inherit the test process's heap and its adjusted thresholds.

@@ -1,5 +1,5 @@
 // CLI11 setup shared by fedlgc's binaries (see cli.h).
-#include "core/cli.h"
+#include "base/flags.h"
 
 #include <malloc.h>
 
@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "base/log.h"
 
-namespace fedlgc::core {
+namespace fedlgc {
 
 const char* Version() { return FEDLGC_VERSION; }
 
@@ -20,6 +21,16 @@ void AddCommonFlags(CLI::App& app) {
   app.set_config("--config", "", "read options from this TOML file (keys: the long flags)");
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.set_version_flag("--version", std::string(app.get_name()) + " " + Version() + "\n");
+  app.add_option_function<std::string>(
+         "--log-level",
+         [](const std::string& name) {
+           absl::StatusOr<log::Level> level = log::ParseLevel(name);
+           if (!level.ok())
+             throw CLI::ValidationError("--log-level", std::string(level.status().message()));
+           log::SetLevel(*level);
+         },
+         "messages on stderr at this level and above: debug, info, warning, error")
+      ->default_str(std::string(log::LevelName(log::GetLevel())));
   CaptureDefaults(app);
   // A flag given twice takes its last value, as with most command lines.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -38,7 +49,7 @@ void InitProcess() {
   }
   if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 64 << 20) != 1 ||
       mallopt(M_ARENA_MAX, 2) != 1) {
-    std::fprintf(stderr, "warning: mallopt refused fedlgc's malloc settings\n");
+    log::Warning("", "mallopt refused fedlgc's malloc settings");
   }
 }
 
@@ -104,4 +115,4 @@ void AddLabelFlags(CLI::App& app, const std::string& what, std::string* label_co
                      "targets), classes or values");
 }
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc

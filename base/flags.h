@@ -2,8 +2,8 @@
 // and --config FILE, a TOML file whose keys are the long flags without their dashes (a
 // flag on the command line overrides the file). Each component registers its Options
 // with an AddFlags function beside them; flags are parsed only in main().
-#ifndef FEDLGC_CORE_CLI_H_
-#define FEDLGC_CORE_CLI_H_
+#ifndef FEDLGC_BASE_FLAGS_H_
+#define FEDLGC_BASE_FLAGS_H_
 
 #include <optional>
 #include <string>
@@ -13,7 +13,7 @@ class App;
 class Option;
 }  // namespace CLI
 
-namespace fedlgc::core {
+namespace fedlgc {
 
 // fedlgc's version (the CMake project version).
 const char* Version();
@@ -56,6 +56,6 @@ void AddLabelFlags(CLI::App& app, const std::string& what, std::string* label_co
 // options.
 std::string ConfigText(const CLI::App& app);
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc
 
-#endif  // FEDLGC_CORE_CLI_H_
+#endif  // FEDLGC_BASE_FLAGS_H_

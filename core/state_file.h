@@ -1,9 +1,10 @@
-// Durable whole-file writes (write a temporary, fsync, rename, fsync the folder) and a
-// checked little-endian byte format for state files, shared by the coordinator's
-// checkpoints and the edge client's residual. A state file ends with a CRC32C of the
-// rest, so a torn or corrupted file is refused rather than half-loaded.
-#ifndef FEDLGC_CORE_ATOMIC_FILE_H_
-#define FEDLGC_CORE_ATOMIC_FILE_H_
+// The envelope of fedlgc's state files: a checked little-endian byte format shared by the
+// coordinator's checkpoints and drivers' round states and the edge client's state, written
+// whole and atomically (base/file.h). A state file ends with a CRC32C of the rest, so a
+// torn or corrupted file is refused rather than half-loaded; inside, the state is a
+// protobuf message (core/state_message.h).
+#ifndef FEDLGC_CORE_STATE_FILE_H_
+#define FEDLGC_CORE_STATE_FILE_H_
 
 #include <cstdint>
 #include <cstring>
@@ -14,22 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/file.h"
 
 namespace fedlgc::core {
-
-// kDurable: synced to disk before and after the rename. kVisible: readers see the old or
-// the new contents, never a mix, but a crash may lose the write (files that say what is
-// happening now, rewritten often).
-enum class Durability { kDurable, kVisible };
-
-// Replaces `path` with `bytes` atomically: after a crash the file holds either the old or
-// the new contents, never a mix. Creates the parent folder if needed.
-absl::Status AtomicWriteFile(const std::string& path, std::string_view bytes,
-                             Durability durability = Durability::kDurable);
-// The whole file; nullopt when it does not exist.
-absl::StatusOr<std::optional<std::string>> ReadFileIfExists(const std::string& path);
-// The whole file; NotFound when it does not exist.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // A driver's state as of a committed round, next to the checkpoint that names the round:
 // <dir>/<prefix>-<round>.bin. Saving round r removes the files of rounds before r - 1 (the
@@ -109,4 +97,4 @@ absl::StatusOr<StateReader> ReadRoundState(const std::string& dir, std::string_v
 
 }  // namespace fedlgc::core
 
-#endif  // FEDLGC_CORE_ATOMIC_FILE_H_
+#endif  // FEDLGC_CORE_STATE_FILE_H_

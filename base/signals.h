@@ -2,14 +2,14 @@
 // handler only writes the signal's number into a pipe (async-signal-safe), and a thread of
 // the watcher's own reads it and calls the stop function, which may take locks, cancel
 // calls and log.
-#ifndef FEDLGC_CORE_SIGNALS_H_
-#define FEDLGC_CORE_SIGNALS_H_
+#ifndef FEDLGC_BASE_SIGNALS_H_
+#define FEDLGC_BASE_SIGNALS_H_
 
 #include <atomic>
 #include <functional>
 #include <thread>
 
-namespace fedlgc::core {
+namespace fedlgc {
 
 // At most one at a time per process. Thread-safe: signal() from any thread.
 class StopOnSignals final {
@@ -30,6 +30,6 @@ class StopOnSignals final {
   std::thread thread_;
 };
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc
 
-#endif  // FEDLGC_CORE_SIGNALS_H_
+#endif  // FEDLGC_BASE_SIGNALS_H_

@@ -1,5 +1,5 @@
 // Failpoints (see failpoint.h).
-#include "core/failpoint.h"
+#include "base/failpoint.h"
 
 #include <unistd.h>
 
@@ -7,16 +7,18 @@
 #include <cstdlib>
 #include <string>
 
-namespace fedlgc::core {
+#include "base/log.h"
+
+namespace fedlgc {
 
 void Failpoint(std::string_view name, uint64_t round) {
   const char* set = std::getenv("FEDLGC_FAILPOINT");
   if (set == nullptr) return;
   const std::string want = std::string(name) + ":" + std::to_string(round);
   if (want != set) return;
-  std::fprintf(stderr, "failpoint %s reached: exiting\n", want.c_str());
+  log::Error("", "failpoint %s reached: exiting", want);
   std::fflush(stderr);
   ::_exit(99);
 }
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc

@@ -2,7 +2,7 @@
 // threads: a reader stamps every chunk with its release time (arrival + delay + jitter)
 // and a writer releases chunks no earlier than that and no faster than the rate cap, so
 // latency does not throttle throughput the way sleeping in a single loop would.
-#include "core/fault_proxy.h"
+#include "sim/fault_proxy.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 
 #include "base/str.h"
 
-namespace fedlgc::core {
+namespace fedlgc::sim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -306,4 +306,4 @@ void FaultProxy::Release(Connection* c, int dst, Pipe* pipe) {
   }
 }
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc::sim

@@ -2,8 +2,8 @@
 // fedlgc-sim and the integration tests. Killed with SIGKILL if still running when
 // destroyed, and sent SIGTERM by the kernel when the thread that started it ends (its
 // parent died: PR_SET_PDEATHSIG), so a killed parent leaves no orphans.
-#ifndef FEDLGC_CORE_PROCESS_H_
-#define FEDLGC_CORE_PROCESS_H_
+#ifndef FEDLGC_SIM_PROCESS_H_
+#define FEDLGC_SIM_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace fedlgc::core {
+namespace fedlgc::sim {
 
 // Not thread-safe.
 class ChildProcess {
@@ -31,6 +31,6 @@ class ChildProcess {
   pid_t pid_ = -1;
 };
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc::sim
 
-#endif  // FEDLGC_CORE_PROCESS_H_
+#endif  // FEDLGC_SIM_PROCESS_H_

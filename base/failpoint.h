@@ -4,16 +4,16 @@
 //   after-checkpoint   a coordinator has written the checkpoint of the round, and nothing
 //                      after it (receipts, an aggregator's update up) has happened yet.
 // Unset in every deployment; a point costs one environment lookup.
-#ifndef FEDLGC_CORE_FAILPOINT_H_
-#define FEDLGC_CORE_FAILPOINT_H_
+#ifndef FEDLGC_BASE_FAILPOINT_H_
+#define FEDLGC_BASE_FAILPOINT_H_
 
 #include <cstdint>
 #include <string_view>
 
-namespace fedlgc::core {
+namespace fedlgc {
 
 void Failpoint(std::string_view name, uint64_t round);
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc
 
-#endif  // FEDLGC_CORE_FAILPOINT_H_
+#endif  // FEDLGC_BASE_FAILPOINT_H_

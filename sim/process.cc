@@ -1,5 +1,5 @@
 // Child processes (see process.h).
-#include "core/process.h"
+#include "sim/process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 
 #include <thread>
 
-namespace fedlgc::core {
+namespace fedlgc::sim {
 
 ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log_path) {
   // Prepare everything before fork: only async-signal-safe calls in the child.
@@ -66,4 +66,4 @@ int ChildProcess::Wait(std::chrono::milliseconds timeout) {
   return -1;
 }
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc::sim

@@ -1,6 +1,6 @@
 // A fresh process for process_test.cc: megabyte buffers allocated on one thread and freed
 // on another, round after round (as gRPC does with what it reads). Prints the minor page
-// faults of the rounds after the first few. With "init", core::InitProcess() runs first.
+// faults of the rounds after the first few. With "init", fedlgc::InitProcess() runs first.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/cli.h"
+#include "base/flags.h"
 
 namespace {
 
@@ -22,7 +22,7 @@ long MinorFaults() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "init") == 0) fedlgc::core::InitProcess();
+  if (argc > 1 && std::strcmp(argv[1], "init") == 0) fedlgc::InitProcess();
   constexpr size_t kSizes[] = {256 << 10, 1 << 20, 3 << 20};
   constexpr int kBlocks = 24, kRounds = 30, kWarmRounds = 5;
   long before = 0, bytes = 0;

@@ -1,5 +1,5 @@
 // Signals through a self-pipe (see signals.h).
-#include "core/signals.h"
+#include "base/signals.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-namespace fedlgc::core {
+namespace fedlgc {
 namespace {
 
 int g_pipe[2] = {-1, -1};
@@ -60,4 +60,4 @@ StopOnSignals::~StopOnSignals() {
   g_pipe[0] = g_pipe[1] = -1;
 }
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc

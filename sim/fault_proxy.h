@@ -9,8 +9,8 @@
 //   cut             probability that a connection is cut per MiB it carries
 //   cut_after       bytes (k, m suffixes, both directions counted) after which a connection
 //                   is cut; only the first connection to reach it is cut
-#ifndef FEDLGC_CORE_FAULT_PROXY_H_
-#define FEDLGC_CORE_FAULT_PROXY_H_
+#ifndef FEDLGC_SIM_FAULT_PROXY_H_
+#define FEDLGC_SIM_FAULT_PROXY_H_
 
 #include <atomic>
 #include <cstdint>
@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace fedlgc::core {
+namespace fedlgc::sim {
 
 struct LinkSpec {
   double delay_s = 0;
@@ -74,6 +74,6 @@ class FaultProxy {
   std::vector<int> fds_;
 };
 
-}  // namespace fedlgc::core
+}  // namespace fedlgc::sim
 
-#endif  // FEDLGC_CORE_FAULT_PROXY_H_
+#endif  // FEDLGC_SIM_FAULT_PROXY_H_

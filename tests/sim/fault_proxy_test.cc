@@ -1,5 +1,5 @@
 // The TCP fault proxy: delay, rate cap and cuts measured on a loopback echo server.
-#include "core/fault_proxy.h"
+#include "sim/fault_proxy.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 
-namespace fedlgc::core {
+namespace fedlgc::sim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -155,4 +155,4 @@ TEST(LinkSpec, ParsesAndRejects) {
 }
 
 }  // namespace
-}  // namespace fedlgc::core
+}  // namespace fedlgc::sim

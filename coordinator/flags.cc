@@ -3,7 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/cli.h"
+#include "base/flags.h"
+#include "base/str.h"
+#include "core/protocol.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -37,9 +39,11 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--loss", o->loss,
                 "auto (a module's own loss(output, target) method, else cross_entropy for class "
                 "labels and mse for float targets), cross_entropy or mse");
-  g->add_option("--mode", o->mode,
-                "aggregation: fedavg, lgc (with an lgc(...) codec), lsgd (leader pull) or sgp "
-                "(push-sum gossip)");
+  std::string modes;
+  for (const ModeInfo& m : kModes) {
+    StrAppend(&modes, modes.empty() ? "" : ", ", m.name, " (", m.summary, ")");
+  }
+  g->add_option("--mode", o->mode, StrCat("aggregation (docs/modes.md): ", modes));
   g->add_option("--rounds", o->rounds, "rounds to run");
   g->add_option("--min-clients", o->min_clients, "connected clients needed to open a round");
   g->add_option("--fraction", o->fraction,
@@ -89,9 +93,9 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
 void AddGuardFlags(CLI::App& app, CoordinatorOptions* o) {
   CLI::Option_group* g =
       app.add_option_group("Model guard", "what a round's new model must pass to commit");
-  core::AddBoolFlag(*g, "--guard", &o->guard.enabled,
-                    "check each round's model before it commits; refused: commit without the "
-                    "largest updates and quarantine their senders");
+  fedlgc::AddBoolFlag(*g, "--guard", &o->guard.enabled,
+                      "check each round's model before it commits; refused: commit without the "
+                      "largest updates and quarantine their senders");
   g->add_option("--guard-max-growth", o->guard.max_growth,
                 "largest growth of the model's L2 norm in one round (x max(norm, 1))");
   g->add_option("--guard-max-loss-ratio", o->guard.max_loss_ratio,
@@ -112,8 +116,8 @@ void AddServiceFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--tls-ca", o->tls_ca, "CA certificate that signs client certificates");
   g->add_option("--tls-cert", o->tls_cert, "server certificate");
   g->add_option("--tls-key", o->tls_key, "server key");
-  core::AddBoolFlag(*g, "--insecure", &o->insecure,
-                    "plaintext, clients name themselves: local experiments only");
+  fedlgc::AddBoolFlag(*g, "--insecure", &o->insecure,
+                      "plaintext, clients name themselves: local experiments only");
   g->add_option("--max-message-bytes", o->max_message_bytes,
                 "largest message a client may send (larger: RESOURCE_EXHAUSTED, counted)");
   g->add_option("--max-streams-per-client", o->streams.per_client,
@@ -166,7 +170,7 @@ void AddEvalFlags(CLI::App& app, CoordinatorOptions* o) {
                 "fashion-mnist, synthetic:N, npz:PATH (arrays x and y, or x_test and y_test), "
                 "csv:PATH or images:DIR (docs/your-model.md)");
   g->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
-  core::AddLabelFlags(*g, "the test set", &o->label_column, &o->targets);
+  fedlgc::AddLabelFlags(*g, "the test set", &o->label_column, &o->targets);
   g->add_option("--torch-threads", o->torch_threads, "libtorch threads for evaluation");
 }
 

@@ -25,18 +25,21 @@ enum class Mode {
   kLgc,     // FedAvg with learned gradient compression (codec "lgc(...)")
   kLsgd,    // leader-based: clients are pulled towards the best client
   kSgp,     // push-sum gossip through the coordinator's relay
+  kSmooth,  // FedAvg whose clients send a running average of their updates
 };
 
 struct ModeInfo {
   Mode mode;
-  std::string_view name;
+  std::string_view name;     // on the wire (JoinReply.mode), in --mode and in reports
+  std::string_view summary;  // a few words for --help
 };
-// Every mode and its name: a new mode adds a line here.
+// Every mode, its name and what it is: a new mode adds a line here.
 inline constexpr ModeInfo kModes[] = {
-    {Mode::kFedAvg, "fedavg"},
-    {Mode::kLgc, "lgc"},
-    {Mode::kLsgd, "lsgd"},
-    {Mode::kSgp, "sgp"},
+    {Mode::kFedAvg, "fedavg", "weighted mean of the updates"},
+    {Mode::kLgc, "lgc", "FedAvg with an lgc(...) codec"},
+    {Mode::kLsgd, "lsgd", "leader pull"},
+    {Mode::kSgp, "sgp", "push-sum gossip"},
+    {Mode::kSmooth, "smooth", "clients send a running average of their updates"},
 };
 
 inline constexpr std::string_view ModeName(Mode mode) {

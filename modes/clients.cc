@@ -6,6 +6,7 @@
 #include "modes/lgc/lgc_client.h"
 #include "modes/lsgd/lsgd_client.h"
 #include "modes/sgp/sgp_client.h"
+#include "modes/smooth/smooth_client.h"
 
 namespace fedlgc::modes {
 
@@ -20,6 +21,8 @@ absl::StatusOr<std::unique_ptr<edge_client::ClientMode>> MakeClientMode(
       return std::make_unique<LsgdClient>(env);
     case Mode::kSgp:
       return std::make_unique<SgpClient>(env);
+    case Mode::kSmooth:
+      return std::make_unique<SmoothClient>(env);
   }
   return absl::InvalidArgumentError(StrCat("no client for mode ", ModeName(mode)));
 }

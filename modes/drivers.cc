@@ -2,6 +2,7 @@
 #include "modes/drivers.h"
 
 #include "base/str.h"
+#include "modes/smooth/smooth_driver.h"
 
 namespace fedlgc::modes {
 namespace {
@@ -43,6 +44,8 @@ const DriverRow kDrivers[] = {
        return Up(SgpDriver::Create(o.sgp, env.dim, env.state_dir, env.committed_round, env.robust,
                                    env.metrics));
      }},
+    {&SmoothDriver::Traits,
+     [](const ModeOptions&, const DriverEnv& env) { return Up(SmoothDriver::Create(env)); }},
 };
 
 const DriverRow* RowOf(Mode mode) {

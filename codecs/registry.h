@@ -51,6 +51,13 @@ struct CodecEntry {
   uint32_t version = 1;  // wire version: bumped whenever the byte format changes
   std::string summary;   // one line for --help listings
   CodecFactory make;
+  // Specs that build (with a model layout when they need one) and together cover the
+  // codec's main parameters and the codecs it wraps. The shared codec test suites run
+  // every example of every codec, so a codec registered without examples fails them.
+  std::vector<std::string> examples;
+  // The factory refuses to build without the model's layout (a per-tensor codec): its
+  // examples, and any spec that nests it, need one.
+  bool needs_layout = false;
 };
 
 // Thread-safety: Register must finish before the registry is shared; Create and List are

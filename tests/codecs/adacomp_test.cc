@@ -18,6 +18,9 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 // The coordinates AdaComp must send, from its definition: per bin, every i with G_i != 0
 // and |G_i + g_i| >= max_bin |G| (g empty: H = G), else the bin's first largest |G|, and
 // nothing in a bin of zeros.
@@ -210,54 +213,63 @@ TEST(AdaComp, RefusesEveryBodyTheEncoderCouldNotHaveWritten) {
   EXPECT_EQ(out[50 + 9], 0.5f);  // the second bin starts at 50
   EXPECT_EQ(out[9], 0.0f);
   ASSERT_TRUE(decode(Body(0.0f).List({}).List({}).Done()).ok());        // nothing sent, scale +0
-  EXPECT_FALSE(decode(Body(0.5f).List({7, 3}).List({1}).Done()).ok());  // out of order
-  EXPECT_FALSE(decode(Body(0.5f).List({3, 3}).List({1}).Done()).ok());  // repeated
-  EXPECT_FALSE(decode(Body(0.5f).List({50}).List({1}).Done()).ok());    // out of range
-  EXPECT_FALSE(decode(Body(-0.5f).List({3}).List({1}).Done()).ok());    // negative scale
-  EXPECT_FALSE(decode(Body(-0.0f).List({}).List({}).Done()).ok());      // -0
-  EXPECT_FALSE(decode(Body(0.0f).List({3}).List({}).Done()).ok());      // sent, scale 0
-  EXPECT_FALSE(decode(Body(0.5f).List({}).List({}).Done()).ok());       // nothing, scale
-  EXPECT_FALSE(decode(Body(std::nanf("")).List({3}).List({}).Done()).ok());
+  auto malformed = [&](std::vector<uint8_t> b) {
+    return FailsWith(decode(std::move(b)), InputError::kMalformed);
+  };
+  // Only the code for a sign-bit scale: it comes back tagged malformed, where a quantizer's
+  // negative norm is kNonFinite (input_error.h: "out of its bounds").
+  auto invalid = [&](std::vector<uint8_t> b) {
+    return FailsWith(decode(std::move(b)), StatusCode::kInvalidArgument);
+  };
+  EXPECT_TRUE(malformed(Body(0.5f).List({7, 3}).List({1}).Done()));  // out of order
+  EXPECT_TRUE(malformed(Body(0.5f).List({3, 3}).List({1}).Done()));  // repeated
+  EXPECT_TRUE(malformed(Body(0.5f).List({50}).List({1}).Done()));    // out of range
+  EXPECT_TRUE(invalid(Body(-0.5f).List({3}).List({1}).Done()));      // negative scale
+  EXPECT_TRUE(invalid(Body(-0.0f).List({}).List({}).Done()));        // -0
+  EXPECT_TRUE(malformed(Body(0.0f).List({3}).List({}).Done()));      // sent, scale 0
+  EXPECT_TRUE(malformed(Body(0.5f).List({}).List({}).Done()));       // nothing, scale
+  EXPECT_TRUE(
+      FailsWith(decode(Body(std::nanf("")).List({3}).List({}).Done()), InputError::kNonFinite));
   // Nine positions cost 6 + 54 bits, more than a bitmap of 50: the list is refused.
-  EXPECT_FALSE(decode(Body(0.5f).List({0, 1, 2, 3, 4, 5, 6, 7, 8}).List({}).Done()).ok());
+  EXPECT_TRUE(malformed(Body(0.5f).List({0, 1, 2, 3, 4, 5, 6, 7, 8}).List({}).Done()));
   {  // a bitmap of one position, which a list codes shorter
     Body b(0.5f);
     b.w.WriteBit(true);
     for (int i = 0; i < 50; ++i) b.w.WriteBit(i == 4);
     b.w.WriteBit(false);
     b.List({});
-    EXPECT_FALSE(decode(b.Done()).ok());
+    EXPECT_TRUE(malformed(b.Done()));
   }
   {  // a count over the bin
     Body b(0.5f);
     b.w.WriteBit(false);
     b.w.Write(51, 6);
-    EXPECT_FALSE(decode(b.Done()).ok());
+    EXPECT_TRUE(malformed(b.Done()));
   }
   auto good = Body(0.5f).List({3}).List({7}).Done();
   good.push_back(0);  // a byte after the last bin
-  EXPECT_FALSE(decode(good).ok());
+  EXPECT_TRUE(malformed(good));
   good.pop_back();
   good.back() |= 0x80;  // a padding bit set
-  EXPECT_FALSE(decode(good).ok());
+  EXPECT_TRUE(malformed(good));
   good.resize(good.size() - 1);  // cut short
-  EXPECT_FALSE(decode(good).ok());
+  EXPECT_TRUE(malformed(good));
 }
 
 TEST(AdaComp, RefusesBadBinsAndMismatchedUpdates) {
-  EXPECT_FALSE(MakeCodec("adacomp(bin=1)").ok());
-  EXPECT_FALSE(MakeCodec("adacomp(bin=70000)").ok());
-  EXPECT_FALSE(MakeCodec("adacomp(bins=50)").ok());
+  EXPECT_TRUE(FailsWith(MakeCodec("adacomp(bin=1)"), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("adacomp(bin=70000)"), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("adacomp(bins=50)"), StatusCode::kInvalidArgument));
   auto codec = testing::Make("adacomp(bin=50)");
   const auto x = testing::GradientLike(100, 1);
   const std::vector<float> short_fresh(99, 0.0f);
   EncodeOptions opts;
   opts.fresh = short_fresh;
   std::vector<Frame> frames;
-  EXPECT_FALSE(codec->Encode(x, opts, &frames).ok());
+  EXPECT_TRUE(FailsWith(codec->Encode(x, opts, &frames), StatusCode::kInvalidArgument));
   std::vector<float> nan = x;
   nan[3] = std::nanf("");
-  EXPECT_FALSE(codec->Encode(nan, EncodeOptions{}, &frames).ok());
+  EXPECT_TRUE(FailsWith(codec->Encode(nan, EncodeOptions{}, &frames), InputError::kNonFinite));
 }
 
 }  // namespace

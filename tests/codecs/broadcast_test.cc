@@ -12,6 +12,9 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 constexpr size_t kDim = 20000;
 
 // A model that moves like a trained one: each version adds a gradient-like step.
@@ -203,13 +206,13 @@ TEST(Broadcast, ADamagedOrMisplacedDeltaIsRefusedAndTheModelKept) {
   version = 0;
   BroadcastDelta bad = good;
   bad.frames[0][bad.frames[0].size() / 2] ^= 0x10;
-  EXPECT_FALSE(ApplyDelta(enc->codec(), bad, &version, &copy).ok());
+  EXPECT_TRUE(FailsWith(ApplyDelta(enc->codec(), bad, &version, &copy), StatusCode::kDataLoss));
   EXPECT_EQ(copy, model);
   EXPECT_EQ(version, 0u);
   // A frame left out: the delta no longer tiles the model.
   bad = good;
   bad.frames.pop_back();
-  EXPECT_FALSE(ApplyDelta(enc->codec(), bad, &version, &copy).ok());
+  EXPECT_TRUE(FailsWith(ApplyDelta(enc->codec(), bad, &version, &copy), InputError::kMalformed));
   // A model that is not the sender's (another start): the rebuild's CRC differs.
   std::vector<float> other = model;
   other[17] += 1.0f;
@@ -217,15 +220,15 @@ TEST(Broadcast, ADamagedOrMisplacedDeltaIsRefusedAndTheModelKept) {
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   // Another codec's frames.
   auto fp16 = testing::Make("fp16");
-  EXPECT_FALSE(ApplyDelta(*fp16, good, &version, &copy).ok());
+  EXPECT_TRUE(FailsWith(ApplyDelta(*fp16, good, &version, &copy), InputError::kWrongCodec));
   EXPECT_EQ(copy, model);
   // The wire format refuses what is not a delta.
   std::string bytes = SerializeDelta(good);
-  EXPECT_FALSE(ParseDelta(bytes.substr(0, bytes.size() - 1)).ok());
-  EXPECT_FALSE(ParseDelta(bytes + "x").ok());
-  EXPECT_FALSE(ParseDelta("FLGB").ok());
+  EXPECT_TRUE(FailsWith(ParseDelta(bytes.substr(0, bytes.size() - 1)), InputError::kMalformed));
+  EXPECT_TRUE(FailsWith(ParseDelta(bytes + "x"), InputError::kMalformed));
+  EXPECT_TRUE(FailsWith(ParseDelta("FLGB"), InputError::kMalformed));
   bytes[5] ^= 0x01;  // from = 1, to = 1
-  EXPECT_FALSE(ParseDelta(bytes).ok());
+  EXPECT_TRUE(FailsWith(ParseDelta(bytes), InputError::kMalformed));
   // And the good one still applies.
   EXPECT_TRUE(ApplyDelta(enc->codec(), good, &version, &copy).ok());
   EXPECT_EQ(0, std::memcmp(copy.data(), enc->held().data(), kDim * sizeof(float)));
@@ -271,14 +274,18 @@ TEST(Broadcast, AChainTravelsAsBytesAndAppliesAllOrNothing) {
   EXPECT_EQ(version, 2u);
   EXPECT_EQ(model, before);
   // Bytes that are not a chain, or a chain with a gap or the wrong end.
-  EXPECT_FALSE(ParseChain(bytes.substr(0, bytes.size() - 3)).ok());
-  EXPECT_FALSE(ParseChain(bytes + "x").ok());
-  EXPECT_FALSE(ParseChain(SerializeChain(6, enc->held_crc(), deltas)).ok()) << "wrong end";
+  EXPECT_TRUE(FailsWith(ParseChain(bytes.substr(0, bytes.size() - 3)), InputError::kMalformed));
+  EXPECT_TRUE(FailsWith(ParseChain(bytes + "x"), InputError::kMalformed));
+  EXPECT_TRUE(
+      FailsWith(ParseChain(SerializeChain(6, enc->held_crc(), deltas)), InputError::kMalformed))
+      << "wrong end";
   const BroadcastDelta* gap[] = {deltas[0], deltas[2]};
-  EXPECT_FALSE(ParseChain(SerializeChain(5, enc->held_crc(), gap)).ok()) << "gap";
+  EXPECT_TRUE(
+      FailsWith(ParseChain(SerializeChain(5, enc->held_crc(), gap)), InputError::kMalformed))
+      << "gap";
   std::string huge = bytes;
   huge[4 + 1 + 8 + 4 + 3] = '\x7f';  // a count (2^31 and more) the bytes cannot hold
-  EXPECT_FALSE(ParseChain(huge).ok());
+  EXPECT_TRUE(FailsWith(ParseChain(huge), InputError::kMalformed));
 }
 
 TEST(Broadcast, ARestoredEncoderGoesOnWithTheSameBytes) {
@@ -302,26 +309,34 @@ TEST(Broadcast, ARestoredEncoderGoesOnWithTheSameBytes) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(SerializeDelta(**a), SerializeDelta(**b));
   // A damaged state is refused.
-  EXPECT_FALSE(BroadcastEncoder::Restore(o, state.substr(0, state.size() - 1)).ok());
-  EXPECT_FALSE(BroadcastEncoder::Restore(o, "FLGS").ok());
+  EXPECT_TRUE(FailsWith(BroadcastEncoder::Restore(o, state.substr(0, state.size() - 1)),
+                        InputError::kMalformed));
+  EXPECT_TRUE(FailsWith(BroadcastEncoder::Restore(o, "FLGS"), InputError::kMalformed));
   std::string other = state;
   other[4 + 1 + 8 + 8 + 40] ^= 0x01;  // a held value changed: the deltas no longer end at it
-  EXPECT_FALSE(BroadcastEncoder::Restore(o, other).ok());
+  EXPECT_TRUE(FailsWith(BroadcastEncoder::Restore(o, other), InputError::kMalformed));
 }
 
 TEST(Broadcast, RefusesStatefulCodecsAndBadOptions) {
   BroadcastOptions o;
   o.codec = "ef(topk(ratio=0.01))";
-  EXPECT_FALSE(BroadcastEncoder::Create(o, std::vector<float>(10, 0.0f), 0).ok());
+  EXPECT_TRUE(FailsWith(BroadcastEncoder::Create(o, std::vector<float>(10, 0.0f), 0),
+                        StatusCode::kInvalidArgument));
   o.codec = "qsgd(bits=4)";
   o.window = 0;
-  EXPECT_FALSE(BroadcastEncoder::Create(o, std::vector<float>(10, 0.0f), 0).ok());
+  EXPECT_TRUE(FailsWith(BroadcastEncoder::Create(o, std::vector<float>(10, 0.0f), 0),
+                        StatusCode::kInvalidArgument));
   o.window = 2;
-  EXPECT_FALSE(BroadcastEncoder::Create(o, {1.0f, std::nanf("")}, 0).ok());
+  EXPECT_TRUE(
+      FailsWith(BroadcastEncoder::Create(o, {1.0f, std::nanf("")}, 0), InputError::kNonFinite));
   auto e = BroadcastEncoder::Create(o, std::vector<float>(10, 0.0f), 3);
   ASSERT_TRUE(e.ok());
-  EXPECT_FALSE((*e)->Advance(3, std::vector<float>(10, 1.0f)).ok()) << "not after 3";
-  EXPECT_FALSE((*e)->Advance(4, std::vector<float>(9, 1.0f)).ok()) << "another size";
+  EXPECT_TRUE(
+      FailsWith((*e)->Advance(3, std::vector<float>(10, 1.0f)), StatusCode::kInvalidArgument))
+      << "not after 3";
+  EXPECT_TRUE(
+      FailsWith((*e)->Advance(4, std::vector<float>(9, 1.0f)), StatusCode::kInvalidArgument))
+      << "another size";
 }
 
 }  // namespace

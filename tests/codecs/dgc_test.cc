@@ -17,6 +17,9 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 // Multiples of 2^-8 in [-1, 1]: with momentum 0.5 over at most 8 steps every product and
 // sum the codec computes is exact in float, so the oracle must match bit for bit.
 std::vector<float> Dyadic(size_t n, uint64_t seed) { return testing::Dyadic(n, seed, 8); }
@@ -72,9 +75,9 @@ TEST(Dgc, SpecsAndWarmUpSchedule) {
   ASSERT_NE(w, nullptr);
   EXPECT_EQ(w->wire_spec(), c->wire_spec());
   // It keeps its own residual: error feedback around it is refused.
-  EXPECT_FALSE(MakeCodec("ef(dgc(ratio=0.01))").ok());
-  EXPECT_FALSE(MakeCodec("dgc(values=topk(ratio=0.1))").ok());
-  EXPECT_FALSE(MakeCodec("dgc(momentum=1)").ok());
+  EXPECT_TRUE(FailsWith(MakeCodec("ef(dgc(ratio=0.01))"), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("dgc(values=topk(ratio=0.1))"), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("dgc(momentum=1)"), StatusCode::kInvalidArgument));
 }
 
 TEST(Dgc, MatchesTheOracleAndConservesTheMomentaExactly) {
@@ -181,7 +184,7 @@ TEST(Dgc, ChunkedFramesDecodeLikeTheWholeAndLostOnesGoBack) {
   auto other = testing::Make("topk(ratio=0.1)");
   std::vector<Frame> of;
   testing::RoundTrip(*other, x, 1, 0, &of);
-  EXPECT_FALSE(d.Restore(of[0].bytes).ok());
+  EXPECT_TRUE(FailsWith(d.Restore(of[0].bytes), InputError::kMalformed));
   EXPECT_TRUE(d.RestoreAny(of[0].bytes).ok());
 }
 
@@ -220,16 +223,17 @@ TEST(Dgc, SenderStateSurvivesARestartAndIsRefusedElsewhere) {
   EXPECT_NE(fa[0].bytes, ff[0].bytes);
   // Refused: another spec, another version, a cut or padded state, non-finite momentum.
   auto c = testing::Make("dgc(ratio=0.01,momentum=0.8,warmup=3)");
-  EXPECT_FALSE(AsDgc(c).LoadState(state).ok());
+  EXPECT_TRUE(FailsWith(AsDgc(c).LoadState(state), InputError::kMalformed));
   std::string bad = state;
   bad[4] = 2;  // version
-  EXPECT_FALSE(AsDgc(b).LoadState(bad).ok());
-  EXPECT_FALSE(AsDgc(b).LoadState(state.substr(0, state.size() - 1)).ok());
-  EXPECT_FALSE(AsDgc(b).LoadState(state + "x").ok());
+  EXPECT_TRUE(FailsWith(AsDgc(b).LoadState(bad), InputError::kMalformed));
+  EXPECT_TRUE(
+      FailsWith(AsDgc(b).LoadState(state.substr(0, state.size() - 1)), InputError::kMalformed));
+  EXPECT_TRUE(FailsWith(AsDgc(b).LoadState(state + "x"), InputError::kMalformed));
   bad = state;
   const float nan = std::nanf("");
   std::memcpy(bad.data() + bad.size() - 4, &nan, 4);
-  EXPECT_FALSE(AsDgc(b).LoadState(bad).ok());
+  EXPECT_TRUE(FailsWith(AsDgc(b).LoadState(bad), InputError::kMalformed));
   // A refused state leaves the codec as it was: b still matches a.
   std::vector<Frame> fb;
   const auto x6 = testing::GradientLike(n, 6);
@@ -241,14 +245,15 @@ TEST(Dgc, SenderStateSurvivesARestartAndIsRefusedElsewhere) {
   // A state for another dimension than the residual is refused; an empty one resets.
   auto small = testing::Make(spec);
   AsDgc(small).SetResidual(std::vector<float>(10, 0.0f));
-  EXPECT_FALSE(AsDgc(small).LoadState(state).ok());
+  EXPECT_TRUE(FailsWith(AsDgc(small).LoadState(state), InputError::kMalformed));
   ASSERT_TRUE(AsDgc(b).LoadState("").ok());
   EXPECT_EQ(AsDgc(b).encodes(), 0u);
   EXPECT_TRUE(AsDgc(b).momentum_buffer().empty());
   // Codecs without sender state accept only an empty one.
   auto ef = testing::Make("ef(topk(ratio=0.1))");
   EXPECT_TRUE(dynamic_cast<ResidualCodec&>(*ef).LoadState("").ok());
-  EXPECT_FALSE(dynamic_cast<ResidualCodec&>(*ef).LoadState(state).ok());
+  EXPECT_TRUE(
+      FailsWith(dynamic_cast<ResidualCodec&>(*ef).LoadState(state), InputError::kMalformed));
 }
 
 TEST(Dgc, NonFiniteInputChangesNothing) {
@@ -261,11 +266,11 @@ TEST(Dgc, NonFiniteInputChangesNothing) {
   auto bad = x;
   bad[17] = std::nanf("");
   std::vector<Frame> frames;
-  EXPECT_FALSE(a->Encode(bad, EncodeOptions{}, &frames).ok());
+  EXPECT_TRUE(FailsWith(a->Encode(bad, EncodeOptions{}, &frames), InputError::kNonFinite));
   EXPECT_TRUE(frames.empty());
   // A failed first encode leaves a fresh codec fresh (no dimension fixed).
   auto c = testing::Make("dgc(ratio=0.02,momentum=0.9)");
-  EXPECT_FALSE(c->Encode(bad, EncodeOptions{}, &frames).ok());
+  EXPECT_TRUE(FailsWith(c->Encode(bad, EncodeOptions{}, &frames), InputError::kNonFinite));
   EXPECT_TRUE(AsDgc(c).residual().empty());
   EXPECT_TRUE(AsDgc(c).momentum_buffer().empty());
   // An accumulation that overflows float is refused, and changes nothing either.

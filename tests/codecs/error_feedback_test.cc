@@ -11,6 +11,9 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 // Inputs on a dyadic grid (multiples of 2^-12 in [-1, 1]): every sum and difference the
 // decorator and top-k compute is exact in float, so conservation must hold bit for bit.
 std::vector<float> Dyadic(size_t n, uint64_t seed) { return testing::Dyadic(n, seed, 12); }
@@ -98,12 +101,13 @@ TEST(ErrorFeedback, ResidualSurvivesARestartAndChecksDimensions) {
   testing::RoundTrip(*b, x, 2, 0, &fb);
   EXPECT_EQ(fa[0].bytes, fb[0].bytes);
   std::vector<Frame> bad;
-  EXPECT_FALSE(a->Encode(std::vector<float>(999, 1.0f), EncodeOptions{}, &bad).ok());
+  EXPECT_TRUE(FailsWith(a->Encode(std::vector<float>(999, 1.0f), EncodeOptions{}, &bad),
+                        StatusCode::kInvalidArgument));
   // A frame from another codec is not restorable.
   auto other = testing::Make("topk(ratio=0.5)");
   std::vector<Frame> of;
   testing::RoundTrip(*other, x, 1, 0, &of);
-  EXPECT_FALSE(efa.Restore(of[0].bytes).ok());
+  EXPECT_TRUE(FailsWith(efa.Restore(of[0].bytes), InputError::kMalformed));
   // RestoreAny takes it (a frame from before a codec switch) and adds exactly what it
   // decodes to; a frame of another dimension is still refused.
   std::vector<float> before(efa.residual().begin(), efa.residual().end());
@@ -113,7 +117,7 @@ TEST(ErrorFeedback, ResidualSurvivesARestartAndChecksDimensions) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(efa.residual()[i], before[i] + decoded[i]) << i;
   std::vector<Frame> small;
   testing::RoundTrip(*other, Dyadic(500, 3), 1, 0, &small);
-  EXPECT_FALSE(efa.RestoreAny(small[0].bytes).ok());
+  EXPECT_TRUE(FailsWith(efa.RestoreAny(small[0].bytes), InputError::kMalformed));
   EXPECT_TRUE(efa.RestoreAny(fa[0].bytes).ok());  // its own frames as with Restore
 }
 

@@ -20,6 +20,9 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 // A small layout: a 40 x 21 matrix (840 = 105 slices of 8), a bias, a 3 x 4 matrix too
 // small to slice, and a scalar.
 ModelLayout Small() {
@@ -274,7 +277,7 @@ TEST(GradiVeQ, FramesCutOnSliceBoundariesWithinTheBudget) {
   std::vector<Frame> frames;
   EncodeOptions tiny;
   tiny.max_frame_bytes = FrameOverhead(codec->spec().size()) + 31;  // less than a slice's code
-  EXPECT_FALSE(codec->Encode(x, tiny, &frames).ok());
+  EXPECT_TRUE(FailsWith(codec->Encode(x, tiny, &frames), StatusCode::kInvalidArgument));
   // P3's tensor cuts: frames end at every tensor, and decode as without cuts; a cut inside
   // a slice is the caller's error, and no frame is written.
   const std::vector<uint64_t> cuts = cnn.TensorCuts();
@@ -339,14 +342,17 @@ TEST(GradiVeQ, BasesSurviveTheirBytesAndHostileBasesAreRefused) {
   EXPECT_EQ(InputErrorOf(SliceBasis::Parse(basis->bytes(), testing::CnnLayout()).status()),
             InputError::kWrongCodec);
   for (size_t cut : {size_t{0}, size_t{3}, size_t{20}, basis->bytes().size() - 1}) {
-    EXPECT_FALSE(SliceBasis::Parse(basis->bytes().substr(0, cut), layout).ok()) << cut;
+    EXPECT_TRUE(
+        FailsWith(SliceBasis::Parse(basis->bytes().substr(0, cut), layout), InputError::kMalformed))
+        << cut;
   }
-  EXPECT_FALSE(SliceBasis::Parse(basis->bytes() + "x", layout).ok());
+  EXPECT_TRUE(FailsWith(SliceBasis::Parse(basis->bytes() + "x", layout), InputError::kMalformed));
   const size_t first = 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4;  // header and the tensor index
   std::string nan = basis->bytes();
   const float q = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(nan.data() + first, &q, 4);
-  EXPECT_FALSE(SliceBasis::Parse(nan, layout).ok());
+  // Only the code: a non-finite basis value comes back tagged malformed, not kNonFinite.
+  EXPECT_TRUE(FailsWith(SliceBasis::Parse(nan, layout), StatusCode::kInvalidArgument));
   std::string scaled = basis->bytes();
   for (int i = 0; i < 8; ++i) {
     float v;
@@ -354,15 +360,18 @@ TEST(GradiVeQ, BasesSurviveTheirBytesAndHostileBasesAreRefused) {
     v *= 1.5f;
     std::memcpy(scaled.data() + first + 4 * (i * 3), &v, 4);
   }
-  EXPECT_FALSE(SliceBasis::Parse(scaled, layout).ok());
-  EXPECT_FALSE(SliceBasis::Fit(layout, 8, 8, 1, Gaussian(layout.dim(), 1)).ok());
-  EXPECT_FALSE(MakeCodec("gradiveq(dims=3,slice=8,refit=1)", &layout).ok());
+  EXPECT_TRUE(FailsWith(SliceBasis::Parse(scaled, layout), InputError::kMalformed));
+  EXPECT_TRUE(FailsWith(SliceBasis::Fit(layout, 8, 8, 1, Gaussian(layout.dim(), 1)),
+                        StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("gradiveq(dims=3,slice=8,refit=1)", &layout),
+                        StatusCode::kInvalidArgument));
   // A basis fitted for another layout is refused when the codec is built.
   const ModelLayout cnn = testing::CnnLayout();
   auto cnn_basis = FitTo(cnn, 8, 3, Gaussian(cnn.dim(), 1));
   EXPECT_EQ(InputErrorOf(MakeCodec("gradiveq(dims=3,slice=8)", &layout, cnn_basis).status()),
             InputError::kWrongCodec);
-  EXPECT_FALSE(SliceBasis::Fit(layout, 8, 3, 1, Gaussian(layout.dim() - 1, 1)).ok());
+  EXPECT_TRUE(FailsWith(SliceBasis::Fit(layout, 8, 3, 1, Gaussian(layout.dim() - 1, 1)),
+                        StatusCode::kInvalidArgument));
 }
 
 TEST(GradiVeQ, HostileFramesAreRefused) {
@@ -396,12 +405,12 @@ TEST(GradiVeQ, HostileFramesAreRefused) {
   std::vector<float> code;
   auto view = ParseFrame(huge, FrameLimits{});
   ASSERT_TRUE(view.ok());
-  EXPECT_FALSE(codec->ReadCode(*view, &code).ok());
+  EXPECT_TRUE(FailsWith(codec->ReadCode(*view, &code), InputError::kNonFinite));
   // A frame for another dimension.
   std::vector<float> more(layout.dim() + 8);
-  EXPECT_FALSE(
-      DecodeFrameInto(*codec, hand_made(layout.dim() + 8, 0, 16, 0.0f, 6), FrameLimits{}, more)
-          .ok());
+  EXPECT_TRUE(FailsWith(
+      DecodeFrameInto(*codec, hand_made(layout.dim() + 8, 0, 16, 0.0f, 6), FrameLimits{}, more),
+      InputError::kMalformed));
 }
 
 }  // namespace

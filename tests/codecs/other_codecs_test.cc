@@ -12,6 +12,9 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 TEST(Natural, OutputsAreSignedPowersOfTwoAroundTheInput) {
   auto codec = testing::Make("natural");
   auto x = testing::GradientLike(10000, 2);
@@ -139,7 +142,8 @@ TEST(TernGrad, ARoundsDecoderTakesOnlyTheRoundsScaleAndSumsCodes) {
   EXPECT_FALSE(NestsSharedScaleTernGrad("zstd(terngrad(shared=0))"));
   EXPECT_FALSE(NestsSharedScaleTernGrad("zstd(qsgd(bits=4,bucket=10))"));
   EXPECT_FALSE(NestsSharedScaleTernGrad("zstd(("));
-  EXPECT_FALSE(TernGradRoundCodec::Create("terngrad(bucket=128)", 1000).ok());
+  EXPECT_TRUE(FailsWith(TernGradRoundCodec::Create("terngrad(bucket=128)", 1000),
+                        StatusCode::kInvalidArgument));
   auto decoder = TernGradRoundCodec::Create(spec, 1000).value();
   EXPECT_TRUE(decoder->traits().summable);
   auto sender = testing::Make(spec);

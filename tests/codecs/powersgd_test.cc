@@ -18,6 +18,9 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 // A small layout: a 12 x 30 matrix, a bias, a 6 x 2 x 3 tensor (6 x 6) and a scalar.
 ModelLayout Small() {
   return ModelLayout::Create({{"w", {12, 30}}, {"b", {12}}, {"k", {6, 2, 3}}, {"s", {}}}).value();
@@ -70,16 +73,16 @@ TEST(ModelLayout, TextHashAndRefusals) {
   EXPECT_EQ(ModelLayout::Flat(5).Text(), "flat:5");
   for (const char* bad : {"w:0", "w:2x", "w", "w:2;w:3", "a b:2", "w:-1", "w:1x0", "w:x2",
                           "w:99999999999999", ";", "w:2;"}) {
-    EXPECT_FALSE(ModelLayout::Parse(bad).ok()) << bad;
+    EXPECT_TRUE(FailsWith(ModelLayout::Parse(bad), StatusCode::kInvalidArgument)) << bad;
   }
 }
 
 TEST(PowerSgd, NeedsTheLayoutAndNamesItInItsSpec) {
   auto none = MakeCodec("powersgd(rank=2)");
-  ASSERT_FALSE(none.ok());
+  ASSERT_TRUE(FailsWith(none, StatusCode::kInvalidArgument));
   EXPECT_NE(std::string(none.status().message()).find("layout"), std::string::npos);
   const ModelLayout empty;  // a client that has no model yet
-  EXPECT_FALSE(MakeCodec("powersgd(rank=2)", &empty).ok());
+  EXPECT_TRUE(FailsWith(MakeCodec("powersgd(rank=2)", &empty), StatusCode::kInvalidArgument));
   const ModelLayout l = Small();
   auto c = MakePsgd("powersgd(rank=2)", l);
   ASSERT_NE(c, nullptr);
@@ -90,12 +93,12 @@ TEST(PowerSgd, NeedsTheLayoutAndNamesItInItsSpec) {
   EXPECT_TRUE(MakeCodec(c->spec(), &l).ok());
   const ModelLayout other = ModelLayout::Parse("w:30x12;b:12;k:6x2x3;s:").value();
   auto wrong = MakeCodec(c->spec(), &other);
-  ASSERT_FALSE(wrong.ok());
+  ASSERT_TRUE(FailsWith(wrong, InputError::kWrongCodec));
   EXPECT_EQ(InputErrorOf(wrong.status()), InputError::kWrongCodec) << wrong.status();
   // It keeps its own residual: no ef(...) around it.
-  EXPECT_FALSE(MakeCodec("ef(powersgd)", &l).ok());
-  EXPECT_FALSE(MakeCodec("powersgd(rank=0)", &l).ok());
-  EXPECT_FALSE(MakeCodec("powersgd(min_ratio=0.5)", &l).ok());
+  EXPECT_TRUE(FailsWith(MakeCodec("ef(powersgd)", &l), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("powersgd(rank=0)", &l), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("powersgd(min_ratio=0.5)", &l), StatusCode::kInvalidArgument));
 }
 
 TEST(PowerSgd, WhichTensorsAreCompressedAndExactBytes) {
@@ -219,7 +222,7 @@ TEST(PowerSgd, ErrorFeedbackConservesTheSumAndWarmStartIterates) {
   ASSERT_TRUE(spec.ok());
   EXPECT_EQ((*spec)->wire_spec(), MakePsgd("powersgd(rank=2)", l)->wire_spec())
       << "iterations are the sender's business: the frames are the same format";
-  EXPECT_FALSE(MakeCodec("powersgd(rank=2,iters=0)", &l).ok());
+  EXPECT_TRUE(FailsWith(MakeCodec("powersgd(rank=2,iters=0)", &l), StatusCode::kInvalidArgument));
 }
 
 // A sender restarted from its saved state sends the same bytes as one that never stopped;
@@ -266,7 +269,7 @@ TEST(PowerSgd, RefusesStateItDidNotWrite) {
   version[4] = 2;
   bad.push_back(version);
   for (const std::string& s : bad) {
-    EXPECT_FALSE(b->LoadState(s).ok());
+    EXPECT_TRUE(FailsWith(b->LoadState(s), InputError::kMalformed));
     EXPECT_EQ(b->SaveState(), before);
   }
   EXPECT_TRUE(b->LoadState(good).ok());
@@ -312,7 +315,7 @@ TEST(PowerSgd, FrameBudgetsCutOnRowsAndDecodeAlike) {
   std::vector<Frame> none;
   o.max_frame_bytes = 4096;  // fc1's Q alone is 12,544 bytes
   const absl::Status st = tiny->Encode(x, o, &none);
-  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(FailsWith(st, StatusCode::kInvalidArgument));
   EXPECT_NE(std::string(st.message()).find("fc1.weight"), std::string::npos) << st;
   EXPECT_TRUE(none.empty());
   EXPECT_EQ(tiny->encodes(), 0u);
@@ -338,7 +341,8 @@ TEST(PowerSgd, ZeroUpdatesAndBadInputLeaveItUsable) {
   bad[3] = std::numeric_limits<float>::infinity();
   f.clear();
   EXPECT_EQ(c->Encode(bad, EncodeOptions{}, &f).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(c->Encode(std::vector<float>(l.dim() - 1), EncodeOptions{}, &f).ok());
+  EXPECT_TRUE(FailsWith(c->Encode(std::vector<float>(l.dim() - 1), EncodeOptions{}, &f),
+                        StatusCode::kInvalidArgument));
   EXPECT_TRUE(f.empty());
   EXPECT_EQ(c->SaveState(), state);
 }

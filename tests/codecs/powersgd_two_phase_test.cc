@@ -16,9 +16,13 @@
 #include "codecs/input_error.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"
+#include "tests/codecs/test_util.h"
 
 namespace fedlgc::codecs {
 namespace {
+
+using absl::StatusCode;
+using testing::FailsWith;
 
 // Two matrices (12 x 30 and 20 x 16: compressed at rank 2), a bias and a small 3 x 3
 // matrix that goes dense (9 < 2 x 2 x 6).
@@ -87,9 +91,11 @@ TEST(PowerSgdTwoPhase, SpecSizesAndRefusals) {
   EXPECT_FALSE(NamesTwoPhasePowerSgd("ef(topk(ratio=0.01))"));
   const ModelLayout layout = Layout();
   // One power iteration per round, phases of 1 or 2, and no frames of its own.
-  EXPECT_FALSE(MakeCodec("powersgd(phases=2,iters=2)", &layout).ok());
-  EXPECT_FALSE(MakeCodec("powersgd(phases=3)", &layout).ok());
-  EXPECT_FALSE(PowerSgdTwoPhase::Create("powersgd(rank=2)", layout).ok());
+  EXPECT_TRUE(
+      FailsWith(MakeCodec("powersgd(phases=2,iters=2)", &layout), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(MakeCodec("powersgd(phases=3)", &layout), StatusCode::kInvalidArgument));
+  EXPECT_TRUE(FailsWith(PowerSgdTwoPhase::Create("powersgd(rank=2)", layout),
+                        StatusCode::kInvalidArgument));
   auto codec = MakeCodec("powersgd(phases=2)", &layout).value();
   std::vector<Frame> frames;
   const absl::Status st =
@@ -242,8 +248,10 @@ TEST(PowerSgdTwoPhase, HostilePayloadBodiesAreRefused) {
                        .status()),
       InputError::kMalformed);
   body.push_back(0);
-  EXPECT_FALSE(PowerSgdTwoPhase::ReadBody(body, tag, t.message_floats()).ok());
-  EXPECT_FALSE(PowerSgdTwoPhase::ReadBody({}, tag, t.message_floats()).ok());
+  EXPECT_TRUE(
+      FailsWith(PowerSgdTwoPhase::ReadBody(body, tag, t.message_floats()), InputError::kMalformed));
+  EXPECT_TRUE(
+      FailsWith(PowerSgdTwoPhase::ReadBody({}, tag, t.message_floats()), InputError::kMalformed));
   body.pop_back();
   // NaN, infinity and a finite value too large to sum safely.
   for (float bad :

@@ -17,12 +17,15 @@
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
+
 TEST(UploadOrder, NamesParseAndOthersAreRefused) {
   EXPECT_EQ(ParseUploadOrder("").value(), UploadOrder::kIndex);
   EXPECT_EQ(ParseUploadOrder("index").value(), UploadOrder::kIndex);
   EXPECT_EQ(ParseUploadOrder("layer").value(), UploadOrder::kLayer);
   EXPECT_EQ(ParseUploadOrder("magnitude").value(), UploadOrder::kMagnitude);
-  EXPECT_FALSE(ParseUploadOrder("random").ok());
+  EXPECT_TRUE(FailsWith(ParseUploadOrder("random"), StatusCode::kInvalidArgument));
 }
 
 TEST(UploadOrder, ByPriorityIsAStableNonIncreasingPermutation) {
@@ -93,9 +96,11 @@ TEST(UploadOrder, LayerRanksInputSideTensorsFirstAndIndexKeepsTheOrder) {
     EXPECT_EQ(by_layer[i].begin, frames[i].begin);
     EXPECT_EQ(by_index[i].begin, frames[i].begin);
   }
-  // A frame of another codec is refused, not misread.
+  // A frame of another codec is refused, not misread (tagged malformed, where a decoder
+  // tags another codec's frame kWrongCodec: only the code is pinned).
   auto other = testing::Make("fp32");
-  EXPECT_FALSE(FramePriorities(*other, frames, UploadOrder::kMagnitude, layout).ok());
+  EXPECT_TRUE(FailsWith(FramePriorities(*other, frames, UploadOrder::kMagnitude, layout),
+                        StatusCode::kInvalidArgument));
 }
 
 // A layout whose tensors do not end on any codec's block: 216, 8, 720 and 10 coordinates.
@@ -274,9 +279,9 @@ TEST(UploadOrder, CutsACodecCannotHonourAreRefused) {
   for (const std::vector<uint64_t>& bad :
        {std::vector<uint64_t>{0}, {300, 200}, {216, 216}, {layout.dim()}}) {
     opts.cuts = bad;
-    EXPECT_FALSE(fp32->Encode(x, opts, &frames).ok());
+    EXPECT_TRUE(FailsWith(fp32->Encode(x, opts, &frames), StatusCode::kInvalidArgument));
     auto topk = testing::Make("topk(ratio=0.1)");
-    EXPECT_FALSE(topk->Encode(x, opts, &frames).ok());
+    EXPECT_TRUE(FailsWith(topk->Encode(x, opts, &frames), StatusCode::kInvalidArgument));
   }
   EXPECT_TRUE(frames.empty());
   // fc.weight is 10 x 72: a PowerSGD frame may end between its rows, not inside one.
@@ -288,7 +293,7 @@ TEST(UploadOrder, CutsACodecCannotHonourAreRefused) {
   opts.cuts = inside;
   frames.clear();
   const absl::Status st = (*psgd)->Encode(x, opts, &frames);
-  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(FailsWith(st, StatusCode::kInvalidArgument));
   EXPECT_NE(st.message().find("inside a row of fc.weight"), std::string::npos) << st;
 }
 

@@ -2,13 +2,20 @@
 // canonical specs that round-trip.
 #include "base/spec.h"
 
+#include <set>
+#include <string>
+#include <string_view>
+
 #include "codecs/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/codecs/test_util.h"
 
 namespace fedlgc::codecs {
 namespace {
 
+using absl::StatusCode;
+using testing::FailsWith;
 using ::testing::HasSubstr;
 
 TEST(SpecParse, NestedSpec) {
@@ -65,7 +72,7 @@ TEST(SpecParse, ErrorsNameTheColumn) {
   };
   for (const Case& c : cases) {
     auto node = ParseSpec(c.spec);
-    ASSERT_FALSE(node.ok()) << c.spec;
+    ASSERT_TRUE(FailsWith(node, StatusCode::kInvalidArgument)) << c.spec;
     EXPECT_THAT(std::string(node.status().message()), HasSubstr(c.message)) << c.spec;
   }
 }
@@ -84,15 +91,16 @@ TEST(Registry, PreciseErrors) {
   struct Case {
     const char* spec;
     const char* message;
+    StatusCode code = StatusCode::kInvalidArgument;
   } cases[] = {
-      {"qsdg", "unknown codec 'qsdg'"},
+      {"qsdg", "unknown codec 'qsdg'", StatusCode::kNotFound},
       {"qsgd(bitz=4)", "qsgd: unknown parameter 'bitz'"},
       {"qsgd(bits=12)", "qsgd: parameter 'bits' must be an integer in [2, 8], got 12"},
       {"qsgd(bits=4, s=3)", "give one of them"},
       {"qsgd(bits=4, bits=5)", "given twice"},
       {"qsgd(bucket=100)", "must be a multiple of 8"},
       {"qsgd(norm=l3)", "must be one of l2, linf, got l3"},
-      {"qsgd/2", "codec 'qsgd' version 2 is not supported"},
+      {"qsgd/2", "codec 'qsgd' version 2 is not supported", StatusCode::kUnimplemented},
       {"topk(ratio=2)", "topk: parameter 'ratio' must be a number in [1e-09, 1]"},
       {"topk(values=topk)", "must be a dense codec"},
       {"topk(values=3)", "must be a codec spec, got 3"},
@@ -103,36 +111,65 @@ TEST(Registry, PreciseErrors) {
   };
   for (const Case& c : cases) {
     auto codec = MakeCodec(c.spec);
-    ASSERT_FALSE(codec.ok()) << c.spec;
+    ASSERT_TRUE(FailsWith(codec, c.code)) << c.spec;
     EXPECT_THAT(std::string(codec.status().message()), HasSubstr(c.message)) << c.spec;
   }
 }
 
+// A codec without examples would go untested by the shared suites (codec_property_test,
+// hostile_test, unbiased_test): every registered codec must bring some, and each must build
+// (with the example layout exactly when the flag says it needs one) as the codec it is
+// listed under.
+TEST(Registry, EveryCodecHasExamplesThatBuild) {
+  for (const CodecEntry* e : DefaultRegistry().List()) {
+    EXPECT_FALSE(e->examples.empty()) << e->name << " has no examples";
+    for (const std::string& spec : e->examples) {
+      auto node = ParseSpec(spec);
+      ASSERT_TRUE(node.ok()) << spec << ": " << node.status();
+      EXPECT_EQ(node->name, e->name) << spec << " is listed under " << e->name;
+      const testing::Example example{e->name, spec, testing::NestsLayoutCodec(*node)};
+      auto codec = testing::MakeExample(example);
+      EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status();
+      if (example.needs_layout) {
+        EXPECT_TRUE(FailsWith(MakeCodec(spec), StatusCode::kInvalidArgument)) << spec;
+      }
+    }
+  }
+}
+
+// Each codec's decoder is fuzzed (tests/codecs/CMakeLists.txt, FEDLGC_FUZZ_DECODERS, one
+// target per spec: libFuzzer takes its spec at compile time, so that list is kept by hand).
+// A codec registered without a fuzz target fails here. Not in the list, with targets of
+// their own: the codecs that need a layout (powersgd, gradiveq); and ef, whose frames are
+// its inner codec's.
+TEST(Registry, EveryCodecsDecoderIsFuzzed) {
+  std::set<std::string> fuzzed;
+  for (std::string_view rest = FEDLGC_FUZZED_DECODERS; !rest.empty();) {
+    const size_t bar = rest.find('|');
+    auto node = ParseSpec(rest.substr(0, bar));
+    ASSERT_TRUE(node.ok()) << rest.substr(0, bar) << ": " << node.status();
+    fuzzed.insert(node->name);
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  for (const CodecEntry* e : DefaultRegistry().List()) {
+    if (e->needs_layout || e->name == "ef") continue;
+    EXPECT_EQ(fuzzed.count(e->name), 1u) << e->name << " has no decoder fuzz target";
+  }
+}
+
 TEST(Registry, CanonicalSpecsRoundTrip) {
-  const char* specs[] = {"fp32",
-                         "fp16",
-                         "bf16",
-                         "qsgd(bits=4)",
-                         "qsgd(s=5, norm=linf, bucket=64)",
-                         "qsgd(bits=8, elias=1)",
-                         "nuqsgd(bits=3)",
-                         "nuqsgd(s=5, p=0.3)",
-                         "natdither(s=6)",
-                         "terngrad(bucket=256, clip=0)",
-                         "natural",
-                         "sign(scale=none)",
-                         "topk(ratio=0.001)",
-                         "topk(k=100, values=qsgd(bits=8), sampled=1)",
-                         "randk(ratio=0.1, values=fp16)",
-                         "ef(topk(ratio=0.01, values=qsgd(bits=8)))"};
-  for (const char* s : specs) {
-    auto a = MakeCodec(s);
-    ASSERT_TRUE(a.ok()) << s << ": " << a.status();
-    auto b = MakeCodec((*a)->spec());
+  for (const testing::Example& e : testing::RegistryExamples()) {
+    const ModelLayout* layout = e.needs_layout ? &testing::ExampleLayout() : nullptr;
+    auto a = MakeCodec(e.spec, layout);
+    ASSERT_TRUE(a.ok()) << e.spec << ": " << a.status();
+    auto b = MakeCodec((*a)->spec(), layout);
     ASSERT_TRUE(b.ok()) << (*a)->spec() << ": " << b.status();
     EXPECT_EQ((*a)->spec(), (*b)->spec());
     EXPECT_THAT((*a)->spec(), HasSubstr("/1"));
   }
+  // Spaces in a spec are not part of it.
+  EXPECT_EQ((*MakeCodec("qsgd(s=5, norm=linf, bucket=64)"))->spec(),
+            (*MakeCodec("qsgd(s=5,norm=linf,bucket=64)"))->spec());
   EXPECT_EQ((*MakeCodec("qsgd(bits=4)"))->spec(), "qsgd/1(bits=4,bucket=512,norm=l2,elias=0)");
   EXPECT_EQ((*MakeCodec("ef(topk(ratio=0.01,values=qsgd(bits=8)))"))->wire_spec(),
             "topk/1(ratio=0.01,values=qsgd/1(bits=8,bucket=512,norm=l2,elias=0),sampled=0)");

@@ -2,16 +2,22 @@
 #ifndef FEDLGC_TESTS_CODECS_TEST_UTIL_H_
 #define FEDLGC_TESTS_CODECS_TEST_UTIL_H_
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "base/crc32c.h"
+#include "base/spec.h"
 #include "codecs/codec.h"
+#include "codecs/input_error.h"
 #include "codecs/layout.h"
 #include "codecs/registry.h"
 #include "gtest/gtest.h"
@@ -29,6 +35,113 @@ inline ModelLayout CnnLayout() {
                               {"fc2.weight", {10, 128}},
                               {"fc2.bias", {10}}})
       .value();
+}
+
+// The layout that examples needing one (CodecEntry::needs_layout) are built with: a 40 x 21
+// matrix that PowerSGD factors and GradiVeQ slices (840 = 105 slices of 8), a bias, a
+// 3 x 4 matrix too small for either, and a scalar.
+inline const ModelLayout& ExampleLayout() {
+  static const ModelLayout* const kLayout = new ModelLayout(
+      ModelLayout::Create({{"w", {40, 21}}, {"b", {40}}, {"m", {3, 4}}, {"s", {}}}).value());
+  return *kLayout;
+}
+
+// One example spec of a registered codec (CodecEntry::examples).
+struct Example {
+  std::string codec;  // the entry that gives it
+  std::string spec;
+  bool needs_layout = false;  // it is or nests a codec that needs the model's layout
+};
+
+inline bool NestsLayoutCodec(const SpecNode& node) {
+  for (const CodecEntry* e : DefaultRegistry().List()) {
+    if (e->name == node.name && e->needs_layout) return true;
+  }
+  for (const SpecArg& a : node.args) {
+    if (a.node != nullptr && NestsLayoutCodec(*a.node)) return true;
+  }
+  return false;
+}
+
+// Every example of every codec in DefaultRegistry(): the shared suites run these rather
+// than lists of their own, so a new codec is covered once it brings examples.
+inline std::vector<Example> RegistryExamples() {
+  std::vector<Example> out;
+  for (const CodecEntry* e : DefaultRegistry().List()) {
+    for (const std::string& spec : e->examples) {
+      auto node = ParseSpec(spec);
+      out.push_back({e->name, spec, node.ok() && NestsLayoutCodec(*node)});
+    }
+  }
+  return out;
+}
+
+// Builds an example, with ExampleLayout() when it needs one.
+inline absl::StatusOr<std::unique_ptr<Codec>> MakeExample(const Example& example) {
+  return MakeCodec(example.spec, example.needs_layout ? &ExampleLayout() : nullptr);
+}
+
+// The specs of the examples that work on vectors of any size (no layout) and whose codec
+// passes `keep` (all when null). One that does not build is kept, so the suite fails on it.
+inline std::vector<std::string> RegistryExampleSpecs(
+    const std::function<bool(const Codec&)>& keep = nullptr) {
+  std::vector<std::string> out;
+  for (const Example& e : RegistryExamples()) {
+    if (e.needs_layout) continue;
+    auto codec = MakeExample(e);
+    if (!codec.ok() || keep == nullptr || keep(**codec)) out.push_back(e.spec);
+  }
+  return out;
+}
+
+// A gtest parameter name for a spec: its letters and digits, '_' for the rest.
+inline std::string SpecTestName(std::string spec) {
+  for (char& ch : spec) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return spec;
+}
+
+inline const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+inline const char* InputErrorName(InputError kind) {
+  switch (kind) {
+    case InputError::kMalformed:
+      return "malformed";
+    case InputError::kNonFinite:
+      return "non-finite";
+    case InputError::kWrongCodec:
+      return "wrong codec";
+  }
+  return "?";
+}
+
+// Passes when `s` (a Status or StatusOr) failed with `code`:
+// EXPECT_TRUE(FailsWith(ParseDelta(bytes), absl::StatusCode::kDataLoss)).
+template <typename S>
+::testing::AssertionResult FailsWith(const S& s, absl::StatusCode code) {
+  const absl::Status& st = StatusOf(s);
+  if (st.code() == code) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "want " << absl::StatusCodeToString(code) << ", got " << st;
+}
+
+// Passes when `s` failed with INVALID_ARGUMENT tagged `kind` (input_error.h), the way a
+// receiver counts a refused frame.
+template <typename S>
+::testing::AssertionResult FailsWith(const S& s, InputError kind) {
+  const absl::Status& st = StatusOf(s);
+  if (absl::IsInvalidArgument(st) && InputErrorOf(st) == kind) {
+    return ::testing::AssertionSuccess();
+  }
+  ::testing::AssertionResult failure = ::testing::AssertionFailure();
+  failure << "want INVALID_ARGUMENT (" << InputErrorName(kind) << "), got " << st;
+  if (absl::IsInvalidArgument(st)) failure << " (" << InputErrorName(InputErrorOf(st)) << ")";
+  return failure;
 }
 
 // Gaussian vector with a few large outliers, like a gradient.

@@ -162,6 +162,27 @@ void MeasureBlocks(std::span<const float> u, size_t k, Replay* r) {
   }
 }
 
+// What a follower with values `v` on the support sends against the leader's cells `p`
+// (its bit correction), counting its bytes and, after the first round (`measure`), how
+// often the leader's cells and its own last values `q` miss its values.
+std::vector<float> FollowerSends(const Options& o, const std::vector<float>& v,
+                                 const std::vector<float>& p, const std::vector<float>& q,
+                                 bool measure, Replay* R) {
+  lgc::BitCorrection corr = lgc::CorrectBits(v, p, o.bits);
+  // CorrectBits makes only codes its encoder takes.
+  const std::string body = lgc::EncodeBitCorrection(corr).value();
+  R->follower_raw += body.size();
+  R->follower_z3 += Zstd(body, 3);
+  R->follower_z19 += Zstd(body, 19);
+  if (measure) {
+    R->miss_leader.Add(MissFraction(v, {p}));
+    R->miss_temporal.Add(MissFraction(v, {q}));
+    R->miss_both.Add(MissFraction(v, {p, q}));
+    R->cos_temporal.Add(std::fabs(Cos(v, q)));
+  }
+  return std::move(corr.sent);
+}
+
 // The compact codes with exact error feedback over every round of `updates`, the leader
 // rotating over the clients, at a support of `ratio`.
 Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<std::string>& ids,
@@ -201,20 +222,7 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
       if (c == lead) {
         sent = p;
       } else {
-        lgc::BitCorrection corr = lgc::CorrectBits(v, p, o.bits);
-        // CorrectBits makes only codes its encoder takes.
-        const std::string body = lgc::EncodeBitCorrection(corr).value();
-        R.follower_raw += body.size();
-        R.follower_z3 += Zstd(body, 3);
-        R.follower_z19 += Zstd(body, 19);
-        const std::vector<float> q = lgc::Gather(rebuilt[c], support);
-        if (r > 0) {
-          R.miss_leader.Add(MissFraction(v, {p}));
-          R.miss_temporal.Add(MissFraction(v, {q}));
-          R.miss_both.Add(MissFraction(v, {p, q}));
-          R.cos_temporal.Add(std::fabs(Cos(v, q)));
-        }
-        sent = std::move(corr.sent);
+        sent = FollowerSends(o, v, p, lgc::Gather(rebuilt[c], support), r > 0, &R);
       }
       // Exact error feedback: what is not sent stays.
       residual[c] = u[c];

@@ -411,18 +411,7 @@ void GradiVeQ::Expand(uint64_t begin, uint64_t end, uint64_t cb, const float* co
   }
 }
 
-absl::Status GradiVeQ::Encode(std::span<const float> x, const EncodeOptions& opts,
-                              std::vector<Frame>* frames) {
-  const uint64_t n = x.size();
-  if (n != dim_) {
-    return absl::InvalidArgumentError(
-        StrCat(spec(), ": input has ", n, " coordinates, the model layout ", dim_));
-  }
-  if (const size_t i = FindNonFinite(x); i != n) {
-    return NonFiniteError(
-        StrCat("input value ", i, " is not finite (", x[i], "); nothing was encoded"));
-  }
-  // The whole code: U^T g per slice, the value per fp32 coordinate.
+std::vector<float> GradiVeQ::Project(std::span<const float> x) const {
   std::vector<float> code(code_size_);
   for (const Segment& s : segments_) {
     float* c = code.data() + s.code;
@@ -442,10 +431,10 @@ absl::Status GradiVeQ::Encode(std::span<const float> x, const EncodeOptions& opt
       for (uint32_t k = 0; k < dims_; ++k) c[k] = static_cast<float>(acc[k]);
     }
   }
-  if (FindNonFinite(code) != code.size()) {
-    return absl::InvalidArgumentError(StrCat(spec(), ": a code overflowed; nothing was encoded"));
-  }
-  // Cuts: as many whole units per frame as the budget holds.
+  return code;
+}
+
+absl::StatusOr<std::vector<uint64_t>> GradiVeQ::FrameCuts(const EncodeOptions& opts) const {
   const uint64_t overhead = FrameOverhead(spec().size());
   const uint64_t room = opts.max_frame_bytes > overhead ? opts.max_frame_bytes - overhead : 0;
   std::vector<uint64_t> cuts{0};
@@ -473,12 +462,31 @@ absl::Status GradiVeQ::Encode(std::span<const float> x, const EncodeOptions& opt
   if (!opts.cuts.empty()) {
     // P3's slices: frames also end where the caller says; CodeRange refuses a cut inside
     // a slice.
-    FEDLGC_ASSIGN_OR_RETURN(const std::vector<uint64_t> required, RequiredBounds(opts.cuts, n));
+    FEDLGC_ASSIGN_OR_RETURN(const std::vector<uint64_t> required, RequiredBounds(opts.cuts, dim_));
     std::vector<uint64_t> merged;
     std::set_union(cuts.begin(), cuts.end(), required.begin(), required.end(),
                    std::back_inserter(merged));
     cuts.swap(merged);
   }
+  return cuts;
+}
+
+absl::Status GradiVeQ::Encode(std::span<const float> x, const EncodeOptions& opts,
+                              std::vector<Frame>* frames) {
+  const uint64_t n = x.size();
+  if (n != dim_) {
+    return absl::InvalidArgumentError(
+        StrCat(spec(), ": input has ", n, " coordinates, the model layout ", dim_));
+  }
+  if (const size_t i = FindNonFinite(x); i != n) {
+    return NonFiniteError(
+        StrCat("input value ", i, " is not finite (", x[i], "); nothing was encoded"));
+  }
+  const std::vector<float> code = Project(x);
+  if (FindNonFinite(code) != code.size()) {
+    return absl::InvalidArgumentError(StrCat(spec(), ": a code overflowed; nothing was encoded"));
+  }
+  FEDLGC_ASSIGN_OR_RETURN(const std::vector<uint64_t> cuts, FrameCuts(opts));
   // Every range first, so that a cut inside a slice writes no frame.
   std::vector<std::pair<uint64_t, uint64_t>> ranges(cuts.size());
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {

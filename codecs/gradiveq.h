@@ -140,6 +140,11 @@ class GradiVeQ final : public Codec, public LinearCode {
            uint32_t refit, std::shared_ptr<const SliceBasis> basis);
   // The code range of coordinates [begin, end), which must fall on unit boundaries.
   absl::StatusOr<std::pair<uint64_t, uint64_t>> CodeRange(uint64_t begin, uint64_t end) const;
+  // The whole code of x (dim_ values): U^T g per slice, the value per fp32 coordinate.
+  std::vector<float> Project(std::span<const float> x) const;
+  // Where the frames of an update start and end, [0, ..., dim_]: as many whole units per
+  // frame as opts.max_frame_bytes holds, and the caller's cuts (P3's slices).
+  absl::StatusOr<std::vector<uint64_t>> FrameCuts(const EncodeOptions& opts) const;
   // Rebuilds coordinates [begin, end) from their code (starting at code index cb).
   void Expand(uint64_t begin, uint64_t end, uint64_t cb, const float* code, float* out) const;
 

@@ -331,31 +331,40 @@ absl::Status SparseCodec::WriteFrames(std::span<const float> x, std::span<const 
         }
         m = std::min(lo * vb, pe - p);
       }
-      const uint64_t end = range_end(p + m);
-      Frame f;
-      f.begin = begin;
-      f.length = end - begin;
-      const size_t body = BeginFrame(wire_spec(), n, begin, f.length, &f.bytes);
-      if (seed_ == 0) {  // with a shared seed the receiver draws the set itself
-        const uint32_t m32 = static_cast<uint32_t>(m);
-        f.bytes.append(reinterpret_cast<const char*>(&m32), 4);
-        std::vector<uint32_t> rel(idx.begin() + static_cast<ptrdiff_t>(p),
-                                  idx.begin() + static_cast<ptrdiff_t>(p + m));
-        for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
-        EliasFanoEncode(rel, f.length, &f.bytes);
-      }
-      BodyContext ctx{opts.seed, FirstBlockKey(p, vb, k), opts.shared_scale, {}, fitted};
-      if (absl::Status st =
-              values_->EncodeBody(std::span<const float>(vals).subspan(p, m), ctx, &f.bytes);
-          !st.ok()) {
-        return fail(st);
-      }
-      FinishFrame(body, &f.bytes);
-      frames->push_back(std::move(f));
+      auto f = MakeFrame(n, begin, range_end(p + m), idx, vals, p, m, opts, fitted);
+      if (!f.ok()) return fail(f.status());
+      frames->push_back(*std::move(f));
       p += m;
     } while (p < pe);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Frame> SparseCodec::MakeFrame(uint64_t n, uint64_t begin, uint64_t end,
+                                             std::span<const uint32_t> idx,
+                                             std::span<const float> vals, uint64_t p, uint64_t m,
+                                             const EncodeOptions& opts,
+                                             std::span<const float> fitted) const {
+  Frame f;
+  f.begin = begin;
+  f.length = end - begin;
+  const size_t body = BeginFrame(wire_spec(), n, begin, f.length, &f.bytes);
+  if (seed_ == 0) {  // with a shared seed the receiver draws the set itself
+    const uint32_t m32 = static_cast<uint32_t>(m);
+    f.bytes.append(reinterpret_cast<const char*>(&m32), 4);
+    std::vector<uint32_t> rel(idx.begin() + static_cast<ptrdiff_t>(p),
+                              idx.begin() + static_cast<ptrdiff_t>(p + m));
+    for (uint32_t& r : rel) r -= static_cast<uint32_t>(begin);
+    EliasFanoEncode(rel, f.length, &f.bytes);
+  }
+  BodyContext ctx{opts.seed,
+                  FirstBlockKey(p, values_->traits().block, idx.size()),
+                  opts.shared_scale,
+                  {},
+                  fitted};
+  FEDLGC_RETURN_IF_ERROR(values_->EncodeBody(vals.subspan(p, m), ctx, &f.bytes));
+  FinishFrame(body, &f.bytes);
+  return f;
 }
 
 absl::Status SparseCodec::Decode(const FrameView& frame, std::span<float> out) const {

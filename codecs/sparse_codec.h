@@ -110,6 +110,12 @@ class SparseCodec final : public Codec, public LinearCode {
   absl::Status CheckInput(std::span<const float> x, uint64_t k, const EncodeOptions& opts) const;
   absl::Status WriteFrames(std::span<const float> x, std::span<const uint32_t> idx,
                            const EncodeOptions& opts, std::vector<Frame>* frames) const;
+  // One frame of an n-coordinate update: coordinates [begin, end) with the kept values
+  // vals[p, p + m) at idx[p, p + m); `fitted`: the value codec's parameters (Fit).
+  absl::StatusOr<Frame> MakeFrame(uint64_t n, uint64_t begin, uint64_t end,
+                                  std::span<const uint32_t> idx, std::span<const float> vals,
+                                  uint64_t p, uint64_t m, const EncodeOptions& opts,
+                                  std::span<const float> fitted) const;
 
   // Bytes of a frame holding m kept values over a range of u coordinates.
   uint64_t FrameBytes(uint64_t m, uint64_t u) const;

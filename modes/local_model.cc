@@ -90,6 +90,15 @@ absl::StatusOr<bool> EnsureLocalModel(edge_client::ClientEnv& env, const protos:
   return true;
 }
 
+codecs::EncodeOptions RoundEncodeOptions(uint64_t seed, uint32_t max_chunk_bytes,
+                                         const edge_client::ClientEnv& env) {
+  codecs::EncodeOptions eopts;
+  eopts.seed = seed;
+  eopts.max_frame_bytes = max_chunk_bytes;
+  eopts.cuts = env.scale_cuts();
+  return eopts;
+}
+
 absl::StatusOr<codecs::Codec*> PlainCodec::Get(const std::string& spec) {
   if (!codec_ || spec_ != spec) {
     auto c = codecs::MakeCodec(spec);

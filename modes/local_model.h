@@ -63,6 +63,11 @@ class PlainCodec {
   std::string spec_;
 };
 
+// How a client encodes what it sends in a round: the round's seed and chunk size, and the
+// model's scale cuts (ClientEnv::scale_cuts).
+codecs::EncodeOptions RoundEncodeOptions(uint64_t seed, uint32_t max_chunk_bytes,
+                                         const edge_client::ClientEnv& env);
+
 }  // namespace fedlgc::modes
 
 #endif  // FEDLGC_MODES_LOCAL_MODEL_H_

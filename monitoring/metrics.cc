@@ -17,150 +17,105 @@ Histogram::BucketBoundaries SecondsBuckets() {
           0.5,    1,     2.5,    5,     10,   30,    60,   120};
 }
 
+// A metric family registered on `r` (the builders' four-line form, once).
+template <typename Builder>
+auto& FamilyOf(Builder builder, prometheus::Registry& r, const char* name, const char* help) {
+  return builder.Name(name).Help(help).Register(r);
+}
+auto& CounterFamilyOf(prometheus::Registry& r, const char* name, const char* help) {
+  return FamilyOf(BuildCounter(), r, name, help);
+}
+auto& GaugeFamilyOf(prometheus::Registry& r, const char* name, const char* help) {
+  return FamilyOf(BuildGauge(), r, name, help);
+}
+auto& HistogramFamilyOf(prometheus::Registry& r, const char* name, const char* help) {
+  return FamilyOf(BuildHistogram(), r, name, help);
+}
+
 }  // namespace
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      uplink_wire_(BuildCounter()
-                       .Name("fedlgc_uplink_wire_bytes_total")
-                       .Help("Update bytes sent by clients, as framed on the wire")
-                       .Register(*registry_)),
-      uplink_raw_(BuildCounter()
-                      .Name("fedlgc_uplink_raw_bytes_total")
-                      .Help("fp32-equivalent bytes of the coordinates those updates carried")
-                      .Register(*registry_)),
-      downlink_wire_(BuildCounter()
-                         .Name("fedlgc_downlink_wire_bytes_total")
-                         .Help("Model bytes sent to clients")
-                         .Register(*registry_)),
-      downlink_raw_(BuildCounter()
-                        .Name("fedlgc_downlink_raw_bytes_total")
-                        .Help("fp32-equivalent bytes of the models sent to clients")
-                        .Register(*registry_)),
-      chunks_(BuildCounter()
-                  .Name("fedlgc_chunks_total")
-                  .Help("Update chunks by result: sent, retransmitted, counted, lost, dropped")
-                  .Register(*registry_)),
-      resumes_(BuildCounter()
-                   .Name("fedlgc_stream_resumes_total")
-                   .Help("Streams resumed after a disconnect, by stream")
-                   .Register(*registry_)),
-      rejected_(BuildCounter()
-                    .Name("fedlgc_rejected_total")
-                    .Help("Chunks or requests refused, by reason")
-                    .Register(*registry_)),
-      encode_seconds_(BuildHistogram()
-                          .Name("fedlgc_encode_seconds")
-                          .Help("Time to encode one update")
-                          .Register(*registry_)),
-      decode_seconds_(BuildHistogram()
-                          .Name("fedlgc_decode_seconds")
-                          .Help("Time to validate and decode one chunk")
-                          .Register(*registry_)),
-      train_loss_(BuildGauge()
-                      .Name("fedlgc_train_loss")
-                      .Help("Running training loss (mean of the last 10 batches)")
-                      .Register(*registry_)),
-      round_(BuildGauge().Name("fedlgc_round").Help("Current round").Register(*registry_)),
-      round_seconds_(BuildHistogram()
-                         .Name("fedlgc_round_duration_seconds")
-                         .Help("Wall time from round start to commit")
-                         .Register(*registry_)),
-      participants_(BuildGauge()
-                        .Name("fedlgc_round_participants")
-                        .Help("Clients whose chunks counted in the last round")
-                        .Register(*registry_)),
-      stragglers_(BuildGauge()
-                      .Name("fedlgc_round_stragglers")
-                      .Help("Participants whose update was incomplete at the close")
-                      .Register(*registry_)),
-      accuracy_(BuildGauge()
-                    .Name("fedlgc_global_accuracy")
-                    .Help("Test accuracy of the global model")
-                    .Register(*registry_)),
-      loss_(BuildGauge()
-                .Name("fedlgc_global_loss")
-                .Help("Test loss of the global model")
-                .Register(*registry_)),
-      ratio_(BuildGauge()
-                 .Name("fedlgc_compression_ratio")
-                 .Help("Raw fp32 bytes over wire bytes of the last round, by codec")
-                 .Register(*registry_)),
-      ratio_target_(BuildGauge()
-                        .Name("fedlgc_compression_ratio_target")
-                        .Help("Compression ratio the job is expected to reach (--ratio-target)")
-                        .Register(*registry_)),
-      rounds_(BuildCounter()
-                  .Name("fedlgc_rounds_total")
-                  .Help("Committed rounds by how they closed: complete or deadline")
-                  .Register(*registry_)),
-      deadline_(BuildGauge()
-                    .Name("fedlgc_round_deadline_seconds")
-                    .Help("Seconds a round may stay open (--round-timeout)")
-                    .Register(*registry_)),
-      round_bytes_(BuildGauge()
-                       .Name("fedlgc_round_bytes")
-                       .Help("Bytes of the last committed round by direction and kind (wire, raw)")
-                       .Register(*registry_)),
-      client_last_round_(BuildGauge()
-                             .Name("fedlgc_client_last_round")
-                             .Help("Last round in which a chunk of the client counted")
-                             .Register(*registry_)),
-      job_finished_(BuildGauge()
-                        .Name("fedlgc_job_finished")
-                        .Help("1 once the coordinator has run the job's last round")
-                        .Register(*registry_)),
-      tier_(BuildGauge()
-                .Name("fedlgc_tier_info")
-                .Help("1, labelled with where this coordinator stands in a tree: tier (root or "
-                      "aggregator) and its parent's address")
-                .Register(*registry_)),
-      guard_refusals_(BuildCounter()
-                          .Name("fedlgc_guard_refusals_total")
-                          .Help("Candidate models the model guard refused, by check "
-                                "(nonfinite, norm, loss)")
-                          .Register(*registry_)),
-      quarantined_(BuildGauge()
-                       .Name("fedlgc_client_quarantined")
-                       .Help("1 for a client barred from the job by the model guard")
-                       .Register(*registry_)),
-      quarantined_clients_(BuildGauge()
-                               .Name("fedlgc_quarantined_clients")
-                               .Help("Clients barred from the job by the model guard")
-                               .Register(*registry_)),
-      clipped_(BuildCounter()
-                   .Name("fedlgc_clipped_updates_total")
-                   .Help("Updates scaled down (or, SGP, withheld) by norm clipping")
-                   .Register(*registry_)),
-      clip_bound_(BuildGauge()
-                      .Name("fedlgc_clip_bound")
-                      .Help("The last round's clipping bound on an update's L2 norm (0: none)")
-                      .Register(*registry_)),
-      skipped_rounds_(BuildCounter()
-                          .Name("fedlgc_client_skipped_rounds_total")
-                          .Help("Rounds a client could not take part in, by reason (nonfinite: "
-                                "a model or update that is not finite)")
-                          .Register(*registry_)),
-      downlink_fallbacks_(BuildCounter()
-                              .Name("fedlgc_downlink_fallbacks_total")
-                              .Help("Compressed downloads that did not rebuild the "
-                                    "coordinator's model, recovered by a full download, by "
-                                    "reason (mismatch, malformed)")
-                              .Register(*registry_)),
-      model_downloads_(BuildCounter()
-                           .Name("fedlgc_model_downloads_total")
-                           .Help("Global models a client took under a compressed downlink, by "
-                                 "kind (full: the model whole; chain: rebuilt from deltas)")
-                           .Register(*registry_)),
-      open_calls_(BuildGauge()
-                      .Name("fedlgc_open_calls")
-                      .Help("Uploads, shares and downloads open at the coordinator")
-                      .Register(*registry_)),
-      idle_cancelled_(BuildCounter()
-                          .Name("fedlgc_idle_calls_cancelled_total")
-                          .Help("Uploads, shares and downloads cancelled after the idle "
-                                "timeout without a message read or written")
-                          .Register(*registry_)) {
+      uplink_wire_(CounterFamilyOf(*registry_, "fedlgc_uplink_wire_bytes_total",
+                                   "Update bytes sent by clients, as framed on the wire")),
+      uplink_raw_(
+          CounterFamilyOf(*registry_, "fedlgc_uplink_raw_bytes_total",
+                          "fp32-equivalent bytes of the coordinates those updates carried")),
+      downlink_wire_(CounterFamilyOf(*registry_, "fedlgc_downlink_wire_bytes_total",
+                                     "Model bytes sent to clients")),
+      downlink_raw_(CounterFamilyOf(*registry_, "fedlgc_downlink_raw_bytes_total",
+                                    "fp32-equivalent bytes of the models sent to clients")),
+      chunks_(
+          CounterFamilyOf(*registry_, "fedlgc_chunks_total",
+                          "Update chunks by result: sent, retransmitted, counted, lost, dropped")),
+      resumes_(CounterFamilyOf(*registry_, "fedlgc_stream_resumes_total",
+                               "Streams resumed after a disconnect, by stream")),
+      rejected_(CounterFamilyOf(*registry_, "fedlgc_rejected_total",
+                                "Chunks or requests refused, by reason")),
+      encode_seconds_(
+          HistogramFamilyOf(*registry_, "fedlgc_encode_seconds", "Time to encode one update")),
+      decode_seconds_(HistogramFamilyOf(*registry_, "fedlgc_decode_seconds",
+                                        "Time to validate and decode one chunk")),
+      train_loss_(GaugeFamilyOf(*registry_, "fedlgc_train_loss",
+                                "Running training loss (mean of the last 10 batches)")),
+      round_(GaugeFamilyOf(*registry_, "fedlgc_round", "Current round")),
+      round_seconds_(HistogramFamilyOf(*registry_, "fedlgc_round_duration_seconds",
+                                       "Wall time from round start to commit")),
+      participants_(GaugeFamilyOf(*registry_, "fedlgc_round_participants",
+                                  "Clients whose chunks counted in the last round")),
+      stragglers_(GaugeFamilyOf(*registry_, "fedlgc_round_stragglers",
+                                "Participants whose update was incomplete at the close")),
+      accuracy_(
+          GaugeFamilyOf(*registry_, "fedlgc_global_accuracy", "Test accuracy of the global model")),
+      loss_(GaugeFamilyOf(*registry_, "fedlgc_global_loss", "Test loss of the global model")),
+      ratio_(GaugeFamilyOf(*registry_, "fedlgc_compression_ratio",
+                           "Raw fp32 bytes over wire bytes of the last round, by codec")),
+      ratio_target_(
+          GaugeFamilyOf(*registry_, "fedlgc_compression_ratio_target",
+                        "Compression ratio the job is expected to reach (--ratio-target)")),
+      rounds_(CounterFamilyOf(*registry_, "fedlgc_rounds_total",
+                              "Committed rounds by how they closed: complete or deadline")),
+      deadline_(GaugeFamilyOf(*registry_, "fedlgc_round_deadline_seconds",
+                              "Seconds a round may stay open (--round-timeout)")),
+      round_bytes_(
+          GaugeFamilyOf(*registry_, "fedlgc_round_bytes",
+                        "Bytes of the last committed round by direction and kind (wire, raw)")),
+      client_last_round_(GaugeFamilyOf(*registry_, "fedlgc_client_last_round",
+                                       "Last round in which a chunk of the client counted")),
+      job_finished_(GaugeFamilyOf(*registry_, "fedlgc_job_finished",
+                                  "1 once the coordinator has run the job's last round")),
+      tier_(GaugeFamilyOf(*registry_, "fedlgc_tier_info",
+                          "1, labelled with where this coordinator stands in a tree: tier (root or "
+                          "aggregator) and its parent's address")),
+      guard_refusals_(CounterFamilyOf(*registry_, "fedlgc_guard_refusals_total",
+                                      "Candidate models the model guard refused, by check "
+                                      "(nonfinite, norm, loss)")),
+      quarantined_(GaugeFamilyOf(*registry_, "fedlgc_client_quarantined",
+                                 "1 for a client barred from the job by the model guard")),
+      quarantined_clients_(GaugeFamilyOf(*registry_, "fedlgc_quarantined_clients",
+                                         "Clients barred from the job by the model guard")),
+      clipped_(CounterFamilyOf(*registry_, "fedlgc_clipped_updates_total",
+                               "Updates scaled down (or, SGP, withheld) by norm clipping")),
+      clip_bound_(
+          GaugeFamilyOf(*registry_, "fedlgc_clip_bound",
+                        "The last round's clipping bound on an update's L2 norm (0: none)")),
+      skipped_rounds_(
+          CounterFamilyOf(*registry_, "fedlgc_client_skipped_rounds_total",
+                          "Rounds a client could not take part in, by reason (nonfinite: "
+                          "a model or update that is not finite)")),
+      downlink_fallbacks_(CounterFamilyOf(*registry_, "fedlgc_downlink_fallbacks_total",
+                                          "Compressed downloads that did not rebuild the "
+                                          "coordinator's model, recovered by a full download, by "
+                                          "reason (mismatch, malformed)")),
+      model_downloads_(
+          CounterFamilyOf(*registry_, "fedlgc_model_downloads_total",
+                          "Global models a client took under a compressed downlink, by "
+                          "kind (full: the model whole; chain: rebuilt from deltas)")),
+      open_calls_(GaugeFamilyOf(*registry_, "fedlgc_open_calls",
+                                "Uploads, shares and downloads open at the coordinator")),
+      idle_cancelled_(CounterFamilyOf(*registry_, "fedlgc_idle_calls_cancelled_total",
+                                      "Uploads, shares and downloads cancelled after the idle "
+                                      "timeout without a message read or written")) {
   open_calls_.Add({}).Set(0);
   idle_cancelled_.Add({});
 }
@@ -265,12 +220,12 @@ void Metrics::SetClientLastRound(const std::string& client, uint64_t round) {
 
 prometheus::Family<prometheus::Gauge>& Metrics::GaugeFamily(const std::string& name,
                                                             const std::string& help) {
-  return BuildGauge().Name(name).Help(help).Register(*registry_);
+  return GaugeFamilyOf(*registry_, name.c_str(), help.c_str());
 }
 
 prometheus::Family<prometheus::Counter>& Metrics::CounterFamily(const std::string& name,
                                                                 const std::string& help) {
-  return BuildCounter().Name(name).Help(help).Register(*registry_);
+  return CounterFamilyOf(*registry_, name.c_str(), help.c_str());
 }
 
 void Metrics::AddGuardRefusal(std::string_view check) {

@@ -98,12 +98,9 @@ absl::Status LsgdClient::OnLead(const protos::LsgdLead& lead) {
     if (!codec.ok()) return codec.status();
     std::vector<float> delta(m.x.size());
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = m.x[i] - (*ref)[i];
-    codecs::EncodeOptions eopts;
-    eopts.seed = round_.seed;
-    eopts.max_frame_bytes = round_.max_chunk_bytes;
-    eopts.cuts = env_.scale_cuts();
     const auto t0 = env_.clock().Now();
-    auto scaled = core::EncodeScaled(delta, **codec, eopts);
+    auto scaled = core::EncodeScaled(delta, **codec,
+                                     RoundEncodeOptions(round_.seed, round_.max_chunk_bytes, env_));
     if (!scaled.ok()) return scaled.status();
     env_.ObserveEncode(lead.round(), t0);
     edge_client::PendingUpdate p = env_.NewPending(lead.round(), round_.model_version);

@@ -156,12 +156,9 @@ absl::StatusOr<bool> SgpClient::TrainAndShare(const protos::RoundStart& start) {
   if (!sends) return true;
   auto codec = codec_.Get(start.codec());
   if (!codec.ok()) return codec.status();
-  codecs::EncodeOptions eopts;
-  eopts.seed = start.seed();
-  eopts.max_frame_bytes = start.max_chunk_bytes();
-  eopts.cuts = env_.scale_cuts();
   const auto t0 = env_.clock().Now();
-  auto share = core::MakeShare(m.x, m.w, sgp.share(), reference, **codec, eopts);
+  auto share = core::MakeShare(m.x, m.w, sgp.share(), reference, **codec,
+                               RoundEncodeOptions(start.seed(), start.max_chunk_bytes(), env_));
   if (!share.ok()) return share.status();
   env_.ObserveEncode(start.round(), t0);
   edge_client::PendingUpdate p = env_.NewPending(start.round(), start.model_version());

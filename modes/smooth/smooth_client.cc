@@ -78,12 +78,9 @@ absl::Status SmoothClient::OnRoundStart(const protos::RoundStart& start) {
   }
   auto codec = codec_.Get(start.codec());
   if (!codec.ok()) return codec.status();
-  codecs::EncodeOptions eopts;
-  eopts.seed = start.seed();
-  eopts.max_frame_bytes = start.max_chunk_bytes();
-  eopts.cuts = env_.scale_cuts();
   const auto t0 = env_.clock().Now();
-  auto scaled = core::EncodeScaled(sent, **codec, eopts);
+  auto scaled = core::EncodeScaled(sent, **codec,
+                                   RoundEncodeOptions(start.seed(), start.max_chunk_bytes(), env_));
   if (!scaled.ok()) return scaled.status();
   env_.ObserveEncode(start.round(), t0);
   edge_client::PendingUpdate p = env_.NewPending(start.round(), start.model_version());

@@ -68,7 +68,6 @@ absl::Status SmoothDriver::RunRound(coordinator::RoundHost& host,
   const std::map<std::string, coordinator::PerClientCollector::Update> held =
       updates->TakeUpdates();
   std::vector<coordinator::Contribution> all;
-  double weighted_norm = 0, weight = 0;
   for (const auto& [client, u] : held) {
     if (!u.complete) continue;
     coordinator::Contribution c;
@@ -78,14 +77,21 @@ absl::Status SmoothDriver::RunRound(coordinator::RoundHost& host,
     c.ranges = u.ranges;
     c.complete = true;
     all.push_back(std::move(c));
-    weighted_norm += u.weight * coordinator::L2Norm(u.values);
-    weight += u.weight;
   }
   std::set<std::string> counted;
   if (absl::Status st = AggregateAndCommit(host, all, coordinator::ServerOptimizer{}, robust_,
                                            commit, report, &counted);
       !st.ok()) {
     return st;
+  }
+  // The norms the clipping measured, of the updates the committed aggregate weighed.
+  const std::map<std::string, double>& norms = report->per_client["update_norm"];
+  double weighted_norm = 0, weight = 0;
+  for (const coordinator::Contribution& c : all) {
+    const auto it = norms.find(c.client);
+    if (!counted.count(c.client) || it == norms.end()) continue;
+    weighted_norm += c.weight * it->second;
+    weight += c.weight;
   }
   const double norm = weight > 0 ? weighted_norm / weight : 0;
   report->figures["smooth_clients"] = static_cast<double>(counted.size());

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the repository documents itself: no file refers to documents outside the tree
 # (a briefing folder beside the checkout), and every relative link in the Markdown files
-# points at a file or folder that exists.
+# points at a file or folder that exists, and at a heading of it that exists.
 #   scripts/check-docs.sh [SOURCE_DIR]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
@@ -16,15 +16,34 @@ if [ -n "$found" ]; then
 fi
 python3 - $(echo "$files" | grep '\.md$') <<'PY' || fail=1
 import os, re, sys
+
+def anchors(md):
+    """The heading anchors GitHub makes for a Markdown file (code fences skipped)."""
+    seen, out, fence = {}, set(), False
+    for line in open(md, encoding="utf-8"):
+        if line.startswith("```"):
+            fence = not fence
+        m = None if fence else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
 bad = 0
 for md in sys.argv[1:]:
     text = open(md, encoding="utf-8").read()
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"^[a-z]+://|^#|^mailto:", target):
+        if re.match(r"^[a-z]+://|^mailto:", target):
             continue
-        path = os.path.normpath(os.path.join(os.path.dirname(md), target.split("#")[0]))
+        file, _, anchor = target.partition("#")
+        path = os.path.normpath(os.path.join(os.path.dirname(md), file)) if file else md
         if not os.path.exists(path):
             print(f"check-docs: {md}: broken link {target}")
+            bad += 1
+        elif anchor and path.endswith(".md") and anchor not in anchors(path):
+            print(f"check-docs: {md}: no heading for #{anchor} in {path}")
             bad += 1
 sys.exit(1 if bad else 0)
 PY

@@ -21,10 +21,18 @@
 namespace fedlgc::edge_client {
 namespace {
 
-double ProcessCpuSeconds() {
+// CPU seconds: the calling thread's, or the whole process's.
+double CpuSeconds(bool this_thread) {
   timespec t{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  ::clock_gettime(this_thread ? CLOCK_THREAD_CPUTIME_ID : CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+SharedResources Completed(SharedResources s) {
+  if (s.metrics == nullptr) s.metrics = std::make_shared<monitoring::Metrics>();
+  if (s.models == nullptr) s.models = std::make_shared<ModelPool>(1);
+  if (s.data == nullptr) s.data = std::make_shared<DataCache>();
+  return s;
 }
 
 }  // namespace
@@ -34,13 +42,13 @@ SystemTime DeadlineOf(const protos::RoundStart& start) {
 }
 
 EdgeClient::EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs,
-                       LocalTrainer* trainer)
+                       LocalTrainer* trainer, SharedResources shared)
     : options_(std::move(options)),
       make_mode_(std::move(make_mode)),
       trainer_(trainer),
-      metrics_(std::make_unique<monitoring::Metrics>()),
-      transport_(
-          std::make_unique<Transport>(options_.transport(), metrics_.get(), std::move(stubs))) {}
+      shared_(Completed(std::move(shared))),
+      metrics_(shared_.metrics.get()),
+      transport_(std::make_unique<Transport>(options_.transport(), metrics_, std::move(stubs))) {}
 
 EdgeClient::~EdgeClient() {
   Stop();
@@ -50,10 +58,11 @@ EdgeClient::~EdgeClient() {
 absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions options,
                                                                ClientModeFactory make_mode,
                                                                StubFactory stubs,
-                                                               LocalTrainer* trainer) {
+                                                               LocalTrainer* trainer,
+                                                               SharedResources shared) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
-  std::unique_ptr<EdgeClient> c(
-      new EdgeClient(std::move(options), std::move(make_mode), std::move(stubs), trainer));
+  std::unique_ptr<EdgeClient> c(new EdgeClient(std::move(options), std::move(make_mode),
+                                               std::move(stubs), trainer, std::move(shared)));
   const EdgeClientOptions& o = c->options_;
   c->attack_ = Attack::Parse(o.attack).value();  // validated
   if (c->attack_.active()) {
@@ -65,9 +74,9 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
     if (absl::Status st = c->LoadData(); !st.ok()) return st;
   }
   // Resolve the device now, so a wrong --device fails at start rather than at join.
-  auto probe = core::Model::Create("mlp", 0, o.device);
-  if (!probe.ok()) return probe.status();
-  c->device_ = (*probe)->device();
+  auto device = c->shared_.models->ResolveDevice(o.device);
+  if (!device.ok()) return device.status();
+  c->device_ = *device;
   if (!o.model.empty()) {
     // This client's copy of the job's file: TorchScript, fit for the data, before a join.
     auto sha = core::Sha256OfFile(o.model);
@@ -75,11 +84,9 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
     c->model_sha256_ = *sha;
     core::ModelOptions mo;
     mo.model = o.model;
-    auto m = core::Model::Create(mo, 0, c->device_);
-    if (!m.ok()) return m.status();
-    if (c->data_) {
-      if (absl::Status st = (*m)->CheckFits(*c->data_); !st.ok()) return st;
-    }
+    auto info = c->shared_.models->Prepare(mo, c->device_);
+    if (!info.ok()) return info.status();
+    if (absl::Status st = c->CheckFits(**info); !st.ok()) return st;
   }
   c->metrics_->InitClient(o.client_id);
   if (!o.metrics_listen.empty()) {
@@ -93,19 +100,18 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
 }
 
 absl::Status EdgeClient::LoadData() {
-  const EdgeClientOptions& o = options_;
-  auto data = core::LoadDataset(o.data_options(), true, o.train_limit);
+  auto data = shared_.data->Get(options_);
   if (!data.ok()) return data.status();
-  data_ = std::make_unique<core::Dataset>(std::move(data).value());
-  const auto spec = core::PartitionSpec::Parse(o.partition).value();  // validated
-  if (absl::Status st = core::CheckPartition(spec, data_->classification(), data_->source);
-      !st.ok()) {
-    return st;
-  }
-  shard_ = core::Partition(data_->labels, data_->size(), static_cast<int>(data_->classes),
-                           static_cast<int>(o.num_shards), spec, o.partition_seed)[o.shard];
-  if (shard_.empty()) return absl::FailedPreconditionError("this client's shard is empty");
+  data_ = *std::move(data);
+  if (shard().empty()) return absl::FailedPreconditionError("this client's shard is empty");
   return absl::OkStatus();
+}
+
+absl::Status EdgeClient::CheckFits(const ModelInfo& info) {
+  if (data_ == nullptr) return absl::OkStatus();
+  auto lease = shared_.models->Acquire(info);
+  if (!lease.ok()) return lease.status();
+  return lease->model().CheckFits(data_->data);
 }
 
 int EdgeClient::metrics_port() const { return metrics_->port(); }
@@ -124,15 +130,20 @@ absl::Status EdgeClient::Persist() {
   return SaveClientState(state_path_, state_);
 }
 
-uint64_t EdgeClient::dim() const { return model_ ? model_->dim() : 0; }
+uint64_t EdgeClient::dim() const { return model_ ? model_->dim : 0; }
 
 const codecs::ModelLayout& EdgeClient::layout() const {
   static const codecs::ModelLayout* const kNone = new codecs::ModelLayout();
-  return model_ ? model_->layout() : *kNone;
+  return model_ ? model_->layout : *kNone;
+}
+
+const std::vector<uint64_t>& EdgeClient::scale_cuts() const {
+  static const std::vector<uint64_t>* const kNone = new std::vector<uint64_t>();
+  return model_ ? model_->scale_cuts : *kNone;
 }
 
 uint64_t EdgeClient::NumSamples() const {
-  return trainer_ != nullptr ? trainer_->NumSamples() : shard_.size();
+  return trainer_ != nullptr ? trainer_->NumSamples() : shard().size();
 }
 
 absl::Status EdgeClient::ForgetOtherJobsUpdate(const std::string& job) {
@@ -169,10 +180,10 @@ absl::Status EdgeClient::Join() {
   if (absl::Status st = EnsureModel(*reply); !st.ok()) return st;
   job_over_ = reply->total_rounds() > 0 && reply->current_round() > reply->total_rounds();
   total_rounds_ = reply->total_rounds();
-  if (model_->dim() != reply->dim()) {
+  if (model_->dim != reply->dim()) {
     return absl::FailedPreconditionError(StrCat("the job's model has ", reply->dim(),
                                                 " parameters; ", reply->model(), " here has ",
-                                                model_->dim()));
+                                                model_->dim));
   }
   downlink_codec_ = reply->downlink_codec();
   for (auto& [blob, receiver] : downlinks_) {
@@ -231,16 +242,13 @@ absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
     if (!path.ok()) return path.status();
     mo.model = *path;
   }
-  auto m = core::Model::Create(mo, 0, device_);
+  auto info = shared_.models->Prepare(mo, device_);
   // What a retry cannot fix (a file that is not TorchScript, no such built-in) ends the
   // client, as a model that does not fit its data does.
-  if (!m.ok()) return absl::FailedPreconditionError(m.status().message());
-  if (data_) {
-    if (absl::Status st = (*m)->CheckFits(*data_); !st.ok()) return st;
-  }
-  model_ = *std::move(m);
+  if (!info.ok()) return absl::FailedPreconditionError(info.status().message());
+  if (absl::Status st = CheckFits(**info); !st.ok()) return st;
+  model_ = *std::move(info);
   model_key_ = key;
-  scale_cuts_ = model_->ScaleCuts();
   local_buffers_ = mo.buffers == "local";
   if (local_buffers_) LoadLocalBuffers();
   return absl::OkStatus();
@@ -269,17 +277,17 @@ absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& 
 
 absl::Status EdgeClient::SaveLocalBuffers() const {
   return fedlgc::AtomicWriteFile(StrCat(options_.state_dir, "/", options_.client_id, ".buffers"),
-                                 core::FloatsToBytes(model_->GetLocalBuffers()),
-                                 fedlgc::Durability::kVisible);
+                                 core::FloatsToBytes(own_buffers_), fedlgc::Durability::kVisible);
 }
 
 void EdgeClient::LoadLocalBuffers() {
+  own_buffers_.clear();
   const std::string path = StrCat(options_.state_dir, "/", options_.client_id, ".buffers");
   auto bytes = fedlgc::ReadFileIfExists(path);
   if (!bytes.ok() || !bytes->has_value()) return;
-  const size_t n = model_->GetLocalBuffers().size();
-  auto floats = core::FloatsFromBytes(**bytes, n, path);
-  absl::Status st = floats.ok() ? model_->SetLocalBuffers(*floats) : floats.status();
+  auto floats = core::FloatsFromBytes(**bytes, model_->initial_local_buffers.size(), path);
+  const absl::Status st = floats.status();
+  if (st.ok()) own_buffers_ = *std::move(floats);
   if (!st.ok()) {
     log::Info(options_.client_id, "%s: its buffers start from the model's",
               std::string(st.message()).c_str());
@@ -402,11 +410,11 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   if (trainer_ != nullptr) {
     // Timed as the client's own training is, for the round log.
     const auto t0 = options_.clock->Now();
-    const double cpu0 = ProcessCpuSeconds();
+    const double cpu0 = CpuSeconds(false);
     auto loss = trainer_->Train(start, weights);
     last_train_seconds_ =
         trainer_->TrainSeconds().value_or(core::SecondsSince(*options_.clock, t0));
-    last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
+    last_train_cpu_seconds_ = CpuSeconds(false) - cpu0;
     if (loss.ok() && std::isfinite(*loss)) metrics_->SetTrainLoss(options_.client_id, *loss);
     // Every round it trains, whether or not it then uploads (an LSGD follower does not).
     if (loss.ok()) {
@@ -416,7 +424,6 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
     }
     return loss;
   }
-  if (absl::Status st = model_->SetFlat(*weights); !st.ok()) return st;
   const bool keep = attack_.active() || !options_.dump_updates.empty();
   const std::vector<float> before = keep ? *weights : std::vector<float>();
   core::TrainOptions topts;
@@ -426,16 +433,32 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   topts.batch_size = static_cast<int>(start.batch_size());
   topts.seed = start.seed();
   topts.optimizer = options_.optimizer;
-  const double cpu0 = ProcessCpuSeconds();
-  auto trained = model_->Train(*data_, shard_, topts);
-  if (!trained.ok()) return trained.status();
+  absl::StatusOr<core::TrainResult> trained;
+  {
+    // A model of the process's pool, ours until the lease goes: the weights and buffers
+    // the last client left in it are replaced by this client's.
+    auto lease = shared_.models->Acquire(*model_);
+    if (!lease.ok()) return lease.status();
+    core::Model& model = lease->model();
+    if (absl::Status st = model.SetFlat(*weights); !st.ok()) return st;
+    if (local_buffers_) {
+      const auto& buffers = own_buffers_.empty() ? model_->initial_local_buffers : own_buffers_;
+      if (absl::Status st = model.SetLocalBuffers(buffers); !st.ok()) return st;
+    }
+    // What the training would take on a core of its own: benchmarks that run many clients
+    // on few cores use it to tell their link time from their contention. With libtorch on
+    // this thread alone (--torch-threads 1) this thread's CPU time, so that the other
+    // clients of the process do not count; else the process's, the threads' time added.
+    const bool this_thread = options_.torch_threads == 1;
+    const double cpu0 = CpuSeconds(this_thread);
+    trained = model.Train(data_->data, shard(), topts);
+    if (!trained.ok()) return trained.status();
+    last_train_cpu_seconds_ = CpuSeconds(this_thread) - cpu0;
+    *weights = model.GetFlat();
+    if (local_buffers_) own_buffers_ = model.GetLocalBuffers();
+  }
   metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
   last_train_seconds_ = trained->seconds;
-  // What the training would take on a core of its own: benchmarks that run many clients
-  // on few cores use it to tell their link time from their contention. The process's CPU
-  // time: with --torch-threads above 1 it adds up the threads' time.
-  last_train_cpu_seconds_ = ProcessCpuSeconds() - cpu0;
-  *weights = model_->GetFlat();
   if (local_buffers_) {
     if (absl::Status st = SaveLocalBuffers(); !st.ok()) return st;
   }

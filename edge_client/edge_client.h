@@ -22,12 +22,9 @@
 #include "edge_client/client_state.h"
 #include "edge_client/downlink_receiver.h"
 #include "edge_client/options.h"
+#include "edge_client/shared_resources.h"
 #include "edge_client/transport.h"
 
-namespace fedlgc::core {
-class Model;
-struct Dataset;
-}  // namespace fedlgc::core
 namespace fedlgc::monitoring {
 class Metrics;
 }
@@ -45,11 +42,14 @@ class EdgeClient final : private ClientEnv {
   // (tests: a gMock MockCoordinatorStub).
   // With a `trainer` (which must outlive the client) the client has no data of its own:
   // the trainer stands in for training on a shard and gives the client's weight (an
-  // aggregator's upstream client, tier/tier.h).
+  // aggregator's upstream client, tier/tier.h). `shared`: what this client shares with
+  // the other clients of its process (client_host.h); what it leaves null, the client
+  // makes for itself (its own metrics, one model, its data).
   static absl::StatusOr<std::unique_ptr<EdgeClient>> Create(EdgeClientOptions options,
                                                             ClientModeFactory make_mode,
                                                             StubFactory stubs = nullptr,
-                                                            LocalTrainer* trainer = nullptr);
+                                                            LocalTrainer* trainer = nullptr,
+                                                            SharedResources shared = {});
   ~EdgeClient() override;
 
   // Runs until the coordinator says the job is done, Stop() is called, or a fatal error
@@ -57,6 +57,7 @@ class EdgeClient final : private ClientEnv {
   absl::Status Run();
   void Stop();
 
+  const std::string& id() const { return options_.client_id; }
   int metrics_port() const;
   monitoring::Metrics& metrics() override { return *metrics_; }
   const ClientState& client_state() const { return state_; }
@@ -74,8 +75,11 @@ class EdgeClient final : private ClientEnv {
 
  private:
   EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs,
-             LocalTrainer* trainer);
+             LocalTrainer* trainer, SharedResources shared);
   absl::Status LoadData();
+  // Whether the model of `info` takes this client's data (a leased model's forward pass).
+  absl::Status CheckFits(const ModelInfo& info);
+  const std::vector<uint32_t>& shard() const { return data_->shards[options_.shard]; }
   // This client's weight: its shard's size, or the trainer's samples.
   uint64_t NumSamples() const;
   // The job this client joined is not the one its update in flight was made for (it failed
@@ -90,7 +94,7 @@ class EdgeClient final : private ClientEnv {
   // The job's TorchScript file in <state_dir>/models/<sha256>.pt, downloaded unless a
   // file of that hash is there.
   absl::StatusOr<std::string> FetchModelFile(const protos::JoinReply& reply);
-  // Buffers "local": this client's buffers in <state_dir>/<id>.buffers.
+  // Buffers "local": this client's buffers, kept in <state_dir>/<id>.buffers.
   absl::Status SaveLocalBuffers() const;
   void LoadLocalBuffers();
   // Handles the event stream until it ends; *done once the job is.
@@ -115,7 +119,7 @@ class EdgeClient final : private ClientEnv {
   absl::Status Persist() override;
   uint64_t dim() const override;
   const codecs::ModelLayout& layout() const override;
-  const std::vector<uint64_t>& scale_cuts() const override { return scale_cuts_; }
+  const std::vector<uint64_t>& scale_cuts() const override;
   const std::string& device() const override { return device_; }
   uint64_t total_rounds() const override { return total_rounds_; }
   absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
@@ -151,15 +155,17 @@ class EdgeClient final : private ClientEnv {
   const ClientModeFactory make_mode_;
   LocalTrainer* const trainer_;  // null: training on shard_
   std::string job_;              // the job id of the last Join
-  std::unique_ptr<monitoring::Metrics> metrics_;
+  const SharedResources shared_;  // every member set (Create)
+  monitoring::Metrics* const metrics_;
   std::unique_ptr<Transport> transport_;
-  std::unique_ptr<core::Model> model_;
+  // The job's model (its layout and rules); a model to train on is leased from
+  // shared_.models for each round's training.
+  std::shared_ptr<const ModelInfo> model_;
   std::string model_key_;     // what model_ was made for: the job's model and rules
   std::string model_sha256_;  // of --model's file; empty without one
   bool local_buffers_ = false;
-  std::vector<uint64_t> scale_cuts_;  // of model_
-  std::unique_ptr<core::Dataset> data_;
-  std::vector<uint32_t> shard_;
+  std::vector<float> own_buffers_;            // buffers "local": this client's; empty: the model's
+  std::shared_ptr<const TrainingData> data_;  // null with a trainer
   std::string device_;  // resolved --device, e.g. "cpu" or "cuda:0"
   std::optional<Mode> mode_;
   std::unique_ptr<ClientMode> client_mode_;

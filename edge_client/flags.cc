@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 
 #include "base/flags.h"
+#include "base/str.h"
+#include "edge_client/client_host.h"
 
 namespace fedlgc::edge_client {
 
@@ -64,6 +66,43 @@ void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o) {
   app.add_option("--dump-updates", o->dump_updates,
                  "measurements only: write each round's local update (float32) to "
                  "DIR/<id>/r<round>.f32");
+}
+
+void AddHostFlags(CLI::App& app, HostFlags* h) {
+  CLI::Option_group* g = app.add_option_group(
+      "Hosting", "many clients in this process, each its own identity, state and connection");
+  g->add_option("--clients", h->clients,
+                "host these clients, e.g. 0-249 or 3,7,10-12; {i} in --id, --tls-cert, "
+                "--tls-key and --data stands for each one's index, which is also its --shard");
+  g->add_option("--client-config", h->client_config,
+                "with --clients: a config file per client ({i} its index), read on top of the "
+                "command line's options");
+  g->add_option("--train-slots", h->train_slots,
+                "with --clients: how many hosted clients may train at once (each slot holds "
+                "one model)");
+}
+
+absl::StatusOr<std::vector<EdgeClientOptions>> HostedClients(const HostFlags& h,
+                                                             const EdgeClientOptions& base) {
+  auto indices = ParseClientList(h.clients);
+  if (!indices.ok()) return indices.status();
+  std::vector<EdgeClientOptions> out;
+  for (uint32_t i : *indices) {
+    EdgeClientOptions o = HostedClientOptions(base, i);
+    if (!h.client_config.empty()) {
+      CLI::App app;
+      AddCommonFlags(app);
+      AddEdgeClientFlags(app, &o);
+      const std::string arg = "--config=" + WithIndex(h.client_config, i);
+      try {
+        app.parse(std::vector<std::string>{arg});
+      } catch (const CLI::ParseError& e) {
+        return absl::InvalidArgumentError(StrCat(arg, ": ", e.what()));
+      }
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
 }
 
 }  // namespace fedlgc::edge_client

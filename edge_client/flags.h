@@ -3,6 +3,10 @@
 #ifndef FEDLGC_EDGE_CLIENT_FLAGS_H_
 #define FEDLGC_EDGE_CLIENT_FLAGS_H_
 
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
 #include "edge_client/options.h"
 
 namespace CLI {
@@ -21,6 +25,19 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o);
 // own, bound to the options it starts every client from (it may say more of an option
 // in its help: CLI::Option::description). `app` may be an option group.
 void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o);
+
+// fedlgc-edge's flags for hosting many clients in one process (client_host.h).
+struct HostFlags {
+  std::string clients;        // "0-249", "3,7,10-12"; empty: one client, as --id says
+  std::string client_config;  // a config file per client, "{i}" its index; empty: none
+  int train_slots = 1;
+};
+void AddHostFlags(CLI::App& app, HostFlags* h);
+
+// The options of the clients `h` hosts, starting from `base` (HostedClientOptions), each
+// then read from its config file when h.client_config names one.
+absl::StatusOr<std::vector<EdgeClientOptions>> HostedClients(const HostFlags& h,
+                                                             const EdgeClientOptions& base);
 
 }  // namespace fedlgc::edge_client
 

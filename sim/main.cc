@@ -55,6 +55,10 @@ using nlohmann::json;
 // What the simulator itself decides; the job is a CoordinatorOptions.
 struct SimOptions {
   uint32_t clients = 4;
+  // Clients per fedlgc-edge process (edge_client/client_host.h); 0: one each up to
+  // kOwnProcessClients clients, else kHostedClients per process.
+  uint32_t clients_per_process = 0;
+  int train_slots = 1;       // of each process that hosts several clients
   uint32_t aggregators = 0;  // > 0: a two-tier tree (docs/scale.md)
   std::string link, report, html, run_dir, bin_dir = fedlgc::sim::SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
@@ -68,6 +72,15 @@ struct SimOptions {
   std::string attack = "scale(factor=100)";  // how (edge_client/attack.h)
   double join_timeout_s = 60;                // too few clients connected this long: the run fails
 
+  static constexpr uint32_t kOwnProcessClients = 16;
+  static constexpr uint32_t kHostedClients = 250;
+
+  // How many clients each fedlgc-edge process runs.
+  uint32_t PerProcess() const {
+    if (clients_per_process > 0) return clients_per_process;
+    return clients <= kOwnProcessClients ? 1 : kHostedClients;
+  }
+
   static fedlgc::edge_client::EdgeClientOptions SimClientDefaults() {
     fedlgc::edge_client::EdgeClientOptions o;
     o.train_limit = 20000;  // of fashion-mnist and synthetic data (files: all, main())
@@ -78,6 +91,11 @@ struct SimOptions {
 void AddSimFlags(CLI::App& app, SimOptions* s) {
   CLI::Option_group* g = app.add_option_group("Simulation", "the processes on this machine");
   g->add_option("--clients", s->clients, "edge clients");
+  g->add_option("--clients-per-process", s->clients_per_process,
+                "edge clients each fedlgc-edge process hosts (0: one each up to 16 clients, "
+                "else 250 each), sharing its data, models and libtorch");
+  g->add_option("--train-slots", s->train_slots,
+                "hosted clients of one process that may train at once");
   g->add_option("--aggregators", s->aggregators,
                 "a two-tier tree: this many aggregators (coordinators with --parent) between "
                 "the root and the clients, client i under aggregator i mod N; --fraction then "
@@ -178,10 +196,10 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
 void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOptions& co,
                  const fedlgc::coordinator::ModeTraits& mode) {
   std::printf(
-      "fedlgc-sim: %s, %u clients, %u rounds, codec %s, downlink %s, %s, link %s, run folder "
-      "%s\n",
-      std::string(fedlgc::ModeName(mode.mode)).c_str(), s.clients, co.rounds, co.plan.codec.c_str(),
-      fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(),
+      "fedlgc-sim: %s, %u clients (%u per process), %u rounds, codec %s, downlink %s, %s, link "
+      "%s, run folder %s\n",
+      std::string(fedlgc::ModeName(mode.mode)).c_str(), s.clients, s.PerProcess(), co.rounds,
+      co.plan.codec.c_str(), fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(),
       s.edge.partition.c_str(), s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
   std::printf("%5s %9s %8s %13s %13s %7s %13s %7s %8s %5s %s\n", "round", "accuracy", "loss",
               "uplink B", "fp32 B", "ratio", "downlink B", "ratio", "seconds", "parts",
@@ -258,7 +276,9 @@ struct Federation {
   std::unique_ptr<ChildProcess> coordinator;
   std::vector<std::unique_ptr<ChildProcess>> aggregators;  // --aggregators
   std::vector<std::unique_ptr<fedlgc::sim::FaultProxy>> proxies;
-  std::vector<std::unique_ptr<ChildProcess>> edges;
+  std::vector<std::unique_ptr<ChildProcess>> edges;  // fedlgc-edge processes
+  std::vector<std::string> edge_names;               // "client-3", "clients 0-249"
+  std::vector<std::string> edge_logs;
   std::chrono::steady_clock::time_point start;
 };
 
@@ -327,9 +347,25 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
     const auto eo = ClientOptions(s, certs, i, target, co.seed);
     const std::string client_config = StrCat(s.run_dir, "/", eo.client_id, ".toml");
     if (auto st = fedlgc::AtomicWriteFile(client_config, ClientConfig(eo)); !st.ok()) return st;
-    f.edges.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{s.bin_dir + "/fedlgc-edge", "--config=" + client_config},
-        s.run_dir + "/" + eo.client_id + ".log"));
+  }
+  // One process per client, or processes that host a range of clients each, every client
+  // from its own config file.
+  const uint32_t per = s.PerProcess();
+  for (uint32_t first = 0; first < s.clients; first += per) {
+    const uint32_t last = std::min(s.clients, first + per) - 1;
+    std::vector<std::string> argv = {s.bin_dir + "/fedlgc-edge"};
+    if (per == 1) {
+      f.edge_names.push_back(StrCat("client-", first));
+      argv.push_back(StrCat("--config=", s.run_dir, "/client-", first, ".toml"));
+    } else {
+      f.edge_names.push_back(StrCat("clients ", first, "-", last));
+      argv.push_back(StrCat("--clients=", first, "-", last));
+      argv.push_back(StrCat("--client-config=", s.run_dir, "/client-{i}.toml"));
+      argv.push_back(StrCat("--train-slots=", s.train_slots));
+    }
+    f.edge_logs.push_back(per == 1 ? StrCat(s.run_dir, "/client-", first, ".log")
+                                   : StrCat(s.run_dir, "/clients-", first, "-", last, ".log"));
+    f.edges.push_back(std::make_unique<ChildProcess>(argv, f.edge_logs.back()));
   }
   return f;
 }
@@ -393,9 +429,8 @@ FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_
       const int code = f.edges[i]->Wait(std::chrono::milliseconds(0));
       if (code <= 0) continue;
       clear();
-      out.error = StrCat("client-", i, " exited with status ", code, "; its log ends:\n",
-                         LogTail(StrCat(s.run_dir, "/client-", i, ".log"), 5), "(run folder ",
-                         s.run_dir, ")");
+      out.error = StrCat(f.edge_names[i], " exited with status ", code, "; its log ends:\n",
+                         LogTail(f.edge_logs[i], 5), "(run folder ", s.run_dir, ")");
       StopAll(f, std::chrono::seconds(10));
       return out;
     }
@@ -407,9 +442,9 @@ FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_
         p.value("waiting_seconds", 0.0) > s.join_timeout_s) {
       clear();
       out.error = StrCat("only ", p.value("connected", 0), " of ", p.value("needed", 0),
-                         " clients connected for ", s.join_timeout_s,
-                         " s (--join-timeout); client-0's log ends:\n",
-                         LogTail(s.run_dir + "/client-0.log", 5), "(run folder ", s.run_dir, ")");
+                         " clients connected for ", s.join_timeout_s, " s (--join-timeout); ",
+                         f.edge_names[0], "'s log ends:\n", LogTail(f.edge_logs[0], 5),
+                         "(run folder ", s.run_dir, ")");
       StopAll(f, std::chrono::seconds(10));
       return out;
     }
@@ -429,6 +464,7 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
   std::string warmup;
   for (const std::string& w : co.plan.warmup_codecs) warmup += (warmup.empty() ? "" : ";") + w;
   return json{{"clients", s.clients},
+              {"clients_per_process", s.PerProcess()},
               {"aggregators", s.aggregators},
               {"rounds", co.rounds},
               {"mode", co.mode},
@@ -624,6 +660,7 @@ int main(int argc, char** argv) {
   // Follow sees the signal and stops the federation.
   const fedlgc::StopOnSignals signals([] {});
   if (s.clients == 0) return Fail("--clients must be >= 1");
+  if (s.train_slots < 1 || s.train_slots > 256) return Fail("--train-slots must be 1 to 256");
   if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
   if (s.aggregators > s.clients) return Fail("--aggregators must be <= --clients");
   if (absl::Status st = CheckClientOptions(app, &s); !st.ok()) {

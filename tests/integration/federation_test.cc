@@ -1,6 +1,6 @@
 // Whole federations on 127.0.0.1 with real mTLS: learning, a cut upload that resumes and
 // counts exactly once, a coordinator killed with SIGKILL and restarted, identity
-// enforcement, malformed chunks, and /metrics byte counters.
+// enforcement, malformed chunks, /metrics byte counters, and many clients in one process.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -15,7 +15,9 @@
 #include "core/model.h"
 #include "core/protocol.h"
 #include "core/round_report.h"
+#include "edge_client/client_host.h"
 #include "gtest/gtest.h"
+#include "modes/clients.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
 #include "tests/integration/harness.h"
@@ -340,6 +342,116 @@ TEST(Federation, AClientKilledMidUploadRestartsAndItsUpdateCountsOnce) {
   const auto [worst, share] = Compare(coord.get().engine().ModelVector(), clean.model);
   EXPECT_LT(worst, 1e-6);
   EXPECT_LT(share, 1e-3);
+}
+
+// Many clients in one process (edge_client/client_host.h) train as clients of their own
+// would: the same shards, seeds and codec, so the run ends on the run of one client per
+// thread (up to the order in which the coordinator adds the updates). One copy of the
+// data, two models for six clients, and each client uploads as itself.
+TEST(Federation, HostedClientsTrainAsClientsOfTheirOwnWould) {
+  const int n = 6;
+  const Job job = ShortJob(3, "qsgd(bits=8)", 64 * 1024);
+  const RunResult alone = RunFederation("host_alone", n, job);
+
+  const std::string dir = FreshDir("host_shared");
+  const std::string certs = MakeCerts(dir, n);
+  InProcessCoordinator coord(JobOptions(dir, certs, n, job));
+  std::vector<edge_client::EdgeClientOptions> options;
+  for (int i = 0; i < n; ++i) options.push_back(ClientDefaults(dir, certs, i, n, coord.port()));
+  edge_client::ClientHostOptions ho;
+  ho.train_slots = 2;
+  auto host = edge_client::ClientHost::Create(options, ho, &modes::MakeClientMode);
+  ASSERT_TRUE(host.ok()) << host.status();
+  absl::Status hosted;
+  std::thread runner([&] { hosted = (*host)->Run(); });
+  EXPECT_TRUE(coord.Wait(seconds(120))) << "federation did not finish";
+  runner.join();
+  EXPECT_TRUE(hosted.ok()) << hosted;
+
+  const auto reports = coord.get().reports();
+  ASSERT_EQ(reports.size(), 3u);
+  const std::vector<float> model = coord.get().engine().ModelVector();
+  for (const auto& rep : reports) {
+    EXPECT_EQ(rep.participants, n);
+    EXPECT_EQ(rep.stragglers, 0);
+    EXPECT_EQ(rep.raw_uplink_bytes, uint64_t{4} * model.size() * n);  // every coordinate once
+  }
+  const auto [worst, share] = Compare(model, alone.model);
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_EQ((*host)->shared().data->size(), 1u);
+  EXPECT_LE((*host)->shared().models->models_made(), 2u);
+  // Each client uploaded as itself, and the host's one registry counts what they sent.
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const double bytes = UplinkBytesOf(coord.get(), StrCat("client-", i));
+    EXPECT_GT(bytes, 0) << i;
+    sum += bytes;
+  }
+  double counted = 0;
+  for (const auto& fam : (*host)->shared().metrics->registry()->Collect()) {
+    if (fam.name != "fedlgc_uplink_wire_bytes_total") continue;
+    for (const auto& m : fam.metric) counted += m.counter.value;
+  }
+  EXPECT_EQ(counted, sum);
+  EXPECT_EQ(sum,
+            SumMetric(ScrapeMetrics(coord.get().metrics_port()), "fedlgc_uplink_wire_bytes_total"));
+}
+
+// fedlgc-edge --clients 0-3 as a process, killed with SIGKILL while its clients upload
+// round 1 through a slow link, and started again with the same command line: every client
+// resumes from its own state file, each round counts every coordinate of every update
+// exactly once, and the run ends where the clients-of-their-own run does.
+TEST(Federation, AHostKilledMidUploadRestartsAndEveryUpdateCountsOnce) {
+  const int n = 4;
+  Job job = ShortJob(2, "fp32", 32 * 1024);
+  const RunResult alone = RunFederation("host_kill_alone", n, job);
+
+  const std::string dir = FreshDir("host_kill");
+  const std::string certs = MakeCerts(dir, n);
+  InProcessCoordinator coord(JobOptions(dir, certs, n, job));
+  // Four clients behind one 8 Mbit/s link: their uploads take more than a second.
+  auto proxy = sim::FaultProxy::Start("127.0.0.1", coord.port(),
+                                      sim::LinkSpec::Parse("rate=8mbit").value(), 0);
+  ASSERT_TRUE(proxy.ok());
+  const auto c = ClientDefaults(dir, certs, 0, n, (*proxy)->port());
+  const std::vector<std::string> argv = {BinPath("fedlgc-edge"),
+                                         "--clients=0-" + std::to_string(n - 1),
+                                         "--server=" + c.server,
+                                         "--id=client-{i}",
+                                         "--state-dir=" + c.state_dir,
+                                         "--tls-ca=" + c.tls_ca,
+                                         "--tls-cert=" + certs + "/client-{i}.pem",
+                                         "--tls-key=" + certs + "/client-{i}.key",
+                                         "--data=" + c.data,
+                                         "--num-shards=" + std::to_string(n),
+                                         "--train-slots=2",
+                                         "--backoff-max=0.5"};
+  auto host = std::make_unique<ChildProcess>(argv, dir + "/host.log");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        double bytes = 0;
+        for (int i = 0; i < n; ++i) bytes += UplinkBytesOf(coord.get(), StrCat("client-", i));
+        return bytes > 0;
+      },
+      seconds(60)))
+      << "no hosted client uploaded; the host's log:\n"
+      << ReadText(dir + "/host.log");
+  host->Kill(SIGKILL);
+  EXPECT_EQ(host->Wait(seconds(10)), 128 + SIGKILL);
+  EXPECT_TRUE(coord.get().reports().empty()) << "round 1 was over before the kill";
+  host = std::make_unique<ChildProcess>(argv, dir + "/host-2.log");
+  ASSERT_TRUE(coord.Wait(seconds(120))) << ReadText(dir + "/host-2.log");
+  EXPECT_EQ(host->Wait(seconds(30)), 0) << ReadText(dir + "/host-2.log");
+  const auto reports = coord.get().reports();
+  ASSERT_EQ(reports.size(), 2u);
+  const std::vector<float> model = coord.get().engine().ModelVector();
+  for (const auto& rep : reports) {
+    EXPECT_EQ(rep.participants, n);
+    EXPECT_EQ(rep.stragglers, 0);
+    EXPECT_EQ(rep.raw_uplink_bytes, uint64_t{4} * model.size() * n);
+  }
+  const auto [worst, share] = Compare(model, alone.model);
+  EXPECT_LT(worst, 1e-6);
 }
 
 // Runs `job` with two client processes; with `kill`, client 0 is SIGKILLed once round 1

@@ -7,9 +7,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -18,58 +20,12 @@
 #include <random>
 
 #include "base/str.h"
+#include "sim/link_profile.h"
 
 namespace fedlgc::sim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool ParseDuration(const std::string& v, double* s) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  const std::string unit(end);
-  if (end == v.c_str() || x < 0) return false;
-  if (unit == "ms") return *s = x / 1000, true;
-  if (unit == "s" || unit.empty()) return *s = x, true;
-  if (unit == "us") return *s = x / 1e6, true;
-  return false;
-}
-
-bool ParseRate(const std::string& v, double* bytes_per_s) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  const std::string unit(end);
-  if (end == v.c_str() || x <= 0) return false;
-  double bits;
-  if (unit == "bit")
-    bits = x;
-  else if (unit == "kbit")
-    bits = x * 1e3;
-  else if (unit == "mbit")
-    bits = x * 1e6;
-  else if (unit == "gbit")
-    bits = x * 1e9;
-  else
-    return false;
-  *bytes_per_s = bits / 8;
-  return true;
-}
-
-bool ParseBytes(const std::string& v, uint64_t* n) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  const std::string unit(end);
-  if (end == v.c_str() || x < 0) return false;
-  double mult = 1;
-  if (unit == "k" || unit == "kb" || unit == "KB" || unit == "K")
-    mult = 1024;
-  else if (unit == "m" || unit == "mb" || unit == "MB" || unit == "M")
-    mult = 1024 * 1024;
-  else if (!unit.empty() && unit != "b" && unit != "B")
-    return false;
-  *n = static_cast<uint64_t>(x * mult);
-  return true;
-}
 
 struct Chunk {
   std::string data;
@@ -113,9 +69,18 @@ absl::StatusOr<LinkSpec> LinkSpec::Parse(const std::string& text) {
       ok = *end == '\0' && s.cut_per_mib >= 0 && s.cut_per_mib <= 1;
     } else if (k == "cut_after") {
       ok = ParseBytes(v, &s.cut_after_bytes);
+    } else if (k == "join") {
+      ok = ParseDuration(v, &s.join_s);
+    } else if (k == "offline_mean") {
+      ok = ParseDuration(v, &s.offline_mean_s) && s.offline_mean_s > 0;
+    } else if (k == "offline") {
+      char* end = nullptr;
+      s.offline_share = std::strtod(v.c_str(), &end);
+      ok = *end == '\0' && s.offline_share >= 0 && s.offline_share <= 0.95;
     } else {
-      return absl::InvalidArgumentError(StrCat("link \"", text, "\": unknown key '", k,
-                                               "' (known: delay, jitter, rate, cut, cut_after)"));
+      return absl::InvalidArgumentError(
+          StrCat("link \"", text, "\": unknown key '", k,
+                 "' (known: delay, jitter, rate, cut, cut_after, join, offline, offline_mean)"));
     }
     if (!ok)
       return absl::InvalidArgumentError(
@@ -126,7 +91,7 @@ absl::StatusOr<LinkSpec> LinkSpec::Parse(const std::string& text) {
 
 bool LinkSpec::trivial() const {
   return delay_s == 0 && jitter_s == 0 && rate_bytes_per_s == 0 && cut_per_mib == 0 &&
-         cut_after_bytes == 0;
+         cut_after_bytes == 0 && join_s == 0 && offline_share == 0 && down.empty();
 }
 
 FaultProxy::FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed)
@@ -170,20 +135,6 @@ FaultProxy::~FaultProxy() {
   for (int fd : fds_) ::close(fd);
 }
 
-void FaultProxy::AcceptLoop() {
-  while (!stop_) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (stop_) return;
-      continue;
-    }
-    ++connections_;
-    std::lock_guard<std::mutex> lock(mu_);
-    fds_.push_back(fd);
-    workers_.emplace_back([this, fd] { Serve(fd); });
-  }
-}
-
 // One proxied connection: the client's socket, the target's, and the cut that ends both.
 struct FaultProxy::Connection {
   int cfd = -1, tfd = -1;
@@ -198,6 +149,41 @@ struct FaultProxy::Connection {
     }
   }
 };
+
+void FaultProxy::AcceptLoop() {
+  LinkSchedule schedule(spec_, seed_);
+  const Clock::time_point start = Clock::now();
+  bool was_up = true;
+  while (!stop_) {
+    // While the link may go down, wake every 50 ms to cut what is open when it does.
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, schedule.ever_down() ? 50 : 200);
+    const bool up = schedule.Up(std::chrono::duration<double>(Clock::now() - start).count());
+    if (!up && was_up) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Connection* c : live_) {
+        if (!c->dead) ++offline_cuts_;
+        c->Cut();
+      }
+    }
+    was_up = up;
+    if (ready <= 0) continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stop_) return;
+      continue;
+    }
+    if (!up) {
+      ++offline_refused_;
+      ::close(fd);
+      continue;
+    }
+    ++connections_;
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.push_back(fd);
+    workers_.emplace_back([this, fd] { Serve(fd); });
+  }
+}
 
 void FaultProxy::Serve(int cfd) {
   const int tfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -221,9 +207,15 @@ void FaultProxy::Serve(int cfd) {
   c.cfd = cfd;
   c.tfd = tfd;
   c.number = connections_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.push_back(&c);
+  }
   std::thread down([&] { Pump(&c, tfd, cfd, seed_ ^ (c.number * 2 + 1)); });
   Pump(&c, cfd, tfd, seed_ ^ (c.number * 2));
   down.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(std::find(live_.begin(), live_.end(), &c));
 }
 
 void FaultProxy::Pump(Connection* c, int src, int dst, uint64_t stream_seed) {

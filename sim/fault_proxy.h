@@ -9,6 +9,11 @@
 //   cut             probability that a connection is cut per MiB it carries
 //   cut_after       bytes (k, m suffixes, both directions counted) after which a connection
 //                   is cut; only the first connection to reach it is cut
+//   join            the link is down until this long after the proxy starts
+//   offline         share of the time after that the link is down (0 to 0.95), in
+//   offline_mean    stretches of this mean length (60s by default)
+// While the link is down the proxy cuts its connections and refuses new ones at once.
+// A population's links, drawn per client from distributions or a trace: link_profile.h.
 #ifndef FEDLGC_SIM_FAULT_PROXY_H_
 #define FEDLGC_SIM_FAULT_PROXY_H_
 
@@ -18,6 +23,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +36,11 @@ struct LinkSpec {
   double rate_bytes_per_s = 0;  // 0: unlimited
   double cut_per_mib = 0;
   uint64_t cut_after_bytes = 0;  // 0: never; cuts the first connection that carries this many bytes
+  // When the link is up (link_profile.h LinkSchedule).
+  double join_s = 0;
+  double offline_share = 0;
+  double offline_mean_s = 60;
+  std::vector<std::pair<double, double>> down;  // [from, to) seconds after the start
 
   static absl::StatusOr<LinkSpec> Parse(const std::string& text);
   bool trivial() const;
@@ -47,6 +58,9 @@ class FaultProxy {
   uint64_t connections() const { return connections_; }
   // Bytes delivered from the target to the proxy's clients so far.
   uint64_t bytes_to_clients() const { return bytes_to_clients_; }
+  // Connections cut, and connections refused, because the link was down.
+  uint64_t offline_cuts() const { return offline_cuts_; }
+  uint64_t offline_refused() const { return offline_refused_; }
 
  private:
   FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed);
@@ -68,6 +82,8 @@ class FaultProxy {
   std::atomic<bool> stop_{false};
   std::atomic<bool> cut_after_used_{false};
   std::atomic<uint64_t> cuts_{0}, connections_{0}, bytes_to_clients_{0};
+  std::atomic<uint64_t> offline_cuts_{0}, offline_refused_{0};
+  std::vector<Connection*> live_;  // guarded by mu_: connections being served
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> workers_;

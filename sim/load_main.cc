@@ -40,6 +40,7 @@
 #include "sim/client_certs.h"
 #include "sim/fault_proxy.h"
 #include "sim/launch.h"
+#include "sim/link_profile.h"
 #include "sim/load_book.h"
 #include "sim/load_client.h"
 #include "sim/process.h"
@@ -93,7 +94,8 @@ void AddLoadFlags(CLI::App& app, LoadOptions* o) {
   g->add_option("--tls-server-name", o->tls_server_name, "name in the coordinator's certificate");
   g->add_option("--id-prefix", o->id_prefix, "client ids are PREFIX0, PREFIX1, ...");
   g->add_option("--link", o->link,
-                "a fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
+                "a fault proxy per client, as fedlgc-sim's --link (values drawn per client, "
+                "availability, or trace:FILE.csv)");
   g->add_option("--report", o->report, "write the JSON report here");
   g->add_option("--state-dir", o->run_dir, "run folder (default: a new folder under /tmp)");
   g->add_option("--bin-dir", o->bin_dir, "where fedlgc-coordinator is");
@@ -357,15 +359,15 @@ absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
     run->coordinator = *std::move(child);
     run->server = StrCat("127.0.0.1:", port);
   }
-  auto link = fedlgc::sim::LinkSpec::Parse(o.link);
+  auto link = fedlgc::sim::LinkProfile::Parse(o.link);
   if (!link.ok()) return link.status();
   const size_t colon = run->server.rfind(':');
   for (uint32_t i = 0; i < o.clients; ++i) {
     std::string target = run->server;
     if (!link->trivial()) {
-      auto p = fedlgc::sim::FaultProxy::Start(run->server.substr(0, colon),
-                                              std::atoi(run->server.c_str() + colon + 1), *link,
-                                              co.seed * 1000 + i);
+      auto p = fedlgc::sim::FaultProxy::Start(
+          run->server.substr(0, colon), std::atoi(run->server.c_str() + colon + 1),
+          link->Draw(i, StrCat(o.id_prefix, i), co.seed), co.seed * 1000 + i);
       if (!p.ok()) return p.status();
       target = StrCat("127.0.0.1:", (*p)->port());
       run->proxies.push_back(std::move(p).value());

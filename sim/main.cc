@@ -41,6 +41,7 @@
 #include "nlohmann/json.hpp"
 #include "sim/fault_proxy.h"
 #include "sim/launch.h"
+#include "sim/link_profile.h"
 #include "sim/process.h"
 
 namespace {
@@ -100,7 +101,11 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
                 "a two-tier tree: this many aggregators (coordinators with --parent) between "
                 "the root and the clients, client i under aggregator i mod N; --fraction then "
                 "samples each aggregator's clients, and the root asks every aggregator");
-  g->add_option("--link", s->link, "fault proxy per client, e.g. delay=50ms,rate=10mbit,cut=0.05");
+  g->add_option("--link", s->link,
+                "a fault proxy per client: a link, e.g. delay=50ms,rate=10mbit,cut=0.05, whose "
+                "values may be drawn per client (rate=lognormal(median=5mbit,sigma=1), "
+                "delay=uniform(20ms,200ms)), with availability (join=30s, offline=0.2, "
+                "offline_mean=60s); or trace:FILE.csv, a row per client (docs/scale.md)");
   g->add_option("--report", s->report, "write a JSON report here");
   g->add_option("--html", s->html,
                 "write a self-contained HTML report with plots here (fedlgc-report, which needs "
@@ -275,7 +280,8 @@ using fedlgc::sim::ChildProcess;
 struct Federation {
   std::unique_ptr<ChildProcess> coordinator;
   std::vector<std::unique_ptr<ChildProcess>> aggregators;  // --aggregators
-  std::vector<std::unique_ptr<fedlgc::sim::FaultProxy>> proxies;
+  std::vector<std::unique_ptr<fedlgc::sim::FaultProxy>> proxies;  // --link: client i's
+  std::vector<fedlgc::sim::LinkSpec> links;                       // what each proxy does
   std::vector<std::unique_ptr<ChildProcess>> edges;  // fedlgc-edge processes
   std::vector<std::string> edge_names;               // "client-3", "clients 0-249"
   std::vector<std::string> edge_logs;
@@ -304,7 +310,7 @@ CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& cer
 // (with --link), the clients.
 absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
                                   const fedlgc::modes::ModeOptions& mo,
-                                  const fedlgc::sim::LinkSpec& link) {
+                                  const fedlgc::sim::LinkProfile& link) {
   const std::string certs = s.run_dir + "/certs";
   std::string cmd = s.certs_script + " " + certs;
   for (uint32_t i = 0; i < s.clients; ++i) cmd += StrCat(" client-", i);
@@ -339,7 +345,10 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
   for (uint32_t i = 0; i < s.clients; ++i) {
     int target = s.aggregators > 0 ? ports[i % s.aggregators] : port;
     if (!link.trivial()) {
-      auto p = fedlgc::sim::FaultProxy::Start("127.0.0.1", target, link, co.seed * 1000 + i);
+      // Each client's own link, drawn from the profile (or its row of a trace).
+      f.links.push_back(link.Draw(i, StrCat("client-", i), co.seed));
+      auto p =
+          fedlgc::sim::FaultProxy::Start("127.0.0.1", target, f.links.back(), co.seed * 1000 + i);
       if (!p.ok()) return p.status();
       target = (*p)->port();
       f.proxies.push_back(std::move(p).value());
@@ -506,11 +515,20 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
   for (const auto& [round, w] : share.worst) worst.push_back(w);
   const double worst_median = Median(worst);
   const double total_share = share.total_train > 0 ? share.total_encode / share.total_train : -1;
-  uint64_t cuts = 0;
-  json cuts_per_client = json::object();
+  uint64_t cuts = 0, offline_cuts = 0;
+  json cuts_per_client = json::object(), links = json::object();
   for (size_t i = 0; i < f.proxies.size(); ++i) {
     cuts += f.proxies[i]->cuts();
+    offline_cuts += f.proxies[i]->offline_cuts();
     cuts_per_client[StrCat("client-", i)] = f.proxies[i]->cuts();
+    const fedlgc::sim::LinkSpec& l = f.links[i];
+    links[StrCat("client-", i)] = {{"rate_mbit", l.rate_bytes_per_s * 8 / 1e6},
+                                   {"delay_ms", l.delay_s * 1e3},
+                                   {"cut_per_mib", l.cut_per_mib},
+                                   {"join_s", l.join_s},
+                                   {"offline_share", l.offline_share},
+                                   {"offline_cuts", f.proxies[i]->offline_cuts()},
+                                   {"offline_refused", f.proxies[i]->offline_refused()}};
   }
   // In a tree, what the clients sent the aggregators (the rows are the root's).
   double below = 0;
@@ -549,6 +567,8 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
               {"wall_seconds", wall},
               {"link_cuts", cuts},
               {"link_cuts_per_client", cuts_per_client},
+              {"offline_cuts", offline_cuts},
+              {"links", links},
               {"encode_share_of_training", Num(total_share)},
               {"encode_share_worst_client_median", Num(worst_median)},
               {"lgc_leader_error_median", leader_error},
@@ -671,7 +691,7 @@ int main(int argc, char** argv) {
   auto job_mode = CheckJob(s, co, mo);
   if (!job_mode.ok()) return Fail(std::string(job_mode.status().message()));
   const fedlgc::coordinator::ModeTraits& mode = **job_mode;
-  auto link = fedlgc::sim::LinkSpec::Parse(s.link);
+  auto link = fedlgc::sim::LinkProfile::Parse(s.link);
   if (!link.ok()) return Fail(link.status().ToString());
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-sim", &s.run_dir); !st.ok())
     return Fail(std::string(st.message()));

@@ -1,7 +1,8 @@
 // fedlgc-sim as a person runs it: stopped with SIGTERM or killed outright, it leaves no
 // process of its federation behind; a run no client can join fails with the reason after
 // --join-timeout; a job the coordinator refuses shows the coordinator's own error; on a
-// terminal it shows a live line of the open round.
+// terminal it shows a live line of the open round; clients hosted several to a process
+// each run behind the link of their trace row.
 #include <signal.h>
 
 #include <chrono>
@@ -140,6 +141,35 @@ TEST(Sim, ARunNoClientCanJoinFailsWithTheReason) {
       << log;
   EXPECT_NE(log.find("client-0's log ends:"), std::string::npos) << log;
   EXPECT_TRUE(ProcessesMentioning(dir + "/run/").empty());
+}
+
+// A population: six clients hosted three to a process, each with its own link from a
+// trace (client-0 down for its first 3 s, client-1 at 2 Mbit/s, the others at 50): every
+// round has all six, client-0 was refused while down, and the report lists each link.
+TEST(Sim, HostedClientsEachBehindTheLinkOfItsTraceRow) {
+  const std::string dir = FreshDir("sim_population");
+  const std::string trace = dir + "/fleet.csv";
+  std::ofstream(trace) << "client,rate,delay,down\nclient-0,10mbit,,0-3\nclient-1,2mbit,30ms,\n"
+                          "*,50mbit,,\n";
+  ChildProcess sim(SimArgv(dir, 2,
+                           {"--clients", "6", "--clients-per-process", "3", "--link",
+                            "trace:" + trace, "--report", dir + "/report.json"}),
+                   dir + "/sim.log");
+  ASSERT_EQ(sim.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/sim.log");
+  const auto report = nlohmann::json::parse(ReadText(dir + "/report.json"));
+  ASSERT_EQ(report["rounds"].size(), 2u);
+  for (const auto& row : report["rounds"]) EXPECT_EQ(row["participants"], 6);
+  EXPECT_EQ(report["config"]["clients_per_process"], 3);
+  const auto& links = report["summary"]["links"];
+  ASSERT_EQ(links.size(), 6u);
+  EXPECT_DOUBLE_EQ(links["client-1"]["rate_mbit"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(links["client-1"]["delay_ms"].get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(links["client-5"]["rate_mbit"].get<double>(), 50.0);
+  EXPECT_GE(links["client-0"]["offline_refused"].get<int>(), 1);
+  EXPECT_EQ(links["client-3"]["offline_refused"].get<int>(), 0);
+  // Two processes, three clients each.
+  EXPECT_NE(ReadText(dir + "/run/clients-0-2.log").find("hosting 3 clients"), std::string::npos);
+  EXPECT_NE(ReadText(dir + "/run/clients-3-5.log").find("hosting 3 clients"), std::string::npos);
 }
 
 TEST(Sim, ARefusedJobShowsTheCoordinatorsOwnError) {

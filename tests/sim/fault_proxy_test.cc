@@ -1,4 +1,5 @@
-// The TCP fault proxy: delay, rate cap and cuts measured on a loopback echo server.
+// The TCP fault proxy: delay, rate cap, cuts and a link that goes down, measured on a
+// loopback echo server.
 #include "sim/fault_proxy.h"
 
 #include <arpa/inet.h>
@@ -139,6 +140,43 @@ TEST(FaultProxy, CutProbabilityPerMib) {
   ::close(fd);
 }
 
+// A link that goes down 0.4 s after the start for a second: the connection open then is
+// cut (an idle one too), a new one is refused at once, and once the link is back up a
+// connection carries bytes again.
+TEST(FaultProxy, ALinkDownCutsWhatIsOpenAndRefusesNewConnections) {
+  EchoServer echo;
+  LinkSpec spec;
+  spec.down = {{0.4, 1.4}};
+  const auto start = Clock::now();
+  auto proxy = FaultProxy::Start("127.0.0.1", echo.port(), spec, 1);
+  ASSERT_TRUE(proxy.ok());
+  const int open = Connect((*proxy)->port());
+  EXPECT_EQ(RoundTrip(open, 100), 100u);
+  // Idle: nothing to read until the link goes down and the proxy cuts it.
+  char buf[16];
+  EXPECT_LE(::recv(open, buf, sizeof(buf), 0), 0);
+  const double cut_at = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GE(cut_at, 0.35);
+  EXPECT_LT(cut_at, 1.4);
+  ::close(open);
+  EXPECT_EQ((*proxy)->offline_cuts(), 1u);
+  if (std::chrono::duration<double>(Clock::now() - start).count() < 1.3) {
+    const int refused = Connect((*proxy)->port());
+    EXPECT_LE(::recv(refused, buf, sizeof(buf), 0), 0);  // closed unanswered
+    ::close(refused);
+    EXPECT_GE((*proxy)->offline_refused(), 1u);
+  }
+  // Up again after 1.4 s: each try is a fresh connection, until one carries its bytes.
+  size_t carried = 0;
+  while (carried != 100 && Clock::now() - start < std::chrono::seconds(5)) {
+    const int fd = Connect((*proxy)->port());
+    carried = RoundTrip(fd, 100);
+    ::close(fd);
+  }
+  EXPECT_EQ(carried, 100u);
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - start).count(), 1.4);
+}
+
 TEST(LinkSpec, ParsesAndRejects) {
   auto s = LinkSpec::Parse("delay=50ms,jitter=10ms,rate=10mbit,cut=0.05,cut_after=1m");
   ASSERT_TRUE(s.ok()) << s.status();
@@ -152,6 +190,14 @@ TEST(LinkSpec, ParsesAndRejects) {
   EXPECT_FALSE(LinkSpec::Parse("loss=5").ok());
   EXPECT_FALSE(LinkSpec::Parse("cut=2").ok());
   EXPECT_FALSE(LinkSpec::Parse("rate").ok());
+  auto a = LinkSpec::Parse("join=30s,offline=0.2,offline_mean=90s");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_DOUBLE_EQ(a->join_s, 30);
+  EXPECT_DOUBLE_EQ(a->offline_share, 0.2);
+  EXPECT_DOUBLE_EQ(a->offline_mean_s, 90);
+  EXPECT_FALSE(a->trivial());
+  EXPECT_FALSE(LinkSpec::Parse("offline=0.99").ok());
+  EXPECT_FALSE(LinkSpec::Parse("offline_mean=0").ok());
 }
 
 }  // namespace

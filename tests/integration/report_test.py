@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The HTML report as a person sees it: two small fedlgc-sim runs (one behind a link that
-cuts a connection), `fedlgc-sim --html` for one and `fedlgc-report` comparing both. Checks
+cuts a connection), `fedlgc-sim --html` for one and `fedlgc-report` comparing both, and a
+population of 45 clients on drawn links, whose page shows distributions. Checks
 that each page is self-contained, has every plot, and that its numbers are the JSON's
 (per-client bytes summing to the coordinator's totals); renders the pages in headless
 Chromium to PNG and checks the browser drew the plots.
@@ -31,7 +32,7 @@ if CHROMIUM is None:
     sys.exit(77)
 
 PLOTS = {"plot-accuracy", "plot-accuracy-bytes", "plot-accuracy-time", "plot-rounds",
-         "plot-clients"}
+         "plot-clients", "plot-population"}
 failures = []
 
 
@@ -84,8 +85,9 @@ def value(p, key, run=0):
     raise KeyError(key)
 
 
-def sim(tmp, name, codec, extra):
-    argv = [f"{BIN}/fedlgc-sim", "--clients", "3", "--rounds", "4", "--data", "synthetic:600",
+def sim(tmp, name, codec, extra, clients=3):
+    argv = [f"{BIN}/fedlgc-sim", "--clients", str(clients), "--rounds", "4", "--data",
+            "synthetic:600",
             "--model", "mlp", "--local-steps", "2", "--insecure", "--quiet", "--codec", codec,
             "--state-dir", f"{tmp}/{name}.run", "--report", f"{tmp}/{name}.json"] + extra
     r = subprocess.run(argv, capture_output=True, text=True, timeout=240)
@@ -122,11 +124,12 @@ def check_page(path, runs, png):
                 check(value(p, f"round{r['round']}.{key}", i) == r[key],
                       f"{path}: run {i} round {r['round']} {key}")
         # Per client: the page's totals, and the coordinator's own accounting.
-        clients = sorted(run["rounds"][0]["client_uplink_bytes"])
+        sides = ("client_uplink_bytes", "client_downlink_bytes")
+        clients = sorted({c for r in run["rounds"] for side in sides for c in r[side]})
         up_total = down_total = cuts_total = 0
         for c in clients:
-            up = sum(r["client_uplink_bytes"][c] for r in run["rounds"])
-            down = sum(r["client_downlink_bytes"][c] for r in run["rounds"])
+            up = sum(r["client_uplink_bytes"].get(c, 0) for r in run["rounds"])
+            down = sum(r["client_downlink_bytes"].get(c, 0) for r in run["rounds"])
             cuts = s["link_cuts_per_client"].get(c, 0)
             check(value(p, f"client.{c}.uplink_bytes", i) == up, f"{path}: run {i} {c} uplink")
             check(value(p, f"client.{c}.downlink_bytes", i) == down,
@@ -150,6 +153,27 @@ def check_page(path, runs, png):
     return p
 
 
+def check_population(path, run):
+    """A population's page: each client's distribution quantiles are the JSON's, the
+    per-client table is folded, and each drawn link rate is in it."""
+    p = parse(path)
+    names = [f"client-{i}" for i in range(run["config"]["clients"])]
+    rounds = [sum(1 for r in run["rounds"] if r["client_uplink_bytes"].get(c, 0) > 0)
+              for c in names]
+    up = [sum(r["client_uplink_bytes"].get(c, 0) for r in run["rounds"]) / 1e6 for c in names]
+    rates = [run["summary"]["links"][c]["rate_mbit"] for c in names]
+    for key, values in (("rounds", rounds), ("uplink_mb", up), ("rate_mbit", rates)):
+        v = sorted(values)
+        for q, name in ((0.1, "p10"), (0.5, "median"), (0.9, "p90")):
+            want = v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]
+            got = value(p, f"population.{key}.{name}")
+            check(got is not None and abs(got - want) < 1e-9, f"{path}: {key} {name} = {want}")
+    check(sum(rounds) == sum(r["participants"] for r in run["rounds"]),
+          f"{path}: the clients' rounds add up to the rounds' participants")
+    with open(path) as f:
+        check("<summary>Every client</summary>" in f.read(), f"{path}: the client table is folded")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="fedlgc_report_")
     # The first run's links cut the first connection past 300 KB; the clients resume.
@@ -165,6 +189,13 @@ def main():
     p = check_page(f"{tmp}/compare.html", [a, b], f"{tmp}/compare.png")
     check("config.codec" in p.differs and "config.clients" not in p.differs,
           f"the compare page marks the settings that differ ({sorted(p.differs)})")
+    # A population: 45 clients in one process, each behind a link drawn from a lognormal.
+    c = sim(tmp, "c", "qsgd(bits=8)",
+            ["--fraction", "0.2", "--link", "rate=lognormal(median=20mbit,sigma=1)",
+             "--html", f"{tmp}/c.html"], clients=45)
+    check(c["config"]["clients_per_process"] == 250, "the population's clients share a process")
+    check_page(f"{tmp}/c.html", [c], f"{tmp}/c.png")
+    check_population(f"{tmp}/c.html", c)
     bad = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.run/coordinator.toml", "-o",
                           f"{tmp}/bad.html"], capture_output=True, text=True)
     check(bad.returncode != 0 and "fedlgc-report:" in bad.stderr and

@@ -2,10 +2,13 @@
 #include "edge_client/edge_client.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
+#include "absl/synchronization/mutex.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/str.h"
@@ -260,6 +263,10 @@ absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& 
     return absl::FailedPreconditionError(
         StrCat("the coordinator names its model by '", sha, "', not a SHA-256"));
   }
+  // One fetch at a time in this process: the clients of a host (client_host.h) share the
+  // folder, and the first one's download is the others' file.
+  static absl::Mutex* const kFetching = new absl::Mutex();
+  absl::MutexLock lock(kFetching);
   const std::string path = StrCat(options_.state_dir, "/models/", sha, ".pt");
   if (auto held = core::Sha256OfFile(path); held.ok() && *held == sha) return path;
   log::Info(options_.client_id, "downloading the job's model %s (%llu bytes, sha256:%s)",
@@ -271,7 +278,13 @@ absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& 
     return absl::DataLossError(
         StrCat("the model file downloaded has sha256:", got, "; the job's is sha256:", sha));
   }
-  if (absl::Status st = fedlgc::AtomicWriteFile(path, *bytes); !st.ok()) return st;
+  // Written under a name of this client's, then renamed into place: clients of other
+  // processes may fetch the same file into the same folder at once.
+  const std::string mine = StrCat(path, ".", options_.client_id);
+  if (absl::Status st = fedlgc::AtomicWriteFile(mine, *bytes); !st.ok()) return st;
+  if (std::rename(mine.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(StrCat("rename ", mine, " to ", path, ": ", std::strerror(errno)));
+  }
   return path;
 }
 

@@ -1,6 +1,7 @@
 """fedlgc.run_client against a real coordinator, beside C++ clients: every mode runs to the
 end with two of each; a Python client SIGKILLed mid-upload and restarted loses nothing; a
-module of another architecture and a model file of another hash are refused, clearly."""
+module of another architecture and a model file of another hash are refused, clearly; C++
+clients hosted in one process fetch the served model once and keep their own buffers."""
 
 import json
 import os
@@ -167,3 +168,34 @@ def test_local_buffers_stay_with_each_client(tmp_path, data, federations):
     assert all(k.size == 96 for k in kept)
     assert not np.array_equal(kept[0], kept[1]), "each client has statistics of its own"
     assert not np.allclose(kept[0][48:], 1.0), "trained variances, not the initial ones"
+
+
+def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path, data,
+                                                                         federations):
+    """Four clients in one fedlgc-edge process (--clients), the job's TorchScript model served
+    by the coordinator and --buffers local: the process downloads the model once for all of
+    them, and each client trains on its own shard with its own statistics, kept in its own
+    <id>.buffers, although they share two models (--train-slots 2)."""
+    ids = [f"host-{i}" for i in range(4)]
+    f = Federation(str(tmp_path), ids, ["--rounds=2", "--local-steps=10", "--min-clients=4",
+                                        "--buffers=local", "--codec=qsgd(bits=8)",
+                                        "--eval-limit=500"],
+                   model=data["model"], test_npz=data["test"])
+    federations.append(f)
+    host = f.cpp_client("host-{i}", 0, 4, data["train"],
+                        extra=["--clients=0-3", "--train-slots=2"])
+    assert f.wait(180) == 0, f.logs()
+    assert host.wait(60) == 0, f.logs()
+    rounds = f.rounds()
+    assert len(rounds) == 2 and all(r["participants"] == 4 for r in rounds), rounds
+    dim = sum(int(np.prod(s)) for _, s in fedlgc.layout_of(SmallNet(), "local"))
+    assert rounds[0]["raw_uplink_bytes"] == 4 * 4 * dim
+    log = host.tail(200)
+    assert log.count("downloading the job's model") == 1, log
+    models = os.listdir(os.path.join(str(tmp_path), "clients", "models"))
+    assert len(models) == 1 and models[0].endswith(".pt"), models
+    kept = [np.fromfile(os.path.join(str(tmp_path), "clients", f"{c}.buffers"), np.float32)
+            for c in ids]
+    assert all(k.size == 96 for k in kept)
+    assert all(not np.array_equal(kept[i], kept[j]) for i in range(4) for j in range(i)), \
+        "each client has statistics of its own"

@@ -35,6 +35,7 @@
 #include "core/optimizer.h"
 #include "core/partition.h"
 #include "core/round_report.h"
+#include "edge_client/client_host.h"
 #include "edge_client/flags.h"
 #include "modes/catalog.h"
 #include "modes/mode_options.h"
@@ -182,8 +183,8 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
   eo.shard = i;
   eo.num_shards = s.clients;
   // A file of each client's own: read whole.
-  if (const size_t at = s.edge.data.find("{i}"); at != std::string::npos) {
-    eo.data = s.edge.data.substr(0, at) + std::to_string(i) + s.edge.data.substr(at + 3);
+  if (s.edge.data.find("{i}") != std::string::npos) {
+    eo.data = fedlgc::edge_client::WithIndex(s.edge.data, i);
     eo.shard = 0;
     eo.num_shards = 1;
   }

@@ -79,7 +79,7 @@ bool FromMessage(const state::Checkpoint& m, EngineState* s) {
     for (const state::Checkpoint::Receipt& r : history.receipts()) {
       if (static_cast<uint64_t>(r.counted_size()) > r.chunk_count()) return false;
       out.push_back({r.round(), r.update_id(), r.chunk_count(),
-                     std::vector<uint32_t>(r.counted().begin(), r.counted().end())});
+                     std::vector<uint32_t>(r.counted().begin(), r.counted().end()), r.version()});
     }
   }
   for (const auto& [id, why] : m.quarantined()) s->quarantined[id] = why;
@@ -107,6 +107,7 @@ absl::Status WriteCheckpoint(const std::string& state_dir, const std::string& jo
       rc->set_update_id(r.update_id);
       rc->set_chunk_count(r.chunk_count);
       rc->mutable_counted()->Add(r.counted.begin(), r.counted.end());
+      rc->set_version(r.version);
     }
   }
   for (const auto& [id, why] : s.quarantined) (*m.mutable_quarantined())[id] = why;

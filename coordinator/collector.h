@@ -104,6 +104,9 @@ class Collector {
   // (a replacing update included); `complete`: the update has all its chunks now.
   virtual void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
                        const RoundFacts& round) = 0;
+  // A rolling round settled or released `client`'s update (RoundEngine::Settle, Release):
+  // what is held of it goes. Only collectors of rolling rounds hold anything to forget.
+  virtual void Forget(const std::string& /*client*/) {}
 };
 
 // Decodes a codec frame of a summing or per-client round: the frame of the round's codec,

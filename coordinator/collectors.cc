@@ -266,6 +266,18 @@ std::set<std::string> PerClientCollector::CompleteClients() const {
   return out;
 }
 
+size_t PerClientCollector::CompleteCount() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [client, u] : updates_) n += u.complete ? 1 : 0;
+  return n;
+}
+
+void PerClientCollector::Forget(const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  updates_.erase(client);
+}
+
 // ---- PayloadCollector ----
 
 std::optional<Rejection> PayloadCollector::Admit(const ChunkIn& c, const HeldUpdate*,

@@ -94,6 +94,9 @@ class PerClientCollector final : public Collector {
   absl::Status Fill(const Update& update, std::span<float> dense) const;
   // The clients whose update is complete (cheap: no copy of the values).
   std::set<std::string> CompleteClients() const;
+  // How many updates are complete (cheap).
+  size_t CompleteCount() const;
+  void Forget(const std::string& client) override;
 
  private:
   const bool push_sum_;

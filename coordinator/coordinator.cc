@@ -139,6 +139,11 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   auto driver = make_driver(env);
   if (!driver.ok()) return driver.status();
   driver_ = std::move(driver).value();
+  if (driver_->KeepVersions() > 0 && o.has_parent()) {
+    return absl::InvalidArgumentError(
+        "--rounds-mode buffered(...) runs at the root of a tree only: an aggregator's rounds are "
+        "its parent's (--parent)");
+  }
   EngineOptions eo;
   eo.plan = o.plan;
   eo.layout = eval_model_->layout();
@@ -147,6 +152,7 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   eo.max_client_weight = o.max_client_weight;
   eo.clock = o.clock;
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
+  eo.keep_versions = driver_->KeepVersions();
   engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   return absl::OkStatus();
 }
@@ -180,6 +186,7 @@ absl::Status Coordinator::MakeDownlinks() {
   DownlinkOptions dl = options_.downlink;
   dl.job = job_key_;
   dl.cuts = eval_model_->ScaleCuts();
+  dl.keep_versions = driver_->KeepVersions();
   auto downlinks = Downlinks::Create(std::move(dl), options_.state_dir);
   if (!downlinks.ok()) return downlinks.status();
   downlinks_ = *std::move(downlinks);
@@ -263,6 +270,7 @@ std::vector<RoundReport> Coordinator::reports() const {
 }
 
 absl::Status Coordinator::Run() {
+  run_started_ = options_.clock->Now();
   RecoverRoundLog();
   if (source_ != nullptr) return RunForParent();
   while (!stop_ && engine_->current_round() <= options_.rounds) {
@@ -284,6 +292,23 @@ void Coordinator::FinishJob(uint64_t rounds) {
   }
   service_->BroadcastDone(rounds, static_cast<float>(accuracy));
   metrics_->SetJobFinished(true);
+  // Buffered rounds end with clients still training: they read JobDone once their upload
+  // is in (kept uncommitted, in their pending update), so wait for them, or until they
+  // are gone or their deadline passes.
+  const auto in_flight = [this] {
+    std::set<std::string> busy;
+    const auto now = options_.clock->Now();
+    for (const auto& [client, a] : engine_->Participants()) {
+      if (!a.complete && now < a.deadline && Vanished({client}, a.at).empty()) busy.insert(client);
+    }
+    return busy;
+  };
+  while (!stop_ && !in_flight().empty()) {
+    absl::MutexLock lock(&mu_);
+    if (!stop_) {
+      options_.clock->WaitUntil(&cv_, &mu_, options_.clock->Now() + std::chrono::milliseconds(100));
+    }
+  }
   // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
   // the job finished, before the process exits.
   const double wait_s = std::max(0.5, options_.linger_s);
@@ -422,6 +447,27 @@ absl::Status Coordinator::StartRound(const std::vector<std::string>& participant
   metrics_->SetRound(round);
   for (const std::string& c : participants) service_->SendRoundStart(c);
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::StartRollingRound(const std::vector<std::string>& participants,
+                                            Clock::time_point deadline,
+                                            std::shared_ptr<Collector> collector) {
+  if (absl::Status st =
+          engine_->OpenRound(participants, deadline, std::move(collector), /*rolling=*/true);
+      !st.ok()) {
+    return st;
+  }
+  metrics_->SetRound(engine_->current_round());
+  for (const std::string& c : participants) service_->SendRoundStart(c);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> Coordinator::AskMore(const std::vector<std::string>& clients,
+                                            Clock::time_point deadline) {
+  auto added = engine_->AddParticipants(clients, deadline);
+  if (!added.ok()) return added.status();
+  for (const std::string& c : *added) service_->SendRoundStart(c);
+  return added->size();
 }
 
 void Coordinator::WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
@@ -602,6 +648,9 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   rep.participants = commit.participants;
   rep.stragglers = commit.stragglers;
   rep.seconds = commit.seconds;
+  // When the round committed, from this process's start of Run: the x axis of accuracy
+  // over time (a restart counts from its own start).
+  rep.figures["job_seconds"] = core::SecondsSince(*options_.clock, run_started_);
   rep.uplink_bytes = service_->traffic().uplink_wire;
   rep.raw_uplink_bytes = service_->traffic().uplink_raw;
   rep.downlink_bytes = service_->traffic().downlink;

@@ -138,6 +138,11 @@ class Coordinator final : private RoundHost {
   absl::Status StartRound(const std::vector<std::string>& participants, Clock::time_point deadline,
                           std::shared_ptr<Collector> collector,
                           const std::set<std::string>* uploaders) override;
+  absl::Status StartRollingRound(const std::vector<std::string>& participants,
+                                 Clock::time_point deadline,
+                                 std::shared_ptr<Collector> collector) override;
+  absl::StatusOr<size_t> AskMore(const std::vector<std::string>& clients,
+                                 Clock::time_point deadline) override;
   void WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
                  const std::function<void()>& tick) override;
   bool stopped() const override { return stop_; }
@@ -170,6 +175,7 @@ class Coordinator final : private RoundHost {
   std::unique_ptr<ModelGuard> guard_;          // the round loop's thread only
   std::string job_key_;
   int port_ = 0;
+  Clock::time_point run_started_;  // Run's start; the round loop's thread only
   std::atomic<bool> stop_{false};
   mutable absl::Mutex mu_;
   absl::CondVar cv_;

@@ -217,6 +217,10 @@ absl::Status Downlink::Publish(uint64_t version, std::span<const float> model) {
   auto delta = encoder_->Advance(version, model);
   if (!delta.ok()) return delta.status();
   true_crc_ = codecs::ModelCrc(model);
+  if (options_.keep_versions > 0) {
+    past_.push_back(full_);
+    while (past_.size() > options_.keep_versions) past_.pop_front();
+  }
   ResetBlobsLocked();
   return SaveLocked();
 }
@@ -225,6 +229,9 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> Downlink::Serve(uint64_t versio
                                                                 std::optional<uint64_t> held) {
   absl::MutexLock lock(&mu_);
   if (version != encoder_->version()) {
+    for (const auto& past : past_) {
+      if (past->version == version) return past;
+    }
     return absl::NotFoundError(StrCat("model version ", version,
                                       " is not served; the current version is ",
                                       encoder_->version()));

@@ -18,6 +18,7 @@
 #define FEDLGC_COORDINATOR_DOWNLINK_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -40,6 +41,9 @@ struct DownlinkOptions {
   size_t window = 8;           // deltas kept for clients that are behind
   uint32_t max_frame_bytes = 256 * 1024;
   std::string job;  // the job key (CoordinatorOptions::JobKey): a state of another is not loaded
+  // Superseded versions still served whole (buffered rounds: a client asked from a version
+  // that a commit superseded before its download was done); not kept across a restart.
+  size_t keep_versions = 0;
 };
 
 // The codec a --downlink-codec spec runs as: a qsgd(...) anywhere in it that names no norm
@@ -72,7 +76,8 @@ class Downlink {
 
   // What a client holding `held` (nullopt: nothing usable) downloads to reach `version`:
   // the chain of deltas from `held` (empty when it is up to date), or the held model whole
-  // when the chain is not kept or larger. NOT_FOUND when `version` is not the current one.
+  // when the chain is not kept or larger. A superseded version still kept
+  // (DownlinkOptions::keep_versions) goes whole. NOT_FOUND for any other version.
   absl::StatusOr<std::shared_ptr<const ModelBlob>> Serve(uint64_t version,
                                                          std::optional<uint64_t> held);
 
@@ -101,6 +106,7 @@ class Downlink {
   mutable absl::Mutex mu_;
   std::unique_ptr<codecs::BroadcastEncoder> encoder_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> full_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const ModelBlob>> past_ ABSL_GUARDED_BY(mu_);  // keep_versions
   // Chains of the current version by the version they start from.
   std::map<uint64_t, std::shared_ptr<const ModelBlob>> chains_ ABSL_GUARDED_BY(mu_);
   uint32_t true_crc_ ABSL_GUARDED_BY(mu_) = 0;  // of the true model at version()

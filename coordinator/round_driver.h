@@ -48,6 +48,16 @@ class RoundHost {
   virtual absl::Status StartRound(const std::vector<std::string>& participants,
                                   Clock::time_point deadline, std::shared_ptr<Collector> collector,
                                   const std::set<std::string>* uploaders = nullptr) = 0;
+  // Buffered rounds: opens the engine's rolling round (RoundEngine::OpenRound) with
+  // `participants`, each uploading by `deadline`, and sends each its RoundStart.
+  virtual absl::Status StartRollingRound(const std::vector<std::string>& participants,
+                                         Clock::time_point deadline,
+                                         std::shared_ptr<Collector> collector) = 0;
+  // Buffered rounds: asks `clients` into the open rolling round from the current model
+  // version (RoundEngine::AddParticipants), each uploading by `deadline`, and sends each
+  // added its RoundStart. Returns how many were added.
+  virtual absl::StatusOr<size_t> AskMore(const std::vector<std::string>& clients,
+                                         Clock::time_point deadline) = 0;
   // Returns once `done` holds, the deadline passes or the coordinator stops, checking
   // `done` whenever a chunk or report arrives and every 100 ms; `tick` (when given) runs
   // every 100 ms and after each wake-up. `done` runs with the coordinator's lock held: it
@@ -162,6 +172,11 @@ class RoundDriver {
 
   // Writes what survives a restart beside the checkpoint of `round` (before it).
   virtual absl::Status Save(uint64_t round) = 0;
+
+  // Buffered rounds (a rolling round, round_engine.h): how many superseded model versions
+  // clients asked from them may still download; 0 for a mode whose rounds close. Asked
+  // once, before the engine is built.
+  virtual size_t KeepVersions() const { return 0; }
 };
 
 // Makes the job's driver; modes::MakeRoundDriver is the one fedlgc-coordinator uses.

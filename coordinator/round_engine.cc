@@ -83,6 +83,10 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state)
 }
 
 void RoundEngine::PublishModelLocked() {
+  if (blob_ != nullptr && options_.keep_versions > 0 && blob_->version != state_.model_version) {
+    past_blobs_.push_back(blob_);
+    while (past_blobs_.size() > options_.keep_versions) past_blobs_.pop_front();
+  }
   blob_ = MakeBlob(
       state_.model_version,
       std::string(reinterpret_cast<const char*>(state_.model.data()), state_.model.size() * 4));
@@ -111,11 +115,12 @@ void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
 
 absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants,
                                     Clock::time_point deadline,
-                                    std::shared_ptr<Collector> collector) {
+                                    std::shared_ptr<Collector> collector, bool rolling) {
   absl::MutexLock lock(&mu_);
   if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
   auto r = std::make_unique<Round>();
   r->number = state_.next_round;
+  r->rolling = rolling;
   r->participants.insert(participants.begin(), participants.end());
   r->uploaders = r->participants;
   r->collector = std::move(collector);
@@ -127,6 +132,9 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   r->weights = CappedWeights(samples, options_.max_client_weight);
   r->opened = options_.clock->Now();
   r->deadline = deadline;
+  for (const std::string& p : r->participants) {
+    r->asked[p] = Asked{r->number, state_.model_version, r->opened, deadline};
+  }
   r->training = training_override_.value_or(options_.plan.training());
   if (codec_override_.empty()) {
     r->codec = options_.plan.CodecFor(r->number);
@@ -138,6 +146,78 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   }
   round_ = std::move(r);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> RoundEngine::AddParticipants(
+    const std::vector<std::string>& clients, Clock::time_point deadline) {
+  absl::MutexLock lock(&mu_);
+  if (!round_ || !round_->rolling) {
+    return absl::FailedPreconditionError("clients join only a rolling round that is open");
+  }
+  Round& r = *round_;
+  std::vector<std::string> added;
+  const auto now = options_.clock->Now();
+  for (const std::string& c : clients) {
+    if (r.participants.count(c) || state_.quarantined.count(c)) continue;
+    r.participants.insert(c);
+    r.uploaders.insert(c);
+    r.asked[c] = Asked{r.number, state_.model_version, now, deadline};
+    added.push_back(c);
+  }
+  if (!added.empty()) {
+    std::map<std::string, uint64_t> samples;
+    for (const std::string& p : r.participants) {
+      auto it = state_.clients.find(p);
+      samples[p] = it == state_.clients.end() ? 0 : it->second;
+    }
+    r.weights = CappedWeights(samples, options_.max_client_weight);
+  }
+  return added;
+}
+
+void RoundEngine::Release(const std::set<std::string>& clients) {
+  absl::MutexLock lock(&mu_);
+  if (!round_ || !round_->rolling) return;
+  Round& r = *round_;
+  for (const std::string& c : clients) {
+    if (r.participants.erase(c) == 0) continue;
+    r.uploaders.erase(c);
+    r.asked.erase(c);
+    r.updates.erase(c);
+    r.settling.erase(c);
+    r.collector->Forget(c);
+  }
+}
+
+void RoundEngine::Settle(const std::set<std::string>& clients) {
+  absl::MutexLock lock(&mu_);
+  if (!round_ || !round_->rolling) return;
+  round_->settling.clear();
+  for (const std::string& c : clients) {
+    if (round_->participants.count(c)) round_->settling.insert(c);
+  }
+}
+
+std::map<std::string, RoundEngine::Asked> RoundEngine::Participants() const {
+  absl::MutexLock lock(&mu_);
+  if (!round_) return {};
+  std::map<std::string, Asked> out = round_->asked;
+  for (auto& [client, a] : out) {
+    auto it = round_->updates.find(client);
+    a.complete = it != round_->updates.end() && it->second.held_count == it->second.chunk_count;
+  }
+  return out;
+}
+
+uint64_t RoundEngine::AskedRoundLocked(const std::string& client) const {
+  if (!round_) return 0;
+  auto it = round_->asked.find(client);
+  return round_->rolling && it != round_->asked.end() ? it->second.round : round_->number;
+}
+
+bool RoundEngine::InOpenRoundLocked(const ChunkIn& c) const {
+  return round_ && !round_->frozen && !round_->settling.count(c.client_id) &&
+         c.round == AskedRoundLocked(c.client_id);
 }
 
 void RoundEngine::UseCodec(std::string spec, std::shared_ptr<const codecs::Codec> decoder) {
@@ -195,6 +275,12 @@ uint64_t RoundEngine::current_round() const {
   return round_ ? round_->number : state_.next_round;
 }
 
+uint64_t RoundEngine::ClientSeed(const std::string& client, uint64_t round) const {
+  uint64_t h = codecs::Mix64(options_.seed ^ round);
+  for (char c : client) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
+  return h;
+}
+
 std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id) const {
   absl::MutexLock lock(&mu_);
   if (!round_ || round_->participants.count(client_id) == 0) return std::nullopt;
@@ -202,13 +288,13 @@ std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id)
   info.round = round_->number;
   info.model_version = state_.model_version;
   info.deadline = round_->deadline;
-  const auto seed_of = [&](uint64_t round) {
-    uint64_t h = codecs::Mix64(options_.seed ^ round);
-    for (char c : client_id) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
-    return h;
-  };
-  info.seed = seed_of(round_->number);
-  info.next_seed = seed_of(round_->number + 1);
+  if (auto it = round_->asked.find(client_id); round_->rolling && it != round_->asked.end()) {
+    info.round = it->second.round;
+    info.model_version = it->second.version;
+    info.deadline = it->second.deadline;
+  }
+  info.seed = ClientSeed(client_id, info.round);
+  info.next_seed = ClientSeed(client_id, info.round + 1);
   info.codec = round_->codec;
   info.training = round_->training;
   return info;
@@ -223,13 +309,14 @@ std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
 }
 
 std::optional<ChunkResult> RoundEngine::AdmitSenderLocked(const ChunkIn& c) const {
-  if (!round_ || c.round != round_->number || round_->frozen) {
+  if (!InOpenRoundLocked(c)) {
+    const uint64_t open = AskedRoundLocked(c.client_id);
     return Refused(
         RejectReason::kWrongRound,
         absl::FailedPreconditionError(
             !round_ ? StrCat("round ", c.round, " is closed; no round is open")
-            : c.round != round_->number
-                ? StrCat("round ", c.round, " is not open; round ", round_->number, " is")
+            : c.round != open
+                ? StrCat("round ", c.round, " is not open; round ", open, " is")
                 : StrCat("round ", c.round, " is closing: its updates are being aggregated")));
   }
   const Round& r = *round_;
@@ -332,7 +419,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& chunk) {
 }
 
 ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
-  if (!round_ || c.round != round_->number || round_->frozen) {
+  if (!InOpenRoundLocked(c)) {
     return Refused(RejectReason::kWrongRound, absl::FailedPreconditionError(StrCat(
                                                   "round ", c.round, " closed while decoding")));
   }
@@ -453,9 +540,13 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
       state_.model[i] += optimizer.lr * state_.momentum[i];
     }
   }
-  for (const std::string& p : r.participants) {
+  state_.model_version += 1;
+  // A rolling round settles the updates chosen for this commit; the others go on.
+  const std::set<std::string> settled = r.rolling ? r.settling : r.participants;
+  for (const std::string& p : settled) {
     Receipt rc;
-    rc.round = r.number;
+    rc.round = AskedRoundLocked(p);
+    rc.version = state_.model_version;
     auto it = r.updates.find(p);
     if (it != r.updates.end()) {
       rc.update_id = it->second.update_id;
@@ -471,10 +562,23 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
     }
     res.receipts[p] = rc;
   }
+  const auto now = options_.clock->Now();
   res.seconds = core::SecondsSince(*options_.clock, r.opened);
   state_.next_round = r.number + 1;
-  state_.model_version += 1;
-  round_.reset();
+  if (r.rolling) {
+    for (const std::string& p : settled) {
+      r.participants.erase(p);
+      r.uploaders.erase(p);
+      r.asked.erase(p);
+      r.updates.erase(p);
+      r.collector->Forget(p);
+    }
+    r.settling.clear();
+    r.number = state_.next_round;
+    r.opened = now;
+  } else {
+    round_.reset();
+  }
   PublishModelLocked();
   return res;
 }
@@ -510,6 +614,15 @@ std::map<std::string, std::string> RoundEngine::Quarantined() const {
 std::shared_ptr<const ModelBlob> RoundEngine::model() const {
   absl::MutexLock lock(&mu_);
   return blob_;
+}
+
+std::shared_ptr<const ModelBlob> RoundEngine::ModelAt(uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  if (blob_->version == version) return blob_;
+  for (const auto& b : past_blobs_) {
+    if (b->version == version) return b;
+  }
+  return nullptr;
 }
 
 std::vector<float> RoundEngine::ModelVector() const {

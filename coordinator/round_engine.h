@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,6 +73,10 @@ struct EngineOptions {
   codecs::ModelLayout layout;
   // What the engine reads a round's opening and length from (not owned).
   Clock* clock = Clock::Real();
+  // How many superseded model versions stay downloadable (ModelAt): buffered rounds ask
+  // clients to train from the version current when they were asked, which a commit may
+  // supersede before their download is done.
+  size_t keep_versions = 0;
 };
 
 // Server SGD with momentum, applied to a round's mean update (lr 1, momentum 0: FedAvg).
@@ -105,10 +110,14 @@ struct ChunkResult {
 };
 
 struct Receipt {
-  uint64_t round = 0;
+  uint64_t round = 0;  // the round the client was asked in (what its chunks name)
   uint64_t update_id = 0;
   uint32_t chunk_count = 0;
   std::vector<uint32_t> counted;
+  // The model version the commit that settled the update made (0: not recorded, a
+  // checkpoint of before buffered rounds). In a buffered round it may be several versions
+  // past the one the client trained from.
+  uint64_t version = 0;
 
   bool operator==(const Receipt&) const = default;
 };
@@ -145,7 +154,7 @@ inline constexpr size_t kReceiptHistory = 16;
 
 // What a participant needs to start the open round, read under one lock.
 struct RoundInfo {
-  uint64_t round = 0;
+  uint64_t round = 0;  // the round the client was asked in
   uint64_t model_version = 0;
   Clock::time_point deadline;
   uint64_t seed = 0;
@@ -171,8 +180,37 @@ class RoundEngine {
 
   // Opens round next_round with `participants`, closing at `deadline`, collecting with
   // `collector`. REQUIRES: no round is open.
+  //
+  // A rolling round (buffered asynchronous rounds, docs/modes.md) never closes: each
+  // commit settles the updates a driver chose (Settle), bumps the round number and the
+  // model version, and the round stays open for the participants still training, whose
+  // chunks keep naming the round they were asked in. Clients join it (AddParticipants)
+  // and leave it (Release) while it runs; each is asked from the version current then.
   absl::Status OpenRound(const std::vector<std::string>& participants, Clock::time_point deadline,
-                         std::shared_ptr<Collector> collector);
+                         std::shared_ptr<Collector> collector, bool rolling = false);
+  // A rolling round: asks `clients` (not participants now) to train from the current
+  // version, each uploading by `deadline`; FAILED_PRECONDITION unless a rolling round is
+  // open. Returns the clients added.
+  absl::StatusOr<std::vector<std::string>> AddParticipants(const std::vector<std::string>& clients,
+                                                           Clock::time_point deadline);
+  // A rolling round: `clients` stop being participants (gone, late, too stale); what they
+  // sent is dropped unreceipted (their client restores it into its residual) and their
+  // chunks are refused from now on.
+  void Release(const std::set<std::string>& clients);
+  // A rolling round: the next commit settles the updates of `clients` (their receipts;
+  // counted when the commit counts them) and no others. Their chunks are refused from now
+  // on (they are complete). Clients that are not participants are ignored.
+  void Settle(const std::set<std::string>& clients);
+  // A rolling round's participant, as asked.
+  struct Asked {
+    uint64_t round = 0;    // the round it was asked in
+    uint64_t version = 0;  // the model version it trains from
+    Clock::time_point at, deadline;
+    bool complete = false;  // every chunk of its update is held
+  };
+  // The open round's participants as asked (for a round that is not rolling, all asked
+  // in it, at its opening); empty when no round is open.
+  std::map<std::string, Asked> Participants() const;
   // The participants whose updates the round waits for (default: all of them). Others'
   // chunks are refused. LSGD: only the leaders upload.
   void SetUploaders(const std::set<std::string>& uploaders);
@@ -229,6 +267,9 @@ class RoundEngine {
   std::map<std::string, std::string> Quarantined() const;
 
   std::shared_ptr<const ModelBlob> model() const;
+  // The model of `version`: the current one or one of the last keep_versions superseded
+  // ones; nullptr when it is not kept.
+  std::shared_ptr<const ModelBlob> ModelAt(uint64_t version) const;
   std::vector<float> ModelVector() const;
   uint64_t dim() const { return dim_; }
   EngineState Snapshot() const;
@@ -257,7 +298,16 @@ class RoundEngine {
     const codecs::Codec* decoder = nullptr;            // of that spec
     std::shared_ptr<const codecs::Codec> decoder_ref;  // owns it when UseCodec chose it
     LocalTraining training;
+    bool rolling = false;
+    std::map<std::string, Asked> asked;  // rolling rounds: each participant as asked
+    std::set<std::string> settling;      // rolling rounds: what the next commit settles
   };
+  // The round `client` was asked in: the open round's, or in a rolling round its own.
+  uint64_t AskedRoundLocked(const std::string& client) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a chunk of `c.round` from its client belongs to the open round now.
+  bool InOpenRoundLocked(const ChunkIn& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The seed of `client` in `round`.
+  uint64_t ClientSeed(const std::string& client, uint64_t round) const;
 
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RoundFacts FactsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -301,6 +351,7 @@ class RoundEngine {
   EngineState state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const ModelBlob>> past_blobs_ ABSL_GUARDED_BY(mu_);  // keep_versions
   std::map<std::string, std::vector<Receipt>> published_receipts_ ABSL_GUARDED_BY(mu_);
 };
 

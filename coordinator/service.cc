@@ -278,6 +278,7 @@ protos::ServerEvent CoordinatorService::ReceiptEvent(const Receipt& rc) {
   r->set_update_id(rc.update_id);
   r->set_chunk_count(rc.chunk_count);
   for (uint32_t c : rc.counted) r->add_counted_chunks(c);
+  r->set_committed_version(rc.version);
   return e;
 }
 
@@ -321,6 +322,11 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
   std::shared_ptr<const ModelBlob> blob;
   if (req.blob().empty()) {
     blob = engine_->model();
+    // A buffered round's client trains from the version current when it was asked, which
+    // a commit may have superseded since.
+    if (req.version() < blob->version) {
+      if (auto past = engine_->ModelAt(req.version())) blob = std::move(past);
+    }
   } else if (req.blob() == kModelFileBlob) {
     if (job_.model_file == nullptr) {
       return absl::NotFoundError(

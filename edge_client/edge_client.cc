@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "absl/synchronization/mutex.h"
 #include "base/file.h"
@@ -413,9 +414,13 @@ absl::Status EdgeClient::DumpUpdate(uint64_t round, std::span<const float> befor
                                     std::span<const float> after) const {
   std::vector<float> delta(after.begin(), after.end());
   for (size_t i = 0; i < delta.size() && i < before.size(); ++i) delta[i] -= before[i];
-  return fedlgc::AtomicWriteFile(
-      StrCat(options_.dump_updates, "/", options_.client_id, "/r", round, ".f32"),
-      core::FloatsToBytes(delta), fedlgc::Durability::kVisible);
+  // A round trained again (buffered rounds: an update a restarted coordinator never
+  // committed, from another version) keeps the first: r<round>.2.f32, .3, ...
+  const std::string stem = StrCat(options_.dump_updates, "/", options_.client_id, "/r", round);
+  std::string path = stem + ".f32";
+  std::error_code ec;
+  for (int k = 2; std::filesystem::exists(path, ec); ++k) path = StrCat(stem, ".", k, ".f32");
+  return fedlgc::AtomicWriteFile(path, core::FloatsToBytes(delta), fedlgc::Durability::kVisible);
 }
 
 absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,

@@ -65,7 +65,7 @@ void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o) {
   app.add_option("--torch-threads", o->torch_threads, "libtorch threads per process");
   app.add_option("--dump-updates", o->dump_updates,
                  "measurements only: write each round's local update (float32) to "
-                 "DIR/<id>/r<round>.f32");
+                 "DIR/<id>/r<round>.f32 (a round trained again: r<round>.2.f32, ...)");
 }
 
 void AddHostFlags(CLI::App& app, HostFlags* h) {

@@ -13,6 +13,11 @@ void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
   CLI::Option_group* g = app.add_option_group("FedAvg and LGC", "the server optimizer");
   g->add_option("--server-lr", o->server_lr, "server learning rate (1 = FedAvg)");
   g->add_option("--server-momentum", o->server_momentum, "server momentum");
+  g->add_option("--rounds-mode", o->rounds_mode,
+                "FedAvg: sync (each round waits for its participants) or "
+                "buffered(k=K,concurrency=C,staleness=poly(A),max_staleness=M): C clients train "
+                "at once and every K updates that arrive commit a version, each scaled by "
+                "(1+versions behind)^-A");
 }
 
 void AddLgcFlags(CLI::App& app, LgcOptions* o) {
@@ -70,6 +75,8 @@ absl::Status ModeOptions::Validate(Mode mode) const {
   const bool summed = mode == Mode::kFedAvg || mode == Mode::kLgc;
   const ModeOptions defaults;
   for (const absl::Status& st : {
+           Unused(mode != Mode::kFedAvg && fedavg.rounds_mode != defaults.fedavg.rounds_mode,
+                  "--rounds-mode", "fedavg", mode),
            Unused(!summed && !(fedavg == defaults.fedavg), "--server-lr and --server-momentum",
                   "fedavg and lgc", mode),
            Unused(mode != Mode::kLgc && !(lgc == defaults.lgc), "--lgc-leader and --ae-device",

@@ -19,7 +19,7 @@ absl::Status FedAvgOptions::Validate() const {
   if (!(server_lr > 0) || server_momentum < 0 || server_momentum >= 1) {
     return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
   }
-  return absl::OkStatus();
+  return ParseRoundsMode(rounds_mode).status();
 }
 
 namespace {
@@ -245,6 +245,22 @@ const coordinator::ModeTraits& FedAvgDriver::Traits() {
 absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     const FedAvgOptions& options, const coordinator::DriverEnv& env) {
   std::unique_ptr<FedAvgDriver> d(new FedAvgDriver(options, env.robust, env.layout));
+  auto buffered = ParseRoundsMode(options.rounds_mode);
+  if (!buffered.ok()) return buffered.status();
+  if (*buffered && env.plan != nullptr) {
+    // A rolling round decodes every update with one codec, whatever round it was asked in.
+    const coordinator::RoundPlan& plan = *env.plan;
+    if (!plan.warmup_codecs.empty() || codecs::NamesRoundSeed(plan.codec) ||
+        codecs::IsGradiveq(plan.codec) || codecs::NamesTwoPhasePowerSgd(plan.codec) ||
+        codecs::IsSharedScaleTernGrad(plan.codec)) {
+      return absl::InvalidArgumentError(StrCat(
+          "--rounds-mode buffered(...) decodes every update with the job's one codec: it takes "
+          "no --codec-warmup and no codec whose rounds differ (randk(seed=round), gradiveq, "
+          "powersgd(..., phases=2), terngrad(shared=1)); --codec is ",
+          plan.codec));
+    }
+  }
+  if (*buffered) d->buffered_ = std::make_unique<BufferedRounds>(**buffered);
   if (env.plan != nullptr && codecs::IsGradiveq(env.plan->codec)) {
     auto bases =
         GradiveqBases::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
@@ -269,6 +285,9 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                                     const std::vector<std::string>& participants,
                                     coordinator::Clock::time_point deadline,
                                     coordinator::CommitResult* commit, RoundReport* report) {
+  if (buffered_) {
+    return buffered_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
+  }
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
   // Warm-up rounds (--codec-warmup) run their own codec as plain FedAvg rounds; a

@@ -15,6 +15,7 @@
 
 #include "coordinator/robust.h"
 #include "coordinator/round_driver.h"
+#include "modes/fedavg/buffered_rounds.h"
 #include "modes/fedavg/gradiveq_bases.h"
 #include "modes/fedavg/powersgd_rounds.h"
 #include "modes/fedavg/terngrad_rounds.h"
@@ -24,6 +25,9 @@ namespace fedlgc::modes {
 struct FedAvgOptions {
   float server_lr = 1.0f;
   float server_momentum = 0.0f;
+  // --rounds-mode: "sync" (rounds that wait for their participants) or buffered(...)
+  // (buffered_rounds.h).
+  std::string rounds_mode = "sync";
 
   absl::Status Validate() const;
   coordinator::ServerOptimizer optimizer() const { return {server_lr, server_momentum}; }
@@ -89,6 +93,9 @@ class FedAvgDriver final : public coordinator::RoundDriver {
                                                                      const std::string& name,
                                                                      uint64_t version) override;
   absl::Status Save(uint64_t round) override;
+  size_t KeepVersions() const override {
+    return buffered_ ? buffered_->options().MaxStaleness() : 0;
+  }
 
  private:
   FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust,
@@ -109,6 +116,7 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   std::unique_ptr<GradiveqBases> bases_;       // gradiveq jobs only
   std::unique_ptr<PowerSgdRounds> two_phase_;  // powersgd(..., phases=2) jobs only
   std::unique_ptr<TernGradRounds> shared_scale_;  // terngrad(shared=1) jobs only
+  std::unique_ptr<BufferedRounds> buffered_;      // --rounds-mode buffered(...) only
   double fit_bound_ = 0, coded_bound_ = 0;        // their streaming clip bounds
 };
 

@@ -30,13 +30,15 @@ struct Job {
   std::unique_ptr<FedAvgDriver> driver;
   std::unique_ptr<LoopbackHost> host;
 
-  explicit Job(const std::string& codec, double clip = 0) {
+  explicit Job(const std::string& codec, double clip = 0, const std::string& rounds_mode = "sync") {
     plan.codec = codec;
     plan.local_steps = 1;
     host = std::make_unique<LoopbackHost>(plan, layout);
     coordinator::DriverEnv env = host->DriverEnvFor(&plan, "fedavg_driver_test");
     env.robust.clip = clip;
-    driver = FedAvgDriver::Create(FedAvgOptions(), env).value();
+    FedAvgOptions options;
+    options.rounds_mode = rounds_mode;
+    driver = FedAvgDriver::Create(options, env).value();
     host->set_driver(driver.get());
   }
   FakeClientEnv& Add(const std::string& id, uint64_t samples, float step_scale) {
@@ -158,6 +160,123 @@ TEST(FedAvgDriver, RefusesReportsAndBlobsItDoesNotServe) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job.driver->Blob("a", "lsgd-global", 1).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Buffered rounds (buffered_rounds.h): b's link is 150 ms slow and c's 350 ms, so the first
+// commit takes a's and b's updates, and the second takes c's, asked one version earlier,
+// scaled by (1 + 1)^-1, beside a's and b's second ones.
+TEST(FedAvgDriver, BufferedRoundsCommitEveryKUpdatesAndWeighStaleOnesDown) {
+  Job job("fp32", 0, "buffered(k=2, concurrency=3, staleness=poly(1))");
+  job.Add("a", 100, 1.0f);
+  job.Add("b", 100, 1.0f);
+  job.Add("c", 200, 2.0f);
+  job.host->client("b").lag = std::chrono::milliseconds(150);
+  job.host->client("c").lag = std::chrono::milliseconds(350);
+  RoundReport r1, r2;
+  const coordinator::CommitResult c1 = job.Run({"a", "b", "c"}, &r1);
+  EXPECT_EQ(c1.round, 1u);
+  EXPECT_EQ(c1.participants, 2);
+  EXPECT_EQ(c1.receipts.size(), 2u);  // c trains on: no receipt yet
+  EXPECT_EQ(r1.per_client.at("staleness"), (std::map<std::string, double>{{"a", 0}, {"b", 0}}));
+  std::vector<float> m = job.model();
+  for (size_t i = 0; i < m.size(); ++i) {
+    ASSERT_NEAR(m[i], 1.0f + FakeClientEnv::Step(i, 1), 1e-6) << i;
+  }
+  const coordinator::CommitResult c2 = job.Run({"a", "b", "c"}, &r2);
+  EXPECT_EQ(c2.round, 2u);
+  EXPECT_EQ(c2.participants, 3);
+  EXPECT_EQ(r2.per_client.at("staleness"),
+            (std::map<std::string, double>{{"a", 0}, {"b", 0}, {"c", 1}}));
+  EXPECT_EQ(r2.figures.at("staleness_max"), 1);
+  EXPECT_EQ(c2.receipts.at("c").round, 1u);    // the round c was asked in
+  EXPECT_EQ(c2.receipts.at("c").version, 2u);  // the version that took it
+  // (100 x Step2 + 100 x Step2 + 200 x 1/2 x 2 Step1) / 400 on top of the first commit.
+  m = job.model();
+  for (size_t i = 0; i < m.size(); ++i) {
+    ASSERT_NEAR(m[i], 1.0f + 1.5f * FakeClientEnv::Step(i, 1) + 0.5f * FakeClientEnv::Step(i, 2),
+                1e-6)
+        << i;
+  }
+  // The receipts settle every update, once the slow links have carried them.
+  job.host->clock.Advance(std::chrono::milliseconds(400));
+  job.host->Deliver();
+  for (const char* id : {"a", "b", "c"}) {
+    EXPECT_FALSE(job.host->client(id).env->state().pending.has_value()) << id;
+  }
+}
+
+// With k = concurrency every update is fresh, and buffered rounds are synchronous ones.
+TEST(FedAvgDriver, BufferedRoundsWithKEqualToConcurrencyAreSynchronousRounds) {
+  Job sync("qsgd(bits=8)");
+  Job buffered("qsgd(bits=8)", 0, "buffered(k=3, concurrency=3)");
+  for (Job* job : {&sync, &buffered}) {
+    job->Add("a", 100, 1.0f);
+    job->Add("b", 300, 2.0f);
+    job->Add("c", 200, 3.0f);
+    for (int round = 0; round < 4; ++round) job->Run({"a", "b", "c"});
+  }
+  const std::vector<float> a = sync.model(), b = buffered.model();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6) << i;
+  EXPECT_NE(a[0], 1.0f);
+}
+
+// A client more versions behind than max_staleness is let go: its update is not waited
+// for, and the chunks of the round it was let go from are refused when they come.
+TEST(FedAvgDriver, BufferedRoundsLetATooStaleClientGo) {
+  Job job("fp32", 0, "buffered(k=1, concurrency=2, max_staleness=1)");
+  job.Add("a", 100, 1.0f);
+  job.Add("c", 100, 1.0f);
+  job.host->client("c").lag = std::chrono::seconds(1);
+  RoundReport report;
+  coordinator::CommitResult commit;
+  double released = 0;
+  const auto deadline = [&] { return job.host->Now() + std::chrono::seconds(60); };
+  for (int round = 0; round < 4; ++round) {
+    ASSERT_TRUE(job.driver->RunRound(*job.host, {"a", "c"}, deadline(), &commit, &report).ok());
+    job.host->SendReceipts(commit);
+    EXPECT_EQ(commit.receipts.count("c"), 0u) << round;
+    released += report.figures.at("released");
+  }
+  EXPECT_EQ(released, 1);
+  job.host->clock.Advance(std::chrono::seconds(2));
+  job.host->Deliver();  // c's late update of round 1 arrives; c was asked again in round 3
+  ASSERT_FALSE(job.host->refused().empty());
+  EXPECT_NE(std::string(job.host->refused().front().message()).find("round 1 is not open"),
+            std::string::npos)
+      << job.host->refused().front();
+}
+
+TEST(FedAvgDriver, RoundsModeSpecsParseOrSayWhatIsWrong) {
+  auto b = ParseRoundsMode("buffered(k=4, concurrency=12, staleness=poly(0.5))").value();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->k, 4u);
+  EXPECT_EQ(b->concurrency, 12u);
+  EXPECT_EQ(b->MaxStaleness(), 12u);  // 4 x ceil(12 / 4)
+  EXPECT_DOUBLE_EQ(b->Scale(3), 0.5);
+  EXPECT_EQ(FormatRoundsMode(b),
+            "buffered(k=4,concurrency=12,staleness=poly(0.5),max_staleness=12)");
+  EXPECT_FALSE(ParseRoundsMode("sync").value().has_value());
+  EXPECT_DOUBLE_EQ(ParseRoundsMode("buffered(staleness=none)").value()->Scale(9), 1.0);
+  for (const char* bad :
+       {"async", "buffered(k=0)", "buffered(k=30, concurrency=20)", "buffered(k=2.5)",
+        "buffered(staleness=exp(1))", "buffered(4)", "buffered(k=1, k=2)", "buffered(foo=1)"}) {
+    auto st = ParseRoundsMode(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(st.status())) << bad;
+    EXPECT_NE(std::string(st.status().message()).find("--rounds-mode"), std::string::npos) << bad;
+  }
+}
+
+TEST(FedAvgDriver, BufferedRoundsRefuseCodecsWhoseRoundsDiffer) {
+  for (const char* codec : {"randk(ratio=0.1, seed=round)", "terngrad(shared=1)"}) {
+    coordinator::RoundPlan plan;
+    plan.codec = codec;
+    LoopbackHost host(plan, Layout());
+    FedAvgOptions options;
+    options.rounds_mode = "buffered(k=1, concurrency=2)";
+    auto made = FedAvgDriver::Create(options, host.DriverEnvFor(&plan, "fedavg_driver_test"));
+    EXPECT_TRUE(absl::IsInvalidArgument(made.status())) << codec;
+  }
 }
 
 }  // namespace

@@ -122,6 +122,35 @@ TEST(Downlink, EachClientGetsTheCheapestDownloadAndRebuildsTheHeldModel) {
   EXPECT_LT(std::sqrt(err), 2 * 0.01 * std::sqrt(double(kDim)));
 }
 
+// Buffered rounds ask a client from the version current then, which a commit may
+// supersede before its download: with keep_versions, the last superseded versions still go
+// down whole, as clients held them; older ones are refused.
+TEST(Downlink, SupersededVersionsStayServedWholeWhileKept) {
+  std::mt19937 rng(5);
+  std::vector<float> truth = Walk(std::vector<float>(kDim, 0.0f), &rng);
+  DownlinkOptions o = Options();
+  o.keep_versions = 2;
+  auto d = Downlink::Open(o, Dir("superseded"), "", 0, truth);
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::map<uint64_t, std::vector<float>> held{{0, (*d)->Held()}};
+  for (uint64_t v = 1; v <= 3; ++v) {
+    truth = Walk(truth, &rng);
+    ASSERT_TRUE((*d)->Publish(v, truth).ok());
+    held[v] = (*d)->Held();
+  }
+  for (uint64_t v : {1, 2}) {
+    auto b = (*d)->Serve(v, uint64_t{0});
+    ASSERT_TRUE(b.ok()) << v << ": " << b.status();
+    EXPECT_FALSE((*b)->chain);
+    EXPECT_EQ((*b)->version, v);
+    EXPECT_EQ(Floats(**b), held[v]) << v;
+  }
+  EXPECT_TRUE(absl::IsNotFound((*d)->Serve(0, std::nullopt).status()));
+  auto current = (*d)->Serve(3, uint64_t{2});
+  ASSERT_TRUE(current.ok());
+  EXPECT_TRUE((*current)->chain);
+}
+
 TEST(Downlink, ARestartGoesOnFromTheStateBesideTheCheckpoint) {
   std::mt19937 rng(5);
   std::vector<float> truth = Walk(std::vector<float>(kDim, 0.0f), &rng);

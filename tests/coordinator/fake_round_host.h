@@ -25,6 +25,14 @@ class FakeRoundHost : public coordinator::RoundHost {
                           const std::set<std::string>*) override {
     return absl::OkStatus();
   }
+  absl::Status StartRollingRound(const std::vector<std::string>&, coordinator::Clock::time_point,
+                                 std::shared_ptr<coordinator::Collector>) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<size_t> AskMore(const std::vector<std::string>&,
+                                 coordinator::Clock::time_point) override {
+    return 0;
+  }
   void WaitUntil(coordinator::Clock::time_point, const std::function<bool()>&,
                  const std::function<void()>&) override {}
   bool stopped() const override { return false; }

@@ -37,6 +37,8 @@ class LoopbackHost : public FakeRoundHost {
     size_t fed = 0;       // of env->uploads, how many went to the engine
     size_t reported = 0;  // of env->reports, how many went to the driver
     bool silent = false;  // hears nothing, sends nothing
+    // A slow link: what is sent to it is delivered this long after (on the fake clock).
+    coordinator::Clock::duration lag{};
   };
 
   // The engine's clock is the host's fake one.
@@ -90,11 +92,26 @@ class LoopbackHost : public FakeRoundHost {
       return st;
     }
     if (uploaders != nullptr) engine_->SetUploaders(*uploaders);
-    for (const std::string& p : participants) {
-      auto e = coordinator::RoundStartEventOf(*engine_, *driver_, p, clock);
-      if (e) queue_.emplace_back(p, *std::move(e));
-    }
+    for (const std::string& p : participants) QueueRoundStart(p);
     return absl::OkStatus();
+  }
+  absl::Status StartRollingRound(const std::vector<std::string>& participants,
+                                 coordinator::Clock::time_point deadline,
+                                 std::shared_ptr<coordinator::Collector> collector) override {
+    if (absl::Status st =
+            engine_->OpenRound(participants, deadline, std::move(collector), /*rolling=*/true);
+        !st.ok()) {
+      return st;
+    }
+    for (const std::string& p : participants) QueueRoundStart(p);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<size_t> AskMore(const std::vector<std::string>& clients,
+                                 coordinator::Clock::time_point deadline) override {
+    auto added = engine_->AddParticipants(clients, deadline);
+    if (!added.ok()) return added.status();
+    for (const std::string& p : *added) QueueRoundStart(p);
+    return added->size();
   }
   void WaitUntil(coordinator::Clock::time_point deadline, const std::function<bool()>& done,
                  const std::function<void()>& tick) override {
@@ -102,7 +119,7 @@ class LoopbackHost : public FakeRoundHost {
       Deliver();
       if (done() || Now() >= deadline) return;
       if (tick) tick();
-      if (queue_.empty())
+      if (!AnyReady())
         clock.Advance(std::min<coordinator::Clock::duration>(std::chrono::milliseconds(100),
                                                              deadline - Now()));
     }
@@ -117,7 +134,7 @@ class LoopbackHost : public FakeRoundHost {
   bool Push(const std::string& client, const protos::ServerEvent& event) override {
     auto it = clients_.find(client);
     if (it == clients_.end() || it->second.silent) return false;
-    queue_.emplace_back(client, event);
+    queue_.push_back({client, event, Now() + it->second.lag});
     return true;
   }
 
@@ -130,11 +147,16 @@ class LoopbackHost : public FakeRoundHost {
     Deliver();
   }
 
-  // Hands each queued event to its client and its new uploads to the engine.
+  // Hands each queued event that is due to its client (in the order queued) and its new
+  // uploads to the engine.
   void Deliver() {
-    while (!queue_.empty()) {
-      auto [id, event] = std::move(queue_.front());
-      queue_.pop_front();
+    for (;;) {
+      auto due = std::find_if(queue_.begin(), queue_.end(),
+                              [&](const Queued& q) { return q.due <= Now(); });
+      if (due == queue_.end()) return;
+      const std::string id = due->client;
+      const protos::ServerEvent event = std::move(due->event);
+      queue_.erase(due);
       Client& c = clients_.at(id);
       if (c.silent) continue;
       absl::Status st;
@@ -171,6 +193,15 @@ class LoopbackHost : public FakeRoundHost {
     return state;
   }
 
+  void QueueRoundStart(const std::string& client) {
+    auto e = coordinator::RoundStartEventOf(*engine_, *driver_, client, clock);
+    if (e) queue_.push_back({client, *std::move(e), Now() + clients_.at(client).lag});
+  }
+  bool AnyReady() const {
+    return std::any_of(queue_.begin(), queue_.end(),
+                       [&](const Queued& q) { return q.due <= Now(); });
+  }
+
   void Feed(const std::string& id, Client& c) {
     for (; c.fed < c.env->uploads.size(); ++c.fed) {
       const edge_client::PendingUpdate& p = c.env->uploads[c.fed];
@@ -200,7 +231,12 @@ class LoopbackHost : public FakeRoundHost {
   monitoring::Metrics metrics_;
   coordinator::RoundDriver* driver_ = nullptr;
   std::map<std::string, Client> clients_;
-  std::deque<std::pair<std::string, protos::ServerEvent>> queue_;
+  struct Queued {
+    std::string client;
+    protos::ServerEvent event;
+    coordinator::Clock::time_point due;
+  };
+  std::deque<Queued> queue_;
   std::vector<absl::Status> refused_;
 };
 

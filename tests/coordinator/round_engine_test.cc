@@ -437,5 +437,87 @@ TEST(Checkpoint, AVersion1CheckpointStillLoads) {
   EXPECT_TRUE((*back)->quarantined.empty());
 }
 
+// A rolling round (buffered rounds): a commit settles only the updates chosen for it, the
+// others' chunks keep naming the round they were asked in and count in a later commit, a
+// client asked after a commit trains from the new version (the old one stays
+// downloadable), and each receipt says which version took the update.
+TEST(RoundEngine, ARollingRoundSettlesWhatItIsToldAndGoesOn) {
+  core::FakeClock clock;
+  EngineOptions o;
+  o.clock = &clock;
+  o.max_client_weight = 1;
+  o.keep_versions = 2;
+  EngineState s;
+  s.model.assign(kDim, 1.0f);
+  RoundEngine e(o, s);
+  for (const char* c : {"a", "b", "c", "d"}) e.Register(c, 100);
+  auto updates = std::make_shared<PerClientCollector>(/*push_sum=*/false);
+  const auto deadline = clock.Now() + std::chrono::seconds(60);
+  ASSERT_TRUE(e.OpenRound({"a", "b"}, deadline, updates, /*rolling=*/true).ok());
+  const auto fa = Encode("fp32", std::vector<float>(kDim, 2.0f), 1500);
+  const auto fb = Encode("fp32", std::vector<float>(kDim, 4.0f), 1500);
+  ASSERT_GE(fb.size(), 2u);
+  for (uint32_t i = 0; i < fa.size(); ++i)
+    ASSERT_TRUE(e.AcceptChunk(Chunk("a", fa, i, 100)).status.ok());
+  ASSERT_TRUE(e.AcceptChunk(Chunk("b", fb, 0, 100, 1, 9)).status.ok());  // b: one chunk so far
+  EXPECT_TRUE(e.Participants().at("a").complete);
+  EXPECT_FALSE(e.Participants().at("b").complete);
+
+  // Commit 1 takes a's update alone.
+  e.Settle({"a"});
+  EXPECT_EQ(e.AcceptChunk(Chunk("a", fa, 0, 100)).reason, RejectReason::kWrongRound);
+  const CommitResult c1 = e.CommitDelta(std::vector<float>(kDim, 2.0f), ServerOptimizer{}).value();
+  EXPECT_EQ(c1.round, 1u);
+  EXPECT_EQ(c1.participants, 1);
+  ASSERT_EQ(c1.receipts.size(), 1u);
+  EXPECT_EQ(c1.receipts.at("a").round, 1u);
+  EXPECT_EQ(c1.receipts.at("a").version, 1u);
+  EXPECT_EQ(c1.receipts.at("a").counted.size(), fa.size());
+  EXPECT_EQ(e.current_round(), 2u);  // the next commit is round 2 ...
+  EXPECT_EQ(e.model()->version, 1u);
+  EXPECT_FALSE(e.Participants().count("a"));
+
+  // ... while b goes on in round 1, from version 0, which is still served.
+  const std::optional<RoundInfo> b = e.OpenRoundFor("b");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->round, 1u);
+  EXPECT_EQ(b->model_version, 0u);
+  ASSERT_NE(e.ModelAt(0), nullptr);
+  EXPECT_FLOAT_EQ(reinterpret_cast<const float*>(e.ModelAt(0)->bytes.data())[0], 1.0f);
+  EXPECT_EQ(e.AcceptChunk(Chunk("b", fb, 1, 100, 2, 9)).reason, RejectReason::kWrongRound);
+  for (uint32_t i = 1; i < fb.size(); ++i)
+    ASSERT_TRUE(e.AcceptChunk(Chunk("b", fb, i, 100, 1, 9)).status.ok()) << i;
+
+  // A client asked now trains from version 1, in round 2; a participant is not asked twice.
+  const auto more = e.AddParticipants({"b", "c"}, clock.Now() + std::chrono::seconds(30)).value();
+  EXPECT_EQ(more, std::vector<std::string>{"c"});
+  EXPECT_EQ(e.OpenRoundFor("c")->round, 2u);
+  EXPECT_EQ(e.OpenRoundFor("c")->model_version, 1u);
+  e.Release({"c"});  // c went away: it is no participant, its chunks are refused
+  EXPECT_FALSE(e.OpenRoundFor("c").has_value());
+  EXPECT_EQ(e.AcceptChunk(Chunk("c", fa, 0, 100, 2, 3)).reason, RejectReason::kNotParticipant);
+
+  // Commit 2 takes b's, asked in round 1: its receipt names round 1 and version 2.
+  e.Settle({"b"});
+  const CommitResult c2 = e.CommitDelta(std::vector<float>(kDim, 1.0f), ServerOptimizer{}).value();
+  EXPECT_EQ(c2.round, 2u);
+  EXPECT_EQ(c2.receipts.at("b").round, 1u);
+  EXPECT_EQ(c2.receipts.at("b").version, 2u);
+  EXPECT_EQ(c2.receipts.at("b").counted.size(), fb.size());
+  EXPECT_TRUE(updates->Updates().empty());  // settled updates leave the collector
+  EXPECT_FLOAT_EQ(e.ModelVector()[0], 4.0f);
+  // Two superseded versions are kept, not three.
+  ASSERT_TRUE(e.AddParticipants({"d"}, clock.Now() + std::chrono::seconds(30)).ok());
+  e.Settle({});
+  ASSERT_TRUE(e.CommitDelta(std::vector<float>(kDim, 0.0f), ServerOptimizer{}).ok());
+  EXPECT_EQ(e.ModelAt(0), nullptr);
+  EXPECT_NE(e.ModelAt(1), nullptr);
+  EXPECT_NE(e.ModelAt(3), nullptr);
+  EXPECT_TRUE(e.Participants().count("d"));  // not settled: still asked
+  // The receipts survive a checkpoint with their versions.
+  const EngineState snap = e.Snapshot();
+  EXPECT_EQ(snap.receipts.at("b").back().version, 2u);
+}
+
 }  // namespace
 }  // namespace fedlgc::coordinator

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Synchronous against buffered rounds on a population that looks like the edge: fedlgc-sim
+# with CLIENTS clients (default 200) hosted PER to a process, each with a 60-example shard of
+# Fashion-MNIST split Dirichlet(0.3), each behind a link drawn from
+# rate=lognormal(median=5mbit,sigma=1),delay=uniform(20ms,200ms) and offline a fifth of the
+# time in stretches of 60 s. Every run has the same seed (the same population, shards and
+# initial model) and sees about the same number of updates:
+#   sync      --fraction 0.1 for ROUNDS rounds (about 20 clients a round)
+#   buffered  --rounds-mode buffered(k=K,concurrency=C) for ROUNDS x (C / K) commits
+#   kc        buffered with k = concurrency = C (every update fresh: synchronous rounds
+#             with no straggler waited for, but a commit waits for its C)
+# Each client trains EPOCHS (5) local epochs at LR (0.05) per update; evaluation takes the
+# first EVAL_LIMIT (2000) test examples, so that evaluating every commit stays cheap.
+# Each run's accuracy after each commit against the seconds since the job started
+# (job_seconds) goes into OUT/curves.tsv, and the summary (seconds to each of TARGETS
+# accuracy, best and final accuracy, staleness quantiles) is printed.
+#   bench/buffered.sh [OUT] [extra fedlgc-sim flags...]
+#   ROUNDS=20 MODEL=mlp TARGETS=0.7 bench/buffered.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build/bench-buffered}
+shift || true
+mkdir -p "$out"
+clients=${CLIENTS:-200}
+per=${PER:-50}
+rounds=${ROUNDS:-30}
+model=${MODEL:-cnn}
+k=${K:-10}
+c=${C:-20}
+targets=${TARGETS:-0.7 0.75 0.8}
+codec=${CODEC:-qsgd(bits=8)}
+runs=${RUNS:-sync buffered kc}
+link='rate=lognormal(median=5mbit,sigma=1),delay=uniform(20ms,200ms),offline=0.2,offline_mean=60s'
+for name in $runs; do
+  case $name in
+    sync) flags=(--fraction 0.1 --rounds "$rounds") ;;
+    buffered) flags=(--rounds-mode "buffered(k=$k,concurrency=$c,staleness=poly(0.5))"
+                     --rounds $((rounds * c / k))) ;;
+    kc) flags=(--rounds-mode "buffered(k=$c,concurrency=$c,staleness=poly(0.5))"
+               --rounds "$rounds") ;;
+    *) echo "unknown run $name" >&2; exit 2 ;;
+  esac
+  rm -rf "$out/$name"
+  start=$(date +%s)
+  ./build/bin/fedlgc-sim --clients "$clients" --clients-per-process "$per" --model "$model" \
+    --data fashion-mnist --train-limit $((clients * 60)) --partition 'dirichlet(0.3)' \
+    --local-epochs "${EPOCHS:-5}" --lr "${LR:-0.05}" --eval-limit "${EVAL_LIMIT:-2000}" \
+    --codec "$codec" --seed 1 --min-clients $((clients / 2)) \
+    --round-timeout 60 --link "$link" --quiet --state-dir "$out/$name" \
+    --report "$out/$name.json" "${flags[@]}" "$@" | tail -2
+  echo "$name: $(( $(date +%s) - start )) s"
+done
+/usr/bin/python3 - "$out" "$targets" $runs <<'PY'
+import json, sys
+out, targets, runs = sys.argv[1], [float(t) for t in sys.argv[2].split()], sys.argv[3:]
+with open(f"{out}/curves.tsv", "w") as tsv:
+    tsv.write("run\tcommit\tjob_seconds\taccuracy\tstaleness_mean\n")
+    print(f"{'run':9} {'commits':>7} {'updates':>7} "
+          + " ".join(f"{'s to ' + format(t, '.0%'):>8}" for t in targets)
+          + f" {'best':>7} {'final':>7} {'job s':>7} {'staleness p50':>13} {'p90':>5}")
+    for name in runs:
+        rows = [r for r in json.load(open(f"{out}/{name}.json"))["rounds"]]
+        evaluated = [r for r in rows if r["accuracy"] >= 0]
+        reach, taus = {}, []
+        for r in rows:
+            f = r  # the report writes figures flat
+            t = f.get("job_seconds", 0.0)
+            tsv.write(f"{name}\t{r['round']}\t{t:.2f}\t{r['accuracy']:.4f}\t"
+                      f"{f.get('staleness_mean', 0):.3f}\n")
+            for target in targets:
+                if target not in reach and r["accuracy"] >= target:
+                    reach[target] = t
+            taus += list(r.get("staleness", {}).values())
+        taus.sort()
+        p = lambda q: taus[min(len(taus) - 1, int(q * len(taus)))] if taus else 0
+        updates = sum(r["participants"] for r in rows)
+        print(f"{name:9} {len(rows):7} {updates:7} "
+              + " ".join(f"{(f'{reach[t]:.0f}' if t in reach else '-'):>8}" for t in targets)
+              + " "
+              f"{max(r['accuracy'] for r in evaluated):7.4f} {evaluated[-1]['accuracy']:7.4f} "
+              f"{rows[-1].get('job_seconds', 0):7.0f} {p(0.5):13.0f} {p(0.9):5.0f}")
+PY

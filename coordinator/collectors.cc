@@ -212,6 +212,7 @@ void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, b
       u.ranges.erase(at);
     }
   }
+  if (complete && !u.complete) u.completed = ++completions_;
   u.complete = complete;
 }
 
@@ -228,6 +229,16 @@ double PerClientCollector::Update::Norm() const {
 std::map<std::string, PerClientCollector::Update> PerClientCollector::Updates() const {
   absl::MutexLock lock(&mu_);
   return updates_;
+}
+
+std::map<std::string, PerClientCollector::Update> PerClientCollector::UpdatesOf(
+    const std::set<std::string>& clients) const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, Update> out;
+  for (const std::string& c : clients) {
+    if (auto it = updates_.find(c); it != updates_.end()) out.emplace(c, it->second);
+  }
+  return out;
 }
 
 std::map<std::string, PerClientCollector::Update> PerClientCollector::TakeUpdates() {
@@ -263,6 +274,18 @@ std::set<std::string> PerClientCollector::CompleteClients() const {
   for (const auto& [client, u] : updates_) {
     if (u.complete) out.insert(client);
   }
+  return out;
+}
+
+std::set<std::string> PerClientCollector::EarliestComplete(size_t k) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<uint64_t, std::string>> done;
+  for (const auto& [client, u] : updates_) {
+    if (u.complete) done.emplace_back(u.completed, client);
+  }
+  std::sort(done.begin(), done.end());
+  std::set<std::string> out;
+  for (size_t i = 0; i < done.size() && i < k; ++i) out.insert(done[i].second);
   return out;
 }
 

@@ -80,6 +80,7 @@ class PerClientCollector final : public Collector {
     std::vector<Frame> frames;  // compact: the chunks that arrived
     std::vector<Range> ranges;  // the coordinates that arrived, sorted and merged
     bool complete = false;
+    uint64_t completed = 0;   // when complete: 1 for the first update completed, 2, ...
     double weight = 0;        // the client's weight in the round
     double weight_share = 0;  // SGP
     uint64_t reference_version = 0;
@@ -87,6 +88,8 @@ class PerClientCollector final : public Collector {
     double Norm() const;
   };
   std::map<std::string, Update> Updates() const;
+  // The updates of `clients` (those held), copied.
+  std::map<std::string, Update> UpdatesOf(const std::set<std::string>& clients) const;
   // The updates, moved out: the collector holds nothing after (the round is frozen).
   std::map<std::string, Update> TakeUpdates();
   // Writes a compact update's values over the whole dimension into `dense` (zeros where
@@ -96,6 +99,8 @@ class PerClientCollector final : public Collector {
   std::set<std::string> CompleteClients() const;
   // How many updates are complete (cheap).
   size_t CompleteCount() const;
+  // The (at most) k clients whose updates completed first.
+  std::set<std::string> EarliestComplete(size_t k) const;
   void Forget(const std::string& client) override;
 
  private:
@@ -103,6 +108,7 @@ class PerClientCollector final : public Collector {
   const bool compact_;
   mutable absl::Mutex mu_;
   std::map<std::string, Update> updates_ ABSL_GUARDED_BY(mu_);
+  uint64_t completions_ ABSL_GUARDED_BY(mu_) = 0;
   RoundFacts facts_ ABSL_GUARDED_BY(mu_);  // of the round, for Fill
 };
 

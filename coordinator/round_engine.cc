@@ -85,7 +85,20 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state)
 void RoundEngine::PublishModelLocked() {
   if (blob_ != nullptr && options_.keep_versions > 0 && blob_->version != state_.model_version) {
     past_blobs_.push_back(blob_);
-    while (past_blobs_.size() > options_.keep_versions) past_blobs_.pop_front();
+    // Only versions a participant still training was asked from may be downloaded.
+    uint64_t oldest = state_.model_version;
+    if (round_) {
+      for (const auto& [client, a] : round_->asked) {
+        auto u = round_->updates.find(client);
+        const bool complete =
+            u != round_->updates.end() && u->second.held_count == u->second.chunk_count;
+        if (!complete) oldest = std::min(oldest, a.version);
+      }
+    }
+    while (!past_blobs_.empty() &&
+           (past_blobs_.size() > options_.keep_versions || past_blobs_.front()->version < oldest)) {
+      past_blobs_.pop_front();
+    }
   }
   blob_ = MakeBlob(
       state_.model_version,
@@ -129,7 +142,9 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
     auto it = state_.clients.find(p);
     samples[p] = it == state_.clients.end() ? 0 : it->second;
   }
-  r->weights = CappedWeights(samples, options_.max_client_weight);
+  // A rolling round's participants come and go: each update weighs its sample count, and
+  // the driver caps the weights among the updates of each commit.
+  r->weights = CappedWeights(samples, rolling ? 1.0 : options_.max_client_weight);
   r->opened = options_.clock->Now();
   r->deadline = deadline;
   for (const std::string& p : r->participants) {
@@ -164,13 +179,9 @@ absl::StatusOr<std::vector<std::string>> RoundEngine::AddParticipants(
     r.asked[c] = Asked{r.number, state_.model_version, now, deadline};
     added.push_back(c);
   }
-  if (!added.empty()) {
-    std::map<std::string, uint64_t> samples;
-    for (const std::string& p : r.participants) {
-      auto it = state_.clients.find(p);
-      samples[p] = it == state_.clients.end() ? 0 : it->second;
-    }
-    r.weights = CappedWeights(samples, options_.max_client_weight);
+  for (const std::string& c : added) {
+    auto it = state_.clients.find(c);
+    r.weights[c] = it == state_.clients.end() ? 0.0 : static_cast<double>(it->second);
   }
   return added;
 }
@@ -185,6 +196,7 @@ void RoundEngine::Release(const std::set<std::string>& clients) {
     r.asked.erase(c);
     r.updates.erase(c);
     r.settling.erase(c);
+    r.weights.erase(c);
     r.collector->Forget(c);
   }
 }
@@ -423,6 +435,13 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
     return Refused(RejectReason::kWrongRound, absl::FailedPreconditionError(StrCat(
                                                   "round ", c.round, " closed while decoding")));
   }
+  if (round_->participants.count(c.client_id) == 0) {
+    // A rolling round let the client go while its chunk decoded: nothing of it is held
+    // (its client restores the update when asked again).
+    return Refused(RejectReason::kNotParticipant,
+                   absl::FailedPreconditionError(StrCat(
+                       "client ", c.client_id, " stopped being a participant while decoding")));
+  }
   Round& r = *round_;
   const bool replaces = r.collector->replaces_updates();
   auto [it, inserted] = r.updates.try_emplace(c.client_id);
@@ -571,6 +590,7 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
       r.uploaders.erase(p);
       r.asked.erase(p);
       r.updates.erase(p);
+      r.weights.erase(p);
       r.collector->Forget(p);
     }
     r.settling.clear();

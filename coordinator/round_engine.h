@@ -73,9 +73,10 @@ struct EngineOptions {
   codecs::ModelLayout layout;
   // What the engine reads a round's opening and length from (not owned).
   Clock* clock = Clock::Real();
-  // How many superseded model versions stay downloadable (ModelAt): buffered rounds ask
-  // clients to train from the version current when they were asked, which a commit may
-  // supersede before their download is done.
+  // How many superseded model versions stay downloadable at most (ModelAt): buffered rounds
+  // ask clients to train from the version current when they were asked, which a commit may
+  // supersede before their download is done. Versions no participant still training was
+  // asked from go at once.
   size_t keep_versions = 0;
 };
 
@@ -190,7 +191,8 @@ class RoundEngine {
                          std::shared_ptr<Collector> collector, bool rolling = false);
   // A rolling round: asks `clients` (not participants now) to train from the current
   // version, each uploading by `deadline`; FAILED_PRECONDITION unless a rolling round is
-  // open. Returns the clients added.
+  // open. Returns the clients added. A rolling round's updates weigh their sample counts
+  // uncapped (ChunkIn::weight): its driver caps them among each commit's updates.
   absl::StatusOr<std::vector<std::string>> AddParticipants(const std::vector<std::string>& clients,
                                                            Clock::time_point deadline);
   // A rolling round: `clients` stop being participants (gone, late, too stale); what they
@@ -219,6 +221,8 @@ class RoundEngine {
   // client does not take part. The seed (codec randomness, data order) is per client.
   std::optional<RoundInfo> OpenRoundFor(const std::string& client_id) const;
   const RoundPlan& plan() const { return options_.plan; }
+  // EngineOptions::max_client_weight (a rolling round's driver caps each commit's weights).
+  double max_client_weight() const { return options_.max_client_weight; }
   // Rounds opened from now on send `spec` to their participants and decode with `decoder`
   // instead of the plan's codec for the round (GradiVeQ: the spec names the basis in
   // force); an empty spec goes back to the plan's. Metric labels keep the plan's spec.

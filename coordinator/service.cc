@@ -191,10 +191,12 @@ void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor
     }
     streams_[client] = r;
     for (const Receipt& rc : engine_->ReceiptsFor(client)) r->Push(ReceiptEvent(rc));
-    if (auto start = RoundStartEvent(client)) {
-      r->Push(*start);
-    } else if (done_) {
+    // A job that is over says so, even to a client of a round still open (buffered rounds
+    // end with clients still training).
+    if (done_) {
       r->Push(done_event_);
+    } else if (auto start = RoundStartEvent(client)) {
+      r->Push(*start);
     }
   }
   if (resumed) metrics_->AddResume(client, "events");

@@ -75,7 +75,9 @@ absl::StatusOr<std::optional<BufferedOptions>> ParseRoundsMode(const std::string
     } else if (a.key == "concurrency") {
       if (!Count(a, &o.concurrency)) return Bad("concurrency= takes a whole number >= 1");
     } else if (a.key == "max_staleness") {
-      if (!Count(a, &o.max_staleness)) return Bad("max_staleness= takes a whole number >= 1");
+      if (!Count(a, &o.max_staleness) || o.max_staleness > 1000) {
+        return Bad("max_staleness= takes a whole number in [1, 1000]");
+      }
     } else if (a.key == "staleness") {
       if (absl::Status st = ParseStaleness(a, &o.staleness_exp); !st.ok()) return st;
     } else {
@@ -181,13 +183,19 @@ absl::Status BufferedRounds::RunRound(coordinator::RoundHost& host,
       deadline, [&] { return collector_->CompleteCount() >= k; },
       [&] { Refill(host, candidates); });
   if (host.stopped()) return absl::OkStatus();
-  // The commit takes the complete updates (k of them, or at the deadline those there are).
-  const std::set<std::string> settle = collector_->CompleteClients();
+  // The commit takes the first k updates that completed (at the deadline, those there are);
+  // any others complete already wait for the next.
+  const std::set<std::string> settle = collector_->EarliestComplete(k);
   report->hit_deadline = settle.size() < k;
   engine.Settle(settle);
   const uint64_t version = engine.model()->version;
   const auto asked = engine.Participants();
-  const auto updates = collector_->Updates();
+  const auto updates = collector_->UpdatesOf(settle);
+  // No client holds more than --max-client-weight of the commit's weight.
+  std::map<std::string, uint64_t> samples;
+  for (const auto& [client, u] : updates) samples[client] = std::llround(u.weight);
+  const std::map<std::string, double> weights =
+      coordinator::CappedWeights(samples, engine.max_client_weight());
   // Stale updates weigh less: each is scaled by s(tau) before clipping and aggregation, so
   // that the commit moves the model by sum_i n_i s(tau_i) x_i / sum_i n_i (FedBuff).
   std::map<std::string, double> staleness;
@@ -201,7 +209,8 @@ absl::Status BufferedRounds::RunRound(coordinator::RoundHost& host,
     const uint64_t tau = version - a->second.version;
     staleness[client] = static_cast<double>(tau);
     const float s = static_cast<float>(options_.Scale(tau));
-    coordinator::Contribution c{client, u->second.weight, {}, u->second.ranges, u->second.complete};
+    coordinator::Contribution c{
+        client, weights.at(client), {}, u->second.ranges, u->second.complete};
     if (compact) {
       const auto* held = &u->second;
       c.fill = [this, held, s](std::span<float> dense) {

@@ -161,6 +161,43 @@ void BufferedRounds::Refill(coordinator::RoundHost& host,
   }
 }
 
+void BufferedRounds::Gather(RoundEngine& engine, const std::set<std::string>& settle, bool compact,
+                            Commit* c) const {
+  const uint64_t version = engine.model()->version;
+  const auto asked = engine.Participants();
+  c->updates = collector_->UpdatesOf(settle);
+  // No client holds more than --max-client-weight of the commit's weight.
+  std::map<std::string, uint64_t> samples;
+  for (const auto& [client, u] : c->updates) samples[client] = std::llround(u.weight);
+  const std::map<std::string, double> weights =
+      coordinator::CappedWeights(samples, engine.max_client_weight());
+  // Stale updates weigh less: each is scaled by s(tau) before clipping and aggregation, so
+  // that the commit moves the model by sum_i n_i s(tau_i) x_i / sum_i n_i (FedBuff).
+  for (const auto& [client, u] : c->updates) {
+    auto a = asked.find(client);
+    if (a == asked.end()) continue;
+    const uint64_t tau = version - a->second.version;
+    c->staleness[client] = static_cast<double>(tau);
+    const float s = static_cast<float>(options_.Scale(tau));
+    coordinator::Contribution one{client, weights.at(client), {}, u.ranges, u.complete};
+    if (compact) {
+      const auto* held = &u;
+      one.fill = [this, held, s](std::span<float> dense) {
+        if (absl::Status st = collector_->Fill(*held, dense); !st.ok()) return st;
+        for (float& x : dense) x *= s;
+        return absl::OkStatus();
+      };
+      one.norm = u.Norm() * s;
+    } else {
+      std::vector<float>& v = c->scaled[client];
+      v = u.values;
+      for (float& x : v) x *= s;
+      one.values = v;
+    }
+    c->all.push_back(std::move(one));
+  }
+}
+
 absl::Status BufferedRounds::RunRound(coordinator::RoundHost& host,
                                       const std::vector<std::string>& candidates,
                                       Clock::time_point deadline,
@@ -188,57 +225,20 @@ absl::Status BufferedRounds::RunRound(coordinator::RoundHost& host,
   const std::set<std::string> settle = collector_->EarliestComplete(k);
   report->hit_deadline = settle.size() < k;
   engine.Settle(settle);
-  const uint64_t version = engine.model()->version;
-  const auto asked = engine.Participants();
-  const auto updates = collector_->UpdatesOf(settle);
-  // No client holds more than --max-client-weight of the commit's weight.
-  std::map<std::string, uint64_t> samples;
-  for (const auto& [client, u] : updates) samples[client] = std::llround(u.weight);
-  const std::map<std::string, double> weights =
-      coordinator::CappedWeights(samples, engine.max_client_weight());
-  // Stale updates weigh less: each is scaled by s(tau) before clipping and aggregation, so
-  // that the commit moves the model by sum_i n_i s(tau_i) x_i / sum_i n_i (FedBuff).
-  std::map<std::string, double> staleness;
-  std::map<std::string, std::vector<float>> scaled;  // dense updates, scaled
-  std::vector<coordinator::Contribution> all;
-  const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
-  for (const std::string& client : settle) {
-    auto u = updates.find(client);
-    auto a = asked.find(client);
-    if (u == updates.end() || a == asked.end()) continue;
-    const uint64_t tau = version - a->second.version;
-    staleness[client] = static_cast<double>(tau);
-    const float s = static_cast<float>(options_.Scale(tau));
-    coordinator::Contribution c{
-        client, weights.at(client), {}, u->second.ranges, u->second.complete};
-    if (compact) {
-      const auto* held = &u->second;
-      c.fill = [this, held, s](std::span<float> dense) {
-        if (absl::Status st = collector_->Fill(*held, dense); !st.ok()) return st;
-        for (float& x : dense) x *= s;
-        return absl::OkStatus();
-      };
-      c.norm = u->second.Norm() * s;
-    } else {
-      std::vector<float>& v = scaled[client];
-      v = u->second.values;
-      for (float& x : v) x *= s;
-      c.values = v;
-    }
-    all.push_back(std::move(c));
-  }
+  Commit c;
+  Gather(engine, settle, robust.kind == coordinator::AggregatorKind::kMean, &c);
   report->figures["buffered_k"] = static_cast<double>(k);
   report->figures["released"] = static_cast<double>(released_);
   released_ = 0;
   double sum = 0, worst = 0;
-  for (const auto& [client, tau] : staleness) {
+  for (const auto& [client, tau] : c.staleness) {
     sum += tau;
     worst = std::max(worst, tau);
   }
-  report->figures["staleness_mean"] = staleness.empty() ? 0 : sum / staleness.size();
+  report->figures["staleness_mean"] = c.staleness.empty() ? 0 : sum / c.staleness.size();
   report->figures["staleness_max"] = worst;
-  report->per_client["staleness"] = staleness;
-  absl::Status st = AggregateAndCommit(host, all, optimizer, robust, commit, report, nullptr);
+  report->per_client["staleness"] = c.staleness;
+  absl::Status st = AggregateAndCommit(host, c.all, optimizer, robust, commit, report, nullptr);
   report->figures["in_flight"] = static_cast<double>(engine.Participants().size());
   return st;
 }

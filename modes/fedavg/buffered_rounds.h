@@ -15,8 +15,10 @@
 #define FEDLGC_MODES_FEDAVG_BUFFERED_ROUNDS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,18 @@ class BufferedRounds {
                                 const std::vector<std::string>& candidates,
                                 const std::map<std::string, coordinator::RoundEngine::Asked>& asked,
                                 size_t want) const;
+
+  // A commit's updates as contributions (pointing into `updates` and `scaled`, so it is
+  // filled in place and never moved), and each one's staleness.
+  struct Commit {
+    std::map<std::string, coordinator::PerClientCollector::Update> updates;
+    std::map<std::string, std::vector<float>> scaled;  // dense updates, scaled
+    std::vector<coordinator::Contribution> all;
+    std::map<std::string, double> staleness;
+  };
+  // The updates of `settle`: weights capped among them, each scaled by s(tau).
+  void Gather(coordinator::RoundEngine& engine, const std::set<std::string>& settle, bool compact,
+              Commit* c) const;
 
   const BufferedOptions options_;
   std::shared_ptr<coordinator::PerClientCollector> collector_;  // of the rolling round

@@ -191,14 +191,18 @@ void RoundEngine::Release(const std::set<std::string>& clients) {
   if (!round_ || !round_->rolling) return;
   Round& r = *round_;
   for (const std::string& c : clients) {
-    if (r.participants.erase(c) == 0) continue;
-    r.uploaders.erase(c);
-    r.asked.erase(c);
-    r.updates.erase(c);
-    r.settling.erase(c);
-    r.weights.erase(c);
-    r.collector->Forget(c);
+    if (r.participants.count(c)) DropParticipant(&r, c);
   }
+}
+
+void RoundEngine::DropParticipant(Round* r, const std::string& client) {
+  r->participants.erase(client);
+  r->uploaders.erase(client);
+  r->asked.erase(client);
+  r->updates.erase(client);
+  r->settling.erase(client);
+  r->weights.erase(client);
+  r->collector->Forget(client);
 }
 
 void RoundEngine::Settle(const std::set<std::string>& clients) {
@@ -585,15 +589,7 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
   res.seconds = core::SecondsSince(*options_.clock, r.opened);
   state_.next_round = r.number + 1;
   if (r.rolling) {
-    for (const std::string& p : settled) {
-      r.participants.erase(p);
-      r.uploaders.erase(p);
-      r.asked.erase(p);
-      r.updates.erase(p);
-      r.weights.erase(p);
-      r.collector->Forget(p);
-    }
-    r.settling.clear();
+    for (const std::string& p : settled) DropParticipant(&r, p);
     r.number = state_.next_round;
     r.opened = now;
   } else {

@@ -306,6 +306,8 @@ class RoundEngine {
     std::map<std::string, Asked> asked;  // rolling rounds: each participant as asked
     std::set<std::string> settling;      // rolling rounds: what the next commit settles
   };
+  // A rolling round: `client` is no participant any more, and nothing of it is held.
+  static void DropParticipant(Round* r, const std::string& client);
   // The round `client` was asked in: the open round's, or in a rolling round its own.
   uint64_t AskedRoundLocked(const std::string& client) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a chunk of `c.round` from its client belongs to the open round now.

@@ -9,6 +9,10 @@
 #   buffered  --rounds-mode buffered(k=K,concurrency=C) for ROUNDS x (C / K) commits
 #   kc        buffered with k = concurrency = C (every update fresh: synchronous rounds
 #             with no straggler waited for, but a commit waits for its C)
+#   ladder    sync, with --codec-ladder LADDER instead of CODEC for all
+#   bladder   buffered, with --codec-ladder LADDER
+# Every run has a round deadline of TIMEOUT (60) seconds; the ladder picks each client's
+# codec to fit it (LADDER_TIMEOUT, default TIMEOUT, for the two ladder runs).
 # Each client trains EPOCHS (5) local epochs at LR (0.05) per update; evaluation takes the
 # first EVAL_LIMIT (2000) test examples, so that evaluating every commit stays cheap.
 # Each run's accuracy after each commit against the seconds since the job started
@@ -30,23 +34,33 @@ c=${C:-20}
 targets=${TARGETS:-0.7 0.75 0.8}
 codec=${CODEC:-qsgd(bits=8)}
 runs=${RUNS:-sync buffered kc}
+ladder=${LADDER:-fp32;qsgd(bits=8);qsgd(bits=4);topk(ratio=0.01,values=qsgd(bits=8))}
+timeout=${TIMEOUT:-60}
+ladder_timeout=${LADDER_TIMEOUT:-$timeout}
 link='rate=lognormal(median=5mbit,sigma=1),delay=uniform(20ms,200ms),offline=0.2,offline_mean=60s'
+buffered=(--rounds-mode "buffered(k=$k,concurrency=$c,staleness=poly(0.5))"
+          --rounds $((rounds * c / k)))
 for name in $runs; do
+  codecs=(--codec "$codec" --round-timeout "$timeout")
   case $name in
     sync) flags=(--fraction 0.1 --rounds "$rounds") ;;
-    buffered) flags=(--rounds-mode "buffered(k=$k,concurrency=$c,staleness=poly(0.5))"
-                     --rounds $((rounds * c / k))) ;;
+    buffered) flags=("${buffered[@]}") ;;
     kc) flags=(--rounds-mode "buffered(k=$c,concurrency=$c,staleness=poly(0.5))"
                --rounds "$rounds") ;;
+    ladder) flags=(--fraction 0.1 --rounds "$rounds") ;;
+    bladder) flags=("${buffered[@]}") ;;
     *) echo "unknown run $name" >&2; exit 2 ;;
+  esac
+  case $name in
+    ladder | bladder) codecs=(--codec-ladder "$ladder" --round-timeout "$ladder_timeout") ;;
   esac
   rm -rf "$out/$name"
   start=$(date +%s)
   ./build/bin/fedlgc-sim --clients "$clients" --clients-per-process "$per" --model "$model" \
     --data fashion-mnist --train-limit $((clients * 60)) --partition 'dirichlet(0.3)' \
     --local-epochs "${EPOCHS:-5}" --lr "${LR:-0.05}" --eval-limit "${EVAL_LIMIT:-2000}" \
-    --codec "$codec" --seed 1 --min-clients $((clients / 2)) \
-    --round-timeout 60 --link "$link" --quiet --state-dir "$out/$name" \
+    "${codecs[@]}" --seed 1 --min-clients $((clients / 2)) \
+    --link "$link" --quiet --state-dir "$out/$name" \
     --report "$out/$name.json" "${flags[@]}" "$@" | tail -2
   echo "$name: $(( $(date +%s) - start )) s"
 done
@@ -57,11 +71,12 @@ with open(f"{out}/curves.tsv", "w") as tsv:
     tsv.write("run\tcommit\tjob_seconds\taccuracy\tstaleness_mean\n")
     print(f"{'run':9} {'commits':>7} {'updates':>7} "
           + " ".join(f"{'s to ' + format(t, '.0%'):>8}" for t in targets)
-          + f" {'best':>7} {'final':>7} {'job s':>7} {'staleness p50':>13} {'p90':>5}")
+          + f" {'best':>7} {'final':>7} {'job s':>7} {'staleness p50':>13} {'p90':>5}"
+          + "  updates by ladder rung")
     for name in runs:
         rows = [r for r in json.load(open(f"{out}/{name}.json"))["rounds"]]
         evaluated = [r for r in rows if r["accuracy"] >= 0]
-        reach, taus = {}, []
+        reach, taus, rungs = {}, [], {}
         for r in rows:
             f = r  # the report writes figures flat
             t = f.get("job_seconds", 0.0)
@@ -71,6 +86,8 @@ with open(f"{out}/curves.tsv", "w") as tsv:
                 if target not in reach and r["accuracy"] >= target:
                     reach[target] = t
             taus += list(r.get("staleness", {}).values())
+            for rung in r.get("codec_rung", {}).values():
+                rungs[int(rung)] = rungs.get(int(rung), 0) + 1
         taus.sort()
         p = lambda q: taus[min(len(taus) - 1, int(q * len(taus)))] if taus else 0
         updates = sum(r["participants"] for r in rows)
@@ -78,5 +95,6 @@ with open(f"{out}/curves.tsv", "w") as tsv:
               + " ".join(f"{(f'{reach[t]:.0f}' if t in reach else '-'):>8}" for t in targets)
               + " "
               f"{max(r['accuracy'] for r in evaluated):7.4f} {evaluated[-1]['accuracy']:7.4f} "
-              f"{rows[-1].get('job_seconds', 0):7.0f} {p(0.5):13.0f} {p(0.9):5.0f}")
+              f"{rows[-1].get('job_seconds', 0):7.0f} {p(0.5):13.0f} {p(0.9):5.0f}  "
+              + " ".join(f"{i}:{rungs[i]}" for i in sorted(rungs)))
 PY

@@ -188,6 +188,8 @@ void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, b
     u = Update();
     if (!compact_) u.values.assign(round.dim, 0.0f);
     u.weight = c.weight;
+    u.decoder = round.decoder;
+    u.keep = round.keep;
     if (c.share) {
       u.weight_share = c.share->weight;
       u.reference_version = c.share->reference_version;
@@ -252,6 +254,8 @@ absl::Status PerClientCollector::Fill(const Update& update, std::span<float> den
     absl::MutexLock lock(&mu_);
     facts = facts_;
   }
+  facts.decoder = update.decoder;
+  facts.keep = update.keep;
   std::fill(dense.begin(), dense.end(), 0.0f);
   for (const Frame& f : update.frames) {
     ChunkIn c;

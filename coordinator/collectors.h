@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -84,6 +85,10 @@ class PerClientCollector final : public Collector {
     double weight = 0;        // the client's weight in the round
     double weight_share = 0;  // SGP
     uint64_t reference_version = 0;
+    // Compact: the decoder of its client's codec (a codec ladder gives each its own),
+    // and what keeps a decoder the round chose alive.
+    const codecs::Codec* decoder = nullptr;
+    std::shared_ptr<const codecs::Codec> keep;
     // The L2 norm of what arrived (compact: from the chunks' sums in coordinate order).
     double Norm() const;
   };
@@ -93,7 +98,7 @@ class PerClientCollector final : public Collector {
   // The updates, moved out: the collector holds nothing after (the round is frozen).
   std::map<std::string, Update> TakeUpdates();
   // Writes a compact update's values over the whole dimension into `dense` (zeros where
-  // nothing arrived). Valid while the round is open (the round's decoder decodes).
+  // nothing arrived), decoded with its client's codec.
   absl::Status Fill(const Update& update, std::span<float> dense) const;
   // The clients whose update is complete (cheap: no copy of the values).
   std::set<std::string> CompleteClients() const;

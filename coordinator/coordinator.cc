@@ -153,6 +153,12 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   eo.clock = o.clock;
   eo.frame_limits.max_frame_bytes = o.max_message_bytes;
   eo.keep_versions = driver_->KeepVersions();
+  if (!o.codec_ladder.empty()) {
+    auto ladder = CodecLadder::Create(o.codec_ladder, eval_model_->dim(), &eo.layout, &links_);
+    if (!ladder.ok()) return ladder.status();
+    ladder_ = *ladder;
+    eo.codec_chooser = ladder_;
+  }
   engine_ = std::make_unique<RoundEngine>(eo, std::move(state));
   return absl::OkStatus();
 }
@@ -175,6 +181,7 @@ void Coordinator::MakeService(const JobFiles& files) {
   so.max_message_bytes = o.max_message_bytes;
   so.streams = o.streams;
   so.clock = o.clock;
+  so.links = &links_;
   service_ =
       std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
   service_->SetChunkCallback([this] { WakeUp(); });
@@ -659,6 +666,7 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
     rep.per_client["client_uplink_bytes"][client] = static_cast<double>(bytes.first);
     rep.per_client["client_downlink_bytes"][client] = static_cast<double>(bytes.second);
   }
+  ReportLinks(commit, &rep);
   if (source_ != nullptr) rep.labels["tier"] = "aggregator";
   // The next round's downloads: the delta to this version, saved before the checkpoint
   // that names it. An aggregator's clients never download what it commits: its next
@@ -695,6 +703,23 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   return absl::OkStatus();
 }
 
+void Coordinator::ReportLinks(const CommitResult& commit, RoundReport* rep) const {
+  for (const auto& [client, codec] : commit.codecs) {
+    const LinkEstimate link = links_.Estimate(client);
+    if (link.up_bps > 0) rep->per_client["uplink_bps"][client] = link.up_bps;
+    if (link.down_bps > 0) rep->per_client["downlink_bps"][client] = link.down_bps;
+    auto rc = commit.receipts.find(client);
+    if (ladder_ == nullptr || rc == commit.receipts.end() || rc->second.counted.empty()) continue;
+    rep->per_client["codec_rung"][client] = static_cast<double>(ladder_->RungOf(codec));
+  }
+  if (ladder_ != nullptr) {
+    std::string specs;
+    for (const LadderRung& r : ladder_->rungs())
+      StrAppend(&specs, specs.empty() ? "" : ";", r.spec);
+    rep->labels["codec_ladder"] = specs;
+  }
+}
+
 void Coordinator::PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep) {
   metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
   metrics_->CountRound(rep.hit_deadline);
@@ -703,9 +728,18 @@ void Coordinator::PublishRoundMetrics(const CommitResult& commit, const RoundRep
   metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
   metrics_->SetRoundBytes("downlink", "raw", static_cast<double>(rep.raw_downlink_bytes));
   metrics_->AddClipped(static_cast<int>(rep.Figure("clipped")), rep.Figure("clip_bound"));
+  for (const auto& [client, rc] : commit.receipts) {
+    auto codec = commit.codecs.find(client);
+    if (!rc.counted.empty() && codec != commit.codecs.end()) metrics_->AddUpdate(codec->second);
+  }
+  if (auto s = rep.per_client.find("staleness"); s != rep.per_client.end()) {
+    for (const auto& [client, tau] : s->second) metrics_->ObserveStaleness(tau);
+  }
   if (rep.uplink_bytes > 0) {
-    metrics_->SetCompressionRatio(options_.plan.CodecFor(commit.round),
-                                  static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
+    // Under a codec ladder the round's updates came in several codecs: one ratio for all.
+    metrics_->SetCompressionRatio(
+        ladder_ != nullptr ? "ladder" : options_.plan.CodecFor(commit.round),
+        static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
   }
 }
 

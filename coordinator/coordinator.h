@@ -20,6 +20,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/codec_ladder.h"
+#include "coordinator/link_book.h"
 #include "coordinator/model_guard.h"
 #include "coordinator/options.h"
 #include "coordinator/progress.h"
@@ -114,6 +116,10 @@ class Coordinator final : private RoundHost {
   // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
   absl::Status FinishRound(const CommitResult& commit, RoundReport rep);
   void PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep);
+  // The round's per-client link figures: each settled participant's measured rates
+  // (uplink_bps, downlink_bps) and, under a codec ladder, the rung each counted update
+  // came in (codec_rung; the label codec_ladder lists the rungs).
+  void ReportLinks(const CommitResult& commit, RoundReport* rep) const;
   // Whether `round`'s model is evaluated (--eval-every, and always the last round).
   bool EvaluationDue(uint64_t round) const;
   // Evaluates `model` into rep (accuracy, loss, "eval_seconds") with the recorder's model.
@@ -163,6 +169,10 @@ class Coordinator final : private RoundHost {
   std::unique_ptr<RoundDriver> driver_;
   // An aggregator's parent; null at the root. Atomic: Stop reads it from any thread.
   std::atomic<RoundSource*> source_{nullptr};
+  // What transfers measured of each client's link, and the codec ladder that reads it
+  // (null without --codec-ladder).
+  LinkBook links_;
+  std::shared_ptr<const CodecLadder> ladder_;
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<Downlinks> downlinks_;  // null: models go down as float32
   std::unique_ptr<Progress> progress_;    // <state_dir>/progress.json

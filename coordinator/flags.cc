@@ -61,9 +61,25 @@ void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--clip-multiplier", o->clip_multiplier,
                 "clip each update's L2 norm at this many times the lower median of the "
                 "round's norms (0: no clipping)");
-  g->add_option("--codec", o->plan.codec,
-                "codec spec for updates, e.g. 'topk(ratio=0.01,values=qsgd(bits=8))' "
-                "(docs/codecs.md)");
+  CLI::Option* codec = g->add_option("--codec", o->plan.codec,
+                                     "codec spec for updates, e.g. "
+                                     "'topk(ratio=0.01,values=qsgd(bits=8))' (docs/codecs.md)");
+  g->add_option_function<std::string>(
+       "--codec-ladder",
+       [o, codec](const std::string& text) {
+         o->codec_ladder = SplitSpecs(text);
+         if (o->codec_ladder.empty()) return;
+         if (codec->count() > 0 && o->plan.codec != o->codec_ladder.front()) {
+           throw CLI::ValidationError("--codec-ladder",
+                                      "its first rung is the job codec; leave --codec out");
+         }
+         o->plan.codec = o->codec_ladder.front();
+       },
+       "';'-separated codecs, densest first, e.g. "
+       "'fp32;qsgd(bits=8);qsgd(bits=4);topk(ratio=0.01,values=qsgd(bits=8))': each client "
+       "is asked with the densest its measured link sends before the round's deadline "
+       "(FedAvg; docs/codecs.md)")
+      ->default_str(JoinSpecs(o->codec_ladder));
   g->add_option_function<std::string>(
        "--codec-warmup", [o](const std::string& text) { o->plan.warmup_codecs = SplitSpecs(text); },
        "';'-separated codec specs for rounds 1, 2, ... before --codec takes over")

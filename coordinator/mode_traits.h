@@ -59,6 +59,9 @@ struct ModeTraits {
   // an aggregator of a tree (--parent, tier/) and fedlgc-load's emulated clients are such
   // clients.
   bool plain_clients = false;
+  // Whether its rounds take a codec per participant (--codec-ladder): every update is
+  // decoded on its own, with the codec its client was asked for.
+  bool codec_ladder = false;
   // Whether the clients build their codecs with the model's layout (LGC's do not).
   bool codecs_take_layout = true;
   // The job codec that makes a job of this mode whatever --mode says (lgc(...)): true for

@@ -11,6 +11,7 @@
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
 #include "codecs/terngrad.h"
+#include "coordinator/codec_ladder.h"
 #include "core/model.h"
 
 namespace fedlgc::coordinator {
@@ -19,10 +20,24 @@ namespace {
 // The job's codecs: the mode's rules first (ModeTraits::check_codecs), then what holds in
 // every mode. `layout`: the model's, which the clients of a mode that takes it give their
 // codecs.
-absl::Status ValidateCodecs(const RoundPlan& plan, const ModeTraits& traits,
-                            const codecs::ModelLayout& layout) {
+absl::Status ValidateCodecs(const RoundPlan& plan, const std::vector<std::string>& ladder,
+                            const ModeTraits& traits, const codecs::ModelLayout& layout) {
   if (traits.check_codecs != nullptr) {
     if (absl::Status st = traits.check_codecs(plan, layout); !st.ok()) return st;
+  }
+  if (!ladder.empty()) {
+    if (!traits.codec_ladder) {
+      return absl::InvalidArgumentError(
+          StrCat("--codec-ladder: --mode ", ModeName(traits.mode),
+                 " sends every participant the same codec; the ladder runs with --mode fedavg"));
+    }
+    if (!plan.warmup_codecs.empty()) {
+      return absl::InvalidArgumentError("--codec-ladder takes no --codec-warmup");
+    }
+    if (plan.codec != ladder.front()) {
+      return absl::InvalidArgumentError(StrCat("--codec-ladder: its first rung, ", ladder.front(),
+                                               ", is the job codec; --codec is ", plan.codec));
+    }
   }
   // TernGrad's shared scale is agreed before anyone encodes: the job codec itself.
   if (codecs::NestsSharedScaleTernGrad(plan.codec)) {
@@ -91,7 +106,13 @@ absl::Status CoordinatorOptions::Validate(const ModeTraits& traits) const {
   }
   auto layout = core::ModelLayoutOf(model_options());
   if (!layout.ok()) return layout.status();
-  if (absl::Status st = ValidateCodecs(plan, traits, *layout); !st.ok()) return st;
+  if (absl::Status st = ValidateCodecs(plan, codec_ladder, traits, *layout); !st.ok()) return st;
+  if (!codec_ladder.empty()) {
+    // What the coordinator builds at the start, with a book of links it will fill.
+    LinkBook links;
+    auto ladder = CodecLadder::Create(codec_ladder, layout->dim(), &*layout, &links);
+    if (!ladder.ok()) return ladder.status();
+  }
   if (!insecure && (tls_ca.empty() || tls_cert.empty() || tls_key.empty())) {
     return absl::InvalidArgumentError(
         "mTLS needs --tls-ca, --tls-cert and --tls-key (or --insecure)");

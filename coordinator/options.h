@@ -43,6 +43,10 @@ struct CoordinatorOptions {
   double clip_multiplier = 2;
   GuardOptions guard;
   RoundPlan plan;
+  // --codec-ladder (codec_ladder.h): codecs densest first, each participant asked with the
+  // densest its measured link carries by its deadline; empty: every client sends
+  // plan.codec. With a ladder, plan.codec is its first rung.
+  std::vector<std::string> codec_ladder;
   // The global model's downloads (downlink.h): fp32, or deltas through a codec.
   DownlinkOptions downlink;
   // --mode, a name of core/protocol.h; the job's mode is resolved from it and the codec

@@ -148,7 +148,7 @@ void DownloadReactor::Next() {
   if (offset_ >= total) {
     svc_->ReportDownload(client_, 0, true);
     if (measure_) {
-      svc_->RecordDownload(client_, total, core::SecondsSince(svc_->clock(), start_));
+      svc_->links().RecordDownload(client_, total, core::SecondsSince(svc_->clock(), start_));
     }
     Finish(grpc::Status::OK);
     return;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -102,7 +103,11 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   UploadReactor(CoordinatorService* svc, std::string client, grpc::ByteBuffer* response,
                 std::shared_ptr<StreamTicket> ticket)
-      : svc_(svc), client_(std::move(client)), response_(response), ticket_(std::move(ticket)) {
+      : svc_(svc),
+        client_(std::move(client)),
+        response_(response),
+        ticket_(std::move(ticket)),
+        opened_(svc_->clock().Now()) {
     this->StartRead(&in_);
   }
 
@@ -141,6 +146,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     this->StartRead(&in_);
   }
   void OnDone() override {
+    Measure();
     ticket_->Done();
     delete this;
   }
@@ -176,6 +182,41 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       svc_->traffic().uplink_raw += r.coordinates * 4;
       svc_->ReportUpload(client_, wire, r.held.size() == in.chunk_count);
       svc_->NotifyChunk();
+      Time(wire, r.held.size() == 1);
+    }
+  }
+
+  // The codec ladder's inputs (link_book.h): how long the client was busy before an
+  // upload that begins its update, and the uplink's rate between chunk arrivals (the
+  // link's delay falls out), noted as it goes.
+  void Time(uint64_t wire, bool begins_update) {
+    const Clock::time_point now = svc_->clock().Now();
+    if (chunks_++ == 0) {
+      first_chunk_ = now;
+      first_wire_ = wire;
+      if (begins_update) {
+        if (auto asked = svc_->engine()->AskedAt(client_)) {
+          svc_->links().RecordBusy(client_,
+                                   std::chrono::duration<double>(opened_ - *asked).count());
+        }
+      }
+      return;
+    }
+    wire_after_first_ += wire;
+    last_chunk_ = now;
+    svc_->links().NoteUploadSoFar(client_, wire_after_first_, SecondsAfterFirst());
+  }
+  double SecondsAfterFirst() const {
+    return std::chrono::duration<double>(last_chunk_ - first_chunk_).count();
+  }
+  // The call is over (whole, cut or refused): what it carried measures the uplink; a call
+  // of one chunk is timed from its start.
+  void Measure() {
+    if (chunks_ == 1) {
+      const double s = std::chrono::duration<double>(first_chunk_ - opened_).count();
+      svc_->links().RecordUpload(client_, first_wire_, s);
+    } else if (chunks_ > 1) {
+      svc_->links().RecordUpload(client_, wire_after_first_, SecondsAfterFirst());
     }
   }
 
@@ -185,6 +226,11 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   const std::shared_ptr<StreamTicket> ticket_;
   grpc::ByteBuffer in_;
   protos::UploadReceipt receipt_;
+  // What this call carried (Time): chunks accepted, the first one's bytes and arrival,
+  // the bytes after it and the last one's arrival.
+  const Clock::time_point opened_;
+  uint64_t chunks_ = 0, first_wire_ = 0, wire_after_first_ = 0;
+  Clock::time_point first_chunk_, last_chunk_;
 };
 
 }  // namespace fedlgc::coordinator

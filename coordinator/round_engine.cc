@@ -70,6 +70,9 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state)
   // The coordinator validates the job options before building the engine.
   std::vector<std::string> specs = options_.plan.warmup_codecs;
   specs.push_back(options_.plan.codec);
+  if (options_.codec_chooser != nullptr) {
+    for (std::string& spec : options_.codec_chooser->Specs()) specs.push_back(std::move(spec));
+  }
   for (const std::string& spec : specs) {
     if (decoders_.count(spec)) continue;
     if (auto codec = codecs::MakeCodec(spec, &options_.layout); codec.ok())
@@ -106,19 +109,40 @@ void RoundEngine::PublishModelLocked() {
 }
 
 const codecs::Codec* RoundEngine::DecoderFor(uint64_t round) const {
-  auto it = decoders_.find(options_.plan.CodecFor(round));
+  return DecoderOf(options_.plan.CodecFor(round));
+}
+
+const codecs::Codec* RoundEngine::DecoderOf(const std::string& spec) const {
+  auto it = decoders_.find(spec);
   return it == decoders_.end() ? nullptr : it->second.get();
 }
 
-RoundFacts RoundEngine::FactsLocked() const {
+RoundFacts RoundEngine::FactsLocked(const std::string& client) const {
   RoundFacts f;
   f.dim = dim_;
   f.model_version = state_.model_version;
   f.registered_clients = state_.clients.size();
   f.decoder = round_ ? round_->decoder : nullptr;
-  if (round_) f.keep = round_->decoder_ref;
+  if (round_) {
+    f.keep = round_->decoder_ref;
+    // A codec ladder asked this client for a codec of its own.
+    auto a = round_->asked.find(client);
+    if (a != round_->asked.end() && a->second.codec != round_->codec) {
+      f.decoder = DecoderOf(a->second.codec);
+    }
+  }
   f.frame_limits = options_.frame_limits;
   return f;
+}
+
+RoundEngine::Asked RoundEngine::AskLocked(const Round& r, const std::string& client,
+                                          Clock::time_point now, Clock::time_point deadline) const {
+  Asked a{r.number, state_.model_version, now, deadline};
+  a.codec = r.codec;
+  if (options_.codec_chooser != nullptr && codec_override_.empty()) {
+    a.codec = options_.codec_chooser->Choose(client, deadline - now);
+  }
+  return a;
 }
 
 void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
@@ -147,9 +171,6 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
   r->weights = CappedWeights(samples, rolling ? 1.0 : options_.max_client_weight);
   r->opened = options_.clock->Now();
   r->deadline = deadline;
-  for (const std::string& p : r->participants) {
-    r->asked[p] = Asked{r->number, state_.model_version, r->opened, deadline};
-  }
   r->training = training_override_.value_or(options_.plan.training());
   if (codec_override_.empty()) {
     r->codec = options_.plan.CodecFor(r->number);
@@ -159,6 +180,7 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
     r->decoder = decoder_override_.get();
     r->decoder_ref = decoder_override_;
   }
+  for (const std::string& p : r->participants) r->asked[p] = AskLocked(*r, p, r->opened, deadline);
   round_ = std::move(r);
   return absl::OkStatus();
 }
@@ -176,7 +198,7 @@ absl::StatusOr<std::vector<std::string>> RoundEngine::AddParticipants(
     if (r.participants.count(c) || state_.quarantined.count(c)) continue;
     r.participants.insert(c);
     r.uploaders.insert(c);
-    r.asked[c] = Asked{r.number, state_.model_version, now, deadline};
+    r.asked[c] = AskLocked(r, c, now, deadline);
     added.push_back(c);
   }
   for (const std::string& c : added) {
@@ -223,6 +245,14 @@ std::map<std::string, RoundEngine::Asked> RoundEngine::Participants() const {
     a.complete = it != round_->updates.end() && it->second.held_count == it->second.chunk_count;
   }
   return out;
+}
+
+std::optional<Clock::time_point> RoundEngine::AskedAt(const std::string& client) const {
+  absl::MutexLock lock(&mu_);
+  if (!round_) return std::nullopt;
+  auto it = round_->asked.find(client);
+  if (it == round_->asked.end()) return std::nullopt;
+  return it->second.at;
 }
 
 uint64_t RoundEngine::AskedRoundLocked(const std::string& client) const {
@@ -312,6 +342,9 @@ std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id)
   info.seed = ClientSeed(client_id, info.round);
   info.next_seed = ClientSeed(client_id, info.round + 1);
   info.codec = round_->codec;
+  if (auto it = round_->asked.find(client_id); it != round_->asked.end()) {
+    info.codec = it->second.codec;
+  }
   info.training = round_->training;
   return info;
 }
@@ -388,7 +421,8 @@ std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
   }
   std::optional<HeldUpdate> held;
   if (u != nullptr) held = HeldUpdate{u->update_id, u->chunk_count, u->held_count};
-  if (auto no = r.collector->Admit(c, held ? &*held : nullptr, FactsLocked())) return Refused(*no);
+  if (auto no = r.collector->Admit(c, held ? &*held : nullptr, FactsLocked(c.client_id)))
+    return Refused(*no);
   if (u == nullptr) return std::nullopt;
   const bool same = u->update_id == c.update_id;
   if (!same && !r.collector->replaces_updates()) {
@@ -423,7 +457,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& chunk) {
     absl::MutexLock lock(&mu_);
     if (auto early = AdmitLocked(c)) return *std::move(early);
     collector = round_->collector;
-    facts = FactsLocked();
+    facts = FactsLocked(c.client_id);
     c.weight = round_->weights.at(c.client_id);
   }
   // Decode, without it: parsing and decoding run concurrently.
@@ -459,7 +493,7 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
     // Another chunk of this update may have been collected since this one was admitted:
     // what the collector checks against the update (an SGP share's weight) is checked again.
     const HeldUpdate held{u.update_id, u.chunk_count, u.held_count};
-    if (auto no = r.collector->Admit(c, &held, FactsLocked())) return Refused(*no);
+    if (auto no = r.collector->Admit(c, &held, FactsLocked(c.client_id))) return Refused(*no);
   }
   if (inserted || renewed) {
     u = Update();
@@ -488,9 +522,14 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
   // A replacing update's bytes travelled again, but the model it stands for counts once.
   res.coordinates = renewed ? 0 : decoded.coordinates;
   r.collector->Collect(c, std::move(decoded), inserted || renewed, u.held_count == u.chunk_count,
-                       FactsLocked());
+                       FactsLocked(c.client_id));
   res.held = HeldList(u);
+  // The metric label: the plan's spec (not a round's seeded one), or the client's own
+  // under a codec ladder.
   res.codec = options_.plan.CodecFor(c.round);
+  if (options_.codec_chooser != nullptr) {
+    if (auto a = r.asked.find(c.client_id); a != r.asked.end()) res.codec = a->second.codec;
+  }
   return res;
 }
 
@@ -584,6 +623,8 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
       ++res.stragglers;
     }
     res.receipts[p] = rc;
+    auto a = r.asked.find(p);
+    res.codecs[p] = a != r.asked.end() ? a->second.codec : r.codec;
   }
   const auto now = options_.clock->Now();
   res.seconds = core::SecondsSince(*options_.clock, r.opened);

@@ -59,6 +59,19 @@ struct RoundPlan {
   }
 };
 
+// Picks each participant's codec when it is asked, among the codecs of Specs() (the
+// codec ladder, codec_ladder.h). Thread-safe; the engine calls it with its lock held, so
+// it must not call back into the engine.
+class CodecChooser {
+ public:
+  virtual ~CodecChooser() = default;
+  // The spec `client` sends its update with when it has `window` from being asked to its
+  // deadline: one of Specs().
+  virtual std::string Choose(const std::string& client, Clock::duration window) const = 0;
+  // Every spec Choose may answer.
+  virtual std::vector<std::string> Specs() const = 0;
+};
+
 struct EngineOptions {
   RoundPlan plan;
   // The largest share of a round's total weight one client may hold (1: no cap). A
@@ -78,6 +91,11 @@ struct EngineOptions {
   // supersede before their download is done. Versions no participant still training was
   // asked from go at once.
   size_t keep_versions = 0;
+  // When set, each participant is asked with the codec this picks for it (not the plan's)
+  // and its chunks decode with that codec: a round takes mixed codecs. Only with plans
+  // whose codec is the same in every round (no warm-up, no round protocol), and with no
+  // UseCodec in force.
+  std::shared_ptr<const CodecChooser> codec_chooser;
 };
 
 // Server SGD with momentum, applied to a round's mean update (lr 1, momentum 0: FedAvg).
@@ -129,6 +147,9 @@ struct CommitResult {
   int stragglers = 0;    // planned participants whose update was not complete
   double seconds = 0;
   std::map<std::string, Receipt> receipts;
+  // The codec each settled participant was asked to send with (under a codec ladder its
+  // own, else the round's).
+  std::map<std::string, std::string> codecs;
 };
 
 // Everything that survives a restart (see checkpoint.h).
@@ -209,10 +230,14 @@ class RoundEngine {
     uint64_t version = 0;  // the model version it trains from
     Clock::time_point at, deadline;
     bool complete = false;  // every chunk of its update is held
+    std::string codec;      // the codec it was asked to send with
   };
   // The open round's participants as asked (for a round that is not rolling, all asked
   // in it, at its opening); empty when no round is open.
   std::map<std::string, Asked> Participants() const;
+  // When `client` was asked to take part in the open round; nullopt when it is not a
+  // participant.
+  std::optional<Clock::time_point> AskedAt(const std::string& client) const;
   // The participants whose updates the round waits for (default: all of them). Others'
   // chunks are refused. LSGD: only the leaders upload.
   void SetUploaders(const std::set<std::string>& uploaders);
@@ -316,7 +341,12 @@ class RoundEngine {
   uint64_t ClientSeed(const std::string& client, uint64_t round) const;
 
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  RoundFacts FactsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the collector may know of the open round, with the decoder of `client`'s codec.
+  RoundFacts FactsLocked(const std::string& client) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A participant as asked now: the version, the deadline and its codec (the chooser's,
+  // or the round's).
+  Asked AskLocked(const Round& r, const std::string& client, Clock::time_point now,
+                  Clock::time_point deadline) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A refusal for a chunk of a round that is not open, a non-participant, a chunk through
   // the wrong call, or fields out of range; the answer to a query; nullopt for a chunk
   // to decode.
@@ -340,9 +370,10 @@ class RoundEngine {
   // A range of `u` that [begin, end) overlaps; nullopt when none does.
   static std::optional<std::pair<uint64_t, uint64_t>> Overlap(const Update& u, uint64_t begin,
                                                               uint64_t end);
-  // One decoder per distinct codec of the plan (warm-up codecs, then the job codec);
-  // Decode is const, so chunks decode outside the lock.
+  // One decoder per distinct codec of the plan (warm-up codecs, then the job codec) and
+  // of the codec chooser; Decode is const, so chunks decode outside the lock.
   const codecs::Codec* DecoderFor(uint64_t round) const;
+  const codecs::Codec* DecoderOf(const std::string& spec) const;
 
   const EngineOptions options_;
   const uint64_t dim_;

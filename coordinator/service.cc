@@ -38,7 +38,8 @@ CoordinatorService::CoordinatorService(RoundEngine* engine, RoundDriver* driver,
       calls_(
           options_.streams, options_.clock, options_.watchdog,
           [metrics](size_t open) { metrics->SetOpenCalls(open); },
-          [metrics](int cancelled) { metrics->AddIdleCancelled(cancelled); }) {}
+          [metrics](int cancelled) { metrics->AddIdleCancelled(cancelled); }),
+      links_(options_.links != nullptr ? options_.links : &own_links_) {}
 
 CoordinatorService::~CoordinatorService() = default;
 
@@ -306,17 +307,7 @@ void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
 }
 
 double CoordinatorService::LinkBytesPerSecond(const std::string& client) const {
-  absl::MutexLock lock(&mu_);
-  auto it = link_bps_.find(client);
-  return it == link_bps_.end() ? 0.0 : it->second;
-}
-
-void CoordinatorService::RecordDownload(const std::string& client, uint64_t bytes, double seconds) {
-  if (!(seconds > 0)) return;
-  const double bps = static_cast<double>(bytes) / seconds;
-  absl::MutexLock lock(&mu_);
-  auto [it, fresh] = link_bps_.try_emplace(client, bps);
-  if (!fresh) it->second = 0.5 * it->second + 0.5 * bps;
+  return links_->Estimate(client).down_bps;
 }
 
 absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(

@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/link_book.h"
 #include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
@@ -57,6 +58,9 @@ struct ServiceOptions {
   StreamLimits streams;
   bool watchdog = true;  // cancel idle calls from a thread of the service's own
   Clock* clock = Clock::Real();  // last calls, deadlines, idle calls (not owned)
+  // Where the links measured by downloads and uploads go (not owned; null: a book of the
+  // service's own).
+  LinkBook* links = nullptr;
 };
 
 // The RoundStart event of the round `engine` has open for `client` (nullopt: none for
@@ -131,10 +135,11 @@ class CoordinatorService final : public RawCoordinatorService {
   void ReportUpload(const std::string& client, uint64_t bytes, bool complete) {
     if (progress_ != nullptr) progress_->Uploaded(client, bytes, complete);
   }
-  // Measured downlink throughput of a client (bytes/s of its last full model download,
+  // Measured downlink throughput of a client (bytes/s of its full model downloads,
   // smoothed); 0 when unknown.
   double LinkBytesPerSecond(const std::string& client) const;
-  void RecordDownload(const std::string& client, uint64_t bytes, double seconds);
+  // What downloads and uploads measure of the clients' links.
+  LinkBook& links() { return *links_; }
 
   // Called by reactors.
   absl::StatusOr<std::string> Identity(grpc::CallbackServerContext* ctx,
@@ -184,10 +189,11 @@ class CoordinatorService final : public RawCoordinatorService {
   std::atomic<uint32_t> total_rounds_;
   const ServiceOptions options_;
   StreamRegistry calls_;  // open uploads, shares and downloads
+  LinkBook own_links_;
+  LinkBook* const links_;
   RoundTraffic traffic_;
   std::function<void()> on_chunk_;
   mutable absl::Mutex mu_;
-  std::map<std::string, double> link_bps_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Clock::time_point> last_call_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -116,8 +116,23 @@ Metrics::Metrics()
       idle_cancelled_(CounterFamilyOf(*registry_, "fedlgc_idle_calls_cancelled_total",
                                       "Uploads, shares and downloads cancelled after the idle "
                                       "timeout without a message read or written")) {
+  RegisterPopulation();
+}
+
+void Metrics::RegisterPopulation() {
   open_calls_.Add({}).Set(0);
   idle_cancelled_.Add({});
+  updates_ = &CounterFamilyOf(*registry_, "fedlgc_updates_total",
+                              "Updates counted in commits, by the codec they came in");
+  staleness_ = &HistogramFamilyOf(*registry_, "fedlgc_update_staleness",
+                                  "Buffered rounds: model versions a committed update was behind");
+}
+
+void Metrics::AddUpdate(const std::string& codec) { updates_->Add({{"codec", codec}}).Increment(); }
+
+void Metrics::ObserveStaleness(double versions) {
+  staleness_->Add({}, Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32})
+      .Observe(versions);
 }
 
 absl::Status Metrics::Serve(const std::string& address) {

@@ -73,6 +73,10 @@ class Metrics {
   void SetRoundDeadline(double seconds);
   // Bytes of the last committed round by direction (uplink, downlink) and kind (wire, raw).
   void SetRoundBytes(const std::string& direction, const std::string& kind, double bytes);
+  // An update counted in a commit, by the codec it came in (a codec ladder mixes them).
+  void AddUpdate(const std::string& codec);
+  // Buffered rounds: the versions a committed update was behind.
+  void ObserveStaleness(double versions);
   // Last round in which a chunk of `client` counted. At join, the round before the
   // current one, unless this process has seen the client already.
   void SetClientLastRound(const std::string& client, uint64_t round);
@@ -151,6 +155,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& model_downloads_;
   prometheus::Family<prometheus::Gauge>& open_calls_;
   prometheus::Family<prometheus::Counter>& idle_cancelled_;
+  // Registered by RegisterPopulation, with the series that start at 0.
+  void RegisterPopulation();
+  prometheus::Family<prometheus::Counter>* updates_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* staleness_ = nullptr;
   absl::Mutex ratio_mu_;
   prometheus::Gauge* ratio_gauge_ ABSL_GUARDED_BY(ratio_mu_) = nullptr;
   std::string ratio_codec_ ABSL_GUARDED_BY(ratio_mu_);

@@ -95,7 +95,12 @@ bool LinkSpec::trivial() const {
 }
 
 FaultProxy::FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed)
-    : host_(std::move(host)), target_port_(target_port), spec_(spec), seed_(seed) {}
+    : host_(std::move(host)),
+      target_port_(target_port),
+      spec_(spec),
+      seed_(seed),
+      up_rate_(spec.rate_bytes_per_s),
+      down_rate_(spec.rate_bytes_per_s) {}
 
 absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& target_host,
                                                               int target_port, LinkSpec spec,
@@ -211,27 +216,27 @@ void FaultProxy::Serve(int cfd) {
     std::lock_guard<std::mutex> lock(mu_);
     live_.push_back(&c);
   }
-  std::thread down([&] { Pump(&c, tfd, cfd, seed_ ^ (c.number * 2 + 1)); });
-  Pump(&c, cfd, tfd, seed_ ^ (c.number * 2));
+  std::thread down([&] { Pump(&c, tfd, cfd, seed_ ^ (c.number * 2 + 1), &down_rate_); });
+  Pump(&c, cfd, tfd, seed_ ^ (c.number * 2), &up_rate_);
   down.join();
   std::lock_guard<std::mutex> lock(mu_);
   live_.erase(std::find(live_.begin(), live_.end(), &c));
 }
 
-void FaultProxy::Pump(Connection* c, int src, int dst, uint64_t stream_seed) {
+void FaultProxy::Pump(Connection* c, int src, int dst, uint64_t stream_seed,
+                      const std::atomic<double>* rate_cap) {
   Pipe pipe;
   std::mt19937_64 rng(stream_seed);
   std::normal_distribution<double> jitter(0.0, spec_.jitter_s);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::thread writer([&] { Release(c, dst, &pipe); });
+  std::thread writer([&] { Release(c, dst, &pipe, rate_cap); });
   char buf[16384];
   for (;;) {
     // With a rate cap, read at most what the link carries in ~10 ms so cuts and delays
     // apply at a fine grain.
     size_t want = sizeof(buf);
-    if (spec_.rate_bytes_per_s > 0) {
-      want =
-          std::clamp<size_t>(static_cast<size_t>(spec_.rate_bytes_per_s / 100), 512, sizeof(buf));
+    if (const double rate = rate_cap->load(); rate > 0) {
+      want = std::clamp<size_t>(static_cast<size_t>(rate / 100), 512, sizeof(buf));
     }
     const ssize_t n = ::recv(src, buf, want, 0);
     if (n <= 0) break;
@@ -268,7 +273,7 @@ void FaultProxy::Pump(Connection* c, int src, int dst, uint64_t stream_seed) {
   c->Cut();  // one side ended: end the connection
 }
 
-void FaultProxy::Release(Connection* c, int dst, Pipe* pipe) {
+void FaultProxy::Release(Connection* c, int dst, Pipe* pipe, const std::atomic<double>* rate_cap) {
   Clock::time_point next_free = Clock::now();
   for (;;) {
     Chunk chunk;
@@ -280,10 +285,9 @@ void FaultProxy::Release(Connection* c, int dst, Pipe* pipe) {
       pipe->queue.pop_front();
     }
     std::this_thread::sleep_until(std::max(chunk.release, next_free));
-    if (spec_.rate_bytes_per_s > 0) {
+    if (const double rate = rate_cap->load(); rate > 0) {
       next_free = std::max(Clock::now(), next_free) +
-                  std::chrono::nanoseconds(
-                      static_cast<int64_t>(chunk.data.size() * 1e9 / spec_.rate_bytes_per_s));
+                  std::chrono::nanoseconds(static_cast<int64_t>(chunk.data.size() * 1e9 / rate));
     }
     size_t off = 0;
     while (off < chunk.data.size()) {

@@ -61,6 +61,12 @@ class FaultProxy {
   // Connections cut, and connections refused, because the link was down.
   uint64_t offline_cuts() const { return offline_cuts_; }
   uint64_t offline_refused() const { return offline_refused_; }
+  // The link's rate caps from now on (bytes per second; 0: none), from the client up and
+  // to it: a link that drops or recovers mid-run.
+  void SetRates(double up_bytes_per_s, double down_bytes_per_s) {
+    up_rate_.store(up_bytes_per_s);
+    down_rate_.store(down_bytes_per_s);
+  }
 
  private:
   FaultProxy(std::string host, int target_port, LinkSpec spec, uint64_t seed);
@@ -69,9 +75,10 @@ class FaultProxy {
   void AcceptLoop();
   void Serve(int client_fd);
   // Reads one direction of a connection into a pipe, delaying and cutting as the spec
-  // says; Release writes the pipe out at the release times and the rate cap.
-  void Pump(Connection* c, int src, int dst, uint64_t stream_seed);
-  void Release(Connection* c, int dst, Pipe* pipe);
+  // says; Release writes the pipe out at the release times and that direction's rate cap.
+  void Pump(Connection* c, int src, int dst, uint64_t stream_seed,
+            const std::atomic<double>* rate_cap);
+  void Release(Connection* c, int dst, Pipe* pipe, const std::atomic<double>* rate_cap);
 
   const std::string host_;
   const int target_port_;
@@ -83,6 +90,7 @@ class FaultProxy {
   std::atomic<bool> cut_after_used_{false};
   std::atomic<uint64_t> cuts_{0}, connections_{0}, bytes_to_clients_{0};
   std::atomic<uint64_t> offline_cuts_{0}, offline_refused_{0};
+  std::atomic<double> up_rate_, down_rate_;  // start as spec_'s (SetRates)
   std::vector<Connection*> live_;  // guarded by mu_: connections being served
   std::thread acceptor_;
   std::mutex mu_;

@@ -471,8 +471,12 @@ FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_
 }
 
 json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
-  std::string warmup;
-  for (const std::string& w : co.plan.warmup_codecs) warmup += (warmup.empty() ? "" : ";") + w;
+  const auto join = [](const std::vector<std::string>& specs) {
+    std::string out;
+    for (const std::string& s : specs) out += (out.empty() ? "" : ";") + s;
+    return out;
+  };
+  const std::string warmup = join(co.plan.warmup_codecs), ladder = join(co.codec_ladder);
   return json{{"clients", s.clients},
               {"clients_per_process", s.PerProcess()},
               {"aggregators", s.aggregators},
@@ -480,6 +484,7 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"mode", co.mode},
               {"codec", co.plan.codec},
               {"codec_warmup", warmup},
+              {"codec_ladder", ladder},
               {"downlink_codec", fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec)},
               {"partition", s.edge.partition},
               {"local_epochs", co.plan.local_epochs},

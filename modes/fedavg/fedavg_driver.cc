@@ -237,6 +237,7 @@ const coordinator::ModeTraits& FedAvgDriver::Traits() {
       .robust_aggregators = true,
       .mode_in_job_key = false,
       .plain_clients = true,
+      .codec_ladder = true,
       .check_codecs = &CheckFedAvgCodecs,
   };
   return traits;

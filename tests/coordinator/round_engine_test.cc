@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "base/crc32c.h"
 #include "base/file.h"
@@ -369,6 +370,97 @@ TEST(RoundEngine, WarmupCodecsThenTheJobCodec) {
   double total = 0;
   for (float v : m) total += v;
   EXPECT_DOUBLE_EQ(total, kDim * 1.0 + kDim * 0.5 + 2 * kDim * 0.1);
+}
+
+// A codec per participant, as a fake ladder sets it; remembers the windows it was given.
+class FixedChooser final : public CodecChooser {
+ public:
+  explicit FixedChooser(std::map<std::string, std::string> codecs) : codecs_(std::move(codecs)) {}
+  std::string Choose(const std::string& client, Clock::duration window) const override {
+    absl::MutexLock lock(&mu_);
+    windows_[client] = std::chrono::duration<double>(window).count();
+    return codecs_.at(client);
+  }
+  std::vector<std::string> Specs() const override {
+    absl::MutexLock lock(&mu_);
+    std::set<std::string> specs;
+    for (const auto& [client, spec] : codecs_) specs.insert(spec);
+    specs.insert("topk(ratio=0.5)");
+    return {specs.begin(), specs.end()};
+  }
+  void Set(const std::string& client, std::string spec) {
+    absl::MutexLock lock(&mu_);
+    codecs_[client] = std::move(spec);
+  }
+  double Window(const std::string& client) const {
+    absl::MutexLock lock(&mu_);
+    return windows_.at(client);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::string> codecs_;
+  mutable std::map<std::string, double> windows_;
+};
+
+TEST(RoundEngine, ACodecPerParticipantDecodesEachUpdateWithItsOwn) {
+  core::FakeClock clock;
+  auto chooser = std::make_shared<FixedChooser>(
+      std::map<std::string, std::string>{{"a", "fp32"}, {"b", "topk(ratio=0.1)"}});
+  EngineOptions o;
+  o.plan.codec = "fp32";
+  o.clock = &clock;
+  o.max_client_weight = 1;
+  o.codec_chooser = chooser;
+  EngineState s;
+  s.model.assign(kDim, 0.0f);
+  Summed e{std::make_unique<RoundEngine>(o, s), nullptr, {}};
+  e->Register("a", 100);
+  e->Register("b", 300);
+  e.sum = std::make_shared<WeightedSumCollector>(kDim);
+  ASSERT_TRUE(e->OpenRound({"a", "b"}, clock.Now() + std::chrono::seconds(60), e.sum).ok());
+  EXPECT_EQ(e->OpenRoundFor("a")->codec, "fp32");
+  EXPECT_EQ(e->OpenRoundFor("b")->codec, "topk(ratio=0.1)");
+  EXPECT_DOUBLE_EQ(chooser->Window("a"), 60.0);
+  std::vector<float> xa(kDim), xb(kDim);
+  for (size_t i = 0; i < kDim; ++i) {
+    xa[i] = 0.001f * static_cast<float>(i);
+    xb[i] = std::sin(0.1f * static_cast<float>(i));
+  }
+  // Each client's frames decode only with its own codec: the other's is refused.
+  EXPECT_EQ(e->AcceptChunk(Chunk("a", Encode("topk(ratio=0.1)", xa, 0), 0, 100)).reason,
+            RejectReason::kCodec);
+  EXPECT_EQ(e->AcceptChunk(Chunk("b", Encode("fp32", xb, 0), 0, 300)).reason, RejectReason::kCodec);
+  const ChunkResult ra = e->AcceptChunk(Chunk("a", Encode("fp32", xa, 0), 0, 100));
+  const ChunkResult rb = e->AcceptChunk(Chunk("b", Encode("topk(ratio=0.1)", xb, 0), 0, 300));
+  ASSERT_TRUE(ra.status.ok()) << ra.status;
+  ASSERT_TRUE(rb.status.ok()) << rb.status;
+  EXPECT_EQ(ra.codec, "fp32");
+  EXPECT_EQ(rb.codec, "topk(ratio=0.1)");
+  const CommitResult c = e.Commit();
+  EXPECT_EQ(c.codecs,
+            (std::map<std::string, std::string>{{"a", "fp32"}, {"b", "topk(ratio=0.1)"}}));
+  // The mean of what each codec decodes, weighted 100 : 300.
+  auto topk = codecs::MakeCodec("topk(ratio=0.1)").value();
+  std::vector<codecs::Frame> frames;
+  ASSERT_TRUE(topk->Encode(xb, {}, &frames).ok());
+  std::vector<float> db(kDim);
+  ASSERT_TRUE(codecs::DecodeAll(*topk, frames, db).ok());
+  const auto m = e->ModelVector();
+  for (size_t i = 0; i < kDim; ++i) {
+    ASSERT_NEAR(m[i], (100 * xa[i] + 300 * db[i]) / 400, 1e-6) << i;
+  }
+  // A rolling round asks each client with the codec chosen when it joins.
+  e.sum = std::make_shared<WeightedSumCollector>(kDim);
+  ASSERT_TRUE(e->OpenRound({"a"}, clock.Now() + std::chrono::seconds(30), e.sum, true).ok());
+  chooser->Set("b", "topk(ratio=0.5)");
+  clock.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(e->AddParticipants({"b"}, clock.Now() + std::chrono::seconds(20)).ok());
+  EXPECT_EQ(e->OpenRoundFor("b")->codec, "topk(ratio=0.5)");
+  EXPECT_EQ(e->Participants().at("b").codec, "topk(ratio=0.5)");
+  EXPECT_DOUBLE_EQ(chooser->Window("b"), 20.0);
+  EXPECT_EQ(e->AskedAt("b"), clock.Now());
+  EXPECT_FALSE(e->AskedAt("c").has_value());
 }
 
 TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {

@@ -793,6 +793,76 @@ TEST(Federation, BufferedCommitsAcrossACoordinatorKillLoseAndDoubleCountNothing)
   EXPECT_GT(scale, 1e-3);  // the updates are not nothing
 }
 
+// The codec ladder on a real link: client 0's uplink drops from unlimited to 36.5 kB/s as
+// round 3 opens. Round 1 asks both clients with the cheapest rung (nothing measured),
+// round 2 with fp32 (their downloads measured fast links). Round 3 asked client 0 with fp32
+// before the drop: its 637 kB go up in 17.5 s, inside the 20 s deadline but past the 80%
+// of it that the ladder plans for, so round 4 asks it with 8-bit QSGD (159 kB, 4.4 s).
+// Client 1 stays on fp32.
+TEST(Federation, AClientWhoseUplinkDropsMovesDownTheLadderInItsNextRound) {
+  const int n = 2;
+  const std::string dir = FreshDir("ladder_drop");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.model = "mlp";
+  o.rounds = 4;
+  o.min_clients = n;
+  o.round_timeout_s = 20;
+  o.codec_ladder = {"fp32", "qsgd(bits=8)", "qsgd(bits=4)", "topk(ratio=0.01,values=qsgd(bits=8))"};
+  o.plan.codec = o.codec_ladder.front();
+  o.plan.local_steps = 20;
+  o.plan.max_chunk_bytes = 32 * 1024;
+  InProcessCoordinator coord(o);
+  auto proxy = sim::FaultProxy::Start("127.0.0.1", coord.port(), sim::LinkSpec{}, 0);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  ClientThread slow(ClientDefaults(dir, certs, 0, n, (*proxy)->port()));
+  ClientThread fast(ClientDefaults(dir, certs, 1, n, coord.port()));
+  ASSERT_TRUE(WaitFor([&] { return coord.get().engine().current_round() >= 3; }, seconds(60)));
+  (*proxy)->SetRates(36'500, 0);
+  ASSERT_TRUE(coord.Wait(seconds(90))) << "the federation did not finish";
+  ASSERT_TRUE(coord.result().ok()) << coord.result();
+  EXPECT_TRUE(slow.Wait(seconds(30)));
+  EXPECT_TRUE(fast.Wait(seconds(30)));
+  const std::vector<RoundReport> reports = coord.get().reports();
+  ASSERT_EQ(reports.size(), 4u);
+  const auto rung = [&](int round, const std::string& client) {
+    const auto& rungs = reports[round - 1].per_client;
+    auto it = rungs.find("codec_rung");
+    if (it == rungs.end() || !it->second.count(client)) return -1.0;
+    return it->second.at(client);
+  };
+  for (const RoundReport& r : reports) {
+    EXPECT_EQ(r.Label("codec_ladder"),
+              "fp32;qsgd(bits=8);qsgd(bits=4);topk(ratio=0.01,values=qsgd(bits=8))");
+  }
+  EXPECT_EQ(rung(1, "client-0"), 3);
+  EXPECT_EQ(rung(1, "client-1"), 3);
+  EXPECT_EQ(rung(2, "client-0"), 0);
+  EXPECT_EQ(rung(2, "client-1"), 0);
+  EXPECT_EQ(rung(3, "client-0"), 0);
+  EXPECT_EQ(rung(3, "client-1"), 0);
+  EXPECT_EQ(reports[2].participants, 2);
+  EXPECT_EQ(reports[2].stragglers, 0) << "client 0's fp32 upload at 36.5 kB/s missed the deadline";
+  EXPECT_EQ(rung(4, "client-0"), 1);
+  EXPECT_EQ(rung(4, "client-1"), 0);
+  EXPECT_EQ(reports[3].participants, 2);
+  // What round 3 measured of client 0's uplink: the proxy's 36.5 kB/s, within what HTTP/2
+  // framing and the proxy's pacing add or take.
+  const double up = reports[2].per_client.at("uplink_bps").at("client-0");
+  EXPECT_GT(up, 32'500);
+  EXPECT_LT(up, 37'500);
+  // Counted updates by codec: three fp32 ones from client 1 and two from client 0 (rounds
+  // 2 and 3), round 1's two of the cheapest rung, and client 0's 8-bit QSGD.
+  std::map<std::string, double> updates;
+  for (const auto& fam : coord.get().metrics().registry()->Collect()) {
+    if (fam.name != "fedlgc_updates_total") continue;
+    for (const auto& m : fam.metric) updates[m.label.at(0).value] += m.counter.value;
+  }
+  EXPECT_EQ(updates,
+            (std::map<std::string, double>{
+                {"fp32", 5}, {"qsgd(bits=8)", 1}, {"topk(ratio=0.01,values=qsgd(bits=8))", 2}}));
+}
+
 // A coordinator gone right after the checkpoint of round 2 (FEDLGC_FAILPOINT), before that
 // round's line in rounds.jsonl: restarted, it writes the line from the checkpoint
 // ("recovered", with the checkpoint's model evaluated), and the job's log holds every round

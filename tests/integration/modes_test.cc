@@ -189,6 +189,36 @@ TEST(Modes, LsgdAndSgpRefuseCodecsWithSenderState) {
   EXPECT_FALSE(modes::ValidateJob(o).ok());
 }
 
+// --codec-ladder: FedAvg only, its first rung is the job codec, no warm-up codecs, rungs
+// that get cheaper and decode alike in every round.
+TEST(Modes, ACodecLadderIsAFedAvgListOfCodecsThatGetCheaper) {
+  auto o = CoordinatorDefaults(FreshDir("codec_ladder"), "");
+  o.insecure = true;
+  o.codec_ladder = {"fp32", "qsgd(bits=8)", "topk(ratio=0.01,values=qsgd(bits=8))"};
+  o.plan.codec = "fp32";
+  EXPECT_TRUE(modes::ValidateJob(o).ok()) << modes::ValidateJob(o);
+  const auto refused = [&](const std::string& why) {
+    const absl::Status st = modes::ValidateJob(o);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_NE(std::string(st.message()).find(why), std::string::npos) << st;
+  };
+  for (const char* mode : {"lsgd", "sgp"}) {
+    o.mode = mode;
+    refused("the ladder runs with --mode fedavg");
+  }
+  o.mode = "fedavg";
+  o.plan.codec = "qsgd(bits=8)";
+  refused("its first rung, fp32, is the job codec");
+  o.plan.codec = "fp32";
+  o.plan.warmup_codecs = {"topk(ratio=0.1)"};
+  refused("takes no --codec-warmup");
+  o.plan.warmup_codecs.clear();
+  o.codec_ladder = {"fp32", "topk(ratio=0.01)", "qsgd(bits=4)"};
+  refused("densest first");
+  o.codec_ladder = {"fp32", "randk(ratio=0.01,seed=round)"};
+  refused("every round");
+}
+
 TEST(Modes, TheUploadOrderIsOneTheClientsKnow) {
   auto o = CoordinatorDefaults(FreshDir("upload_order"), "");
   o.insecure = true;

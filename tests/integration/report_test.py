@@ -153,21 +153,46 @@ def check_page(path, runs, png):
     return p
 
 
+def per_client_mean(run, figure):
+    """Each client's mean of a per-client figure over the rounds that have it."""
+    values = {}
+    for r in run["rounds"]:
+        for c, v in (r.get(figure) or {}).items():
+            values.setdefault(c, []).append(v)
+    return [sum(v) / len(v) for v in values.values()]
+
+
+def check_quantiles(path, p, key, values, run=0):
+    v = sorted(values)
+    check(len(v) > 0, f"{path}: run {run} has {key}")
+    for q, name in ((0.1, "p10"), (0.5, "median"), (0.9, "p90")):
+        want = v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))] if v else None
+        got = value(p, f"population.{key}.{name}", run)
+        check(got is not None and want is not None and abs(got - want) < 1e-9,
+              f"{path}: run {run} {key} {name} = {want}")
+
+
 def check_population(path, run):
     """A population's page: each client's distribution quantiles are the JSON's, the
-    per-client table is folded, and each drawn link rate is in it."""
+    per-client table is folded, and each drawn link rate is in it; with the codec ladder,
+    the rungs and measured rates too, and a plot of the updates by codec."""
     p = parse(path)
     names = [f"client-{i}" for i in range(run["config"]["clients"])]
     rounds = [sum(1 for r in run["rounds"] if r["client_uplink_bytes"].get(c, 0) > 0)
               for c in names]
     up = [sum(r["client_uplink_bytes"].get(c, 0) for r in run["rounds"]) / 1e6 for c in names]
     rates = [run["summary"]["links"][c]["rate_mbit"] for c in names]
-    for key, values in (("rounds", rounds), ("uplink_mb", up), ("rate_mbit", rates)):
-        v = sorted(values)
-        for q, name in ((0.1, "p10"), (0.5, "median"), (0.9, "p90")):
-            want = v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]
-            got = value(p, f"population.{key}.{name}")
-            check(got is not None and abs(got - want) < 1e-9, f"{path}: {key} {name} = {want}")
+    for key, values in (("rounds", rounds), ("uplink_mb", up), ("rate_mbit", rates),
+                        ("codec_rung", per_client_mean(run, "codec_rung"))):
+        check_quantiles(path, p, key, values)
+    measured = {}
+    for r in run["rounds"]:
+        measured.update(r.get("uplink_bps") or {})
+    check_quantiles(path, p, "measured_up_mbit", [v * 8 / 1e6 for v in measured.values()])
+    rungs = [v for r in run["rounds"] for v in (r.get("codec_rung") or {}).values()]
+    check(len(rungs) == sum(r["participants"] for r in run["rounds"]),
+          f"{path}: every counted update has its ladder rung")
+    check(p.figures.get("plot-ladder") == 1, f"{path}: the updates by codec are plotted")
     check(sum(rounds) == sum(r["participants"] for r in run["rounds"]),
           f"{path}: the clients' rounds add up to the rounds' participants")
     with open(path) as f:
@@ -179,7 +204,8 @@ def main():
     # The first run's links cut the first connection past 300 KB; the clients resume.
     a = sim(tmp, "a", "qsgd(bits=8)",
             ["--link", "rate=50mbit,cut_after=300k", "--html", f"{tmp}/a.html"])
-    b = sim(tmp, "b", "topk(ratio=0.1)", [])
+    # The second run's rounds are buffered: its clients' updates have a staleness.
+    b = sim(tmp, "b", "topk(ratio=0.1)", ["--rounds-mode", "buffered(k=2,concurrency=3)"])
     check(a["summary"]["link_cuts"] >= 1, "run a had a link cut")
     check_page(f"{tmp}/a.html", [a], f"{tmp}/a.png")
     r = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.json", f"{tmp}/b.json", "-o",
@@ -189,9 +215,12 @@ def main():
     p = check_page(f"{tmp}/compare.html", [a, b], f"{tmp}/compare.png")
     check("config.codec" in p.differs and "config.clients" not in p.differs,
           f"the compare page marks the settings that differ ({sorted(p.differs)})")
-    # A population: 45 clients in one process, each behind a link drawn from a lognormal.
-    c = sim(tmp, "c", "qsgd(bits=8)",
+    check_quantiles(f"{tmp}/compare.html", p, "staleness", per_client_mean(b, "staleness"), run=1)
+    # A population: 45 clients in one process, each behind a link drawn from a lognormal,
+    # each asked with the densest codec of a ladder that its measured link sends in time.
+    c = sim(tmp, "c", "fp32",
             ["--fraction", "0.2", "--link", "rate=lognormal(median=20mbit,sigma=1)",
+             "--codec-ladder", "fp32;qsgd(bits=8);qsgd(bits=4)", "--round-timeout", "20",
              "--html", f"{tmp}/c.html"], clients=45)
     check(c["config"]["clients_per_process"] == 250, "the population's clients share a process")
     check_page(f"{tmp}/c.html", [c], f"{tmp}/c.png")

@@ -1,0 +1,59 @@
+// Measured links (see link_book.h).
+#include "coordinator/link_book.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+// A rate falls at once to a slower measurement (a link that dropped is planned for in
+// the next round) and climbs halfway to a faster one (one quick transfer does not make a
+// link fast).
+void Blend(double* known, double measured) {
+  *known = *known > 0 && measured > *known ? 0.5 * *known + 0.5 * measured : measured;
+}
+
+bool Measurable(uint64_t bytes, double seconds) {
+  return bytes >= LinkBook::kMinMeasured && seconds > 0;
+}
+
+}  // namespace
+
+void LinkBook::RecordDownload(const std::string& client, uint64_t bytes, double seconds) {
+  if (!Measurable(bytes, seconds)) return;
+  absl::MutexLock lock(&mu_);
+  Blend(&links_[client].down_bps, static_cast<double>(bytes) / seconds);
+}
+
+void LinkBook::RecordUpload(const std::string& client, uint64_t bytes, double seconds) {
+  if (!Measurable(bytes, seconds)) return;
+  absl::MutexLock lock(&mu_);
+  Blend(&links_[client].up_bps, static_cast<double>(bytes) / seconds);
+}
+
+void LinkBook::NoteUploadSoFar(const std::string& client, uint64_t bytes, double seconds) {
+  if (!Measurable(bytes / 4, seconds)) return;
+  const double rate = static_cast<double>(bytes) / seconds;
+  absl::MutexLock lock(&mu_);
+  double& up = links_[client].up_bps;
+  if (up <= 0 || rate < up) up = rate;
+}
+
+void LinkBook::RecordBusy(const std::string& client, double seconds) {
+  if (!(seconds >= 0)) return;
+  absl::MutexLock lock(&mu_);
+  LinkEstimate& e = links_[client];
+  e.busy_seconds = e.busy_known ? 0.5 * e.busy_seconds + 0.5 * seconds : seconds;
+  e.busy_known = true;
+}
+
+LinkEstimate LinkBook::Estimate(const std::string& client) const {
+  absl::MutexLock lock(&mu_);
+  auto it = links_.find(client);
+  return it == links_.end() ? LinkEstimate{} : it->second;
+}
+
+std::map<std::string, LinkEstimate> LinkBook::All() const {
+  absl::MutexLock lock(&mu_);
+  return links_;
+}
+
+}  // namespace fedlgc::coordinator

@@ -17,7 +17,8 @@
 # first EVAL_LIMIT (2000) test examples, so that evaluating every commit stays cheap.
 # Each run's accuracy after each commit against the seconds since the job started
 # (job_seconds) goes into OUT/curves.tsv, and the summary (seconds to each of TARGETS
-# accuracy, best and final accuracy, staleness quantiles) is printed.
+# accuracy, best and final accuracy and the mean of the last five, staleness quantiles,
+# updates by ladder rung) is printed.
 #   bench/buffered.sh [OUT] [extra fedlgc-sim flags...]
 #   ROUNDS=20 MODEL=mlp TARGETS=0.7 bench/buffered.sh
 set -euo pipefail
@@ -71,7 +72,7 @@ with open(f"{out}/curves.tsv", "w") as tsv:
     tsv.write("run\tcommit\tjob_seconds\taccuracy\tstaleness_mean\n")
     print(f"{'run':9} {'commits':>7} {'updates':>7} "
           + " ".join(f"{'s to ' + format(t, '.0%'):>8}" for t in targets)
-          + f" {'best':>7} {'final':>7} {'job s':>7} {'staleness p50':>13} {'p90':>5}"
+          + f" {'best':>7} {'final':>7} {'last 5':>7} {'job s':>7} {'staleness p50':>13} {'p90':>5}"
           + "  updates by ladder rung")
     for name in runs:
         rows = [r for r in json.load(open(f"{out}/{name}.json"))["rounds"]]
@@ -95,6 +96,7 @@ with open(f"{out}/curves.tsv", "w") as tsv:
               + " ".join(f"{(f'{reach[t]:.0f}' if t in reach else '-'):>8}" for t in targets)
               + " "
               f"{max(r['accuracy'] for r in evaluated):7.4f} {evaluated[-1]['accuracy']:7.4f} "
+              f"{sum(r['accuracy'] for r in evaluated[-5:]) / len(evaluated[-5:]):7.4f} "
               f"{rows[-1].get('job_seconds', 0):7.0f} {p(0.5):13.0f} {p(0.9):5.0f}  "
               + " ".join(f"{i}:{rungs[i]}" for i in sorted(rungs)))
 PY

@@ -74,7 +74,10 @@ size_t CodecLadder::RungOf(const std::string& spec) const {
 
 std::string CodecLadder::Choose(const std::string& client, Clock::duration window) const {
   const double seconds = std::chrono::duration<double>(window).count();
-  return rungs_[RungFor(links_->Estimate(client), seconds)].spec;
+  LinkEstimate link = links_->Estimate(client);
+  // Not measured yet: planned as a typical client of those that are.
+  if (!(link.PlanningUpBps() > 0)) link = links_->Typical();
+  return rungs_[RungFor(link, seconds)].spec;
 }
 
 std::vector<std::string> CodecLadder::Specs() const {

@@ -9,11 +9,13 @@
 //     busy + bytes(i) / uplink  <=  fill x window
 //
 // where busy is how long it took last time from being asked to its first uploaded byte
-// (download and training), uplink its measured upload rate (its download rate until an
-// upload has measured it), both from the LinkBook, and fill (0.8) leaves room for the
-// estimate to be off. A client whose link is not measured yet, or that no rung fits, gets
-// the last rung: the cheapest. A client whose link drops moves down in its next round; one
-// whose link recovers moves back up.
+// (download and training), uplink the slower of its measured upload and download rates
+// (LinkEstimate::PlanningUpBps), both from the LinkBook, and fill (0.8) leaves room for the
+// estimate to be off. A client whose link is not measured yet is planned as a typical one
+// of those that are (LinkBook::Typical: the rate three in four of them reach); one that no
+// rung fits, or any client before anyone is measured, gets the last rung: the cheapest. A
+// client whose link drops moves down in its next round; one whose link recovers moves back
+// up.
 //
 // Thread-safe (the LinkBook takes its own lock).
 #ifndef FEDLGC_COORDINATOR_CODEC_LADDER_H_

@@ -1,6 +1,11 @@
 // Measured links (see link_book.h).
 #include "coordinator/link_book.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
 namespace fedlgc::coordinator {
 namespace {
 
@@ -49,6 +54,31 @@ LinkEstimate LinkBook::Estimate(const std::string& client) const {
   absl::MutexLock lock(&mu_);
   auto it = links_.find(client);
   return it == links_.end() ? LinkEstimate{} : it->second;
+}
+
+LinkEstimate LinkBook::Typical() const {
+  std::vector<double> rates, busy;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [client, e] : links_) {
+      if (e.PlanningUpBps() > 0) rates.push_back(e.PlanningUpBps());
+      if (e.busy_known) busy.push_back(e.busy_seconds);
+    }
+  }
+  LinkEstimate typical;
+  if (rates.empty()) return typical;
+  auto at = [](std::vector<double>& v, size_t i) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+    return v[i];
+  };
+  // The highest rate that at least three in four of them reach, and the lower median.
+  const size_t reach = static_cast<size_t>(std::ceil(0.75 * static_cast<double>(rates.size())));
+  typical.up_bps = at(rates, rates.size() - reach);
+  if (!busy.empty()) {
+    typical.busy_seconds = at(busy, (busy.size() - 1) / 2);
+    typical.busy_known = true;
+  }
+  return typical;
 }
 
 std::map<std::string, LinkEstimate> LinkBook::All() const {

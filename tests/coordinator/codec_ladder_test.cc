@@ -119,6 +119,30 @@ TEST(CodecLadder, AClientWhoseLinkDropsMovesDownInItsNextRound) {
   EXPECT_EQ(ladder->Choose("c", window), kRungs[1]);
 }
 
+TEST(CodecLadder, AClientNotMeasuredYetIsPlannedAsATypicalOne) {
+  LinkBook links;
+  auto ladder = Ladder(&links);
+  const auto window = std::chrono::seconds(10);
+  EXPECT_EQ(ladder->Choose("new", window), kRungs[3]);  // nobody measured: the cheapest
+  // Four clients measured at 40, 60, 300 and 1000 kB/s: three in four reach 60 kB/s (the
+  // 25th percentile of four is the second slowest), and they were busy 1 s at the median.
+  const double rates[] = {40'000, 60'000, 300'000, 1'000'000};
+  const char* names[] = {"c0", "c1", "c2", "c3"};
+  for (int i = 0; i < 4; ++i) {
+    const std::string c = names[i];
+    links.RecordDownload(c, 1'000'000, 1'000'000 / rates[i]);
+    links.RecordBusy(c, i < 2 ? 1.0 : 3.0);
+  }
+  const LinkEstimate typical = links.Typical();
+  EXPECT_DOUBLE_EQ(typical.up_bps, 60'000);
+  EXPECT_DOUBLE_EQ(typical.busy_seconds, 1.0);
+  // 7 s at 60 kB/s: 420 kB, which fp32 (400 kB) fits.
+  EXPECT_EQ(ladder->Choose("new", window), kRungs[0]);
+  // Its own measurement, once there is one, decides.
+  links.RecordDownload("new", 100'000, 20.0);  // 5 kB/s
+  EXPECT_EQ(ladder->Choose("new", window), kRungs[3]);
+}
+
 TEST(LinkBook, TooFewBytesMeasureNothingAndBusyTimesBlend) {
   LinkBook links;
   links.RecordUpload("c", LinkBook::kMinMeasured - 1, 0.5);

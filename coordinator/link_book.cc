@@ -24,8 +24,11 @@ bool Measurable(uint64_t bytes, double seconds) {
 
 void LinkBook::RecordDownload(const std::string& client, uint64_t bytes, double seconds) {
   if (!Measurable(bytes, seconds)) return;
+  const double rate = static_cast<double>(bytes) / seconds;
   absl::MutexLock lock(&mu_);
-  Blend(&links_[client].down_bps, static_cast<double>(bytes) / seconds);
+  LinkEstimate& e = links_[client];
+  Blend(&e.down_bps, rate);
+  e.down_bps_mean = e.down_bps_mean > 0 ? 0.5 * e.down_bps_mean + 0.5 * rate : rate;
 }
 
 void LinkBook::RecordUpload(const std::string& client, uint64_t bytes, double seconds) {

@@ -23,6 +23,9 @@ namespace fedlgc::coordinator {
 // a faster one; the busy time is half the last, half what was known.
 struct LinkEstimate {
   double down_bps = 0;      // bytes per second
+  // The downlink rate averaged both ways (half the last measurement, half what was known):
+  // steadier than down_bps, for choices that should not follow every dip (LGC's leader).
+  double down_bps_mean = 0;
   double up_bps = 0;        // bytes per second
   double busy_seconds = 0;  // from being asked to the first byte of its upload
   bool busy_known = false;

@@ -307,7 +307,7 @@ void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
 }
 
 double CoordinatorService::LinkBytesPerSecond(const std::string& client) const {
-  return links_->Estimate(client).down_bps;
+  return links_->Estimate(client).down_bps_mean;
 }
 
 absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(

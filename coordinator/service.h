@@ -136,7 +136,7 @@ class CoordinatorService final : public RawCoordinatorService {
     if (progress_ != nullptr) progress_->Uploaded(client, bytes, complete);
   }
   // Measured downlink throughput of a client (bytes/s of its full model downloads,
-  // smoothed); 0 when unknown.
+  // averaged both ways: LinkEstimate::down_bps_mean); 0 when unknown.
   double LinkBytesPerSecond(const std::string& client) const;
   // What downloads and uploads measure of the clients' links.
   LinkBook& links() { return *links_; }

@@ -712,12 +712,7 @@ void Coordinator::ReportLinks(const CommitResult& commit, RoundReport* rep) cons
     if (ladder_ == nullptr || rc == commit.receipts.end() || rc->second.counted.empty()) continue;
     rep->per_client["codec_rung"][client] = static_cast<double>(ladder_->RungOf(codec));
   }
-  if (ladder_ != nullptr) {
-    std::string specs;
-    for (const LadderRung& r : ladder_->rungs())
-      StrAppend(&specs, specs.empty() ? "" : ";", r.spec);
-    rep->labels["codec_ladder"] = specs;
-  }
+  if (ladder_ != nullptr) rep->labels["codec_ladder"] = JoinSpecs(ladder_->Specs());
 }
 
 void Coordinator::PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep) {

@@ -10,12 +10,6 @@
 namespace fedlgc::coordinator {
 namespace {
 
-std::string JoinSpecs(const std::vector<std::string>& specs) {
-  std::string out;
-  for (const std::string& s : specs) out += (out.empty() ? "" : ";") + s;
-  return out;
-}
-
 std::vector<std::string> SplitSpecs(const std::string& text) {
   std::vector<std::string> out;
   for (size_t begin = 0; begin < text.size();) {

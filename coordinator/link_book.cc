@@ -38,7 +38,8 @@ void LinkBook::RecordUpload(const std::string& client, uint64_t bytes, double se
 }
 
 void LinkBook::NoteUploadSoFar(const std::string& client, uint64_t bytes, double seconds) {
-  if (!Measurable(bytes / 4, seconds)) return;
+  // Mid-upload, a rate needs more bytes behind it: it can only lower the estimate.
+  if (bytes < 4 * kMinMeasured || !Measurable(bytes, seconds)) return;
   const double rate = static_cast<double>(bytes) / seconds;
   absl::MutexLock lock(&mu_);
   double& up = links_[client].up_bps;

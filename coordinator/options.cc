@@ -200,6 +200,12 @@ absl::StatusOr<AggregatorOptions> CoordinatorOptions::Robust(const ModeTraits& t
   return robust;
 }
 
+std::string JoinSpecs(const std::vector<std::string>& specs) {
+  std::string out;
+  for (const std::string& s : specs) out += (out.empty() ? "" : ";") + s;
+  return out;
+}
+
 std::string CoordinatorOptions::JobKey(uint64_t dim, const codecs::ModelLayout* layout,
                                        const ModeTraits& traits,
                                        const std::string& model_sha256) const {

@@ -115,6 +115,9 @@ struct CoordinatorOptions {
   absl::StatusOr<AggregatorOptions> Robust(const ModeTraits& traits) const;
 };
 
+// Codec specs as --codec-warmup and --codec-ladder write them: ';'-separated.
+std::string JoinSpecs(const std::vector<std::string>& specs);
+
 }  // namespace fedlgc::coordinator
 
 #endif  // FEDLGC_COORDINATOR_OPTIONS_H_

@@ -87,18 +87,6 @@ Metrics::Metrics()
       tier_(GaugeFamilyOf(*registry_, "fedlgc_tier_info",
                           "1, labelled with where this coordinator stands in a tree: tier (root or "
                           "aggregator) and its parent's address")),
-      guard_refusals_(CounterFamilyOf(*registry_, "fedlgc_guard_refusals_total",
-                                      "Candidate models the model guard refused, by check "
-                                      "(nonfinite, norm, loss)")),
-      quarantined_(GaugeFamilyOf(*registry_, "fedlgc_client_quarantined",
-                                 "1 for a client barred from the job by the model guard")),
-      quarantined_clients_(GaugeFamilyOf(*registry_, "fedlgc_quarantined_clients",
-                                         "Clients barred from the job by the model guard")),
-      clipped_(CounterFamilyOf(*registry_, "fedlgc_clipped_updates_total",
-                               "Updates scaled down (or, SGP, withheld) by norm clipping")),
-      clip_bound_(
-          GaugeFamilyOf(*registry_, "fedlgc_clip_bound",
-                        "The last round's clipping bound on an update's L2 norm (0: none)")),
       skipped_rounds_(
           CounterFamilyOf(*registry_, "fedlgc_client_skipped_rounds_total",
                           "Rounds a client could not take part in, by reason (nonfinite: "
@@ -116,7 +104,22 @@ Metrics::Metrics()
       idle_cancelled_(CounterFamilyOf(*registry_, "fedlgc_idle_calls_cancelled_total",
                                       "Uploads, shares and downloads cancelled after the idle "
                                       "timeout without a message read or written")) {
+  RegisterRobustness();
   RegisterPopulation();
+}
+
+void Metrics::RegisterRobustness() {
+  guard_refusals_ = &CounterFamilyOf(*registry_, "fedlgc_guard_refusals_total",
+                                     "Candidate models the model guard refused, by check "
+                                     "(nonfinite, norm, loss)");
+  quarantined_ = &GaugeFamilyOf(*registry_, "fedlgc_client_quarantined",
+                                "1 for a client barred from the job by the model guard");
+  quarantined_clients_ = &GaugeFamilyOf(*registry_, "fedlgc_quarantined_clients",
+                                        "Clients barred from the job by the model guard");
+  clipped_ = &CounterFamilyOf(*registry_, "fedlgc_clipped_updates_total",
+                              "Updates scaled down (or, SGP, withheld) by norm clipping");
+  clip_bound_ = &GaugeFamilyOf(*registry_, "fedlgc_clip_bound",
+                               "The last round's clipping bound on an update's L2 norm (0: none)");
 }
 
 void Metrics::RegisterPopulation() {
@@ -244,13 +247,13 @@ prometheus::Family<prometheus::Counter>& Metrics::CounterFamily(const std::strin
 }
 
 void Metrics::AddGuardRefusal(std::string_view check) {
-  guard_refusals_.Add({{"check", std::string(check)}}).Increment();
+  guard_refusals_->Add({{"check", std::string(check)}}).Increment();
 }
 
 void Metrics::SetQuarantined(const std::string& client) {
-  const bool fresh = !quarantined_.Has({{"client", client}});
-  quarantined_.Add({{"client", client}}).Set(1);
-  if (fresh) quarantined_clients_.Add({}).Increment();
+  const bool fresh = !quarantined_->Has({{"client", client}});
+  quarantined_->Add({{"client", client}}).Set(1);
+  if (fresh) quarantined_clients_->Add({}).Increment();
 }
 
 void Metrics::AddSkippedRound(const std::string& client, const std::string& reason) {
@@ -270,8 +273,8 @@ void Metrics::SetOpenCalls(size_t open) { open_calls_.Add({}).Set(static_cast<do
 void Metrics::AddIdleCancelled(int calls) { idle_cancelled_.Add({}).Increment(calls); }
 
 void Metrics::AddClipped(int updates, double bound) {
-  clipped_.Add({}).Increment(updates);
-  clip_bound_.Add({}).Set(bound);
+  clipped_->Add({}).Increment(updates);
+  clip_bound_->Add({}).Set(bound);
 }
 
 void Metrics::SetMaxClientSeries(size_t max) {
@@ -314,9 +317,9 @@ void Metrics::InitRejectReasons() {
     rejected_.Add({{"reason", std::string(r.label)}});
   }
   for (const char* closed : {"complete", "deadline"}) rounds_.Add({{"closed", closed}});
-  for (const char* check : {"nonfinite", "norm", "loss"}) guard_refusals_.Add({{"check", check}});
-  quarantined_clients_.Add({});
-  clipped_.Add({});
+  for (const char* check : {"nonfinite", "norm", "loss"}) guard_refusals_->Add({{"check", check}});
+  quarantined_clients_->Add({});
+  clipped_->Add({});
 }
 
 }  // namespace fedlgc::monitoring

@@ -145,18 +145,20 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& client_last_round_;
   prometheus::Family<prometheus::Gauge>& job_finished_;
   prometheus::Family<prometheus::Gauge>& tier_;
-  prometheus::Family<prometheus::Counter>& guard_refusals_;
-  prometheus::Family<prometheus::Gauge>& quarantined_;
-  prometheus::Family<prometheus::Gauge>& quarantined_clients_;
-  prometheus::Family<prometheus::Counter>& clipped_;
-  prometheus::Family<prometheus::Gauge>& clip_bound_;
   prometheus::Family<prometheus::Counter>& skipped_rounds_;
   prometheus::Family<prometheus::Counter>& downlink_fallbacks_;
   prometheus::Family<prometheus::Counter>& model_downloads_;
   prometheus::Family<prometheus::Gauge>& open_calls_;
   prometheus::Family<prometheus::Counter>& idle_cancelled_;
-  // Registered by RegisterPopulation, with the series that start at 0.
+  // Registered by RegisterRobustness and RegisterPopulation (the latter with the series
+  // that start at 0), from the constructor.
+  void RegisterRobustness();
   void RegisterPopulation();
+  prometheus::Family<prometheus::Counter>* guard_refusals_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* quarantined_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* quarantined_clients_ = nullptr;
+  prometheus::Family<prometheus::Counter>* clipped_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* clip_bound_ = nullptr;
   prometheus::Family<prometheus::Counter>* updates_ = nullptr;
   prometheus::Family<prometheus::Histogram>* staleness_ = nullptr;
   absl::Mutex ratio_mu_;

@@ -471,12 +471,8 @@ FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_
 }
 
 json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
-  const auto join = [](const std::vector<std::string>& specs) {
-    std::string out;
-    for (const std::string& s : specs) out += (out.empty() ? "" : ";") + s;
-    return out;
-  };
-  const std::string warmup = join(co.plan.warmup_codecs), ladder = join(co.codec_ladder);
+  using fedlgc::coordinator::JoinSpecs;
+  const std::string warmup = JoinSpecs(co.plan.warmup_codecs), ladder = JoinSpecs(co.codec_ladder);
   return json{{"clients", s.clients},
               {"clients_per_process", s.PerProcess()},
               {"aggregators", s.aggregators},

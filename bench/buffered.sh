@@ -2,13 +2,17 @@
 # Synchronous against buffered rounds on a population that looks like the edge: fedlgc-sim
 # with CLIENTS clients (default 200) hosted PER to a process, each with a 60-example shard of
 # Fashion-MNIST split Dirichlet(0.3), each behind a link drawn from
-# rate=lognormal(median=5mbit,sigma=1),delay=uniform(20ms,200ms) and offline a fifth of the
-# time in stretches of 60 s. Every run has the same seed (the same population, shards and
-# initial model) and sees about the same number of updates:
-#   sync      --fraction 0.1 for ROUNDS rounds (about 20 clients a round)
+# rate=lognormal(median=RATE,sigma=1),delay=uniform(20ms,200ms) (RATE 5mbit unless given)
+# and offline a fifth of the time in stretches of 60 s. Every run has the same seed (SEED,
+# 1 unless given: the same population, shards and initial model) and sees about the same
+# number of updates:
+#   sync      --fraction 0.1 for ROUNDS rounds (a tenth of the connected: about 16 a round)
 #   buffered  --rounds-mode buffered(k=K,concurrency=C) for ROUNDS x (C / K) commits
-#   kc        buffered with k = concurrency = C (every update fresh: synchronous rounds
-#             with no straggler waited for, but a commit waits for its C)
+#   kc        buffered(k=C, concurrency=C, refill=commit): every update fresh (a client's
+#             place frees only when a commit takes its update), like synchronous rounds
+#             but a client gone or past its deadline is replaced rather than waited for
+#   kca       buffered with k = concurrency = C, refilled on arrival as FedBuff does (the
+#             clients asked after the first ones finish train from a superseded version)
 #   ladder    sync, with --codec-ladder LADDER instead of CODEC for all
 #   bladder   buffered, with --codec-ladder LADDER
 # Every run has a round deadline of TIMEOUT (60) seconds; the ladder picks each client's
@@ -21,6 +25,7 @@
 # updates by ladder rung) is printed.
 #   bench/buffered.sh [OUT] [extra fedlgc-sim flags...]
 #   ROUNDS=20 MODEL=mlp TARGETS=0.7 bench/buffered.sh
+#   RUNS='sync kc' C=16 SEED=2 bench/buffered.sh   (k = C = the synchronous rounds' 16)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/bench-buffered}
@@ -38,7 +43,7 @@ runs=${RUNS:-sync buffered kc}
 ladder=${LADDER:-fp32;qsgd(bits=8);qsgd(bits=4);topk(ratio=0.01,values=qsgd(bits=8))}
 timeout=${TIMEOUT:-60}
 ladder_timeout=${LADDER_TIMEOUT:-$timeout}
-link='rate=lognormal(median=5mbit,sigma=1),delay=uniform(20ms,200ms),offline=0.2,offline_mean=60s'
+link="rate=lognormal(median=${RATE:-5mbit},sigma=1),delay=uniform(20ms,200ms),offline=0.2,offline_mean=60s"
 buffered=(--rounds-mode "buffered(k=$k,concurrency=$c,staleness=poly(0.5))"
           --rounds $((rounds * c / k)))
 for name in $runs; do
@@ -46,8 +51,10 @@ for name in $runs; do
   case $name in
     sync) flags=(--fraction 0.1 --rounds "$rounds") ;;
     buffered) flags=("${buffered[@]}") ;;
-    kc) flags=(--rounds-mode "buffered(k=$c,concurrency=$c,staleness=poly(0.5))"
+    kc) flags=(--rounds-mode "buffered(k=$c,concurrency=$c,staleness=poly(0.5),refill=commit)"
                --rounds "$rounds") ;;
+    kca) flags=(--rounds-mode "buffered(k=$c,concurrency=$c,staleness=poly(0.5))"
+                --rounds "$rounds") ;;
     ladder) flags=(--fraction 0.1 --rounds "$rounds") ;;
     bladder) flags=("${buffered[@]}") ;;
     *) echo "unknown run $name" >&2; exit 2 ;;
@@ -60,7 +67,7 @@ for name in $runs; do
   ./build/bin/fedlgc-sim --clients "$clients" --clients-per-process "$per" --model "$model" \
     --data fashion-mnist --train-limit $((clients * 60)) --partition 'dirichlet(0.3)' \
     --local-epochs "${EPOCHS:-5}" --lr "${LR:-0.05}" --eval-limit "${EVAL_LIMIT:-2000}" \
-    "${codecs[@]}" --seed 1 --min-clients $((clients / 2)) \
+    "${codecs[@]}" --seed "${SEED:-1}" --min-clients $((clients / 2)) \
     --link "$link" --quiet --state-dir "$out/$name" \
     --report "$out/$name.json" "${flags[@]}" "$@" | tail -2
   echo "$name: $(( $(date +%s) - start )) s"

@@ -13,11 +13,13 @@ void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
   CLI::Option_group* g = app.add_option_group("FedAvg and LGC", "the server optimizer");
   g->add_option("--server-lr", o->server_lr, "server learning rate (1 = FedAvg)");
   g->add_option("--server-momentum", o->server_momentum, "server momentum");
-  g->add_option("--rounds-mode", o->rounds_mode,
-                "FedAvg: sync (each round waits for its participants) or "
-                "buffered(k=K,concurrency=C,staleness=poly(A),max_staleness=M): C clients train "
-                "at once and every K updates that arrive commit a version, each scaled by "
-                "(1+versions behind)^-A");
+  g->add_option(
+      "--rounds-mode", o->rounds_mode,
+      "FedAvg: sync (each round waits for its participants) or "
+      "buffered(k=K,concurrency=C,staleness=poly(A),max_staleness=M,refill=arrival|commit): "
+      "C clients train at once and every K updates that arrive commit a version, each "
+      "scaled by (1+versions behind)^-A; refill=commit asks the next clients only as "
+      "a commit takes updates (k=C: every update fresh)");
 }
 
 void AddLgcFlags(CLI::App& app, LgcOptions* o) {

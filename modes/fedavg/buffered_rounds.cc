@@ -31,7 +31,7 @@ absl::Status Bad(std::string_view what) {
   return absl::InvalidArgumentError(
       StrCat("--rounds-mode: ", what,
              " (sync, or buffered(k=K, concurrency=C, staleness=poly(A)|none, "
-             "max_staleness=M))"));
+             "max_staleness=M, refill=arrival|commit))"));
 }
 
 // A whole number in [1, 1e6].
@@ -78,6 +78,12 @@ absl::StatusOr<std::optional<BufferedOptions>> ParseRoundsMode(const std::string
       if (!Count(a, &o.max_staleness) || o.max_staleness > 1000) {
         return Bad("max_staleness= takes a whole number in [1, 1000]");
       }
+    } else if (a.key == "refill") {
+      if (a.is_number || a.node == nullptr || !a.node->IsWord() ||
+          (a.node->name != "arrival" && a.node->name != "commit")) {
+        return Bad("refill= takes arrival or commit");
+      }
+      o.refill_at_commit = a.node->name == "commit";
     } else if (a.key == "staleness") {
       if (absl::Status st = ParseStaleness(a, &o.staleness_exp); !st.ok()) return st;
     } else {
@@ -96,7 +102,8 @@ std::string FormatRoundsMode(const std::optional<BufferedOptions>& o) {
   return StrCat("buffered(k=", o->k, ",concurrency=", o->concurrency, ",staleness=",
                 o->staleness_exp == 0 ? std::string("none")
                                       : StrCat("poly(", FormatSpecNumber(o->staleness_exp), ")"),
-                ",max_staleness=", o->MaxStaleness(), ")");
+                ",max_staleness=", o->MaxStaleness(), o->refill_at_commit ? ",refill=commit" : "",
+                ")");
 }
 
 std::vector<std::string> BufferedRounds::Idle(
@@ -149,8 +156,11 @@ void BufferedRounds::Refill(coordinator::RoundHost& host,
     released_ += drop.size();
     for (const std::string& c : drop) asked.erase(c);
   }
+  // A complete update holds its client's place until a commit takes it under refill=commit.
   size_t training = 0;
-  for (const auto& [client, a] : asked) training += a.complete ? 0 : 1;
+  for (const auto& [client, a] : asked) {
+    training += a.complete && !options_.refill_at_commit ? 0 : 1;
+  }
   if (training >= options_.concurrency) return;
   const std::vector<std::string> more =
       Idle(host, candidates, asked, options_.concurrency - training);

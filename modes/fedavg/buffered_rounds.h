@@ -36,6 +36,10 @@ struct BufferedOptions {
   // Updates more versions behind than this are dropped (their clients restore them into
   // their residual) and the same many superseded versions stay downloadable.
   uint32_t max_staleness = 0;  // 0: 4 x ceil(concurrency / k)
+  // When a client's place frees for the next one: as soon as its update arrives (FedBuff),
+  // or only once a commit takes it (refill=commit: at most `concurrency` updates asked and
+  // not yet committed, so with k = concurrency every update is fresh).
+  bool refill_at_commit = false;
 
   uint32_t MaxStaleness() const;
   // The weight of an update tau versions behind.
@@ -44,8 +48,8 @@ struct BufferedOptions {
 };
 
 // --rounds-mode: "sync" (nullopt) or
-// "buffered(k=K, concurrency=C, staleness=poly(A), max_staleness=M)" (staleness=none: a=0),
-// every argument optional; INVALID_ARGUMENT says what is wrong.
+// "buffered(k=K, concurrency=C, staleness=poly(A), max_staleness=M, refill=arrival|commit)"
+// (staleness=none: a=0), every argument optional; INVALID_ARGUMENT says what is wrong.
 absl::StatusOr<std::optional<BufferedOptions>> ParseRoundsMode(const std::string& spec);
 std::string FormatRoundsMode(const std::optional<BufferedOptions>& options);
 
@@ -70,7 +74,8 @@ class BufferedRounds {
 
  private:
   // Drops participants that are gone, late or too stale, and asks idle clients until
-  // `concurrency` are training.
+  // `concurrency` are training (refill=commit: until `concurrency` are asked and not yet
+  // committed).
   void Refill(coordinator::RoundHost& host, const std::vector<std::string>& candidates);
   // Of `candidates` then the other connected clients (seeded order), those not asked now.
   std::vector<std::string> Idle(coordinator::RoundHost& host,

@@ -225,6 +225,40 @@ TEST(FedAvgDriver, BufferedRoundsWithKEqualToConcurrencyAreSynchronousRounds) {
   EXPECT_NE(a[0], 1.0f);
 }
 
+// In a population larger than `concurrency`, FedBuff's refill on arrival asks the next
+// client as soon as one finishes, from a version the commit then supersedes: with k =
+// concurrency, c is asked as a's update arrives and its update comes after the commit of
+// a's and b's (links of 100 and 150 ms), a version behind. With refill=commit a
+// finished client's place frees only when a commit takes its update: every update is fresh
+// and no more than `concurrency` are ever asked and not committed.
+TEST(FedAvgDriver, BufferedRoundsThatRefillAtCommitKeepEveryUpdateFresh) {
+  for (const bool at_commit : {false, true}) {
+    Job job(
+        "fp32", 0,
+        at_commit ? "buffered(k=2, concurrency=2, refill=commit)" : "buffered(k=2, concurrency=2)");
+    const std::vector<std::string> all = {"a", "b", "c", "d"};
+    for (const std::string& id : all) job.Add(id, 100, 1.0f);
+    for (const char* fast : {"a", "c"}) job.host->client(fast).lag = std::chrono::milliseconds(100);
+    for (const char* slow : {"b", "d"}) job.host->client(slow).lag = std::chrono::milliseconds(150);
+    double worst = 0;
+    size_t most_asked = 0;
+    for (int round = 0; round < 6; ++round) {
+      RoundReport report;
+      const coordinator::CommitResult commit = job.Run(all, &report);
+      EXPECT_EQ(commit.participants, 2) << at_commit << " " << round;
+      worst = std::max(worst, report.figures.at("staleness_max"));
+      most_asked = std::max(most_asked, job.host->engine().Participants().size());
+    }
+    if (at_commit) {
+      EXPECT_EQ(worst, 0);
+      EXPECT_EQ(most_asked, 0u);  // each commit took every update asked
+    } else {
+      EXPECT_GE(worst, 1);
+      EXPECT_GE(most_asked, 1u);
+    }
+  }
+}
+
 // A client more versions behind than max_staleness is let go: its update is not waited
 // for, and the chunks of the round it was let go from are refused when they come.
 TEST(FedAvgDriver, BufferedRoundsLetATooStaleClientGo) {
@@ -261,10 +295,16 @@ TEST(FedAvgDriver, RoundsModeSpecsParseOrSayWhatIsWrong) {
   EXPECT_EQ(FormatRoundsMode(b),
             "buffered(k=4,concurrency=12,staleness=poly(0.5),max_staleness=12)");
   EXPECT_FALSE(ParseRoundsMode("sync").value().has_value());
+  auto fresh = ParseRoundsMode("buffered(k=12, concurrency=12, refill=commit)").value();
+  EXPECT_TRUE(fresh->refill_at_commit);
+  EXPECT_FALSE(b->refill_at_commit);
+  EXPECT_EQ(FormatRoundsMode(fresh),
+            "buffered(k=12,concurrency=12,staleness=poly(0.5),max_staleness=4,refill=commit)");
   EXPECT_DOUBLE_EQ(ParseRoundsMode("buffered(staleness=none)").value()->Scale(9), 1.0);
   for (const char* bad :
        {"async", "buffered(k=0)", "buffered(k=30, concurrency=20)", "buffered(k=2.5)",
-        "buffered(staleness=exp(1))", "buffered(4)", "buffered(k=1, k=2)", "buffered(foo=1)"}) {
+        "buffered(staleness=exp(1))", "buffered(4)", "buffered(k=1, k=2)", "buffered(foo=1)",
+        "buffered(refill=never)", "buffered(refill=1)"}) {
     auto st = ParseRoundsMode(bad);
     EXPECT_TRUE(absl::IsInvalidArgument(st.status())) << bad;
     EXPECT_NE(std::string(st.status().message()).find("--rounds-mode"), std::string::npos) << bad;

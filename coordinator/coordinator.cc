@@ -132,6 +132,8 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   env.layout = eval_model_->layout();
   env.init_seed = o.init_seed;
   env.robust = robust_;
+  env.fraction = o.fraction;
+  env.rounds = o.rounds;
   // The modes register their own series on it.
   metrics_ = std::make_unique<monitoring::Metrics>();
   metrics_->SetMaxClientSeries(o.max_client_series);
@@ -280,11 +282,18 @@ absl::Status Coordinator::Run() {
   run_started_ = options_.clock->Now();
   RecoverRoundLog();
   if (source_ != nullptr) return RunForParent();
+  uint64_t last = options_.rounds;
   while (!stop_ && engine_->current_round() <= options_.rounds) {
+    if (std::optional<std::string> why = driver_->Exhausted()) {
+      log::Info("coordinator", "the job ends after round %llu: %s",
+                static_cast<unsigned long long>(engine_->current_round() - 1), why->c_str());
+      last = engine_->current_round() - 1;
+      break;
+    }
     if (absl::Status st = RunRound(); !st.ok()) return st;
   }
   DrainRecords();
-  if (!stop_) FinishJob(options_.rounds);
+  if (!stop_) FinishJob(last);
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -127,6 +128,8 @@ struct DriverEnv {
   codecs::ModelLayout layout;        // the model's (per-tensor codecs need it)
   uint64_t init_seed = 1;
   AggregatorOptions robust;  // clipping and the aggregator (--aggregator)
+  double fraction = 1;       // --fraction: the share of connected clients a round asks
+  uint64_t rounds = 0;       // --rounds
   // The process's metrics, where a mode registers its own series when it is made (the
   // host's metrics() later); nullptr in tools that make a driver only to read its state.
   monitoring::Metrics* metrics = nullptr;
@@ -177,6 +180,10 @@ class RoundDriver {
   // clients asked from them may still download; 0 for a mode whose rounds close. Asked
   // once, before the engine is built.
   virtual size_t KeepVersions() const { return 0; }
+  // Why the job must end before its next round, or nullopt (a DP job whose next round
+  // would spend more privacy than it may). Asked by the round loop before each round; the
+  // job then ends as if its rounds were done.
+  virtual std::optional<std::string> Exhausted() const { return std::nullopt; }
 };
 
 // Makes the job's driver; modes::MakeRoundDriver is the one fedlgc-coordinator uses.

@@ -20,6 +20,17 @@ void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
       "C clients train at once and every K updates that arrive commit a version, each "
       "scaled by (1+versions behind)^-A; refill=commit asks the next clients only as "
       "a commit takes updates (k=C: every update fresh)");
+  g->add_option("--dp", o->dp,
+                "user-level differential privacy (FedAvg): gaussian(noise=Z,clip=C), or "
+                "gaussian(clip=C) with --dp-epsilon; each client is asked with probability "
+                "--fraction, each update cut to norm C, noise of sd Z x C on the sum");
+  g->add_option("--dp-epsilon", o->dp_epsilon,
+                "--dp's target: the noise that spends this epsilon over --rounds")
+      ->check(CLI::NonNegativeNumber);
+  g->add_option("--dp-delta", o->dp_delta, "--dp's delta");
+  g->add_option("--dp-max-epsilon", o->dp_max_epsilon,
+                "--dp: end the job before a round that would spend more (0: the target)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void AddLgcFlags(CLI::App& app, LgcOptions* o) {
@@ -79,6 +90,10 @@ absl::Status ModeOptions::Validate(Mode mode) const {
   for (const absl::Status& st : {
            Unused(mode != Mode::kFedAvg && fedavg.rounds_mode != defaults.fedavg.rounds_mode,
                   "--rounds-mode", "fedavg", mode),
+           Unused(mode != Mode::kFedAvg &&
+                      (fedavg.dp != defaults.fedavg.dp || fedavg.dp_epsilon != 0 ||
+                       fedavg.dp_delta != defaults.fedavg.dp_delta || fedavg.dp_max_epsilon != 0),
+                  "the --dp flags", "fedavg", mode),
            Unused(!summed && !(fedavg == defaults.fedavg), "--server-lr and --server-momentum",
                   "fedavg and lgc", mode),
            Unused(mode != Mode::kLgc && !(lgc == defaults.lgc), "--lgc-leader and --ae-device",

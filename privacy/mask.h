@@ -4,7 +4,7 @@
 // whose identity sorts first and subtracted by the other, so that the pairwise masks cancel
 // in the sum of everyone's codes and the coordinator learns only that sum once it removes
 // the clients' own masks (their seeds rebuilt from shares, shamir.h). A mask is the
-// AES-256-CTR keystream of its seed (a cryptographic PRG), 8 bytes a value, cut to b bits.
+// keystream of its seed (keystream.h: AES-256-CTR), a 64-bit word a value, cut to b bits.
 #ifndef FEDLGC_PRIVACY_MASK_H_
 #define FEDLGC_PRIVACY_MASK_H_
 

@@ -19,7 +19,8 @@ absl::Status FedAvgOptions::Validate() const {
   if (!(server_lr > 0) || server_momentum < 0 || server_momentum >= 1) {
     return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
   }
-  return ParseRoundsMode(rounds_mode).status();
+  if (absl::Status st = ParseRoundsMode(rounds_mode).status(); !st.ok()) return st;
+  return ParseDp(dp, dp_epsilon, dp_delta, dp_max_epsilon).status();
 }
 
 namespace {
@@ -54,6 +55,23 @@ absl::Status CheckFedAvgCodecs(const coordinator::RoundPlan& plan,
         "--codec: give gradiveq(...) itself; clients add what they keep of its error");
   }
   return absl::OkStatus();
+}
+
+// DP-FedAvg's rounds are synchronous rounds of whole updates averaged with weight one:
+// nothing that weighs, drops or sums updates by what they hold, and no round protocol.
+absl::Status CheckDp(const FedAvgOptions& options, const coordinator::DriverEnv& env) {
+  const char* why = nullptr;
+  if (options.rounds_mode != "sync") {
+    why = "buffered rounds (their sampling is not the accountant's)";
+  } else if (env.robust.kind != coordinator::AggregatorKind::kMean) {
+    why = "a robust or streaming --aggregator (DP clips every update to C and averages)";
+  } else if (env.plan != nullptr && (codecs::IsGradiveq(env.plan->codec) ||
+                                     codecs::NamesTwoPhasePowerSgd(env.plan->codec) ||
+                                     codecs::IsSharedScaleTernGrad(env.plan->codec))) {
+    why = "a round protocol (gradiveq, powersgd(..., phases=2), terngrad(shared=1))";
+  }
+  if (why == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("--dp does not run with ", why));
 }
 
 using coordinator::AggregatorOptions;
@@ -118,6 +136,42 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
     all.push_back(std::move(c));
   }
   return AggregateAndCommit(host, all, optimizer, robust, commit, report, nullptr);
+}
+
+// A DP-FedAvg round (dp_rounds.h): a Poisson sample of the connected clients, whatever
+// the coordinator sampled; every update that arrives counts once, cut to norm C, in a
+// noised mean the guard may refuse whole but from which it leaves no one out (leaving out
+// the largest updates would depend on them).
+absl::Status RunDpRound(RoundHost& host, Clock::time_point deadline,
+                        const coordinator::ServerOptimizer& optimizer, DpRounds& dp,
+                        coordinator::CommitResult* commit, RoundReport* report) {
+  coordinator::RoundEngine& engine = host.engine();
+  const uint64_t round = engine.current_round();
+  double expected = 0;
+  const std::vector<std::string> sample = dp.Sample(host, &expected);
+  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false,
+                                                                     /*compact=*/true);
+  auto open = Collect(host, sample, deadline, collector, report, nullptr);
+  if (!open.ok() || !*open) return open.status();
+  const auto updates = collector->TakeUpdates();
+  std::vector<Contribution> all;
+  std::set<std::string> counted;
+  for (const auto& [client, u] : updates) {
+    Contribution c{client, 1.0, u.values, u.ranges, u.complete};
+    c.fill = [&collector, &u](std::span<float> dense) { return collector->Fill(u, dense); };
+    all.push_back(std::move(c));
+    counted.insert(client);
+  }
+  auto mean = dp.NoisedMean(all, engine.dim(), expected, report);
+  if (!mean.ok()) return mean.status();
+  auto choice = coordinator::ChooseUnderGuard(
+      host, {}, 0, [&](const std::set<std::string>&) { return engine.Preview(*mean, optimizer); },
+      report);
+  if (!choice.ok()) return choice.status();
+  // The noised mean was computed, and the guard's verdict depends on it: the round spends
+  // its privacy whether it commits or not.
+  dp.Spend(sample.size(), expected, report);
+  return Commit(engine, round, *choice, *mean, optimizer, &counted, commit);
 }
 
 absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& participants,
@@ -262,6 +316,15 @@ absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     }
   }
   if (*buffered) d->buffered_ = std::make_unique<BufferedRounds>(**buffered);
+  auto dp = ParseDp(options.dp, options.dp_epsilon, options.dp_delta, options.dp_max_epsilon);
+  if (!dp.ok()) return dp.status();
+  if (*dp) {
+    if (absl::Status st = CheckDp(options, env); !st.ok()) return st;
+    auto rounds = DpRounds::Create(**dp, env.fraction, env.rounds, env.state_dir,
+                                   env.committed_round, env.metrics);
+    if (!rounds.ok()) return rounds.status();
+    d->dp_ = *std::move(rounds);
+  }
   if (env.plan != nullptr && codecs::IsGradiveq(env.plan->codec)) {
     auto bases =
         GradiveqBases::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
@@ -286,6 +349,7 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                                     const std::vector<std::string>& participants,
                                     coordinator::Clock::time_point deadline,
                                     coordinator::CommitResult* commit, RoundReport* report) {
+  if (dp_) return RunDpRound(host, deadline, optimizer_, *dp_, commit, report);
   if (buffered_) {
     return buffered_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
   }
@@ -378,6 +442,9 @@ absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> FedAvgDriver::Blob
 }
 
 absl::Status FedAvgDriver::Save(uint64_t round) {
+  if (dp_) {
+    if (absl::Status st = dp_->Save(round); !st.ok()) return st;
+  }
   if (two_phase_) {
     if (absl::Status st = two_phase_->Save(round); !st.ok()) return st;
   }

@@ -3,7 +3,8 @@
 // collects the updates (a partial one counts for the ranges that arrived), clips them and
 // aggregates them with the job's aggregator (weighted mean by default; docs/robustness.md),
 // and at quorum or deadline the aggregate goes through the server optimizer (SGD with
-// server lr and momentum; lr 1 without momentum is plain FedAvg).
+// server lr and momentum; lr 1 without momentum is plain FedAvg). With --dp its rounds are
+// DP-FedAvg's (dp_rounds.h).
 #ifndef FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 #define FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 
@@ -16,6 +17,7 @@
 #include "coordinator/robust.h"
 #include "coordinator/round_driver.h"
 #include "modes/fedavg/buffered_rounds.h"
+#include "modes/fedavg/dp_rounds.h"
 #include "modes/fedavg/gradiveq_bases.h"
 #include "modes/fedavg/powersgd_rounds.h"
 #include "modes/fedavg/terngrad_rounds.h"
@@ -28,6 +30,12 @@ struct FedAvgOptions {
   // --rounds-mode: "sync" (rounds that wait for their participants) or buffered(...)
   // (buffered_rounds.h).
   std::string rounds_mode = "sync";
+  // --dp, --dp-epsilon, --dp-delta, --dp-max-epsilon: user-level differential privacy
+  // (dp_rounds.h); "" or "none": off.
+  std::string dp;
+  double dp_epsilon = 0;
+  double dp_delta = 1e-5;
+  double dp_max_epsilon = 0;
 
   absl::Status Validate() const;
   coordinator::ServerOptimizer optimizer() const { return {server_lr, server_momentum}; }
@@ -96,6 +104,9 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   size_t KeepVersions() const override {
     return buffered_ ? buffered_->options().MaxStaleness() : 0;
   }
+  std::optional<std::string> Exhausted() const override {
+    return dp_ ? dp_->Exhausted() : std::nullopt;
+  }
 
  private:
   FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust,
@@ -117,6 +128,7 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   std::unique_ptr<PowerSgdRounds> two_phase_;  // powersgd(..., phases=2) jobs only
   std::unique_ptr<TernGradRounds> shared_scale_;  // terngrad(shared=1) jobs only
   std::unique_ptr<BufferedRounds> buffered_;      // --rounds-mode buffered(...) only
+  std::unique_ptr<DpRounds> dp_;                  // --dp only
   double fit_bound_ = 0, coded_bound_ = 0;        // their streaming clip bounds
 };
 

@@ -1,6 +1,7 @@
 // FedAvg's round-protocol state files (see fedavg_state.h): u32 magic, u32 version, u64
 // round, then version 2: a message of fedavg_state.proto (core/state_message.h),
-// PowerSGD's 'PSGQ' pb::PowerSgdQuery, GradiVeQ's 'GVBS' pb::GradiveqBasis; version 1:
+// PowerSGD's 'PSGQ' pb::PowerSgdQuery, GradiVeQ's 'GVBS' pb::GradiveqBasis, DP's 'DPAC'
+// pb::DpAccount (version 1 is a message); version 1:
 // PSGQ floats query, GVBS str basis. CRC32C at the end (core/atomic_file.h).
 #include "modes/fedavg/fedavg_state.h"
 
@@ -19,8 +20,36 @@ constexpr std::string_view kQueryPrefix = "powersgd_query";
 constexpr uint32_t kBasisMagic = 0x53425647;  // "GVBS"
 constexpr uint32_t kBasisVersion = 2;
 constexpr std::string_view kBasisPrefix = "gradiveq";
+constexpr uint32_t kDpMagic = 0x43415044;  // "DPAC"
+constexpr uint32_t kDpVersion = 1;
+constexpr std::string_view kDpPrefix = "dp";
 
 }  // namespace
+
+std::string DpAccountPath(const std::string& state_dir, uint64_t round) {
+  return core::RoundStatePath(state_dir, kDpPrefix, round);
+}
+
+absl::Status SaveDpAccount(const std::string& state_dir, uint64_t round, const DpAccount& account) {
+  pb::DpAccount m;
+  m.mutable_orders()->Assign(account.orders.begin(), account.orders.end());
+  m.mutable_rdp()->Assign(account.rdp.begin(), account.rdp.end());
+  return core::SaveRoundMessage(state_dir, kDpPrefix, round, kDpMagic, kDpVersion, m);
+}
+
+absl::StatusOr<DpAccount> LoadDpAccount(const std::string& state_dir, uint64_t round) {
+  const std::string path = DpAccountPath(state_dir, round);
+  std::string bytes;
+  auto reader = core::ReadRoundState(state_dir, kDpPrefix, round, kDpMagic, kDpVersion, &bytes);
+  if (!reader.ok()) return reader.status();
+  pb::DpAccount m;
+  if (absl::Status st = core::ParseMessage(*reader, &m, path); !st.ok()) return st;
+  if (m.orders_size() != m.rdp_size()) {
+    return absl::DataLossError(
+        StrCat(path, ": ", m.orders_size(), " orders and ", m.rdp_size(), " RDP values"));
+  }
+  return DpAccount{{m.orders().begin(), m.orders().end()}, {m.rdp().begin(), m.rdp().end()}};
+}
 
 std::string PowerSgdQueryPath(const std::string& state_dir, uint64_t round) {
   return core::RoundStatePath(state_dir, kQueryPrefix, round);

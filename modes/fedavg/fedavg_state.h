@@ -1,6 +1,7 @@
 // What FedAvg's round protocols keep beside the checkpoint of a committed round:
-// two-phase PowerSGD's query for the next round (<state_dir>/powersgd_query-<round>.bin)
-// and GradiVeQ's basis in force (<state_dir>/gradiveq-<round>.bin).
+// two-phase PowerSGD's query for the next round (<state_dir>/powersgd_query-<round>.bin),
+// GradiVeQ's basis in force (<state_dir>/gradiveq-<round>.bin) and a DP job's privacy
+// account (<state_dir>/dp-<round>.bin).
 #ifndef FEDLGC_MODES_FEDAVG_FEDAVG_STATE_H_
 #define FEDLGC_MODES_FEDAVG_FEDAVG_STATE_H_
 
@@ -25,7 +26,18 @@ absl::Status SaveGradiveqBasis(const std::string& state_dir, uint64_t round,
                                std::string_view basis);
 absl::StatusOr<std::string> LoadGradiveqBasis(const std::string& state_dir, uint64_t round);
 
+// A DP job's account (dp_rounds.h): the accountant's orders and the RDP spent at each.
+// NOT_FOUND when the round has no file.
+struct DpAccount {
+  std::vector<double> orders;
+  std::vector<double> rdp;
+  bool operator==(const DpAccount&) const = default;
+};
+absl::Status SaveDpAccount(const std::string& state_dir, uint64_t round, const DpAccount& account);
+absl::StatusOr<DpAccount> LoadDpAccount(const std::string& state_dir, uint64_t round);
+
 // The files' paths, for messages.
+std::string DpAccountPath(const std::string& state_dir, uint64_t round);
 std::string PowerSgdQueryPath(const std::string& state_dir, uint64_t round);
 std::string GradiveqBasisPath(const std::string& state_dir, uint64_t round);
 

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "modes/clients.h"
 #include "monitoring/metrics.h"
+#include "privacy/rdp_accountant.h"
 #include "protos/fedlgc.grpc.pb.h"
 #include "tests/integration/harness.h"
 
@@ -867,6 +868,48 @@ TEST(Federation, AClientWhoseUplinkDropsMovesDownTheLadderInItsNextRound) {
 // round's line in rounds.jsonl: restarted, it writes the line from the checkpoint
 // ("recovered", with the checkpoint's model evaluated), and the job's log holds every round
 // once.
+// A DP job (--dp, modes/fedavg/dp_rounds.h) of 4 clients asked with probability 0.5 each
+// round: every round's line carries what the accountant says the rounds spent, the
+// metric the same, and the job ends before the round that would pass --dp-max-epsilon
+// (here after round 2 of 6), its clients told it is over.
+TEST(Federation, ADpJobEndsBeforeTheRoundThatWouldPassItsPrivacyBudget) {
+  const auto after = [](int rounds) {
+    privacy::RdpAccountant a;
+    a.Compose(0.5, 1.0, static_cast<uint64_t>(rounds));
+    return a.Spent(1e-5).epsilon;
+  };
+  const std::string dir = FreshDir("dp_budget");
+  const std::string certs = MakeCerts(dir, 4);
+  Job job = ShortJob(6, "qsgd(bits=8)", 64 * 1024);
+  auto o = JobOptions(dir, certs, 4, job);
+  o.fraction = 0.5;
+  modes::ModeOptions modes;
+  modes.fedavg.dp = "gaussian(noise=1, clip=0.01)";  // noise of sd 0.005: the guard takes it
+  modes.fedavg.dp_max_epsilon = (after(2) + after(3)) / 2;
+  InProcessCoordinator coord(o, modes);
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(
+        std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, 4, coord.port())));
+  }
+  ASSERT_TRUE(coord.Wait(seconds(120))) << "federation did not finish";
+  EXPECT_TRUE(coord.result().ok()) << coord.result();
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  auto lines = ReadRoundLog(o.state_dir + "/rounds.jsonl");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 2u);
+  for (size_t i = 0; i < lines->size(); ++i) {
+    EXPECT_DOUBLE_EQ((*lines)[i].figures.at("dp_epsilon"), after(static_cast<int>(i) + 1)) << i;
+    EXPECT_EQ((*lines)[i].figures.at("dp_expected"), 2);
+    EXPECT_EQ((*lines)[i].participants, (*lines)[i].figures.at("dp_sampled"));
+  }
+  EXPECT_NEAR(SumMetric(ScrapeMetrics(coord.get().metrics_port()), "fedlgc_dp_epsilon"), after(2),
+              1e-9);
+}
+
 TEST(Federation, ARoundCommittedJustBeforeACrashGetsItsLineOnRestart) {
   const int n = 2;
   const std::string dir = FreshDir("recovered_line");

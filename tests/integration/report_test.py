@@ -225,6 +225,16 @@ def main():
     check(c["config"]["clients_per_process"] == 250, "the population's clients share a process")
     check_page(f"{tmp}/c.html", [c], f"{tmp}/c.png")
     check_population(f"{tmp}/c.html", c)
+    # A DP job: each client asked with probability 0.5, updates cut to norm 0.01, noise of
+    # 1 x 0.01 on their sum; the page says what the rounds spent and plots accuracy by it.
+    d = sim(tmp, "d", "fp32", ["--fraction", "0.5", "--dp", "gaussian(noise=1,clip=0.01)",
+                               "--html", f"{tmp}/d.html"], clients=4)
+    spent = [r["dp_epsilon"] for r in d["rounds"]]
+    check(len(spent) == 4 and spent == sorted(spent) and spent[0] > 0,
+          f"run d's rounds spend privacy: {spent}")
+    p = parse(f"{tmp}/d.html")
+    check(p.figures.get("plot-privacy") == 1, "the DP run's accuracy is plotted by epsilon")
+    check(abs(value(p, "dp_epsilon") - spent[-1]) < 1e-9, "the DP run's summary says its epsilon")
     bad = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.run/coordinator.toml", "-o",
                           f"{tmp}/bad.html"], capture_output=True, text=True)
     check(bad.returncode != 0 and "fedlgc-report:" in bad.stderr and

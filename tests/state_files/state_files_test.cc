@@ -1,4 +1,4 @@
-// The ten state file formats, each from the files its writers left in every version
+// The eleven state file formats, each from the files its writers left in every version
 // since fixtures were kept (fixtures/<format>-v<version>/): each loads to exactly the
 // state it was written from. Run with FEDLGC_WRITE_STATE_FIXTURES=1 after a format's
 // version changes: the current version's fixture is written beside the old ones, which
@@ -206,6 +206,15 @@ std::vector<Format> Formats() {
                  auto s = modes::LoadGradiveqBasis(dir, kRound);
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, std::string("GVBQ\0basis", 10));
+               }});
+  f.push_back({"dp", 1,
+               [](const std::string& dir) {
+                 return modes::SaveDpAccount(dir, kRound, {{1.5, 2, 64}, {0.25, 1e-9, 3.5e3}});
+               },
+               [](const std::string& dir, uint32_t) {
+                 auto s = modes::LoadDpAccount(dir, kRound);
+                 ASSERT_TRUE(s.ok()) << s.status();
+                 EXPECT_EQ(*s, (modes::DpAccount{{1.5, 2, 64}, {0.25, 1e-9, 3.5e3}}));
                }});
   f.push_back({"lgc", 4,
                [](const std::string& dir) { return modes::SaveLgcState(dir, kRound, Lgc()); },

@@ -1,0 +1,196 @@
+// DP-FedAvg's rounds (see dp_rounds.h).
+#include "modes/fedavg/dp_rounds.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "base/spec.h"
+#include "base/str.h"
+#include "modes/fedavg/fedavg_state.h"
+#include "monitoring/metrics.h"
+#include "privacy/gaussian_noise.h"
+
+namespace fedlgc::modes {
+
+double DpOptions::Limit() const {
+  if (max_epsilon > 0) return max_epsilon;
+  if (epsilon > 0) return epsilon;
+  return std::numeric_limits<double>::infinity();
+}
+
+namespace {
+
+absl::Status Bad(std::string_view what) {
+  return absl::InvalidArgumentError(
+      StrCat("--dp: ", what,
+             " (gaussian(noise=Z, clip=C), or gaussian(clip=C) with --dp-epsilon E; "
+             "--dp-delta in (0, 1), --dp-max-epsilon >= 0)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<DpOptions>> ParseDp(const std::string& spec, double epsilon,
+                                                 double delta, double max_epsilon) {
+  if (spec.empty() || spec == "none") {
+    if (epsilon > 0 || max_epsilon > 0) {
+      return Bad("--dp-epsilon and --dp-max-epsilon need --dp gaussian(...)");
+    }
+    return std::nullopt;
+  }
+  auto node = ParseSpec(spec);
+  if (!node.ok()) return Bad(std::string(node.status().message()));
+  if (node->name != "gaussian") return Bad(StrCat("unknown mechanism ", node->name));
+  DpOptions o;
+  o.epsilon = epsilon;
+  o.delta = delta;
+  o.max_epsilon = max_epsilon;
+  std::set<std::string> seen;
+  for (const SpecArg& a : node->args) {
+    if (a.key.empty() || !a.is_number) return Bad("gaussian(...) takes named numbers");
+    if (!seen.insert(a.key).second) return Bad(StrCat(a.key, "= given twice"));
+    if (a.key == "noise") {
+      o.noise = a.number;
+    } else if (a.key == "clip") {
+      o.clip = a.number;
+    } else {
+      return Bad(StrCat("gaussian(...) has no argument ", a.key));
+    }
+  }
+  if (!(o.clip > 0) || !std::isfinite(o.clip)) return Bad("clip= must be a number > 0");
+  if (seen.count("noise") && (!(o.noise > 0) || !std::isfinite(o.noise))) {
+    return Bad("noise= must be a number > 0");
+  }
+  if ((o.noise > 0) == (o.epsilon > 0)) {
+    return Bad("give the noise multiplier (noise=) or a target (--dp-epsilon), one of them");
+  }
+  if (!(delta > 0 && delta < 1)) return Bad(StrCat("--dp-delta ", delta));
+  if (!(max_epsilon >= 0) || !std::isfinite(max_epsilon) || !(epsilon >= 0)) {
+    return Bad("--dp-epsilon and --dp-max-epsilon must be >= 0");
+  }
+  return std::optional<DpOptions>(o);
+}
+
+DpRounds::DpRounds(const DpOptions& options, double q, double noise, std::string state_dir)
+    : options_(options), q_(q), noise_(noise), state_dir_(std::move(state_dir)) {}
+
+absl::StatusOr<std::unique_ptr<DpRounds>> DpRounds::Create(const DpOptions& options,
+                                                           double fraction, uint64_t rounds,
+                                                           const std::string& state_dir,
+                                                           uint64_t committed_round,
+                                                           monitoring::Metrics* metrics) {
+  if (!(fraction > 0 && fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        StrCat("--dp: --fraction ", fraction, " is the sampling rate: it must be in (0, 1]"));
+  }
+  double noise = options.noise;
+  if (noise == 0) {
+    auto solved = privacy::NoiseForEpsilon(fraction, std::max<uint64_t>(rounds, 1), options.epsilon,
+                                           options.delta);
+    if (!solved.ok()) return solved.status();
+    noise = *solved;
+  }
+  std::unique_ptr<DpRounds> d(new DpRounds(options, fraction, noise, state_dir));
+  if (committed_round > 0) {
+    auto account = LoadDpAccount(state_dir, committed_round);
+    if (!account.ok()) {
+      return absl::FailedPreconditionError(
+          StrCat("--dp: the checkpoint of round ", committed_round,
+                 " has no privacy account a DP job can go on from: ", account.status().message()));
+    }
+    if (account->orders != d->accountant_.orders()) {
+      return absl::DataLossError(StrCat(DpAccountPath(state_dir, committed_round),
+                                        ": its orders are not the accountant's"));
+    }
+    if (absl::Status st = d->accountant_.Restore(account->rdp); !st.ok()) return st;
+  }
+  uint64_t seed = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof(seed)) != 1) {
+    return absl::InternalError("OpenSSL: RAND_bytes failed");
+  }
+  d->rng_.seed(seed);
+  if (metrics != nullptr) {
+    d->epsilon_gauge_ = &metrics
+                             ->GaugeFamily("fedlgc_dp_epsilon",
+                                           "differential privacy: the epsilon the job's rounds "
+                                           "have spent at --dp-delta")
+                             .Add({});
+    d->epsilon_gauge_->Set(d->epsilon());
+  }
+  return d;
+}
+
+double DpRounds::epsilon() const { return accountant_.Spent(options_.delta).epsilon; }
+
+std::vector<std::string> DpRounds::Sample(coordinator::RoundHost& host, double* expected) {
+  std::vector<std::string> pool = host.Connected();
+  std::erase_if(pool, [&](const std::string& c) { return host.engine().IsQuarantined(c); });
+  std::sort(pool.begin(), pool.end());
+  *expected = q_ * static_cast<double>(pool.size());
+  std::bernoulli_distribution ask(q_);
+  std::vector<std::string> out;
+  for (const std::string& c : pool) {
+    if (ask(rng_)) out.push_back(c);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> DpRounds::NoisedMean(
+    std::span<const coordinator::Contribution> updates, uint64_t dim, double expected,
+    RoundReport* report) const {
+  std::vector<double> sum(dim, 0.0);
+  std::vector<float> dense(dim);
+  int clipped = 0;
+  for (const coordinator::Contribution& c : updates) {
+    std::span<const float> v = c.values;
+    if (c.fill) {
+      std::fill(dense.begin(), dense.end(), 0.0f);
+      if (absl::Status st = c.fill(dense); !st.ok()) return st;
+      v = dense;
+    }
+    const double norm = coordinator::L2Norm(v);
+    report->per_client["update_norm"][c.client] = norm;
+    double scale = 1;
+    if (norm > options_.clip) {
+      scale = options_.clip / norm;
+      ++clipped;
+    }
+    for (size_t i = 0; i < dim && i < v.size(); ++i) sum[i] += scale * v[i];
+  }
+  std::vector<float> mean(dim);
+  for (size_t i = 0; i < dim; ++i) mean[i] = static_cast<float>(sum[i]);
+  if (absl::Status st = privacy::AddGaussianNoise(noise_ * options_.clip, mean); !st.ok())
+    return st;
+  const float inv = static_cast<float>(1 / std::max(1.0, expected));
+  for (float& x : mean) x *= inv;
+  report->figures["clip_bound"] = options_.clip;
+  report->figures["clipped"] = clipped;
+  return mean;
+}
+
+void DpRounds::Spend(size_t sampled, double expected, RoundReport* report) {
+  accountant_.Compose(q_, noise_);
+  const double eps = epsilon();
+  report->figures["dp_epsilon"] = eps;
+  report->figures["dp_delta"] = options_.delta;
+  report->figures["dp_noise_multiplier"] = noise_;
+  report->figures["dp_sampled"] = static_cast<double>(sampled);
+  report->figures["dp_expected"] = expected;
+  if (epsilon_gauge_ != nullptr) epsilon_gauge_->Set(eps);
+}
+
+std::optional<std::string> DpRounds::Exhausted() const {
+  const double next = accountant_.SpentAfter(q_, noise_, 1, options_.delta).epsilon;
+  if (next <= options_.Limit()) return std::nullopt;
+  return StrCat("the privacy budget is spent: another round would make epsilon ", next, " (now ",
+                epsilon(), ") at delta ", options_.delta, ", past ", options_.Limit());
+}
+
+absl::Status DpRounds::Save(uint64_t round) const {
+  return SaveDpAccount(state_dir_, round, {accountant_.orders(), accountant_.rdp()});
+}
+
+}  // namespace fedlgc::modes

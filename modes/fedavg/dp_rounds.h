@@ -1,0 +1,97 @@
+// User-level differential privacy for FedAvg (DP-FedAvg, McMahan et al. 2018, "Learning
+// Differentially Private Recurrent Language Models"; docs/privacy.md): each round asks
+// every connected client with probability q (--fraction), independently (Poisson
+// sampling), clips each update that arrives to norm C, sums them with weight one each,
+// adds Gaussian noise of standard deviation z x C to the sum (privacy/gaussian_noise.h)
+// and divides by the expected number of participants, q x the clients connected. One
+// round is the subsampled Gaussian mechanism with noise multiplier z, and the privacy
+// accountant (privacy/rdp_accountant.h) composes the job's rounds into epsilon at
+// --dp-delta. The job stops before a round that would spend more than --dp-max-epsilon.
+// What the rounds spent is saved beside each checkpoint (<state_dir>/dp-<round>.bin): a
+// restart goes on from it, and a DP job never restarts without it.
+#ifndef FEDLGC_MODES_FEDAVG_DP_ROUNDS_H_
+#define FEDLGC_MODES_FEDAVG_DP_ROUNDS_H_
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/robust.h"
+#include "coordinator/round_driver.h"
+#include "privacy/rdp_accountant.h"
+
+namespace prometheus {
+class Gauge;
+}
+
+namespace fedlgc::modes {
+
+struct DpOptions {
+  double noise = 0;        // z; 0: solved from `epsilon` over the job's rounds
+  double clip = 0;         // C: every update's norm is cut to it
+  double epsilon = 0;      // --dp-epsilon: the job's target (with noise 0)
+  double delta = 1e-5;     // --dp-delta
+  double max_epsilon = 0;  // --dp-max-epsilon; 0: the target, or no limit without one
+
+  // The stop: max_epsilon, else the target, else +infinity.
+  double Limit() const;
+  bool operator==(const DpOptions&) const = default;
+};
+
+// --dp "gaussian(noise=Z, clip=C)" or "gaussian(clip=C)" with --dp-epsilon E (the noise
+// that spends E over the job); "" or "none": no DP (nullopt). INVALID_ARGUMENT says what
+// is wrong.
+absl::StatusOr<std::optional<DpOptions>> ParseDp(const std::string& spec, double epsilon,
+                                                 double delta, double max_epsilon);
+
+// The DP rounds of a FedAvg job; the round loop's thread only.
+class DpRounds {
+ public:
+  // `fraction` is q; `rounds` the job's (for a target's noise). With committed_round > 0
+  // the accountant restarts from <state_dir>/dp-<committed_round>.bin, and its absence is
+  // an error. `metrics` (may be null): fedlgc_dp_epsilon.
+  static absl::StatusOr<std::unique_ptr<DpRounds>> Create(const DpOptions& options, double fraction,
+                                                          uint64_t rounds,
+                                                          const std::string& state_dir,
+                                                          uint64_t committed_round,
+                                                          monitoring::Metrics* metrics);
+
+  // The round's participants: each connected client that is not quarantined, with
+  // probability q, from a generator seeded by OpenSSL's (who takes part must not be
+  // predictable). *expected: q x the clients it chose from.
+  std::vector<std::string> Sample(coordinator::RoundHost& host, double* expected);
+  // The DP mean of `updates`: each cut to norm C, summed with weight one, noised with
+  // standard deviation z x C, divided by `expected` (at least 1). Report figures "clipped",
+  // "clip_bound", per client "update_norm".
+  absl::StatusOr<std::vector<float>> NoisedMean(std::span<const coordinator::Contribution> updates,
+                                                uint64_t dim, double expected,
+                                                RoundReport* report) const;
+  // Composes one round into the accountant (whether the guard took it or not: the noised
+  // mean was computed) and reports "dp_epsilon", "dp_delta", "dp_noise_multiplier",
+  // "dp_sampled", "dp_expected".
+  void Spend(size_t sampled, double expected, RoundReport* report);
+  // Why the job must end before another round (it would pass the limit), or nullopt.
+  std::optional<std::string> Exhausted() const;
+  absl::Status Save(uint64_t round) const;
+
+  double noise() const { return noise_; }
+  double epsilon() const;
+
+ private:
+  DpRounds(const DpOptions& options, double q, double noise, std::string state_dir);
+
+  const DpOptions options_;
+  const double q_;
+  const double noise_;
+  const std::string state_dir_;
+  privacy::RdpAccountant accountant_;
+  std::mt19937_64 rng_;
+  prometheus::Gauge* epsilon_gauge_ = nullptr;
+};
+
+}  // namespace fedlgc::modes
+
+#endif  // FEDLGC_MODES_FEDAVG_DP_ROUNDS_H_

@@ -3,6 +3,7 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 

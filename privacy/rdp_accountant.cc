@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "base/str.h"
 
@@ -20,11 +21,11 @@ double LogAdd(double a, double b) {
   return hi + std::log1p(std::exp(std::min(a, b) - hi));
 }
 
-// log(exp(a) - exp(b)); -infinity where rounding made b reach a (the series' partial sums
-// are positive, so that happens only to terms far below the sum).
-double LogSub(double a, double b) {
+// log(exp(a) - exp(b)), or nullopt where b reaches a: the series' partial sums are
+// positive, so that is rounding gone wrong, and the order's RDP is not to be trusted.
+std::optional<double> LogSub(double a, double b) {
   if (b == -kInf) return a;
-  if (b >= a) return -kInf;
+  if (b >= a) return std::nullopt;
   return a + std::log1p(-std::exp(b - a));
 }
 
@@ -55,7 +56,8 @@ double LogAInteger(double q, double sigma, uint64_t alpha) {
 // log A_alpha at a fractional order: the integral of mu_0 (mu / mu_0)^alpha, mu_0 = N(0,
 // sigma^2) and mu = (1 - q) mu_0 + q N(1, sigma^2), split where q mu_1 = (1 - q) mu_0 (at
 // z0) into two binomial series that converge on each side; each term is an exponential
-// moment times a Gaussian tail. Terms are summed until both fall below e^-30 of one.
+// moment times a Gaussian tail. Terms are summed until both fall below e^-30 of one;
+// +infinity where a subtraction would cross zero (rounding), as no bound is then known.
 double LogAFractional(double q, double sigma, double alpha) {
   const double s2 = sigma * sigma;
   const double z0 = s2 * std::log(1 / q - 1) + 0.5;
@@ -75,8 +77,12 @@ double LogAFractional(double q, double sigma, double alpha) {
       log_a0 = LogAdd(log_a0, log_s0);
       log_a1 = LogAdd(log_a1, log_s1);
     } else {
-      log_a0 = LogSub(log_a0, log_s0);
-      log_a1 = LogSub(log_a1, log_s1);
+      const std::optional<double> a0 = LogSub(log_a0, log_s0), a1 = LogSub(log_a1, log_s1);
+      // Unsure: +infinity, which leaves this order out of every conversion (never an
+      // understatement).
+      if (!a0 || !a1) return kInf;
+      log_a0 = *a0;
+      log_a1 = *a1;
     }
     if (std::max(log_s0, log_s1) < -30) break;
     // binom(alpha, i + 1) = binom(alpha, i) (alpha - i) / (i + 1).

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "base/log.h"
 #include "base/spec.h"
 #include "base/str.h"
 #include "modes/fedavg/fedavg_state.h"
@@ -68,14 +69,20 @@ absl::StatusOr<std::optional<DpOptions>> ParseDp(const std::string& spec, double
     return Bad("give the noise multiplier (noise=) or a target (--dp-epsilon), one of them");
   }
   if (!(delta > 0 && delta < 1)) return Bad(StrCat("--dp-delta ", delta));
-  if (!(max_epsilon >= 0) || !std::isfinite(max_epsilon) || !(epsilon >= 0)) {
+  if (!(max_epsilon >= 0) || !std::isfinite(max_epsilon) || !(epsilon >= 0) ||
+      !std::isfinite(epsilon)) {
     return Bad("--dp-epsilon and --dp-max-epsilon must be >= 0");
   }
   return std::optional<DpOptions>(o);
 }
 
-DpRounds::DpRounds(const DpOptions& options, double q, double noise, std::string state_dir)
-    : options_(options), q_(q), noise_(noise), state_dir_(std::move(state_dir)) {}
+DpRounds::DpRounds(const DpOptions& options, double q, double noise, std::string state_dir,
+                   privacy::Keystream stream)
+    : options_(options),
+      q_(q),
+      noise_(noise),
+      state_dir_(std::move(state_dir)),
+      stream_(std::move(stream)) {}
 
 absl::StatusOr<std::unique_ptr<DpRounds>> DpRounds::Create(const DpOptions& options,
                                                            double fraction, uint64_t rounds,
@@ -93,7 +100,14 @@ absl::StatusOr<std::unique_ptr<DpRounds>> DpRounds::Create(const DpOptions& opti
     if (!solved.ok()) return solved.status();
     noise = *solved;
   }
-  std::unique_ptr<DpRounds> d(new DpRounds(options, fraction, noise, state_dir));
+  privacy::Key32 key{};
+  if (RAND_bytes(key.data(), static_cast<int>(key.size())) != 1) {
+    return absl::InternalError("OpenSSL: RAND_bytes failed");
+  }
+  auto stream = privacy::Keystream::Create(key);
+  if (!stream.ok()) return stream.status();
+  std::unique_ptr<DpRounds> d(
+      new DpRounds(options, fraction, noise, state_dir, *std::move(stream)));
   if (committed_round > 0) {
     auto account = LoadDpAccount(state_dir, committed_round);
     if (!account.ok()) {
@@ -105,13 +119,28 @@ absl::StatusOr<std::unique_ptr<DpRounds>> DpRounds::Create(const DpOptions& opti
       return absl::DataLossError(StrCat(DpAccountPath(state_dir, committed_round),
                                         ": its orders are not the accountant's"));
     }
+    // What the job promised when it started holds to its end.
+    if (account->delta != options.delta || account->limit != options.Limit()) {
+      return absl::FailedPreconditionError(StrCat(
+          "--dp: this job started with delta ", account->delta, " and limit ", account->limit,
+          "; it goes on with those, not delta ", options.delta, " and limit ", options.Limit()));
+    }
     if (absl::Status st = d->accountant_.Restore(account->rdp); !st.ok()) return st;
+    d->population_ = account->population;
   }
-  uint64_t seed = 0;
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof(seed)) != 1) {
-    return absl::InternalError("OpenSSL: RAND_bytes failed");
+  log::Info("coordinator",
+            "--dp: noise multiplier %g%s, clip %g, sampling rate %g; epsilon so far %g at "
+            "delta %g, limit %g",
+            noise,
+            options.noise == 0
+                ? StrCat(" (for epsilon ", options.epsilon, " over ", rounds, " rounds)")
+                : std::string(),
+            options.clip, fraction, d->epsilon(), options.delta, options.Limit());
+  if (std::isinf(options.Limit())) {
+    log::Warning("coordinator",
+                 "--dp with no --dp-max-epsilon: the job's privacy loss has no bound but "
+                 "--rounds");
   }
-  d->rng_.seed(seed);
   if (metrics != nullptr) {
     d->epsilon_gauge_ = &metrics
                              ->GaugeFamily("fedlgc_dp_epsilon",
@@ -125,15 +154,27 @@ absl::StatusOr<std::unique_ptr<DpRounds>> DpRounds::Create(const DpOptions& opti
 
 double DpRounds::epsilon() const { return accountant_.Spent(options_.delta).epsilon; }
 
-std::vector<std::string> DpRounds::Sample(coordinator::RoundHost& host, double* expected) {
+absl::StatusOr<std::vector<std::string>> DpRounds::Sample(coordinator::RoundHost& host,
+                                                          double* expected) {
   std::vector<std::string> pool = host.Connected();
   std::erase_if(pool, [&](const std::string& c) { return host.engine().IsQuarantined(c); });
   std::sort(pool.begin(), pool.end());
-  *expected = q_ * static_cast<double>(pool.size());
-  std::bernoulli_distribution ask(q_);
+  if (population_ == 0) {
+    population_ = pool.size();
+    if (population_ > 0 && options_.delta > 1.0 / static_cast<double>(population_)) {
+      log::Warning("coordinator",
+                   "--dp-delta %g is above 1 / the %llu clients: a guarantee that may fail "
+                   "for one of them in full",
+                   options_.delta, static_cast<unsigned long long>(population_));
+    }
+  }
+  *expected = q_ * static_cast<double>(population_);
+  // A coin per client: a 53-bit uniform from the keystream, below q.
+  std::vector<uint64_t> coins(pool.size());
+  if (absl::Status st = stream_.Next(coins); !st.ok()) return st;
   std::vector<std::string> out;
-  for (const std::string& c : pool) {
-    if (ask(rng_)) out.push_back(c);
+  for (size_t i = 0; i < pool.size(); ++i) {
+    if (static_cast<double>(coins[i] >> 11) * 0x1p-53 < q_) out.push_back(pool[i]);
   }
   return out;
 }
@@ -152,7 +193,6 @@ absl::StatusOr<std::vector<float>> DpRounds::NoisedMean(
       v = dense;
     }
     const double norm = coordinator::L2Norm(v);
-    report->per_client["update_norm"][c.client] = norm;
     double scale = 1;
     if (norm > options_.clip) {
       scale = options_.clip / norm;
@@ -190,7 +230,9 @@ std::optional<std::string> DpRounds::Exhausted() const {
 }
 
 absl::Status DpRounds::Save(uint64_t round) const {
-  return SaveDpAccount(state_dir_, round, {accountant_.orders(), accountant_.rdp()});
+  return SaveDpAccount(
+      state_dir_, round,
+      {accountant_.orders(), accountant_.rdp(), options_.delta, options_.Limit(), population_});
 }
 
 }  // namespace fedlgc::modes

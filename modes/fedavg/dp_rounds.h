@@ -3,24 +3,27 @@
 // every connected client with probability q (--fraction), independently (Poisson
 // sampling), clips each update that arrives to norm C, sums them with weight one each,
 // adds Gaussian noise of standard deviation z x C to the sum (privacy/gaussian_noise.h)
-// and divides by the expected number of participants, q x the clients connected. One
+// and divides by a fixed denominator, q x N, N the clients connected at the job's first
+// round (treated as public: it says nothing of any one client's data). One
 // round is the subsampled Gaussian mechanism with noise multiplier z, and the privacy
 // accountant (privacy/rdp_accountant.h) composes the job's rounds into epsilon at
 // --dp-delta. The job stops before a round that would spend more than --dp-max-epsilon.
-// What the rounds spent is saved beside each checkpoint (<state_dir>/dp-<round>.bin): a
-// restart goes on from it, and a DP job never restarts without it.
+// What the rounds spent is saved beside each checkpoint (<state_dir>/dp-<round>.bin) with
+// the job's delta, limit and N: a restart goes on from it, a DP job never restarts without
+// it nor with another delta or limit, and a job whose checkpoint has one never restarts
+// without --dp (FedAvgDriver::Create).
 #ifndef FEDLGC_MODES_FEDAVG_DP_ROUNDS_H_
 #define FEDLGC_MODES_FEDAVG_DP_ROUNDS_H_
 
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/robust.h"
 #include "coordinator/round_driver.h"
+#include "privacy/keystream.h"
 #include "privacy/rdp_accountant.h"
 
 namespace prometheus {
@@ -60,12 +63,12 @@ class DpRounds {
                                                           monitoring::Metrics* metrics);
 
   // The round's participants: each connected client that is not quarantined, with
-  // probability q, from a generator seeded by OpenSSL's (who takes part must not be
-  // predictable). *expected: q x the clients it chose from.
-  std::vector<std::string> Sample(coordinator::RoundHost& host, double* expected);
+  // probability q, from a cryptographic keystream with a key from OpenSSL's generator (who
+  // takes part must not be predictable). *expected: q x N, N fixed at the first round.
+  absl::StatusOr<std::vector<std::string>> Sample(coordinator::RoundHost& host, double* expected);
   // The DP mean of `updates`: each cut to norm C, summed with weight one, noised with
-  // standard deviation z x C, divided by `expected` (at least 1). Report figures "clipped",
-  // "clip_bound", per client "update_norm".
+  // standard deviation z x C, divided by `expected` (at least 1). Report figures "clipped"
+  // and "clip_bound"; no client's own norm (it would say more than the noised mean).
   absl::StatusOr<std::vector<float>> NoisedMean(std::span<const coordinator::Contribution> updates,
                                                 uint64_t dim, double expected,
                                                 RoundReport* report) const;
@@ -81,14 +84,16 @@ class DpRounds {
   double epsilon() const;
 
  private:
-  DpRounds(const DpOptions& options, double q, double noise, std::string state_dir);
+  DpRounds(const DpOptions& options, double q, double noise, std::string state_dir,
+           privacy::Keystream stream);
 
   const DpOptions options_;
   const double q_;
   const double noise_;
   const std::string state_dir_;
   privacy::RdpAccountant accountant_;
-  std::mt19937_64 rng_;
+  privacy::Keystream stream_;  // the sampling's coins
+  uint64_t population_ = 0;    // N; 0 until the first round
   prometheus::Gauge* epsilon_gauge_ = nullptr;
 };
 

@@ -127,7 +127,7 @@ TEST(DpRounds, ParticipantsAreAPoissonSampleAtTheFraction) {
     total += r.figures.at("dp_sampled");
     sizes.insert(r.figures.at("dp_sampled"));
     std::set<std::string> who;
-    for (const auto& [client, norm] : r.per_client.at("update_norm")) who.insert(client);
+    for (const auto& [client, asked] : r.per_client.at("dp_asked")) who.insert(client);
     members.insert(who);
   }
   EXPECT_NEAR(total / 30, 10, 5 * std::sqrt(40 * 0.25 * 0.75 / 30));
@@ -169,6 +169,23 @@ TEST(DpRounds, TheAccountantReportsEveryRoundAndTheJobEndsBeforeTheLimit) {
   EXPECT_FALSE(again.driver->Exhausted());
   EXPECT_DOUBLE_EQ(again.Run().figures.at("dp_epsilon"), after(3));
   EXPECT_TRUE(again.driver->Exhausted());
+  // Nor with another limit, nor without --dp.
+  {
+    coordinator::RoundPlan plan;
+    plan.codec = "fp32";
+    LoopbackHost host(plan, again.layout);
+    coordinator::DriverEnv env = host.DriverEnvFor(&plan, "dp_rounds_limit");
+    env.committed_round = 3;
+    FedAvgOptions options;
+    options.dp = "gaussian(noise=1, clip=1)";
+    options.dp_max_epsilon = 2 * limit;
+    EXPECT_TRUE(absl::IsFailedPrecondition(FedAvgDriver::Create(options, env).status()));
+    options.dp = "";
+    options.dp_max_epsilon = 0;
+    const absl::Status st = FedAvgDriver::Create(options, env).status();
+    EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+    EXPECT_NE(std::string(st.message()).find("restart it with the --dp flags"), std::string::npos);
+  }
   // Without the account a DP job does not restart.
   coordinator::RoundPlan plan;
   plan.codec = "fp32";
@@ -201,7 +218,8 @@ TEST(DpRounds, RefusesWhatItCannotAccountFor) {
                            {"laplace(noise=1, clip=1)", 0.0},
                            {"gaussian(noise=-1, clip=1)", 0.0},
                            {"gaussian(noise=1, clip=1, x=2)", 0.0},
-                           {"none", 3.0}}) {
+                           {"none", 3.0},
+                           {"gaussian(clip=1)", INFINITY}}) {
     EXPECT_TRUE(absl::IsInvalidArgument(ParseDp(spec, eps, 1e-5, 0).status())) << spec;
   }
   EXPECT_TRUE(absl::IsInvalidArgument(ParseDp("gaussian(noise=1, clip=1)", 0, 1.5, 0).status()));

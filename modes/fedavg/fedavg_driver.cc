@@ -11,6 +11,7 @@
 #include "codecs/registry.h"
 #include "codecs/sparse_codec.h"
 #include "coordinator/collectors.h"
+#include "modes/fedavg/fedavg_state.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
@@ -148,10 +149,12 @@ absl::Status RunDpRound(RoundHost& host, Clock::time_point deadline,
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
   double expected = 0;
-  const std::vector<std::string> sample = dp.Sample(host, &expected);
+  auto sample = dp.Sample(host, &expected);
+  if (!sample.ok()) return sample.status();
+  for (const std::string& c : *sample) report->per_client["dp_asked"][c] = 1;
   auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false,
                                                                      /*compact=*/true);
-  auto open = Collect(host, sample, deadline, collector, report, nullptr);
+  auto open = Collect(host, *sample, deadline, collector, report, nullptr);
   if (!open.ok() || !*open) return open.status();
   const auto updates = collector->TakeUpdates();
   std::vector<Contribution> all;
@@ -164,13 +167,13 @@ absl::Status RunDpRound(RoundHost& host, Clock::time_point deadline,
   }
   auto mean = dp.NoisedMean(all, engine.dim(), expected, report);
   if (!mean.ok()) return mean.status();
+  // From here on the noised mean exists, and what follows depends on it (the guard's
+  // verdict, its log line): the round has spent its privacy, whatever becomes of it.
+  dp.Spend(sample->size(), expected, report);
   auto choice = coordinator::ChooseUnderGuard(
       host, {}, 0, [&](const std::set<std::string>&) { return engine.Preview(*mean, optimizer); },
       report);
   if (!choice.ok()) return choice.status();
-  // The noised mean was computed, and the guard's verdict depends on it: the round spends
-  // its privacy whether it commits or not.
-  dp.Spend(sample.size(), expected, report);
   return Commit(engine, round, *choice, *mean, optimizer, &counted, commit);
 }
 
@@ -318,6 +321,14 @@ absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
   if (*buffered) d->buffered_ = std::make_unique<BufferedRounds>(**buffered);
   auto dp = ParseDp(options.dp, options.dp_epsilon, options.dp_delta, options.dp_max_epsilon);
   if (!dp.ok()) return dp.status();
+  if (!*dp && env.committed_round > 0 &&
+      !absl::IsNotFound(LoadDpAccount(env.state_dir, env.committed_round).status())) {
+    // A DP job restarted without --dp would go on without clipping, noise or accounting.
+    return absl::FailedPreconditionError(
+        StrCat("the checkpoint of round ", env.committed_round, " is a DP job's (",
+               DpAccountPath(env.state_dir, env.committed_round),
+               "): restart it with the --dp flags it started with"));
+  }
   if (*dp) {
     if (absl::Status st = CheckDp(options, env); !st.ok()) return st;
     auto rounds = DpRounds::Create(**dp, env.fraction, env.rounds, env.state_dir,

@@ -34,6 +34,9 @@ absl::Status SaveDpAccount(const std::string& state_dir, uint64_t round, const D
   pb::DpAccount m;
   m.mutable_orders()->Assign(account.orders.begin(), account.orders.end());
   m.mutable_rdp()->Assign(account.rdp.begin(), account.rdp.end());
+  m.set_delta(account.delta);
+  m.set_limit(account.limit);
+  m.set_population(account.population);
   return core::SaveRoundMessage(state_dir, kDpPrefix, round, kDpMagic, kDpVersion, m);
 }
 
@@ -48,7 +51,11 @@ absl::StatusOr<DpAccount> LoadDpAccount(const std::string& state_dir, uint64_t r
     return absl::DataLossError(
         StrCat(path, ": ", m.orders_size(), " orders and ", m.rdp_size(), " RDP values"));
   }
-  return DpAccount{{m.orders().begin(), m.orders().end()}, {m.rdp().begin(), m.rdp().end()}};
+  return DpAccount{{m.orders().begin(), m.orders().end()},
+                   {m.rdp().begin(), m.rdp().end()},
+                   m.delta(),
+                   m.limit(),
+                   m.population()};
 }
 
 std::string PowerSgdQueryPath(const std::string& state_dir, uint64_t round) {

@@ -26,11 +26,15 @@ absl::Status SaveGradiveqBasis(const std::string& state_dir, uint64_t round,
                                std::string_view basis);
 absl::StatusOr<std::string> LoadGradiveqBasis(const std::string& state_dir, uint64_t round);
 
-// A DP job's account (dp_rounds.h): the accountant's orders and the RDP spent at each.
-// NOT_FOUND when the round has no file.
+// A DP job's account (dp_rounds.h): the accountant's orders and the RDP spent at each,
+// the job's delta and limit, and the population its rounds divide by. NOT_FOUND when the
+// round has no file.
 struct DpAccount {
   std::vector<double> orders;
   std::vector<double> rdp;
+  double delta = 0;
+  double limit = 0;         // +infinity: none
+  uint64_t population = 0;  // 0: fixed by the first round
   bool operator==(const DpAccount&) const = default;
 };
 absl::Status SaveDpAccount(const std::string& state_dir, uint64_t round, const DpAccount& account);

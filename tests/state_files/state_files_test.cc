@@ -207,15 +207,17 @@ std::vector<Format> Formats() {
                  ASSERT_TRUE(s.ok()) << s.status();
                  EXPECT_EQ(*s, std::string("GVBQ\0basis", 10));
                }});
-  f.push_back({"dp", 1,
-               [](const std::string& dir) {
-                 return modes::SaveDpAccount(dir, kRound, {{1.5, 2, 64}, {0.25, 1e-9, 3.5e3}});
-               },
-               [](const std::string& dir, uint32_t) {
-                 auto s = modes::LoadDpAccount(dir, kRound);
-                 ASSERT_TRUE(s.ok()) << s.status();
-                 EXPECT_EQ(*s, (modes::DpAccount{{1.5, 2, 64}, {0.25, 1e-9, 3.5e3}}));
-               }});
+  f.push_back(
+      {"dp", 1,
+       [](const std::string& dir) {
+         return modes::SaveDpAccount(dir, kRound,
+                                     {{1.5, 2, 64}, {0.25, 1e-9, 3.5e3}, 1e-5, 8, 1000});
+       },
+       [](const std::string& dir, uint32_t) {
+         auto s = modes::LoadDpAccount(dir, kRound);
+         ASSERT_TRUE(s.ok()) << s.status();
+         EXPECT_EQ(*s, (modes::DpAccount{{1.5, 2, 64}, {0.25, 1e-9, 3.5e3}, 1e-5, 8, 1000}));
+       }});
   f.push_back({"lgc", 4,
                [](const std::string& dir) { return modes::SaveLgcState(dir, kRound, Lgc()); },
                [](const std::string& dir, uint32_t) {

@@ -295,26 +295,48 @@ double LowerMedian(std::vector<double> v) {
   return v[k];
 }
 
-Clipping ClipByMedian(std::span<const Contribution> updates, double multiplier) {
+namespace {
+
+// The norms of the contributions (a compact one's as given), each with factor 1.
+Clipping NormsOf(std::span<const Contribution> updates) {
   Clipping c;
-  std::vector<double> complete, all;
   for (const Contribution& u : updates) {
-    const double n = u.norm >= 0 ? u.norm : L2Norm(u.values);
-    c.norms[u.client] = n;
+    c.norms[u.client] = u.norm >= 0 ? u.norm : L2Norm(u.values);
     c.factors[u.client] = 1.0;
-    all.push_back(n);
-    if (u.complete) complete.push_back(n);
   }
-  if (!(multiplier > 0) || all.empty()) return c;
-  // A partial update's norm is of what arrived: the complete ones set the bound.
-  c.bound = multiplier * LowerMedian(complete.empty() ? all : complete);
-  for (auto& [client, f] : c.factors) {
-    const double n = c.norms[client];
-    if (n > c.bound) {
-      f = c.bound > 0 ? c.bound / n : 0.0;
-      ++c.clipped;
+  return c;
+}
+
+// Scales down every update whose norm exceeds `bound` to it.
+void Bound(double bound, Clipping* c) {
+  c->bound = bound;
+  for (auto& [client, f] : c->factors) {
+    const double n = c->norms[client];
+    if (n > bound) {
+      f = bound > 0 ? bound / n : 0.0;
+      ++c->clipped;
     }
   }
+}
+
+}  // namespace
+
+Clipping ClipByMedian(std::span<const Contribution> updates, double multiplier) {
+  Clipping c = NormsOf(updates);
+  if (!(multiplier > 0) || updates.empty()) return c;
+  // A partial update's norm is of what arrived: the complete ones set the bound.
+  std::vector<double> complete, all;
+  for (const Contribution& u : updates) {
+    all.push_back(c.norms[u.client]);
+    if (u.complete) complete.push_back(c.norms[u.client]);
+  }
+  Bound(multiplier * LowerMedian(complete.empty() ? all : complete), &c);
+  return c;
+}
+
+Clipping ClipAt(std::span<const Contribution> updates, double bound) {
+  Clipping c = NormsOf(updates);
+  if (bound > 0) Bound(bound, &c);
   return c;
 }
 

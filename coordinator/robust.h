@@ -85,6 +85,9 @@ struct Clipping {
 // Norms of the contributions and their factors against `multiplier` x the lower median
 // (multiplier 0: none).
 Clipping ClipByMedian(std::span<const Contribution> updates, double multiplier);
+// The same against a fixed `bound` (0: none): differential privacy's, which must not
+// depend on the updates.
+Clipping ClipAt(std::span<const Contribution> updates, double bound);
 
 struct Aggregated {
   std::vector<float> values;    // the aggregate update

@@ -1,11 +1,10 @@
 // AES-256-CTR through OpenSSL's EVP interface (see keystream.h).
 #include "privacy/keystream.h"
 
+#include <endian.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <cstring>
-#include <vector>
 
 namespace fedlgc::privacy {
 
@@ -27,23 +26,20 @@ absl::StatusOr<Keystream> Keystream::Create(const Key32& key) {
 }
 
 absl::Status Keystream::Next(std::span<uint64_t> out) {
-  // The keystream is the encryption of zeros, a block of words at a time.
-  constexpr size_t kBlock = 4096;
-  std::vector<unsigned char> zeros(kBlock * 8, 0), stream(kBlock * 8);
-  for (size_t at = 0; at < out.size(); at += kBlock) {
-    const size_t n = std::min(kBlock, out.size() - at);
+  // The keystream is the encryption of zeros: encrypted in place (CTR allows it), at most
+  // 1 MiB per call into OpenSSL, then read as little-endian words.
+  constexpr size_t kWords = size_t{1} << 17;
+  std::fill(out.begin(), out.end(), 0);
+  for (size_t at = 0; at < out.size(); at += kWords) {
+    const size_t n = std::min(kWords, out.size() - at);
+    auto* bytes = reinterpret_cast<unsigned char*>(out.data() + at);
     int len = 0;
-    if (EVP_EncryptUpdate(ctx_.get(), stream.data(), &len, zeros.data(), static_cast<int>(n * 8)) !=
-            1 ||
+    if (EVP_EncryptUpdate(ctx_.get(), bytes, &len, bytes, static_cast<int>(n * 8)) != 1 ||
         len != static_cast<int>(n * 8)) {
       return absl::InternalError("OpenSSL: AES-256-CTR failed");
     }
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t w = 0;
-      for (int b = 7; b >= 0; --b) w = (w << 8) | stream[8 * i + static_cast<size_t>(b)];
-      out[at + i] = w;
-    }
   }
+  for (uint64_t& w : out) w = le64toh(w);
   return absl::OkStatus();
 }
 

@@ -154,8 +154,7 @@ absl::StatusOr<std::unique_ptr<DpRounds>> DpRounds::Create(const DpOptions& opti
 
 double DpRounds::epsilon() const { return accountant_.Spent(options_.delta).epsilon; }
 
-absl::StatusOr<std::vector<std::string>> DpRounds::Sample(coordinator::RoundHost& host,
-                                                          double* expected) {
+absl::StatusOr<std::vector<std::string>> DpRounds::Sample(coordinator::RoundHost& host) {
   std::vector<std::string> pool = host.Connected();
   std::erase_if(pool, [&](const std::string& c) { return host.engine().IsQuarantined(c); });
   std::sort(pool.begin(), pool.end());
@@ -168,7 +167,6 @@ absl::StatusOr<std::vector<std::string>> DpRounds::Sample(coordinator::RoundHost
                    options_.delta, static_cast<unsigned long long>(population_));
     }
   }
-  *expected = q_ * static_cast<double>(population_);
   // A coin per client: a 53-bit uniform from the keystream, below q.
   std::vector<uint64_t> coins(pool.size());
   if (absl::Status st = stream_.Next(coins); !st.ok()) return st;
@@ -179,46 +177,40 @@ absl::StatusOr<std::vector<std::string>> DpRounds::Sample(coordinator::RoundHost
   return out;
 }
 
+double DpRounds::expected() const { return q_ * static_cast<double>(population_); }
+
 absl::StatusOr<std::vector<float>> DpRounds::NoisedMean(
-    std::span<const coordinator::Contribution> updates, uint64_t dim, double expected,
-    RoundReport* report) const {
+    std::span<const coordinator::Contribution> updates, uint64_t dim, RoundReport* report) const {
+  const coordinator::Clipping clipping = coordinator::ClipAt(updates, options_.clip);
   std::vector<double> sum(dim, 0.0);
   std::vector<float> dense(dim);
-  int clipped = 0;
   for (const coordinator::Contribution& c : updates) {
     std::span<const float> v = c.values;
     if (c.fill) {
-      std::fill(dense.begin(), dense.end(), 0.0f);
       if (absl::Status st = c.fill(dense); !st.ok()) return st;
       v = dense;
     }
-    const double norm = coordinator::L2Norm(v);
-    double scale = 1;
-    if (norm > options_.clip) {
-      scale = options_.clip / norm;
-      ++clipped;
-    }
-    for (size_t i = 0; i < dim && i < v.size(); ++i) sum[i] += scale * v[i];
+    const double factor = clipping.factors.at(c.client);
+    for (size_t i = 0; i < v.size(); ++i) sum[i] += factor * v[i];
   }
-  std::vector<float> mean(dim);
-  for (size_t i = 0; i < dim; ++i) mean[i] = static_cast<float>(sum[i]);
+  std::vector<float> mean(sum.begin(), sum.end());
   if (absl::Status st = privacy::AddGaussianNoise(noise_ * options_.clip, mean); !st.ok())
     return st;
-  const float inv = static_cast<float>(1 / std::max(1.0, expected));
+  const float inv = static_cast<float>(1 / std::max(1.0, expected()));
   for (float& x : mean) x *= inv;
   report->figures["clip_bound"] = options_.clip;
-  report->figures["clipped"] = clipped;
+  report->figures["clipped"] = clipping.clipped;
   return mean;
 }
 
-void DpRounds::Spend(size_t sampled, double expected, RoundReport* report) {
+void DpRounds::Spend(size_t sampled, RoundReport* report) {
   accountant_.Compose(q_, noise_);
   const double eps = epsilon();
   report->figures["dp_epsilon"] = eps;
   report->figures["dp_delta"] = options_.delta;
   report->figures["dp_noise_multiplier"] = noise_;
   report->figures["dp_sampled"] = static_cast<double>(sampled);
-  report->figures["dp_expected"] = expected;
+  report->figures["dp_expected"] = expected();
   if (epsilon_gauge_ != nullptr) epsilon_gauge_->Set(eps);
 }
 

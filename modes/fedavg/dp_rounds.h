@@ -64,18 +64,19 @@ class DpRounds {
 
   // The round's participants: each connected client that is not quarantined, with
   // probability q, from a cryptographic keystream with a key from OpenSSL's generator (who
-  // takes part must not be predictable). *expected: q x N, N fixed at the first round.
-  absl::StatusOr<std::vector<std::string>> Sample(coordinator::RoundHost& host, double* expected);
-  // The DP mean of `updates`: each cut to norm C, summed with weight one, noised with
-  // standard deviation z x C, divided by `expected` (at least 1). Report figures "clipped"
-  // and "clip_bound"; no client's own norm (it would say more than the noised mean).
+  // takes part must not be predictable). The first round fixes N, the clients it chose from.
+  absl::StatusOr<std::vector<std::string>> Sample(coordinator::RoundHost& host);
+  // The denominator: q x N, the expected participants (0 before the first round).
+  double expected() const;
+  // The DP mean of `updates` (a compact one's norm given): each cut to norm C
+  // (coordinator::ClipAt), summed with weight one, noised with standard deviation z x C,
+  // divided by expected() (at least 1). Report figures "clipped" and "clip_bound"; no
+  // client's own norm (it would say more than the noised mean).
   absl::StatusOr<std::vector<float>> NoisedMean(std::span<const coordinator::Contribution> updates,
-                                                uint64_t dim, double expected,
-                                                RoundReport* report) const;
-  // Composes one round into the accountant (whether the guard took it or not: the noised
-  // mean was computed) and reports "dp_epsilon", "dp_delta", "dp_noise_multiplier",
-  // "dp_sampled", "dp_expected".
-  void Spend(size_t sampled, double expected, RoundReport* report);
+                                                uint64_t dim, RoundReport* report) const;
+  // Composes one round into the accountant (as soon as its noised mean exists) and reports
+  // "dp_epsilon", "dp_delta", "dp_noise_multiplier", "dp_sampled", "dp_expected".
+  void Spend(size_t sampled, RoundReport* report);
   // Why the job must end before another round (it would pass the limit), or nullopt.
   std::optional<std::string> Exhausted() const;
   absl::Status Save(uint64_t round) const;

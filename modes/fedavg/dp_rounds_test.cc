@@ -9,9 +9,9 @@
 
 #include "base/str.h"
 #include "gtest/gtest.h"
-#include "modes/fedavg/fedavg_client.h"
 #include "modes/fedavg/fedavg_driver.h"
 #include "modes/fedavg/fedavg_state.h"
+#include "modes/fedavg/fedavg_test_clients.h"
 #include "tests/coordinator/loopback_host.h"
 
 namespace fedlgc::modes {
@@ -48,12 +48,7 @@ struct DpJob {
     host->set_driver(driver.get());
   }
   FakeClientEnv& Add(const std::string& id, uint64_t samples, float step_scale) {
-    LoopbackHost::Client& c = host->AddClient(id, samples, layout, [](edge_client::ClientEnv& e) {
-      return std::make_unique<FedAvgClient>(e);
-    });
-    c.env->step_scale = step_scale;
-    c.env->num_samples = samples;
-    return *c.env;
+    return AddFedAvgClient(*host, layout, id, samples, step_scale);
   }
   RoundReport Run() {
     RoundReport report;
@@ -170,31 +165,25 @@ TEST(DpRounds, TheAccountantReportsEveryRoundAndTheJobEndsBeforeTheLimit) {
   EXPECT_DOUBLE_EQ(again.Run().figures.at("dp_epsilon"), after(3));
   EXPECT_TRUE(again.driver->Exhausted());
   // Nor with another limit, nor without --dp.
-  {
+  const auto restart = [&](const std::string& folder, uint64_t committed, const std::string& dp,
+                           double max_epsilon) {
     coordinator::RoundPlan plan;
     plan.codec = "fp32";
     LoopbackHost host(plan, again.layout);
-    coordinator::DriverEnv env = host.DriverEnvFor(&plan, "dp_rounds_limit");
-    env.committed_round = 3;
+    coordinator::DriverEnv env = host.DriverEnvFor(&plan, folder);
+    env.committed_round = committed;
     FedAvgOptions options;
-    options.dp = "gaussian(noise=1, clip=1)";
-    options.dp_max_epsilon = 2 * limit;
-    EXPECT_TRUE(absl::IsFailedPrecondition(FedAvgDriver::Create(options, env).status()));
-    options.dp = "";
-    options.dp_max_epsilon = 0;
-    const absl::Status st = FedAvgDriver::Create(options, env).status();
-    EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
-    EXPECT_NE(std::string(st.message()).find("restart it with the --dp flags"), std::string::npos);
-  }
+    options.dp = dp;
+    options.dp_max_epsilon = max_epsilon;
+    return FedAvgDriver::Create(options, env).status();
+  };
+  const std::string dp = "gaussian(noise=1, clip=1)";
+  EXPECT_TRUE(absl::IsFailedPrecondition(restart("dp_rounds_limit", 3, dp, 2 * limit)));
+  const absl::Status st = restart("dp_rounds_limit", 3, "", 0);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_NE(std::string(st.message()).find("restart it with the --dp flags"), std::string::npos);
   // Without the account a DP job does not restart.
-  coordinator::RoundPlan plan;
-  plan.codec = "fp32";
-  LoopbackHost host(plan, again.layout);
-  coordinator::DriverEnv env = host.DriverEnvFor(&plan, "dp_rounds_none");
-  env.committed_round = 7;
-  FedAvgOptions options;
-  options.dp = "gaussian(noise=1, clip=1)";
-  EXPECT_TRUE(absl::IsFailedPrecondition(FedAvgDriver::Create(options, env).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(restart("dp_rounds_none", 7, dp, 0)));
 }
 
 TEST(DpRounds, ATargetEpsilonSetsTheNoiseAndTheLimit) {

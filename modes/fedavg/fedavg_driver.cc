@@ -60,9 +60,9 @@ absl::Status CheckFedAvgCodecs(const coordinator::RoundPlan& plan,
 
 // DP-FedAvg's rounds are synchronous rounds of whole updates averaged with weight one:
 // nothing that weighs, drops or sums updates by what they hold, and no round protocol.
-absl::Status CheckDp(const FedAvgOptions& options, const coordinator::DriverEnv& env) {
+absl::Status CheckDp(bool buffered, const coordinator::DriverEnv& env) {
   const char* why = nullptr;
-  if (options.rounds_mode != "sync") {
+  if (buffered) {
     why = "buffered rounds (their sampling is not the accountant's)";
   } else if (env.robust.kind != coordinator::AggregatorKind::kMean) {
     why = "a robust or streaming --aggregator (DP clips every update to C and averages)";
@@ -148,8 +148,7 @@ absl::Status RunDpRound(RoundHost& host, Clock::time_point deadline,
                         coordinator::CommitResult* commit, RoundReport* report) {
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
-  double expected = 0;
-  auto sample = dp.Sample(host, &expected);
+  auto sample = dp.Sample(host);
   if (!sample.ok()) return sample.status();
   for (const std::string& c : *sample) report->per_client["dp_asked"][c] = 1;
   auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false,
@@ -162,14 +161,15 @@ absl::Status RunDpRound(RoundHost& host, Clock::time_point deadline,
   for (const auto& [client, u] : updates) {
     Contribution c{client, 1.0, u.values, u.ranges, u.complete};
     c.fill = [&collector, &u](std::span<float> dense) { return collector->Fill(u, dense); };
+    c.norm = u.Norm();
     all.push_back(std::move(c));
     counted.insert(client);
   }
-  auto mean = dp.NoisedMean(all, engine.dim(), expected, report);
+  auto mean = dp.NoisedMean(all, engine.dim(), report);
   if (!mean.ok()) return mean.status();
   // From here on the noised mean exists, and what follows depends on it (the guard's
   // verdict, its log line): the round has spent its privacy, whatever becomes of it.
-  dp.Spend(sample->size(), expected, report);
+  dp.Spend(sample->size(), report);
   auto choice = coordinator::ChooseUnderGuard(
       host, {}, 0, [&](const std::set<std::string>&) { return engine.Preview(*mean, optimizer); },
       report);
@@ -330,7 +330,7 @@ absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
                "): restart it with the --dp flags it started with"));
   }
   if (*dp) {
-    if (absl::Status st = CheckDp(options, env); !st.ok()) return st;
+    if (absl::Status st = CheckDp(d->buffered_ != nullptr, env); !st.ok()) return st;
     auto rounds = DpRounds::Create(**dp, env.fraction, env.rounds, env.state_dir,
                                    env.committed_round, env.metrics);
     if (!rounds.ok()) return rounds.status();

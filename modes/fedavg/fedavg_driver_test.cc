@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
-#include "modes/fedavg/fedavg_client.h"
+#include "modes/fedavg/fedavg_test_clients.h"
 #include "protos/fedlgc.pb.h"
 #include "tests/coordinator/loopback_host.h"
 
@@ -42,12 +42,7 @@ struct Job {
     host->set_driver(driver.get());
   }
   FakeClientEnv& Add(const std::string& id, uint64_t samples, float step_scale) {
-    LoopbackHost::Client& c = host->AddClient(id, samples, layout, [](edge_client::ClientEnv& e) {
-      return std::make_unique<FedAvgClient>(e);
-    });
-    c.env->step_scale = step_scale;
-    c.env->num_samples = samples;
-    return *c.env;
+    return AddFedAvgClient(*host, layout, id, samples, step_scale);
   }
   coordinator::CommitResult Run(const std::vector<std::string>& participants,
                                 RoundReport* report = nullptr) {

@@ -1,0 +1,77 @@
+// The integer code that secure aggregation sums (modes/fedavg/secagg_rounds.h,
+// docs/privacy.md): a client cuts its update to L2 norm `clip`, rotates it with the
+// round's public rotation (rotation.h), and rounds each coordinate stochastically onto a
+// grid shared by every client of the round: code c in [-s, s] stands for c x step, with
+//   step = kappa x clip / (sqrt(d) x s).
+// After the rotation a coordinate of an update of norm at most `clip` is close to
+// N(0, clip^2 / d), so the grid's span, kappa standard deviations, fits nearly all of them;
+// the few beyond it are cut to +-s (counted). Rounding is unbiased on the grid:
+// E[c x step] is the rotated coordinate (Suresh et al. 2017; the shape of Kairouz et al.
+// 2021's DDGauss pipeline). Because every client shares the grid, codes add up: the sum of
+// n codes, in [-n s, n s], decodes once to the sum of what they code (DecodeSum), and a
+// masked sum that the masks leave exactly equal decodes to the same floats bit for bit.
+//
+// The level count comes from the job's codec: qsgd(bits=B) is QSGD's uniform levels,
+// s = 2^(B-1) - 1, on the round's grid instead of each bucket's norm (so a 4-bit code is
+// -7..7); terngrad(...) is s = 1.
+//
+// Thread-safety: immutable after Create; Encode and DecodeSum may run concurrently.
+#ifndef FEDLGC_CODECS_SUM_CODE_H_
+#define FEDLGC_CODECS_SUM_CODE_H_
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codecs/rotation.h"
+
+namespace fedlgc::codecs {
+
+class SumCode {
+ public:
+  // The levels s of a job codec secure aggregation can sum: qsgd(bits=B | s=S, ...) without
+  // elias, or terngrad(...). INVALID_ARGUMENT for any other codec, with what would do.
+  static absl::StatusOr<int> LevelsOf(std::string_view codec_spec);
+  // Codes in [-levels, levels] for vectors of `dim` coordinates cut to norm `clip`, on a
+  // grid of kappa standard deviations, rotated by the rotation of `rotation_seed`.
+  // INVALID_ARGUMENT for levels outside [1, 2^20], clip or kappa not finite and > 0.
+  static absl::StatusOr<SumCode> Create(uint64_t dim, int levels, double clip, double kappa,
+                                        uint64_t rotation_seed);
+
+  uint64_t dim() const { return rotation_.dim(); }
+  int levels() const { return levels_; }
+  double clip() const { return clip_; }
+  double step() const { return step_; }
+  // Bits of one code in two's complement: ceil(log2(2s + 1)).
+  int code_bits() const { return SumBits(levels_, 1); }
+  // Bits that hold any sum of n codes of s levels: ceil(log2(2 n s + 1)).
+  static int SumBits(int levels, uint64_t n);
+
+  struct Encoded {
+    std::vector<int32_t> code;  // dim() codes in [-s, s]
+    double norm = 0;            // of the update before the cut
+    bool clipped = false;       // the update was cut to `clip`
+    uint64_t saturated = 0;     // rotated coordinates beyond the grid, cut to +-s
+  };
+  // The code of `x` (dim() values), its rounding drawn from `seed`. INVALID_ARGUMENT for
+  // another size or a value that is not finite.
+  absl::StatusOr<Encoded> Encode(std::span<const float> x, uint64_t seed) const;
+  // What `sum` (dim() sums of codes) codes, divided by `divisor`, into out (dim() values).
+  // INVALID_ARGUMENT for other sizes or a divisor that is not > 0.
+  absl::Status DecodeSum(std::span<const int64_t> sum, double divisor, std::span<float> out) const;
+
+ private:
+  SumCode(Rotation rotation, int levels, double clip, double step)
+      : rotation_(std::move(rotation)), levels_(levels), clip_(clip), step_(step) {}
+
+  Rotation rotation_;
+  int levels_;
+  double clip_;
+  double step_;
+};
+
+}  // namespace fedlgc::codecs
+
+#endif  // FEDLGC_CODECS_SUM_CODE_H_

@@ -66,6 +66,10 @@ absl::StatusOr<std::vector<Share>> SplitSecret(std::span<const uint8_t> secret, 
 }
 
 absl::StatusOr<std::vector<uint8_t>> CombineShares(std::span<const Share> shares) {
+  return InterpolateAt(shares, 0);
+}
+
+absl::StatusOr<std::vector<uint8_t>> InterpolateAt(std::span<const Share> shares, uint8_t x) {
   if (shares.empty()) return absl::InvalidArgumentError("secret sharing: no shares to combine");
   std::set<uint8_t> points;
   for (const Share& s : shares) {
@@ -79,16 +83,17 @@ absl::StatusOr<std::vector<uint8_t>> CombineShares(std::span<const Share> shares
     }
   }
   const Field& f = F();
-  // Lagrange at 0: secret = sum_i y_i prod_{j != i} x_j / (x_j - x_i); minus is xor here.
-  std::vector<uint8_t> secret(shares[0].y.size(), 0);
+  // Lagrange at x: sum_i y_i prod_{j != i} (x - x_j) / (x_i - x_j); minus is xor here.
+  std::vector<uint8_t> value(shares[0].y.size(), 0);
   for (size_t i = 0; i < shares.size(); ++i) {
+    if (shares[i].x == x) return shares[i].y;
     uint8_t basis = 1;
     for (size_t j = 0; j < shares.size(); ++j) {
-      if (j != i) basis = f.Mul(basis, f.Div(shares[j].x, shares[j].x ^ shares[i].x));
+      if (j != i) basis = f.Mul(basis, f.Div(x ^ shares[j].x, shares[i].x ^ shares[j].x));
     }
-    for (size_t b = 0; b < secret.size(); ++b) secret[b] ^= f.Mul(shares[i].y[b], basis);
+    for (size_t b = 0; b < value.size(); ++b) value[b] ^= f.Mul(shares[i].y[b], basis);
   }
-  return secret;
+  return value;
 }
 
 }  // namespace fedlgc::privacy

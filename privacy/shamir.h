@@ -29,6 +29,10 @@ absl::StatusOr<std::vector<Share>> SplitSecret(std::span<const uint8_t> secret, 
 // one split it is the secret; given fewer, a value that says nothing of it. INVALID_ARGUMENT
 // for no shares, a point 0 or twice, or shares of different lengths.
 absl::StatusOr<std::vector<uint8_t>> CombineShares(std::span<const Share> shares);
+// The value at point x of the polynomial through `shares` (CombineShares is x = 0): with
+// t shares of a split, the share of point x that split dealt, so that any other share can
+// be checked against them. The same errors as CombineShares.
+absl::StatusOr<std::vector<uint8_t>> InterpolateAt(std::span<const Share> shares, uint8_t x);
 
 }  // namespace fedlgc::privacy
 

@@ -3,6 +3,9 @@
 // reaches the point NAME in round ROUND. The points (docs/scale.md):
 //   after-checkpoint   a coordinator has written the checkpoint of the round, and nothing
 //                      after it (receipts, an aggregator's update up) has happened yet.
+//   secagg-masked      an edge client of a secure aggregation round has masked its code
+//                      and not sent it.
+//   secagg-uploaded    it has sent its masked code and not revealed its shares.
 // Unset in every deployment; a point costs one environment lookup.
 #ifndef FEDLGC_BASE_FAILPOINT_H_
 #define FEDLGC_BASE_FAILPOINT_H_

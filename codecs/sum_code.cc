@@ -60,6 +60,14 @@ int SumCode::SumBits(int levels, uint64_t n) {
   return bits;
 }
 
+int SumCode::NormBin(double norm) {
+  if (!(norm > 0)) return 0;
+  const double b = std::floor(2 * std::log2(norm)) + kNormBins / 2;
+  return static_cast<int>(std::clamp(b, 0.0, static_cast<double>(kNormBins - 1)));
+}
+
+double SumCode::NormBinTop(int bin) { return std::exp2((bin - kNormBins / 2 + 1) / 2.0); }
+
 absl::StatusOr<SumCode::Encoded> SumCode::Encode(std::span<const float> x, uint64_t seed) const {
   if (x.size() != dim()) {
     return absl::InvalidArgumentError(

@@ -48,6 +48,13 @@ class SumCode {
   int code_bits() const { return SumBits(levels_, 1); }
   // Bits that hold any sum of n codes of s levels: ceil(log2(2 n s + 1)).
   static int SumBits(int levels, uint64_t n);
+  // A histogram of update norms that a round can sum beside the codes (one word a bin,
+  // each client adding 1 to its norm's bin): half-octave bins, bin b holding the norms in
+  // [2^((b - 40) / 2), 2^((b - 39) / 2)), the first and last open-ended.
+  static constexpr int kNormBins = 80;
+  static int NormBin(double norm);
+  // The top of bin b: 2^((b - 39) / 2).
+  static double NormBinTop(int bin);
 
   struct Encoded {
     std::vector<int32_t> code;  // dim() codes in [-s, s]

@@ -76,6 +76,8 @@ struct DecodedChunk {
   // this index of the whole vector's code (codecs::LinearCode).
   uint64_t code_begin = 0;
   std::string spec, body;    // payload rounds: the frame's spec and body
+  // Secure aggregation rounds: the frame's words in Z_(2^b) (codecs/zmod_frame.h).
+  std::vector<uint32_t> words;
   uint64_t coordinates = 0;  // coordinates carried (4 fp32 bytes each in the raw count)
 };
 

@@ -133,6 +133,7 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   env.init_seed = o.init_seed;
   env.robust = robust_;
   env.fraction = o.fraction;
+  env.codec_ladder = !o.codec_ladder.empty();
   env.rounds = o.rounds;
   // The modes register their own series on it.
   metrics_ = std::make_unique<monitoring::Metrics>();

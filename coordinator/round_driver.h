@@ -129,6 +129,7 @@ struct DriverEnv {
   uint64_t init_seed = 1;
   AggregatorOptions robust;  // clipping and the aggregator (--aggregator)
   double fraction = 1;       // --fraction: the share of connected clients a round asks
+  bool codec_ladder = false;  // --codec-ladder: each client may send with a codec of its own
   uint64_t rounds = 0;       // --rounds
   // The process's metrics, where a mode registers its own series when it is made (the
   // host's metrics() later); nullptr in tools that make a driver only to read its state.

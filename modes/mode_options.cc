@@ -31,6 +31,11 @@ void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
   g->add_option("--dp-max-epsilon", o->dp_max_epsilon,
                 "--dp: end the job before a round that would spend more (0: the target)")
       ->check(CLI::NonNegativeNumber);
+  g->add_option("--secagg", o->secagg,
+                "secure aggregation (FedAvg): secagg(clip=C,neighbours=K,threshold=F,kappa=A,"
+                "margin=M,masks=1): each client cuts its update to norm C, codes it on a grid the "
+                "round shares (--codec qsgd(bits=B) or terngrad) and masks it so that the "
+                "coordinator learns only the sum (docs/privacy.md)");
 }
 
 void AddLgcFlags(CLI::App& app, LgcOptions* o) {
@@ -94,6 +99,8 @@ absl::Status ModeOptions::Validate(Mode mode) const {
                       (fedavg.dp != defaults.fedavg.dp || fedavg.dp_epsilon != 0 ||
                        fedavg.dp_delta != defaults.fedavg.dp_delta || fedavg.dp_max_epsilon != 0),
                   "the --dp flags", "fedavg", mode),
+           Unused(mode != Mode::kFedAvg && fedavg.secagg != defaults.fedavg.secagg, "--secagg",
+                  "fedavg", mode),
            Unused(!summed && !(fedavg == defaults.fedavg), "--server-lr and --server-momentum",
                   "fedavg and lgc", mode),
            Unused(mode != Mode::kLgc && !(lgc == defaults.lgc), "--lgc-leader and --ae-device",

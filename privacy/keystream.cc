@@ -25,19 +25,28 @@ absl::StatusOr<Keystream> Keystream::Create(const Key32& key) {
   return Keystream(std::move(ctx));
 }
 
-absl::Status Keystream::Next(std::span<uint64_t> out) {
+absl::Status Keystream::NextBytes(std::span<uint8_t> out) {
   // The keystream is the encryption of zeros: encrypted in place (CTR allows it), at most
-  // 1 MiB per call into OpenSSL, then read as little-endian words.
-  constexpr size_t kWords = size_t{1} << 17;
+  // 1 MiB per call into OpenSSL.
+  constexpr size_t kBytes = size_t{1} << 20;
   std::fill(out.begin(), out.end(), 0);
-  for (size_t at = 0; at < out.size(); at += kWords) {
-    const size_t n = std::min(kWords, out.size() - at);
-    auto* bytes = reinterpret_cast<unsigned char*>(out.data() + at);
+  for (size_t at = 0; at < out.size(); at += kBytes) {
+    const size_t n = std::min(kBytes, out.size() - at);
     int len = 0;
-    if (EVP_EncryptUpdate(ctx_.get(), bytes, &len, bytes, static_cast<int>(n * 8)) != 1 ||
-        len != static_cast<int>(n * 8)) {
+    if (EVP_EncryptUpdate(ctx_.get(), out.data() + at, &len, out.data() + at,
+                          static_cast<int>(n)) != 1 ||
+        len != static_cast<int>(n)) {
       return absl::InternalError("OpenSSL: AES-256-CTR failed");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Keystream::Next(std::span<uint64_t> out) {
+  // Read as little-endian words.
+  if (absl::Status st = NextBytes({reinterpret_cast<uint8_t*>(out.data()), out.size() * 8});
+      !st.ok()) {
+    return st;
   }
   for (uint64_t& w : out) w = le64toh(w);
   return absl::OkStatus();

@@ -26,6 +26,8 @@ class Keystream {
 
   // Fills `out` with the next words of the stream.
   absl::Status Next(std::span<uint64_t> out);
+  // Fills `out` with the next bytes of the stream.
+  absl::Status NextBytes(std::span<uint8_t> out);
 
  private:
   struct CtxFree {

@@ -4,7 +4,8 @@
 // whose identity sorts first and subtracted by the other, so that the pairwise masks cancel
 // in the sum of everyone's codes and the coordinator learns only that sum once it removes
 // the clients' own masks (their seeds rebuilt from shares, shamir.h). A mask is the
-// keystream of its seed (keystream.h: AES-256-CTR), a 64-bit word a value, cut to b bits.
+// keystream of its seed (keystream.h: AES-256-CTR), the fewest whole bytes that hold b
+// bits a value (1, 2, 4 or 8, little-endian), cut to b bits.
 #ifndef FEDLGC_PRIVACY_MASK_H_
 #define FEDLGC_PRIVACY_MASK_H_
 

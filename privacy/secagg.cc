@@ -46,6 +46,10 @@ Key32 ToKey(std::span<const uint8_t> bytes) {
 
 int MinThreshold(int shares) { return shares / 2 + 1; }
 
+std::string RoundContext(uint64_t round, uint64_t seed) {
+  return StrCat("fedlgc secagg/1 round ", round, " seed ", seed);
+}
+
 absl::StatusOr<Key32> SeedCommitment(std::string_view context, std::string_view client,
                                      const Key32& seed) {
   const std::string in = StrCat("fedlgc secagg seed", std::string(1, '\0'), context,

@@ -214,6 +214,10 @@ class SecAggServer {
   std::set<std::string> revealed_;
 };
 
+// The context of round `round` of a job whose rounds share `seed` (its public rotation
+// seed): what every seed and box of that round is bound to, at both ends.
+std::string RoundContext(uint64_t round, uint64_t seed);
+
 // The commitment to a client's mask seed: SHA-256 over the context, its identity and the
 // seed (exposed for tests).
 absl::StatusOr<Key32> SeedCommitment(std::string_view context, std::string_view client,

@@ -48,7 +48,9 @@ absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::Rou
 }
 
 FedAvgClient::FedAvgClient(ClientEnv& env)
-    : env_(env), two_phase_(env, [this] { ResidualChanged(); }) {}
+    : env_(env),
+      two_phase_(env, [this] { ResidualChanged(); }),
+      secagg_(env, [this] { ResidualChanged(); }) {}
 
 FedAvgClient::~FedAvgClient() = default;
 
@@ -173,6 +175,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     return basis.status();
   }
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
+  if (start.fedavg().has_secagg()) return secagg_.OnRoundStart(start);
   if (codecs::IsSharedScaleTernGrad(start.codec())) return OnSharedScaleRound(start, trained);
   if (!state.pending) {
     auto update = trained ? absl::StatusOr<std::vector<float>>(std::vector<float>(env_.dim(), 0.0f))
@@ -280,6 +283,7 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
   edge_client::ClientState& state = env_.state();
   if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
   if (two_phase_.Owns(state)) return two_phase_.OnReceipt(receipt);
+  if (secagg_.Owns(state)) return secagg_.OnReceipt(receipt);
   const PendingUpdate& p = *state.pending;
   std::vector<bool> counted(p.frames.size(), false);
   if (receipt.update_id() == p.update_id) {
@@ -303,12 +307,16 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
 absl::Status FedAvgClient::OnModeEvent(const protos::ModeEvent& event) {
   if (event.has_powersgd_factor()) return two_phase_.OnFactor(event.powersgd_factor());
   if (event.has_terngrad_scale()) return OnScale(event.terngrad_scale());
-  return absl::OkStatus();
+  return secagg_.OnModeEvent(event);
 }
 
 absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
   edge_client::ClientState& state = env_.state();
   if (two_phase_.Owns(state)) return two_phase_.Restore(p);
+  if (secagg_.Owns(state)) {
+    secagg_.Restore();  // its update is in the residual already
+    return absl::OkStatus();
+  }
   if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
   for (const std::string& f : p.frames) {
     if (absl::Status st = RestoreFrame(f); !st.ok()) return st;
@@ -335,6 +343,7 @@ absl::Status FedAvgClient::LoadState(const edge_client::ClientState& state) {
   }
   scale_round_ = in.scale_round();
   scale_version_ = in.scale_version();
+  secagg_.Load({in.secagg_round(), in.secagg_version(), in.secagg_update_id()});
   if (in.psgd_phase() != 0) {
     auto factor = core::FloatsFromBytes(in.psgd_factor(), "the saved PowerSGD factor");
     if (!factor.ok()) return factor.status();
@@ -347,6 +356,10 @@ absl::Status FedAvgClient::SaveState(std::map<std::string, std::string>* slots) 
   pb::FedAvgClientState out;
   out.set_scale_round(scale_round_);
   out.set_scale_version(scale_version_);
+  const SecAggClientRounds::Saved secagg = secagg_.saved();
+  out.set_secagg_round(secagg.round);
+  out.set_secagg_version(secagg.version);
+  out.set_secagg_update_id(secagg.update_id);
   if (const PowerSgdInFlight* f = two_phase_.in_flight().Of(env_.state())) {
     out.set_psgd_update_id(two_phase_.in_flight().update_id());
     out.set_psgd_phase(f->phase);

@@ -14,6 +14,7 @@
 
 #include "edge_client/client_mode.h"
 #include "modes/fedavg/powersgd_client.h"
+#include "modes/fedavg/secagg_client.h"
 
 namespace fedlgc::codecs {
 class ResidualCodec;
@@ -51,10 +52,11 @@ class FedAvgClient final : public edge_client::ClientMode {
   // Another mode changed state().residual: the codec's residual follows.
   void ResidualChanged();
   // Whether the pending update is of a round protocol that restores itself (two-phase
-  // PowerSGD).
-  bool OwnsPending() const { return two_phase_.Owns(env_.state()); }
+  // PowerSGD, secure aggregation).
+  bool OwnsPending() const { return two_phase_.Owns(env_.state()) || secagg_.Owns(env_.state()); }
 
-  // The shared-scale round and two-phase PowerSGD's update in flight, in the slot "fedavg".
+  // The shared-scale round, two-phase PowerSGD's and secure aggregation's update in flight,
+  // in the slot "fedavg".
   absl::Status LoadState(const edge_client::ClientState& state) override;
   absl::Status SaveState(std::map<std::string, std::string>* slots) const override;
 
@@ -87,6 +89,7 @@ class FedAvgClient final : public edge_client::ClientMode {
   std::string codec_spec_;
   std::shared_ptr<const codecs::SliceBasis> basis_;
   PowerSgdClient two_phase_;  // rounds of powersgd(..., phases=2)
+  SecAggClientRounds secagg_;  // rounds of --secagg
   // The terngrad(shared=1) round being run, while it waits for its scale.
   std::unique_ptr<protos::RoundStart> scale_start_;
   // A round of terngrad(shared=1) (terngrad_rounds.h) whose update was added to the

@@ -12,6 +12,7 @@
 #include "codecs/sparse_codec.h"
 #include "coordinator/collectors.h"
 #include "modes/fedavg/fedavg_state.h"
+#include "modes/fedavg/guarded_commit.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
@@ -21,6 +22,7 @@ absl::Status FedAvgOptions::Validate() const {
     return absl::InvalidArgumentError("--server-lr must be > 0 and --server-momentum in [0, 1)");
   }
   if (absl::Status st = ParseRoundsMode(rounds_mode).status(); !st.ok()) return st;
+  if (absl::Status st = ParseSecAgg(secagg).status(); !st.ok()) return st;
   return ParseDp(dp, dp_epsilon, dp_delta, dp_max_epsilon).status();
 }
 
@@ -79,25 +81,6 @@ using coordinator::AggregatorOptions;
 using coordinator::Clock;
 using coordinator::Contribution;
 using coordinator::RoundHost;
-
-absl::Status Commit(coordinator::RoundEngine& engine, uint64_t round,
-                    const coordinator::GuardedChoice& choice, std::span<const float> delta,
-                    const coordinator::ServerOptimizer& optimizer,
-                    const std::set<std::string>* counted, coordinator::CommitResult* commit) {
-  absl::StatusOr<coordinator::CommitResult> committed;
-  if (choice.model.empty()) {
-    log::Warning(
-        "coordinator",
-        "round %llu: the model guard refused every candidate (%s): the round counts nothing",
-        static_cast<unsigned long long>(round), choice.first.detail);
-    committed = engine.CommitModel(engine.ModelVector(), {});
-  } else {
-    committed = engine.CommitDelta(delta, optimizer, counted);
-  }
-  if (!committed.ok()) return committed.status();
-  *commit = *std::move(committed);
-  return absl::OkStatus();
-}
 
 // Opens the round with `collector` and waits for every update or the deadline. False
 // when the coordinator stops.
@@ -174,7 +157,7 @@ absl::Status RunDpRound(RoundHost& host, Clock::time_point deadline,
       host, {}, 0, [&](const std::set<std::string>&) { return engine.Preview(*mean, optimizer); },
       report);
   if (!choice.ok()) return choice.status();
-  return Commit(engine, round, *choice, *mean, optimizer, &counted, commit);
+  return CommitGuarded(engine, round, *choice, *mean, optimizer, &counted, commit);
 }
 
 absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& participants,
@@ -199,7 +182,7 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
     coordinator::GuardedChoice none;
     none.first.detail = std::string(summed.status().message());
     report->labels["aggregate_error"] = none.first.detail;
-    return Commit(engine, round, none, {}, optimizer, nullptr, commit);
+    return CommitGuarded(engine, round, none, {}, optimizer, nullptr, commit);
   }
   const std::vector<float> mean = *std::move(summed);
   const std::map<std::string, double> norms = sum->Norms();
@@ -225,7 +208,7 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
     }
     coordinator::QuarantineExcluded(host, round, *choice);
   }
-  return Commit(engine, round, *choice, mean, optimizer, nullptr, commit);
+  return CommitGuarded(engine, round, *choice, mean, optimizer, nullptr, commit);
 }
 
 }  // namespace
@@ -268,7 +251,7 @@ absl::Status AggregateAndCommit(coordinator::RoundHost& host,
                                               max_excluded, candidate, report);
   if (!choice.ok()) return choice.status();
   coordinator::QuarantineExcluded(host, round, *choice);
-  if (absl::Status st = Commit(engine, round, *choice, delta, optimizer, &used, commit); !st.ok())
+  if (absl::Status st = CommitGuarded(engine, round, *choice, delta, optimizer, &used, commit); !st.ok())
     return st;
   if (counted != nullptr) *counted = choice->model.empty() ? std::set<std::string>() : used;
   return absl::OkStatus();
@@ -336,6 +319,21 @@ absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     if (!rounds.ok()) return rounds.status();
     d->dp_ = *std::move(rounds);
   }
+  auto secagg = ParseSecAgg(options.secagg);
+  if (!secagg.ok()) return secagg.status();
+  if (*secagg) {
+    if (absl::Status st = CheckSecAgg(env, d->buffered_ != nullptr, d->dp_ != nullptr); !st.ok())
+      return st;
+    auto rounds = SecAggRounds::Create(**secagg, env.plan != nullptr ? env.plan->codec : "",
+                                       env.dim);
+    if (!rounds.ok()) return rounds.status();
+    d->secagg_ = *std::move(rounds);
+    log::Info("coordinator",
+              "--secagg: clients cut their updates to norm %g and mask their codes%s; "
+              "--clip-multiplier does not apply",
+              (**secagg).clip, (**secagg).masks ? "" : " (masks=0: unmasked)");
+    return d;
+  }
   if (env.plan != nullptr && codecs::IsGradiveq(env.plan->codec)) {
     auto bases =
         GradiveqBases::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
@@ -360,6 +358,7 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                                     const std::vector<std::string>& participants,
                                     coordinator::Clock::time_point deadline,
                                     coordinator::CommitResult* commit, RoundReport* report) {
+  if (secagg_) return secagg_->RunRound(host, participants, deadline, optimizer_, commit, report);
   if (dp_) return RunDpRound(host, deadline, optimizer_, *dp_, commit, report);
   if (buffered_) {
     return buffered_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
@@ -434,14 +433,16 @@ absl::StatusOr<const codecs::LinearCode*> FedAvgDriver::UseRoundSeed(
                                    : nullptr;
 }
 
-void FedAvgDriver::DecorateRoundStart(const std::string&, protos::RoundStart* start) {
+void FedAvgDriver::DecorateRoundStart(const std::string& client, protos::RoundStart* start) {
   start->mutable_fedavg();
+  if (secagg_) secagg_->Decorate(client, start);
   if (two_phase_ && codecs::IsTwoPhasePowerSgd(start->codec())) two_phase_->Decorate(start);
   if (shared_scale_) shared_scale_->Decorate(start);
 }
 
 absl::Status FedAvgDriver::AcceptReport(const std::string& client,
                                         const protos::ProgressReport& report) {
+  if (secagg_) return secagg_->Accept(client, report);
   if (!shared_scale_) return RoundDriver::AcceptReport(client, report);
   return shared_scale_->Accept(client, report);
 }

@@ -20,6 +20,7 @@
 #include "modes/fedavg/dp_rounds.h"
 #include "modes/fedavg/gradiveq_bases.h"
 #include "modes/fedavg/powersgd_rounds.h"
+#include "modes/fedavg/secagg_rounds.h"
 #include "modes/fedavg/terngrad_rounds.h"
 
 namespace fedlgc::modes {
@@ -36,6 +37,9 @@ struct FedAvgOptions {
   double dp_epsilon = 0;
   double dp_delta = 1e-5;
   double dp_max_epsilon = 0;
+  // --secagg: secure aggregation of the updates' integer codes (secagg_rounds.h); "" or
+  // "none": off.
+  std::string secagg;
 
   absl::Status Validate() const;
   coordinator::ServerOptimizer optimizer() const { return {server_lr, server_momentum}; }
@@ -82,7 +86,8 @@ absl::Status AggregateAndCommit(coordinator::RoundHost& host,
 // With a gradiveq job codec, the driver also fits, serves and saves its bases
 // (gradiveq_bases.h): blob "gradiveq-basis". With powersgd(..., phases=2) its rounds are
 // two-phase rounds (powersgd_rounds.h); with terngrad(shared=1) the participants agree on
-// each round's scale first (terngrad_rounds.h).
+// each round's scale first (terngrad_rounds.h); with --secagg its rounds are secure
+// aggregation's (secagg_rounds.h).
 class FedAvgDriver final : public coordinator::RoundDriver {
  public:
   // What this mode answers about itself (coordinator/mode_traits.h).
@@ -129,6 +134,7 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   std::unique_ptr<TernGradRounds> shared_scale_;  // terngrad(shared=1) jobs only
   std::unique_ptr<BufferedRounds> buffered_;      // --rounds-mode buffered(...) only
   std::unique_ptr<DpRounds> dp_;                  // --dp only
+  std::unique_ptr<SecAggRounds> secagg_;          // --secagg only
   double fit_bound_ = 0, coded_bound_ = 0;        // their streaming clip bounds
 };
 

@@ -75,6 +75,21 @@ TEST(SumCode, LevelsComeFromQsgdAndTernGradAndOthersAreRefused) {
   EXPECT_EQ(SumCode::SumBits(1, 1), 2);
 }
 
+TEST(SumCode, NormBinsAreHalfOctavesWithOpenEnds) {
+  EXPECT_EQ(SumCode::NormBin(1.0), 40);
+  EXPECT_EQ(SumCode::NormBin(1.4), 40);
+  EXPECT_EQ(SumCode::NormBin(1.5), 41);
+  EXPECT_EQ(SumCode::NormBin(0.7), 38);
+  EXPECT_EQ(SumCode::NormBin(0), 0);
+  EXPECT_EQ(SumCode::NormBin(1e-30), 0);
+  EXPECT_EQ(SumCode::NormBin(1e30), SumCode::kNormBins - 1);
+  for (double n : {0.001, 0.3, 1.0, 7.0, 500.0}) {
+    const int b = SumCode::NormBin(n);
+    EXPECT_LT(n, SumCode::NormBinTop(b)) << n;
+    EXPECT_GE(n, SumCode::NormBinTop(b - 1)) << n;
+  }
+}
+
 TEST(SumCode, IsUnbiasedOnTheGridWithinFiveStandardErrors) {
   const uint64_t d = 512;
   const SumCode code = SumCode::Create(d, 7, /*clip=*/10, /*kappa=*/4, 5).value();

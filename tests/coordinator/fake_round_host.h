@@ -46,11 +46,18 @@ class FakeRoundHost : public coordinator::RoundHost {
   absl::StatusOr<coordinator::GuardVerdict> CheckModel(std::span<const float>) override {
     return coordinator::GuardVerdict();
   }
-  void Quarantine(const std::set<std::string>&, const std::string&) override {}
+  void Quarantine(const std::set<std::string>& clients, const std::string&) override {
+    quarantined_.insert(clients.begin(), clients.end());
+  }
+  // Every client Quarantine barred.
+  const std::set<std::string>& quarantined() const { return quarantined_; }
   std::vector<float> ServedModel() const override { return {}; }
   coordinator::Clock::time_point Now() const override { return clock.Now(); }
 
   core::FakeClock clock;
+
+ private:
+  std::set<std::string> quarantined_;
 };
 
 }  // namespace fedlgc::testing

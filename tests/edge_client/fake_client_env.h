@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -70,6 +71,7 @@ class FakeClientEnv final : public ClientEnv {
   }
   absl::Status Report(protos::ProgressReport report, SystemTime) override {
     report.set_client_id(id_);
+    if (tamper) tamper(&report);
     reports.push_back(std::move(report));
     return report_status;
   }
@@ -113,6 +115,8 @@ class FakeClientEnv final : public ClientEnv {
   std::vector<uint64_t> counted;                          // CountUploaded's rounds
   std::vector<protos::ProgressReport> reports;
   absl::Status report_status;  // what Report returns
+  // Changes each report before it is recorded (a client that lies in its reports).
+  std::function<void(protos::ProgressReport*)> tamper;
   absl::Mutex copies_mu;       // UploadCopy may run on a mode's thread
   std::vector<std::pair<PendingUpdate, ShareFields>> copies ABSL_GUARDED_BY(copies_mu);
 

@@ -272,7 +272,8 @@ std::vector<std::string> CoordinatorArgv(const coordinator::CoordinatorOptions& 
 }
 
 std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,
-                                        int n, int port, const std::vector<std::string>& extra) {
+                                        int n, int port, const std::vector<std::string>& extra,
+                                        const std::vector<std::string>& env) {
   const auto c = ClientDefaults(dir, certs, i, n, port);
   std::vector<std::string> argv = {BinPath("fedlgc-edge"),
                                    "--server=" + c.server,
@@ -290,6 +291,10 @@ std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::strin
     if (e.rfind("--server=", 0) == 0) argv.erase(argv.begin() + 1);
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
+  if (!env.empty()) {
+    argv.insert(argv.begin(), env.begin(), env.end());
+    argv.insert(argv.begin(), "/usr/bin/env");
+  }
   return std::make_unique<ChildProcess>(argv, dir + "/" + c.client_id + ".log");
 }
 

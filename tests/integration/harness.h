@@ -117,10 +117,12 @@ int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
 std::vector<std::string> CoordinatorArgv(const coordinator::CoordinatorOptions& o, int port);
 
 // Edge client `i` of `n` as a child process, with the options the in-process clients get
-// (ClientDefaults) plus `extra` flags; its log in dir/client-<i>.log.
+// (ClientDefaults) plus `extra` flags and `env` (NAME=VALUE) in its environment; its log in
+// dir/client-<i>.log.
 std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::string& certs, int i,
                                         int n, int port,
-                                        const std::vector<std::string>& extra = {});
+                                        const std::vector<std::string>& extra = {},
+                                        const std::vector<std::string>& env = {});
 
 // Reads the coordinator's final model from its checkpoint.
 std::vector<float> CheckpointModel(const std::string& state_dir,

@@ -140,6 +140,20 @@ void RdpAccountant::Compose(double q, double sigma, uint64_t steps) {
   }
 }
 
+void RdpAccountant::ComposeRdp(const std::function<double(double)>& rdp, uint64_t steps) {
+  for (size_t i = 0; i < orders_.size(); ++i) {
+    rdp_[i] += static_cast<double>(steps) * rdp(orders_[i]);
+  }
+}
+
+PrivacySpent RdpAccountant::SpentAfterRdp(const std::function<double(double)>& rdp,
+                                          uint64_t steps, double delta,
+                                          Conversion conversion) const {
+  RdpAccountant next = *this;
+  next.ComposeRdp(rdp, steps);
+  return next.Spent(delta, conversion);
+}
+
 PrivacySpent RdpAccountant::Spent(double delta, Conversion conversion) const {
   return EpsilonOf(orders_, rdp_, delta, conversion);
 }

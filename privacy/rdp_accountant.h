@@ -12,6 +12,7 @@
 #define FEDLGC_PRIVACY_RDP_ACCOUNTANT_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -54,6 +55,12 @@ class RdpAccountant {
 
   // Adds `steps` steps of the subsampled Gaussian mechanism (q, sigma).
   void Compose(double q, double sigma, uint64_t steps = 1);
+  // Adds `steps` steps of a mechanism whose RDP at each order `rdp` gives (the Skellam
+  // mechanism's, skellam.h).
+  void ComposeRdp(const std::function<double(double order)>& rdp, uint64_t steps = 1);
+  // What Spent would say after `steps` more steps of `rdp`, composing nothing.
+  PrivacySpent SpentAfterRdp(const std::function<double(double order)>& rdp, uint64_t steps,
+                             double delta, Conversion conversion = Conversion::kImproved) const;
   PrivacySpent Spent(double delta, Conversion conversion = Conversion::kImproved) const;
   // What Spent would say after `steps` more steps of (q, sigma), composing nothing.
   PrivacySpent SpentAfter(double q, double sigma, uint64_t steps, double delta,

@@ -23,7 +23,8 @@ void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
   g->add_option("--dp", o->dp,
                 "user-level differential privacy (FedAvg): gaussian(noise=Z,clip=C), or "
                 "gaussian(clip=C) with --dp-epsilon; each client is asked with probability "
-                "--fraction, each update cut to norm C, noise of sd Z x C on the sum");
+                "--fraction, each update cut to norm C, noise of sd Z x C on the sum; "
+                "skellam(...) with --secagg: the clients add the noise to their masked codes");
   g->add_option("--dp-epsilon", o->dp_epsilon,
                 "--dp's target: the noise that spends this epsilon over --rounds")
       ->check(CLI::NonNegativeNumber);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "base/str.h"
 #include "privacy/mask.h"
@@ -70,6 +71,14 @@ absl::StatusOr<SecAggClient> SecAggClient::Create(std::string self, std::string 
   if (!enc.ok()) return enc.status();
   auto mask = GenerateKeyPair();
   if (!mask.ok()) return mask.status();
+  // Clamped (RFC 7748), as OpenSSL makes them: the one private key of its public key that
+  // the coordinator's check of a rebuilt key accepts.
+  mask->private_key[0] &= 248;
+  mask->private_key[31] &= 127;
+  mask->private_key[31] |= 64;
+  auto mask_public = PublicKeyOf(mask->private_key);
+  if (!mask_public.ok()) return mask_public.status();
+  mask->public_key = *mask_public;
   Key32 seed{};
   if (RAND_bytes(seed.data(), static_cast<int>(seed.size())) != 1) {
     return absl::InternalError("OpenSSL: RAND_bytes failed");
@@ -95,6 +104,10 @@ absl::StatusOr<SecAggClient::Shared> SecAggClient::ShareKeys(const std::vector<P
     }
   }
   const int n = static_cast<int>(ids.size()) + 1;
+  if (n < 2) {
+    return absl::InvalidArgumentError(
+        "secure aggregation: no neighbours: a client alone would mask with its own seed only");
+  }
   if (n > 255) {
     return absl::InvalidArgumentError(
         StrCat("secure aggregation: ", n - 1, " neighbours (at most 254)"));
@@ -144,25 +157,30 @@ absl::StatusOr<SecAggClient::Shared> SecAggClient::ShareKeys(const std::vector<P
   return out;
 }
 
-absl::Status SecAggClient::ReceiveShares(const std::vector<Box>& boxes) {
+absl::StatusOr<std::set<std::string>> SecAggClient::ReceiveShares(
+    const std::vector<Box>& boxes) {
   if (!shared_ || received_) {
     return absl::FailedPreconditionError(
         "secure aggregation: shares are received once, after this client made its own");
   }
   std::map<std::string, std::pair<Share, Share>> held;
+  std::set<std::string> bad;
   for (const Box& b : boxes) {
     const auto n = neighbours_.find(b.peer);
-    if (n == neighbours_.end() || held.count(b.peer)) {
+    if (n == neighbours_.end() || held.count(b.peer) || bad.count(b.peer)) {
       return absl::InvalidArgumentError(
           StrCat("secure aggregation: a box from ", b.peer, ", not a neighbour or twice"));
     }
     auto key = AgreeSeed(enc_.private_key, n->second.enc, PairContext(context_, "box", self_, b.peer));
-    if (!key.ok()) return key.status();
-    auto plain = OpenBox(*key, BoxAad(context_, b.peer, self_), b.bytes);
-    if (!plain.ok()) return plain.status();
-    if (plain->size() != kBoxPlain || (*plain)[0] != kBoxVersion || (*plain)[1] == 0) {
-      return absl::InvalidArgumentError(StrCat("secure aggregation: the box from ", b.peer,
-                                               " holds no shares of this version"));
+    auto plain = key.ok() ? OpenBox(*key, BoxAad(context_, b.peer, self_), b.bytes)
+                          : absl::StatusOr<std::vector<uint8_t>>(key.status());
+    if (!plain.ok() || plain->size() != kBoxPlain || (*plain)[0] != kBoxVersion ||
+        (*plain)[1] == 0 || (b.point != 0 && (*plain)[1] != b.point)) {
+      // A box that does not open, parse, or hold the point its dealer must have given
+      // this client: its shares are not kept, but the pairwise mask needs only the
+      // dealer's public key, so this client still takes part.
+      bad.insert(b.peer);
+      continue;
     }
     const uint8_t x = (*plain)[1];
     Share s{x, std::vector<uint8_t>(plain->begin() + 2, plain->begin() + 34)};
@@ -171,9 +189,9 @@ absl::Status SecAggClient::ReceiveShares(const std::vector<Box>& boxes) {
   }
   held_ = std::move(held);
   peers_.clear();
-  for (const auto& [id, shares] : held_) peers_.insert(id);
+  for (const Box& b : boxes) peers_.insert(b.peer);
   received_ = true;
-  return absl::OkStatus();
+  return bad;
 }
 
 absl::Status SecAggClient::Mask(int bits, std::span<uint64_t> words) const {
@@ -210,16 +228,22 @@ absl::StatusOr<std::vector<Reveal>> SecAggClient::Unmask(const std::set<std::str
     return absl::InvalidArgumentError(
         "secure aggregation: an unmasking request must name each peer and this client once");
   }
-  if (static_cast<int>(survivors.size()) < threshold_) {
+  if (static_cast<int>(survivors.size()) < std::max(threshold_, 2)) {
     return absl::InvalidArgumentError(StrCat("secure aggregation: unmasking with ",
                                              survivors.size(), " survivors, below the threshold ",
                                              threshold_));
   }
   std::vector<Reveal> out;
   for (const std::string& s : survivors) {
-    out.push_back({s, false, s == self_ ? own_seed_share_ : held_.at(s).first});
+    if (s == self_) {
+      out.push_back({s, false, own_seed_share_});
+    } else if (const auto h = held_.find(s); h != held_.end()) {
+      out.push_back({s, false, h->second.first});
+    }
   }
-  for (const std::string& d : dropped) out.push_back({d, true, held_.at(d).second});
+  for (const std::string& d : dropped) {
+    if (const auto h = held_.find(d); h != held_.end()) out.push_back({d, true, h->second.second});
+  }
   asked_ = std::make_pair(survivors, dropped);
   return out;
 }
@@ -240,10 +264,10 @@ absl::Status SecAggServer::AddKeys(const std::string& client, const PublicKeys& 
     return absl::FailedPreconditionError(
         StrCat("secure aggregation: no keys are taken from ", client, " now"));
   }
-  if (auto it = keys_.find(client); it != keys_.end()) {
-    if (it->second == keys) return absl::OkStatus();  // the same keys again
-    return absl::FailedPreconditionError(
-        StrCat("secure aggregation: ", client, " sent other keys already this round"));
+  // Keys sent again replace the first (a client restarted with new ones), until the
+  // phase closes.
+  if (auto it = keys_.find(client); it != keys_.end() && it->second == keys) {
+    return absl::OkStatus();
   }
   if (keys.enc == keys.mask) {
     return absl::InvalidArgumentError("secure aggregation: the two public keys must differ");
@@ -259,6 +283,7 @@ absl::Status SecAggServer::AddKeys(const std::string& client, const PublicKeys& 
     }
   }
   for (const auto& [other, k] : keys_) {
+    if (other == client) continue;
     if (k.enc == keys.enc || k.mask == keys.mask || k.enc == keys.mask || k.mask == keys.enc) {
       return absl::InvalidArgumentError(StrCat("secure aggregation: ", client,
                                                " sent a public key that ", other, " sent (replayed)"));
@@ -286,6 +311,11 @@ absl::Status SecAggServer::CloseKeys() {
   want = std::min<int>({want, static_cast<int>(u1_.size()) - 1, 254});
   graph_ = NeighbourGraph(u1_, want, graph_seed_);
   degree_ = static_cast<int>(graph_.begin()->second.size());
+  if (degree_ < 1) {
+    return absl::FailedPreconditionError(StrCat(
+        "secure aggregation: a graph of degree ", want, " over ", u1_.size(),
+        " clients has no edges: each client would mask with its own seed alone"));
+  }
   const int shares = degree_ + 1;
   t_ = std::clamp(static_cast<int>(std::floor(threshold_fraction_ * shares)) + 1,
                   MinThreshold(shares), shares);
@@ -299,6 +329,12 @@ std::vector<Peer> SecAggServer::PeersOf(const std::string& client) const {
   if (it == graph_.end()) return out;
   for (const std::string& n : it->second) out.push_back({n, keys_.at(n)});
   return out;
+}
+
+std::optional<PublicKeys> SecAggServer::KeysOf(const std::string& client) const {
+  const auto it = keys_.find(client);
+  if (it == keys_.end()) return std::nullopt;
+  return it->second;
 }
 
 absl::Status SecAggServer::AddShares(const std::string& client, std::vector<Box> boxes,
@@ -357,7 +393,9 @@ std::vector<Box> SecAggServer::BoxesFor(const std::string& client) const {
   std::vector<Box> out;
   const auto it = peers_.find(client);
   if (it == peers_.end()) return out;
-  for (const std::string& v : it->second) out.push_back({v, boxes_.at(v).at(client)});
+  for (const std::string& v : it->second) {
+    out.push_back({v, boxes_.at(v).at(client), PointOf(v, client)});
+  }
   return out;
 }
 
@@ -428,23 +466,27 @@ absl::Status SecAggServer::AddReveals(const std::string& client,
         StrCat("secure aggregation: ", client, " revealed its shares already"));
   }
   const auto [survivors, dropped] = RequestFor(client);
+  // Each share stands alone: a bad one is left out (and said), the others kept. A client
+  // holds no share of a peer whose box did not open, so it may send fewer than asked.
   std::set<std::string> seen;
+  std::string refused;
   for (const Reveal& r : reveals) {
     const bool asked = r.key ? dropped.count(r.peer) > 0 : survivors.count(r.peer) > 0;
-    if (!asked || !seen.insert(r.peer).second || r.share.y.size() != 32 ||
+    if (!asked || seen.count(r.peer) || r.share.y.size() != 32 ||
         r.share.x != PointOf(r.peer, client)) {
-      return absl::InvalidArgumentError(
-          StrCat("secure aggregation: ", client, " revealed a ", r.key ? "key" : "seed",
-                 " share of ", r.peer, " it was not asked for, twice, or at another point"));
+      refused += StrCat(refused.empty() ? "" : ", ", r.key ? "a key" : "a seed", " share of ",
+                        r.peer);
+      continue;
     }
+    seen.insert(r.peer);
+    reveals_[{r.peer, r.key}][client] = r.share;
   }
-  if (seen.size() != survivors.size() + dropped.size()) {
-    return absl::InvalidArgumentError(
-        StrCat("secure aggregation: ", client, " revealed ", seen.size(), " shares of the ",
-               survivors.size() + dropped.size(), " asked"));
-  }
-  for (const Reveal& r : reveals) reveals_[{r.peer, r.key}][client] = r.share;
   revealed_.insert(client);
+  if (!refused.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("secure aggregation: ", client, " revealed ", refused,
+               " it was not asked for, twice, or at another point than its dealer's: left out"));
+  }
   return absl::OkStatus();
 }
 
@@ -458,7 +500,8 @@ bool SecAggServer::CanFinish() const {
 }
 
 absl::StatusOr<Key32> SecAggServer::Rebuild(const std::string& dealer, bool key,
-                                            std::set<std::string>* liars) const {
+                                            std::set<std::string>* off,
+                                            std::set<std::string>* proven) const {
   std::vector<std::string> holders;
   std::vector<Share> shares;
   if (const auto it = reveals_.find({dealer, key}); it != reveals_.end()) {
@@ -470,33 +513,48 @@ absl::StatusOr<Key32> SecAggServer::Rebuild(const std::string& dealer, bool key,
   const size_t m = shares.size(), t = static_cast<size_t>(t_);
   const auto checks = [&](const Key32& secret) {
     if (key) {
+      // A clamped key (RFC 7748): the only one of the 32 private keys of one public key
+      // that an honest client holds, so a share moved in the clamped bits cannot pass.
+      if ((secret[0] & 7) != 0 || (secret[31] & 0xC0) != 0x40) return false;
       auto pub = PublicKeyOf(secret);
       return pub.ok() && *pub == keys_.at(dealer).mask;
     }
     auto c = SeedCommitment(context_, dealer, secret);
     return c.ok() && *c == commitments_.at(dealer);
   };
+  const auto subset_of = [&](const std::vector<size_t>& pick) {
+    std::vector<Share> subset;
+    for (size_t i : pick) subset.push_back(shares[i]);
+    return subset;
+  };
   if (m >= t) {
-    std::vector<size_t> pick(t);
-    for (size_t i = 0; i < t; ++i) pick[i] = i;
+    // The first t shares, then random t-subsets: with f false shares of m, each subset
+    // misses them all with probability C(m - f, t) / C(m, t).
+    std::vector<size_t> pick(m);
+    for (size_t i = 0; i < m; ++i) pick[i] = i;
+    std::mt19937_64 rng(std::hash<std::string>()(dealer) ^ (key ? 0x6b6579 : 0x736565));
     for (int tries = 0; tries < kMaxRebuildTries; ++tries) {
-      std::vector<Share> subset;
-      for (size_t i : pick) subset.push_back(shares[i]);
+      if (tries > 0) std::shuffle(pick.begin(), pick.end(), rng);
+      const std::vector<Share> subset = subset_of({pick.begin(), pick.begin() + t});
       auto secret = CombineShares(subset);
-      if (secret.ok() && checks(ToKey(*secret))) {
-        for (size_t i = 0; i < m; ++i) {
-          auto at = InterpolateAt(subset, shares[i].x);
-          if (!at.ok() || *at != shares[i].y) liars->insert(holders[i]);
-        }
-        return ToKey(*secret);
+      if (!secret.ok() || !checks(ToKey(*secret))) continue;
+      for (size_t i = 0; i < m; ++i) {
+        auto at = InterpolateAt(subset, shares[i].x);
+        if (!at.ok() || *at != shares[i].y) off->insert(holders[i]);
       }
-      // The next t-subset of m in lexicographic order.
-      size_t i = t;
-      while (i > 0 && pick[i - 1] == m - t + i - 1) --i;
-      if (i == 0) break;
-      ++pick[i - 1];
-      for (size_t j = i; j < t; ++j) pick[j] = pick[j - 1] + 1;
+      return ToKey(*secret);
     }
+    // Every share on one polynomial whose secret fails the dealer's own commitment (or
+    // public key): the dealer dealt it so.
+    std::vector<size_t> first(t);
+    for (size_t i = 0; i < t; ++i) first[i] = i;
+    const std::vector<Share> subset = subset_of(first);
+    bool consistent = m > t;
+    for (size_t i = t; i < m && consistent; ++i) {
+      auto at = InterpolateAt(subset, shares[i].x);
+      consistent = at.ok() && *at == shares[i].y;
+    }
+    if (consistent) proven->insert(dealer);
   }
   return absl::FailedPreconditionError(
       StrCat("secure aggregation: the ", key ? "key" : "seed", " of ", dealer, " does not rebuild from ",
@@ -510,7 +568,7 @@ absl::StatusOr<SecAggServer::Finished> SecAggServer::Finish(std::span<uint64_t> 
   Finished done;
   std::map<std::pair<std::string, bool>, Key32> secrets;
   for (const auto& need : Needed()) {
-    auto secret = Rebuild(need.first, need.second, &done.liars);
+    auto secret = Rebuild(need.first, need.second, &done.off, &proven_);
     if (!secret.ok()) return secret.status();
     secrets[need] = *secret;
   }

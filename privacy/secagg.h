@@ -21,8 +21,9 @@
 //      dropped peer's mask key, never both for one peer (it refuses a request that would
 //      make it, or that names too few survivors). From t shares of each the server
 //      rebuilds the seeds and keys, checks each against the commitment or the public key
-//      (a share that does not lie on the checked polynomial marks its sender a liar), and
-//      removes every mask from the sum.
+//      (trying random t-subsets past the first; a share off the polynomial of a secret
+//      that checks out is reported, a dealer whose shares agree on a secret that fails is
+//      proven a liar), and removes every mask from the sum.
 // Every seed, box and mask is bound to a context (the job and the round), so nothing of one
 // round opens or cancels in another.
 //
@@ -62,6 +63,8 @@ struct Peer {
 struct Box {
   std::string peer;
   std::string bytes;
+  // Relayed: the point the dealer must have given the receiver (0: not checked).
+  uint8_t point = 0;
 };
 // A client's share of a peer's secret: of its mask seed b (a survivor), or of its mask
 // private key (`key`: a dropped peer).
@@ -92,17 +95,20 @@ class SecAggClient {
     Key32 commitment{};
   };
   absl::StatusOr<Shared> ShareKeys(const std::vector<Peer>& neighbours, int threshold);
-  // Phase 3's start: the boxes relayed to this client. Their senders become its peers.
+  // Phase 3's start: the boxes relayed to this client. Their senders become its peers,
+  // which it masks against (the masks need only their public keys). Returns the peers
+  // whose box did not open, parse or hold the point relayed with it: their shares are not
+  // kept (a dealer's false box costs it its own secrets' holders, not this client's part).
   // FAILED_PRECONDITION before ShareKeys or when called twice; INVALID_ARGUMENT for a box
-  // from a client that is not a neighbour, twice, or one that does not open or parse (the
-  // client then cannot take part: its masks would not match the server's view).
-  absl::Status ReceiveShares(const std::vector<Box>& boxes);
+  // from a client that is not a neighbour, or twice.
+  absl::StatusOr<std::set<std::string>> ReceiveShares(const std::vector<Box>& boxes);
   const std::set<std::string>& peers() const { return peers_; }
   // Adds this client's masks to `words` (its code, taken mod 2^bits), in place.
   // FAILED_PRECONDITION before ReceiveShares.
   absl::Status Mask(int bits, std::span<uint64_t> words) const;
-  // Phase 4: the shares the request asks for. `survivors` and `dropped` must split its
-  // peers and itself exactly (itself a survivor), with at least t survivors. The same
+  // Phase 4: the shares the request asks for (of those it holds). `survivors` and `dropped`
+  // must split its peers and itself exactly (itself a survivor), with at least t survivors
+  // and 2. The same
   // request again returns the same reveals; another is refused (FAILED_PRECONDITION),
   // since answering two could reveal a seed and a key of one peer.
   absl::StatusOr<std::vector<Reveal>> Unmask(const std::set<std::string>& survivors,
@@ -147,6 +153,8 @@ class SecAggServer {
   const std::set<std::string>& keyed() const { return u1_; }
   // A client of U1's neighbours with their keys, and the round's t (after CloseKeys).
   std::vector<Peer> PeersOf(const std::string& client) const;
+  // The keys a client sent (nullopt: none).
+  std::optional<PublicKeys> KeysOf(const std::string& client) const;
   int threshold() const { return t_; }
   int degree() const { return degree_; }
 
@@ -170,20 +178,27 @@ class SecAggServer {
   // are not.
   std::pair<std::set<std::string>, std::set<std::string>> RequestFor(
       const std::string& client) const;
-  // A client's reveals: exactly what RequestFor asked of it, each share at the point its
-  // dealer gave the client and of 32 bytes; once.
+  // A client's reveals, once: each share that RequestFor asked of it, at the point its
+  // dealer gave the client and of 32 bytes, is kept; any other is left out, and said
+  // (INVALID_ARGUMENT).
   absl::Status AddReveals(const std::string& client, const std::vector<Reveal>& reveals);
   // Whether every secret the sum needs has at least t shares.
   bool CanFinish() const;
   struct Finished {
-    std::set<std::string> liars;  // sent a share off the polynomial its dealer committed to
-    size_t survivors = 0;         // seeds rebuilt
-    size_t dropped = 0;           // keys rebuilt
+    // Revealed a share off the polynomial of a secret that checked out. Either it lied or
+    // its dealer dealt it a false share: nobody can tell which.
+    std::set<std::string> off;
+    size_t survivors = 0;  // seeds rebuilt
+    size_t dropped = 0;    // keys rebuilt
   };
   // Rebuilds every seed and key the sum needs, checks them, and removes every mask from
   // `sum` (the masked words of U3 added mod 2^bits). FAILED_PRECONDITION when a secret
   // cannot be rebuilt from shares that check out; `sum` is then unchanged.
   absl::StatusOr<Finished> Finish(std::span<uint64_t> sum);
+  // Dealers proven to have lied (after Finish): more than t shares of one of their
+  // secrets agree on one polynomial, whose secret fails their own commitment or public
+  // key.
+  const std::set<std::string>& proven_liars() const { return proven_; }
 
  private:
   // The dealer's point for `holder`: 1 + holder's index in sorted({dealer} + neighbours).
@@ -192,9 +207,9 @@ class SecAggServer {
   // client some survivor masked against.
   std::vector<std::pair<std::string, bool>> Needed() const;
   // Rebuilds one secret from its shares, checking it; adds the senders of shares off it
-  // to *liars.
-  absl::StatusOr<Key32> Rebuild(const std::string& dealer, bool key,
-                                std::set<std::string>* liars) const;
+  // to *off, and the dealer to *proven when its shares agree on a secret that fails.
+  absl::StatusOr<Key32> Rebuild(const std::string& dealer, bool key, std::set<std::string>* off,
+                                std::set<std::string>* proven) const;
 
   const std::string context_;
   const std::set<std::string> participants_;
@@ -212,6 +227,7 @@ class SecAggServer {
   // (dealer, key?) -> holder -> share.
   std::map<std::pair<std::string, bool>, std::map<std::string, Share>> reveals_;
   std::set<std::string> revealed_;
+  std::set<std::string> proven_;
 };
 
 // The context of round `round` of a job whose rounds share `seed` (its public rotation

@@ -200,6 +200,43 @@ TEST(DpRounds, ATargetEpsilonSetsTheNoiseAndTheLimit) {
   EXPECT_EQ(rounds->noise(), privacy::NoiseForEpsilon(0.1, 100, 8, 1e-5).value());
 }
 
+TEST(DpRounds, SkellamSolvesItsNoiseKeepsBothEpsilonsAndResumesOnlyAsSkellam) {
+  const SkellamGrid grid{5000, 127, 4};
+  auto o = ParseDp("skellam(clip=1)", 8, 1e-5, 0).value();
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->mechanism, DpMechanism::kSkellam);
+  const std::string dir = ::testing::TempDir() + "/dp_rounds_skellam";
+  auto rounds = DpRounds::Create(*o, 0.1, 50, dir, 0, nullptr, grid);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  // The solved noise spends at most 8 over the 50 rounds, and 0.2% less would not.
+  const auto spent = [&](double z, double q) {
+    privacy::SkellamStep step = privacy::RoundedSensitivity(grid.ClipInSteps(), grid.dim);
+    step.variance = std::pow(z * grid.ClipInSteps(), 2);
+    privacy::RdpAccountant a;
+    a.ComposeRdp([&](double order) { return privacy::SampledSkellamRdp(step, q, order); }, 50);
+    return a.Spent(1e-5).epsilon;
+  };
+  const double z = (*rounds)->noise();
+  EXPECT_LE(spent(z, 0.1), 8);
+  EXPECT_GT(spent(z * 0.998, 0.1), 8);
+  EXPECT_NEAR((*rounds)->SumVariance(), std::pow(z * grid.ClipInSteps(), 2), 1e-6);
+  // A round whose inputs carried 3/4 of the noise (a client of 4 dropped).
+  RoundReport r;
+  (*rounds)->SpendSkellam(4, 0.75, &r);
+  EXPECT_NEAR(r.figures.at("dp_noise_variance"), 0.75 * (*rounds)->SumVariance(), 1e-6);
+  EXPECT_GT(r.figures.at("dp_epsilon_coordinator"), r.figures.at("dp_epsilon"))
+      << "without the sampling's amplification";
+  ASSERT_TRUE((*rounds)->Save(1).ok());
+  auto again = DpRounds::Create(*o, 0.1, 50, dir, 1, nullptr, grid);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_DOUBLE_EQ((*again)->epsilon(), r.figures.at("dp_epsilon"));
+  auto gaussian = ParseDp("gaussian(clip=1)", 8, 1e-5, 0).value();
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      DpRounds::Create(*gaussian, 0.1, 50, dir, 1, nullptr, grid).status()));
+  EXPECT_FALSE(DpRounds::Create(*o, 0.1, 50, dir, 0, nullptr, SkellamGrid{}).ok())
+      << "skellam needs the grid";
+}
+
 TEST(DpRounds, RefusesWhatItCannotAccountFor) {
   for (auto [spec, eps] : {std::pair{"gaussian(clip=1)", 0.0},
                            {"gaussian(noise=1)", 0.0},

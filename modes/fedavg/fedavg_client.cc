@@ -154,9 +154,13 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
   // This round's model was trained on already: its update went back into the residual
   // (below) and goes out again from there, not trained and added a second time.
   bool trained = false;
+  // A secure round takes no update in flight but its own masked code (one of the same
+  // round sent plainly, before the coordinator restarted with --secagg, goes back too).
+  const bool foreign = start.fedavg().has_secagg() && !secagg_.Owns(state);
   if (state.pending &&
       (state.pending->round != start.round() ||
-       state.pending->model_version != start.model_version() || state.codec != start.codec())) {
+       state.pending->model_version != start.model_version() || state.codec != start.codec() ||
+       foreign)) {
     // An update whose round ended without a receipt reaching us: nothing of it counted
     // as far as we can know, so all of it goes back into the residual. So does one coded
     // with another codec than the round's (a restarted coordinator that lost the GradiVeQ
@@ -175,7 +179,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     return basis.status();
   }
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
-  if (start.fedavg().has_secagg()) return secagg_.OnRoundStart(start);
+  if (start.fedavg().has_secagg()) return secagg_.OnRoundStart(start, trained);
   if (codecs::IsSharedScaleTernGrad(start.codec())) return OnSharedScaleRound(start, trained);
   if (!state.pending) {
     auto update = trained ? absl::StatusOr<std::vector<float>>(std::vector<float>(env_.dim(), 0.0f))

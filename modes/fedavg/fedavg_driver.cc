@@ -77,6 +77,27 @@ absl::Status CheckDp(bool buffered, const coordinator::DriverEnv& env) {
   return absl::InvalidArgumentError(StrCat("--dp does not run with ", why));
 }
 
+// Distributed DP's grid: --dp skellam(...) runs on secure aggregation's masked codes, cut
+// at the DP clip (no quantile: a clip that follows the data would need its own budget).
+absl::StatusOr<SkellamGrid> SkellamGridOf(const DpOptions& dp,
+                                          const std::optional<SecAggOptions>& secagg,
+                                          const coordinator::DriverEnv& env) {
+  if (dp.mechanism != DpMechanism::kSkellam) return SkellamGrid{};
+  if (!secagg || !secagg->masks) {
+    return absl::InvalidArgumentError(
+        "--dp skellam(...) adds its noise at the clients, to masked codes: give --secagg "
+        "secagg(clip=C) (with masks) as well");
+  }
+  if (secagg->quantile > 0 || secagg->clip != dp.clip) {
+    return absl::InvalidArgumentError(StrCat(
+        "--dp skellam(clip=", dp.clip, ") and --secagg must cut updates at the same fixed norm: "
+        "give secagg(clip=", dp.clip, ") without quantile="));
+  }
+  auto levels = codecs::SumCode::LevelsOf(env.plan != nullptr ? env.plan->codec : "");
+  if (!levels.ok()) return levels.status();
+  return SkellamGrid{env.dim, *levels, secagg->kappa};
+}
+
 using coordinator::AggregatorOptions;
 using coordinator::Clock;
 using coordinator::Contribution;
@@ -312,18 +333,20 @@ absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
                DpAccountPath(env.state_dir, env.committed_round),
                "): restart it with the --dp flags it started with"));
   }
+  auto secagg = ParseSecAgg(options.secagg);
+  if (!secagg.ok()) return secagg.status();
   if (*dp) {
     if (absl::Status st = CheckDp(d->buffered_ != nullptr, env); !st.ok()) return st;
+    auto grid = SkellamGridOf(**dp, *secagg, env);
+    if (!grid.ok()) return grid.status();
     auto rounds = DpRounds::Create(**dp, env.fraction, env.rounds, env.state_dir,
-                                   env.committed_round, env.metrics);
+                                   env.committed_round, env.metrics, *grid);
     if (!rounds.ok()) return rounds.status();
     d->dp_ = *std::move(rounds);
   }
-  auto secagg = ParseSecAgg(options.secagg);
-  if (!secagg.ok()) return secagg.status();
   if (*secagg) {
-    if (absl::Status st = CheckSecAgg(env, d->buffered_ != nullptr, d->dp_ != nullptr); !st.ok())
-      return st;
+    const bool central = *dp && (**dp).mechanism == DpMechanism::kGaussian;
+    if (absl::Status st = CheckSecAgg(env, d->buffered_ != nullptr, central); !st.ok()) return st;
     auto rounds = SecAggRounds::Create(**secagg, env.plan != nullptr ? env.plan->codec : "",
                                        env.dim);
     if (!rounds.ok()) return rounds.status();
@@ -358,7 +381,7 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                                     const std::vector<std::string>& participants,
                                     coordinator::Clock::time_point deadline,
                                     coordinator::CommitResult* commit, RoundReport* report) {
-  if (secagg_) return secagg_->RunRound(host, participants, deadline, optimizer_, commit, report);
+  if (secagg_) return RunSecAggRound(host, participants, deadline, commit, report);
   if (dp_) return RunDpRound(host, deadline, optimizer_, *dp_, commit, report);
   if (buffered_) {
     return buffered_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
@@ -409,6 +432,22 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
     for (size_t i = 0; i < step.size(); ++i) step[i] -= before[i];
   }
   return bases_->EndRound(round, step, report);
+}
+
+absl::Status FedAvgDriver::RunSecAggRound(coordinator::RoundHost& host,
+                                          const std::vector<std::string>& participants,
+                                          coordinator::Clock::time_point deadline,
+                                          coordinator::CommitResult* commit, RoundReport* report) {
+  if (!dp_) return secagg_->RunRound(host, participants, deadline, optimizer_, commit, report);
+  // Distributed DP: a Poisson sample, each asked for its share of the sum's noise; the
+  // round is charged once its noised sum is unmasked.
+  auto sample = dp_->Sample(host);
+  if (!sample.ok()) return sample.status();
+  for (const std::string& c : *sample) report->per_client["dp_asked"][c] = 1;
+  secagg_->UseNoise(dp_->SumVariance(), [&](size_t inputs, size_t asked) {
+    dp_->SpendSkellam(asked, asked == 0 ? 0 : static_cast<double>(inputs) / asked, report);
+  });
+  return secagg_->RunRound(host, *sample, deadline, optimizer_, commit, report);
 }
 
 absl::StatusOr<const codecs::LinearCode*> FedAvgDriver::UseRoundSeed(

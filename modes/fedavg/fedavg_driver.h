@@ -118,6 +118,12 @@ class FedAvgDriver final : public coordinator::RoundDriver {
                codecs::ModelLayout layout)
       : optimizer_(options.optimizer()), robust_(robust), layout_(std::move(layout)) {}
 
+  // A secure aggregation round; with distributed DP, of a Poisson sample, charged to the
+  // privacy account once its noised sum is unmasked.
+  absl::Status RunSecAggRound(coordinator::RoundHost& host,
+                              const std::vector<std::string>& participants,
+                              coordinator::Clock::time_point deadline,
+                              coordinator::CommitResult* commit, RoundReport* report);
   // A round whose codec draws its kept set from the round's seed (randk(seed=round)):
   // names the seed in the round's spec and decodes with that codec, whose codes add up
   // (returned; nullptr for other rounds).

@@ -37,6 +37,8 @@ absl::Status SaveDpAccount(const std::string& state_dir, uint64_t round, const D
   m.set_delta(account.delta);
   m.set_limit(account.limit);
   m.set_population(account.population);
+  m.set_mechanism(account.mechanism);
+  m.mutable_rdp_unsampled()->Assign(account.rdp_unsampled.begin(), account.rdp_unsampled.end());
   return core::SaveRoundMessage(state_dir, kDpPrefix, round, kDpMagic, kDpVersion, m);
 }
 
@@ -51,11 +53,17 @@ absl::StatusOr<DpAccount> LoadDpAccount(const std::string& state_dir, uint64_t r
     return absl::DataLossError(
         StrCat(path, ": ", m.orders_size(), " orders and ", m.rdp_size(), " RDP values"));
   }
+  if (m.rdp_unsampled_size() != 0 && m.rdp_unsampled_size() != m.orders_size()) {
+    return absl::DataLossError(StrCat(path, ": ", m.orders_size(), " orders and ",
+                                      m.rdp_unsampled_size(), " unsampled RDP values"));
+  }
   return DpAccount{{m.orders().begin(), m.orders().end()},
                    {m.rdp().begin(), m.rdp().end()},
                    m.delta(),
                    m.limit(),
-                   m.population()};
+                   m.population(),
+                   m.mechanism().empty() ? "gaussian" : m.mechanism(),
+                   {m.rdp_unsampled().begin(), m.rdp_unsampled().end()}};
 }
 
 std::string PowerSgdQueryPath(const std::string& state_dir, uint64_t round) {

@@ -35,6 +35,8 @@ struct DpAccount {
   double delta = 0;
   double limit = 0;         // +infinity: none
   uint64_t population = 0;  // 0: fixed by the first round
+  std::string mechanism = "gaussian";  // or "skellam"
+  std::vector<double> rdp_unsampled;   // skellam: the RDP without the sampling's amplification
   bool operator==(const DpAccount&) const = default;
 };
 absl::Status SaveDpAccount(const std::string& state_dir, uint64_t round, const DpAccount& account);

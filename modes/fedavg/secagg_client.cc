@@ -9,6 +9,7 @@
 #include "codecs/sum_code.h"
 #include "codecs/zmod_frame.h"
 #include "modes/fedavg/fedavg_client.h"
+#include "privacy/skellam.h"
 
 namespace fedlgc::modes {
 namespace {
@@ -53,9 +54,15 @@ absl::Status SecAggClientRounds::SendKeys() {
   return absl::OkStatus();
 }
 
-absl::Status SecAggClientRounds::OnRoundStart(const protos::RoundStart& start) {
+absl::Status SecAggClientRounds::OnRoundStart(const protos::RoundStart& start, bool trained) {
   const protos::SecAggRound& sa = start.fedavg().secagg();
   const edge_client::ClientState& state = env_.state();
+  if (trained) {
+    // This round's update went back into the residual (an update in flight of before the
+    // round was a secure one): it waits there.
+    trained_round_ = start.round();
+    trained_version_ = start.model_version();
+  }
   if (Owns(state) && state.pending->round == start.round()) {
     // A resumed upload of the masked code; then what the round asks next.
     if (absl::Status st = env_.UploadPending(start.round(), edge_client::DeadlineOf(start));
@@ -107,6 +114,12 @@ absl::Status SecAggClientRounds::OnKeys(const protos::SecAggKeys& keys) {
   if (!session_ || session_->start.round() != keys.round() || session_->shared) {
     return absl::OkStatus();
   }
+  if (keys.has_own() && (keys.own().enc_key() != BytesOf(session_->secagg.public_keys().enc) ||
+                         keys.own().mask_key() != BytesOf(session_->secagg.public_keys().mask))) {
+    // The coordinator holds other keys of this client's (sent before it restarted): its
+    // peers would mask against those.
+    return SitOut(absl::FailedPreconditionError("the coordinator holds other keys of this client"));
+  }
   std::vector<privacy::Peer> peers;
   for (const protos::SecAggPeer& p : keys.peers()) {
     auto enc = KeyOf(p.enc_key());
@@ -141,12 +154,22 @@ absl::Status SecAggClientRounds::OnShares(const protos::SecAggShares& shares) {
     return absl::OkStatus();
   }
   std::vector<privacy::Box> boxes;
-  for (const protos::SecAggBox& b : shares.boxes()) boxes.push_back({b.peer(), b.box()});
-  if (absl::Status st = session_->secagg.ReceiveShares(boxes); !st.ok()) return SitOut(st);
-  const protos::RoundStart& start = session_->start;
-  if (trained_round_ != start.round() || trained_version_ != start.model_version()) {
-    return absl::OkStatus();  // the round moved on before its update was trained
+  for (const protos::SecAggBox& b : shares.boxes()) {
+    if (b.point() > 255) return SitOut(absl::InvalidArgumentError("a share's point past 255"));
+    boxes.push_back({b.peer(), b.box(), static_cast<uint8_t>(b.point())});
   }
+  auto bad = session_->secagg.ReceiveShares(boxes);
+  if (!bad.ok()) return SitOut(bad.status());
+  for (const std::string& peer : *bad) {
+    log::Warning(env_.client_id(),
+                 "round %llu: the box of shares from %s does not open: its shares are not kept",
+                 static_cast<unsigned long long>(shares.round()), peer.c_str());
+  }
+  const protos::RoundStart start = session_->start;
+  // Trained when the keys came, unless that failed: once more now.
+  auto trained = EnsureTrained(start);
+  if (!trained.ok()) return trained.status();
+  if (!*trained) return absl::OkStatus();  // the round moved on before its update was trained
   session_->masked = true;
   return SendCode(start, &*session_);
 }
@@ -177,6 +200,11 @@ absl::Status SecAggClientRounds::OnUnmask(const protos::SecAggUnmask& unmask) {
     out->set_y(std::string(v.share.y.begin(), v.share.y.end()));
   }
   const absl::Status st = env_.Report(report, edge_client::DeadlineOf(session_->start));
+  if (absl::IsInvalidArgument(st)) {
+    // Some shares left out (the coordinator says which); the others count.
+    log::Warning(env_.client_id(), "%s", std::string(st.message()).c_str());
+    return absl::OkStatus();
+  }
   return MovedOn(st) ? absl::OkStatus() : st;
 }
 
@@ -220,11 +248,19 @@ absl::Status SecAggClientRounds::SendCode(const protos::RoundStart& start, const
     return absl::InvalidArgumentError(
         StrCat("secure aggregation: a norm histogram of ", sa.norm_bins(), " bins"));
   }
-  std::vector<uint64_t> words(encoded->code.size() + sa.norm_bins(), 0);
-  for (size_t i = 0; i < encoded->code.size(); ++i) {
-    words[i] = static_cast<uint64_t>(static_cast<int64_t>(encoded->code[i])) & mask;
+  std::vector<int64_t> noised(encoded->code.begin(), encoded->code.end());
+  if (sa.noise_variance() > 0) {
+    // Distributed DP: this client's share of the sum's noise, from a fresh key.
+    if (session == nullptr) {
+      return absl::InvalidArgumentError("secure aggregation: noise is asked only of masked codes");
+    }
+    if (absl::Status st = privacy::AddSkellamNoise(sa.noise_variance(), noised); !st.ok()) {
+      return st;
+    }
   }
-  if (sa.norm_bins() > 0) words[encoded->code.size() + codecs::SumCode::NormBin(encoded->norm)] = 1;
+  std::vector<uint64_t> words(noised.size() + sa.norm_bins(), 0);
+  for (size_t i = 0; i < noised.size(); ++i) words[i] = static_cast<uint64_t>(noised[i]) & mask;
+  if (sa.norm_bins() > 0) words[noised.size() + codecs::SumCode::NormBin(encoded->norm)] = 1;
   if (session != nullptr) {
     if (absl::Status st = session->secagg.Mask(width, words); !st.ok()) return st;
   }

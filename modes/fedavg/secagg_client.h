@@ -4,8 +4,9 @@
 //   2. given its neighbours' keys (SecAggKeys), reports its boxes of shares, then trains:
 //      the update goes into its residual, where it waits until a receipt counts it;
 //   3. given its peers' boxes (SecAggShares), codes its residual on the round's grid
-//      (codecs/sum_code.h: cut to the clip, rotated, rounded), masks the code in
-//      Z_(2^width) and uploads it as zmod frames (resumable like any upload);
+//      (codecs/sum_code.h: cut to the clip, rotated, rounded), adds its share of the
+//      round's Skellam noise when asked (distributed DP: privacy/skellam.h), masks the code
+//      in Z_(2^width) and uploads it as zmod frames (resumable like any upload);
 //   4. asked (SecAggUnmask), reveals its shares of its peers' secrets.
 // Without masks it trains, codes and uploads at once. A receipt that counts the update
 // empties the residual (what it sent was the residual, cut and rounded: the cut and the
@@ -35,7 +36,9 @@ class SecAggClientRounds {
   bool Owns(const edge_client::ClientState& state) const {
     return update_id_ != 0 && state.pending && state.pending->update_id == update_id_;
   }
-  absl::Status OnRoundStart(const protos::RoundStart& start);
+  // `trained`: this round's update is in the residual already (the caller restored an
+  // update of this round that was in flight).
+  absl::Status OnRoundStart(const protos::RoundStart& start, bool trained);
   // SecAggKeys, SecAggShares and SecAggUnmask (others are ignored).
   absl::Status OnModeEvent(const protos::ModeEvent& event);
   absl::Status OnReceipt(const protos::RoundReceipt& receipt);

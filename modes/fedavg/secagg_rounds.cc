@@ -75,7 +75,9 @@ absl::StatusOr<std::optional<SecAggOptions>> ParseSecAgg(const std::string& spec
     if (a.key == "clip") {
       o.clip = v;
     } else if (a.key == "neighbours") {
-      if (!whole || v < 0 || v > 254) return Bad("neighbours= must be a whole number in [0, 254]");
+      if (!whole || v < 0 || v > 254 || v == 1) {
+        return Bad("neighbours= must be 0 (the default) or a whole number in [2, 254]");
+      }
       o.degree = static_cast<int>(v);
     } else if (a.key == "quantile") {
       if (!(v > 0 && v < 1)) return Bad("quantile= must be in (0, 1)");
@@ -112,8 +114,8 @@ absl::Status CheckSecAgg(const coordinator::DriverEnv& env, bool buffered, bool 
   } else if (env.plan != nullptr && !env.plan->warmup_codecs.empty()) {
     why = "--codec-warmup";
   } else if (dp) {
-    why = "--dp (the coordinator adds its noise to updates it sees; with secure aggregation it "
-          "sees none)";
+    why = "--dp gaussian(...) (the coordinator adds its noise to updates it sees; with secure "
+          "aggregation it sees none: give --dp skellam(...), whose noise the clients add)";
   }
   if (why != nullptr) return absl::InvalidArgumentError(StrCat("--secagg does not run with ", why));
   if (env.plan != nullptr) {
@@ -160,6 +162,11 @@ void SecAggRounds::FillKeysLocked(const std::string& client, protos::SecAggKeys*
     peer->set_enc_key(BytesOf(p.keys.enc));
     peer->set_mask_key(BytesOf(p.keys.mask));
   }
+  if (const auto own = server_->KeysOf(client)) {
+    k->mutable_own()->set_client_id(client);
+    k->mutable_own()->set_enc_key(BytesOf(own->enc));
+    k->mutable_own()->set_mask_key(BytesOf(own->mask));
+  }
 }
 
 void SecAggRounds::FillSharesLocked(const std::string& client, protos::SecAggShares* s) const {
@@ -168,6 +175,7 @@ void SecAggRounds::FillSharesLocked(const std::string& client, protos::SecAggSha
     auto* box = s->add_boxes();
     box->set_peer(b.peer);
     box->set_box(b.bytes);
+    box->set_point(b.point);
   }
 }
 
@@ -219,6 +227,12 @@ void SecAggRounds::Advance(coordinator::RoundHost& host) {
   for (const auto& [client, event] : out) host.Push(client, event);
 }
 
+void SecAggRounds::UseNoise(double sum_variance,
+                            std::function<void(size_t inputs, size_t asked)> on_sum) {
+  sum_variance_ = sum_variance;
+  on_sum_ = std::move(on_sum);
+}
+
 absl::StatusOr<SecAggRounds::Opened> SecAggRounds::Open(
     coordinator::RoundHost& host, const std::vector<std::string>& participants,
     coordinator::Clock::time_point deadline) {
@@ -233,8 +247,18 @@ absl::StatusOr<SecAggRounds::Opened> SecAggRounds::Open(
   auto code = codecs::SumCode::Create(dim_, levels_, clip, options_.kappa, seed);
   if (!code.ok()) return code.status();
   const uint64_t bins = options_.quantile > 0 ? codecs::SumCode::kNormBins : 0;
-  const int sum_bits =
-      codecs::SumCode::SumBits(levels_, std::max<size_t>(participants.size(), 1)) + options_.margin;
+  const size_t n = std::max<size_t>(participants.size(), 1);
+  // The codes' sum, and 6 standard deviations of the noise on it.
+  int sum_bits = codecs::SumCode::SumBits(levels_, n) + options_.margin;
+  if (sum_variance_ > 0) {
+    const double span = 2 * (static_cast<double>(n) * levels_ + 6 * std::sqrt(sum_variance_)) + 1;
+    sum_bits = static_cast<int>(std::ceil(std::log2(span))) + options_.margin;
+  }
+  if (sum_bits > codecs::kMaxZmodBits) {
+    return absl::InvalidArgumentError(StrCat("secure aggregation: sums of ", n, " codes of ",
+                                             levels_, " levels with their noise need ", sum_bits,
+                                             " bits, past ", codecs::kMaxZmodBits));
+  }
   const int width = options_.masks ? sum_bits : code->code_bits();
   auto collector = std::make_shared<ZmodSumCollector>(dim_ + bins, width, sum_bits,
                                                       options_.masks ? 0 : levels_);
@@ -243,6 +267,7 @@ absl::StatusOr<SecAggRounds::Opened> SecAggRounds::Open(
     round_ = round;
     rotation_seed_ = seed;
     width_ = width;
+    client_variance_ = sum_variance_ / static_cast<double>(n);
     opened_ = host.Now();
     deadline_ = deadline;
     participants_ = std::set<std::string>(participants.begin(), participants.end());
@@ -334,6 +359,10 @@ absl::Status SecAggRounds::RunRound(coordinator::RoundHost& host,
   engine.Freeze();
   std::vector<uint64_t> sum = opened->collector->Sum();
   if (inputs.ok() && options_.masks) inputs = Unmask(host, deadline, &sum, report);
+  if (inputs.ok() && on_sum_) {
+    // The noised sum exists from here: whatever the guard says of it, it was released.
+    on_sum_(ReportPhases(*opened->collector, report).size(), participants.size());
+  }
   const std::set<std::string> counted = ReportPhases(*opened->collector, report);
   report->figures["secagg_masked"] = static_cast<double>(inputs.ok() ? counted.size() : 0);
   Close();
@@ -365,8 +394,18 @@ absl::Status SecAggRounds::CommitSum(coordinator::RoundHost& host, const Opened&
     return st;
   }
   if (opened.bins > 0) {
-    const double next =
-        QuantileClip(std::span<const int64_t>(signed_sum).subspan(dim_), opened.code.clip());
+    // Each input adds a single 1: a histogram that says otherwise was lied into (one
+    // input's words can hold anything), and the clip stays.
+    const std::span<const int64_t> histogram = std::span<const int64_t>(signed_sum).subspan(dim_);
+    int64_t total = 0;
+    bool valid = true;
+    for (int64_t c : histogram) {
+      valid &= c >= 0 && c <= static_cast<int64_t>(counted.size());
+      total += c;
+    }
+    valid &= total == static_cast<int64_t>(counted.size());
+    if (!valid) report->labels["secagg_histogram_refused"] = "its counts are not one per input";
+    const double next = valid ? QuantileClip(histogram, opened.code.clip()) : opened.code.clip();
     report->figures["secagg_next_clip"] = next;
     absl::MutexLock lock(&mu_);
     clip_ = next;
@@ -400,24 +439,34 @@ absl::Status SecAggRounds::Unmask(coordinator::RoundHost& host,
   });
   if (host.stopped()) return absl::CancelledError("the coordinator stops");
   const auto t0 = std::chrono::steady_clock::now();
-  std::set<std::string> liars;
-  absl::Status st;
+  // The masks come off without the lock (an AES stream over the code for every seed and
+  // every dropped client's surviving peer): a RoundStart made meanwhile (Decorate) and a
+  // late report (Accept) find no server and wait for nothing.
+  std::unique_ptr<privacy::SecAggServer> server;
   {
     absl::MutexLock lock(&mu_);
-    auto done = server_->Finish(*sum);
-    if (done.ok()) {
-      liars = done->liars;
-    } else {
-      st = done.status();
-    }
+    server = std::move(server_);
+  }
+  auto done = server->Finish(*sum);
+  const std::set<std::string> proven = server->proven_liars();
+  {
+    absl::MutexLock lock(&mu_);
+    server_ = std::move(server);
   }
   report->figures["secagg_unmask_s"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  report->figures["secagg_liars"] = static_cast<double>(liars.size());
-  if (!liars.empty()) {
-    host.Quarantine(liars, "revealed a secure aggregation share its dealer never dealt");
+  report->figures["secagg_liars"] = static_cast<double>(proven.size());
+  if (done.ok()) {
+    // A share off a secret that checked out: its holder lied or its dealer dealt it so;
+    // left out, said, and nobody quarantined for it.
+    report->figures["secagg_off_shares"] = static_cast<double>(done->off.size());
+    for (const std::string& c : done->off) report->per_client["secagg_off_share"][c] = 1;
   }
-  return st;
+  if (!proven.empty()) {
+    host.Quarantine(proven,
+                    "dealt secure aggregation shares of a secret its own commitment refutes");
+  }
+  return done.status();
 }
 
 absl::Status SecAggRounds::Accept(const std::string& client, const protos::ProgressReport& report) {
@@ -472,6 +521,7 @@ void SecAggRounds::Decorate(const std::string& client, protos::RoundStart* start
   s->set_levels(static_cast<uint32_t>(levels_));
   s->set_clip(clip_);
   s->set_norm_bins(options_.quantile > 0 ? codecs::SumCode::kNormBins : 0);
+  s->set_noise_variance(client_variance_);
   s->set_kappa(options_.kappa);
   s->set_rotation_seed(rotation_seed_);
   s->set_width(static_cast<uint32_t>(width_));

@@ -20,8 +20,10 @@
 //      are removed, the sum decoded and divided by the number of inputs (every update
 //      weighs one: a weight by sample count would leak through the sum's scale), and the
 //      mean commits through the server optimizer under the model guard, which may refuse
-//      it whole (a sum cannot leave a client out). A client whose share proves false is
-//      quarantined.
+//      it whole (a sum cannot leave a client out). Shares off a secret that checked out
+//      are left out and reported; a dealer proven to have lied (its shares agree on a
+//      secret its commitment refutes) is quarantined. The masks come off outside the
+//      lock.
 // A round that cannot finish (fewer than 2 inputs, too few holders of some secret, too
 // few shares by the deadline) commits nothing: every client keeps its update in its
 // residual for a later round. With masks=0 the same codes go unmasked, in their own
@@ -34,11 +36,13 @@
 // whose. Report figures: "clip_bound" (the round's clip), "secagg_next_clip",
 // "secagg_width_bits", "secagg_keyed", "secagg_shared", "secagg_masked",
 // "secagg_dropped" (shared but no whole input), "secagg_degree", "secagg_threshold",
-// "secagg_unmask_s" (seconds the masks took off), "secagg_liars"; label "secagg_failed"
-// with why a round counted nothing.
+// "secagg_unmask_s" (seconds the masks took off), "secagg_liars" (dealers proven),
+// "secagg_off_shares" (and per client "secagg_off_share"); labels "secagg_failed" (why a
+// round counted nothing) and "secagg_histogram_refused".
 #ifndef FEDLGC_MODES_FEDAVG_SECAGG_ROUNDS_H_
 #define FEDLGC_MODES_FEDAVG_SECAGG_ROUNDS_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -85,7 +89,7 @@ absl::StatusOr<std::optional<SecAggOptions>> ParseSecAgg(const std::string& spec
 // What a secure aggregation job cannot run with, refused with why: other modes than
 // FedAvg, buffered rounds, a robust or streaming aggregator, the codec ladder, codec
 // warm-up, a codec whose codes are not integers on a shared grid (codecs::SumCode::LevelsOf),
-// central DP (--dp).
+// central DP (--dp gaussian(...); `dp`: it is on).
 absl::Status CheckSecAgg(const coordinator::DriverEnv& env, bool buffered, bool dp);
 
 // RunRound runs on the round loop's thread; Accept and Decorate on gRPC threads.
@@ -107,6 +111,12 @@ class SecAggRounds {
   void Decorate(const std::string& client, protos::RoundStart* start);
 
   const SecAggOptions& options() const { return options_; }
+  // Distributed DP (dp_rounds.h, skellam): the rounds from now on ask their participants
+  // for Skellam noise that adds up to `sum_variance` on each coordinate of the sum (in grid
+  // steps squared), and widen the words to hold it (6 standard deviations); `on_sum` runs
+  // as soon as a round's noised sum is unmasked, before the guard sees it, with the inputs
+  // it holds and the participants asked.
+  void UseNoise(double sum_variance, std::function<void(size_t inputs, size_t asked)> on_sum);
 
  private:
   SecAggRounds(const SecAggOptions& options, int levels, uint64_t dim)
@@ -164,6 +174,8 @@ class SecAggRounds {
   const SecAggOptions options_;
   const int levels_;
   const uint64_t dim_;
+  double sum_variance_ = 0;  // the round loop's thread only
+  std::function<void(size_t, size_t)> on_sum_;
   mutable absl::Mutex mu_;
   double clip_ ABSL_GUARDED_BY(mu_);  // this round's (quantile=: the last round's quantile)
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
@@ -171,6 +183,7 @@ class SecAggRounds {
   std::string failed_ ABSL_GUARDED_BY(mu_);
   uint64_t rotation_seed_ ABSL_GUARDED_BY(mu_) = 0;
   int width_ ABSL_GUARDED_BY(mu_) = 0;
+  double client_variance_ ABSL_GUARDED_BY(mu_) = 0;
   coordinator::Clock::time_point opened_ ABSL_GUARDED_BY(mu_), deadline_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> participants_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> gone_ ABSL_GUARDED_BY(mu_);  // of the participants, vanished

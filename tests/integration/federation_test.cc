@@ -24,6 +24,7 @@
 #include "modes/clients.h"
 #include "monitoring/metrics.h"
 #include "privacy/rdp_accountant.h"
+#include "privacy/skellam.h"
 #include "protos/fedlgc.grpc.pb.h"
 #include "tests/integration/harness.h"
 
@@ -129,6 +130,26 @@ RunResult RunFederation(const std::string& name, int n, const Job& job,
   r.model = coord.get().engine().ModelVector();
   r.reports = coord.get().reports();
   return r;
+}
+
+// Runs n in-process clients of `coord`'s job until it ends, checks that the coordinator
+// and every client finished cleanly, and reads back its round log.
+absl::StatusOr<std::vector<RoundReport>> RunClientsToTheEnd(InProcessCoordinator& coord,
+                                                            const std::string& dir,
+                                                            const std::string& certs, int n,
+                                                            const std::string& state_dir) {
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < n; ++i) {
+    clients.push_back(
+        std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, n, coord.port())));
+  }
+  EXPECT_TRUE(coord.Wait(seconds(180))) << "federation did not finish";
+  EXPECT_TRUE(coord.result().ok()) << coord.result();
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+  return ReadRoundLog(state_dir + "/rounds.jsonl");
 }
 
 // Waits up to a minute for the coordinator with `state_dir` to log its first committed round.
@@ -888,18 +909,7 @@ TEST(Federation, ADpJobEndsBeforeTheRoundThatWouldPassItsPrivacyBudget) {
   modes.fedavg.dp = "gaussian(noise=1, clip=0.01)";  // noise of sd 0.005: the guard takes it
   modes.fedavg.dp_max_epsilon = (after(2) + after(3)) / 2;
   InProcessCoordinator coord(o, modes);
-  std::vector<std::unique_ptr<ClientThread>> clients;
-  for (int i = 0; i < 4; ++i) {
-    clients.push_back(
-        std::make_unique<ClientThread>(ClientDefaults(dir, certs, i, 4, coord.port())));
-  }
-  ASSERT_TRUE(coord.Wait(seconds(120))) << "federation did not finish";
-  EXPECT_TRUE(coord.result().ok()) << coord.result();
-  for (auto& c : clients) {
-    EXPECT_TRUE(c->Wait(seconds(30)));
-    EXPECT_TRUE(c->result().ok()) << c->result();
-  }
-  auto lines = ReadRoundLog(o.state_dir + "/rounds.jsonl");
+  auto lines = RunClientsToTheEnd(coord, dir, certs, 4, o.state_dir);
   ASSERT_TRUE(lines.ok()) << lines.status();
   ASSERT_EQ(lines->size(), 2u);
   for (size_t i = 0; i < lines->size(); ++i) {
@@ -978,6 +988,46 @@ TEST(Federation, SecureAggregationCommitsWithThirtyPercentGoneAfterMasking) {
   EXPECT_EQ(reports[1].Figure("secagg_dropped"), 2);
   EXPECT_EQ(reports[1].Label("secagg_failed"), "");
   EXPECT_GT(reports[1].accuracy, reports[0].accuracy - 0.05);
+}
+
+// Distributed DP (--dp skellam(...) with --secagg) over real mTLS: 4 clients add Skellam
+// noise to their 8-bit codes before masking; every line of rounds.jsonl carries the
+// epsilon of the rounds so far as the Skellam mechanism of the codes' rounded
+// sensitivities (every client asked: sampled and unsampled agree), the words hold the
+// noise's 6 standard deviations, and the job ends before the round that would pass
+// --dp-max-epsilon (after round 2 of 6).
+TEST(Federation, ADistributedDpJobChargesEachUnmaskedSumAndEndsAtItsBudget) {
+  const uint64_t dim = core::ModelLayoutOf("mlp").value().dim();
+  const double steps = std::sqrt(static_cast<double>(dim)) * 127 / 4;  // C / step
+  const auto after = [&](int rounds) {
+    privacy::SkellamStep step = privacy::RoundedSensitivity(steps, dim);
+    step.variance = steps * steps;
+    privacy::RdpAccountant a;
+    a.ComposeRdp([&](double order) { return privacy::SampledSkellamRdp(step, 1.0, order); },
+                 static_cast<uint64_t>(rounds));
+    return a.Spent(1e-5).epsilon;
+  };
+  const std::string dir = FreshDir("skellam_budget");
+  const std::string certs = MakeCerts(dir, 4);
+  Job job = ShortJob(6, "qsgd(bits=8)", 64 * 1024);
+  auto o = JobOptions(dir, certs, 4, job);
+  modes::ModeOptions modes;
+  modes.fedavg.secagg = "secagg(clip=0.01)";  // noise of norm about 1: the guard takes it
+  modes.fedavg.dp = "skellam(noise=1, clip=0.01)";
+  modes.fedavg.dp_max_epsilon = (after(2) + after(3)) / 2;
+  InProcessCoordinator coord(o, modes);
+  auto lines = RunClientsToTheEnd(coord, dir, certs, 4, o.state_dir);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 2u);
+  for (size_t i = 0; i < lines->size(); ++i) {
+    const RoundReport& r = (*lines)[i];
+    EXPECT_EQ(r.participants, 4) << i;
+    EXPECT_EQ(r.Label("secagg_failed"), "") << i;
+    EXPECT_NEAR(r.figures.at("dp_epsilon"), after(static_cast<int>(i) + 1), 1e-9) << i;
+    EXPECT_NEAR(r.figures.at("dp_epsilon_coordinator"), after(static_cast<int>(i) + 1), 1e-9);
+    // 4 x 127 for the codes, 6 x steps for the noise: 2 x (508 + 75,964) + 1 values.
+    EXPECT_EQ(r.figures.at("secagg_width_bits"), 18) << i;
+  }
 }
 
 TEST(Federation, ARoundCommittedJustBeforeACrashGetsItsLineOnRestart) {

@@ -49,6 +49,12 @@ struct Round {
       if (no_keys.count(id) || no_shares.count(id)) continue;
       auto shared = c.ShareKeys(server->PeersOf(id), server->threshold());
       EXPECT_TRUE(shared.ok()) << shared.status();
+      if (id == false_dealer) {
+        for (Box& b : shared->boxes) {
+          if (garbage_to.count(b.peer)) b.bytes[b.bytes.size() / 2] ^= 0x5a;
+        }
+        if (false_commitment) shared->commitment[0] ^= 1;
+      }
       EXPECT_TRUE(server->AddShares(id, shared->boxes, shared->commitment).ok());
     }
     if (absl::Status st = server->CloseShares(); !st.ok()) return st;
@@ -57,7 +63,9 @@ struct Round {
     const uint64_t mod_mask = (uint64_t{1} << bits) - 1;
     for (const std::string& id : server->shared()) {
       SecAggClient& c = clients.at(id);
-      EXPECT_TRUE(c.ReceiveShares(server->BoxesFor(id)).ok());
+      auto bad = c.ReceiveShares(server->BoxesFor(id));
+      EXPECT_TRUE(bad.ok());
+      if (bad.ok() && !bad->empty()) refused_boxes[id] = *bad;
       std::vector<uint64_t> masked = codes[id];
       EXPECT_TRUE(c.Mask(bits, masked).ok());
       if (no_input.count(id)) continue;  // masked, never arrived
@@ -94,6 +102,12 @@ struct Round {
   std::map<std::string, SecAggClient> clients;
   std::map<std::string, std::vector<uint64_t>> codes;
   std::string lie;  // a client that flips a bit of its first revealed share
+  // A dealer that garbles its boxes to `garbage_to`, and with `false_commitment` commits to
+  // another seed than its own.
+  std::string false_dealer;
+  std::set<std::string> garbage_to;
+  bool false_commitment = false;
+  std::map<std::string, std::set<std::string>> refused_boxes;  // receiver -> bad senders
   SecAggServer::Finished finished;
 };
 
@@ -165,7 +179,49 @@ TEST(SecAgg, ALyingShareIsFoundAndLeftOutAndTheSumStillComes) {
   auto sum = r.Run({}, {}, {}, {});
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(*sum, r.SumOf(r.server->masked()));
-  EXPECT_EQ(r.finished.liars, std::set<std::string>({Id(3)}));
+  EXPECT_EQ(r.finished.off, std::set<std::string>({Id(3)}));
+  EXPECT_TRUE(r.server->proven_liars().empty()) << "a false share proves nothing of its dealer";
+}
+
+TEST(SecAgg, AFalseBoxCostsOnlyItsDealersHoldersAndTheSumStillComes) {
+  // client-101 garbles its boxes to 3 of its 7 neighbours: they keep no share of its
+  // secrets but still mask against it; its seed rebuilds from the other 5 (t = 5 of 8).
+  Round r(8, 0, 10, 11);
+  r.false_dealer = Id(1);
+  r.garbage_to = {Id(2), Id(4), Id(6)};
+  auto sum = r.Run({}, {}, {}, {});
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(r.server->masked().size(), 8u);
+  EXPECT_EQ(*sum, r.SumOf(r.server->masked()));
+  for (const std::string& id : r.garbage_to) {
+    EXPECT_EQ(r.refused_boxes[id], std::set<std::string>({Id(1)})) << id;
+  }
+}
+
+TEST(SecAgg, ADealerWhoseSharesAgreeOnAnotherSeedThanItCommittedToIsProvenALiar) {
+  Round r(6, 0, 10, 12);
+  r.false_dealer = Id(2);
+  r.false_commitment = true;
+  auto sum = r.Run({}, {}, {}, {});
+  ASSERT_FALSE(sum.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(sum.status())) << sum.status();
+  EXPECT_EQ(r.server->proven_liars(), std::set<std::string>({Id(2)}));
+}
+
+TEST(SecAgg, AGraphWithoutEdgesIsRefusedAndSoIsAClientAlone) {
+  Round r(5, 1, 10, 13);  // degree 1 rounds down to 0 past a complete graph
+  for (auto& [id, c] : r.clients) ASSERT_TRUE(r.server->AddKeys(id, c.public_keys()).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.server->CloseKeys()));
+  SecAggClient alone = SecAggClient::Create("solo", kContext).value();
+  EXPECT_TRUE(absl::IsInvalidArgument(alone.ShareKeys({}, 1).status()));
+}
+
+TEST(SecAgg, KeysSentAgainReplaceTheFirstUntilThePhaseCloses) {
+  Round r(3, 0, 10, 14);
+  SecAggClient again = SecAggClient::Create(Id(0), kContext).value();
+  ASSERT_TRUE(r.server->AddKeys(Id(0), r.clients.at(Id(0)).public_keys()).ok());
+  ASSERT_TRUE(r.server->AddKeys(Id(0), again.public_keys()).ok()) << "a restarted client";
+  EXPECT_EQ(r.server->KeysOf(Id(0)), again.public_keys());
 }
 
 TEST(SecAgg, AClientRefusesToRevealASeedAndAKeyOfOnePeer) {
@@ -203,7 +259,6 @@ TEST(SecAgg, TheServerRefusesReplayedAndLowOrderKeysAndMisaddressedMessages) {
   SecAggClient& b = r.clients.at(Id(1));
   ASSERT_TRUE(r.server->AddKeys(Id(0), a.public_keys()).ok());
   ASSERT_TRUE(r.server->AddKeys(Id(0), a.public_keys()).ok()) << "the same keys again";
-  EXPECT_TRUE(absl::IsFailedPrecondition(r.server->AddKeys(Id(0), b.public_keys())));
   EXPECT_TRUE(absl::IsInvalidArgument(r.server->AddKeys(Id(1), a.public_keys()))) << "replayed";
   PublicKeys low = b.public_keys();
   low.mask = Key32{};  // the point 0: every seed it agreed would be all zeros
@@ -235,17 +290,28 @@ TEST(SecAgg, ABoxOpensOnlyForItsReceiverInItsRound) {
   auto shared = r.clients.at(Id(0)).ShareKeys(r.server->PeersOf(Id(0)), r.server->threshold());
   ASSERT_TRUE(shared.ok());
   ASSERT_EQ(shared->boxes.size(), 2u);
-  // client-101's box relayed to client-102 as if it were its own.
+  // client-101's box relayed to client-102 as if it were its own, and one tampered with by
+  // one bit: neither opens, and neither's shares are kept.
   SecAggClient& c = r.clients.at(Id(2));
   ASSERT_TRUE(c.ShareKeys(r.server->PeersOf(Id(2)), r.server->threshold()).ok());
   const Box& to_1 = shared->boxes[0].peer == Id(1) ? shared->boxes[0] : shared->boxes[1];
-  EXPECT_FALSE(c.ReceiveShares({{Id(0), to_1.bytes}}).ok());
-  // A box tampered with by one bit.
-  const Box& to_2 = shared->boxes[0].peer == Id(2) ? shared->boxes[0] : shared->boxes[1];
-  std::string bad = to_2.bytes;
+  EXPECT_EQ(c.ReceiveShares({{Id(0), to_1.bytes}}).value(), std::set<std::string>({Id(0)}));
+  SecAggClient& d = r.clients.at(Id(1));
+  ASSERT_TRUE(d.ShareKeys(r.server->PeersOf(Id(1)), r.server->threshold()).ok());
+  std::string bad = to_1.bytes;
   bad[20] ^= 1;
-  EXPECT_FALSE(c.ReceiveShares({{Id(0), bad}}).ok());
-  EXPECT_TRUE(c.ReceiveShares({{Id(0), to_2.bytes}}).ok());
+  EXPECT_EQ(d.ReceiveShares({{Id(0), bad}}).value(), std::set<std::string>({Id(0)}));
+  // A box that opens but holds another point than the one relayed with it.
+  Round r2(3, 0, 10, 15);
+  for (auto& [id, cl] : r2.clients) ASSERT_TRUE(r2.server->AddKeys(id, cl.public_keys()).ok());
+  ASSERT_TRUE(r2.server->CloseKeys().ok());
+  auto s2 = r2.clients.at(Id(0)).ShareKeys(r2.server->PeersOf(Id(0)), r2.server->threshold());
+  ASSERT_TRUE(s2.ok());
+  SecAggClient& e = r2.clients.at(Id(1));
+  ASSERT_TRUE(e.ShareKeys(r2.server->PeersOf(Id(1)), r2.server->threshold()).ok());
+  const Box& good = s2->boxes[0].peer == Id(1) ? s2->boxes[0] : s2->boxes[1];
+  EXPECT_EQ(e.ReceiveShares({{Id(0), good.bytes, 3}}).value(), std::set<std::string>({Id(0)}))
+      << "client-101 holds point 2 of client-100's three";
   // The same boxes under another round's context.
   Key32 k{};
   k.fill(9);

@@ -106,7 +106,9 @@ namespace {
 
 // Skellam: one round whose sum carried `share` of the noise of multiplier `noise`.
 privacy::SkellamStep StepOf(const SkellamGrid& grid, double noise, double share) {
-  privacy::SkellamStep step = privacy::RoundedSensitivity(grid.ClipInSteps(), grid.dim);
+  // A code's words are the kept coordinates: rounding grows its norm by sqrt(kept).
+  privacy::SkellamStep step =
+      privacy::RoundedSensitivity(grid.ClipInSteps(), grid.kept > 0 ? grid.kept : grid.dim);
   const double sd = noise * grid.ClipInSteps();
   step.variance = sd * sd * share;
   return step;

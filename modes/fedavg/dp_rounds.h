@@ -65,6 +65,7 @@ struct SkellamGrid {
   uint64_t dim = 0;
   int levels = 0;
   double kappa = 0;
+  uint64_t kept = 0;  // coordinates a code keeps (randk); 0: dim
   // An update of norm C is C / step = sqrt(dim) x levels / kappa grid steps long.
   double ClipInSteps() const;
 };

@@ -93,9 +93,12 @@ absl::StatusOr<SkellamGrid> SkellamGridOf(const DpOptions& dp,
         "--dp skellam(clip=", dp.clip, ") and --secagg must cut updates at the same fixed norm: "
         "give secagg(clip=", dp.clip, ") without quantile="));
   }
-  auto levels = codecs::SumCode::LevelsOf(env.plan != nullptr ? env.plan->codec : "");
+  const std::string codec = env.plan != nullptr ? env.plan->codec : "";
+  auto levels = codecs::SumCode::LevelsOf(codec);
   if (!levels.ok()) return levels.status();
-  return SkellamGrid{env.dim, *levels, secagg->kappa};
+  auto kept = codecs::SumCode::KeptOf(codec, env.dim);
+  if (!kept.ok()) return kept.status();
+  return SkellamGrid{env.dim, *levels, secagg->kappa, *kept};
 }
 
 using coordinator::AggregatorOptions;

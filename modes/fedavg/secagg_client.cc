@@ -226,8 +226,12 @@ absl::StatusOr<bool> SecAggClientRounds::EnsureTrained(const protos::RoundStart&
 absl::Status SecAggClientRounds::SendCode(const protos::RoundStart& start, const Session* session) {
   const protos::SecAggRound& sa = start.fedavg().secagg();
   const auto t0 = env_.clock().Now();
+  if (sa.kept() > env_.dim()) {
+    return absl::InvalidArgumentError(StrCat("secure aggregation: a code of ", sa.kept(), " of ",
+                                             env_.dim(), " coordinates"));
+  }
   auto code = codecs::SumCode::Create(env_.dim(), static_cast<int>(sa.levels()), sa.clip(),
-                                      sa.kappa(), sa.rotation_seed());
+                                      sa.kappa(), sa.rotation_seed(), sa.kept());
   if (!code.ok()) return code.status();
   const int width = static_cast<int>(sa.width());
   if (width < code->code_bits() || width > codecs::kMaxZmodBits) {

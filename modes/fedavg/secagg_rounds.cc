@@ -134,6 +134,8 @@ absl::StatusOr<std::unique_ptr<SecAggRounds>> SecAggRounds::Create(const SecAggO
                                                                    uint64_t dim) {
   auto levels = codecs::SumCode::LevelsOf(spec);
   if (!levels.ok()) return levels.status();
+  auto kept = codecs::SumCode::KeptOf(spec, dim);
+  if (!kept.ok()) return kept.status();
   // The grid every round builds, checked once.
   if (absl::Status st =
           codecs::SumCode::Create(dim, *levels, options.clip, options.kappa, 1).status();
@@ -145,7 +147,7 @@ absl::StatusOr<std::unique_ptr<SecAggRounds>> SecAggRounds::Create(const SecAggO
     return Bad(StrCat(*levels, " levels and margin ", options.margin, " leave no room for sums of ",
                       "a million codes in ", codecs::kMaxZmodBits, " bits"));
   }
-  return std::unique_ptr<SecAggRounds>(new SecAggRounds(options, *levels, dim));
+  return std::unique_ptr<SecAggRounds>(new SecAggRounds(options, *levels, dim, *kept));
 }
 
 void SecAggRounds::FailLocked(const absl::Status& why) {
@@ -244,7 +246,7 @@ absl::StatusOr<SecAggRounds::Opened> SecAggRounds::Open(
     absl::MutexLock lock(&mu_);
     clip = clip_;
   }
-  auto code = codecs::SumCode::Create(dim_, levels_, clip, options_.kappa, seed);
+  auto code = codecs::SumCode::Create(dim_, levels_, clip, options_.kappa, seed, kept_);
   if (!code.ok()) return code.status();
   const uint64_t bins = options_.quantile > 0 ? codecs::SumCode::kNormBins : 0;
   const size_t n = std::max<size_t>(participants.size(), 1);
@@ -260,7 +262,7 @@ absl::StatusOr<SecAggRounds::Opened> SecAggRounds::Open(
                                              " bits, past ", codecs::kMaxZmodBits));
   }
   const int width = options_.masks ? sum_bits : code->code_bits();
-  auto collector = std::make_shared<ZmodSumCollector>(dim_ + bins, width, sum_bits,
+  auto collector = std::make_shared<ZmodSumCollector>(code->code_size() + bins, width, sum_bits,
                                                       options_.masks ? 0 : levels_);
   {
     absl::MutexLock lock(&mu_);
@@ -388,7 +390,8 @@ absl::Status SecAggRounds::CommitSum(coordinator::RoundHost& host, const Opened&
   std::vector<int64_t> signed_sum(sum.size());
   for (size_t i = 0; i < sum.size(); ++i) signed_sum[i] = SignExtend(sum[i], opened.sum_bits);
   std::vector<float> mean(dim_);
-  if (absl::Status st = opened.code.DecodeSum(std::span<const int64_t>(signed_sum).first(dim_),
+  const size_t words = opened.code.code_size();
+  if (absl::Status st = opened.code.DecodeSum(std::span<const int64_t>(signed_sum).first(words),
                                               static_cast<double>(counted.size()), mean);
       !st.ok()) {
     return st;
@@ -396,7 +399,7 @@ absl::Status SecAggRounds::CommitSum(coordinator::RoundHost& host, const Opened&
   if (opened.bins > 0) {
     // Each input adds a single 1: a histogram that says otherwise was lied into (one
     // input's words can hold anything), and the clip stays.
-    const std::span<const int64_t> histogram = std::span<const int64_t>(signed_sum).subspan(dim_);
+    const std::span<const int64_t> histogram = std::span<const int64_t>(signed_sum).subspan(words);
     int64_t total = 0;
     bool valid = true;
     for (int64_t c : histogram) {
@@ -522,6 +525,7 @@ void SecAggRounds::Decorate(const std::string& client, protos::RoundStart* start
   s->set_clip(clip_);
   s->set_norm_bins(options_.quantile > 0 ? codecs::SumCode::kNormBins : 0);
   s->set_noise_variance(client_variance_);
+  s->set_kept(kept_ == dim_ ? 0 : kept_);
   s->set_kappa(options_.kappa);
   s->set_rotation_seed(rotation_seed_);
   s->set_width(static_cast<uint32_t>(width_));

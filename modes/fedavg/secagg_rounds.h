@@ -119,8 +119,8 @@ class SecAggRounds {
   void UseNoise(double sum_variance, std::function<void(size_t inputs, size_t asked)> on_sum);
 
  private:
-  SecAggRounds(const SecAggOptions& options, int levels, uint64_t dim)
-      : options_(options), levels_(levels), dim_(dim), clip_(options.clip) {}
+  SecAggRounds(const SecAggOptions& options, int levels, uint64_t dim, uint64_t kept)
+      : options_(options), levels_(levels), dim_(dim), kept_(kept), clip_(options.clip) {}
   enum class Phase { kNone, kKeys, kShares, kMasked, kUnmask, kFailed };
   // A round as it opened: its number, grid, collector, the sums' width and the norm
   // histogram's bins (0: none).
@@ -174,6 +174,7 @@ class SecAggRounds {
   const SecAggOptions options_;
   const int levels_;
   const uint64_t dim_;
+  const uint64_t kept_;  // coordinates a code keeps (randk: k; else dim)
   double sum_variance_ = 0;  // the round loop's thread only
   std::function<void(size_t, size_t)> on_sum_;
   mutable absl::Mutex mu_;

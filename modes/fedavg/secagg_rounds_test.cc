@@ -12,6 +12,7 @@
 
 #include "base/str.h"
 #include "codecs/frame.h"
+#include "codecs/sparse_codec.h"
 #include "codecs/input_error.h"
 #include "codecs/sum_code.h"
 #include "codecs/zmod_frame.h"
@@ -168,6 +169,28 @@ TEST(SecAggRounds, AMaskedRoundCommitsBitForBitWhatTheSameCodesCommitUnmasked) {
   }
 }
 
+TEST(SecAggRounds, RandKCodesOfTheRoundsSharedSupportAddUpAndCostAQuarter) {
+  const std::string codec = "randk(ratio=0.25,values=qsgd(bits=4),seed=round)";
+  Job masked("secagg(clip=0.7)", codec), plain("secagg(clip=0.7,masks=0)", codec);
+  for (int i = 0; i < 5; ++i) {
+    masked.Add(i);
+    plain.Add(i);
+  }
+  RoundReport mr, pr;
+  EXPECT_EQ(masked.Run(Ids(5), &mr).participants, 5);
+  EXPECT_EQ(plain.Run(Ids(5), &pr).participants, 5);
+  EXPECT_EQ(mr.Label("secagg_failed"), "");
+  EXPECT_EQ(masked.model(), plain.model());
+  EXPECT_NE(masked.model(), std::vector<float>(masked.layout.dim(), 1.0f));
+  // Each client sent a quarter of the coordinates' words.
+  const uint64_t k = codecs::KeptForRatio(0.25, masked.layout.dim());
+  uint64_t words = 0;
+  for (const std::string& f : masked.host->client("c0").env->uploads.back().frames) {
+    words += codecs::ParseFrame(f, codecs::FrameLimits()).value().length;
+  }
+  EXPECT_EQ(words, k);
+}
+
 TEST(SecAggRounds, ThirtyPercentGoneAfterMaskingStillCommitsTheOthersMeanExactly) {
   // Of 10 clients, c0 and c1 never get their peers' boxes (their masked input never
   // arrives) and c2 never reveals: 3 of 10 gone after masking.
@@ -318,7 +341,8 @@ TEST(SecAggRounds, WhatCannotRunWithSecureAggregationIsRefused) {
   EXPECT_TRUE(refused("qsgd(bits=4)", none).ok());
   EXPECT_TRUE(refused("terngrad", none).ok());
   for (const char* codec : {"topk(ratio=0.01)", "fp32", "zstd(qsgd(bits=4))",
-                            "terngrad(shared=1)", "qsgd(bits=4,elias=1)"}) {
+                            "terngrad(shared=1)", "qsgd(bits=4,elias=1)",
+                            "randk(ratio=0.1,values=qsgd(bits=4))"}) {
     EXPECT_TRUE(absl::IsInvalidArgument(refused(codec, none))) << codec;
   }
   EXPECT_FALSE(refused("qsgd(bits=4)", [](auto*, FedAvgOptions* o) {

@@ -7,6 +7,7 @@
 #include "codecs/sum_code.h"
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "codecs/input_error.h"
@@ -22,6 +23,35 @@ std::vector<float> Gaussian(size_t n, uint64_t seed, double sd = 1) {
   std::vector<float> v(n);
   for (float& x : v) x = static_cast<float>(g(rng));
   return v;
+}
+
+// Of the coordinates of x, how many a Monte Carlo mean of `trials` decodes of codes (the
+// code of trial t: `code(t)`, with its encode seed t) misses by more than 5 standard
+// errors.
+int OutsideFiveStandardErrors(const std::vector<float>& x, int trials,
+                              const std::function<SumCode(int)>& code) {
+  const size_t d = x.size();
+  std::vector<double> mean(d, 0), sq(d, 0);
+  std::vector<float> out(d);
+  for (int t = 0; t < trials; ++t) {
+    const SumCode c = code(t);
+    auto e = c.Encode(x, 1000 + t);
+    EXPECT_TRUE(e.ok());
+    EXPECT_FALSE(e->clipped);
+    EXPECT_EQ(e->code.size(), c.code_size());
+    const std::vector<int64_t> one(e->code.begin(), e->code.end());
+    EXPECT_TRUE(c.DecodeSum(one, 1, out).ok());
+    for (size_t i = 0; i < d; ++i) {
+      mean[i] += out[i] / trials;
+      sq[i] += static_cast<double>(out[i]) * out[i] / trials;
+    }
+  }
+  int outside = 0;
+  for (size_t i = 0; i < d; ++i) {
+    const double se = std::sqrt(std::max(sq[i] - mean[i] * mean[i], 1e-12) / trials);
+    if (std::abs(mean[i] - x[i]) > 5 * se) ++outside;
+  }
+  return outside;
 }
 
 TEST(Rotation, IsOrthogonalAndUndoneExactly) {
@@ -65,7 +95,8 @@ TEST(SumCode, LevelsComeFromQsgdAndTernGradAndOthersAreRefused) {
   EXPECT_EQ(SumCode::LevelsOf("qsgd(s=3)").value(), 3);
   EXPECT_EQ(SumCode::LevelsOf("terngrad(bucket=64)").value(), 1);
   for (const char* spec : {"qsgd(bits=4,elias=1)", "topk(ratio=0.01)", "fp32",
-                           "zstd(qsgd(bits=4))", "nuqsgd(bits=4)", "natural"}) {
+                           "zstd(qsgd(bits=4))", "nuqsgd(bits=4)", "natural",
+                           "randk(ratio=0.1,values=qsgd(bits=4,elias=1),seed=round)"}) {
     auto s = SumCode::LevelsOf(spec);
     EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << spec;
   }
@@ -73,6 +104,26 @@ TEST(SumCode, LevelsComeFromQsgdAndTernGradAndOthersAreRefused) {
   EXPECT_EQ(SumCode::SumBits(7, 4), 6);   // -28..28
   EXPECT_EQ(SumCode::SumBits(7, 100), 11);
   EXPECT_EQ(SumCode::SumBits(1, 1), 2);
+}
+
+TEST(SumCode, RandKWithASharedSeedKeepsTheSameKCoordinatesAndIsUnbiased) {
+  EXPECT_EQ(SumCode::LevelsOf("randk(ratio=0.1,values=qsgd(bits=4),seed=round)").value(), 7);
+  EXPECT_EQ(SumCode::KeptOf("randk(ratio=0.1,values=qsgd(bits=4),seed=round)", 1000).value(),
+            100u);
+  EXPECT_EQ(SumCode::KeptOf("randk(k=64,values=terngrad,seed=7)", 1000).value(), 64u);
+  EXPECT_EQ(SumCode::KeptOf("qsgd(bits=4)", 1000).value(), 1000u);
+  EXPECT_FALSE(SumCode::LevelsOf("randk(ratio=0.1,values=qsgd(bits=4))").ok()) << "no seed";
+  EXPECT_FALSE(SumCode::LevelsOf("randk(ratio=0.1,seed=3)").ok()) << "float values";
+  // The same round's codes of two clients cover the same k coordinates, so they add up;
+  // over rounds (rotation seeds) the decode is unbiased, within 5 standard errors.
+  const uint64_t d = 256, k = 64;
+  const std::vector<float> x = Gaussian(d, 2, 0.1);
+  EXPECT_EQ(OutsideFiveStandardErrors(x, 3000,
+                                      [&](int t) {
+                                        return SumCode::Create(d, 7, 10, 4, 100 + t, k).value();
+                                      }),
+            0);
+  EXPECT_FALSE(SumCode::Create(d, 7, 10, 4, 1, d + 1).ok());
 }
 
 TEST(SumCode, NormBinsAreHalfOctavesWithOpenEnds) {
@@ -94,27 +145,7 @@ TEST(SumCode, IsUnbiasedOnTheGridWithinFiveStandardErrors) {
   const uint64_t d = 512;
   const SumCode code = SumCode::Create(d, 7, /*clip=*/10, /*kappa=*/4, 5).value();
   const std::vector<float> x = Gaussian(d, 1, 0.2);  // norm about 4.5: not cut
-  const int trials = 4000;
-  std::vector<double> mean(d, 0), sq(d, 0);
-  std::vector<int64_t> one(d);
-  std::vector<float> out(d);
-  for (int t = 0; t < trials; ++t) {
-    auto e = code.Encode(x, 1000 + t);
-    ASSERT_TRUE(e.ok());
-    ASSERT_FALSE(e->clipped);
-    for (size_t i = 0; i < d; ++i) one[i] = e->code[i];
-    ASSERT_TRUE(code.DecodeSum(one, 1, out).ok());
-    for (size_t i = 0; i < d; ++i) {
-      mean[i] += out[i] / trials;
-      sq[i] += static_cast<double>(out[i]) * out[i] / trials;
-    }
-  }
-  int outside = 0;
-  for (size_t i = 0; i < d; ++i) {
-    const double se = std::sqrt(std::max(sq[i] - mean[i] * mean[i], 1e-12) / trials);
-    if (std::abs(mean[i] - x[i]) > 5 * se) ++outside;
-  }
-  EXPECT_EQ(outside, 0);
+  EXPECT_EQ(OutsideFiveStandardErrors(x, 4000, [&](int) { return code; }), 0);
 }
 
 TEST(SumCode, TheSumOfCodesDecodesToTheSumOfTheirDecodesAndACutUpdateToTheClip) {

@@ -44,7 +44,7 @@ for run in $runs; do
     overhead)
       n=${CLIENTS:-100}
       common=(--clients "$n" --rounds "${ROUNDS:-5}" --model mlp --local-steps 1
-              --codec "$codec" --round-timeout 600)
+              --codec "$codec" --round-timeout 600 --eval-limit "${EVAL_LIMIT:-1000}")
       sim "overhead-plain" "${common[@]}"
       sim "overhead-codes" "${common[@]}" --secagg "secagg(clip=$clip,masks=0)"
       sim "overhead-masked" "${common[@]}" --secagg "secagg(clip=$clip)"

@@ -48,12 +48,19 @@ absl::StatusOr<Key32> PublicKeyOf(const Key32& private_key) {
   return out;
 }
 
-absl::StatusOr<Key32> AgreeSeed(const Key32& own_private, const Key32& peer_public,
-                                std::string_view context) {
-  Pkey own(EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nullptr, own_private.data(), 32));
+absl::StatusOr<KeyAgreement> KeyAgreement::Load(const Key32& own_private) {
+  std::shared_ptr<EVP_PKEY> own(
+      EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nullptr, own_private.data(), 32),
+      EVP_PKEY_free);
+  if (own == nullptr) return OpenSslError("loading an X25519 private key");
+  return KeyAgreement(std::move(own));
+}
+
+absl::StatusOr<Key32> KeyAgreement::Seed(const Key32& peer_public,
+                                         std::string_view context) const {
   Pkey peer(EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nullptr, peer_public.data(), 32));
-  if (own == nullptr || peer == nullptr) return OpenSslError("loading X25519 keys");
-  Ctx ctx(EVP_PKEY_CTX_new(own.get(), nullptr));
+  if (peer == nullptr) return OpenSslError("loading an X25519 public key");
+  Ctx ctx(EVP_PKEY_CTX_new(own_.get(), nullptr));
   Key32 secret{};
   size_t len = secret.size();
   // OpenSSL refuses a peer key whose shared secret is all zeros, as RFC 7748 section 6.1
@@ -65,6 +72,13 @@ absl::StatusOr<Key32> AgreeSeed(const Key32& own_private, const Key32& peer_publ
         "X25519: the peer's public key gives no shared secret (a low-order point)");
   }
   return DeriveSeed(secret, context);
+}
+
+absl::StatusOr<Key32> AgreeSeed(const Key32& own_private, const Key32& peer_public,
+                                std::string_view context) {
+  auto own = KeyAgreement::Load(own_private);
+  if (!own.ok()) return own.status();
+  return own->Seed(peer_public, context);
 }
 
 absl::StatusOr<Key32> DeriveSeed(const Key32& secret, std::string_view info) {

@@ -22,6 +22,16 @@ namespace fedlgc::privacy {
 // the inputs are taken mod 2^bits. INVALID_ARGUMENT for other bits or signs.
 absl::Status ApplyMask(const Key32& seed, int bits, int sign, std::span<uint64_t> values);
 
+// One mask of many: its seed and the sign it is applied with.
+struct MaskTerm {
+  Key32 seed{};
+  int sign = 1;
+};
+// Every term's mask applied as ApplyMask would, in one pass over `values` (each value
+// read and written once, however many terms): what a client does with its own seed and
+// every neighbour's, and the coordinator with the seeds it rebuilt.
+absl::Status ApplyMasks(std::span<const MaskTerm> terms, int bits, std::span<uint64_t> values);
+
 // The sign with which `self` applies the mask it shares with `peer`: +1 if self's identity
 // sorts before peer's, else -1 (the two never sort equal).
 int PairSign(std::string_view self, std::string_view peer);

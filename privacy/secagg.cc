@@ -83,12 +83,23 @@ absl::StatusOr<SecAggClient> SecAggClient::Create(std::string self, std::string 
   if (RAND_bytes(seed.data(), static_cast<int>(seed.size())) != 1) {
     return absl::InternalError("OpenSSL: RAND_bytes failed");
   }
-  return SecAggClient(std::move(self), std::move(context), *enc, *mask, seed);
+  auto enc_agreement = KeyAgreement::Load(enc->private_key);
+  if (!enc_agreement.ok()) return enc_agreement.status();
+  auto mask_agreement = KeyAgreement::Load(mask->private_key);
+  if (!mask_agreement.ok()) return mask_agreement.status();
+  return SecAggClient(std::move(self), std::move(context), *enc, *mask, seed, *enc_agreement,
+                      *mask_agreement);
 }
 
 SecAggClient::SecAggClient(std::string self, std::string context, KeyPair enc, KeyPair mask,
-                           Key32 seed)
-    : self_(std::move(self)), context_(std::move(context)), enc_(enc), mask_(mask), seed_(seed) {
+                           Key32 seed, KeyAgreement enc_agreement, KeyAgreement mask_agreement)
+    : self_(std::move(self)),
+      context_(std::move(context)),
+      enc_(enc),
+      mask_(mask),
+      enc_agreement_(std::move(enc_agreement)),
+      mask_agreement_(std::move(mask_agreement)),
+      seed_(seed) {
   public_.enc = enc_.public_key;
   public_.mask = mask_.public_key;
 }
@@ -124,6 +135,7 @@ absl::StatusOr<SecAggClient::Shared> SecAggClient::ShareKeys(const std::vector<P
   const std::vector<std::string> holders = Holders(self_, ids);
   Shared out;
   std::map<std::string, PublicKeys> boxed;
+  std::map<std::string, Key32> box_keys;
   for (size_t i = 0; i < holders.size(); ++i) {
     const std::string& h = holders[i];
     const Share& s = (*seed_shares)[i];
@@ -135,7 +147,7 @@ absl::StatusOr<SecAggClient::Shared> SecAggClient::ShareKeys(const std::vector<P
     }
     const Peer& peer = *std::find_if(neighbours.begin(), neighbours.end(),
                                      [&](const Peer& p) { return p.id == h; });
-    auto box_key = AgreeSeed(enc_.private_key, peer.keys.enc, PairContext(context_, "box", self_, h));
+    auto box_key = enc_agreement_.Seed(peer.keys.enc, PairContext(context_, "box", self_, h));
     if (!box_key.ok()) continue;  // a key that agrees nothing: no box, so never a peer
     std::vector<uint8_t> plain;
     plain.reserve(kBoxPlain);
@@ -147,11 +159,13 @@ absl::StatusOr<SecAggClient::Shared> SecAggClient::ShareKeys(const std::vector<P
     if (!sealed.ok()) return sealed.status();
     out.boxes.push_back({h, *std::move(sealed)});
     boxed[h] = peer.keys;
+    box_keys[h] = *box_key;
   }
   auto commitment = SeedCommitment(context_, self_, seed_);
   if (!commitment.ok()) return commitment.status();
   out.commitment = *commitment;
   neighbours_ = std::move(boxed);
+  box_keys_ = std::move(box_keys);
   threshold_ = threshold;
   shared_ = true;
   return out;
@@ -166,14 +180,12 @@ absl::StatusOr<std::set<std::string>> SecAggClient::ReceiveShares(
   std::map<std::string, std::pair<Share, Share>> held;
   std::set<std::string> bad;
   for (const Box& b : boxes) {
-    const auto n = neighbours_.find(b.peer);
-    if (n == neighbours_.end() || held.count(b.peer) || bad.count(b.peer)) {
+    const auto key = box_keys_.find(b.peer);
+    if (key == box_keys_.end() || held.count(b.peer) || bad.count(b.peer)) {
       return absl::InvalidArgumentError(
           StrCat("secure aggregation: a box from ", b.peer, ", not a neighbour or twice"));
     }
-    auto key = AgreeSeed(enc_.private_key, n->second.enc, PairContext(context_, "box", self_, b.peer));
-    auto plain = key.ok() ? OpenBox(*key, BoxAad(context_, b.peer, self_), b.bytes)
-                          : absl::StatusOr<std::vector<uint8_t>>(key.status());
+    auto plain = OpenBox(key->second, BoxAad(context_, b.peer, self_), b.bytes);
     if (!plain.ok() || plain->size() != kBoxPlain || (*plain)[0] != kBoxVersion ||
         (*plain)[1] == 0 || (b.point != 0 && (*plain)[1] != b.point)) {
       // A box that does not open, parse, or hold the point its dealer must have given
@@ -198,14 +210,13 @@ absl::Status SecAggClient::Mask(int bits, std::span<uint64_t> words) const {
   if (!received_) {
     return absl::FailedPreconditionError("secure aggregation: no peers yet to mask against");
   }
-  if (absl::Status st = ApplyMask(seed_, bits, +1, words); !st.ok()) return st;
+  std::vector<MaskTerm> terms = {{seed_, +1}};
   for (const std::string& v : peers_) {
-    auto seed =
-        AgreeSeed(mask_.private_key, neighbours_.at(v).mask, PairContext(context_, "mask", self_, v));
+    auto seed = mask_agreement_.Seed(neighbours_.at(v).mask, PairContext(context_, "mask", self_, v));
     if (!seed.ok()) return seed.status();
-    if (absl::Status st = ApplyMask(*seed, bits, PairSign(self_, v), words); !st.ok()) return st;
+    terms.push_back({*seed, PairSign(self_, v)});
   }
-  return absl::OkStatus();
+  return ApplyMasks(terms, bits, words);
 }
 
 absl::StatusOr<std::vector<Reveal>> SecAggClient::Unmask(const std::set<std::string>& survivors,
@@ -274,10 +285,14 @@ absl::Status SecAggServer::AddKeys(const std::string& client, const PublicKeys& 
   }
   // A key that agrees nothing with a fixed probe is a low-order point: every seed it
   // agreed would be known.
-  Key32 probe{};
-  probe.fill(0x5a);
+  static const absl::StatusOr<KeyAgreement> kProbe = KeyAgreement::Load([] {
+    Key32 probe{};
+    probe.fill(0x5a);
+    return probe;
+  }());
+  if (!kProbe.ok()) return kProbe.status();
   for (const Key32& k : {keys.enc, keys.mask}) {
-    if (!AgreeSeed(probe, k, "probe").ok()) {
+    if (!kProbe->Seed(k, "probe").ok()) {
       return absl::InvalidArgumentError(
           StrCat("secure aggregation: a public key of ", client, " is a low-order point"));
     }
@@ -572,22 +587,26 @@ absl::StatusOr<SecAggServer::Finished> SecAggServer::Finish(std::span<uint64_t> 
     if (!secret.ok()) return secret.status();
     secrets[need] = *secret;
   }
+  std::vector<MaskTerm> terms;
   for (const auto& [need, secret] : secrets) {
     const auto& [dealer, key] = need;
     if (!key) {
-      if (absl::Status st = ApplyMask(secret, bits_, -1, sum); !st.ok()) return st;
+      terms.push_back({secret, -1});
       ++done.survivors;
       continue;
     }
     ++done.dropped;
+    auto agreement = KeyAgreement::Load(secret);
+    if (!agreement.ok()) return agreement.status();
     for (const std::string& w : peers_.at(dealer)) {
       if (!u3_.count(w)) continue;
-      auto seed = AgreeSeed(secret, keys_.at(w).mask, PairContext(context_, "mask", dealer, w));
+      auto seed = agreement->Seed(keys_.at(w).mask, PairContext(context_, "mask", dealer, w));
       if (!seed.ok()) return seed.status();
       // w added PairSign(w, dealer) times this mask: take it back out.
-      if (absl::Status st = ApplyMask(*seed, bits_, -PairSign(w, dealer), sum); !st.ok()) return st;
+      terms.push_back({*seed, -PairSign(w, dealer)});
     }
   }
+  if (absl::Status st = ApplyMasks(terms, bits_, sum); !st.ok()) return st;
   phase_ = Phase::kDone;
   return done;
 }

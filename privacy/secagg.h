@@ -115,10 +115,13 @@ class SecAggClient {
                                              const std::set<std::string>& dropped);
 
  private:
-  SecAggClient(std::string self, std::string context, KeyPair enc, KeyPair mask, Key32 seed);
+  SecAggClient(std::string self, std::string context, KeyPair enc, KeyPair mask, Key32 seed,
+               KeyAgreement enc_agreement, KeyAgreement mask_agreement);
 
   std::string self_, context_;
   KeyPair enc_, mask_;
+  KeyAgreement enc_agreement_, mask_agreement_;  // the private keys, loaded once
+  std::map<std::string, Key32> box_keys_;          // of each neighbour, at ShareKeys
   PublicKeys public_;
   Key32 seed_{};  // b
   std::map<std::string, PublicKeys> neighbours_;

@@ -35,6 +35,8 @@ coordinator::Clock::time_point Between(coordinator::Clock::time_point from,
   return from + std::chrono::duration_cast<coordinator::Clock::duration>((to - from) * share);
 }
 
+double Seconds(coordinator::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 privacy::Key32 KeyOf(const std::string& bytes) {
   privacy::Key32 k{};
   std::memcpy(k.data(), bytes.data(), std::min(bytes.size(), k.size()));
@@ -213,6 +215,7 @@ void SecAggRounds::Advance(coordinator::RoundHost& host) {
         out.emplace_back(c, std::move(e));
       }
       phase_ = Phase::kShares;
+      keys_closed_ = now;
     } else if (phase_ == Phase::kShares &&
                (server_->SharesIn(gone_) || now >= Between(opened_, deadline_, kSharesShare))) {
       if (absl::Status st = server_->CloseShares(); !st.ok()) return FailLocked(st);
@@ -223,6 +226,7 @@ void SecAggRounds::Advance(coordinator::RoundHost& host) {
         out.emplace_back(c, std::move(e));
       }
       phase_ = Phase::kMasked;
+      shares_closed_ = now;
     }
   }
   // Outside the lock: a RoundStart made meanwhile (Decorate) carries the same.
@@ -334,6 +338,8 @@ std::set<std::string> SecAggRounds::ReportPhases(const ZmodSumCollector& collect
                                                  RoundReport* report) const {
   absl::MutexLock lock(&mu_);
   if (!server_) return collector.Complete();
+  report->figures["secagg_keys_s"] = Seconds(keys_closed_ - opened_);
+  report->figures["secagg_shares_s"] = Seconds(shares_closed_ - keys_closed_);
   report->figures["secagg_keyed"] = static_cast<double>(server_->keyed().size());
   report->figures["secagg_shared"] = static_cast<double>(server_->shared().size());
   report->figures["secagg_degree"] = server_->degree();
@@ -427,6 +433,7 @@ absl::Status SecAggRounds::Unmask(coordinator::RoundHost& host,
   std::vector<std::pair<std::string, protos::ServerEvent>> out;
   {
     absl::MutexLock lock(&mu_);
+    report->figures["secagg_input_s"] = Seconds(host.Now() - shares_closed_);
     if (absl::Status st = server_->BeginUnmask(collector_->Complete()); !st.ok()) return st;
     for (const std::string& c : server_->masked()) {
       protos::ServerEvent e;
@@ -435,12 +442,14 @@ absl::Status SecAggRounds::Unmask(coordinator::RoundHost& host,
     }
     phase_ = Phase::kUnmask;
   }
+  const auto asked = host.Now();
   for (const auto& [client, event] : out) host.Push(client, event);
   host.WaitUntil(deadline, [&] {
     absl::MutexLock lock(&mu_);
     return server_->CanFinish();
   });
   if (host.stopped()) return absl::CancelledError("the coordinator stops");
+  report->figures["secagg_reveal_s"] = Seconds(host.Now() - asked);
   const auto t0 = std::chrono::steady_clock::now();
   // The masks come off without the lock (an AES stream over the code for every seed and
   // every dropped client's surviving peer): a RoundStart made meanwhile (Decorate) and a

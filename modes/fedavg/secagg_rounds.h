@@ -186,6 +186,9 @@ class SecAggRounds {
   int width_ ABSL_GUARDED_BY(mu_) = 0;
   double client_variance_ ABSL_GUARDED_BY(mu_) = 0;
   coordinator::Clock::time_point opened_ ABSL_GUARDED_BY(mu_), deadline_ ABSL_GUARDED_BY(mu_);
+  // When the keys and the shares phases closed (the phases' seconds in the round report).
+  coordinator::Clock::time_point keys_closed_ ABSL_GUARDED_BY(mu_),
+      shares_closed_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> participants_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> gone_ ABSL_GUARDED_BY(mu_);  // of the participants, vanished
   std::unique_ptr<privacy::SecAggServer> server_ ABSL_GUARDED_BY(mu_);

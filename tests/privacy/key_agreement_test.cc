@@ -34,6 +34,10 @@ TEST(KeyAgreement, MatchesRfc7748AndBothEndsDeriveOneSeed) {
   EXPECT_EQ(DeriveSeed(kShared, context).value(), alice);
   // Another context (round) gives another seed.
   EXPECT_NE(AgreeSeed(kAlicePrivate, kBobPublic, context + "x").value(), alice);
+  // A key loaded once agrees the same seeds, again and again.
+  const KeyAgreement loaded = KeyAgreement::Load(kAlicePrivate).value();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(loaded.Seed(kBobPublic, context).value(), alice);
+  EXPECT_NE(loaded.Seed(kBobPublic, context + "x").value(), alice);
 }
 
 TEST(KeyAgreement, FreshPairsAgreeAndALowOrderPeerKeyIsRefused) {
@@ -47,6 +51,8 @@ TEST(KeyAgreement, FreshPairsAgreeAndALowOrderPeerKeyIsRefused) {
   one[0] = 1;
   for (const Key32& low : {Key32{}, one}) {
     EXPECT_TRUE(absl::IsInvalidArgument(AgreeSeed(a.private_key, low, "c").status()));
+    EXPECT_TRUE(
+        absl::IsInvalidArgument(KeyAgreement::Load(a.private_key).value().Seed(low, "c").status()));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "privacy/keystream.h"
 #include "privacy/shamir.h"
 
 namespace fedlgc::privacy {
@@ -132,6 +133,44 @@ TEST(SecureAggregation, AMaskAndItsNegativeCancelAtEveryWidth) {
   EXPECT_TRUE(absl::IsInvalidArgument(ApplyMask(seed, 8, 2, v)));
   EXPECT_EQ(PairSign("a", "b"), 1);
   EXPECT_EQ(PairSign("b", "a"), -1);
+}
+
+// The one-pass form against the definition: mask_i is the i-th group of the fewest whole
+// bytes that hold `bits` of the seed's keystream, read little-endian, cut to `bits`, and
+// every term is added with its sign mod 2^bits, across the blocks the pass works in.
+TEST(SecureAggregation, ManyMasksInOnePassAreTheirDefinitionsSummed) {
+  std::mt19937_64 rng(7);
+  for (int bits : {5, 12, 20, 40, 64}) {
+    const uint64_t keep = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    const size_t width = bits <= 8 ? 1 : bits <= 16 ? 2 : bits <= 32 ? 4 : 8;
+    std::vector<MaskTerm> terms(7);
+    for (size_t t = 0; t < terms.size(); ++t) {
+      for (uint8_t& b : terms[t].seed) b = static_cast<uint8_t>(rng());
+      terms[t].sign = t % 3 == 0 ? -1 : 1;
+    }
+    std::vector<uint64_t> v(10'001);  // past two blocks of 4,096
+    for (uint64_t& x : v) x = rng() & keep;
+    std::vector<uint64_t> expected = v;
+    for (const MaskTerm& t : terms) {
+      auto stream = Keystream::Create(t.seed);
+      ASSERT_TRUE(stream.ok());
+      std::vector<uint8_t> bytes(v.size() * width);
+      ASSERT_TRUE(stream->NextBytes(bytes).ok());
+      for (size_t i = 0; i < v.size(); ++i) {
+        uint64_t m = 0;
+        for (size_t b = 0; b < width; ++b) m |= uint64_t{bytes[i * width + b]} << (8 * b);
+        expected[i] = (t.sign > 0 ? expected[i] + m : expected[i] - m) & keep;
+      }
+    }
+    std::vector<uint64_t> one_by_one = v;
+    for (const MaskTerm& t : terms) ASSERT_TRUE(ApplyMask(t.seed, bits, t.sign, one_by_one).ok());
+    ASSERT_TRUE(ApplyMasks(terms, bits, v).ok());
+    EXPECT_EQ(v, expected) << bits;
+    EXPECT_EQ(one_by_one, expected) << bits;
+  }
+  std::vector<uint64_t> v(3);
+  const MaskTerm bad{Key32{}, 0};
+  EXPECT_TRUE(absl::IsInvalidArgument(ApplyMasks({&bad, 1}, 8, v)));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ warm="topk(ratio=0.1,values=qsgd(bits=8))"
 # A fixed leader: the best measured link would make the runs depend on timing.
 run lgc_cells --rounds 5 --local-steps 40 --lgc-leader client-0 --codec "lgc(ratio=0.03)" "$@"
 run lgc_ae --rounds 5 --local-steps 40 --codec-warmup "$warm" --lgc-leader client-0 \
-  --codec "lgc(ratio=0.01,train=2,ae_steps=5,innovation=0.1)" "$@"
+  --codec "lgc(ratio=0.01,train=2,ae_steps=5,innovation=0.1,ae_wait=1)" "$@"
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]

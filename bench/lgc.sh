@@ -53,8 +53,8 @@ done
 run lgcz_0.03_b2 "lgc(ratio=0.03,bits=2)" "" "$@"
 run lgcz_0.05_b2 "lgc(ratio=0.05,bits=2)" "" "$@"
 # The autoencoder codes the leader's values from round 6 (trained on rounds 1-5's
-# rebuilds, 20 steps a round), in place of the cells.
-run lgc_ae_0.03_b2 "lgc(ratio=0.03,bits=2,train=5,ae_steps=20)" "" "$@"
+# rebuilds, 20 steps a round; ae_wait=1 keeps the switch on round 6), in place of the cells.
+run lgc_ae_0.03_b2 "lgc(ratio=0.03,bits=2,train=5,ae_steps=20,ae_wait=1)" "" "$@"
 # Debian's python3, where apt puts python3-matplotlib (scripts/setup.sh).
 "${PYTHON:-/usr/bin/python3}" - "$out" "$seeds" "${names[@]}" <<'PY'
 import json, os, sys

@@ -44,6 +44,10 @@ void AddLgcFlags(CLI::App& app, LgcOptions* o) {
   g->add_option("--lgc-leader", o->leader, "the leader client (default: the best measured link)");
   g->add_option("--ae-device", o->ae_device,
                 "where the autoencoder trains: cpu, cuda, cuda:N or auto");
+  g->add_option("--ae-nice", o->ae_nice,
+                "the nice value (0-19) of the thread that trains the autoencoder beside the "
+                "rounds: 10 leaves the round loop, the RPCs and the evaluation first call on "
+                "the CPU");
 }
 
 void AddLsgdFlags(CLI::App& app, LsgdOptions* o) {
@@ -104,7 +108,7 @@ absl::Status ModeOptions::Validate(Mode mode) const {
                   "fedavg", mode),
            Unused(!summed && !(fedavg == defaults.fedavg), "--server-lr and --server-momentum",
                   "fedavg and lgc", mode),
-           Unused(mode != Mode::kLgc && !(lgc == defaults.lgc), "--lgc-leader and --ae-device",
+           Unused(mode != Mode::kLgc && !(lgc == defaults.lgc), "--lgc-leader, --ae-device and --ae-nice",
                   "lgc", mode),
            Unused(mode != Mode::kLsgd && !(lsgd == defaults.lsgd), "the --lsgd-* flags", "lsgd",
                   mode),

@@ -1,6 +1,9 @@
 // LGC arithmetic at the coordinator (see lgc_aggregator.h).
 #include "modes/lgc/lgc_aggregator.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -53,7 +56,7 @@ LgcAggregator::LgcAggregator(lgc::LgcPlan plan, uint64_t warmup, uint64_t dim,
 
 absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
     lgc::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
-    uint64_t committed_round, uint64_t seed, std::string device) {
+    uint64_t committed_round, uint64_t seed, std::string device, int nice) {
   autoencoder::AeOptions ao;
   ao.optimizer = plan.ae_optimizer;
   ao.lr = plan.ae_lr;
@@ -78,7 +81,103 @@ absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
   if (committed_round > 0) {
     if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
   }
+  d->nice_ = nice;
+  if (d->plan_.autoencoder()) {
+    {
+      absl::MutexLock ae_lock(&d->ae_mu_);
+      absl::MutexLock lock(&d->train_mu_);
+      d->snapshot_ = d->ae_->Serialize();
+      d->snapshot_steps_ = d->ae_steps_;
+    }
+    if (d->switch_round_ == 0) d->trainer_ = std::thread([p = d.get()] { p->TrainLoop(); });
+  }
   return d;
+}
+
+LgcAggregator::~LgcAggregator() { StopTrainer(); }
+
+void LgcAggregator::StopTrainer() {
+  {
+    absl::MutexLock lock(&train_mu_);
+    stop_ = true;
+  }
+  if (trainer_.joinable()) trainer_.join();
+}
+
+void LgcAggregator::AwaitTraining() const {
+  absl::MutexLock lock(&train_mu_);
+  train_mu_.Await(absl::Condition(
+      +[](const LgcAggregator* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->train_mu_) {
+        return (a->pending_.empty() && !a->busy_) || !a->train_status_.ok() || a->stop_;
+      },
+      this));
+}
+
+bool LgcAggregator::TrainingDone() const {
+  absl::MutexLock lock(&train_mu_);
+  return pending_.empty() && !busy_;
+}
+
+absl::StatusOr<LgcStage> LgcAggregator::BeginRound(uint64_t round) {
+  const LgcStage stage = Stage(round);
+  if (stage != LgcStage::kCells || !plan_.autoencoder() ||
+      round <= warmup_ + plan_.train_rounds) {
+    return stage;
+  }
+  if (plan_.ae_wait) AwaitTraining();
+  {
+    absl::MutexLock lock(&train_mu_);
+    if (!train_status_.ok()) return train_status_;
+    if (!pending_.empty() || busy_) return stage;  // still training: the cells again
+  }
+  StopTrainer();
+  {
+    absl::MutexLock ae_lock(&ae_mu_);
+    absl::MutexLock lock(&train_mu_);
+    snapshot_ = ae_->Serialize();
+    snapshot_steps_ = ae_steps_;
+  }
+  switch_round_ = round;
+  // Before any client hears of it: a coordinator killed from here on resumes with the
+  // switch and these weights.
+  if (absl::Status st = Save(round - 1); !st.ok()) {
+    switch_round_ = 0;
+    return st;
+  }
+  log::Info("coordinator", "LGC: the autoencoder codes from round %llu (%llu training steps)",
+            static_cast<unsigned long long>(round), static_cast<unsigned long long>(ae_steps_));
+  return LgcStage::kAutoencoder;
+}
+
+void LgcAggregator::TrainLoop() {
+  // Below the round loop, the RPC threads and the evaluation (--ae-nice, 10 by default;
+  // this thread alone on Linux, and libtorch runs its operators on the calling thread at
+  // --torch-threads 1): on a coordinator short of cores the training takes what they
+  // leave.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice_);
+  for (;;) {
+    Batch batch;
+    {
+      absl::MutexLock lock(&train_mu_);
+      train_mu_.Await(absl::Condition(
+          +[](LgcAggregator* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->train_mu_) {
+            return a->stop_ || !a->pending_.empty();
+          },
+          this));
+      if (stop_) return;
+      batch = std::move(pending_.front());
+      pending_.pop_front();
+      busy_ = true;
+    }
+    absl::Status st = TrainBatch(batch.round, std::move(batch.samples));
+    absl::MutexLock lock(&train_mu_);
+    busy_ = false;
+    if (!st.ok() && train_status_.ok()) {
+      log::Warning("coordinator", "LGC: the autoencoder's training failed: %s",
+                   std::string(st.message()).c_str());
+      train_status_ = st;
+    }
+  }
 }
 
 absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
@@ -290,25 +389,44 @@ double LgcAggregator::ValuesCosine(const std::vector<Item>& items) const {
   return pairs > 0 ? cos_sum / static_cast<double>(pairs) : -2;
 }
 
-absl::Status LgcAggregator::Train(const std::vector<Item>& items, Outcome* out) {
-  std::vector<autoencoder::Sample> batch;
+void LgcAggregator::Enqueue(uint64_t round, const std::vector<Item>& items) {
+  Batch batch{round, {}};
   for (const Item& it : items) {
     std::vector<float> v = it.v;
     const float scale = lgc::RmsScale(v);
     for (float& x : v) x /= scale;
     // The decoder reads no innovation in stage 3, so none in training either.
-    batch.push_back({it.client, std::move(v), std::vector<float>(it.v.size(), 0.0f)});
+    batch.samples.push_back({it.client, std::move(v), std::vector<float>(it.v.size(), 0.0f)});
   }
+  absl::MutexLock lock(&train_mu_);
+  pending_.push_back(std::move(batch));
+}
+
+absl::Status LgcAggregator::TrainBatch(uint64_t round, std::vector<autoencoder::Sample> batch) {
   replay_.push_front(std::move(batch));
   if (replay_.size() > 8) replay_.pop_back();
+  autoencoder::Losses first;
   for (uint32_t s = 0; s < plan_.ae_steps; ++s) {
+    {
+      absl::MutexLock lock(&train_mu_);
+      if (stop_) return absl::OkStatus();
+    }
+    absl::MutexLock ae_lock(&ae_mu_);
     auto losses = ae_->TrainStep(replay_[s % replay_.size()], ae_steps_++);
     if (!losses.ok()) return losses.status();
-    if (s == 0) {  // the losses on this round's batch before training on it
-      out->ae_reconstruction = losses->reconstruction;
-      out->ae_similarity = losses->similarity;
-    }
+    if (s == 0) first = *losses;  // on this round's batch before training on it
   }
+  std::string weights;
+  {
+    absl::MutexLock ae_lock(&ae_mu_);
+    weights = ae_->Serialize();
+  }
+  absl::MutexLock lock(&train_mu_);
+  last_reconstruction_ = first.reconstruction;
+  last_similarity_ = first.similarity;
+  last_trained_round_ = round;
+  snapshot_ = std::move(weights);
+  snapshot_steps_ = ae_steps_;
   return absl::OkStatus();
 }
 
@@ -320,11 +438,11 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   const LgcStage stage = Stage(round);
   Outcome out;
   out.delta.assign(dim_, 0.0f);
-  absl::MutexLock ae_lock(&ae_mu_);
   Decoded d = DecodePayloads(round, stage, leader, payloads, leaders);
   if (stage == LgcStage::kAutoencoder) {
     if (!d.has_main) return out;  // no latent: nothing decodes, every client keeps its update
     out.latent = true;
+    absl::MutexLock ae_lock(&ae_mu_);
     if (absl::Status st = RebuildStage3(round, &d, &out); !st.ok()) return st;
   } else {
     RebuildCorrections(round, &d, &out);
@@ -360,9 +478,19 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   if (d.items.size() >= 2) {
     out.values_cosine = ValuesCosine(d.items);
     // The autoencoder reads supports of the plan's k (not the ramp's wider ones).
-    if (ae_ && d.items.front().v.size() == k_) {
-      if (absl::Status st = Train(d.items, &out); !st.ok()) return st;
+    if (lgc::TrainsAutoencoder(plan_, round, warmup_) && switch_round_ == 0 &&
+        d.items.front().v.size() == k_) {
+      Enqueue(round, d.items);
     }
+  }
+  // Until the switch, every round says where the training stands.
+  if (plan_.autoencoder() && switch_round_ == 0) {
+    absl::MutexLock lock(&train_mu_);
+    if (!train_status_.ok()) return train_status_;
+    out.ae_reconstruction = last_reconstruction_;
+    out.ae_similarity = last_similarity_;
+    out.ae_trained_round = last_trained_round_;
+    out.ae_backlog = static_cast<int64_t>(pending_.size()) + (busy_ ? 1 : 0);
   }
   return out;
 }
@@ -411,12 +539,13 @@ absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
 
 absl::Status LgcAggregator::Save(uint64_t round) const {
   LgcState state;
-  state.ae_steps = ae_steps_;
   {
-    absl::MutexLock ae_lock(&ae_mu_);
-    if (ae_) state.autoencoder = ae_->Serialize();
+    absl::MutexLock lock(&train_mu_);
+    state.ae_steps = snapshot_steps_;
+    state.autoencoder = snapshot_;
   }
   state.led = led_;
+  state.switch_round = switch_round_;
   return SaveLgcState(state_dir_, round, state);
 }
 
@@ -426,6 +555,11 @@ absl::Status LgcAggregator::Load(uint64_t round) {
   ae_steps_ = loaded->ae_steps;
   led_ = std::move(loaded->led);
   if (!plan_.autoencoder()) return absl::OkStatus();
+  if (loaded->switch_round != 0 && loaded->switch_round <= warmup_ + plan_.train_rounds) {
+    return absl::DataLossError(StrCat(StatePath(state_dir_, round), ": stage 3 from round ",
+                                      loaded->switch_round, ", within the training rounds"));
+  }
+  switch_round_ = loaded->switch_round;
   if (loaded->autoencoder.empty()) {
     return absl::DataLossError(
         StrCat(StatePath(state_dir_, round),

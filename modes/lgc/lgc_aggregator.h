@@ -16,6 +16,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -35,7 +36,9 @@ using coordinator::PayloadCollector;
 using lgc::LgcStage;
 
 // Thread-safety: Decoder, Validate, EncoderBytes and LeaderPayloadBytes may run on RPC
-// threads while the round loop runs the rest.
+// threads while the round loop runs the rest. With train > 0 the autoencoder trains on a
+// thread of its own until the switch: the round loop hands it batches and never waits
+// for a step (but with ae_wait, at the switch).
 class LgcAggregator {
  public:
   // `warmup`: the job's warm-up rounds (none are needed). Loads the state of
@@ -43,9 +46,27 @@ class LgcAggregator {
   static absl::StatusOr<std::unique_ptr<LgcAggregator>> Create(lgc::LgcPlan plan, uint64_t warmup,
                                                                uint64_t dim, std::string state_dir,
                                                                uint64_t committed_round,
-                                                               uint64_t seed, std::string device);
+                                                               uint64_t seed, std::string device,
+                                                               int nice = 10);
 
-  LgcStage Stage(uint64_t round) const { return lgc::StageOf(plan_, round, warmup_); }
+  ~LgcAggregator();
+
+  // The stage `round` is in, once the round loop has opened it (BeginRound).
+  LgcStage Stage(uint64_t round) const {
+    return lgc::StageOf(plan_, round, warmup_, switch_round_.load());
+  }
+  // The round loop opens `round` (before its RoundStart goes out) and learns its stage.
+  // The first round past the training rounds that finds the trainer done (with ae_wait:
+  // that waits for it) is the switch: the autoencoder is frozen and the switch is written
+  // into the state of the round before, with the weights it codes with, so that a
+  // coordinator killed from here on codes with the same ones.
+  absl::StatusOr<LgcStage> BeginRound(uint64_t round);
+  // The first stage-3 round (0: not yet).
+  uint64_t switch_round() const { return switch_round_.load(); }
+  // Whether the trainer has trained every batch it was given (true without one).
+  bool TrainingDone() const;
+  // Until it has, or its training failed, or it was stopped.
+  void AwaitTraining() const;
   // Stage 3 has begun: the autoencoder stops training, decoders may be served, and a CPU
   // copy of it rebuilds the clients' predictions (see Aggregate).
   void Freeze();
@@ -77,7 +98,12 @@ class LgcAggregator {
     std::vector<float> delta;  // the mean update (zero off the support)
     std::set<std::string> counted;
     bool latent = false;                                // stage 3: a leader payload was there
-    double ae_reconstruction = -1, ae_similarity = -1;  // stage 2: losses of the step
+    // Stage-2 rounds before the switch (train > 0): the losses of the newest batch the
+    // trainer finished, on that batch before its first step (-1 before any), the round it
+    // came from, and the batches still waiting for the trainer (-1 in other rounds).
+    double ae_reconstruction = -1, ae_similarity = -1;
+    uint64_t ae_trained_round = 0;
+    int64_t ae_backlog = -1;
     // Stage 2: the mean cosine similarity of two clients' values on the support (-2 with
     // fewer than two clients): how much of one client's values another's latent can carry.
     double values_cosine = -2;
@@ -98,7 +124,8 @@ class LgcAggregator {
   using Chooser = std::function<absl::StatusOr<std::set<std::string>>(
       const std::map<std::string, double>& norms, const Combine& combine)>;
   // Aggregates the payloads of a stage-2 or stage-3 round (leader: the round's leader
-  // now); with train > 0 stage 2 takes `ae_steps` autoencoder steps. The values are
+  // now); a training round's rebuilds go to the trainer as a batch, and it returns
+  // without waiting for them to train. The values are
   // clipped and combined with `robust` (coordinator/robust.h) per support; `choose`
   // (when given) may leave clients out, who then neither count nor train the
   // autoencoder. Only leader payloads from `leaders` (nullptr: from `leader`) count and
@@ -155,9 +182,15 @@ class LgcAggregator {
                                              std::set<std::string>* counted) const;
   // The mean cosine similarity of two clients' values (-2 with no pair).
   double ValuesCosine(const std::vector<Item>& items) const;
-  // Stage 2: the round's batch joins the replay buffer; plan_.ae_steps autoencoder steps.
-  absl::Status Train(const std::vector<Item>& items, Outcome* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ae_mu_);
+  // A training round's rebuilds, normalised, for the trainer.
+  void Enqueue(uint64_t round, const std::vector<Item>& items);
+  // The trainer's thread: each batch joins the replay buffer, then plan_.ae_steps steps,
+  // each under ae_mu_ (so that nothing waits for more than one step), then a snapshot of
+  // the weights for Save.
+  void TrainLoop();
+  absl::Status TrainBatch(uint64_t round, std::vector<autoencoder::Sample> batch);
+  // Stops the trainer's thread (after the step it is in).
+  void StopTrainer();
 
   const lgc::LgcPlan plan_;
   const uint64_t warmup_, dim_, k_;
@@ -171,11 +204,32 @@ class LgcAggregator {
   std::unique_ptr<autoencoder::Autoencoder> cpu_ae_ ABSL_GUARDED_BY(ae_mu_);
   std::map<std::string, std::shared_ptr<const ModelBlob>> decoders_ ABSL_GUARDED_BY(ae_mu_);
   std::atomic<bool> frozen_{false};  // set under ae_mu_
-  // The round loop's alone: the last leader, the steps taken, the replay.
+  // The round loop's alone: the last leader.
   std::map<std::string, uint64_t> led_;
+  std::atomic<uint64_t> switch_round_{0};  // set by the round loop
+  // The trainer's alone (the round loop's before it starts and after it stops): the steps
+  // taken, and the training batches of recent rounds (not kept across restarts), newest
+  // first.
   uint64_t ae_steps_ = 0;
-  // Training batches of recent rounds (not kept across restarts), newest first.
   std::deque<std::vector<autoencoder::Sample>> replay_;
+  // Between the round loop and the trainer.
+  struct Batch {
+    uint64_t round = 0;
+    std::vector<autoencoder::Sample> samples;
+  };
+  mutable absl::Mutex train_mu_;
+  std::deque<Batch> pending_ ABSL_GUARDED_BY(train_mu_);
+  bool busy_ ABSL_GUARDED_BY(train_mu_) = false;  // a batch is training
+  bool stop_ ABSL_GUARDED_BY(train_mu_) = false;
+  absl::Status train_status_ ABSL_GUARDED_BY(train_mu_);  // the first failure
+  double last_reconstruction_ ABSL_GUARDED_BY(train_mu_) = -1;
+  double last_similarity_ ABSL_GUARDED_BY(train_mu_) = -1;
+  uint64_t last_trained_round_ ABSL_GUARDED_BY(train_mu_) = 0;
+  // The weights and step count after the newest finished batch: what Save writes.
+  std::string snapshot_ ABSL_GUARDED_BY(train_mu_);
+  uint64_t snapshot_steps_ ABSL_GUARDED_BY(train_mu_) = 0;
+  int nice_ = 10;  // the trainer thread's
+  std::thread trainer_;
 };
 
 }  // namespace fedlgc::modes

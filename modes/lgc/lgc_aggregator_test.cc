@@ -5,6 +5,7 @@
 // rebuilt exactly from the latent it named. States of the protocols before still load.
 #include "modes/lgc/lgc_aggregator.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "modes/lgc/lgc_codes.h"
 #include "modes/lgc/lgc_payload.h"
+#include "modes/lgc/lgc_state.h"
 
 namespace fedlgc::modes {
 namespace {
@@ -145,16 +147,24 @@ TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNa
   // their own decoders (fetched as blobs) and send a gain and an innovation; the
   // coordinator's mean is made of exactly the values the clients computed, placed on the
   // leader's support, and a correction against another latent does not count.
-  const std::string spec = "lgc(ratio=0.05,train=1,ae_steps=2,innovation=0.1)";
+  // ae_wait=1: round 2 waits for the training, so that it is the switch.
+  const std::string spec = "lgc(ratio=0.05,train=1,ae_steps=2,innovation=0.1,ae_wait=1)";
   const std::vector<float> u0 = Gaussian(kDim, 2), u1 = Gaussian(kDim, 3);
-  auto made = Make(spec, TempDir("stage3"));
+  const std::string dir = TempDir("stage3");
+  auto made = Make(spec, dir);
   ASSERT_NE(made, nullptr);
   LgcAggregator& lgc = *made;
-  EXPECT_EQ(lgc.Stage(1), LgcStage::kCells);
-  EXPECT_EQ(lgc.Stage(2), LgcStage::kAutoencoder);
+  EXPECT_EQ(lgc.BeginRound(1).value(), LgcStage::kCells);
   const LgcAggregator::Outcome trained = CellsRound(lgc, spec, 1, u0, u1);
-  EXPECT_GE(trained.ae_reconstruction, 0) << "the autoencoder trained on round 1";
+  EXPECT_GE(trained.ae_backlog, 0) << "round 1 trains";
   EXPECT_GT(trained.values_cosine, -2);
+  EXPECT_EQ(lgc.BeginRound(2).value(), LgcStage::kAutoencoder);
+  EXPECT_EQ(lgc.Stage(2), LgcStage::kAutoencoder);
+  EXPECT_EQ(lgc.switch_round(), 2u);
+  // The switch is in round 1's state, after round 1's 2 training steps.
+  const LgcState saved = LoadLgcState(dir, 1).value();
+  EXPECT_EQ(saved.switch_round, 2u);
+  EXPECT_EQ(saved.ae_steps, 2u);
   auto plan = lgc::ParseLgcSpec(spec).value().value();
   const size_t k = lgc.k(), k_inn = plan.InnovationSize(k);
   EXPECT_EQ(lgc.Decoder("c1"), nullptr) << "served before stage 3";
@@ -210,6 +220,67 @@ TEST(LgcAggregator, Stage3RebuildsExactlyWhatEachClientComputedFromTheLatentItNa
   // Decoders are per client, and the blob is the one a client loads.
   EXPECT_NE(lgc.Decoder("c0")->bytes, lgc.Decoder("c1")->bytes);
   EXPECT_EQ(lgc.Decoder("c1"), lgc.Decoder("c1"));
+}
+
+// The autoencoder trains on a thread of its own: a training round's aggregation hands its
+// batch over and returns, the rounds after the training rounds keep the cells until the
+// training is done, and the first one after that is the switch, written into the state of
+// the round before it with the weights it codes with. A coordinator restarted from a
+// state saved mid-training trains on and switches; one restarted after the switch codes
+// with the same encoder and trains no more.
+TEST(LgcAggregator, TrainingRunsOffTheRoundLoopAndTheSwitchSurvivesARestart) {
+  const std::string spec = "lgc(ratio=0.05,train=2,ae_steps=60)";
+  const std::string dir = TempDir("off-loop");
+  auto made = Make(spec, dir);
+  ASSERT_NE(made, nullptr);
+  LgcAggregator& lgc = *made;
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  double aggregate_s = 0;
+  for (uint64_t r : {1, 2}) {
+    EXPECT_EQ(lgc.BeginRound(r).value(), LgcStage::kCells);
+    const auto a0 = Clock::now();
+    const LgcAggregator::Outcome out = CellsRound(lgc, spec, r, Gaussian(kDim, 20 + r),
+                                                  Gaussian(kDim, 30 + r));
+    aggregate_s += std::chrono::duration<double>(Clock::now() - a0).count();
+    EXPECT_GE(out.ae_backlog, 1) << "round " << r << "'s batch waits for the trainer";
+  }
+  ASSERT_TRUE(lgc.Save(2).ok());  // mid-training
+  const std::string mid = TempDir("off-loop-mid");
+  std::filesystem::copy(dir + "/lgc-2.bin", mid + "/lgc-2.bin");
+  // Round 3 is past the training rounds: the cells while the trainer is busy.
+  ASSERT_FALSE(lgc.TrainingDone()) << "60 steps a batch took less than two aggregations";
+  EXPECT_EQ(lgc.BeginRound(3).value(), LgcStage::kCells);
+  lgc.AwaitTraining();
+  EXPECT_TRUE(lgc.TrainingDone());
+  const double training_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(aggregate_s, 0.25 * training_s) << "the rounds waited for the training";
+  EXPECT_EQ(lgc.switch_round(), 0u);
+  EXPECT_EQ(lgc.BeginRound(4).value(), LgcStage::kAutoencoder);
+  EXPECT_EQ(lgc.Stage(3), LgcStage::kCells);
+  lgc.Freeze();
+  const std::string encoder = lgc.EncoderBytes();
+  const LgcState saved = LoadLgcState(dir, 3).value();
+  EXPECT_EQ(saved.switch_round, 4u);
+  EXPECT_EQ(saved.ae_steps, 120u);
+  // Killed after the switch: the same encoder, stage 3 from round 4, no trainer.
+  auto after = Make(spec, dir, 0, 3);
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->Stage(4), LgcStage::kAutoencoder);
+  EXPECT_EQ(after->BeginRound(4).value(), LgcStage::kAutoencoder);
+  EXPECT_TRUE(after->TrainingDone());
+  EXPECT_EQ(after->EncoderBytes(), encoder);
+  // Killed mid-training: the state of round 2 had trained fewer steps and no switch; the
+  // restarted coordinator's next round past the training rounds finds nothing to train
+  // and switches.
+  const LgcState partial = LoadLgcState(mid, 2).value();
+  EXPECT_EQ(partial.switch_round, 0u);
+  EXPECT_LT(partial.ae_steps, 120u);
+  auto resumed = Make(spec, mid, 0, 2);
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_EQ(resumed->Stage(3), LgcStage::kCells);
+  EXPECT_EQ(resumed->BeginRound(3).value(), LgcStage::kAutoencoder);
+  EXPECT_EQ(LoadLgcState(mid, 2).value().switch_round, 3u);
 }
 
 // Compressed from the first round (no warm-up), the leader's cells count as they decode,

@@ -24,6 +24,9 @@ absl::Status LgcOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("--ae-device must be cpu, cuda, cuda:N or auto, not ", ae_device));
   }
+  if (ae_nice < 0 || ae_nice > 19) {
+    return absl::InvalidArgumentError(StrCat("--ae-nice must be in [0, 19], not ", ae_nice));
+  }
   return absl::OkStatus();
 }
 
@@ -76,7 +79,8 @@ absl::StatusOr<std::unique_ptr<LgcDriver>> LgcDriver::Create(
         StrCat("an LGC job needs an lgc(...) codec, not ", env.plan->codec));
   }
   auto agg = LgcAggregator::Create(**plan, env.plan->warmup_codecs.size(), env.dim, env.state_dir,
-                                   env.committed_round, env.init_seed, options.ae_device);
+                                   env.committed_round, env.init_seed, options.ae_device,
+                                   options.ae_nice);
   if (!agg.ok()) return agg.status();
   return std::unique_ptr<LgcDriver>(new LgcDriver(options, opt, env.robust, *std::move(agg)));
 }
@@ -166,7 +170,9 @@ void LgcDriver::PublishEncoder() {
 absl::Status LgcDriver::RunRound(RoundHost& host, const std::vector<std::string>& participants,
                                  Clock::time_point deadline, CommitResult* commit,
                                  RoundReport* report) {
-  const LgcStage stage = agg_->Stage(host.engine().current_round());
+  auto begun = agg_->BeginRound(host.engine().current_round());
+  if (!begun.ok()) return begun.status();
+  const LgcStage stage = *begun;
   report->figures["lgc_stage"] = static_cast<double>(stage);
   if (stage == LgcStage::kWarmUp)
     return RunPlainRound(host, participants, deadline, commit, report);
@@ -255,6 +261,10 @@ absl::Status LgcDriver::CommitLeaderRound(RoundHost& host, uint64_t round, Leade
   report->figures["ae_seconds"] = std::chrono::duration<double>(host.Now() - t0).count();
   report->figures["ae_reconstruction"] = outcome->ae_reconstruction;
   report->figures["ae_similarity"] = outcome->ae_similarity;
+  if (outcome->ae_backlog >= 0) {  // the autoencoder trains, or is yet to switch
+    report->figures["ae_backlog"] = static_cast<double>(outcome->ae_backlog);
+    report->figures["ae_trained_round"] = static_cast<double>(outcome->ae_trained_round);
+  }
   report->figures["lgc_values_cosine"] = outcome->values_cosine;
   report->figures["lgc_rebuild_mismatches"] = outcome->rebuild_mismatches;
   report->labels["lgc_leader"] = w.leader;

@@ -29,6 +29,7 @@ namespace fedlgc::modes {
 struct LgcOptions {
   std::string leader;              // the leader client; empty: the best measured link
   std::string ae_device = "auto";  // where the autoencoder trains: cpu, cuda or auto
+  int ae_nice = 10;                // the training thread's nice value (0 to 19)
 
   absl::Status Validate() const;
   bool operator==(const LgcOptions&) const = default;

@@ -329,13 +329,15 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_TRUE((*d)->zstd);
   EXPECT_EQ((*d)->train_rounds, 0u);
   EXPECT_FALSE((*d)->autoencoder());
-  EXPECT_EQ(StageOf(**d, 1, 0), LgcStage::kCells);
-  EXPECT_EQ(StageOf(**d, 1000, 0), LgcStage::kCells);  // the compact codes throughout
-  EXPECT_EQ(StageOf(**d, 2, 2), LgcStage::kWarmUp);
+  EXPECT_EQ(StageOf(**d, 1, 0, 0), LgcStage::kCells);
+  EXPECT_EQ(StageOf(**d, 1000, 0, 7), LgcStage::kCells);  // the compact codes throughout
+  EXPECT_EQ(StageOf(**d, 2, 2, 0), LgcStage::kWarmUp);
+  EXPECT_FALSE(TrainsAutoencoder(**d, 1, 0));
+  EXPECT_FALSE((*d)->ae_wait);
   EXPECT_EQ((*d)->SupportSize(215370), 10769u);
   auto p = ParseLgcSpec(
       "lgc(ratio=0.05,bits=4,ramp=2,zstd=0,innovation=0.02,train=6,ae_steps=3,"
-      "ae_optimizer=sgd,ae_lr=0.01,latent=qsgd(bits=4,bucket=64))");
+      "ae_optimizer=sgd,ae_lr=0.01,latent=qsgd(bits=4,bucket=64),ae_wait=1)");
   ASSERT_TRUE(p.ok() && p->has_value()) << p.status();
   EXPECT_EQ((*p)->ratio, 0.05);
   EXPECT_EQ((*p)->bits, 4);
@@ -347,8 +349,13 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_EQ((*p)->ae_optimizer, "sgd");
   EXPECT_NE((*p)->latent.find("bits=4"), std::string::npos) << (*p)->latent;
   EXPECT_EQ((*p)->InnovationSize(2154), 44u);
-  EXPECT_EQ(StageOf(**p, 6, 0), LgcStage::kCells);
-  EXPECT_EQ(StageOf(**p, 7, 0), LgcStage::kAutoencoder);
+  EXPECT_TRUE((*p)->ae_wait);
+  // Rounds 1 to 6 train; stage 3 begins at the switch, round 7 or later.
+  EXPECT_TRUE(TrainsAutoencoder(**p, 6, 0));
+  EXPECT_FALSE(TrainsAutoencoder(**p, 7, 0));
+  EXPECT_EQ(StageOf(**p, 7, 0, 0), LgcStage::kCells);
+  EXPECT_EQ(StageOf(**p, 8, 0, 9), LgcStage::kCells);
+  EXPECT_EQ(StageOf(**p, 9, 0, 9), LgcStage::kAutoencoder);
   // The keys of the protocols before this one: what is now the protocol is accepted.
   EXPECT_TRUE(ParseLgcSpec("lgc(predict=1,code=cells,echo=0)").ok());
   EXPECT_TRUE(ParseLgcSpec("lgc(train=3,ramp=2)").ok());  // the ramp ends before training does
@@ -359,7 +366,7 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   }
   for (const char* bad :
        {"lgc(predict=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(bits=3)", "lgc(bits=8)",
-        "lgc(zstd=2)", "lgc(ramp=21)", "lgc(train=-1)", "lgc(train=2,ramp=2)",
+        "lgc(zstd=2)", "lgc(ae_wait=2)", "lgc(ramp=21)", "lgc(train=-1)", "lgc(train=2,ramp=2)",
         "lgc(ae_optimizer=rmsprop)", "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
     EXPECT_FALSE(ParseLgcSpec(bad).ok()) << bad;
   }

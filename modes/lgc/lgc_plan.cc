@@ -31,7 +31,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   if (node->name != "lgc") return std::optional<LgcPlan>();
   codecs::ParamReader params(
       *node, {"ratio", "bits", "ramp", "zstd", "train", "ae_steps", "ae_optimizer", "ae_lr",
-              "latent", "innovation", "predict", "code", "echo"});
+              "latent", "innovation", "ae_wait", "predict", "code", "echo"});
   if (!params.status().ok()) return params.status();
   LgcPlan p;
   auto ratio = params.Real("ratio", p.ratio, 1e-6, 1.0);
@@ -43,6 +43,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   auto opt = params.Word("ae_optimizer", p.ae_optimizer, {"adam", "sgd"});
   auto lr = params.Real("ae_lr", p.ae_lr, 1e-9, 10.0);
   auto innovation = params.Real("innovation", p.innovation, 0.0, 1.0);
+  auto wait = params.Int("ae_wait", 0, 0, 1);
   // Keys of the protocols LGC had before it had one (docs/results.md keeps their runs):
   // asking for a removed one is refused, naming what is now the only protocol is accepted.
   // (A spec that relied on the old defaults, predict=0 and code=fp32, runs this protocol.)
@@ -52,7 +53,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   auto latent = params.Node("latent");
   for (const absl::Status& st :
        {ratio.status(), bits.status(), ramp.status(), zstd.status(), train.status(), steps.status(),
-        opt.status(), lr.status(), innovation.status(), predict.status(), code.status(),
+        opt.status(), lr.status(), innovation.status(), wait.status(), predict.status(), code.status(),
         echo.status(), latent.status()}) {
     if (!st.ok()) return st;
   }
@@ -76,6 +77,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   p.ae_optimizer = *opt;
   p.ae_lr = *lr;
   p.innovation = *innovation;
+  p.ae_wait = *wait == 1;
   auto codec = *latent ? codecs::DefaultRegistry().Create(**latent)
                        : codecs::MakeCodec("qsgd(bits=8,bucket=64)");
   if (!codec.ok()) return codec.status();

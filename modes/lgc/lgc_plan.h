@@ -1,7 +1,7 @@
 // An LGC job's codec spec and its stages (docs/lgc.md):
 //
 //   lgc(ratio=0.05, bits=2, ramp=0, zstd=1, train=0, ae_steps=20, ae_optimizer=adam,
-//       ae_lr=0.001, latent=qsgd(bits=8,bucket=64), innovation=0.01)
+//       ae_lr=0.001, latent=qsgd(bits=8,bucket=64), innovation=0.01, ae_wait=0)
 //
 // One protocol, two-phase rounds with exact error feedback. The round's leader sends
 // first, on a support it picks from this round's update (its top-k by magnitude); the
@@ -18,9 +18,11 @@
 // the first N rounds send on a wider support, 2^N x ratio, then 2^(N-1) x ratio, ...
 //
 // Stage 3, the autoencoder (autoencoder.h), only with train=N > 0: the autoencoder trains
-// at the coordinator on the first N rounds' rebuilds (`ae_steps` steps a round, over the
-// batches of the last 8 rounds), read in the order of the leader's decoded values. From
-// then on the leader sends its support in value order with the latent of its values
+// at the coordinator, on a thread of its own, on the first N rounds' rebuilds (`ae_steps`
+// steps a round's batch, over the batches of the last 8 rounds), read in the order of the
+// leader's decoded values. The first round after those N that finds the training done
+// opens stage 3 (the switch, kept in the LGC state before any client hears of it; with
+// ae_wait=1 round N + 1 waits for the training instead). From then on the leader sends its support in value order with the latent of its values
 // (`latent`: a dense codec of the codec library), each follower decodes it with its own
 // decoder (blob "lgc-decoder") into a prediction p of its values v and sends the
 // least-squares gain g = <v, p> / |p|^2 and the k * innovation largest entries of v - g p.
@@ -51,6 +53,10 @@ struct LgcPlan {
   double ae_lr = 1e-3;
   std::string latent = "qsgd/1(bits=8,bucket=64,norm=l2,elias=0)";  // canonical spec
   double innovation = 0.01;
+  // The autoencoder trains on a thread of its own, and the first round after the training
+  // rounds that finds it done codes with it. ae_wait=1: that first round waits for it (a
+  // switch on a known round, for runs that must repeat; the training rounds never wait).
+  bool ae_wait = false;
 
   bool autoencoder() const { return train_rounds > 0; }
 
@@ -73,11 +79,17 @@ enum class LgcStage : uint32_t {
   kAutoencoder = 3,  // the autoencoder's latent and corrections (train > 0)
 };
 
-// Stage of `round` (from 1) with `warmup` warm-up rounds (kAutoencoder only with train > 0).
-inline LgcStage StageOf(const LgcPlan& plan, uint64_t round, uint64_t warmup) {
+// Stage of `round` (from 1) with `warmup` warm-up rounds, stage 3 from `switch_round` on
+// (0: not yet; it is never below the first round past the training rounds).
+inline LgcStage StageOf(const LgcPlan& plan, uint64_t round, uint64_t warmup,
+                        uint64_t switch_round) {
   if (round <= warmup) return LgcStage::kWarmUp;
-  return !plan.autoencoder() || round <= warmup + plan.train_rounds ? LgcStage::kCells
-                                                                    : LgcStage::kAutoencoder;
+  return plan.autoencoder() && switch_round != 0 && round >= switch_round ? LgcStage::kAutoencoder
+                                                                          : LgcStage::kCells;
+}
+// Whether `round`'s rebuilds train the autoencoder: the first train=N LGC rounds.
+inline bool TrainsAutoencoder(const LgcPlan& plan, uint64_t round, uint64_t warmup) {
+  return plan.autoencoder() && round > warmup && round <= warmup + plan.train_rounds;
 }
 
 // Frame specs of LGC payloads (the frame's range is the whole model). Stage 2 (lgc_codes.h):

@@ -1,5 +1,6 @@
 // LGC aggregator state file (see lgc_state.h): u32 magic 'FLGS', u32 version, u64 round,
-// then version 4: the message pb::LgcState (lgc_state.proto, core/state_message.h);
+// then versions 5 and 4: the message pb::LgcState (lgc_state.proto, core/state_message.h;
+// 4 was written before switch_round);
 // version 3: u64 steps, str autoencoder, u32 n and n x (str client, u64 the last round it
 // led); version 2: u64 steps, str support, str autoencoder, u32 n and n x (str client, u64
 // round, str echo); version 1: u64 steps, str support, str autoencoder. CRC32C at the end
@@ -15,7 +16,7 @@ namespace fedlgc::modes {
 namespace {
 
 constexpr uint32_t kMagic = 0x53474C46;  // "FLGS"
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 5;
 constexpr std::string_view kPrefix = "lgc";
 
 // Versions 1 to 3, read field by field.
@@ -53,6 +54,7 @@ absl::Status SaveLgcState(const std::string& state_dir, uint64_t round, const Lg
   m.set_ae_steps(s.ae_steps);
   m.set_autoencoder(s.autoencoder);
   for (const auto& [client, r] : s.led) (*m.mutable_led())[client] = r;
+  m.set_switch_round(s.switch_round);
   return core::SaveRoundMessage(state_dir, kPrefix, round, kMagic, kVersion, m);
 }
 
@@ -74,7 +76,10 @@ absl::StatusOr<LgcState> LoadLgcState(const std::string& state_dir, uint64_t rou
     s.ae_steps = m.ae_steps();
     s.autoencoder = m.autoencoder();
     for (const auto& [client, r] : m.led()) s.led[client] = r;
+    s.switch_round = m.switch_round();
   }
+  // Saved at the latest just before the switch round opened.
+  if (s.switch_round > round + 1) return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   for (const auto& [client, led] : s.led) {
     if (led > round) return absl::DataLossError(StrCat(path, ": malformed LGC state"));
   }

@@ -1,5 +1,5 @@
 // What the LGC aggregator must not lose across a restart, in <state_dir>/lgc-<round>.bin
-// beside the round's checkpoint: its autoencoder and who led when.
+// beside the round's checkpoint: its autoencoder, who led when, and when stage 3 began.
 #ifndef FEDLGC_MODES_LGC_LGC_STATE_H_
 #define FEDLGC_MODES_LGC_LGC_STATE_H_
 
@@ -15,6 +15,7 @@ struct LgcState {
   uint64_t ae_steps = 0;                // the autoencoder's training steps so far
   std::string autoencoder;              // Autoencoder::Serialize(); empty without one
   std::map<std::string, uint64_t> led;  // the last LGC round each client led
+  uint64_t switch_round = 0;            // the first stage-3 round; 0: not yet
 
   bool operator==(const LgcState&) const = default;
 };

@@ -1,7 +1,9 @@
 // LGC over the real service (mTLS, processes): the compact codes run from the first round
 // across a coordinator SIGKILL with bit-exact rebuilds; a job with the autoencoder passes
 // through its three stages (warm-up, compact codes that train it, the autoencoder's
-// latent), also when the coordinator is SIGKILLed during training; followers wait for the
+// latent), also when the coordinator is SIGKILLed during training, and switches to the
+// autoencoder when its trainer, off the round loop, is done, across a SIGKILL after the
+// switch; followers wait for the
 // leader's payload, also across a follower killed while it waits; and a round whose
 // leader vanishes completes under a promoted one, in either stage.
 #include <signal.h>
@@ -51,7 +53,7 @@ std::vector<std::string> CoordinatorArgs(const coordinator::CoordinatorOptions& 
                                    "--min-clients=" + std::to_string(min_clients),
                                    "--test-data=" + o.test_data,
                                    "--codec-warmup=fp32",
-                                   "--codec=lgc(ratio=0.01,train=3,ae_steps=5)",
+                                   "--codec=lgc(ratio=0.01,train=3,ae_steps=5,ae_wait=1)",
                                    "--local-steps=20",
                                    "--round-timeout=60",
                                    "--tls-ca=" + o.tls_ca,
@@ -142,8 +144,10 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   EXPECT_LT(stage1, 1.01);
   EXPECT_GT(stage2, 50);
   EXPECT_GT(stage3, 50);
-  // The autoencoder trained in stage 2 (its loss reported), not in stage 3.
-  EXPECT_GE(lines[3].Figure("ae_reconstruction", -1), 0);
+  // The autoencoder trained beside stage 2 (with ae_wait=1 round 5 waited for it), and
+  // reported where it stood in every stage-2 round, not in stage 3.
+  for (size_t i : {1, 2, 3}) EXPECT_GE(lines[i].Figure("ae_backlog", -1), 0) << i + 1;
+  EXPECT_LT(lines[5].Figure("ae_backlog", -1), 0);
   EXPECT_LT(lines[5].Figure("ae_reconstruction", -1), 0);
   // The model still learns the synthetic task through the compressed rounds.
   EXPECT_GT(lines.back().accuracy, 0.8);
@@ -160,6 +164,61 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   EXPECT_FALSE(std::filesystem::exists(o.state_dir + "/lgc-4.bin"));
 }
 
+TEST(Lgc, TheAutoencoderTrainsBesideTheRoundsAndItsSwitchSurvivesACoordinatorKill) {
+  // train=2 without ae_wait: the two training rounds hand their batches (8 steps each) to
+  // the coordinator's trainer and go on, the rounds after them keep the compact codes
+  // until it is done, and the first round that finds it done codes with the autoencoder.
+  // The coordinator is SIGKILLed once that round committed: the restarted one resumes in
+  // stage 3 with the same encoder (every rebuild exact), without switching again.
+  const int n = 3;
+  const std::string dir = FreshDir("lgc_off_loop");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = CoordinatorDefaults(dir, certs);
+  o.rounds = 30;
+  const int port = FreePort();
+  auto argv = CoordinatorArgs(o, port, n, "--codec=lgc(ratio=0.01,train=2,ae_steps=8)");
+  argv.push_back("--codec-warmup=");  // no warm-up round
+  argv.push_back("--ae-nice=0");      // beside other tests: not starved of CPU
+  auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rounds = ReadRoundLog(o.state_dir + "/rounds.jsonl");
+        return rounds.ok() && !rounds->empty() && rounds->back().Figure("lgc_stage") == 3;
+      },
+      seconds(150)))
+      << "no round coded with the autoencoder";
+  first->Kill(SIGKILL);
+  EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
+  ChildProcess second(argv, dir + "/coordinator.log");
+  EXPECT_EQ(second.Wait(seconds(180)), 0) << "restarted coordinator did not finish";
+  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish";
+
+  const auto lines = ReadRounds(o.state_dir);
+  ASSERT_EQ(lines.size(), 30u);
+  size_t switched = 0;  // the first stage-3 round
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const double stage = lines[i].Figure("lgc_stage");
+    if (stage == 3 && switched == 0) switched = i + 1;
+    EXPECT_EQ(stage, switched != 0 ? 3 : 2) << "round " << i + 1;
+    EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
+    EXPECT_EQ(lines[i].Figure("lgc_rebuild_mismatches", -1), 0) << "round " << i + 1;
+  }
+  // Round 3 opened as soon as round 2 committed, with 8 steps or more to go: the cells.
+  EXPECT_GE(switched, 4u);
+  EXPECT_LT(switched, 30u);
+  // Round 2's line: the trainer had round 2's batch (and maybe round 1's) still to train.
+  EXPECT_GE(lines[1].Figure("ae_backlog", -1), 1);
+  auto log = fedlgc::ReadFileIfExists(dir + "/coordinator.log");
+  ASSERT_TRUE(log.ok() && log->has_value());
+  const std::string said = "the autoencoder codes from round " + std::to_string(switched);
+  EXPECT_NE((*log)->find(said), std::string::npos) << said;
+  EXPECT_EQ((*log)->find("the autoencoder codes from round", (*log)->find(said) + 1),
+            std::string::npos)
+      << "the restarted coordinator switched again";
+}
+
 TEST(Lgc, AutoencoderRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
   // Stage 3: followers wait for the leader's support and latent, predict their values
   // from it with their own decoders and send gain + innovation; each keeps its miss
@@ -173,7 +232,7 @@ TEST(Lgc, AutoencoderRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
   o.rounds = 8;  // 1 warm-up, 3 training, 4 compressed
   const int port = FreePort();
   auto argv = CoordinatorArgs(
-      o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1)");
+      o, port, n, "--codec=lgc(ratio=0.01,train=3,ae_steps=5,innovation=0.1,ae_wait=1)");
   argv.push_back("--lgc-leader=client-0");
   ChildProcess coord(argv, dir + "/coordinator.log");
   std::unique_ptr<sim::FaultProxy> proxy;
@@ -301,7 +360,7 @@ void PromotedLeaderRun(const std::string& name, const std::string& codec, int st
 // follower sends against the new leader's payload: its cells in stage 2, its latent in
 // stage 3.
 TEST(Lgc, AnAutoencoderRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {
-  PromotedLeaderRun("lgc_promote", "lgc(ratio=0.01,train=3,ae_steps=5)", 3);
+  PromotedLeaderRun("lgc_promote", "lgc(ratio=0.01,train=3,ae_steps=5,ae_wait=1)", 3);
 }
 
 TEST(Lgc, ACompactRoundWhoseLeaderVanishesCompletesUnderAPromotedLeader) {

@@ -83,12 +83,7 @@ absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
   }
   d->nice_ = nice;
   if (d->plan_.autoencoder()) {
-    {
-      absl::MutexLock ae_lock(&d->ae_mu_);
-      absl::MutexLock lock(&d->train_mu_);
-      d->snapshot_ = d->ae_->Serialize();
-      d->snapshot_steps_ = d->ae_steps_;
-    }
+    d->Snapshot();
     if (d->switch_round_ == 0) d->trainer_ = std::thread([p = d.get()] { p->TrainLoop(); });
   }
   return d;
@@ -104,18 +99,31 @@ void LgcAggregator::StopTrainer() {
   if (trainer_.joinable()) trainer_.join();
 }
 
+void LgcAggregator::Snapshot() {
+  std::string weights;
+  uint64_t steps;
+  {
+    absl::MutexLock ae_lock(&ae_mu_);
+    weights = ae_->Serialize();
+    steps = ae_steps_;
+  }
+  absl::MutexLock lock(&train_mu_);
+  snapshot_ = std::move(weights);
+  snapshot_steps_ = steps;
+}
+
 void LgcAggregator::AwaitTraining() const {
   absl::MutexLock lock(&train_mu_);
   train_mu_.Await(absl::Condition(
       +[](const LgcAggregator* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->train_mu_) {
-        return (a->pending_.empty() && !a->busy_) || !a->train_status_.ok() || a->stop_;
+        return a->IdleLocked() || !a->train_status_.ok() || a->stop_;
       },
       this));
 }
 
 bool LgcAggregator::TrainingDone() const {
   absl::MutexLock lock(&train_mu_);
-  return pending_.empty() && !busy_;
+  return IdleLocked();
 }
 
 absl::StatusOr<LgcStage> LgcAggregator::BeginRound(uint64_t round) {
@@ -128,15 +136,10 @@ absl::StatusOr<LgcStage> LgcAggregator::BeginRound(uint64_t round) {
   {
     absl::MutexLock lock(&train_mu_);
     if (!train_status_.ok()) return train_status_;
-    if (!pending_.empty() || busy_) return stage;  // still training: the cells again
+    if (!IdleLocked()) return stage;  // still training: the cells again
   }
   StopTrainer();
-  {
-    absl::MutexLock ae_lock(&ae_mu_);
-    absl::MutexLock lock(&train_mu_);
-    snapshot_ = ae_->Serialize();
-    snapshot_steps_ = ae_steps_;
-  }
+  Snapshot();
   switch_round_ = round;
   // Before any client hears of it: a coordinator killed from here on resumes with the
   // switch and these weights.
@@ -416,17 +419,11 @@ absl::Status LgcAggregator::TrainBatch(uint64_t round, std::vector<autoencoder::
     if (!losses.ok()) return losses.status();
     if (s == 0) first = *losses;  // on this round's batch before training on it
   }
-  std::string weights;
-  {
-    absl::MutexLock ae_lock(&ae_mu_);
-    weights = ae_->Serialize();
-  }
+  Snapshot();
   absl::MutexLock lock(&train_mu_);
   last_reconstruction_ = first.reconstruction;
   last_similarity_ = first.similarity;
   last_trained_round_ = round;
-  snapshot_ = std::move(weights);
-  snapshot_steps_ = ae_steps_;
   return absl::OkStatus();
 }
 
@@ -478,8 +475,8 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
   if (d.items.size() >= 2) {
     out.values_cosine = ValuesCosine(d.items);
     // The autoencoder reads supports of the plan's k (not the ramp's wider ones).
-    if (lgc::TrainsAutoencoder(plan_, round, warmup_) && switch_round_ == 0 &&
-        d.items.front().v.size() == k_) {
+    // (No switch falls within the training rounds.)
+    if (lgc::TrainsAutoencoder(plan_, round, warmup_) && d.items.front().v.size() == k_) {
       Enqueue(round, d.items);
     }
   }

@@ -191,6 +191,11 @@ class LgcAggregator {
   absl::Status TrainBatch(uint64_t round, std::vector<autoencoder::Sample> batch);
   // Stops the trainer's thread (after the step it is in).
   void StopTrainer();
+  // Copies the weights and the step count for Save (each under its own lock).
+  void Snapshot();
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(train_mu_) {
+    return pending_.empty() && !busy_;
+  }
 
   const lgc::LgcPlan plan_;
   const uint64_t warmup_, dim_, k_;

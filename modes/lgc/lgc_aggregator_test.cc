@@ -71,9 +71,10 @@ LgcAggregator::Outcome CellsRound(LgcAggregator& lgc, const std::string& spec, u
   lgc::BitCorrection c = lgc::CorrectBits(lgc::Gather(u1, support), sent, 2);
   c.reference = lgc::ReferenceOf(support, sent);
   std::map<std::string, PayloadCollector::Payload> p;
-  p["c0"] = {std::string(lgc::kLeaderCellsSpec), lgc::PackBody(plan, leader).value(), 1};
+  p["c0"] = {std::string(lgc::kLeaderCellsSpec),
+             lgc::PackLeaderCells(plan, leader, support, kDim).value(), 1};
   p["c1"] = {std::string(lgc::kBitCorrectionSpec),
-             lgc::PackBody(plan, lgc::EncodeBitCorrection(c).value()).value(), 3};
+             lgc::PackBitCorrection(plan, lgc::EncodeBitCorrection(c).value(), c).value(), 3};
   for (const auto& [id, payload] : p) {
     EXPECT_TRUE(lgc.Validate(round, payload.spec, View(payload.body)).ok()) << id;
   }
@@ -288,7 +289,7 @@ TEST(LgcAggregator, TrainingRunsOffTheRoundLoopAndTheSwitchSurvivesARestart) {
 // correction against another leader payload or in another width does not count.
 TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
   const std::string dir = TempDir("cells");
-  auto plan = lgc::ParseLgcSpec("lgc(ratio=0.05,bits=2,zstd=0)");
+  auto plan = lgc::ParseLgcSpec("lgc(ratio=0.05,bits=2,entropy=0,zstd=0)");
   ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
   auto zero_warmup = LgcAggregator::Create(**plan, 0, kDim, dir, 0, 1, "cpu");
   ASSERT_TRUE(zero_warmup.ok()) << zero_warmup.status();
@@ -349,7 +350,7 @@ TEST(LgcAggregator, ACellsRoundCountsTheLeadersCellsAndEachFollowersRebuild) {
 // ramp=2: rounds 1 and 2 send on 4x and 2x the plan's support, round 3 on it; a ramped
 // round takes only its own size, and aggregates like any other.
 TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
-  auto plan = lgc::ParseLgcSpec("lgc(ratio=0.02,ramp=2,zstd=0)");
+  auto plan = lgc::ParseLgcSpec("lgc(ratio=0.02,ramp=2,entropy=0,zstd=0)");
   ASSERT_TRUE(plan.ok() && plan->has_value()) << plan.status();
   EXPECT_EQ((*plan)->SupportSizeAt(kDim, 1), 164u);  // ceil(0.08 x 2048)
   EXPECT_EQ((*plan)->SupportSizeAt(kDim, 2), 82u);
@@ -392,23 +393,34 @@ TEST(LgcAggregator, TheRampWidensTheFirstRoundsSupports) {
   }
 }
 
-// zstd=1, the default: each body travels packed, decodes to exactly what zstd=0 gives,
-// and a body that is not packed, or would inflate beyond the largest body of its kind, is
-// refused before it is inflated.
+// entropy=1 (the default) and zstd=1: each body travels in its packed form and counts
+// exactly as the unpacked one; a body in another form, cut short, or a zstd frame that
+// would inflate beyond the largest body of its kind is refused, the last before inflating.
 TEST(LgcAggregator, PackedBodiesCountAsTheirCodesAndBombsAreRefused) {
   const std::vector<float> u0 = Gaussian(kDim, 31), u1 = Gaussian(kDim, 32);
-  auto packed = Make("lgc(ratio=0.05)", TempDir("zstd1"));
-  auto plain = Make("lgc(ratio=0.05,zstd=0)", TempDir("zstd0"));
-  ASSERT_TRUE(packed && plain);
-  const LgcAggregator::Outcome a = CellsRound(*packed, "lgc(ratio=0.05)", 1, u0, u1);
-  const LgcAggregator::Outcome b = CellsRound(*plain, "lgc(ratio=0.05,zstd=0)", 1, u0, u1);
+  const std::string entropy_spec = "lgc(ratio=0.05)", zstd_spec = "lgc(ratio=0.05,entropy=0)",
+                    plain_spec = "lgc(ratio=0.05,entropy=0,zstd=0)";
+  auto entropy = Make(entropy_spec, TempDir("entropy1"));
+  auto packed = Make(zstd_spec, TempDir("zstd1"));
+  auto plain = Make(plain_spec, TempDir("zstd0"));
+  ASSERT_TRUE(entropy && packed && plain);
+  const LgcAggregator::Outcome a = CellsRound(*packed, zstd_spec, 1, u0, u1);
+  const LgcAggregator::Outcome b = CellsRound(*plain, plain_spec, 1, u0, u1);
+  const LgcAggregator::Outcome e = CellsRound(*entropy, entropy_spec, 1, u0, u1);
   EXPECT_EQ(a.delta, b.delta);
+  EXPECT_EQ(e.delta, b.delta);
   const size_t k = packed->k();
   const std::vector<uint32_t> support = lgc::SelectSupportSet(u0, k);
   const std::string raw = lgc::EncodeLeaderCells(support, lgc::Gather(u0, support), kDim, nullptr);
+  const std::string zstd = codecs::ZstdPack(View(raw), 3).value();
   EXPECT_FALSE(packed->Validate(1, lgc::kLeaderCellsSpec, View(raw)).ok());
+  EXPECT_FALSE(plain->Validate(1, lgc::kLeaderCellsSpec, View(zstd)).ok());
+  const lgc::LgcPlan plan = lgc::ParseLgcSpec(entropy_spec).value().value();
+  const std::string coded = lgc::PackLeaderCells(plan, raw, support, kDim).value();
+  EXPECT_LE(coded.size(), raw.size() + 1);
+  EXPECT_TRUE(entropy->Validate(1, lgc::kLeaderCellsSpec, View(coded)).ok());
   EXPECT_FALSE(
-      plain->Validate(1, lgc::kLeaderCellsSpec, View(codecs::ZstdPack(View(raw), 3).value())).ok());
+      entropy->Validate(1, lgc::kLeaderCellsSpec, View(coded.substr(0, coded.size() / 2))).ok());
   // 1 MB of zeros packs into a few hundred bytes: refused from its declared size.
   const std::string bomb = codecs::ZstdPack(View(std::string(1 << 20, '\0')), 3).value();
   ASSERT_LT(bomb.size(), 1000u);
@@ -416,6 +428,7 @@ TEST(LgcAggregator, PackedBodiesCountAsTheirCodesAndBombsAreRefused) {
   EXPECT_EQ(codecs::InputErrorOf(st), codecs::InputError::kMalformed) << st;
   EXPECT_NE(std::string(st.message()).find("inflates to 1048576"), std::string::npos) << st;
   EXPECT_FALSE(packed->Validate(1, lgc::kBitCorrectionSpec, View(bomb)).ok());
+  EXPECT_FALSE(entropy->Validate(1, lgc::kBitCorrectionSpec, View(bomb)).ok());
 }
 
 // The states of the protocols before this one (version 1: steps, a support, the

@@ -234,7 +234,7 @@ absl::Status LgcClient::OnLatent(const protos::LgcLatent& latent) {
     lgc::BitCorrection c = lgc::CorrectBits(v, *z, plan_->bits);
     c.reference = reference;
     auto encoded = lgc::EncodeBitCorrection(c);
-    if (encoded.ok()) encoded = lgc::PackBody(*plan_, std::move(encoded).value());
+    if (encoded.ok()) encoded = lgc::PackBitCorrection(*plan_, std::move(encoded).value(), c);
     if (!encoded.ok()) return encoded.status();
     spec = lgc::kBitCorrectionSpec;
     body = std::move(encoded).value();
@@ -376,7 +376,7 @@ absl::StatusOr<std::string> LgcClient::LeaderBody(uint64_t round, uint64_t encod
     std::string body = lgc::EncodeLeaderCells(f->support, v, env_.dim(), &sent);
     LogMiss(round, v, sent, true);
     f->values = std::move(sent);
-    return lgc::PackBody(*plan_, std::move(body));
+    return lgc::PackLeaderCells(*plan_, std::move(body), f->support, env_.dim());
   }
   // Stage 3: the support in value order and the latent of the values on it.
   lgc::LeaderPayload lp;

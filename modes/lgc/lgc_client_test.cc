@@ -23,7 +23,7 @@ protos::RoundStart Start(uint64_t round, protos::LgcStage stage, bool leader) {
   protos::RoundStart s;
   s.set_round(round);
   s.set_model_version(round - 1);
-  s.set_codec("lgc(ratio=0.05,zstd=0)");
+  s.set_codec("lgc(ratio=0.05,entropy=0,zstd=0)");
   s.set_seed(round);
   s.set_local_steps(1);
   s.set_deadline_unix_ms(edge_client::DeadlineInAMinute());

@@ -11,6 +11,7 @@
 #include "codecs/elias_fano.h"
 #include "codecs/input_error.h"
 #include "codecs/zstd_codec.h"
+#include "modes/lgc/lgc_entropy.h"
 #include "modes/lgc/lgc_payload.h"
 
 namespace fedlgc::lgc {
@@ -272,27 +273,155 @@ size_t BitCorrectionBytes(size_t k, int bits) {
          (k * static_cast<size_t>(bits) + 7) / 8;
 }
 
-absl::StatusOr<std::string> PackBody(const LgcPlan& plan, std::string body) {
-  if (!plan.zstd) return body;
-  return codecs::ZstdPack({reinterpret_cast<const uint8_t*>(body.data()), body.size()}, 3);
+namespace {
+
+constexpr uint8_t kRawForm = 0, kZstdForm = 1, kEntropyForm = 2;
+// The bytes of a correction before its codes: reference, gain, bits, CRC, the steps.
+size_t CorrectionHeadBytes(size_t k) {
+  return 3 * sizeof(uint32_t) + 1 + sizeof(float) * ((k + kGroup - 1) / kGroup);
+}
+constexpr size_t kLeaderHeadBytes = sizeof(uint32_t);
+constexpr size_t kMeanBytes = kCells * sizeof(float);
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-namespace {
-// The body itself (zstd=0) or unpacked into *held.
+// A byte 2 and `form`, or a byte 0 and the body when that is no longer.
+std::string Shorter(std::string body, const std::string& form) {
+  std::string out;
+  if (form.size() < body.size()) {
+    out.reserve(form.size() + 1);
+    out.push_back(static_cast<char>(kEntropyForm));
+    out += form;
+  } else {
+    out.reserve(body.size() + 1);
+    out.push_back(static_cast<char>(kRawForm));
+    out += body;
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Zstd(const LgcPlan& plan, std::string body) {
+  if (!plan.zstd) return body;
+  return codecs::ZstdPack(AsBytes(body), 3);
+}
+
+// The leader body of an entropy form: u32 k, the 8 means, the stream.
+absl::StatusOr<std::string> LeaderFromEntropy(std::span<const uint8_t> form, uint64_t dim,
+                                              size_t k) {
+  ByteReader r(form);
+  uint32_t n = 0;
+  std::span<const uint8_t> means, stream;
+  if (!r.Get(&n) || !r.Take(kMeanBytes, &means)) return Truncated("leader header");
+  if (n != k) {
+    return absl::InvalidArgumentError(
+        StrCat("lgc payload: a support of ", n, " indices, expected ", k));
+  }
+  r.Take(form.size() - kLeaderHeadBytes - kMeanBytes, &stream);
+  LeaderModels models = LeaderModels::Fresh();
+  auto sc = DecodeSupportAndCells(stream, k, dim, {}, &models);
+  if (!sc.ok()) return sc.status();
+  std::string body;
+  PutScalar<uint32_t>(&body, n);
+  codecs::EliasFanoEncode(sc->support, dim, &body);
+  body.append(reinterpret_cast<const char*>(means.data()), means.size());
+  const size_t first = body.size();
+  body.append((k + 1) / 2, '\0');
+  for (size_t j = 0; j < k; ++j) {
+    body[first + j / 2] = static_cast<char>(static_cast<uint8_t>(body[first + j / 2]) |
+                                            (j % 2 ? sc->codes[j] << 4 : sc->codes[j]));
+  }
+  return body;
+}
+
+// The correction body of an entropy form: the head as it is, then the stream of codes.
+absl::StatusOr<std::string> CorrectionFromEntropy(std::span<const uint8_t> form, size_t k) {
+  const size_t head = CorrectionHeadBytes(k);
+  if (form.size() < head) return Truncated("correction header");
+  const int bits = form[2 * sizeof(uint32_t)];
+  if (bits != 1 && bits != 2 && bits != 4) {
+    return absl::InvalidArgumentError(StrCat("lgc payload: ", bits, "-bit corrections"));
+  }
+  EntropyModel model = FreshCorrectionModel(bits);
+  auto codes = DecodeCorrectionCodes(form.subspan(head), k, bits, {}, &model);
+  if (!codes.ok()) return codes.status();
+  std::string body(reinterpret_cast<const char*>(form.data()), head);
+  codecs::BitWriter w(&body);
+  for (uint8_t code : *codes) w.Write(code, bits);
+  w.Flush();
+  return body;
+}
+
+// The body of a packed one: itself (both off), its zstd frame inflated within `cap`, or
+// its entropy form decoded by `from_entropy`; into *held unless it is the body itself.
+template <typename FromEntropy>
 absl::StatusOr<std::span<const uint8_t>> Unpack(const LgcPlan& plan, std::span<const uint8_t> body,
-                                                size_t cap, std::vector<uint8_t>* held) {
+                                                size_t cap, FromEntropy from_entropy,
+                                                std::vector<uint8_t>* held) {
+  if (plan.entropy) {
+    if (body.empty()) return Truncated("body");
+    if (body[0] == kRawForm) return body.subspan(1);
+    if (body[0] == kZstdForm) {
+      return absl::InvalidArgumentError(
+          "lgc payload: a zstd-packed body in a job of entropy=1 (a client of entropy=0?)");
+    }
+    if (body[0] != kEntropyForm) {
+      return absl::InvalidArgumentError(
+          StrCat("lgc payload: a body of form ", int(body[0]), " in a job of entropy=1"));
+    }
+    absl::StatusOr<std::string> raw = from_entropy(body.subspan(1));
+    if (!raw.ok()) return raw.status();
+    held->assign(raw->begin(), raw->end());
+    return std::span<const uint8_t>(*held);
+  }
   if (!plan.zstd) return body;
   auto unpacked = codecs::ZstdUnpack(body, cap);
   if (!unpacked.ok()) return unpacked.status();
   *held = std::move(unpacked).value();
   return std::span<const uint8_t>(*held);
 }
+
 }  // namespace
+
+absl::StatusOr<std::string> PackLeaderCells(const LgcPlan& plan, std::string body,
+                                            std::span<const uint32_t> support, uint64_t dim) {
+  if (!plan.entropy) return Zstd(plan, std::move(body));
+  const size_t k = support.size();
+  if (body.size() != LeaderCellsBytes(k, dim)) {
+    return absl::InvalidArgumentError("lgc: a leader body of another support");
+  }
+  const size_t at = kLeaderHeadBytes + codecs::EliasFanoBytes(k, dim);
+  std::vector<uint8_t> codes(k);
+  for (size_t j = 0; j < k; ++j) {
+    const auto b = static_cast<uint8_t>(body[at + kMeanBytes + j / 2]);
+    codes[j] = j % 2 ? b >> 4 : b & 0x0f;
+  }
+  LeaderModels models = LeaderModels::Fresh();
+  std::string form = body.substr(0, kLeaderHeadBytes) + body.substr(at, kMeanBytes);
+  form += EncodeSupportAndCells(support, codes, dim, {}, &models);
+  return Shorter(std::move(body), form);
+}
+
+absl::StatusOr<std::string> PackBitCorrection(const LgcPlan& plan, std::string body,
+                                              const BitCorrection& c) {
+  if (!plan.entropy) return Zstd(plan, std::move(body));
+  const size_t k = c.codes.size();
+  if (body.size() != BitCorrectionBytes(k, c.bits)) {
+    return absl::InvalidArgumentError("lgc: a correction body of another size");
+  }
+  EntropyModel model = FreshCorrectionModel(c.bits);
+  std::string form = body.substr(0, CorrectionHeadBytes(k));
+  form += EncodeCorrectionCodes(c.codes, c.bits, {}, &model);
+  return Shorter(std::move(body), form);
+}
 
 absl::StatusOr<LeaderCells> UnpackLeaderCells(const LgcPlan& plan, std::span<const uint8_t> body,
                                               uint64_t dim, size_t k) {
   std::vector<uint8_t> held;
-  auto raw = Unpack(plan, body, LeaderCellsBytes(k, dim), &held);
+  auto raw = Unpack(
+      plan, body, LeaderCellsBytes(k, dim),
+      [&](std::span<const uint8_t> form) { return LeaderFromEntropy(form, dim, k); }, &held);
   if (!raw.ok()) return raw.status();
   return DecodeLeaderCells(*raw, dim, k);
 }
@@ -300,7 +429,9 @@ absl::StatusOr<LeaderCells> UnpackLeaderCells(const LgcPlan& plan, std::span<con
 absl::StatusOr<BitCorrection> UnpackBitCorrection(const LgcPlan& plan,
                                                   std::span<const uint8_t> body, size_t k) {
   std::vector<uint8_t> held;
-  auto raw = Unpack(plan, body, BitCorrectionBytes(k, 4), &held);
+  auto raw = Unpack(
+      plan, body, BitCorrectionBytes(k, 4),
+      [&](std::span<const uint8_t> form) { return CorrectionFromEntropy(form, k); }, &held);
   if (!raw.ok()) return raw.status();
   return DecodeBitCorrection(*raw, k);
 }

@@ -79,10 +79,22 @@ absl::StatusOr<std::string> EncodeBitCorrection(const BitCorrection& c);
 // step, a negative step, truncated or trailing bytes.
 absl::StatusOr<BitCorrection> DecodeBitCorrection(std::span<const uint8_t> body, size_t k);
 
-// zstd=1 (lgc_plan.h): a leader or follower body packed with codecs::ZstdPack (level 3),
-// or `body` itself with zstd=0. Unpack refuses a packed body that would inflate beyond the
-// largest body of its kind (LeaderCellsBytes, BitCorrectionBytes), before inflating it.
-absl::StatusOr<std::string> PackBody(const LgcPlan& plan, std::string body);
+// How a stage-2 body travels (lgc_plan.h; docs/lgc.md "The lossless stage"). With
+// entropy=1 (the default): a byte 2 and the body's entropy form (lgc_entropy.h: the
+// leader's support as a context-coded bitmap and its cells, a follower's codes, under
+// probabilities each body learns as it goes; headers, means and steps as they are), or a
+// byte 0 and the body itself when that is shorter. With entropy=0 and zstd=1: a byte 0 and
+// the body, or a byte 1 and one Zstandard frame of it (codecs::ZstdPack, level 3). With
+// both 0: the body itself. Packing takes the body its encoder made and what it was made
+// of; unpacking gives the body back byte for byte before decoding it, so every check of
+// DecodeLeaderCells and DecodeBitCorrection still applies. A zstd frame that would inflate
+// beyond the largest body of its kind (LeaderCellsBytes, BitCorrectionBytes) is refused
+// before it is inflated; an entropy stream costs at most dim decisions (k x bits for a
+// correction), whatever its bytes.
+absl::StatusOr<std::string> PackLeaderCells(const LgcPlan& plan, std::string body,
+                                            std::span<const uint32_t> support, uint64_t dim);
+absl::StatusOr<std::string> PackBitCorrection(const LgcPlan& plan, std::string body,
+                                              const BitCorrection& c);
 absl::StatusOr<LeaderCells> UnpackLeaderCells(const LgcPlan& plan, std::span<const uint8_t> body,
                                               uint64_t dim, size_t k);
 absl::StatusOr<BitCorrection> UnpackBitCorrection(const LgcPlan& plan,

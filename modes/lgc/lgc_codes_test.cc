@@ -185,14 +185,15 @@ TEST(LgcCodes, HostileBodiesAreRefused) {
   EXPECT_FALSE(EncodeBitCorrection(three_bits).ok());
 }
 
-// zstd=1: a body packs and unpacks to itself, smaller on a real-sized update (the cell
-// codes and the Elias-Fano high bits are far from uniform); the largest bodies bound what
-// a packed one may inflate to; zstd=0 sends the bodies as they are.
+// entropy=0, zstd=1: a body packs and unpacks to itself, smaller on a real-sized update
+// (the cell codes and the Elias-Fano high bits are far from uniform); the largest bodies
+// bound what a packed one may inflate to; zstd=0 sends the bodies as they are.
 TEST(LgcCodes, PackedBodiesUnpackToThemselvesWithinTheirLargestSize) {
   const uint64_t dim = 215370;
   const std::vector<float> u = Gaussian(dim, 41, 0.01f), w = Gaussian(dim, 42, 0.01f);
   const size_t k = 6462;
   LgcPlan packed, plain;
+  packed.entropy = plain.entropy = false;
   plain.zstd = false;
   const std::vector<uint32_t> support = SelectSupportSet(u, k);
   std::vector<float> sent;
@@ -201,9 +202,9 @@ TEST(LgcCodes, PackedBodiesUnpackToThemselvesWithinTheirLargestSize) {
   BitCorrection c = CorrectBits(Gather(w, support), sent, 2);
   const std::string follower = EncodeBitCorrection(c).value();
   EXPECT_EQ(follower.size(), BitCorrectionBytes(k, 2));
-  EXPECT_EQ(PackBody(plain, leader).value(), leader);
-  const std::string pl = PackBody(packed, leader).value();
-  const std::string pf = PackBody(packed, follower).value();
+  EXPECT_EQ(PackLeaderCells(plain, leader, support, dim).value(), leader);
+  const std::string pl = PackLeaderCells(packed, leader, support, dim).value();
+  const std::string pf = PackBitCorrection(packed, follower, c).value();
   EXPECT_LT(pl.size(), leader.size());
   auto lc = UnpackLeaderCells(packed, Bytes(pl), dim, k);
   ASSERT_TRUE(lc.ok()) << lc.status();
@@ -230,6 +231,64 @@ TEST(LgcCodes, PackedBodiesUnpackToThemselvesWithinTheirLargestSize) {
     auto r = UnpackBitCorrection(packed, Bytes(m), k);
     if (r.ok()) {
       EXPECT_EQ(r->codes.size(), k);
+    }
+  }
+}
+
+// entropy=1, the default: a body's entropy form unpacks to the body byte for byte, is
+// smaller than its zstd frame, and falls back to the body itself when that is shorter; a
+// form the plan does not take, a cut stream or flipped bytes are refused or decode to a
+// well-formed body, never a crash.
+TEST(LgcCodes, EntropyCodedBodiesUnpackToThemselvesAndAreSmallerThanZstd) {
+  const uint64_t dim = 215370;
+  const std::vector<float> u = Gaussian(dim, 51, 0.01f), w = Gaussian(dim, 52, 0.01f);
+  const size_t k = 6462;
+  LgcPlan entropy, zstd;
+  zstd.entropy = false;
+  const std::vector<uint32_t> support = SelectSupportSet(u, k);
+  std::vector<float> sent;
+  const std::string leader = EncodeLeaderCells(support, Gather(u, support), dim, &sent);
+  for (int bits : {1, 2, 4}) {
+    BitCorrection c = CorrectBits(Gather(w, support), sent, bits);
+    const std::string follower = EncodeBitCorrection(c).value();
+    const std::string ef = PackBitCorrection(entropy, follower, c).value();
+    auto bc = UnpackBitCorrection(entropy, Bytes(ef), k);
+    ASSERT_TRUE(bc.ok()) << bc.status();
+    EXPECT_EQ(EncodeBitCorrection(*bc).value(), follower) << bits;
+    EXPECT_LE(ef.size(), follower.size() + 1) << bits;
+  }
+  const std::string el = PackLeaderCells(entropy, leader, support, dim).value();
+  const std::string zl = PackLeaderCells(zstd, leader, support, dim).value();
+  ASSERT_EQ(el[0], '\x02');
+  EXPECT_LT(el.size(), zl.size());
+  auto lc = UnpackLeaderCells(entropy, Bytes(el), dim, k);
+  ASSERT_TRUE(lc.ok()) << lc.status();
+  EXPECT_EQ(lc->support, support);
+  EXPECT_EQ(0, std::memcmp(lc->values.data(), sent.data(), k * sizeof(float)));
+  // A tiny support: the body itself is shorter than any stream, and goes as it is.
+  const std::vector<uint32_t> one = {7};
+  const std::vector<float> seven = {u[7]};
+  const std::string tiny = EncodeLeaderCells(one, seven, dim, nullptr);
+  const std::string et = PackLeaderCells(entropy, tiny, one, dim).value();
+  EXPECT_EQ(et, std::string(1, '\0') + tiny);
+  EXPECT_TRUE(UnpackLeaderCells(entropy, Bytes(et), dim, 1).ok());
+  // Refused: zstd's form, the empty body, cut streams, another support size.
+  ASSERT_EQ(zl[0], '\x01');
+  EXPECT_TRUE(Refused(UnpackLeaderCells(entropy, Bytes(zl), dim, k)));
+  EXPECT_TRUE(Refused(UnpackLeaderCells(entropy, Bytes(""), dim, k)));
+  for (size_t n : {size_t{1}, size_t{20}, el.size() / 2, el.size() - 6, el.size() - 1}) {
+    EXPECT_TRUE(Refused(UnpackLeaderCells(entropy, Bytes(el.substr(0, n)), dim, k))) << n;
+  }
+  EXPECT_TRUE(Refused(UnpackLeaderCells(entropy, Bytes(el), dim, k + 1)));
+  std::mt19937_64 rng(53);
+  for (int t = 0; t < 200; ++t) {
+    std::string m = el;
+    m[1 + rng() % (m.size() - 1)] ^= static_cast<char>(1 + rng() % 255);
+    auto r = UnpackLeaderCells(entropy, Bytes(m), dim, k);
+    if (r.ok()) {
+      ASSERT_EQ(r->support.size(), k);
+      for (size_t j = 1; j < k; ++j) ASSERT_LT(r->support[j - 1], r->support[j]);
+      ASSERT_LT(r->support.back(), dim);
     }
   }
 }

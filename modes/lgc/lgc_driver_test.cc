@@ -33,7 +33,7 @@ struct Job {
   std::unique_ptr<LoopbackHost> host;
 
   explicit Job(const std::string& leader) {
-    plan.codec = "lgc(ratio=0.05,zstd=0)";
+    plan.codec = "lgc(ratio=0.05,entropy=0,zstd=0)";
     plan.warmup_codecs = {"topk(ratio=0.05)"};
     plan.local_steps = 1;
     host = std::make_unique<LoopbackHost>(plan, layout);

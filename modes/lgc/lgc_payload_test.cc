@@ -326,6 +326,7 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_EQ((*d)->ratio, 0.05);
   EXPECT_EQ((*d)->bits, 2);
   EXPECT_EQ((*d)->ramp, 0u);
+  EXPECT_TRUE((*d)->entropy);
   EXPECT_TRUE((*d)->zstd);
   EXPECT_EQ((*d)->train_rounds, 0u);
   EXPECT_FALSE((*d)->autoencoder());
@@ -336,12 +337,13 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   EXPECT_FALSE((*d)->ae_wait);
   EXPECT_EQ((*d)->SupportSize(215370), 10769u);
   auto p = ParseLgcSpec(
-      "lgc(ratio=0.05,bits=4,ramp=2,zstd=0,innovation=0.02,train=6,ae_steps=3,"
+      "lgc(ratio=0.05,bits=4,ramp=2,entropy=0,zstd=0,innovation=0.02,train=6,ae_steps=3,"
       "ae_optimizer=sgd,ae_lr=0.01,latent=qsgd(bits=4,bucket=64),ae_wait=1)");
   ASSERT_TRUE(p.ok() && p->has_value()) << p.status();
   EXPECT_EQ((*p)->ratio, 0.05);
   EXPECT_EQ((*p)->bits, 4);
   EXPECT_EQ((*p)->ramp, 2u);
+  EXPECT_FALSE((*p)->entropy);
   EXPECT_FALSE((*p)->zstd);
   EXPECT_EQ((*p)->innovation, 0.02);
   EXPECT_EQ((*p)->train_rounds, 6u);
@@ -366,7 +368,7 @@ TEST(LgcPlan, SpecFieldsDefaultsAndRefusals) {
   }
   for (const char* bad :
        {"lgc(predict=2)", "lgc(ratio=0)", "lgc(ratio=2)", "lgc(bits=3)", "lgc(bits=8)",
-        "lgc(zstd=2)", "lgc(ae_wait=2)", "lgc(ramp=21)", "lgc(train=-1)", "lgc(train=2,ramp=2)",
+        "lgc(zstd=2)", "lgc(entropy=2)", "lgc(ae_wait=2)", "lgc(ramp=21)", "lgc(train=-1)", "lgc(train=2,ramp=2)",
         "lgc(ae_optimizer=rmsprop)", "lgc(latent=topk(ratio=0.1))", "lgc(colour=red)"}) {
     EXPECT_FALSE(ParseLgcSpec(bad).ok()) << bad;
   }

@@ -30,13 +30,14 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   if (!node.ok()) return node.status();
   if (node->name != "lgc") return std::optional<LgcPlan>();
   codecs::ParamReader params(
-      *node, {"ratio", "bits", "ramp", "zstd", "train", "ae_steps", "ae_optimizer", "ae_lr",
+      *node, {"ratio", "bits", "ramp", "entropy", "zstd", "train", "ae_steps", "ae_optimizer", "ae_lr",
               "latent", "innovation", "ae_wait", "predict", "code", "echo"});
   if (!params.status().ok()) return params.status();
   LgcPlan p;
   auto ratio = params.Real("ratio", p.ratio, 1e-6, 1.0);
   auto bits = params.Int("bits", p.bits, 1, 4);
   auto ramp = params.Int("ramp", 0, 0, 20);
+  auto entropy = params.Int("entropy", 1, 0, 1);
   auto zstd = params.Int("zstd", 1, 0, 1);
   auto train = params.Int("train", p.train_rounds, 0, 100000);
   auto steps = params.Int("ae_steps", p.ae_steps, 1, 10000);
@@ -52,7 +53,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   auto echo = params.Int("echo", 0, 0, 1);
   auto latent = params.Node("latent");
   for (const absl::Status& st :
-       {ratio.status(), bits.status(), ramp.status(), zstd.status(), train.status(), steps.status(),
+       {ratio.status(), bits.status(), ramp.status(), entropy.status(), zstd.status(), train.status(), steps.status(),
         opt.status(), lr.status(), innovation.status(), wait.status(), predict.status(), code.status(),
         echo.status(), latent.status()}) {
     if (!st.ok()) return st;
@@ -71,6 +72,7 @@ absl::StatusOr<std::optional<LgcPlan>> ParseLgcSpec(std::string_view spec) {
   p.ratio = *ratio;
   p.bits = static_cast<int>(*bits);
   p.ramp = static_cast<uint32_t>(*ramp);
+  p.entropy = *entropy == 1;
   p.zstd = *zstd == 1;
   p.train_rounds = static_cast<uint32_t>(*train);
   p.ae_steps = static_cast<uint32_t>(*steps);

@@ -1,7 +1,8 @@
 // An LGC job's codec spec and its stages (docs/lgc.md):
 //
-//   lgc(ratio=0.05, bits=2, ramp=0, zstd=1, train=0, ae_steps=20, ae_optimizer=adam,
-//       ae_lr=0.001, latent=qsgd(bits=8,bucket=64), innovation=0.01, ae_wait=0)
+//   lgc(ratio=0.05, bits=2, ramp=0, entropy=1, zstd=1, train=0, ae_steps=20,
+//       ae_optimizer=adam, ae_lr=0.001, latent=qsgd(bits=8,bucket=64), innovation=0.01,
+//       ae_wait=0)
 //
 // One protocol, two-phase rounds with exact error feedback. The round's leader sends
 // first, on a support it picks from this round's update (its top-k by magnitude); the
@@ -14,7 +15,8 @@
 // Stage 2, the compact codes (lgc_codes.h), from the first round: the leader sends its
 // support as a set and its values as sign and 3-bit log-magnitude cells, the followers
 // their gain against those and their miss in `bits` bits (1, 2 or 4) a value with a step
-// per 128. zstd=1 packs each body with Zstandard (codecs/zstd_codec.h ZstdPack). ramp=N:
+// per 128. entropy=1 range-codes each body under a learned entropy model (lgc_entropy.h);
+// with entropy=0, zstd=1 packs it with Zstandard (codecs/zstd_codec.h ZstdPack). ramp=N:
 // the first N rounds send on a wider support, 2^N x ratio, then 2^(N-1) x ratio, ...
 //
 // Stage 3, the autoencoder (autoencoder.h), only with train=N > 0: the autoencoder trains
@@ -46,7 +48,8 @@ struct LgcPlan {
   double ratio = 0.05;
   int bits = 2;
   uint32_t ramp = 0;          // the first `ramp` LGC rounds use 2^(ramp - r + 1) x ratio
-  bool zstd = true;           // the compact codes' bodies through ZstdPack
+  bool entropy = true;        // the compact codes' bodies range-coded (lgc_entropy.h)
+  bool zstd = true;           // with entropy=0: the bodies through ZstdPack
   uint32_t train_rounds = 0;  // 0: the autoencoder never codes (and does not train)
   uint32_t ae_steps = 20;
   std::string ae_optimizer = "adam";

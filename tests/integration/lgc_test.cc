@@ -274,7 +274,7 @@ TEST(Lgc, AutoencoderRoundsCountEveryClientAcrossAFollowerKilledWhileWaiting) {
 
 TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuilds) {
   // The default protocol: no warm-up, every round compressed (the first one on a support
-  // twice as wide: ramp=1), bodies packed with zstd; the coordinator is SIGKILLed after
+  // twice as wide: ramp=1), bodies range-coded (entropy=1); the coordinator is SIGKILLed after
   // round 2 and restarted; every client counts in every round and the coordinator rebuilds
   // each follower to the bit.
   const int n = 3;
@@ -301,7 +301,7 @@ TEST(Lgc, CompactCodesRunFromTheFirstRoundAcrossACoordinatorKillWithExactRebuild
   EXPECT_GT(ratio, 100);
   EXPECT_LT(ratio, 400);
   EXPECT_GT(lines[0].uplink_bytes, 1.5 * lines[3].uplink_bytes);
-  // The codes have fixed sizes; zstd moves them by a few percent at most.
+  // The codes have fixed sizes; their entropy coding moves them by a few percent at most.
   EXPECT_NEAR(double(lines[3].uplink_bytes) / lines[4].uplink_bytes, 1.0, 0.15);
   EXPECT_GT(lines.back().accuracy, 0.8);
   // Leaders keep their cells' miss, followers less than their values (every group's miss

@@ -33,16 +33,23 @@ constexpr size_t kLatent = 16;
 enum Kind : uint8_t {
   kLeader,
   kCorrection,
-  kLeaderCells,    // packed with zstd (the default plan)
-  kBitCorrection,  // packed with zstd
+  kLeaderCells,    // range-coded (the default plan, entropy=1)
+  kBitCorrection,  // range-coded
   kSupportBytes,
   kEnvelope,
+  kLeaderCellsZstd,    // packed with zstd (entropy=0)
+  kBitCorrectionZstd,  // packed with zstd
   kKinds
 };
 
-const LgcPlan& Plan() {
+const LgcPlan& Plan(bool entropy = true) {
   static const LgcPlan plan;
-  return plan;
+  static const LgcPlan zstd = [] {
+    LgcPlan p;
+    p.entropy = false;
+    return p;
+  }();
+  return entropy ? plan : zstd;
 }
 
 const fedlgc::codecs::DenseCodec& LatentCodec() {
@@ -62,6 +69,22 @@ void CheckFinite(std::span<const float> v) {
 void CheckSupport(std::span<const uint32_t> s) {
   std::set<uint32_t> seen;
   for (uint32_t i : s) Check(i < kDim && seen.insert(i).second);
+}
+
+void CheckCells(const absl::StatusOr<LeaderCells>& lc) {
+  if (!lc.ok()) return;
+  CheckSupport(lc->support);
+  Check(lc->values.size() == kSupport);
+  CheckFinite(lc->values);
+  for (size_t j = 1; j < lc->support.size(); ++j) Check(lc->support[j - 1] < lc->support[j]);
+}
+
+void CheckBits(const absl::StatusOr<BitCorrection>& c) {
+  if (!c.ok()) return;
+  Check(c->codes.size() == kSupport && c->correction.size() == kSupport);
+  Check(c->bits == 1 || c->bits == 2 || c->bits == 4);
+  Check(std::isfinite(c->gain));
+  CheckFinite(c->correction);
 }
 
 std::string Tagged(Kind k, const std::string& body) { return std::string(1, char(k)) + body; }
@@ -92,11 +115,16 @@ std::vector<std::string> FedlgcFuzzSeeds() {
   const std::vector<uint32_t> set = SelectSupportSet(u, kSupport);
   std::vector<float> sent;
   const std::string cells = EncodeLeaderCells(set, Gather(u, set), kDim, &sent);
-  seeds.push_back(Tagged(kLeaderCells, PackBody(Plan(), cells).value()));
   std::vector<float> w(kSupport);
   for (float& x : w) x = normal(rng);
   const BitCorrection bits = CorrectBits(w, sent, 2);
-  seeds.push_back(Tagged(kBitCorrection, PackBody(Plan(), EncodeBitCorrection(bits).value()).value()));
+  for (bool entropy : {true, false}) {
+    seeds.push_back(Tagged(entropy ? kLeaderCells : kLeaderCellsZstd,
+                           PackLeaderCells(Plan(entropy), cells, set, kDim).value()));
+    seeds.push_back(
+        Tagged(entropy ? kBitCorrection : kBitCorrectionZstd,
+               PackBitCorrection(Plan(entropy), EncodeBitCorrection(bits).value(), bits).value()));
+  }
   seeds.push_back(Tagged(kSupportBytes, SupportToBytes(p.support)));
   seeds.push_back(Tagged(kEnvelope, Seal(kKindDecoder, kSupport, std::string(200, 'w'))));
   return seeds;
@@ -127,26 +155,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       break;
     }
-    case kLeaderCells: {
-      auto lc = UnpackLeaderCells(Plan(), body, kDim, kSupport);
-      if (lc.ok()) {
-        CheckSupport(lc->support);
-        Check(lc->values.size() == kSupport);
-        CheckFinite(lc->values);
-        for (size_t j = 1; j < lc->support.size(); ++j) Check(lc->support[j - 1] < lc->support[j]);
-      }
+    case kLeaderCells:
+    case kLeaderCellsZstd:
+      CheckCells(UnpackLeaderCells(Plan(kind == kLeaderCells), body, kDim, kSupport));
       break;
-    }
-    case kBitCorrection: {
-      auto c = UnpackBitCorrection(Plan(), body, kSupport);
-      if (c.ok()) {
-        Check(c->codes.size() == kSupport && c->correction.size() == kSupport);
-        Check(c->bits == 1 || c->bits == 2 || c->bits == 4);
-        Check(std::isfinite(c->gain));
-        CheckFinite(c->correction);
-      }
+    case kBitCorrection:
+    case kBitCorrectionZstd:
+      CheckBits(UnpackBitCorrection(Plan(kind == kBitCorrection), body, kSupport));
       break;
-    }
     case kSupportBytes: {
       const std::string_view bytes(reinterpret_cast<const char*>(body.data()), body.size());
       auto s = SupportFromBytes(bytes, 0, kDim);

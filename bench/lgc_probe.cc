@@ -11,8 +11,18 @@
 //   4. the autoencoder against the cells at equal bytes: the autoencoder (autoencoder.h)
 //      trains on the first rounds' rebuilds, as the coordinator does, then codes the later
 //      rounds' leader values; its reconstruction and its prediction of the followers are
-//      compared with the cells'.
+//      compared with the cells' (--ae 0 skips it: on wide supports it takes half an hour);
+//   5. a learned entropy model (modes/lgc/lgc_entropy.h) in place of zstd: the support as a
+//      context-coded bitmap, the cells and the corrections with context-adaptive
+//      probabilities, each body from fresh probabilities, from those trained on the past
+//      rounds' bodies, and (the leader's) with last round's support as a context; every
+//      stream is decoded again and checked;
+//   6. a learned follower predictor (lgc_predictor.h): a small network trained on the
+//      first rounds' rebuilds predicts each follower's values from the leader's cells, its
+//      own last rebuild and the coordinate's place, in place of the cells alone; on the
+//      later rounds, the followers' miss and their rebuild error at the same bytes.
 //   bench/lgc_probe DIR [--ratios 0.03,0.05] [--bits 2] [--train-rounds 10] [--ae-steps 120]
+//                       [--ae 0|1] [--predictor-steps 600]
 #include <zstd.h>
 
 #include <CLI/CLI.hpp>
@@ -27,12 +37,14 @@
 
 #include "autoencoder/autoencoder.h"
 #include "base/file.h"
+#include "bench/lgc_predictor.h"
 #include "base/str.h"
 #include "codecs/dense_codec.h"
 #include "codecs/elias_fano.h"
 #include "codecs/registry.h"
 #include "core/float_bytes.h"
 #include "modes/lgc/lgc_codes.h"
+#include "modes/lgc/lgc_entropy.h"
 #include "modes/lgc/lgc_payload.h"
 
 namespace {
@@ -48,6 +60,8 @@ struct Options {
   uint32_t train_rounds = 10;
   uint32_t ae_steps = 120;
   std::string latent = "qsgd(bits=8,bucket=64)";
+  bool ae = true;
+  int predictor_steps = 600;
 };
 
 // updates[c][r]: client c's update of round r + 1.
@@ -139,6 +153,13 @@ struct Replay {
   std::vector<size_t> blocks = {1, 2, 4, 8, 16, 32, 64};
   std::vector<Mean> block_energy = std::vector<Mean>(7), block_bytes = std::vector<Mean>(7);
   Mean cells_err, miss_leader, miss_temporal, miss_both, cos_temporal;
+  // The learned entropy model's bodies: headers as the bodies carry them, and the streams.
+  size_t leader_fresh = 0, leader_learned = 0, leader_prior = 0;
+  size_t follower_fresh = 0, follower_learned = 0, follower_alone = 0;
+  // The learned predictor on the rounds after the training rounds.
+  Mean miss_cells_test, miss_net, err_cells_test, err_net;
+  std::pair<double, double> predictor_loss{NAN, NAN};
+  size_t predictor_rows = 0;
   // Autoencoder: training batches (clients' values in the order of the leader's decoded
   // values, RMS-scaled) of the first rounds; the later rounds for the test.
   std::vector<std::vector<ae::Sample>> batches;
@@ -162,23 +183,107 @@ void MeasureBlocks(std::span<const float> u, size_t k, Replay* r) {
   }
 }
 
+// The state the learned designs keep across rounds of one replay.
+struct Learned {
+  lgc::LeaderModels leader = lgc::LeaderModels::Fresh();   // trained on past leader bodies
+  lgc::LeaderModels leader_with_prior = lgc::LeaderModels::Fresh();
+  std::vector<uint8_t> last_support;                       // a bitmap of dim, or empty
+  lgc::EntropyModel correction, correction_next;           // this round's prior, and training
+  fedlgc::bench::FollowerPredictor predictor;
+  bool predictor_trained = false;
+};
+
+// A leader body with its support and cells range-coded from `models` (trained on it):
+// u32 k, the 8 means and the stream; decoded again from a copy of the models and checked.
+size_t CodedLeader(std::span<const uint32_t> support, std::span<const uint8_t> codes,
+                   uint64_t dim, std::span<const uint8_t> prior, lgc::LeaderModels* models) {
+  lgc::LeaderModels before = *models;
+  const std::string stream = lgc::EncodeSupportAndCells(support, codes, dim, prior, models);
+  auto back = lgc::DecodeSupportAndCells(
+      {reinterpret_cast<const uint8_t*>(stream.data()), stream.size()}, support.size(), dim,
+      prior, &before);
+  if (!back.ok() || !std::equal(back->support.begin(), back->support.end(), support.begin()) ||
+      !std::equal(back->codes.begin(), back->codes.end(), codes.begin())) {
+    std::fprintf(stderr, "lgc_probe: a leader stream did not decode to itself\n");
+    std::abort();
+  }
+  return sizeof(uint32_t) + lgc::kCells * sizeof(float) + stream.size();
+}
+
+// A correction body with its codes range-coded, the header and steps as lgc-correction/2's.
+size_t CodedCorrection(const lgc::BitCorrection& c, std::span<const uint8_t> leader_codes,
+                       lgc::EntropyModel* model) {
+  lgc::EntropyModel before = *model;
+  const std::string stream = lgc::EncodeCorrectionCodes(c.codes, c.bits, leader_codes, model);
+  auto back = lgc::DecodeCorrectionCodes(
+      {reinterpret_cast<const uint8_t*>(stream.data()), stream.size()}, c.codes.size(), c.bits,
+      leader_codes, &before);
+  if (!back.ok() || *back != c.codes) {
+    std::fprintf(stderr, "lgc_probe: a correction stream did not decode to itself\n");
+    std::abort();
+  }
+  return 3 * sizeof(uint32_t) + 1 + sizeof(float) * c.steps.size() + stream.size();
+}
+
+// The 4-bit cell codes of a lgc-leader/2 body.
+std::vector<uint8_t> CellCodes(const std::string& body, size_t k, uint64_t dim) {
+  const size_t at = sizeof(uint32_t) + fedlgc::codecs::EliasFanoBytes(k, dim) + lgc::kCells * 4;
+  std::vector<uint8_t> codes(k);
+  for (size_t j = 0; j < k; ++j) {
+    const auto b = static_cast<uint8_t>(body[at + j / 2]);
+    codes[j] = j % 2 ? b >> 4 : b & 0x0f;
+  }
+  return codes;
+}
+
+double RelativeError(std::span<const float> v, std::span<const float> sent) {
+  double d = 0;
+  for (size_t j = 0; j < v.size(); ++j) d += double(v[j] - sent[j]) * (v[j] - sent[j]);
+  const double vv = Dot(v, v);
+  return vv > 0 ? std::sqrt(d / vv) : 0;
+}
+
 // What a follower with values `v` on the support sends against the leader's cells `p`
-// (its bit correction), counting its bytes and, after the first round (`measure`), how
-// often the leader's cells and its own last values `q` miss its values.
+// (its bit correction), counting its bytes and, after the first round (r > 0), how
+// often the leader's cells and its own last values `q` miss its values; the learned
+// designs' bytes and, in round `r`, the predictor's examples or its test.
 std::vector<float> FollowerSends(const Options& o, const std::vector<float>& v,
                                  const std::vector<float>& p, const std::vector<float>& q,
-                                 bool measure, Replay* R) {
+                                 std::span<const uint32_t> support, uint64_t dim,
+                                 std::span<const uint8_t> leader_codes, size_t r, Learned* L,
+                                 Replay* R) {
   lgc::BitCorrection corr = lgc::CorrectBits(v, p, o.bits);
   // CorrectBits makes only codes its encoder takes.
   const std::string body = lgc::EncodeBitCorrection(corr).value();
   R->follower_raw += body.size();
   R->follower_z3 += Zstd(body, 3);
   R->follower_z19 += Zstd(body, 19);
-  if (measure) {
+  lgc::EntropyModel fresh = lgc::FreshCorrectionModel(o.bits), learned = L->correction;
+  R->follower_fresh += CodedCorrection(corr, leader_codes, &fresh);
+  R->follower_learned += CodedCorrection(corr, leader_codes, &learned);
+  lgc::EntropyModel alone = lgc::FreshCorrectionModel(o.bits);
+  R->follower_alone += CodedCorrection(corr, {}, &alone);
+  CodedCorrection(corr, leader_codes, &L->correction_next);  // the coordinator learns it
+  if (r > 0) {
     R->miss_leader.Add(MissFraction(v, {p}));
     R->miss_temporal.Add(MissFraction(v, {q}));
     R->miss_both.Add(MissFraction(v, {p, q}));
     R->cos_temporal.Add(std::fabs(Cos(v, q)));
+    const std::vector<float> features = fedlgc::bench::FollowerPredictor::Features(p, q, support, dim);
+    if (r < o.train_rounds) {
+      L->predictor.Add(features, corr.sent);
+    } else if (o.predictor_steps > 0) {
+      if (!L->predictor_trained) {
+        R->predictor_rows = L->predictor.rows();
+        R->predictor_loss = L->predictor.Train(o.predictor_steps, 1);
+        L->predictor_trained = true;
+      }
+      const std::vector<float> pred = L->predictor.Predict(features);
+      R->miss_cells_test.Add(MissFraction(v, {p}));
+      R->miss_net.Add(MissFraction(v, {pred}));
+      R->err_cells_test.Add(RelativeError(v, corr.sent));
+      R->err_net.Add(RelativeError(v, lgc::CorrectBits(v, pred, o.bits).sent));
+    }
   }
   return std::move(corr.sent);
 }
@@ -192,6 +297,8 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
   const size_t k = R.k = std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * dim)));
   std::vector<std::vector<float>> residual(n, std::vector<float>(dim, 0.0f));
   std::vector<std::vector<float>> rebuilt(n, std::vector<float>(dim, 0.0f));  // last round's
+  Learned L;
+  L.correction = L.correction_next = lgc::FreshCorrectionModel(o.bits);
   for (size_t r = 0; r < rounds; ++r) {
     const size_t lead = r % n;
     std::vector<std::vector<float>> u(n);
@@ -206,6 +313,15 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
     R.leader_raw += lbody.size();
     R.leader_z3 += Zstd(lbody, 3);
     R.leader_z19 += Zstd(lbody, 19);
+    const std::vector<uint8_t> lcodes = CellCodes(lbody, k, dim);
+    {
+      lgc::LeaderModels fresh = lgc::LeaderModels::Fresh();
+      R.leader_fresh += CodedLeader(support, lcodes, dim, {}, &fresh);
+      R.leader_learned += CodedLeader(support, lcodes, dim, {}, &L.leader);
+      R.leader_prior += CodedLeader(support, lcodes, dim, L.last_support, &L.leader_with_prior);
+      L.last_support.assign(dim, 0);
+      for (uint32_t i : support) L.last_support[i] = 1;
+    }
     {
       std::vector<float> diff(vl);
       for (size_t j = 0; j < k; ++j) diff[j] -= p[j];
@@ -222,7 +338,8 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
       if (c == lead) {
         sent = p;
       } else {
-        sent = FollowerSends(o, v, p, lgc::Gather(rebuilt[c], support), r > 0, &R);
+        sent = FollowerSends(o, v, p, lgc::Gather(rebuilt[c], support), support, dim, lcodes, r,
+                             &L, &R);
       }
       // Exact error feedback: what is not sent stays.
       residual[c] = u[c];
@@ -245,6 +362,7 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
         test.followers.push_back({ids[c], Permute(v, order)});
       }
     }
+    L.correction = L.correction_next;  // shipped with the next round's RoundStart
     if (r < o.train_rounds) {
       R.batches.push_back(std::move(batch));
     } else {
@@ -274,6 +392,36 @@ void PrintReplay(const Replay& r) {
   std::printf("| own rebuild of last round (temporal; mean |cos| %.3f) | %.3f |\n",
               r.cos_temporal.Get(), r.miss_temporal.Get());
   std::printf("| both, least squares | %.3f |\n\n", r.miss_both.Get());
+  const auto pct = [](size_t a, size_t b) { return 100.0 * (1.0 - double(a) / double(b)); };
+  std::printf("learned entropy model (lossless) against zstd -3 (what LGC sends today):\n\n");
+  std::printf("| payload | zstd -3 | fresh model | model trained on past rounds | + last round's support |\n");
+  std::printf("|---|---|---|---|---|\n");
+  std::printf("| leader bodies | %zu | %zu (%+.1f%%) | %zu (%+.1f%%) | %zu (%+.1f%%) |\n", r.leader_z3,
+              r.leader_fresh, -pct(r.leader_fresh, r.leader_z3), r.leader_learned,
+              -pct(r.leader_learned, r.leader_z3), r.leader_prior, -pct(r.leader_prior, r.leader_z3));
+  std::printf("| follower corrections | %zu | %zu (%+.1f%%) | %zu (%+.1f%%) | - |\n", r.follower_z3,
+              r.follower_fresh, -pct(r.follower_fresh, r.follower_z3), r.follower_learned,
+              -pct(r.follower_learned, r.follower_z3));
+  std::printf("| follower corrections, without the leader's cells as context | %zu | %zu (%+.1f%%) | - | - |\n",
+              r.follower_z3, r.follower_alone, -pct(r.follower_alone, r.follower_z3));
+  const size_t z3 = r.leader_z3 + r.follower_z3;
+  std::printf("| all | %zu | %zu (%+.1f%%) | %zu (%+.1f%%) | %zu (%+.1f%%) |\n", z3,
+              r.leader_fresh + r.follower_fresh, -pct(r.leader_fresh + r.follower_fresh, z3),
+              r.leader_learned + r.follower_learned, -pct(r.leader_learned + r.follower_learned, z3),
+              r.leader_prior + r.follower_learned, -pct(r.leader_prior + r.follower_learned, z3));
+  const size_t sent = r.leader_fresh + r.follower_alone;
+  std::printf("| as LGC sends them (entropy=1: fresh models, followers without the leader's "
+              "cells) | %zu | %zu (%+.1f%%) | - | - |\n\n", z3, sent, -pct(sent, z3));
+  if (r.miss_net.n > 0) {
+    std::printf("learned follower predictor: %zu examples, training MSE %.4f -> %.4f; on the "
+                "later rounds, at the same bytes:\n\n", r.predictor_rows, r.predictor_loss.first,
+                r.predictor_loss.second);
+    std::printf("| follower prediction | miss |v - fit|^2 / |v|^2 | rebuild error |v - sent| / |v| |\n");
+    std::printf("|---|---|---|\n");
+    std::printf("| leader's cells, least-squares gain (LGC today) | %.4f | %.4f |\n",
+                r.miss_cells_test.Get(), r.err_cells_test.Get());
+    std::printf("| learned predictor | %.4f | %.4f |\n\n", r.miss_net.Get(), r.err_net.Get());
+  }
 
 }
 
@@ -383,6 +531,7 @@ int Run(const Options& o) {
     const Replay r = ReplayWidth(o, updates, ids, ratio);
     std::printf("## support %.1f%% (k = %zu)\n\n", 100 * ratio, r.k);
     PrintReplay(r);
+    if (!o.ae) continue;
     if (int rc = CompareAutoencoder(o, r.k, r.batches, r.tests); rc != 0) return rc;
   }
   return 0;
@@ -400,6 +549,8 @@ int main(int argc, char** argv) {
   app.add_option("--train-rounds", o.train_rounds, "rounds the autoencoder trains on");
   app.add_option("--ae-steps", o.ae_steps, "autoencoder steps");
   app.add_option("--latent", o.latent, "dense codec of the latent");
+  app.add_option("--ae", o.ae, "1: train and test the autoencoder (slow on wide supports)");
+  app.add_option("--predictor-steps", o.predictor_steps, "learned predictor's Adam steps (0: none)");
   CLI11_PARSE(app, argc, argv);
   return Run(o);
 }

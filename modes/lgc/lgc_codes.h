@@ -89,8 +89,8 @@ absl::StatusOr<BitCorrection> DecodeBitCorrection(std::span<const uint8_t> body,
 // of; unpacking gives the body back byte for byte before decoding it, so every check of
 // DecodeLeaderCells and DecodeBitCorrection still applies. A zstd frame that would inflate
 // beyond the largest body of its kind (LeaderCellsBytes, BitCorrectionBytes) is refused
-// before it is inflated; an entropy stream costs at most dim decisions (k x bits for a
-// correction), whatever its bytes.
+// before it is inflated; an entropy stream costs at most dim + 4k decisions (k x bits
+// for a correction), whatever its bytes.
 absl::StatusOr<std::string> PackLeaderCells(const LgcPlan& plan, std::string body,
                                             std::span<const uint32_t> support, uint64_t dim);
 absl::StatusOr<std::string> PackBitCorrection(const LgcPlan& plan, std::string body,

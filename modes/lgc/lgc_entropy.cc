@@ -197,7 +197,7 @@ std::string EncodeSupportAndCells(std::span<const uint32_t> support, std::span<c
   // The bitmap up to its last index: the decoder stops at the k-th.
   uint64_t history = 0;
   size_t next = 0;
-  for (uint64_t i = 0; next < support.size(); ++i) {
+  for (uint64_t i = 0; next < support.size() && i < dim; ++i) {
     const int bit = support[next] == i ? 1 : 0;
     const int pb = prior.empty() ? 0 : (prior[i] != 0);
     enc.Put(&models->support, SupportContext(history, pb), bit);
@@ -225,6 +225,10 @@ absl::StatusOr<SupportAndCells> DecodeSupportAndCells(std::span<const uint8_t> s
                                                       LeaderModels* models) {
   if (!prior.empty() && prior.size() != dim) {
     return absl::InvalidArgumentError("lgc entropy: a prior support of another dimension");
+  }
+  if (dim > (uint64_t{1} << 32) || k > dim) {
+    return absl::InvalidArgumentError(
+        StrCat("lgc entropy: a support of ", k, " indices of ", dim, " coordinates"));
   }
   if (models->support.contexts() != kSupportContexts || models->sign.contexts() != kSignContexts ||
       models->magnitude.contexts() != kMagnitudeContexts) {

@@ -53,7 +53,8 @@ EntropyModel FreshCorrectionModel(int bits);
 // A leader's support (ascending, < dim, `prior`'s size dim or empty) and its 4-bit cell
 // codes (bit 3 the sign, bits 0-2 the magnitude cell; one per index), range-coded; the
 // models are trained on them. Codes above 15 or a support not ascending within dim are a
-// caller's error (checked by debug asserts only).
+// caller's error (checked by debug asserts only; the bitmap never runs past dim, so such
+// a support gives a stream that does not decode to it, not a hang).
 std::string EncodeSupportAndCells(std::span<const uint32_t> support, std::span<const uint8_t> codes,
                                   uint64_t dim, std::span<const uint8_t> prior,
                                   LeaderModels* models);

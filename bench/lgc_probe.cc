@@ -37,8 +37,8 @@
 
 #include "autoencoder/autoencoder.h"
 #include "base/file.h"
-#include "bench/lgc_predictor.h"
 #include "base/str.h"
+#include "bench/lgc_predictor.h"
 #include "codecs/dense_codec.h"
 #include "codecs/elias_fano.h"
 #include "codecs/registry.h"
@@ -185,23 +185,23 @@ void MeasureBlocks(std::span<const float> u, size_t k, Replay* r) {
 
 // The state the learned designs keep across rounds of one replay.
 struct Learned {
-  lgc::LeaderModels leader = lgc::LeaderModels::Fresh();   // trained on past leader bodies
+  lgc::LeaderModels leader = lgc::LeaderModels::Fresh();  // trained on past leader bodies
   lgc::LeaderModels leader_with_prior = lgc::LeaderModels::Fresh();
-  std::vector<uint8_t> last_support;                       // a bitmap of dim, or empty
-  lgc::EntropyModel correction, correction_next;           // this round's prior, and training
+  std::vector<uint8_t> last_support;              // a bitmap of dim, or empty
+  lgc::EntropyModel correction, correction_next;  // this round's prior, and training
   fedlgc::bench::FollowerPredictor predictor;
   bool predictor_trained = false;
 };
 
 // A leader body with its support and cells range-coded from `models` (trained on it):
 // u32 k, the 8 means and the stream; decoded again from a copy of the models and checked.
-size_t CodedLeader(std::span<const uint32_t> support, std::span<const uint8_t> codes,
-                   uint64_t dim, std::span<const uint8_t> prior, lgc::LeaderModels* models) {
+size_t CodedLeader(std::span<const uint32_t> support, std::span<const uint8_t> codes, uint64_t dim,
+                   std::span<const uint8_t> prior, lgc::LeaderModels* models) {
   lgc::LeaderModels before = *models;
   const std::string stream = lgc::EncodeSupportAndCells(support, codes, dim, prior, models);
-  auto back = lgc::DecodeSupportAndCells(
-      {reinterpret_cast<const uint8_t*>(stream.data()), stream.size()}, support.size(), dim,
-      prior, &before);
+  auto back =
+      lgc::DecodeSupportAndCells({reinterpret_cast<const uint8_t*>(stream.data()), stream.size()},
+                                 support.size(), dim, prior, &before);
   if (!back.ok() || !std::equal(back->support.begin(), back->support.end(), support.begin()) ||
       !std::equal(back->codes.begin(), back->codes.end(), codes.begin())) {
     std::fprintf(stderr, "lgc_probe: a leader stream did not decode to itself\n");
@@ -215,25 +215,14 @@ size_t CodedCorrection(const lgc::BitCorrection& c, std::span<const uint8_t> lea
                        lgc::EntropyModel* model) {
   lgc::EntropyModel before = *model;
   const std::string stream = lgc::EncodeCorrectionCodes(c.codes, c.bits, leader_codes, model);
-  auto back = lgc::DecodeCorrectionCodes(
-      {reinterpret_cast<const uint8_t*>(stream.data()), stream.size()}, c.codes.size(), c.bits,
-      leader_codes, &before);
+  auto back =
+      lgc::DecodeCorrectionCodes({reinterpret_cast<const uint8_t*>(stream.data()), stream.size()},
+                                 c.codes.size(), c.bits, leader_codes, &before);
   if (!back.ok() || *back != c.codes) {
     std::fprintf(stderr, "lgc_probe: a correction stream did not decode to itself\n");
     std::abort();
   }
   return 3 * sizeof(uint32_t) + 1 + sizeof(float) * c.steps.size() + stream.size();
-}
-
-// The 4-bit cell codes of a lgc-leader/2 body.
-std::vector<uint8_t> CellCodes(const std::string& body, size_t k, uint64_t dim) {
-  const size_t at = sizeof(uint32_t) + fedlgc::codecs::EliasFanoBytes(k, dim) + lgc::kCells * 4;
-  std::vector<uint8_t> codes(k);
-  for (size_t j = 0; j < k; ++j) {
-    const auto b = static_cast<uint8_t>(body[at + j / 2]);
-    codes[j] = j % 2 ? b >> 4 : b & 0x0f;
-  }
-  return codes;
 }
 
 double RelativeError(std::span<const float> v, std::span<const float> sent) {
@@ -269,7 +258,8 @@ std::vector<float> FollowerSends(const Options& o, const std::vector<float>& v,
     R->miss_temporal.Add(MissFraction(v, {q}));
     R->miss_both.Add(MissFraction(v, {p, q}));
     R->cos_temporal.Add(std::fabs(Cos(v, q)));
-    const std::vector<float> features = fedlgc::bench::FollowerPredictor::Features(p, q, support, dim);
+    const std::vector<float> features =
+        fedlgc::bench::FollowerPredictor::Features(p, q, support, dim);
     if (r < o.train_rounds) {
       L->predictor.Add(features, corr.sent);
     } else if (o.predictor_steps > 0) {
@@ -286,6 +276,28 @@ std::vector<float> FollowerSends(const Options& o, const std::vector<float>& v,
     }
   }
   return std::move(corr.sent);
+}
+
+// What the leader sends for its values `vl` on `support` (its decoded cells into *p),
+// counting its body's bytes plain, with zstd and with the learned entropy model, and its
+// cells' error; returns the body's cell codes.
+std::vector<uint8_t> LeaderSends(std::span<const uint32_t> support, const std::vector<float>& vl,
+                                 uint64_t dim, std::vector<float>* p, Learned* L, Replay* R) {
+  const std::string lbody = lgc::EncodeLeaderCells(support, vl, dim, p);
+  R->leader_raw += lbody.size();
+  R->leader_z3 += Zstd(lbody, 3);
+  R->leader_z19 += Zstd(lbody, 19);
+  const std::vector<uint8_t> lcodes = lgc::LeaderCellCodes(lbody, support.size(), dim);
+  lgc::LeaderModels fresh = lgc::LeaderModels::Fresh();
+  R->leader_fresh += CodedLeader(support, lcodes, dim, {}, &fresh);
+  R->leader_learned += CodedLeader(support, lcodes, dim, {}, &L->leader);
+  R->leader_prior += CodedLeader(support, lcodes, dim, L->last_support, &L->leader_with_prior);
+  L->last_support.assign(dim, 0);
+  for (uint32_t i : support) L->last_support[i] = 1;
+  std::vector<float> diff(vl);
+  for (size_t j = 0; j < vl.size(); ++j) diff[j] -= (*p)[j];
+  R->cells_err.Add(std::sqrt(Dot(diff, diff) / Dot(vl, vl)));
+  return lcodes;
 }
 
 // The compact codes with exact error feedback over every round of `updates`, the leader
@@ -309,24 +321,7 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
     const std::vector<uint32_t> support = lgc::SelectSupportSet(u[lead], k);
     const std::vector<float> vl = lgc::Gather(u[lead], support);
     std::vector<float> p;
-    const std::string lbody = lgc::EncodeLeaderCells(support, vl, dim, &p);
-    R.leader_raw += lbody.size();
-    R.leader_z3 += Zstd(lbody, 3);
-    R.leader_z19 += Zstd(lbody, 19);
-    const std::vector<uint8_t> lcodes = CellCodes(lbody, k, dim);
-    {
-      lgc::LeaderModels fresh = lgc::LeaderModels::Fresh();
-      R.leader_fresh += CodedLeader(support, lcodes, dim, {}, &fresh);
-      R.leader_learned += CodedLeader(support, lcodes, dim, {}, &L.leader);
-      R.leader_prior += CodedLeader(support, lcodes, dim, L.last_support, &L.leader_with_prior);
-      L.last_support.assign(dim, 0);
-      for (uint32_t i : support) L.last_support[i] = 1;
-    }
-    {
-      std::vector<float> diff(vl);
-      for (size_t j = 0; j < k; ++j) diff[j] -= p[j];
-      R.cells_err.Add(std::sqrt(Dot(diff, diff) / Dot(vl, vl)));
-    }
+    const std::vector<uint8_t> lcodes = LeaderSends(support, vl, dim, &p, &L, &R);
     MeasureBlocks(u[lead], k, &R);
     const std::vector<uint32_t> order = lgc::ValueOrder(p);
     std::vector<ae::Sample> batch;
@@ -338,8 +333,8 @@ Replay ReplayWidth(const Options& o, const Updates& updates, const std::vector<s
       if (c == lead) {
         sent = p;
       } else {
-        sent = FollowerSends(o, v, p, lgc::Gather(rebuilt[c], support), support, dim, lcodes, r,
-                             &L, &R);
+        sent = FollowerSends(o, v, p, lgc::Gather(rebuilt[c], support), support, dim, lcodes, r, &L,
+                             &R);
       }
       // Exact error feedback: what is not sent stays.
       residual[c] = u[c];
@@ -380,11 +375,13 @@ void PrintReplay(const Replay& r) {
   std::printf("| follower corrections (lgc-correction/2) | %zu | %zu | %zu | %.1f%% |\n\n",
               r.follower_raw, r.follower_z3, r.follower_z19,
               100.0 * (1.0 - double(r.follower_z19) / r.follower_raw));
-  std::printf("| block of B coordinates | energy of top k/B blocks / element top-k's | index set bytes |\n");
+  std::printf(
+      "| block of B coordinates | energy of top k/B blocks / element top-k's | index set bytes "
+      "|\n");
   std::printf("|---|---|---|\n");
   for (size_t b = 0; b < r.blocks.size(); ++b) {
-    std::printf("| %zu | %.3f | %.0f |\n", r.blocks[b], r.block_energy[b].Get() / r.block_energy[0].Get(),
-                r.block_bytes[b].Get());
+    std::printf("| %zu | %.3f | %.0f |\n", r.blocks[b],
+                r.block_energy[b].Get() / r.block_energy[0].Get(), r.block_bytes[b].Get());
   }
   std::printf("\n(element top-k keeps %.3f of the leader's |u|^2)\n\n", r.block_energy[0].Get());
   std::printf("| follower prediction | miss |v - fit|^2 / |v|^2, mean |\n|---|---|\n");
@@ -394,35 +391,44 @@ void PrintReplay(const Replay& r) {
   std::printf("| both, least squares | %.3f |\n\n", r.miss_both.Get());
   const auto pct = [](size_t a, size_t b) { return 100.0 * (1.0 - double(a) / double(b)); };
   std::printf("learned entropy model (lossless) against zstd -3 (what LGC sends today):\n\n");
-  std::printf("| payload | zstd -3 | fresh model | model trained on past rounds | + last round's support |\n");
+  std::printf(
+      "| payload | zstd -3 | fresh model | model trained on past rounds | + last round's support "
+      "|\n");
   std::printf("|---|---|---|---|---|\n");
-  std::printf("| leader bodies | %zu | %zu (%+.1f%%) | %zu (%+.1f%%) | %zu (%+.1f%%) |\n", r.leader_z3,
-              r.leader_fresh, -pct(r.leader_fresh, r.leader_z3), r.leader_learned,
-              -pct(r.leader_learned, r.leader_z3), r.leader_prior, -pct(r.leader_prior, r.leader_z3));
+  std::printf("| leader bodies | %zu | %zu (%+.1f%%) | %zu (%+.1f%%) | %zu (%+.1f%%) |\n",
+              r.leader_z3, r.leader_fresh, -pct(r.leader_fresh, r.leader_z3), r.leader_learned,
+              -pct(r.leader_learned, r.leader_z3), r.leader_prior,
+              -pct(r.leader_prior, r.leader_z3));
   std::printf("| follower corrections | %zu | %zu (%+.1f%%) | %zu (%+.1f%%) | - |\n", r.follower_z3,
               r.follower_fresh, -pct(r.follower_fresh, r.follower_z3), r.follower_learned,
               -pct(r.follower_learned, r.follower_z3));
-  std::printf("| follower corrections, without the leader's cells as context | %zu | %zu (%+.1f%%) | - | - |\n",
-              r.follower_z3, r.follower_alone, -pct(r.follower_alone, r.follower_z3));
+  std::printf(
+      "| follower corrections, without the leader's cells as context | %zu | %zu (%+.1f%%) | - | - "
+      "|\n",
+      r.follower_z3, r.follower_alone, -pct(r.follower_alone, r.follower_z3));
   const size_t z3 = r.leader_z3 + r.follower_z3;
   std::printf("| all | %zu | %zu (%+.1f%%) | %zu (%+.1f%%) | %zu (%+.1f%%) |\n", z3,
               r.leader_fresh + r.follower_fresh, -pct(r.leader_fresh + r.follower_fresh, z3),
-              r.leader_learned + r.follower_learned, -pct(r.leader_learned + r.follower_learned, z3),
-              r.leader_prior + r.follower_learned, -pct(r.leader_prior + r.follower_learned, z3));
+              r.leader_learned + r.follower_learned,
+              -pct(r.leader_learned + r.follower_learned, z3), r.leader_prior + r.follower_learned,
+              -pct(r.leader_prior + r.follower_learned, z3));
   const size_t sent = r.leader_fresh + r.follower_alone;
-  std::printf("| as LGC sends them (entropy=1: fresh models, followers without the leader's "
-              "cells) | %zu | %zu (%+.1f%%) | - | - |\n\n", z3, sent, -pct(sent, z3));
+  std::printf(
+      "| as LGC sends them (entropy=1: fresh models, followers without the leader's "
+      "cells) | %zu | %zu (%+.1f%%) | - | - |\n\n",
+      z3, sent, -pct(sent, z3));
   if (r.miss_net.n > 0) {
-    std::printf("learned follower predictor: %zu examples, training MSE %.4f -> %.4f; on the "
-                "later rounds, at the same bytes:\n\n", r.predictor_rows, r.predictor_loss.first,
-                r.predictor_loss.second);
-    std::printf("| follower prediction | miss |v - fit|^2 / |v|^2 | rebuild error |v - sent| / |v| |\n");
+    std::printf(
+        "learned follower predictor: %zu examples, training MSE %.4f -> %.4f; on the "
+        "later rounds, at the same bytes:\n\n",
+        r.predictor_rows, r.predictor_loss.first, r.predictor_loss.second);
+    std::printf(
+        "| follower prediction | miss |v - fit|^2 / |v|^2 | rebuild error |v - sent| / |v| |\n");
     std::printf("|---|---|---|\n");
     std::printf("| leader's cells, least-squares gain (LGC today) | %.4f | %.4f |\n",
                 r.miss_cells_test.Get(), r.err_cells_test.Get());
     std::printf("| learned predictor | %.4f | %.4f |\n\n", r.miss_net.Get(), r.err_net.Get());
   }
-
 }
 
 // The autoencoder trained on `batches` as the coordinator would, against the cells on
@@ -492,10 +498,13 @@ int CompareAutoencoder(const Options& o, size_t k,
   const size_t cells_bytes = lgc::CellsBytes(k);
   const size_t latent_floats = static_cast<size_t>((*net)->latent_size());
   const uint64_t qbytes = latent_codec->MaxBodyBytes(latent_floats);
-  std::printf("autoencoder: %u steps on %zu rounds' rebuilds (loss %.3f -> %.3f), tested on %zu "
-              "later rounds\n\n",
-              o.ae_steps, batches.size(), first.reconstruction, last.reconstruction, tests.size());
-  std::printf("| code of the leader's values | bytes a round | relative error (after the gain) | followers' miss |\n");
+  std::printf(
+      "autoencoder: %u steps on %zu rounds' rebuilds (loss %.3f -> %.3f), tested on %zu "
+      "later rounds\n\n",
+      o.ae_steps, batches.size(), first.reconstruction, last.reconstruction, tests.size());
+  std::printf(
+      "| code of the leader's values | bytes a round | relative error (after the gain) | "
+      "followers' miss |\n");
   std::printf("|---|---|---|---|\n");
   std::printf("| cells (sign + 3-bit log-magnitude, 8 means) | %zu | %.3f | %.3f |\n", cells_bytes,
               cells_test_err.Get(), cells_miss.Get());
@@ -503,8 +512,9 @@ int CompareAutoencoder(const Options& o, size_t k,
               ae_err.Get(), ae_miss.Get());
   std::printf("| autoencoder, latent=%s | %zu | %.3f | - |\n\n", o.latent.c_str(),
               static_cast<size_t>(qbytes), ae_err_q.Get());
-  std::printf("(the autoencoder reads the values in the cells' order, which it gets for free "
-              "here; without the cells it would need that order sent)\n\n");
+  std::printf(
+      "(the autoencoder reads the values in the cells' order, which it gets for free "
+      "here; without the cells it would need that order sent)\n\n");
   return 0;
 }
 
@@ -550,7 +560,8 @@ int main(int argc, char** argv) {
   app.add_option("--ae-steps", o.ae_steps, "autoencoder steps");
   app.add_option("--latent", o.latent, "dense codec of the latent");
   app.add_option("--ae", o.ae, "1: train and test the autoencoder (slow on wide supports)");
-  app.add_option("--predictor-steps", o.predictor_steps, "learned predictor's Adam steps (0: none)");
+  app.add_option("--predictor-steps", o.predictor_steps,
+                 "learned predictor's Adam steps (0: none)");
   CLI11_PARSE(app, argc, argv);
   return Run(o);
 }

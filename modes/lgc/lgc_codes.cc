@@ -384,6 +384,16 @@ absl::StatusOr<std::span<const uint8_t>> Unpack(const LgcPlan& plan, std::span<c
 
 }  // namespace
 
+std::vector<uint8_t> LeaderCellCodes(std::string_view body, size_t k, uint64_t dim) {
+  const size_t at = kLeaderHeadBytes + codecs::EliasFanoBytes(k, dim) + kMeanBytes;
+  std::vector<uint8_t> codes(k);
+  for (size_t j = 0; j < k; ++j) {
+    const auto b = static_cast<uint8_t>(body[at + j / 2]);
+    codes[j] = j % 2 ? b >> 4 : b & 0x0f;
+  }
+  return codes;
+}
+
 absl::StatusOr<std::string> PackLeaderCells(const LgcPlan& plan, std::string body,
                                             std::span<const uint32_t> support, uint64_t dim) {
   if (!plan.entropy) return Zstd(plan, std::move(body));
@@ -392,11 +402,7 @@ absl::StatusOr<std::string> PackLeaderCells(const LgcPlan& plan, std::string bod
     return absl::InvalidArgumentError("lgc: a leader body of another support");
   }
   const size_t at = kLeaderHeadBytes + codecs::EliasFanoBytes(k, dim);
-  std::vector<uint8_t> codes(k);
-  for (size_t j = 0; j < k; ++j) {
-    const auto b = static_cast<uint8_t>(body[at + kMeanBytes + j / 2]);
-    codes[j] = j % 2 ? b >> 4 : b & 0x0f;
-  }
+  const std::vector<uint8_t> codes = LeaderCellCodes(body, k, dim);
   LeaderModels models = LeaderModels::Fresh();
   std::string form = body.substr(0, kLeaderHeadBytes) + body.substr(at, kMeanBytes);
   form += EncodeSupportAndCells(support, codes, dim, {}, &models);

@@ -79,6 +79,10 @@ absl::StatusOr<std::string> EncodeBitCorrection(const BitCorrection& c);
 // step, a negative step, truncated or trailing bytes.
 absl::StatusOr<BitCorrection> DecodeBitCorrection(std::span<const uint8_t> body, size_t k);
 
+// The 4-bit cell codes of a leader body EncodeLeaderCells made for k indices of dim (bit 3
+// the sign, bits 0-2 the cell), in support order.
+std::vector<uint8_t> LeaderCellCodes(std::string_view body, size_t k, uint64_t dim);
+
 // How a stage-2 body travels (lgc_plan.h; docs/lgc.md "The lossless stage"). With
 // entropy=1 (the default): a byte 2 and the body's entropy form (lgc_entropy.h: the
 // leader's support as a context-coded bitmap and its cells, a follower's codes, under

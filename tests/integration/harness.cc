@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <sstream>
 
 #include "base/file.h"
@@ -62,15 +63,30 @@ std::shared_ptr<grpc::Channel> ClientChannel(const std::string& certs, const std
 }
 
 int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  // Below the kernel's ephemeral range: bind(0) and every outgoing connection of the
+  // tests running beside this one take their ports from that range, so none of them can
+  // be handed this port between the check here and its use.
+  int low = 32768;
+  if (auto range = ReadFileIfExists("/proc/sys/net/ipv4/ip_local_port_range");
+      range.ok() && range->has_value()) {
+    low = std::max(10001, std::atoi((*range)->c_str()));
+  }
+  std::random_device seed;
+  std::mt19937 pick(seed());
+  std::uniform_int_distribution<int> port_in(10000, low - 1);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = port_in(pick);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  ADD_FAILURE() << "no free port below " << low;
+  return 0;
 }
 
 bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {

@@ -41,9 +41,10 @@ void AddCerts(const std::string& certs, const std::vector<std::string>& ids);
 std::shared_ptr<grpc::Channel> ClientChannel(const std::string& certs, const std::string& id,
                                              int port, int channel_id = 0);
 
-// A free loopback TCP port (bound and released; racy only against other processes). For a
-// coordinator that must come back on the same address after a restart; otherwise listen
-// on port 0 and read the port back.
+// A free loopback TCP port, picked at random below the kernel's ephemeral range (so no
+// bind(0) or outgoing connection elsewhere takes it meanwhile) and checked by binding it.
+// For a coordinator that must come back on the same address after a restart; otherwise
+// listen on port 0 and read the port back.
 int FreePort();
 
 // Polls `done` every few milliseconds until it holds (true) or `timeout` passes (false).

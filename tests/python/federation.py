@@ -6,6 +6,7 @@ slice as npz files."""
 import gzip
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -62,9 +63,24 @@ def fashion_npz(out_dir, train=2000, test=1000):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1 below the kernel's ephemeral range: bind(0) and the
+    outgoing connections of every other test take theirs from that range, so a port
+    picked here is not handed to another process between this call and its use."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def make_certs(out_dir, names):
@@ -109,11 +125,13 @@ class Federation:
         self.work = work
         self.clients = clients
         self.certs = make_certs(os.path.join(work, "certs"), clients)
-        self.port = free_port()
-        self.metrics_port = free_port()
         self.state = os.path.join(work, "coordinator")
-        argv = [os.path.join(BIN, "fedlgc-coordinator"), f"--listen=127.0.0.1:{self.port}",
-                f"--metrics-listen=127.0.0.1:{self.metrics_port}", f"--state-dir={self.state}",
+        # The coordinator picks its ports and writes them down once listening: no port
+        # picked here can be taken by another test before it binds.
+        port_file = os.path.join(work, "coordinator.port")
+        argv = [os.path.join(BIN, "fedlgc-coordinator"), "--listen=127.0.0.1:0",
+                "--metrics-listen=127.0.0.1:0", f"--port-file={port_file}",
+                f"--state-dir={self.state}",
                 f"--tls-ca={self.certs}/ca.pem", f"--tls-cert={self.certs}/server.pem",
                 f"--tls-key={self.certs}/server.key", "--torch-threads=1", "--linger=3"]
         if model:
@@ -122,6 +140,23 @@ class Federation:
             argv.append(f"--test-data=npz:{test_npz}")
         self.coordinator = Proc(argv + job_flags, os.path.join(work, "coordinator.log"))
         self.procs = [self.coordinator]
+        self.port, self.metrics_port = self._ports(port_file, 120)
+
+    def _ports(self, port_file, timeout):
+        until = time.monotonic() + timeout
+        while time.monotonic() < until:
+            try:
+                with open(port_file) as f:
+                    ports = f.read().split()
+                if len(ports) == 2:
+                    return int(ports[0]), int(ports[1])
+            except OSError:
+                pass
+            if self.coordinator.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the coordinator never listened:\n" + self.coordinator.tail(30))
 
     def server(self):
         return f"127.0.0.1:{self.port}"

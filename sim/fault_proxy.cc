@@ -27,6 +27,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How far behind a rate-capped link may fall before it stops catching up (Release).
+constexpr std::chrono::milliseconds kCatchUp{20};
+
 struct Chunk {
   std::string data;
   Clock::time_point release;
@@ -286,7 +289,9 @@ void FaultProxy::Release(Connection* c, int dst, Pipe* pipe, const std::atomic<d
     }
     std::this_thread::sleep_until(std::max(chunk.release, next_free));
     if (const double rate = rate_cap->load(); rate > 0) {
-      next_free = std::max(Clock::now(), next_free) +
+      // A wake-up that came late (a loaded machine) is made up by the chunks after it, up
+      // to kCatchUp: the link keeps its rate on average, and an idle one gains no burst.
+      next_free = std::max(Clock::now() - kCatchUp, next_free) +
                   std::chrono::nanoseconds(static_cast<int64_t>(chunk.data.size() * 1e9 / rate));
     }
     size_t off = 0;

@@ -816,11 +816,12 @@ TEST(Federation, BufferedCommitsAcrossACoordinatorKillLoseAndDoubleCountNothing)
   EXPECT_GT(scale, 1e-3);  // the updates are not nothing
 }
 
-// The codec ladder on a real link: client 0's uplink drops from unlimited to 36.5 kB/s as
+// The codec ladder on a real link: client 0's uplink drops from unlimited to 25 kB/s as
 // round 3 opens. Round 1 asks both clients with the cheapest rung (nothing measured),
 // round 2 with fp32 (their downloads measured fast links). Round 3 asked client 0 with fp32
-// before the drop: its 637 kB go up in 17.5 s, inside the 20 s deadline but past the 80%
-// of it that the ladder plans for, so round 4 asks it with 8-bit QSGD (159 kB, 4.4 s).
+// before the drop: its 637 kB go up in 25.5 s, inside the 30 s deadline (4.5 s left for
+// its download and 20 steps on a loaded machine) but past the 80% of it that the ladder
+// plans for, so round 4 asks it with 8-bit QSGD (159 kB, 6.4 s).
 // Client 1 stays on fp32.
 TEST(Federation, AClientWhoseUplinkDropsMovesDownTheLadderInItsNextRound) {
   const int n = 2;
@@ -830,7 +831,7 @@ TEST(Federation, AClientWhoseUplinkDropsMovesDownTheLadderInItsNextRound) {
   o.model = "mlp";
   o.rounds = 4;
   o.min_clients = n;
-  o.round_timeout_s = 20;
+  o.round_timeout_s = 30;
   o.codec_ladder = {"fp32", "qsgd(bits=8)", "qsgd(bits=4)", "topk(ratio=0.01,values=qsgd(bits=8))"};
   o.plan.codec = o.codec_ladder.front();
   o.plan.local_steps = 20;
@@ -841,7 +842,7 @@ TEST(Federation, AClientWhoseUplinkDropsMovesDownTheLadderInItsNextRound) {
   ClientThread slow(ClientDefaults(dir, certs, 0, n, (*proxy)->port()));
   ClientThread fast(ClientDefaults(dir, certs, 1, n, coord.port()));
   ASSERT_TRUE(WaitFor([&] { return coord.get().engine().current_round() >= 3; }, seconds(60)));
-  (*proxy)->SetRates(36'500, 0);
+  (*proxy)->SetRates(25'000, 0);
   ASSERT_TRUE(coord.Wait(seconds(90))) << "the federation did not finish";
   ASSERT_TRUE(coord.result().ok()) << coord.result();
   EXPECT_TRUE(slow.Wait(seconds(30)));
@@ -865,15 +866,15 @@ TEST(Federation, AClientWhoseUplinkDropsMovesDownTheLadderInItsNextRound) {
   EXPECT_EQ(rung(3, "client-0"), 0);
   EXPECT_EQ(rung(3, "client-1"), 0);
   EXPECT_EQ(reports[2].participants, 2);
-  EXPECT_EQ(reports[2].stragglers, 0) << "client 0's fp32 upload at 36.5 kB/s missed the deadline";
+  EXPECT_EQ(reports[2].stragglers, 0) << "client 0's fp32 upload at 25 kB/s missed the deadline";
   EXPECT_EQ(rung(4, "client-0"), 1);
   EXPECT_EQ(rung(4, "client-1"), 0);
   EXPECT_EQ(reports[3].participants, 2);
-  // What round 3 measured of client 0's uplink: the proxy's 36.5 kB/s, within what HTTP/2
+  // What round 3 measured of client 0's uplink: the proxy's 25 kB/s, within what HTTP/2
   // framing and the proxy's pacing add or take.
   const double up = reports[2].per_client.at("uplink_bps").at("client-0");
-  EXPECT_GT(up, 32'500);
-  EXPECT_LT(up, 37'500);
+  EXPECT_GT(up, 22'000);
+  EXPECT_LT(up, 26'000);
   // Counted updates by codec: three fp32 ones from client 1 and two from client 0 (rounds
   // 2 and 3), round 1's two of the cheapest rung, and client 0's 8-bit QSGD.
   std::map<std::string, double> updates;

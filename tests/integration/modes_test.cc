@@ -337,7 +337,7 @@ TEST(Lsgd, ALeaderKilledMidUploadIsReplacedByTheNextBestOfItsGroup) {
   // Round 1 closed without waiting for its deadline, with both groups' models: the other
   // member of group 0 took over.
   EXPECT_FALSE(reports[0].hit_deadline);
-  EXPECT_LT(reports[0].seconds, 30);
+  EXPECT_LT(reports[0].seconds, 50);
   EXPECT_EQ(reports[0].participants, 2);
   EXPECT_GT(UplinkBytesOf(coord.get(), other), 0);
   for (int i = 0; i < 4; ++i) {
@@ -509,7 +509,7 @@ TEST(Sgp, AClientKilledMidRunStallsNobodyAndMassIsConserved) {
   ASSERT_EQ(r.reports.size(), 6u);
   for (size_t i = 2; i < r.reports.size(); ++i) {
     // Nobody waits for the victim: no round runs into its 60 s deadline.
-    EXPECT_LT(r.reports[i].seconds, 20) << "round " << r.reports[i].round;
+    EXPECT_LT(r.reports[i].seconds, 45) << "round " << r.reports[i].round;
     EXPECT_FALSE(r.reports[i].hit_deadline);
   }
   // The last rounds mix the three that are left, every share delivered.

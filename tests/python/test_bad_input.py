@@ -96,7 +96,8 @@ def test_the_simulator_fails_at_once_when_a_client_gives_up(tmp_path, files):
     assert code != 0, out
     assert "client-0 exited with status 1" in out or "client-1 exited with status 1" in out, out
     assert "nan.npz" in out and "finite" in out, out
-    assert took < 30, f"{took:.1f} s: it waited instead of failing"
+    # A simulator that waited would sit out the round's 600 s deadline.
+    assert took < 45, f"{took:.1f} s: it waited instead of failing"
 
 
 def test_the_simulator_refuses_a_bad_partition_before_starting(tmp_path):
@@ -104,5 +105,5 @@ def test_the_simulator_refuses_a_bad_partition_before_starting(tmp_path):
     code, out = run([os.path.join(BIN, "fedlgc-sim"), "--insecure", "--partition=dirichlet(-1)",
                      f"--state-dir={tmp_path}/run"], timeout=60)
     assert code != 0 and "--partition" in out and "dirichlet" in out, out
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # one process that loads libtorch, nothing more
     assert not os.path.exists(f"{tmp_path}/run/coordinator")

@@ -6,7 +6,8 @@ import os
 import subprocess
 import sys
 
-from federation import BIN, REPO, free_port
+from federation import BIN, REPO
+from ports import free_port
 
 EXAMPLES = os.path.join(REPO, "examples")
 

@@ -37,17 +37,19 @@ class Throttle:
 
     @staticmethod
     def _pump(src, dst, rate):
-        start, sent = time.monotonic(), 0
+        # Each chunk leaves len/rate after the one before, or at once when the link has
+        # been idle: idle time earns no credit (a client that waited for its round would
+        # otherwise send its whole update in one burst).
+        next_free = time.monotonic()
         try:
             while True:
                 data = src.recv(4096)
                 if not data:
                     break
                 if rate:
-                    sent += len(data)
-                    ahead = sent / rate - (time.monotonic() - start)
-                    if ahead > 0:
-                        time.sleep(ahead)
+                    now = time.monotonic()
+                    next_free = max(next_free, now) + len(data) / rate
+                    time.sleep(next_free - now)
                 dst.sendall(data)
         except OSError:
             pass

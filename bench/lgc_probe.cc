@@ -431,6 +431,52 @@ void PrintReplay(const Replay& r) {
   }
 }
 
+// The autoencoder's figures on the test rounds, beside the cells'.
+struct AeFigures {
+  Mean ae_err, ae_err_q, cells_err, ae_miss, cells_miss;
+};
+
+// Reconstruction of each test round's leader values (with a float32 latent and with the
+// latent through `latent`) and prediction of its followers', by `net` and by the cells.
+absl::Status MeasureOnTests(ae::Autoencoder& net, const fedlgc::codecs::DenseCodec& latent,
+                            const std::vector<Test>& tests, size_t k, AeFigures* f) {
+  const auto quantize = [&](std::span<const float> z) -> absl::StatusOr<std::vector<float>> {
+    std::string body;
+    fedlgc::codecs::BodyContext ctx;
+    ctx.seed = 1;
+    if (absl::Status st = latent.EncodeBody(z, ctx, &body); !st.ok()) return st;
+    std::vector<float> out(z.size());
+    const auto* b = reinterpret_cast<const uint8_t*>(body.data());
+    if (absl::Status st = latent.DecodeBody({b, body.size()}, out); !st.ok()) return st;
+    return out;
+  };
+  for (const Test& t : tests) {
+    auto z = net.Encode(t.leader_values);
+    if (!z.ok()) return z.status();
+    const std::vector<float> zero(k, 0.0f);
+    auto rec = net.Decode(t.leader, *z, zero);
+    auto zq = quantize(*z);
+    if (!rec.ok()) return rec.status();
+    if (!zq.ok()) return zq.status();
+    auto rec_q = net.Decode(t.leader, *zq, zero);
+    if (!rec_q.ok()) return rec_q.status();
+    const auto rel = [&](std::span<const float> x) {
+      // after the least-squares gain, as a follower would fit it
+      return std::sqrt(MissFraction(t.leader_values, {std::vector<float>(x.begin(), x.end())}));
+    };
+    f->ae_err.Add(rel(*rec));
+    f->ae_err_q.Add(rel(*rec_q));
+    f->cells_err.Add(rel(t.cells));
+    for (const auto& [id, v] : t.followers) {
+      auto pred = net.Decode(id, *z, zero);
+      if (!pred.ok()) return pred.status();
+      f->ae_miss.Add(MissFraction(v, {*pred}));
+      f->cells_miss.Add(MissFraction(v, {t.cells}));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The autoencoder trained on `batches` as the coordinator would, against the cells on
 // `tests`: reconstruction of the leader's values and prediction of the followers'.
 int CompareAutoencoder(const Options& o, size_t k,
@@ -461,39 +507,10 @@ int CompareAutoencoder(const Options& o, size_t k,
     std::fprintf(stderr, "lgc_probe: --latent %s is not a dense codec\n", o.latent.c_str());
     return 1;
   }
-  const auto quantize = [&](std::span<const float> z) -> absl::StatusOr<std::vector<float>> {
-    std::string body;
-    fedlgc::codecs::BodyContext ctx;
-    ctx.seed = 1;
-    if (absl::Status st = latent_codec->EncodeBody(z, ctx, &body); !st.ok()) return st;
-    std::vector<float> out(z.size());
-    const auto* b = reinterpret_cast<const uint8_t*>(body.data());
-    if (absl::Status st = latent_codec->DecodeBody({b, body.size()}, out); !st.ok()) return st;
-    return out;
-  };
-  Mean ae_err, ae_err_q, cells_test_err, ae_miss, cells_miss;
-  for (const Test& t : tests) {
-    auto z = (*net)->Encode(t.leader_values);
-    if (!z.ok()) return 1;
-    const std::vector<float> zero(k, 0.0f);
-    auto rec = (*net)->Decode(t.leader, *z, zero);
-    auto zq = quantize(*z);
-    if (!rec.ok() || !zq.ok()) return 1;
-    auto rec_q = (*net)->Decode(t.leader, *zq, zero);
-    if (!rec_q.ok()) return 1;
-    const auto rel = [&](std::span<const float> x) {
-      // after the least-squares gain, as a follower would fit it
-      return std::sqrt(MissFraction(t.leader_values, {std::vector<float>(x.begin(), x.end())}));
-    };
-    ae_err.Add(rel(*rec));
-    ae_err_q.Add(rel(*rec_q));
-    cells_test_err.Add(rel(t.cells));
-    for (const auto& [id, v] : t.followers) {
-      auto pred = (*net)->Decode(id, *z, zero);
-      if (!pred.ok()) return 1;
-      ae_miss.Add(MissFraction(v, {*pred}));
-      cells_miss.Add(MissFraction(v, {t.cells}));
-    }
+  AeFigures f;
+  if (absl::Status st = MeasureOnTests(**net, *latent_codec, tests, k, &f); !st.ok()) {
+    std::fprintf(stderr, "lgc_probe: %s\n", st.ToString().c_str());
+    return 1;
   }
   const size_t cells_bytes = lgc::CellsBytes(k);
   const size_t latent_floats = static_cast<size_t>((*net)->latent_size());
@@ -507,11 +524,11 @@ int CompareAutoencoder(const Options& o, size_t k,
       "followers' miss |\n");
   std::printf("|---|---|---|---|\n");
   std::printf("| cells (sign + 3-bit log-magnitude, 8 means) | %zu | %.3f | %.3f |\n", cells_bytes,
-              cells_test_err.Get(), cells_miss.Get());
+              f.cells_err.Get(), f.cells_miss.Get());
   std::printf("| autoencoder, float32 latent | %zu | %.3f | %.3f |\n", latent_floats * 4,
-              ae_err.Get(), ae_miss.Get());
+              f.ae_err.Get(), f.ae_miss.Get());
   std::printf("| autoencoder, latent=%s | %zu | %.3f | - |\n\n", o.latent.c_str(),
-              static_cast<size_t>(qbytes), ae_err_q.Get());
+              static_cast<size_t>(qbytes), f.ae_err_q.Get());
   std::printf(
       "(the autoencoder reads the values in the cells' order, which it gets for free "
       "here; without the cells it would need that order sent)\n\n");

@@ -18,6 +18,7 @@
 #include "core/model.h"
 #include "core/sha256.h"
 #include "monitoring/metrics.h"
+#include "protos/fedlgc.pb.h"
 
 namespace fedlgc::coordinator {
 
@@ -52,6 +53,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   if (absl::Status st = c->MakeDriverAndEngine(make_driver, std::move(state)); !st.ok()) {
     return st;
   }
+  if (absl::Status st = c->MakeKeeper(files); !st.ok()) return st;
   c->MakeService(files);
   if (absl::Status st = c->MakeDownlinks(); !st.ok()) return st;
   return c;
@@ -70,7 +72,7 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
     files->model_sha256 = core::Sha256Hex(*bytes);
     files->model_file = MakeBlob(1, *std::move(bytes));
   }
-  if (o.eval_every > 0) {
+  if (o.eval_every > 0 && o.EvalOnServer()) {
     auto test = core::LoadDataset(o.test_data_options(), false, o.eval_limit);
     if (!test.ok()) return test.status();
     // A model that cannot take the test set fails here, before any client joins.
@@ -81,7 +83,12 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
     record_model_ = std::move(record_model).value();
   }
   ModelGuard::LossFn guard_loss;
-  if (o.guard.enabled && o.guard.samples > 0) {
+  if (o.guard.enabled && o.guard.samples > 0 && !o.HasTestData()) {
+    log::Info("coordinator",
+              "the model guard checks each round's model for values that are not finite and "
+              "for its norm's growth; without a test set (--test-data none) it checks no loss");
+  }
+  if (o.guard.enabled && o.guard.samples > 0 && o.HasTestData()) {
     auto guard_set = core::LoadDataset(o.test_data_options(), false, o.guard.samples);
     if (!guard_set.ok()) return guard_set.status();
     if (absl::Status st = eval_model_->CheckFits(*guard_set); !st.ok()) return st;
@@ -118,6 +125,25 @@ absl::Status Coordinator::Resume(const JobFiles& files, EngineState* state) {
   } else {
     state->model = eval_model_->GetFlat();
   }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::MakeKeeper(const JobFiles& files) {
+  const CoordinatorOptions& o = options_;
+  if (o.has_parent()) return absl::OkStatus();
+  KeeperOptions k;
+  k.state_dir = o.state_dir;
+  k.export_path = o.export_path;
+  k.export_best = o.export_best;
+  k.keep = o.keep_models;
+  k.model = o.model_options();
+  k.init_seed = o.init_seed;
+  k.model_sha256 = files.model_sha256;
+  k.job = job_key_;
+  k.job_id = o.JobId(files.model_sha256);
+  auto keeper = ModelKeeper::Create(std::move(k));
+  if (!keeper.ok()) return keeper.status();
+  keeper_ = *std::move(keeper);
   return absl::OkStatus();
 }
 
@@ -177,7 +203,8 @@ void Coordinator::MakeService(const JobFiles& files) {
               files.model_sha256,
               files.model_file,
               o.buffers,
-              o.loss};
+              o.loss,
+              o.EvalOnClients() && o.eval_every > 0 ? static_cast<float>(o.eval_fraction) : 0.0f};
   metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;
@@ -189,6 +216,10 @@ void Coordinator::MakeService(const JobFiles& files) {
       std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
   service_->SetChunkCallback([this] { WakeUp(); });
   service_->SetProgress(progress_.get());
+  if (o.EvalOnClients() && o.eval_every > 0) {
+    eval_book_ = std::make_unique<EvalBook>(o.max_client_weight, o.clock);
+    service_->SetEvalBook(eval_book_.get());
+  }
 }
 
 absl::Status Coordinator::MakeDownlinks() {
@@ -307,7 +338,7 @@ void Coordinator::FinishJob(uint64_t rounds) {
     absl::MutexLock lock(&mu_);
     accuracy = last_accuracy_;
   }
-  service_->BroadcastDone(rounds, static_cast<float>(accuracy));
+  service_->BroadcastDone(rounds, static_cast<float>(accuracy), engine_->model()->version);
   metrics_->SetJobFinished(true);
   // Buffered rounds end with clients still training: they read JobDone once their upload
   // is in (kept uncommitted, in their pending update), so wait for them, or until they
@@ -321,6 +352,26 @@ void Coordinator::FinishJob(uint64_t rounds) {
     return busy;
   };
   while (!stop_ && !in_flight().empty()) {
+    absl::MutexLock lock(&mu_);
+    if (!stop_) {
+      options_.clock->WaitUntil(&cv_, &mu_, options_.clock->Now() + std::chrono::milliseconds(100));
+    }
+  }
+  // Clients that take the final model (a Python client's module, fedlgc-edge --export)
+  // download it after JobDone and then close their event stream: wait for them, up to a
+  // round's timeout.
+  const std::set<std::string> takers = service_->FinalModelTakers();
+  const auto taking = [&] {
+    std::set<std::string> busy;
+    for (const std::string& c : Connected()) {
+      if (takers.count(c) > 0) busy.insert(c);
+    }
+    return busy;
+  };
+  const auto final_until =
+      options_.clock->Now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(options_.round_timeout_s));
+  while (!stop_ && options_.clock->Now() < final_until && !taking().empty()) {
     absl::MutexLock lock(&mu_);
     if (!stop_) {
       options_.clock->WaitUntil(&cv_, &mu_, options_.clock->Now() + std::chrono::milliseconds(100));
@@ -555,6 +606,65 @@ void Coordinator::Quarantine(const std::set<std::string>& clients, const std::st
   }
 }
 
+void Coordinator::AskClientsToEvaluate(uint64_t round) {
+  const CoordinatorOptions& o = options_;
+  std::vector<std::string> connected;
+  for (const std::string& c : Connected()) {
+    if (!engine_->IsQuarantined(c)) connected.push_back(c);
+  }
+  // A seeded sample: the same clients for the same job, seed and round.
+  std::mt19937_64 rng(o.seed * 1000003 + round);
+  std::shuffle(connected.begin(), connected.end(), rng);
+  if (o.eval_clients > 0 && connected.size() > o.eval_clients) connected.resize(o.eval_clients);
+  const uint64_t version = engine_->model()->version;
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(o.eval_timeout_s));
+  protos::ServerEvent event;
+  protos::EvalStart* e = event.mutable_eval();
+  e->set_round(round);
+  e->set_model_version(version);
+  e->set_deadline_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              (o.clock->WallNow() + timeout).time_since_epoch())
+                              .count());
+  std::set<std::string> asked;
+  for (const std::string& c : connected) {
+    if (service_->Push(c, event)) asked.insert(c);
+  }
+  eval_book_->Ask(round, version, asked, o.clock->Now() + timeout);
+}
+
+void Coordinator::SettleFederatedEval(RoundReport* rep) {
+  const auto t0 = options_.clock->Now();
+  auto settled = eval_book_->Settle(rep->round, [this](const std::set<std::string>& waiting) {
+    return Vanished(waiting, options_.clock->Now() - std::chrono::seconds(3));
+  });
+  if (!settled.has_value()) return;
+  const FederatedEval& t = settled->total;
+  rep->federated_eval = t;
+  rep->figures["federated_eval_seconds"] = core::SecondsSince(*options_.clock, t0);
+  rep->per_client["eval_examples"] = settled->examples;
+  rep->per_client["eval_loss"] = settled->loss;
+  if (!settled->accuracy.empty()) rep->per_client["eval_accuracy"] = settled->accuracy;
+  for (size_t i = 0; i < settled->class_accuracy.size(); ++i) {
+    rep->figures[StrCat("federated_class_accuracy_", i)] = settled->class_accuracy[i];
+  }
+  metrics_->AddEvalAnswers("reported", t.clients);
+  metrics_->AddEvalAnswers("declined", t.declined);
+  metrics_->AddEvalAnswers("missing", t.missing);
+  if (t.clients > 0) {
+    metrics_->SetFederatedEval(t.accuracy, t.loss);
+    if (test_data_ == nullptr) {  // JobDone's final accuracy
+      absl::MutexLock lock(&mu_);
+      last_accuracy_ = t.accuracy;
+    }
+  }
+  log::Info("coordinator",
+            "round %llu: %d of %d clients evaluated it (%d declined, %d missing): %llu examples, "
+            "accuracy %.4f, loss %.4f",
+            static_cast<unsigned long long>(rep->round), t.clients, t.asked, t.declined, t.missing,
+            static_cast<unsigned long long>(t.examples), t.accuracy, t.loss);
+}
+
 bool Coordinator::EvaluationDue(uint64_t round) const {
   const CoordinatorOptions& o = options_;
   return o.eval_every > 0 && (round % o.eval_every == 0 || round == o.rounds);
@@ -574,14 +684,15 @@ absl::Status Coordinator::Evaluate(std::span<const float> model, RoundReport* re
   return absl::OkStatus();
 }
 
-void Coordinator::RecordLater(RoundReport rep, std::vector<float> model) {
+void Coordinator::RecordLater(RoundReport rep, std::vector<float> model, bool evaluate,
+                              uint64_t model_version) {
   absl::MutexLock lock(&record_mu_);
   // Backpressure: evaluation slower than rounds holds the round loop, not memory.
   record_mu_.Await(absl::Condition(
       +[](Coordinator* c)
            ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->record_mu_) { return c->records_.size() < 2; },
       this));
-  records_.push_back({std::move(rep), std::move(model)});
+  records_.push_back({std::move(rep), std::move(model), evaluate, model_version});
 }
 
 void Coordinator::RecorderLoop() {
@@ -598,9 +709,18 @@ void Coordinator::RecorderLoop() {
       next = std::move(records_.front());
       recording_ = true;
     }
-    if (!next.model.empty()) {
+    if (next.evaluate && eval_book_ != nullptr) SettleFederatedEval(&next.report);
+    if (next.evaluate && !next.model.empty() && test_data_ != nullptr) {
       if (absl::Status st = Evaluate(next.model, &next.report); !st.ok()) {
         log::Warning("coordinator", "round %llu: evaluation: %s",
+                     static_cast<unsigned long long>(next.report.round), st.ToString().c_str());
+      }
+    }
+    if (keeper_ != nullptr && !next.model.empty()) {
+      // A model that cannot be kept or exported (a full disk) costs its files, not the job.
+      if (absl::Status st = keeper_->Keep(next.model, next.model_version, &next.report);
+          !st.ok()) {
+        log::Warning("coordinator", "round %llu: keeping its model: %s",
                      static_cast<unsigned long long>(next.report.round), st.ToString().c_str());
       }
     }
@@ -651,9 +771,10 @@ void Coordinator::RecoverRoundLog() {
     rep.round = r;
     rep.mode = std::string(ModeName(driver_->mode()));
     rep.labels["recovered"] = "1";
-    // Only the checkpoint's own model is still here to evaluate.
-    RecordLater(std::move(rep),
-                r == committed && EvaluationDue(r) ? engine_->ModelVector() : std::vector<float>());
+    // Only the checkpoint's own model is still here to evaluate and keep.
+    const bool last = r == committed;
+    RecordLater(std::move(rep), last ? engine_->ModelVector() : std::vector<float>(),
+                last && EvaluationDue(r), engine_->model()->version);
   }
   DrainRecords();
 }
@@ -706,10 +827,13 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   }
   progress_->Committed(rep.round);
   WriteProgress(/*force=*/true);
-  // The round's evaluation and its line (rounds.jsonl) follow off the round loop.
+  // The round's evaluation, its kept model and its line (rounds.jsonl) follow off the
+  // round loop.
+  const bool evaluate = EvaluationDue(commit.round);
+  if (evaluate && eval_book_ != nullptr) AskClientsToEvaluate(commit.round);
   std::vector<float> model =
-      EvaluationDue(commit.round) ? engine_->ModelVector() : std::vector<float>();
-  RecordLater(std::move(rep), std::move(model));
+      evaluate || keeper_ != nullptr ? engine_->ModelVector() : std::vector<float>();
+  RecordLater(std::move(rep), std::move(model), evaluate, engine_->model()->version);
   return absl::OkStatus();
 }
 

@@ -21,8 +21,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/codec_ladder.h"
+#include "coordinator/federated_eval.h"
 #include "coordinator/link_book.h"
 #include "coordinator/model_guard.h"
+#include "coordinator/model_keeper.h"
 #include "coordinator/options.h"
 #include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
@@ -98,6 +100,8 @@ class Coordinator final : private RoundHost {
   // The aggregator options, the job key, and the checkpoint's state (or a fresh one).
   absl::Status Resume(const JobFiles& files, EngineState* state);
   absl::Status MakeDriverAndEngine(const DriverFactory& make_driver, EngineState state);
+  // The kept models and the export (a root's; an aggregator keeps none).
+  absl::Status MakeKeeper(const JobFiles& files);
   // The metrics and the gRPC service (not started).
   void MakeService(const JobFiles& files);
   // The compressed downlink, when --downlink-codec asks for one.
@@ -122,13 +126,20 @@ class Coordinator final : private RoundHost {
   void ReportLinks(const CommitResult& commit, RoundReport* rep) const;
   // Whether `round`'s model is evaluated (--eval-every, and always the last round).
   bool EvaluationDue(uint64_t round) const;
+  // Federated evaluation: sends round `round`'s model to a sample of the connected
+  // clients (EvalStart) and books whom it asked; the recorder waits for their answers and
+  // puts them in the round's report (SettleFederatedEval).
+  void AskClientsToEvaluate(uint64_t round);
+  void SettleFederatedEval(RoundReport* rep);
   // Evaluates `model` into rep (accuracy, loss, "eval_seconds") with the recorder's model.
   absl::Status Evaluate(std::span<const float> model, RoundReport* rep);
-  // Hands a committed round to the recorder: its evaluation (when `model` is not empty),
-  // then its rounds.jsonl line, its place in reports() and its log line, in round order
-  // on a thread of its own, so that the next round starts while this one's model is
-  // evaluated. Waits while two rounds are waiting already.
-  void RecordLater(RoundReport rep, std::vector<float> model);
+  // Hands a committed round to the recorder: its evaluation (when `evaluate`), the kept
+  // model and the export (when there is a keeper), then its rounds.jsonl line, its place
+  // in reports() and its log line, in round order on a thread of its own, so that the
+  // next round starts while this one's model is evaluated. `model`: the round's (empty
+  // when neither is due). Waits while two rounds are waiting already.
+  void RecordLater(RoundReport rep, std::vector<float> model, bool evaluate,
+                   uint64_t model_version);
   void Record(RoundReport rep);  // the recorder's last step
   void RecorderLoop();
   // Returns once every round handed to the recorder is recorded.
@@ -195,8 +206,12 @@ class Coordinator final : private RoundHost {
   // model guard on the round loop's thread).
   struct PendingRecord {
     RoundReport report;
-    std::vector<float> model;  // empty: not evaluated
+    std::vector<float> model;  // empty: neither evaluated nor kept
+    bool evaluate = false;
+    uint64_t model_version = 0;
   };
+  std::unique_ptr<ModelKeeper> keeper_;  // the recorder's; null in an aggregator
+  std::unique_ptr<EvalBook> eval_book_;  // null unless clients evaluate
   std::unique_ptr<core::Model> record_model_;
   absl::Mutex record_mu_;
   std::deque<PendingRecord> records_ ABSL_GUARDED_BY(record_mu_);

@@ -114,6 +114,35 @@ void AddGuardFlags(CLI::App& app, CoordinatorOptions* o) {
                 "test examples of the guard set (0: no loss check)");
 }
 
+void AddExportFlags(CLI::App& app, CoordinatorOptions* o) {
+  CLI::Option_group* g = app.add_option_group("Model out", "the trained model handed over");
+  g->add_option("--export", o->export_path,
+                "write the global model here after every committed round: PATH.pt (TorchScript "
+                "that plain PyTorch loads), PATH.npz (its tensors by name) and PATH.json (the "
+                "round and its evaluation) (docs/your-model.md)");
+  fedlgc::AddBoolFlag(*g, "--export-best", &o->export_best,
+                      "--export holds the best evaluated round by the job's metric (accuracy, or "
+                      "the loss without classes) instead of the newest");
+  g->add_option("--keep-models", o->keep_models,
+                "committed rounds whose models <state-dir>/models keeps beside the best one, "
+                "for fedlgc-export");
+}
+
+void AddEvaluationFlags(CLI::App& g, CoordinatorOptions* o) {
+  g.add_option("--eval", o->eval,
+               "where the global model is evaluated: server (on --test-data), clients (each "
+               "asked client on its own held-out data, weighed by examples), both, or auto "
+               "(server, or clients with --test-data none)");
+  g.add_option("--eval-every", o->eval_every, "evaluate every N rounds, and the last (0 = never)");
+  g.add_option("--eval-fraction", o->eval_fraction,
+               "with --eval clients or both: the share of each client's shard held out of "
+               "training to evaluate on (a client with --eval-data trains on all of it)");
+  g.add_option("--eval-clients", o->eval_clients,
+               "clients asked per evaluation, a seeded sample of those connected (0: all)");
+  g.add_option("--eval-timeout", o->eval_timeout_s,
+               "seconds the clients' evaluations are waited for (later ones count as missing)");
+}
+
 namespace {
 
 void AddServiceFlags(CLI::App& app, CoordinatorOptions* o) {
@@ -174,13 +203,17 @@ void AddParentFlags(CLI::App& app, CoordinatorOptions* o) {
 
 void AddEvalFlags(CLI::App& app, CoordinatorOptions* o) {
   CLI::Option_group* g = app.add_option_group("Evaluation", "of the global model");
-  g->add_option("--eval-every", o->eval_every, "evaluate every N rounds (0 = never)");
+  AddEvaluationFlags(*g, o);
   g->add_option("--eval-limit", o->eval_limit, "test examples used (0 = all)");
   g->add_option("--test-data", o->test_data,
                 "fashion-mnist, synthetic:N, npz:PATH (arrays x and y, or x_test and y_test), "
-                "csv:PATH or images:DIR (docs/your-model.md)");
+                "csv:PATH, images:DIR, or none: the coordinator holds no test set (the "
+                "clients evaluate) (docs/your-model.md)");
   g->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
   fedlgc::AddLabelFlags(*g, "the test set", &o->label_column, &o->targets);
+  g->add_option("--inputs", o->inputs,
+                "how the test set's features reach the model: auto, float or ids (as "
+                "fedlgc-edge --inputs)");
   g->add_option("--torch-threads", o->torch_threads, "libtorch threads for evaluation");
 }
 
@@ -190,6 +223,7 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o) {
   AddJobFlags(app, o);
   AddServiceFlags(app, o);
   AddGuardFlags(app, o);
+  AddExportFlags(app, o);
   AddEvalFlags(app, o);
   AddParentFlags(app, o);
 }

@@ -9,6 +9,7 @@
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
+#include "core/export.h"
 #include "codecs/sparse_codec.h"
 #include "codecs/terngrad.h"
 #include "coordinator/codec_ladder.h"
@@ -99,7 +100,33 @@ absl::Status CoordinatorOptions::Validate(const ModeTraits& traits) const {
         StrCat("--upload-order: ", std::string(order.status().message())));
   }
   if (absl::Status st = model_options().Validate(); !st.ok()) return st;
-  if (eval_every > 0 || (guard.enabled && guard.samples > 0)) {
+  if (!export_path.empty()) {
+    if (has_parent()) {
+      return absl::InvalidArgumentError(
+          "--export with --parent: an aggregator's model is its parent's; export at the root");
+    }
+    if (auto files = core::ExportFiles::For(export_path); !files.ok()) return files.status();
+  }
+  if (export_best && export_path.empty()) {
+    return absl::InvalidArgumentError("--export-best needs --export PATH");
+  }
+  if (eval != "auto" && eval != "server" && eval != "clients" && eval != "both") {
+    return absl::InvalidArgumentError(
+        StrCat("--eval '", eval, "': expected auto, server, clients or both"));
+  }
+  if ((eval == "server" || eval == "both") && !HasTestData()) {
+    return absl::InvalidArgumentError(StrCat("--eval ", eval, " needs --test-data"));
+  }
+  if (!(eval_fraction >= 0 && eval_fraction <= 0.9)) {
+    return absl::InvalidArgumentError("--eval-fraction must be in [0, 0.9]");
+  }
+  if (!(eval_timeout_s > 0)) return absl::InvalidArgumentError("--eval-timeout must be > 0");
+  if (EvalOnClients() && has_parent()) {
+    return absl::InvalidArgumentError(
+        "--eval clients with --parent: the root asks the clients; an aggregator's own "
+        "clients are not asked");
+  }
+  if (HasTestData() && (EvalOnServer() || (guard.enabled && guard.samples > 0))) {
     if (absl::Status st = test_data_options().Validate(); !st.ok()) {
       return absl::InvalidArgumentError(StrCat("--test-data: ", st.message()));
     }
@@ -163,12 +190,21 @@ core::ModelOptions CoordinatorOptions::model_options() const {
   return o;
 }
 
+bool CoordinatorOptions::EvalOnServer() const {
+  return eval == "server" || eval == "both" || (eval == "auto" && HasTestData());
+}
+
+bool CoordinatorOptions::EvalOnClients() const {
+  return eval == "clients" || eval == "both" || (eval == "auto" && !HasTestData());
+}
+
 core::DataOptions CoordinatorOptions::test_data_options() const {
   core::DataOptions d;
   d.spec = test_data;
   d.fashion_dir = data_dir;
   d.label_column = label_column;
   d.targets = targets;
+  d.inputs = inputs;
   return d;
 }
 

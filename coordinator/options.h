@@ -55,7 +55,21 @@ struct CoordinatorOptions {
   double ratio_target = 0;                  // exported for the compression-ratio alert; 0: none
   double linger_s = 0;                      // seconds to keep serving /metrics after the last round
   uint32_t max_client_series = 1000;        // clients with metric series of their own (0: all)
+  // The trained model handed over (coordinator/model_keeper.h): --export PATH writes the
+  // global model's files (core/export.h) after every committed round, --export-best those
+  // of the best evaluated round instead; the state folder keeps the last --keep-models
+  // rounds' models and the best one for fedlgc-export.
+  std::string export_path;
+  bool export_best = false;
+  uint32_t keep_models = 3;
   uint32_t eval_every = 1;                  // 0: never
+  // Where the global model is evaluated: "server" on --test-data, "clients" on each asked
+  // client's own held-out data (federated_eval.h), "both", or "auto": server, or clients
+  // when there is no test set (--test-data none).
+  std::string eval = "auto";
+  double eval_fraction = 0.1;  // of each client's shard held out under clients and both
+  uint32_t eval_clients = 0;   // clients asked per evaluation (0: every connected one)
+  double eval_timeout_s = 60;  // how long their answers are waited for
   uint64_t eval_limit = 0;                  // test examples (0 = all)
   // The test set (core/dataset.h): fashion-mnist, synthetic:N, npz:PATH, csv:PATH or
   // images:DIR; a CSV's label column and how labels are read.
@@ -63,6 +77,7 @@ struct CoordinatorOptions {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string label_column = "label";
   std::string targets = "auto";
+  std::string inputs = "auto";  // core::DataOptions::inputs
   // TLS: CA for client certificates, server certificate and key.
   std::string tls_ca, tls_cert, tls_key;
   bool insecure = false;
@@ -97,6 +112,11 @@ struct CoordinatorOptions {
   absl::Status Validate(const ModeTraits& traits) const;
   core::ModelOptions model_options() const;
   core::DataOptions test_data_options() const;
+  // Whether the coordinator holds a test set (--test-data is not "none").
+  bool HasTestData() const { return !test_data.empty() && test_data != "none"; }
+  // Where evaluations run (--eval, resolved).
+  bool EvalOnServer() const;
+  bool EvalOnClients() const;
   // The --parent options, for a job of the mode of `traits`.
   absl::Status ValidateParent(const ModeTraits& traits) const;
   // Identifies the job in checkpoints: changing any of these makes a new job.

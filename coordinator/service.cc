@@ -145,6 +145,10 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
                      " (give the client that file, or no --model to download it)"));
   }
   engine_->Register(*id, req.num_samples());
+  if (req.wants_final_model()) {
+    absl::MutexLock lock(&mu_);
+    final_takers_.insert(*id);
+  }
   metrics_->JoinClient(*id, engine_->current_round());
   reply->set_job_id(job_.job_id);
   reply->set_model(job_.model);
@@ -160,6 +164,7 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   }
   reply->set_buffers(job_.buffers);
   reply->set_loss(job_.loss);
+  reply->set_eval_fraction(job_.eval_fraction);
   return grpc::Status::OK;
 }
 
@@ -298,10 +303,16 @@ bool CoordinatorService::SendRoundStart(const std::string& client) {
   return e && Push(client, *e);
 }
 
-void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy) {
+std::set<std::string> CoordinatorService::FinalModelTakers() const {
+  absl::MutexLock lock(&mu_);
+  return final_takers_;
+}
+
+void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy, uint64_t model_version) {
   absl::MutexLock lock(&mu_);
   done_event_.mutable_done()->set_rounds(rounds);
   done_event_.mutable_done()->set_final_accuracy(accuracy);
+  done_event_.mutable_done()->set_model_version(model_version);
   done_ = true;
   for (const auto& [id, r] : streams_) r->Push(done_event_);
 }
@@ -408,6 +419,20 @@ grpc::Status CoordinatorService::DoReport(grpc::CallbackServerContext* ctx,
   auto id = Identity(ctx, req.client_id());
   if (!id.ok()) return ToGrpc(id.status());
   Touch(*id);
+  if (req.has_eval()) {
+    // Federated evaluation's answer: the book's, not the round's.
+    const absl::Status st = eval_book_ != nullptr
+                                ? eval_book_->Accept(*id, req.eval())
+                                : absl::FailedPreconditionError("this job evaluates no model on clients");
+    if (!st.ok()) {
+      metrics_->AddEvalAnswers("refused", 1);
+      metrics_->AddRejected(absl::IsFailedPrecondition(st) ? RejectReason::kWrongRound
+                                                           : RejectReason::kMalformed);
+      return ToGrpc(st);
+    }
+    ack->set_round(req.round());
+    return grpc::Status::OK;
+  }
   const absl::Status st = driver_->AcceptReport(*id, req);
   if (!st.ok()) {
     metrics_->AddRejected(absl::IsFailedPrecondition(st) ? RejectReason::kWrongRound

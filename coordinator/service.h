@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/federated_eval.h"
 #include "coordinator/stream_registry.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
@@ -38,6 +40,7 @@ struct JobInfo {
   std::shared_ptr<const ModelBlob> model_file;
   std::string buffers = "average";  // the model's rules (core/model.h)
   std::string loss = "auto";
+  float eval_fraction = 0;  // of each shard held out for federated evaluation
 };
 
 // Bytes moved while a round is open (reset by the round loop when it opens one).
@@ -116,8 +119,11 @@ class CoordinatorService final : public RawCoordinatorService {
   // The job's rounds as Join tells clients (an aggregator learns its parent's after it
   // joins).
   void SetTotalRounds(uint32_t rounds) { total_rounds_ = rounds; }
-  // Sends JobDone to everyone connected, and to everyone who connects later.
-  void BroadcastDone(uint64_t rounds, float accuracy);
+  // Sends JobDone (the final model's version, for clients that take it) to everyone
+  // connected, and to everyone who connects later.
+  void BroadcastDone(uint64_t rounds, float accuracy, uint64_t model_version);
+  // Clients that said in Join they download the final model when the job ends.
+  std::set<std::string> FinalModelTakers() const;
   static protos::ServerEvent ReceiptEvent(const Receipt& receipt);
 
   RoundTraffic& traffic() { return traffic_; }
@@ -126,6 +132,9 @@ class CoordinatorService final : public RawCoordinatorService {
   // Set before serving: the global model, and the blobs the driver broadcasts, go down
   // through `downlinks` (must outlive the service).
   void SetDownlinks(Downlinks* downlinks) { downlinks_ = downlinks; }
+  // Set before serving: where federated evaluation's answers go (must outlive the
+  // service; null: none are taken).
+  void SetEvalBook(EvalBook* book) { eval_book_ = book; }
   // Set before serving: where downloads and uploads are reported (must outlive the service).
   void SetProgress(Progress* progress) { progress_ = progress; }
   // A participant's download or upload moved (no-op without SetProgress).
@@ -184,6 +193,7 @@ class CoordinatorService final : public RawCoordinatorService {
   RoundDriver* const driver_;
   Downlinks* downlinks_ = nullptr;
   Progress* progress_ = nullptr;
+  EvalBook* eval_book_ = nullptr;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
   std::atomic<uint32_t> total_rounds_;
@@ -197,6 +207,7 @@ class CoordinatorService final : public RawCoordinatorService {
   std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Clock::time_point> last_call_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> final_takers_ ABSL_GUARDED_BY(mu_);
   protos::ServerEvent done_event_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -92,7 +92,8 @@ absl::Status SetTargets(Dataset* d, std::span<const double> values, const std::s
 void Truncate(Dataset* d, size_t limit) {
   if (limit == 0 || limit >= d->n) return;
   d->n = limit;
-  d->x.resize(limit * d->example_size());
+  (d->integer_inputs ? d->ids.resize(limit * d->example_size())
+                     : d->x.resize(limit * d->example_size()));
   if (d->classification()) {
     d->labels.resize(limit);
     uint32_t top = 0;
@@ -103,7 +104,8 @@ void Truncate(Dataset* d, size_t limit) {
   }
 }
 
-absl::StatusOr<Dataset> LoadNpz(const std::string& path, const std::string& targets, bool train) {
+absl::StatusOr<Dataset> LoadNpz(const std::string& path, const std::string& targets,
+                                const std::string& inputs, bool train) {
   auto arrays = ReadNpz(path);
   if (!arrays.ok()) return arrays.status();
   const char* split = train ? "_train" : "_test";
@@ -120,7 +122,7 @@ absl::StatusOr<Dataset> LoadNpz(const std::string& path, const std::string& targ
                " (save it with numpy.savez(path, x=..., y=...))"));
   }
   return DatasetFromArrays(arrays->at(xs), arrays->at(ys), targets,
-                           StrCat("npz:", path, " (", xs, ", ", ys, ")"));
+                           StrCat("npz:", path, " (", xs, ", ", ys, ")"), inputs);
 }
 
 absl::StatusOr<Dataset> LoadCsv(const DataOptions& o, const std::string& path, size_t limit) {
@@ -131,6 +133,20 @@ absl::StatusOr<Dataset> LoadCsv(const DataOptions& o, const std::string& path, s
   d.n = table->rows;
   d.shape = {static_cast<int64_t>(table->feature_names.size())};
   d.x = std::move(table->features);
+  if (o.inputs == "ids") {
+    // Integer columns (token ids, categories) as integers.
+    d.integer_inputs = true;
+    d.ids.resize(d.x.size());
+    for (size_t i = 0; i < d.x.size(); ++i) {
+      if (!IsWhole(d.x[i])) {
+        return absl::InvalidArgumentError(
+            StrCat(d.source, ": row ", i / d.shape[0] + 1, " holds ", d.x[i], " in column '",
+                   table->feature_names[i % d.shape[0]], "': --inputs ids reads whole numbers"));
+      }
+      d.ids[i] = static_cast<int64_t>(d.x[i]);
+    }
+    d.x.clear();
+  }
   if (absl::Status st = SetTargets(&d, table->labels, o.targets,
                                    [&](size_t i) {
                                      return StrCat("column '", o.label_column, "' of row ", i + 1);
@@ -253,6 +269,14 @@ absl::Status DataOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("--targets '", targets, "': expected auto, classes or values"));
   }
+  if (inputs != "auto" && inputs != "float" && inputs != "ids") {
+    return absl::InvalidArgumentError(
+        StrCat("--inputs '", inputs, "': expected auto, float or ids"));
+  }
+  if (inputs == "ids" && !StartsWith(spec, "npz:") && !StartsWith(spec, "csv:")) {
+    return absl::InvalidArgumentError(
+        StrCat("--inputs ids: integer inputs come from npz or csv files, not ", spec));
+  }
   if (spec == "fashion-mnist") return absl::OkStatus();
   if (StartsWith(spec, "synthetic:")) {
     char* end = nullptr;
@@ -272,17 +296,17 @@ bool DataOptions::IsFile() const {
 }
 
 absl::StatusOr<Dataset> DatasetFromArrays(const NpyArray& x, const NpyArray& y,
-                                          const std::string& targets, const std::string& what) {
+                                          const std::string& targets, const std::string& what,
+                                          const std::string& inputs) {
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(StrCat(what, ": ", why));
   };
   if (x.shape.empty() || y.shape.empty()) return bad("x and y must have one row per example");
-  const bool images = x.type == NpyType::kU8;
-  if (!x.is_float() && !images) {
-    return bad(StrCat("x is ", x.type_name(),
-                      ": inputs are float16/32/64, or uint8 images (divided by 255); convert "
-                      "with x.astype('float32')"));
+  const bool images = x.type == NpyType::kU8 && inputs == "auto";
+  if (x.type == NpyType::kBool && inputs != "float") {
+    return bad("x is bool: convert it with x.astype('float32') or x.astype('int64')");
   }
+  const bool ids = inputs == "ids" || (inputs == "auto" && !x.is_float() && !images);
   if (x.shape[0] != y.shape[0]) {
     return bad(StrCat("x has ", x.shape[0], " rows ", x.shape_text(), ", y has ", y.shape[0], " ",
                       y.shape_text()));
@@ -292,10 +316,23 @@ absl::StatusOr<Dataset> DatasetFromArrays(const NpyArray& x, const NpyArray& y,
   d.n = static_cast<size_t>(x.shape[0]);
   d.shape.assign(x.shape.begin() + 1, x.shape.end());
   if (d.shape.empty()) d.shape = {1};
-  d.x.resize(x.elements());
-  if (x.type == NpyType::kF32) {
+  if (ids) {
+    // Token ids: whole numbers, kept as integers.
+    d.integer_inputs = true;
+    d.ids.resize(x.elements());
+    for (size_t i = 0; i < d.ids.size(); ++i) {
+      const double v = x.At(i);
+      if (!IsWhole(v)) {
+        return bad(StrCat("example ", i / d.example_size(), " holds ", v,
+                          ": integer inputs (token ids) are whole numbers below 2^31"));
+      }
+      d.ids[i] = static_cast<int64_t>(v);
+    }
+  } else if (x.type == NpyType::kF32) {
+    d.x.resize(x.elements());
     if (!d.x.empty()) std::memcpy(d.x.data(), x.data.data(), x.data.size());
   } else {
+    d.x.resize(x.elements());
     const float scale = images ? 1.0f / 255.0f : 1.0f;
     for (size_t i = 0; i < d.x.size(); ++i) d.x[i] = static_cast<float>(x.At(i)) * scale;
   }
@@ -323,7 +360,11 @@ absl::StatusOr<Dataset> DatasetFromArrays(const NpyArray& x, const NpyArray& y,
 
 absl::Status CheckDataset(const Dataset& d) {
   if (d.n == 0) return absl::InvalidArgumentError(StrCat(d.source, ": no examples"));
-  if (d.x.size() != d.n * d.example_size()) {
+  if (d.integer_inputs && (d.ids.size() != d.n * d.example_size() || !d.x.empty())) {
+    return absl::InvalidArgumentError(StrCat(d.source, ": ", d.ids.size(), " integer inputs for ",
+                                             d.n, " examples of shape ", Dataset::ShapeText(d.shape)));
+  }
+  if (!d.integer_inputs && d.x.size() != d.n * d.example_size()) {
     return absl::InvalidArgumentError(StrCat(d.source, ": ", d.x.size(), " feature values for ",
                                              d.n, " examples of shape ", Dataset::ShapeText(d.shape)));
   }
@@ -372,7 +413,7 @@ absl::StatusOr<Dataset> LoadDataset(const DataOptions& o, bool train, size_t lim
     const size_t n = std::strtoull(s.c_str() + 10, nullptr, 10);
     return SyntheticImages(limit > 0 ? std::min(limit, n) : n, train ? 11 : 12);
   } else if (StartsWith(s, "npz:")) {
-    d = LoadNpz(s.substr(4), o.targets, train);
+    d = LoadNpz(s.substr(4), o.targets, o.inputs, train);
   } else if (StartsWith(s, "csv:")) {
     d = LoadCsv(o, s.substr(4), limit);
   } else {
@@ -382,6 +423,31 @@ absl::StatusOr<Dataset> LoadDataset(const DataOptions& o, bool train, size_t lim
   Truncate(&*d, limit);
   if (absl::Status st = CheckDataset(*d); !st.ok()) return st;
   return d;
+}
+
+Dataset Subset(const Dataset& d, std::span<const uint32_t> indices) {
+  Dataset out;
+  out.source = d.source;
+  out.shape = d.shape;
+  out.classes = d.classes;
+  out.target_shape = d.target_shape;
+  out.n = indices.size();
+  out.integer_inputs = d.integer_inputs;
+  const size_t es = d.example_size(), ts = d.target_size();
+  for (uint32_t i : indices) {
+    if (d.integer_inputs) {
+      out.ids.insert(out.ids.end(), d.ids.begin() + i * es, d.ids.begin() + (i + 1) * es);
+    } else {
+      out.x.insert(out.x.end(), d.x.begin() + i * es, d.x.begin() + (i + 1) * es);
+    }
+    if (d.classification()) {
+      out.labels.push_back(d.labels[i]);
+    } else {
+      out.targets.insert(out.targets.end(), d.targets.begin() + i * ts,
+                         d.targets.begin() + (i + 1) * ts);
+    }
+  }
+  return out;
 }
 
 }  // namespace fedlgc::core

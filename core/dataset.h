@@ -21,6 +21,10 @@ struct Dataset {
   std::string source;                     // what it was read from, for messages
   std::vector<int64_t> shape{1, 28, 28};  // of one example
   std::vector<float> x;                   // size() * example_size(), row-major
+  // Integer inputs (token ids; DataOptions::inputs): the values in `ids` instead of `x`
+  // (which is then empty), reaching the model as int64 tensors.
+  bool integer_inputs = false;
+  std::vector<int64_t> ids;
   // Classification: classes > 0 and one label in [0, classes) per example (classes is
   // the largest label + 1). Regression: classes == 0 and target_size() floats per example.
   uint32_t classes = 0;
@@ -54,6 +58,10 @@ struct DataOptions {
   // and anything else float targets; classes or values forces one (values turns integer
   // labels into float targets; classes refuses a label that is not a whole number).
   std::string targets = "auto";
+  // How features reach the model: auto (an npz's integer x other than uint8 as integers,
+  // everything else as floats), float, or ids (integers: token ids for a model with an
+  // embedding first; a value that is not a whole number is refused).
+  std::string inputs = "auto";
 
   // The spec's form and the choices (not the file: LoadDataset reads it).
   absl::Status Validate() const;
@@ -75,11 +83,17 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, siz
 Dataset SyntheticImages(size_t n, uint64_t seed, float noise = 0.35f);
 
 // The arrays x (features) and y (labels or targets) of one split as a Dataset: x of
-// float16/32/64 (as they are) or uint8 (images: divided by 255), shape (n, ...); y of an
+// float16/32/64 (as they are), uint8 (images: divided by 255) or another integer dtype
+// (token ids, kept as integers; `inputs` as DataOptions::inputs), shape (n, ...); y of an
 // integer or float dtype, shape (n,) or (n, ...). `what` names them in errors.
 struct NpyArray;
 absl::StatusOr<Dataset> DatasetFromArrays(const NpyArray& x, const NpyArray& y,
-                                          const std::string& targets, const std::string& what);
+                                          const std::string& targets, const std::string& what,
+                                          const std::string& inputs = "auto");
+
+// The examples at `indices` (with their labels or targets), in that order: a client's
+// held-out share of its shard.
+Dataset Subset(const Dataset& d, std::span<const uint32_t> indices);
 
 // Checks what a loader promises (finite values, labels in range, sizes that agree).
 absl::Status CheckDataset(const Dataset& d);

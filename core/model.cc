@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "base/str.h"
 #include "core/optimizer.h"
@@ -61,6 +62,17 @@ struct CnnImpl : torch::nn::Module {
   }
   torch::nn::Conv2d conv1, conv2;
   torch::nn::Linear fc1, fc2;
+  // forward above in TorchScript, for the scripted module an export writes.
+  static constexpr char kScript[] = R"(
+def forward(self, x):
+    x = torch.reshape(x, [x.size(0), 1, 28, 28])
+    x = torch.conv2d(x, self.conv1.weight, self.conv1.bias, [1, 1], [2, 2])
+    x = torch.max_pool2d(torch.relu(x), [2, 2])
+    x = torch.conv2d(x, self.conv2.weight, self.conv2.bias, [1, 1], [2, 2])
+    x = torch.max_pool2d(torch.relu(x), [2, 2])
+    x = torch.relu(torch.linear(torch.flatten(x, 1), self.fc1.weight, self.fc1.bias))
+    return torch.linear(x, self.fc2.weight, self.fc2.bias)
+)";
 };
 
 struct MlpImpl : torch::nn::Module {
@@ -71,7 +83,53 @@ struct MlpImpl : torch::nn::Module {
     return fc2->forward(torch::relu(fc1->forward(x.flatten(1))));
   }
   torch::nn::Linear fc1, fc2;
+  static constexpr char kScript[] = R"(
+def forward(self, x):
+    x = torch.reshape(x, [x.size(0), 784])
+    x = torch.relu(torch.linear(x, self.fc1.weight, self.fc1.bias))
+    return torch.linear(x, self.fc2.weight, self.fc2.bias)
+)";
 };
+
+// A tensor as an export holds it: detached, on the CPU, its own storage.
+torch::Tensor ExportCopy(const torch::Tensor& t) {
+  torch::Tensor c = t.detach().to(torch::kCPU).clone();
+  if (c.scalar_type() == torch::kBFloat16) c = c.to(torch::kFloat32);
+  return c;
+}
+
+// A scripted module of class `type` with `params` ("fc1.weight": a submodule fc1 holding
+// weight) and the TorchScript methods of `source`: what plain PyTorch loads in place of a
+// built-in network.
+torch::jit::Module ScriptedBuiltin(const std::string& type, const NamedTensors& params,
+                                   const char* source) {
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  // Every module of Python's has a training flag (module.train() and .eval() set it).
+  const auto with_flag = [](torch::jit::Module m) {
+    m.register_attribute("training", c10::BoolType::get(), false);
+    return m;
+  };
+  torch::jit::Module root =
+      with_flag(torch::jit::Module(c10::QualifiedName(StrCat("__torch__.fedlgc.", type)), cu));
+  std::vector<std::pair<std::string, torch::jit::Module>> subs;
+  for (const auto& [name, t] : params) {
+    const size_t dot = name.find('.');
+    const std::string sub = name.substr(0, dot), leaf = name.substr(dot + 1);
+    auto it = std::find_if(subs.begin(), subs.end(), [&](const auto& s) { return s.first == sub; });
+    if (it == subs.end()) {
+      subs.emplace_back(sub, with_flag(torch::jit::Module(
+                                 c10::QualifiedName(StrCat("__torch__.fedlgc.", type, "_", sub)), cu)));
+      it = std::prev(subs.end());
+    }
+    torch::Tensor p = ExportCopy(t);
+    p.set_requires_grad(true);
+    it->second.register_parameter(leaf, p, /*is_buffer=*/false);
+  }
+  for (const auto& [name, m] : subs) root.register_module(name, m);
+  root.define(source);
+  root.eval();
+  return root;
+}
 
 // What the training loop needs of a network, built in or TorchScript. Not thread-safe.
 class Net {
@@ -89,6 +147,10 @@ class Net {
   // Why the network cannot take examples of `shape` at all; "" when it may.
   virtual std::string RefusesShape(const std::vector<int64_t>& /*shape*/) { return ""; }
   virtual void To(const torch::Device& device) = 0;
+  // A copy as a TorchScript module on the CPU, in eval mode (Model::TorchScriptBytes).
+  virtual torch::jit::Module Scripted() = 0;
+  // Every parameter and buffer, as state_dict() names them.
+  virtual NamedTensors StateTensors() = 0;
 };
 
 template <typename Impl>
@@ -115,6 +177,10 @@ class BuiltinNet final : public Net {
                   "example), not ", Dataset::ShapeText(shape), ": give --model a TorchScript file");
   }
   void To(const torch::Device& device) override { impl_->to(device); }
+  torch::jit::Module Scripted() override {
+    return ScriptedBuiltin(name_, Parameters(), Impl::kScript);
+  }
+  NamedTensors StateTensors() override { return Parameters(); }
 
  private:
   std::string name_;
@@ -174,6 +240,21 @@ class ScriptNet final : public Net {
     }
   }
   void To(const torch::Device& device) override { module_.to(device); }
+  torch::jit::Module Scripted() override {
+    torch::jit::Module copy = module_.deepcopy();
+    copy.to(torch::kCPU);
+    copy.eval();
+    return copy;
+  }
+  NamedTensors StateTensors() override {
+    NamedTensors out = Parameters();
+    std::set<const void*> seen;
+    for (const auto& [n, t] : out) seen.insert(t.unsafeGetTensorImpl());
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
+      if (seen.insert(b.value.unsafeGetTensorImpl()).second) out.emplace_back(b.name, b.value);
+    }
+    return out;
+  }
 
  private:
   torch::jit::Module module_;
@@ -181,6 +262,22 @@ class ScriptNet final : public Net {
 };
 
 enum class LossKind { kOwn, kCrossEntropy, kMse };
+
+absl::StatusOr<NpyType> NpyTypeOf(torch::ScalarType t) {
+  switch (t) {
+    case torch::kBool: return NpyType::kBool;
+    case torch::kUInt8: return NpyType::kU8;
+    case torch::kInt8: return NpyType::kI8;
+    case torch::kInt16: return NpyType::kI16;
+    case torch::kInt32: return NpyType::kI32;
+    case torch::kInt64: return NpyType::kI64;
+    case torch::kFloat16: return NpyType::kF16;
+    case torch::kFloat32: return NpyType::kF32;
+    case torch::kFloat64: return NpyType::kF64;
+    default:
+      return absl::InvalidArgumentError(StrCat("dtype ", c10::toString(t), " has no NumPy form"));
+  }
+}
 
 // See TorchModel::statistics_ (python/fedlgc/_flat.py does the same).
 constexpr float kStatisticsEps = 1e-5f;
@@ -325,6 +422,40 @@ class TorchModel final : public Model {
     }
   }
 
+  absl::StatusOr<std::string> TorchScriptBytes(
+      const std::map<std::string, std::string>& extra_files) const override {
+    try {
+      torch::NoGradGuard guard;
+      torch::jit::Module m = net_->Scripted();
+      std::ostringstream out;
+      m.save(out, torch::jit::ExtraFilesMap(extra_files.begin(), extra_files.end()));
+      return std::move(out).str();
+    } catch (const std::exception& e) {
+      return absl::InternalError(StrCat(name_, ": cannot write it as TorchScript: ", FirstLine(e)));
+    }
+  }
+
+  absl::StatusOr<NpzArrays> StateArrays() const override {
+    try {
+      NpzArrays out;
+      for (const auto& [name, t] : net_->StateTensors()) {
+        torch::Tensor c = ExportCopy(t).contiguous();
+        auto type = NpyTypeOf(c.scalar_type());
+        if (!type.ok()) {
+          return absl::InvalidArgumentError(StrCat(name_, ": tensor ", name, ": ", type.status().message()));
+        }
+        NpyArray a;
+        a.type = *type;
+        a.shape.assign(c.sizes().begin(), c.sizes().end());
+        a.data.assign(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+        out[name] = std::move(a);
+      }
+      return out;
+    } catch (const std::exception& e) {
+      return absl::InternalError(StrCat(name_, ": cannot read its tensors: ", FirstLine(e)));
+    }
+  }
+
  private:
   static std::vector<float> Gather(const std::vector<torch::Tensor>& ts, size_t n) {
     std::vector<float> flat(n);
@@ -356,11 +487,20 @@ class TorchModel final : public Model {
                                                 std::span<const uint32_t> idx) const {
     std::vector<int64_t> xs{static_cast<int64_t>(idx.size())};
     xs.insert(xs.end(), data.shape.begin(), data.shape.end());
-    auto x = torch::empty(xs, torch::kFloat32);
-    float* xp = x.data_ptr<float>();
     const size_t es = data.example_size();
-    for (size_t i = 0; i < idx.size(); ++i) {
-      std::memcpy(xp + i * es, data.x.data() + idx[i] * es, es * sizeof(float));
+    torch::Tensor x;
+    if (data.integer_inputs) {  // token ids: int64, as an embedding takes them
+      x = torch::empty(xs, torch::kInt64);
+      int64_t* xp = x.data_ptr<int64_t>();
+      for (size_t i = 0; i < idx.size(); ++i) {
+        std::memcpy(xp + i * es, data.ids.data() + idx[i] * es, es * sizeof(int64_t));
+      }
+    } else {
+      x = torch::empty(xs, torch::kFloat32);
+      float* xp = x.data_ptr<float>();
+      for (size_t i = 0; i < idx.size(); ++i) {
+        std::memcpy(xp + i * es, data.x.data() + idx[i] * es, es * sizeof(float));
+      }
     }
     torch::Tensor y;
     if (data.classification()) {
@@ -437,7 +577,15 @@ class TorchModel final : public Model {
     try {
       out = net_->Forward(x);
     } catch (const std::exception& e) {
-      return fail(StrCat("a batch of shape ", ShapeOf(x), " fails in forward: ", FirstLine(e)));
+      // An embedding first wants integers: say how to give them.
+      const std::string why = FirstLine(e);
+      const bool wants_ids = !data.integer_inputs && (why.find("Long") != std::string::npos ||
+                                                      why.find("Int") != std::string::npos);
+      return fail(StrCat("a batch of shape ", ShapeOf(x), " (", data.integer_inputs ? "int64" : "float32",
+                         ") fails in forward: ", why,
+                         wants_ids ? " (integer inputs such as token ids: save x with an integer "
+                                     "dtype in the npz, or --inputs ids)"
+                                   : ""));
     }
     if (*kind == LossKind::kCrossEntropy &&
         (out.dim() != 2 || out.size(0) != x.size(0))) {
@@ -548,6 +696,10 @@ class TorchModel final : public Model {
     std::vector<uint32_t> idx(n);
     std::iota(idx.begin(), idx.end(), 0u);
     EvalResult r;
+    if (data.classification()) {
+      r.class_examples.assign(data.classes, 0);
+      r.class_correct.assign(data.classes, 0);
+    }
     double loss = 0;
     size_t correct = 0;
     for (size_t b = 0; b < n; b += 1000) {
@@ -556,7 +708,17 @@ class TorchModel final : public Model {
       torch::Tensor out = net_->Forward(x);
       loss += Loss(*kind, out, y).item<double>() * static_cast<double>(len);
       if (data.classification() && out.dim() == 2) {
-        correct += static_cast<size_t>(out.argmax(1).eq(y).sum().item<int64_t>());
+        const torch::Tensor hit = out.argmax(1).eq(y).to(torch::kCPU);
+        const torch::Tensor labels = y.to(torch::kCPU);
+        const bool* h = hit.data_ptr<bool>();
+        const int64_t* l = labels.data_ptr<int64_t>();
+        for (int64_t i = 0; i < labels.size(0); ++i) {
+          ++r.class_examples[static_cast<size_t>(l[i])];
+          if (h[i]) {
+            ++r.class_correct[static_cast<size_t>(l[i])];
+            ++correct;
+          }
+        }
       }
     }
     if (!local_.empty()) {

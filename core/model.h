@@ -9,6 +9,7 @@
 #define FEDLGC_CORE_MODEL_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "codecs/layout.h"
 #include "core/dataset.h"
+#include "core/npz.h"
 
 namespace fedlgc::core {
 
@@ -63,6 +65,9 @@ struct EvalResult {
   double loss = 0;
   double accuracy = 0;  // NaN for float targets
   size_t examples = 0;
+  // Class labels: the examples and the correct answers of each class (index = label);
+  // empty for float targets.
+  std::vector<uint64_t> class_examples, class_correct;
 };
 
 // Not thread-safe; one per trainer thread.
@@ -110,6 +115,19 @@ class Model {
                                             const TrainOptions& opts) = 0;
   // Loss and accuracy over the first `limit` examples (0 = all).
   virtual absl::StatusOr<EvalResult> Evaluate(const Dataset& data, size_t limit = 0) = 0;
+
+  // The model with its current weights as the bytes of a TorchScript file that plain
+  // PyTorch loads (torch.jit.load) with nothing of fedlgc installed: a module's own file
+  // with these weights and buffers (batch normalisation statistics in their own form, not
+  // the flat vector's), a built-in as a scripted module of the same parameter names and
+  // forward. On the CPU, in eval mode. `extra_files` go into the archive
+  // (torch.jit.load(path, _extra_files={name: ""}) reads them back).
+  virtual absl::StatusOr<std::string> TorchScriptBytes(
+      const std::map<std::string, std::string>& extra_files) const = 0;
+  // Every parameter and buffer by the name state_dict() gives it (integer buffers such as
+  // num_batches_tracked included), as the module holds it: its dtype (bfloat16 as
+  // float32), on the CPU.
+  virtual absl::StatusOr<NpzArrays> StateArrays() const = 0;
 };
 
 // The layout of the model (builds it on the CPU; an unknown name is an error).

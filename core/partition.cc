@@ -2,6 +2,7 @@
 #include "core/partition.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <random>
@@ -120,6 +121,27 @@ std::vector<std::vector<uint32_t>> Partition(std::span<const int32_t> labels, si
   }
   for (auto& s : shards) std::sort(s.begin(), s.end());
   return shards;
+}
+
+HeldOutSplit SplitHeldOut(std::span<const uint32_t> shard, double fraction, uint64_t seed) {
+  HeldOutSplit out;
+  const size_t n = shard.size();
+  const size_t k = n == 0 || !(fraction > 0)
+                       ? 0
+                       : std::min(n - 1, static_cast<size_t>(std::ceil(fraction * n)));
+  if (k == 0) {
+    out.train.assign(shard.begin(), shard.end());
+    return out;
+  }
+  std::vector<uint32_t> order(shard.begin(), shard.end());
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  out.held.assign(order.begin(), order.begin() + static_cast<ptrdiff_t>(k));
+  std::sort(out.held.begin(), out.held.end());
+  for (uint32_t i : shard) {
+    if (!std::binary_search(out.held.begin(), out.held.end(), i)) out.train.push_back(i);
+  }
+  return out;
 }
 
 }  // namespace fedlgc::core

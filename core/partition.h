@@ -32,6 +32,14 @@ std::vector<std::vector<uint32_t>> Partition(std::span<const int32_t> labels, si
                                              int classes, int clients, const PartitionSpec& spec,
                                              uint64_t seed);
 
+// A shard split for federated evaluation: `held` (sorted) evaluates and never trains,
+// `train` (in the shard's order) trains. ceil(fraction x n) examples are held out (at
+// most n - 1), drawn by `seed`: the same for the C++ and the Python client of a shard.
+struct HeldOutSplit {
+  std::vector<uint32_t> train, held;
+};
+HeldOutSplit SplitHeldOut(std::span<const uint32_t> shard, double fraction, uint64_t seed);
+
 // Whether `spec` can split a data set (`what` names it) with or without classes.
 absl::Status CheckPartition(const PartitionSpec& spec, bool has_classes, const std::string& what);
 

@@ -63,6 +63,16 @@ RoundReport ReportFrom(const json& j) {
       r.stragglers = v.get<int>();
     } else if (key == "hit_deadline") {
       r.hit_deadline = v.get<bool>();
+    } else if (key == "federated_eval" && v.is_object()) {
+      FederatedEval e;
+      e.asked = v.value("asked", 0);
+      e.clients = v.value("clients", 0);
+      e.declined = v.value("declined", 0);
+      e.missing = v.value("missing", 0);
+      e.examples = v.value("examples", uint64_t{0});
+      e.loss = v.contains("loss") ? NumberOf(v["loss"]) : -1;
+      e.accuracy = v.contains("accuracy") ? NumberOf(v["accuracy"]) : -1;
+      r.federated_eval = e;
     } else if (v.is_string()) {
       r.labels[key] = v.get<std::string>();
     } else if (v.is_number() || v.is_null()) {
@@ -139,6 +149,12 @@ std::string ToJson(const RoundReport& r) {
     json o = json::object();
     for (const auto& [client, v] : per) o[client] = Number(v);
     j[k] = std::move(o);
+  }
+  if (const auto& e = r.federated_eval) {
+    j["federated_eval"] = {{"asked", e->asked},         {"clients", e->clients},
+                           {"declined", e->declined},   {"missing", e->missing},
+                           {"examples", e->examples},   {"loss", Number(e->loss)},
+                           {"accuracy", Number(e->accuracy)}};
   }
   return j.dump();
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,17 @@
 #include "absl/status/statusor.h"
 
 namespace fedlgc {
+
+// Federated evaluation of a round's model (--eval clients|both): what the clients asked
+// to evaluate it on their own held-out data reported, weighed by their examples. Of the
+// `asked`, `clients` reported, `declined` had nothing to evaluate on and `missing` never
+// answered before the deadline.
+struct FederatedEval {
+  int asked = 0, clients = 0, declined = 0, missing = 0;
+  uint64_t examples = 0;
+  double loss = -1, accuracy = -1;  // -1: no report; accuracy NaN for float targets
+  bool operator==(const FederatedEval&) const = default;
+};
 
 struct RoundReport {
   uint64_t round = 0;
@@ -34,6 +46,7 @@ struct RoundReport {
   std::map<std::string, double> figures;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::map<std::string, double>> per_client;
+  std::optional<FederatedEval> federated_eval;  // JSON "federated_eval": {...}
 
   // A figure, or `missing` when the round has none of that name.
   double Figure(const std::string& name, double missing = 0) const;

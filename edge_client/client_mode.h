@@ -12,11 +12,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "codecs/layout.h"
+#include "core/model.h"
 #include "core/protocol.h"
 #include "core/round_report.h"
 #include "edge_client/client_state.h"
@@ -143,6 +145,20 @@ class LocalTrainer {
   // Figures of the last Train for the client's round log (<id>.rounds.jsonl): a Python
   // client's sample count and the metrics its train() returned. Names are the log's keys.
   virtual std::map<std::string, double> RoundFigures() const { return {}; }
+  // Federated evaluation (EvalStart): the trainer's own evaluation of `weights` on its
+  // held-out data (a Python client's evaluate(module, info)): examples, mean loss, the
+  // accuracy or per-class counts. NOT_FOUND: it has none (the client declines, saying why).
+  virtual absl::StatusOr<core::EvalResult> Evaluate(std::span<const float> /*weights*/,
+                                                    uint64_t /*round*/, uint64_t /*version*/) {
+    return absl::NotFoundError("the trainer does not evaluate");
+  }
+  // Whether the trainer takes the job's final global model when the job ends (a Python
+  // client loads it into the user's module), and taking it.
+  virtual bool WantsFinalModel() const { return false; }
+  virtual absl::Status TakeFinalModel(std::span<const float> /*weights*/,
+                                      uint64_t /*version*/) {
+    return absl::OkStatus();
+  }
 };
 
 // Makes the mode a job runs; modes::MakeClientMode is the one fedlgc-edge uses.

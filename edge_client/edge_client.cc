@@ -1,6 +1,7 @@
 // Edge client (see edge_client.h).
 #include "edge_client/edge_client.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -15,11 +16,13 @@
 #include "base/str.h"
 #include "codecs/input_error.h"
 #include "core/dataset.h"
+#include "core/export.h"
 #include "core/float_bytes.h"
 #include "core/model.h"
 #include "core/partition.h"
 #include "core/sha256.h"
 #include "monitoring/metrics.h"
+#include "nlohmann/json.hpp"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::edge_client {
@@ -65,6 +68,11 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
                                                                LocalTrainer* trainer,
                                                                SharedResources shared) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
+  if (!options.export_path.empty()) {
+    auto files = core::ExportFiles::For(options.export_path);
+    if (!files.ok()) return files.status();
+    if (absl::Status st = core::PrepareExport(*files); !st.ok()) return st;
+  }
   std::unique_ptr<EdgeClient> c(new EdgeClient(std::move(options), std::move(make_mode),
                                                std::move(stubs), trainer, std::move(shared)));
   const EdgeClientOptions& o = c->options_;
@@ -76,6 +84,15 @@ absl::StatusOr<std::unique_ptr<EdgeClient>> EdgeClient::Create(EdgeClientOptions
   core::SetTorchThreads(o.torch_threads);
   if (trainer == nullptr) {
     if (absl::Status st = c->LoadData(); !st.ok()) return st;
+    if (!o.eval_data.empty()) {
+      core::DataOptions d = o.data_options();
+      d.spec = o.eval_data;
+      auto eval = core::LoadDataset(d, /*train=*/false);
+      if (!eval.ok()) {
+        return absl::Status(eval.status().code(), StrCat("--eval-data: ", eval.status().message()));
+      }
+      c->eval_data_ = std::make_unique<core::Dataset>(*std::move(eval));
+    }
   }
   // Resolve the device now, so a wrong --device fails at start rather than at join.
   auto device = c->shared_.models->ResolveDevice(o.device);
@@ -172,6 +189,7 @@ absl::Status EdgeClient::Join() {
   req.set_device(device_);
   req.set_protocol_version(kProtocolVersion);
   req.set_model_sha256(model_sha256_);
+  req.set_wants_final_model(WantsFinalModel());
   auto reply = transport_->Join(req);
   if (!reply.ok()) return reply.status();
   if (reply->protocol_version() != kProtocolVersion) {
@@ -182,6 +200,7 @@ absl::Status EdgeClient::Join() {
                ": run an edge client and coordinator of the same release"));
   }
   if (absl::Status st = EnsureModel(*reply); !st.ok()) return st;
+  HoldOut(reply->eval_fraction());
   job_over_ = reply->total_rounds() > 0 && reply->current_round() > reply->total_rounds();
   total_rounds_ = reply->total_rounds();
   if (model_->dim != reply->dim()) {
@@ -251,6 +270,13 @@ absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
   // client, as a model that does not fit its data does.
   if (!info.ok()) return absl::FailedPreconditionError(info.status().message());
   if (absl::Status st = CheckFits(**info); !st.ok()) return st;
+  if (eval_data_ != nullptr && !options_.eval_data.empty()) {
+    auto lease = shared_.models->Acquire(**info);
+    if (!lease.ok()) return lease.status();
+    if (absl::Status st = lease->model().CheckFits(*eval_data_); !st.ok()) {
+      return absl::FailedPreconditionError(StrCat("--eval-data: ", st.message()));
+    }
+  }
   model_ = *std::move(info);
   model_key_ = key;
   local_buffers_ = mo.buffers == "local";
@@ -388,8 +414,19 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
     case protos::ServerEvent::kMode:
       st = client_mode_->OnModeEvent(event.mode());
       break;
+    case protos::ServerEvent::kEval:
+      // An evaluation that fails costs its answer (counted missing), not the client.
+      if (absl::Status ev = EvaluateModel(event.eval()); !ev.ok()) {
+        log::Warning(options_.client_id, "evaluating round %llu: %s",
+                     static_cast<unsigned long long>(event.eval().round()), ev.ToString().c_str());
+      }
+      break;
     case protos::ServerEvent::kDone:
       *done = true;
+      // What this client hands over; a failure costs that, not the job.
+      if (absl::Status fin = TakeFinalModel(event.done()); !fin.ok()) {
+        log::Warning(options_.client_id, "the final model: %s", fin.ToString().c_str());
+      }
       return EventVerdict::kStop;
     case protos::ServerEvent::KIND_NOT_SET:
       break;
@@ -401,6 +438,121 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
   }
   if (!st.ok()) return st;
   return uploaded_enough() ? EventVerdict::kStop : EventVerdict::kContinue;
+}
+
+bool EdgeClient::WantsFinalModel() const {
+  return !options_.export_path.empty() || (trainer_ != nullptr && trainer_->WantsFinalModel());
+}
+
+absl::Status EdgeClient::TakeFinalModel(const protos::JobDone& done) {
+  if (!WantsFinalModel() || done.model_version() == 0 || dim() == 0) return absl::OkStatus();
+  // The coordinator waits for it up to its round timeout; a dead link ends sooner.
+  auto model = DownloadFloats("", done.model_version(),
+                              options_.clock->WallNow() + std::chrono::minutes(10));
+  if (!model.ok()) return model.status();
+  if (trainer_ != nullptr) {
+    if (absl::Status st = trainer_->TakeFinalModel(*model, done.model_version()); !st.ok()) {
+      return st;
+    }
+  }
+  if (options_.export_path.empty() || data_ == nullptr) return absl::OkStatus();
+  auto lease = shared_.models->Acquire(*model_);
+  if (!lease.ok()) return lease.status();
+  core::Model& m = lease->model();
+  if (absl::Status st = m.SetFlat(*model); !st.ok()) return st;
+  if (local_buffers_) {
+    const auto& buffers = own_buffers_.empty() ? model_->initial_local_buffers : own_buffers_;
+    if (absl::Status st = m.SetLocalBuffers(buffers); !st.ok()) return st;
+  }
+  nlohmann::json meta{{"format", "fedlgc-export/1"},
+                      {"job", job_},
+                      {"client", options_.client_id},
+                      {"round", done.rounds()},
+                      {"model_version", done.model_version()},
+                      {"kept_as", "final"},
+                      {"buffers", local_buffers_ ? "local" : "average"}};
+  if (local_buffers_) meta["note"] = "the federation's parameters with this client's own buffers";
+  auto files = core::ExportFiles::For(options_.export_path);
+  if (!files.ok()) return files.status();
+  if (absl::Status st = core::WriteExport(m, *files, meta.dump(1)); !st.ok()) return st;
+  log::Info(options_.client_id, "the final model (round %llu) is in %s",
+            static_cast<unsigned long long>(done.rounds()), files->pt.c_str());
+  return absl::OkStatus();
+}
+
+void EdgeClient::HoldOut(float fraction) {
+  if (data_ == nullptr || !options_.eval_data.empty() || fraction == held_out_fraction_) return;
+  held_out_fraction_ = fraction;
+  // The same examples on every join and restart of this client (and of a Python client
+  // of the same shard: fedlgc's sim runner draws them alike).
+  core::HeldOutSplit split = core::SplitHeldOut(shard(), fraction, options_.held_out_seed());
+  held_out_ = !split.held.empty();
+  train_indices_ = held_out_ ? std::move(split.train) : std::vector<uint32_t>();
+  eval_data_.reset();
+  if (!held_out_) return;
+  eval_data_ = std::make_unique<core::Dataset>(core::Subset(data_->data, split.held));
+  log::Info(options_.client_id, "%zu of its %zu examples held out to evaluate on, %zu train",
+            split.held.size(), shard().size(), train_indices_.size());
+}
+
+absl::StatusOr<core::EvalResult> EdgeClient::EvaluateOwn(std::span<const float> weights) {
+  auto lease = shared_.models->Acquire(*model_);
+  if (!lease.ok()) return lease.status();
+  core::Model& m = lease->model();
+  if (absl::Status st = m.SetFlat(weights); !st.ok()) return st;
+  if (local_buffers_) {
+    const auto& buffers = own_buffers_.empty() ? model_->initial_local_buffers : own_buffers_;
+    if (absl::Status st = m.SetLocalBuffers(buffers); !st.ok()) return st;
+  }
+  return m.Evaluate(*eval_data_);
+}
+
+absl::Status EdgeClient::EvaluateModel(const protos::EvalStart& start) {
+  const SystemTime deadline{std::chrono::milliseconds(start.deadline_unix_ms())};
+  protos::ProgressReport report;
+  report.set_round(start.round());
+  protos::EvalReport* r = report.mutable_eval();
+  r->set_round(start.round());
+  r->set_model_version(start.model_version());
+  const bool own = trainer_ == nullptr;
+  if (own && eval_data_ == nullptr) {
+    r->set_declined("no data to evaluate on (the job holds out none and no --eval-data)");
+    return transport_->Report(std::move(report), deadline);
+  }
+  auto model = DownloadFloats("", start.model_version(), deadline);
+  if (!model.ok()) return model.status();
+  const auto t0 = options_.clock->Now();
+  absl::StatusOr<core::EvalResult> ev =
+      own ? EvaluateOwn(*model) : trainer_->Evaluate(*model, start.round(), start.model_version());
+  eval_model_.emplace(start.model_version(), *std::move(model));
+  if (!ev.ok()) {
+    // No evaluation (NOT_FOUND), or one that failed: the coordinator hears why at once
+    // rather than waiting out the deadline.
+    if (!absl::IsNotFound(ev.status())) {
+      log::Warning(options_.client_id, "round %llu: %s", static_cast<unsigned long long>(start.round()),
+                   std::string(ev.status().message()).c_str());
+    }
+    r->set_declined(std::string(ev.status().message()));
+    return transport_->Report(std::move(report), deadline);
+  }
+  r->set_examples(ev->examples);
+  r->set_loss(ev->loss);
+  uint64_t correct = 0;
+  for (size_t i = 0; i < ev->class_examples.size(); ++i) {
+    r->add_class_examples(ev->class_examples[i]);
+    r->add_class_correct(ev->class_correct[i]);
+    correct += ev->class_correct[i];
+  }
+  if (ev->class_examples.empty() && std::isfinite(ev->accuracy)) {
+    correct = static_cast<uint64_t>(std::llround(ev->accuracy * static_cast<double>(ev->examples)));
+  }
+  r->set_correct(correct);
+  AppendRoundLog({start.round(),
+                  {{"eval_examples", static_cast<double>(ev->examples)},
+                   {"eval_loss", ev->loss},
+                   {"eval_accuracy", ev->accuracy},
+                   {"eval_seconds", core::SecondsSince(*options_.clock, t0)}}});
+  return transport_->Report(std::move(report), deadline);
 }
 
 void EdgeClient::SkipRound(uint64_t round, const absl::Status& why) {
@@ -469,7 +621,7 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
     // clients of the process do not count; else the process's, the threads' time added.
     const bool this_thread = options_.torch_threads == 1;
     const double cpu0 = CpuSeconds(this_thread);
-    trained = model.Train(data_->data, shard(), topts);
+    trained = model.Train(data_->data, train_indices(), topts);
     if (!trained.ok()) return trained.status();
     last_train_cpu_seconds_ = CpuSeconds(this_thread) - cpu0;
     *weights = model.GetFlat();
@@ -540,6 +692,12 @@ absl::StatusOr<std::vector<float>> EdgeClient::DownloadFloats(const std::string&
                                                               SystemTime deadline) {
   const std::string name = StrCat(blob.empty() ? "model" : blob, " ", version);
   absl::StatusOr<std::vector<float>> floats;
+  if (blob.empty() && eval_model_.has_value() && eval_model_->first == version) {
+    // Evaluated already: not downloaded twice.
+    floats = std::move(eval_model_->second);
+    eval_model_.reset();
+    return floats;
+  }
   if (!downlink_codec_.empty()) {
     floats = DownloadHeld(blob, version, deadline);
   } else {

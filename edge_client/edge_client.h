@@ -29,6 +29,8 @@ namespace fedlgc::monitoring {
 class Metrics;
 }
 namespace fedlgc::protos {
+class EvalStart;
+class JobDone;
 class JoinReply;
 }
 
@@ -80,6 +82,16 @@ class EdgeClient final : private ClientEnv {
   // Whether the model of `info` takes this client's data (a leased model's forward pass).
   absl::Status CheckFits(const ModelInfo& info);
   const std::vector<uint32_t>& shard() const { return data_->shards[options_.shard]; }
+  // What trains: the shard without the share held out for federated evaluation.
+  const std::vector<uint32_t>& train_indices() const {
+    return held_out_ ? train_indices_ : shard();
+  }
+  // Federated evaluation: holds out the job's share of the shard (JoinReply.eval_fraction)
+  // unless the client has data of its own to evaluate on (--eval-data).
+  void HoldOut(float fraction);
+  // EvalStart: evaluates the model of that version and reports it (or declines).
+  absl::Status EvaluateModel(const protos::EvalStart& start);
+  absl::StatusOr<core::EvalResult> EvaluateOwn(std::span<const float> weights);
   // This client's weight: its shard's size, or the trainer's samples.
   uint64_t NumSamples() const;
   // The job this client joined is not the one its update in flight was made for (it failed
@@ -106,6 +118,10 @@ class EdgeClient final : private ClientEnv {
   // --dump-updates: writes after - before as <dir>/<id>/r<round>.f32.
   absl::Status DumpUpdate(uint64_t round, std::span<const float> before,
                           std::span<const float> after) const;
+  // Whether this client takes the job's final model (--export, or its trainer's wish).
+  bool WantsFinalModel() const;
+  // The job is done: downloads its final model for the trainer and --export.
+  absl::Status TakeFinalModel(const protos::JobDone& done);
   // The job was over when this client joined: reads its last receipts, then last words.
   void FinishOverJob();
   bool uploaded_enough() const {
@@ -166,6 +182,14 @@ class EdgeClient final : private ClientEnv {
   bool local_buffers_ = false;
   std::vector<float> own_buffers_;            // buffers "local": this client's; empty: the model's
   std::shared_ptr<const TrainingData> data_;  // null with a trainer
+  // Federated evaluation's data: --eval-data's, or the held-out share of the shard (then
+  // train_indices_ is the rest); null: none.
+  std::unique_ptr<core::Dataset> eval_data_;
+  std::vector<uint32_t> train_indices_;
+  bool held_out_ = false;
+  float held_out_fraction_ = -1;  // what HoldOut last did
+  // The global model an evaluation downloaded, for the next round's download of it.
+  std::optional<std::pair<uint64_t, std::vector<float>>> eval_model_;
   std::string device_;  // resolved --device, e.g. "cpu" or "cuda:0"
   std::optional<Mode> mode_;
   std::unique_ptr<ClientMode> client_mode_;

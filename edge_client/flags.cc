@@ -40,6 +40,10 @@ void AddEdgeClientFlags(CLI::App& app, EdgeClientOptions* o) {
                    "the job's TorchScript file, if this client has it (its SHA-256 must be the "
                    "job's); empty: the coordinator's model, downloaded when it is a file");
   AddTrainingFlags(*data, o);
+  data->add_option("--export", o->export_path,
+                   "when the job ends, write its final global model here (PATH.pt TorchScript, "
+                   "PATH.npz, PATH.json), with this client's own BatchNorm statistics under "
+                   "--buffers local: its personalised model");
   data->add_option("--shard", o->shard, "this client's shard index");
   data->add_option("--num-shards", o->num_shards,
                    "number of shards the training set is split into (1: all of it, as when "
@@ -59,6 +63,15 @@ void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o) {
                  "adam(lr=..,beta1=..,beta2=..,eps=..,weight_decay=..); empty: SGD with the "
                  "round's lr and momentum 0.9 (an sgd without lr takes the round's)");
   app.add_option("--train-limit", o->train_limit, "use the first N training examples (0 = all)");
+  app.add_option("--inputs", o->inputs,
+                 "how features reach the model: auto (an npz's integer x other than uint8 as "
+                 "int64, the rest as float32), float, or ids (int64 token ids, for a model with "
+                 "an embedding first; npz or csv)");
+  app.add_option("--eval-data", o->eval_data,
+                 "federated evaluation (the coordinator's --eval clients or both): data of this "
+                 "client's own to evaluate the global model on, in --data's forms (an npz's "
+                 "x_test and y_test, or its x and y); empty: the share of the shard the job "
+                 "holds out (--eval-fraction)");
   app.add_option("--partition", o->partition, "iid, dirichlet(ALPHA) or labels(K)");
   app.add_option("--device", o->device,
                  "cpu, cuda, cuda:N or auto (CUDA when libtorch and a GPU allow)");

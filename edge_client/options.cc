@@ -39,6 +39,7 @@ core::DataOptions EdgeClientOptions::data_options() const {
   d.fashion_dir = data_dir;
   d.label_column = label_column;
   d.targets = targets;
+  d.inputs = inputs;
   return d;
 }
 

@@ -32,7 +32,12 @@ struct EdgeClientOptions {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string label_column = "label";
   std::string targets = "auto";
+  std::string inputs = "auto";  // core::DataOptions::inputs
   uint64_t train_limit = 0;  // use the first N training examples (0 = all)
+  // Federated evaluation: data of this client's own to evaluate the global model on, in
+  // --data's forms (its test split); empty: a held-out share of the shard, as the job says
+  // (--eval-fraction).
+  std::string eval_data;
   uint32_t shard = 0;        // this client's shard index
   uint32_t num_shards = 1;   // shards the training set is split into
   std::string partition = "iid";
@@ -48,6 +53,10 @@ struct EdgeClientOptions {
   uint32_t exit_after_rounds = 0;
   // Seconds to keep serving /metrics after the job is done, for Prometheus's last scrape.
   double linger_s = 0;
+  // At the job's end: the final global model, with this client's own buffers under
+  // --buffers local (its personalised model), written as the export files (core/export.h)
+  // of this path. Empty: none.
+  std::string export_path;
   // Robustness experiments only: how this client lies about its update (attack.h).
   std::string attack = "none";
   // Measurements only: each round's local update (trained minus received weights) as
@@ -59,6 +68,9 @@ struct EdgeClientOptions {
   absl::Status Validate() const;
   TransportOptions transport() const;
   core::DataOptions data_options() const;
+  // The seed of this client's held-out share (core::SplitHeldOut): the same for the C++
+  // client and a Python client of the same shard.
+  uint64_t held_out_seed() const { return partition_seed * 1000003 + shard; }
 };
 
 }  // namespace fedlgc::edge_client

@@ -12,7 +12,7 @@ namespace fedlgc::edge_client {
 absl::StatusOr<std::shared_ptr<const TrainingData>> DataCache::Get(const EdgeClientOptions& o) {
   const std::string key =
       StrCat(o.data, "\n", o.data_dir, "\n", o.label_column, "\n", o.targets, "\n", o.train_limit,
-             "\n", o.partition, "\n", o.num_shards, "\n", o.partition_seed);
+             "\n", o.partition, "\n", o.num_shards, "\n", o.partition_seed, "\n", o.inputs);
   // One loader at a time: clients that start together wait for the first one's copy
   // rather than each reading the files.
   std::lock_guard<std::mutex> lock(mu_);

@@ -106,6 +106,31 @@ Metrics::Metrics()
                                       "timeout without a message read or written")) {
   RegisterRobustness();
   RegisterPopulation();
+  RegisterEvaluation();
+}
+
+void Metrics::RegisterEvaluation() {
+  federated_accuracy_ =
+      &GaugeFamilyOf(*registry_, "fedlgc_federated_accuracy",
+                     "Accuracy of the global model on the clients' held-out data, weighted by "
+                     "their examples (--eval clients|both)");
+  federated_loss_ = &GaugeFamilyOf(*registry_, "fedlgc_federated_loss",
+                                   "Loss of the global model on the clients' held-out data");
+  eval_answers_ = &CounterFamilyOf(*registry_, "fedlgc_eval_answers_total",
+                                   "Answers to federated evaluation requests, by outcome "
+                                   "(reported, declined, missing, refused)");
+  for (const char* outcome : {"reported", "declined", "missing", "refused"}) {
+    eval_answers_->Add({{"outcome", outcome}});
+  }
+}
+
+void Metrics::SetFederatedEval(double accuracy, double loss) {
+  federated_accuracy_->Add({}).Set(accuracy);
+  federated_loss_->Add({}).Set(loss);
+}
+
+void Metrics::AddEvalAnswers(std::string_view outcome, int n) {
+  if (n > 0) eval_answers_->Add({{"outcome", std::string(outcome)}}).Increment(n);
 }
 
 void Metrics::RegisterRobustness() {

@@ -59,6 +59,11 @@ class Metrics {
   void SetRound(uint64_t round);
   void ObserveRound(double seconds, int participants, int stragglers);
   void SetGlobalEval(double accuracy, double loss);
+  // Federated evaluation (--eval clients|both): the clients' weighted accuracy and loss of
+  // the last evaluated round, and the answers to its requests by outcome (reported,
+  // declined, missing, refused).
+  void SetFederatedEval(double accuracy, double loss);
+  void AddEvalAnswers(std::string_view outcome, int n);
   // The ratio of the round's codec; the series of an earlier codec (warm-up) is removed
   // so alerts and panels see only the codec in use.
   void SetCompressionRatio(const std::string& codec, double ratio);
@@ -154,7 +159,11 @@ class Metrics {
   // that start at 0), from the constructor.
   void RegisterRobustness();
   void RegisterPopulation();
+  void RegisterEvaluation();
   prometheus::Family<prometheus::Counter>* guard_refusals_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* federated_accuracy_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* federated_loss_ = nullptr;
+  prometheus::Family<prometheus::Counter>* eval_answers_ = nullptr;
   prometheus::Family<prometheus::Gauge>* quarantined_ = nullptr;
   prometheus::Family<prometheus::Gauge>* quarantined_clients_ = nullptr;
   prometheus::Family<prometheus::Counter>* clipped_ = nullptr;

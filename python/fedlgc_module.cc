@@ -16,9 +16,11 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,8 +29,11 @@
 #include "codecs/codec.h"
 #include "codecs/layout.h"
 #include "codecs/registry.h"
+#include "core/dataset.h"
+#include "core/partition.h"
 #include "core/protocol.h"
 #include "edge_client/edge_client.h"
+#include "edge_client/shared_resources.h"
 #include "modes/clients.h"
 #include "protos/fedlgc.pb.h"
 
@@ -168,8 +173,11 @@ py::dict FrameInfo(const py::bytes& frame) {
 // {name: float}). A Python exception ends the client; Client.run re-raises it.
 class PyTrainer final : public edge_client::LocalTrainer {
  public:
-  PyTrainer(py::object round_fn, uint64_t num_samples)
-      : round_fn_(std::move(round_fn)), num_samples_(num_samples) {}
+  PyTrainer(py::object round_fn, py::object final_fn, py::object eval_fn, uint64_t num_samples)
+      : round_fn_(std::move(round_fn)),
+        final_fn_(std::move(final_fn)),
+        eval_fn_(std::move(eval_fn)),
+        num_samples_(num_samples) {}
 
   void set_client(edge_client::EdgeClient* client) { client_ = client; }
   // The Python exception a round raised, if any.
@@ -178,6 +186,61 @@ class PyTrainer final : public edge_client::LocalTrainer {
   uint64_t NumSamples() override { return num_samples_; }
   std::optional<double> TrainSeconds() const override { return train_seconds_; }
   std::map<std::string, double> RoundFigures() const override { return figures_; }
+  bool WantsFinalModel() const override { return !final_fn_.is_none(); }
+
+  // `eval_fn(weights, info)`: None (no evaluate hook: the client declines) or a dict of
+  // examples, loss and accuracy, or per-class counts (class_examples, class_correct).
+  absl::StatusOr<core::EvalResult> Evaluate(std::span<const float> weights, uint64_t round,
+                                            uint64_t version) override {
+    py::gil_scoped_acquire gil;
+    if (eval_fn_.is_none()) return absl::NotFoundError("no evaluate hook (run_client(evaluate=...))");
+    try {
+      py::dict info;
+      info["round"] = round;
+      info["model_version"] = version;
+      info["buffers"] = client_->job_buffers_local() ? "local" : "average";
+      info["layout"] = LayoutList(client_->job_layout());
+      py::array_t<float> copy(static_cast<py::ssize_t>(weights.size()));
+      std::copy(weights.begin(), weights.end(), copy.mutable_data());
+      py::object out = eval_fn_(copy, info);
+      if (out.is_none()) return absl::NotFoundError("evaluate() returned None");
+      py::dict d = out.cast<py::dict>();
+      core::EvalResult r;
+      r.examples = d["examples"].cast<uint64_t>();
+      r.loss = d["loss"].cast<double>();
+      r.accuracy = d.contains("accuracy") ? d["accuracy"].cast<double>()
+                                          : std::numeric_limits<double>::quiet_NaN();
+      if (d.contains("class_examples")) {
+        r.class_examples = d["class_examples"].cast<std::vector<uint64_t>>();
+        r.class_correct = d["class_correct"].cast<std::vector<uint64_t>>();
+      }
+      return r;
+    } catch (py::error_already_set& e) {
+      // An evaluate hook that raises costs that round's answer, not the client.
+      return absl::InternalError(StrCat("evaluate() raised: ", e.what()));
+    } catch (const std::exception& e) {
+      return absl::InternalError(StrCat("evaluate() returned what is not read: ", e.what()));
+    }
+  }
+
+  // `final_fn(weights, info)`: the job's final global model, to load into the module.
+  absl::Status TakeFinalModel(std::span<const float> weights, uint64_t version) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::dict info;
+      info["model_version"] = version;
+      info["buffers"] = client_->job_buffers_local() ? "local" : "average";
+      info["layout"] = LayoutList(client_->job_layout());
+      py::array_t<float> copy(static_cast<py::ssize_t>(weights.size()));
+      std::copy(weights.begin(), weights.end(), copy.mutable_data());
+      final_fn_(copy, info);
+      return absl::OkStatus();
+    } catch (py::error_already_set& e) {
+      const std::string what = e.what();
+      error_.emplace(std::move(e));
+      return absl::FailedPreconditionError(StrCat("loading the final model raised: ", what));
+    }
+  }
 
   absl::StatusOr<double> Train(const protos::RoundStart& start,
                                std::vector<float>* weights) override {
@@ -221,6 +284,8 @@ class PyTrainer final : public edge_client::LocalTrainer {
 
  private:
   py::object round_fn_;
+  py::object final_fn_;  // None: the final model is not taken
+  py::object eval_fn_;   // None: no evaluate hook
   uint64_t num_samples_;
   edge_client::EdgeClient* client_ = nullptr;
   std::string layout_text_;
@@ -230,32 +295,108 @@ class PyTrainer final : public edge_client::LocalTrainer {
   std::map<std::string, double> figures_;
 };
 
+// Client options from a dict of the names below (the flags' names with underscores).
+edge_client::EdgeClientOptions OptionsFrom(const py::dict& options) {
+  edge_client::EdgeClientOptions o;
+  for (const auto& [key, value] : options) {
+    const std::string k = key.cast<std::string>();
+    if (k == "data") o.data = value.cast<std::string>();
+    else if (k == "data_dir") o.data_dir = value.cast<std::string>();
+    else if (k == "label_column") o.label_column = value.cast<std::string>();
+    else if (k == "targets") o.targets = value.cast<std::string>();
+    else if (k == "inputs") o.inputs = value.cast<std::string>();
+    else if (k == "train_limit") o.train_limit = value.cast<uint64_t>();
+    else if (k == "shard") o.shard = value.cast<uint32_t>();
+    else if (k == "num_shards") o.num_shards = value.cast<uint32_t>();
+    else if (k == "partition") o.partition = value.cast<std::string>();
+    else if (k == "partition_seed") o.partition_seed = value.cast<uint64_t>();
+    else if (k == "eval_data") o.eval_data = value.cast<std::string>();
+    else if (k == "server") o.server = value.cast<std::string>();
+    else if (k == "client_id") o.client_id = value.cast<std::string>();
+    else if (k == "state_dir") o.state_dir = value.cast<std::string>();
+    else if (k == "tls_ca") o.tls_ca = value.cast<std::string>();
+    else if (k == "tls_cert") o.tls_cert = value.cast<std::string>();
+    else if (k == "tls_key") o.tls_key = value.cast<std::string>();
+    else if (k == "tls_server_name") o.tls_server_name = value.cast<std::string>();
+    else if (k == "insecure") o.insecure = value.cast<bool>();
+    else if (k == "model") o.model = value.cast<std::string>();
+    else if (k == "metrics_listen") o.metrics_listen = value.cast<std::string>();
+    else if (k == "max_message_bytes") o.max_message_bytes = value.cast<uint32_t>();
+    else if (k == "backoff_max_s") o.backoff_max_s = value.cast<double>();
+    else if (k == "call_timeout_s") o.call_timeout_s = value.cast<double>();
+    else if (k == "exit_after_rounds") o.exit_after_rounds = value.cast<uint32_t>();
+    else if (k == "linger_s") o.linger_s = value.cast<double>();
+    else if (k == "torch_threads") o.torch_threads = value.cast<int>();
+    else throw py::value_error(StrCat("unknown client option '", k, "'"));
+  }
+  return o;
+}
+
+// x [n, shape...] (float32, or int64 token ids) and y (int64 labels, or float32 targets).
+py::tuple Arrays(const core::Dataset& d) {
+  std::vector<py::ssize_t> xs{static_cast<py::ssize_t>(d.size())};
+  xs.insert(xs.end(), d.shape.begin(), d.shape.end());
+  py::object x = d.integer_inputs ? py::object(py::array_t<int64_t>(xs, d.ids.data()))
+                                  : py::object(py::array_t<float>(xs, d.x.data()));
+  py::object y;
+  if (d.classification()) {
+    std::vector<int64_t> labels(d.labels.begin(), d.labels.end());
+    y = py::array_t<int64_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(d.size())},
+                             labels.data());
+  } else {
+    std::vector<py::ssize_t> ys{static_cast<py::ssize_t>(d.size())};
+    ys.insert(ys.end(), d.target_shape.begin(), d.target_shape.end());
+    y = py::array_t<float>(ys, d.targets.data());
+  }
+  return py::make_tuple(x, y);
+}
+
+// A client's shard as the C++ client reads and splits it (--data, --partition, the
+// seeds), and the share it holds out for federated evaluation at `eval_fraction` (or its
+// --eval-data): {"x", "y", "classes", "eval_x", "eval_y", "source"}.
+py::dict LoadShard(const py::dict& options, double eval_fraction) {
+  const edge_client::EdgeClientOptions o = OptionsFrom(options);
+  static edge_client::DataCache* const cache = new edge_client::DataCache();
+  absl::StatusOr<std::shared_ptr<const edge_client::TrainingData>> data;
+  {
+    py::gil_scoped_release release;
+    data = cache->Get(o);
+  }
+  if (!data.ok()) Throw(data.status());
+  if (o.shard >= (*data)->shards.size()) throw py::value_error("shard must be < num_shards");
+  const std::vector<uint32_t>& shard = (*data)->shards[o.shard];
+  const core::HeldOutSplit split = core::SplitHeldOut(
+      shard, o.eval_data.empty() ? eval_fraction : 0.0, o.held_out_seed());
+  py::dict out;
+  py::tuple train = Arrays(core::Subset((*data)->data, split.train));
+  out["x"] = train[0];
+  out["y"] = train[1];
+  out["classes"] = (*data)->data.classes;
+  out["source"] = (*data)->data.source;
+  if (!o.eval_data.empty()) {
+    core::DataOptions d = o.data_options();
+    d.spec = o.eval_data;
+    auto eval = core::LoadDataset(d, /*train=*/false);
+    if (!eval.ok()) Throw(eval.status());
+    py::tuple e = Arrays(*eval);
+    out["eval_x"] = e[0];
+    out["eval_y"] = e[1];
+  } else if (!split.held.empty()) {
+    py::tuple e = Arrays(core::Subset((*data)->data, split.held));
+    out["eval_x"] = e[0];
+    out["eval_y"] = e[1];
+  }
+  return out;
+}
+
 // The C++ edge client with a Python training step.
 class PyClient {
  public:
-  PyClient(const py::dict& options, py::object round_fn, uint64_t num_samples)
-      : trainer_(std::make_unique<PyTrainer>(std::move(round_fn), num_samples)) {
-    edge_client::EdgeClientOptions o;
-    for (const auto& [key, value] : options) {
-      const std::string k = key.cast<std::string>();
-      if (k == "server") o.server = value.cast<std::string>();
-      else if (k == "client_id") o.client_id = value.cast<std::string>();
-      else if (k == "state_dir") o.state_dir = value.cast<std::string>();
-      else if (k == "tls_ca") o.tls_ca = value.cast<std::string>();
-      else if (k == "tls_cert") o.tls_cert = value.cast<std::string>();
-      else if (k == "tls_key") o.tls_key = value.cast<std::string>();
-      else if (k == "tls_server_name") o.tls_server_name = value.cast<std::string>();
-      else if (k == "insecure") o.insecure = value.cast<bool>();
-      else if (k == "model") o.model = value.cast<std::string>();
-      else if (k == "metrics_listen") o.metrics_listen = value.cast<std::string>();
-      else if (k == "max_message_bytes") o.max_message_bytes = value.cast<uint32_t>();
-      else if (k == "backoff_max_s") o.backoff_max_s = value.cast<double>();
-      else if (k == "call_timeout_s") o.call_timeout_s = value.cast<double>();
-      else if (k == "exit_after_rounds") o.exit_after_rounds = value.cast<uint32_t>();
-      else if (k == "linger_s") o.linger_s = value.cast<double>();
-      else if (k == "torch_threads") o.torch_threads = value.cast<int>();
-      else throw py::value_error(StrCat("unknown client option '", k, "'"));
-    }
+  PyClient(const py::dict& options, py::object round_fn, uint64_t num_samples,
+           py::object final_fn, py::object eval_fn)
+      : trainer_(std::make_unique<PyTrainer>(std::move(round_fn), std::move(final_fn),
+                                             std::move(eval_fn), num_samples)) {
+    edge_client::EdgeClientOptions o = OptionsFrom(options);
     if (num_samples == 0) throw py::value_error("num_samples must be > 0");
     o.device = "cpu";  // the client's own copy of the model only gives the layout
     auto c = edge_client::EdgeClient::Create(std::move(o), &modes::MakeClientMode, nullptr,
@@ -298,6 +439,7 @@ PYBIND11_MODULE(_fedlgc, m) {
   using fedlgc::python::PyCodec;
   m.doc() = "fedlgc's C++ edge client and codec library (use the fedlgc package)";
   m.attr("PROTOCOL_VERSION") = fedlgc::kProtocolVersion;
+  m.attr("VERSION") = FEDLGC_VERSION;  // the project's (CMakeLists.txt)
 
   py::class_<PyCodec>(m, "Codec")
       .def(py::init<const std::string&, const py::object&>(), py::arg("spec"),
@@ -310,10 +452,13 @@ PYBIND11_MODULE(_fedlgc, m) {
            py::arg("max_frame_bytes") = 0, py::arg("cuts") = std::vector<uint64_t>())
       .def("decode", &PyCodec::Decode, py::arg("frames"));
   m.def("frame_info", &fedlgc::python::FrameInfo, py::arg("frame"));
+  m.def("load_shard", &fedlgc::python::LoadShard, py::arg("options"),
+        py::arg("eval_fraction") = 0.0);
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<const py::dict&, py::object, uint64_t>(), py::arg("options"),
-           py::arg("round_fn"), py::arg("num_samples"))
+      .def(py::init<const py::dict&, py::object, uint64_t, py::object, py::object>(),
+           py::arg("options"), py::arg("round_fn"), py::arg("num_samples"),
+           py::arg("final_fn") = py::none(), py::arg("eval_fn") = py::none())
       .def("run", &PyClient::Run)
       .def("stop", &PyClient::Stop)
       .def_property_readonly("metrics_port", &PyClient::metrics_port)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes docs/configuration.md from the --help of fedlgc-coordinator, fedlgc-edge,
-# fedlgc-sim and fedlgc-load, so the reference is the binaries' own. With --check, compares instead and
+# fedlgc-sim, fedlgc-load and fedlgc-export, so the reference is the binaries' own. With --check, compares instead and
 # fails when the file is out of date (a ctest runs this).
 #   scripts/gen-config-doc.sh [--check] [BIN_DIR]
 set -euo pipefail
@@ -58,6 +58,8 @@ MD
   help fedlgc-sim
   printf '```\n\n## fedlgc-load\n\n```\n'
   help fedlgc-load
+  printf '```\n\n## fedlgc-export\n\n```\n'
+  help fedlgc-export
   printf '```\n'
 } >"$out"
 if [ "$check" = 1 ]; then

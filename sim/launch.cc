@@ -43,6 +43,8 @@ std::string SelfDir() {
 void AddJobFlags(CLI::App& app, coordinator::CoordinatorOptions* co, modes::ModeOptions* mo) {
   coordinator::AddJobFlags(app, co);
   coordinator::AddGuardFlags(app, co);
+  coordinator::AddExportFlags(app, co);
+  coordinator::AddEvaluationFlags(app, co);
   modes::AddModeFlags(app, mo);
 }
 

@@ -31,6 +31,7 @@
 #include "coordinator/downlink.h"
 #include "coordinator/flags.h"
 #include "core/dataset.h"
+#include "core/export.h"
 #include "core/model.h"
 #include "core/optimizer.h"
 #include "core/partition.h"
@@ -73,13 +74,20 @@ struct SimOptions {
   uint32_t byzantine = 0;                    // the last N clients lie
   std::string attack = "scale(factor=100)";  // how (edge_client/attack.h)
   double join_timeout_s = 60;                // too few clients connected this long: the run fails
+  // --python-client: each client runs this file's train(module, info) (and evaluate)
+  // through the Python package (python/fedlgc/sim.py) instead of fedlgc-edge.
+  std::string python_client;
+  std::string python = "/usr/bin/python3";
+  std::string python_module;  // the module a Python client trains by default (main sets it)
 
   static constexpr uint32_t kOwnProcessClients = 16;
   static constexpr uint32_t kHostedClients = 250;
+  static constexpr uint32_t kPythonClients = 4;  // a Python process each: torch is heavy
 
   // How many clients each fedlgc-edge process runs.
   uint32_t PerProcess() const {
     if (clients_per_process > 0) return clients_per_process;
+    if (!python_client.empty()) return kPythonClients;
     return clients <= kOwnProcessClients ? 1 : kHostedClients;
   }
 
@@ -135,6 +143,12 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--attack", s->attack,
                 "how the --byzantine clients lie: scale(factor=100), signflip(factor=1) or "
                 "noise(std=1)");
+  g->add_option("--python-client", s->python_client,
+                "run every client's training through the Python package with FILE.py's "
+                "train(module, info) (and evaluate(module, info) if it defines one; model() "
+                "for the module, else the job's): info.data is the client's shard as the C++ "
+                "clients read and split it (docs/your-model.md)");
+  g->add_option("--python", s->python, "the Python interpreter of --python-client");
   g->add_option("--join-timeout", s->join_timeout_s,
                 "seconds the coordinator may wait for too few connected clients before the run "
                 "fails (0: wait forever)")
@@ -153,6 +167,37 @@ std::string ClientConfig(fedlgc::edge_client::EdgeClientOptions eo) {
   return fedlgc::ConfigText(app);
 }
 
+// A Python client's options (python/fedlgc/sim.py reads them): its C++ client's, the
+// module it trains by default, and the job's held-out share.
+std::string PythonClientConfig(const fedlgc::edge_client::EdgeClientOptions& eo,
+                               const SimOptions& s, const fedlgc::coordinator::CoordinatorOptions& co) {
+  json j{{"server", eo.server},
+         {"client_id", eo.client_id},
+         {"state_dir", eo.state_dir},
+         {"insecure", eo.insecure},
+         {"tls_ca", eo.tls_ca},
+         {"tls_cert", eo.tls_cert},
+         {"tls_key", eo.tls_key},
+         {"data", eo.data},
+         {"data_dir", eo.data_dir},
+         {"label_column", eo.label_column},
+         {"targets", eo.targets},
+         {"inputs", eo.inputs},
+         {"train_limit", eo.train_limit},
+         {"shard", eo.shard},
+         {"num_shards", eo.num_shards},
+         {"partition", eo.partition},
+         {"partition_seed", eo.partition_seed},
+         {"eval_data", eo.eval_data},
+         {"eval_fraction", co.EvalOnClients() && co.eval_every > 0 ? co.eval_fraction : 0.0},
+         {"module_file", s.python_module},
+         // A TorchScript job's file is the client's own copy; a built-in job has none.
+         {"model_file", co.model_options().IsFile() ? s.python_module : ""},
+         {"torch_threads", eo.torch_threads},
+         {"linger", eo.linger_s}};
+  return j.dump(1) + "\n";
+}
+
 // The service settings of the coordinator the simulator starts.
 void SetService(const SimOptions& s, const std::string& certs,
                 fedlgc::coordinator::CoordinatorOptions* co) {
@@ -163,6 +208,7 @@ void SetService(const SimOptions& s, const std::string& certs,
   co->data_dir = s.edge.data_dir;
   co->label_column = s.edge.label_column;
   co->targets = s.edge.targets;
+  co->inputs = s.edge.inputs;
   co->eval_limit = s.eval_limit;
   co->torch_threads = s.edge.torch_threads;
   co->linger_s = 2;  // clients that reconnect late still read their last receipts
@@ -187,6 +233,9 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
     eo.data = fedlgc::edge_client::WithIndex(s.edge.data, i);
     eo.shard = 0;
     eo.num_shards = 1;
+  }
+  if (s.edge.eval_data.find("{i}") != std::string::npos) {
+    eo.eval_data = fedlgc::edge_client::WithIndex(s.edge.eval_data, i);
   }
   eo.partition_seed = seed;
   eo.insecure = s.insecure;
@@ -220,14 +269,21 @@ void PrintRow(const RoundReport& r, std::string_view report_key) {
                             : r.labels.count(key)  ? r.Label(key)
                             : r.figures.count(key) ? StrCat(r.Figure(key))
                                                    : std::string();
-  std::printf("%5llu %9.4f %8.4f %13llu %13llu %7.1f %13llu %7.1f %8.1f %5d %s\n",
-              static_cast<unsigned long long>(r.round), r.accuracy, r.loss,
+  // Without a server evaluation, the clients' (--eval clients), marked with a c.
+  const bool clients = r.accuracy < 0 && r.federated_eval.has_value() && r.federated_eval->clients > 0;
+  const std::string fed = clients ? StrCat(" clients ", r.federated_eval->clients, "/",
+                                           r.federated_eval->asked)
+                                  : std::string();
+  std::printf("%5llu %9.4f%s %8.4f %13llu %13llu %7.1f %13llu %7.1f %8.1f %5d %s%s\n",
+              static_cast<unsigned long long>(r.round),
+              clients ? r.federated_eval->accuracy : r.accuracy, clients ? "c" : "",
+              clients ? r.federated_eval->loss : r.loss,
               static_cast<unsigned long long>(r.uplink_bytes),
               static_cast<unsigned long long>(r.raw_uplink_bytes),
               r.uplink_bytes > 0 ? double(r.raw_uplink_bytes) / r.uplink_bytes : 0.0,
               static_cast<unsigned long long>(r.downlink_bytes),
               r.downlink_bytes > 0 ? double(r.raw_downlink_bytes) / r.downlink_bytes : 0.0,
-              r.seconds, r.participants, extra.c_str());
+              r.seconds, r.participants, extra.c_str(), fed.c_str());
   std::fflush(stdout);
 }
 
@@ -298,6 +354,8 @@ CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& cer
   o.min_clients = 0;
   for (uint32_t i = a; i < s.clients; i += s.aggregators) ++o.min_clients;
   o.eval_every = 0;  // the root evaluates the global model
+  o.export_path.clear();  // and hands it over
+  o.export_best = false;
   o.parent = StrCat("127.0.0.1:", root_port);
   o.parent_id = StrCat("agg-", a);
   if (!s.insecure) {
@@ -305,6 +363,28 @@ CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& cer
     o.parent_tls_key = StrCat(certs, "/agg-", a, ".key");
   }
   return o;
+}
+
+// The command of the process that runs clients first..last: fedlgc-edge, or with
+// --python-client the Python runner (python/fedlgc/sim.py) with each client's JSON.
+std::vector<std::string> ClientProcessArgv(const SimOptions& s, uint32_t first, uint32_t last) {
+  if (!s.python_client.empty()) {
+    // The package beside the binaries (build/python), before whatever PYTHONPATH holds.
+    const char* path = std::getenv("PYTHONPATH");
+    std::vector<std::string> argv = {
+        "/usr/bin/env", StrCat("PYTHONPATH=", s.bin_dir, "/../python", path ? StrCat(":", path) : ""),
+        s.python, "-m", "fedlgc.sim", "--file", s.python_client};
+    for (uint32_t i = first; i <= last; ++i) {
+      argv.push_back(StrCat("--config=", s.run_dir, "/client-", i, ".json"));
+    }
+    return argv;
+  }
+  if (first == last && s.PerProcess() == 1) {
+    return {s.bin_dir + "/fedlgc-edge", StrCat("--config=", s.run_dir, "/client-", first, ".toml")};
+  }
+  return {s.bin_dir + "/fedlgc-edge", StrCat("--clients=", first, "-", last),
+          StrCat("--client-config=", s.run_dir, "/client-{i}.toml"),
+          StrCat("--train-slots=", s.train_slots)};
 }
 
 // Certificates, the coordinator (and --aggregators under it), a fault proxy per client
@@ -357,22 +437,22 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
     const auto eo = ClientOptions(s, certs, i, target, co.seed);
     const std::string client_config = StrCat(s.run_dir, "/", eo.client_id, ".toml");
     if (auto st = fedlgc::AtomicWriteFile(client_config, ClientConfig(eo)); !st.ok()) return st;
+    if (!s.python_client.empty()) {
+      if (auto st = fedlgc::AtomicWriteFile(StrCat(s.run_dir, "/", eo.client_id, ".json"),
+                                            PythonClientConfig(eo, s, co));
+          !st.ok()) {
+        return st;
+      }
+    }
   }
   // One process per client, or processes that host a range of clients each, every client
   // from its own config file.
   const uint32_t per = s.PerProcess();
   for (uint32_t first = 0; first < s.clients; first += per) {
     const uint32_t last = std::min(s.clients, first + per) - 1;
-    std::vector<std::string> argv = {s.bin_dir + "/fedlgc-edge"};
-    if (per == 1) {
-      f.edge_names.push_back(StrCat("client-", first));
-      argv.push_back(StrCat("--config=", s.run_dir, "/client-", first, ".toml"));
-    } else {
-      f.edge_names.push_back(StrCat("clients ", first, "-", last));
-      argv.push_back(StrCat("--clients=", first, "-", last));
-      argv.push_back(StrCat("--client-config=", s.run_dir, "/client-{i}.toml"));
-      argv.push_back(StrCat("--train-slots=", s.train_slots));
-    }
+    f.edge_names.push_back(per == 1 ? StrCat("client-", first)
+                                    : StrCat("clients ", first, "-", last));
+    const std::vector<std::string> argv = ClientProcessArgv(s, first, last);
     f.edge_logs.push_back(per == 1 ? StrCat(s.run_dir, "/client-", first, ".log")
                                    : StrCat(s.run_dir, "/clients-", first, "-", last, ".log"));
     f.edges.push_back(std::make_unique<ChildProcess>(argv, f.edge_logs.back()));
@@ -491,6 +571,10 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"buffers", co.buffers},
               {"data", s.edge.data},
               {"test_data", co.test_data},
+              {"eval", co.EvalOnServer() && co.EvalOnClients() ? "both"
+                       : co.EvalOnClients()                    ? "clients"
+                                                               : "server"},
+              {"eval_fraction", co.EvalOnClients() ? co.eval_fraction : 0.0},
               {"optimizer", s.edge.optimizer},
               {"train_limit", s.edge.train_limit},
               {"aggregator", co.aggregator},
@@ -512,7 +596,10 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - f.start).count();
-  const double final_acc = rows.empty() ? -1 : rows.back().accuracy;
+  double final_acc = rows.empty() ? -1 : rows.back().accuracy;
+  if (final_acc < 0 && !rows.empty() && rows.back().federated_eval.has_value()) {
+    final_acc = rows.back().federated_eval->accuracy;  // the clients' (--eval clients)
+  }
   std::vector<double> worst;
   for (const auto& [round, w] : share.worst) worst.push_back(w);
   const double worst_median = Median(worst);
@@ -613,6 +700,80 @@ absl::Status WriteReports(const json& report, const SimOptions& s) {
   return absl::OkStatus();
 }
 
+// Where the trained model went (--export, by default <run folder>/model.pt): a line a
+// newcomer can follow, and the report's "export".
+json ReportExport(const CoordinatorOptions& co) {
+  auto files = fedlgc::core::ExportFiles::For(co.export_path);
+  if (!files.ok()) return json();
+  auto text = fedlgc::ReadFileIfExists(files->json);
+  if (!text.ok() || !text->has_value()) {
+    std::printf("model: none exported (no round committed)\n");
+    return json();
+  }
+  json meta = json::parse(**text, nullptr, /*allow_exceptions=*/false);
+  if (!meta.is_object()) return json();
+  std::string eval;
+  if (meta.value("metric", json()).is_string() && meta[meta["metric"].get<std::string>()].is_number()) {
+    eval = StrCat(", ", meta["metric"].get<std::string>(), " ",
+                  meta[meta["metric"].get<std::string>()].get<double>());
+  }
+  std::printf(
+      "model: %s (round %llu%s; tensors in %s)\n  load it: /usr/bin/python3 -c \"import torch; "
+      "print(torch.jit.load('%s'))\"\n",
+      files->pt.c_str(), static_cast<unsigned long long>(meta.value("round", uint64_t{0})),
+      eval.c_str(), files->npz.c_str(), files->pt.c_str());
+  return json{{"pt", files->pt}, {"npz", files->npz}, {"json", files->json}, {"metadata", meta}};
+}
+
+// --python-client: the file and the package, and the module the clients train unless the
+// file says otherwise: the job's TorchScript file, or the built-in scripted with the
+// job's initial weights (<run folder>/<model>.pt).
+absl::Status PreparePythonClients(SimOptions* s, const CoordinatorOptions& co) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(s->python_client, ec)) {
+    return absl::InvalidArgumentError(
+        StrCat("--python-client ", s->python_client, ": no such file"));
+  }
+  s->python_client = fs::absolute(s->python_client).string();
+  if (!fs::exists(s->bin_dir + "/../python/fedlgc/sim.py", ec)) {
+    return absl::FailedPreconditionError(
+        StrCat("--python-client: the Python package is not built beside ", s->bin_dir,
+               " (it needs Debian's pybind11-dev and python3-dev)"));
+  }
+  if (s->byzantine > 0) {
+    return absl::InvalidArgumentError("--byzantine: the lying clients are C++ clients only");
+  }
+  const fedlgc::core::ModelOptions mo = co.model_options();
+  if (mo.IsFile()) {
+    s->python_module = fs::absolute(co.model).string();
+    return absl::OkStatus();
+  }
+  auto model = fedlgc::core::Model::Create(mo, co.init_seed);
+  if (!model.ok()) return model.status();
+  auto bytes = (*model)->TorchScriptBytes({});
+  if (!bytes.ok()) return bytes.status();
+  s->python_module = StrCat(s->run_dir, "/", co.model, ".pt");
+  return fedlgc::AtomicWriteFile(s->python_module, *bytes);
+}
+
+// The trained model's files (--export, by default <run folder>/model.pt), checked
+// writable, and --python-client's preparation.
+absl::Status PrepareOutputs(const CLI::App& app, SimOptions* s, CoordinatorOptions* co) {
+  co->export_path = co->export_path.empty()
+                        ? s->run_dir + "/model.pt"
+                        : std::filesystem::absolute(co->export_path).string();
+  if (co->export_best && app.count("--export") == 0) {
+    return absl::InvalidArgumentError("--export-best needs --export PATH");
+  }
+  if (!s->python_client.empty()) {
+    if (absl::Status st = PreparePythonClients(s, *co); !st.ok()) return st;
+  }
+  auto files = fedlgc::core::ExportFiles::For(co->export_path);
+  if (!files.ok()) return files.status();
+  return fedlgc::core::PrepareExport(*files);
+}
+
 // What a client would refuse, refused before anything starts; without --train-limit a
 // data file is read whole.
 absl::Status CheckClientOptions(const CLI::App& app, SimOptions* s) {
@@ -620,6 +781,7 @@ absl::Status CheckClientOptions(const CLI::App& app, SimOptions* s) {
   d.spec = s->edge.data;
   d.label_column = s->edge.label_column;
   d.targets = s->edge.targets;
+  d.inputs = s->edge.inputs;
   if (auto st = d.Validate(); !st.ok()) {
     return absl::InvalidArgumentError(StrCat("--data: ", st.message()));
   }
@@ -697,6 +859,9 @@ int main(int argc, char** argv) {
   if (!link.ok()) return Fail(link.status().ToString());
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-sim", &s.run_dir); !st.ok())
     return Fail(std::string(st.message()));
+  if (absl::Status st = PrepareOutputs(app, &s, &co); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
   if (!s.quiet) PrintHeader(s, co, mode);
   auto f = Launch(s, co, mo, *link);
   if (!f.ok()) return Fail(std::string(f.status().message()));
@@ -711,6 +876,7 @@ int main(int argc, char** argv) {
                        "/coordinator.log)"));
   }
   json report = Report(run.rows, *f, s, co);
+  report["export"] = ReportExport(co);
   int code = 0;
   if (mode.end_of_run_check != nullptr) {
     const fedlgc::core::ModelOptions model = co.model_options();

@@ -36,7 +36,10 @@ import torch  # noqa: F401  (libtorch first: the extension links the same one)
 from . import _flat, codecs
 from . import _fedlgc
 
-__all__ = ["run_client", "RoundInfo", "RoundResult", "Tls", "layout_of", "cuts_of", "codecs"]
+__all__ = ["run_client", "RoundInfo", "RoundResult", "EvalInfo", "Tls", "layout_of", "cuts_of",
+           "codecs", "__version__"]
+
+__version__ = _fedlgc.VERSION
 
 PROTOCOL_VERSION = _fedlgc.PROTOCOL_VERSION
 layout_of = _flat.layout_of
@@ -70,6 +73,7 @@ class RoundInfo:
     batch_size: int
     seed: int
     model_version: int
+    data: object = None  # run_client's `data` (the simulator's runner: this client's Shard)
 
 
 @dataclasses.dataclass
@@ -108,9 +112,39 @@ def _parse_result(result):
     return _count(result), {}
 
 
+@dataclasses.dataclass(frozen=True)
+class EvalInfo:
+    """What the coordinator asks of an evaluation (--eval clients or both): the round whose
+    committed model the module holds, and its version."""
+    round: int
+    model_version: int
+    data: object = None  # run_client's `eval_data` (the simulator's runner: the held-out Shard)
+
+
+def _parse_eval(result):
+    """An evaluate() result as the C++ client reads it: examples and loss, with the
+    accuracy or per-class counts (class_examples, class_correct) for class labels."""
+    if result is None:
+        return None
+    if not isinstance(result, dict) or "examples" not in result or "loss" not in result:
+        raise TypeError("evaluate() must return None or a dict with 'examples' and 'loss' "
+                        "(and 'accuracy', or 'class_examples' and 'class_correct')")
+    out = {"examples": _count(result["examples"]), "loss": float(result["loss"])}
+    if "accuracy" in result:
+        out["accuracy"] = float(result["accuracy"])
+    if "class_examples" in result or "class_correct" in result:
+        ex = [_count(v) for v in result["class_examples"]]
+        ok = [_count(v) for v in result["class_correct"]]
+        if len(ex) != len(ok):
+            raise ValueError("class_examples and class_correct differ in length")
+        out["class_examples"], out["class_correct"] = ex, ok
+    return out
+
+
 def run_client(module, train, *, server, client_id, num_samples, tls=None, insecure=False,
                state_dir="state", model_file="", metrics_listen="", exit_after_rounds=0,
-               call_timeout=60.0, backoff_max=5.0, linger=0.0):
+               call_timeout=60.0, backoff_max=5.0, linger=0.0, evaluate=None, data=None,
+               eval_data=None):
     """Takes part in the job at `server` until it is done, training `module` in place with
     `train(module, info)` each round it is asked to.
 
@@ -131,9 +165,23 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
     model_file: the job's TorchScript file if this client holds it (its SHA-256 must be
         the job's); by default the coordinator's file is downloaded into state_dir/models.
     exit_after_rounds: leave after uploading this many rounds (0: stay to the end).
+    evaluate: federated evaluation (the coordinator's --eval clients or both):
+        evaluate(module, info) is called with the module holding a committed model (with
+        this client's own buffers under --buffers local) and an EvalInfo; it evaluates on
+        data of the client's own that it does not train on and returns {"examples": n,
+        "loss": mean, "accuracy": a} (or per-class counts "class_examples" and
+        "class_correct" in place of the accuracy), or None to decline. Without it the
+        client declines every request. An exception it raises costs that round's answer.
+    data, eval_data: anything, handed to `train` as info.data and to `evaluate` as
+        info.data (fedlgc-sim --python-client passes each client's Shard and held-out
+        Shard).
 
-    Returns the RoundResults of the rounds it trained. Ctrl-C stops the client (its state
-    is on disk); an exception raised by `train` ends it and is raised here.
+    Returns the RoundResults of the rounds it trained. When the job ends, the module holds
+    its final global model (downloaded after the last round; with --buffers local, beside
+    this client's own buffers): save it with torch.save(module.state_dict(), ...) or
+    torch.jit.save. A client that leaves early (exit_after_rounds, Ctrl-C) keeps its last
+    local weights. Ctrl-C stops the client (its state is on disk); an exception raised by
+    `train` ends it and is raised here.
     """
     if tls is None and not insecure:
         raise ValueError("give tls=fedlgc.Tls(ca, cert, key), or insecure=True")
@@ -152,7 +200,10 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
     checked = {}
     buffers_path = os.path.join(state_dir, f"{client_id}.buffers")
 
-    def round_fn(weights, info):
+    def load(weights, info):
+        """The C++ client's weights into the module: its layout checked against the job's
+        once (and this client's own buffers loaded under --buffers local, which the module
+        then keeps across rounds); returns the module's flat tensors."""
         buffers = info["buffers"]
         if checked.get("layout") != (buffers, len(info["layout"])):
             _flat.check_layout(module, buffers, info["layout"])
@@ -161,12 +212,17 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
                 _flat.load_local_buffers(module, buffers_path)
         tensors = _flat.flat_tensors(module, buffers)
         _flat.load(tensors, weights)
-        round_info = RoundInfo(**{f.name: info[f.name] for f in dataclasses.fields(RoundInfo)})
+        return tensors
+
+    def round_fn(weights, info):
+        tensors = load(weights, info)
+        round_info = RoundInfo(**{f.name: info[f.name] for f in dataclasses.fields(RoundInfo)
+                                  if f.name != "data"}, data=data)
         start = time.monotonic()
         samples, metrics = _parse_result(train(module, round_info))
         seconds = time.monotonic() - start
         _flat.store(tensors, weights)
-        if buffers == "local":
+        if info["buffers"] == "local":
             _flat.save_local_buffers(module, buffers_path)
         history.append(RoundResult(info["round"], samples, metrics, seconds))
         loss = metrics.get("loss")
@@ -177,7 +233,20 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         figures.update({f"metric_{k}": v for k, v in metrics.items()})
         return loss, seconds, figures
 
-    client = _fedlgc.Client(options, round_fn, int(num_samples))
+    def final_fn(weights, info):
+        # The job's final global model into the module (beside this client's own buffers
+        # under --buffers local).
+        load(weights, info)
+        final["version"] = info["model_version"]
+
+    def eval_fn(weights, info):
+        load(weights, info)
+        return _parse_eval(evaluate(module, EvalInfo(info["round"], info["model_version"],
+                                                     eval_data)))
+
+    final = {}
+    client = _fedlgc.Client(options, round_fn, int(num_samples), final_fn,
+                            eval_fn if evaluate is not None else None)
     errors = []
 
     def body():

@@ -142,8 +142,33 @@ TEST(Npz, BadArchivesAreRefusedNamingTheFile) {
   ASSERT_TRUE(WriteNpz(dir + "/int.npz", {{"x", Array(NpyType::kI64, {2, 1}, std::vector<int64_t>{1, 2})},
                                           {"y", Array(NpyType::kI64, {2}, std::vector<int64_t>{0, 1})}})
                   .ok());
-  EXPECT_TRUE(FailsWith(LoadDataset(Npz(dir + "/int.npz"), true).status(),
-                        {"x is int64", "astype"}));
+  // Integer inputs are token ids: kept as integers (uint8 stays images, divided by 255).
+  auto ids = LoadDataset(Npz(dir + "/int.npz"), true);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_TRUE(ids->integer_inputs);
+  EXPECT_EQ(ids->ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(ids->x.empty());
+  EXPECT_EQ(Subset(*ids, std::vector<uint32_t>{1}).ids, (std::vector<int64_t>{2}));
+  DataOptions as_float = Npz(dir + "/int.npz");
+  as_float.inputs = "float";
+  auto floats = LoadDataset(as_float, true);
+  ASSERT_TRUE(floats.ok()) << floats.status();
+  EXPECT_FALSE(floats->integer_inputs);
+  EXPECT_EQ(floats->x, (std::vector<float>{1, 2}));
+  // --inputs ids of floats: whole numbers only.
+  DataOptions forced = Npz(good);
+  forced.inputs = "ids";
+  auto whole = LoadDataset(forced, true);  // good.npz: 1, 2, 3, 4
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->ids, (std::vector<int64_t>{1, 2, 3, 4}));
+  ASSERT_TRUE(WriteNpz(dir + "/frac.npz",
+                       {{"x", Array(NpyType::kF32, {2, 2}, std::vector<float>{1, 2.5f, 3, 4})},
+                        {"y", Array(NpyType::kI64, {2}, std::vector<int64_t>{0, 1})}})
+                  .ok());
+  forced.spec = "npz:" + dir + "/frac.npz";
+  EXPECT_TRUE(FailsWith(LoadDataset(forced, true).status(), {"example 0", "2.5", "whole numbers"}));
+  forced.spec = "fashion-mnist";
+  EXPECT_TRUE(FailsWith(LoadDataset(forced, true).status(), {"--inputs ids", "npz or csv"}));
 }
 
 TEST(Npy, HeaderLiesAreCaughtBeforeAnyAllocation) {

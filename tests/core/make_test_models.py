@@ -66,6 +66,19 @@ class Gru(nn.Module):
         return self.head(out[:, -1])
 
 
+class Embed(nn.Module):
+    """A token classifier: [b, T] int64 ids below 50 in, 3 classes out (an embedding
+    first, as a text model has)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.emb(x).mean(1))
+
+
 class TupleOut(nn.Module):
     def __init__(self):
         super().__init__()
@@ -117,6 +130,7 @@ def main():
     save(bn, out, "bn_loss")
     save(Mlp(), out, "mlp_traced", scripted=False, example=torch.zeros(2, 1, 28, 28))
     save(Gru(), out, "gru")
+    save(Embed(), out, "embed")
     save(Mlp(4, 8, 1), out, "regress")
     save(TupleOut(), out, "tuple_out")
     save(Tied(), out, "tied")

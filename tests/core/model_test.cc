@@ -5,6 +5,7 @@
 // message that names the model, the data and what is wrong.
 #include "core/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "base/file.h"
 #include "core/dataset.h"
+#include "core/npz.h"
 #include "core/float_bytes.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
@@ -277,6 +279,117 @@ TEST_F(ScriptModel, FilesThatAreNotTorchScriptAreRefused) {
   o.loss = "auto";
   o.buffers = "shared";
   EXPECT_NE(Model::Create(o, 0).status().message().find("--buffers"), std::string::npos);
+}
+
+// An export written and loaded back as a module: the same flat weights and the same
+// outputs (loss) on the same data.
+void ExpectExportRoundTrips(Model& m, const Dataset& data, const std::string& path) {
+  const std::vector<float> w = m.GetFlat();
+  auto bytes = m.TorchScriptBytes({{"fedlgc.json", "{\"round\": 7}"}});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_TRUE(AtomicWriteFile(path, *bytes).ok());
+  auto loaded = Model::Create(path, 0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ((*loaded)->dim(), m.dim()) << path;
+  const std::vector<float> back = (*loaded)->GetFlat();
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(back[i], w[i], 1e-5f * (1 + std::fabs(w[i])));
+  auto a = m.Evaluate(data), b = (*loaded)->Evaluate(data);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->loss, b->loss, 1e-5 * (1 + a->loss)) << path;
+  if (data.classification()) {
+    EXPECT_EQ(a->accuracy, b->accuracy) << path;
+  }
+}
+
+// Token ids: each class a band of the vocabulary, sequences of 6 ids.
+Dataset Tokens(size_t n, uint64_t seed) {
+  Dataset d;
+  d.source = "tokens";
+  d.shape = {6};
+  d.n = n;
+  d.classes = 3;
+  d.integer_inputs = true;
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t c = static_cast<int32_t>(rng() % 3);
+    d.labels.push_back(c);
+    for (int t = 0; t < 6; ++t) d.ids.push_back(c * 16 + static_cast<int64_t>(rng() % 16));
+  }
+  return d;
+}
+
+TEST_F(ScriptModel, AnEmbeddingTrainsAndEvaluatesOnTokenIds) {
+  auto m = Load("embed");
+  ASSERT_NE(m, nullptr);
+  const Dataset train = Tokens(600, 1), test = Tokens(300, 2);
+  ASSERT_TRUE(m->CheckFits(train).ok()) << m->CheckFits(train);
+  auto before = m->Evaluate(test);
+  ASSERT_TRUE(before.ok()) << before.status();
+  TrainOptions opts;
+  opts.epochs = 3;
+  opts.lr = 0.5f;
+  ASSERT_TRUE(m->Train(train, All(train), opts).ok());
+  auto after = m->Evaluate(test);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GT(after->accuracy, 0.9) << "before: " << before->accuracy;
+  EXPECT_EQ(after->class_examples.size(), 3u);
+  // The same ids as floats: refused before training, saying how to give integers.
+  Dataset floats = train;
+  floats.integer_inputs = false;
+  floats.x.assign(floats.ids.begin(), floats.ids.end());
+  floats.ids.clear();
+  const absl::Status st = m->CheckFits(floats);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--inputs ids"), std::string::npos) << st;
+}
+
+TEST(Export, TheBuiltinsAreScriptedWithTheirNamesAndForward) {
+  const Dataset data = SyntheticImages(200, 5);
+  for (const std::string name : {"cnn", "mlp"}) {
+    auto m = Model::Create(name, 3);
+    ASSERT_TRUE(m.ok()) << m.status();
+    TrainOptions opts;
+    opts.steps = 3;
+    ASSERT_TRUE((*m)->Train(data, All(data), opts).ok());
+    const std::string path = testing::TempDir() + "/export-" + name + ".pt";
+    ExpectExportRoundTrips(**m, data, path);
+    auto arrays = (*m)->StateArrays();
+    ASSERT_TRUE(arrays.ok()) << arrays.status();
+    std::vector<std::string> names;
+    for (const auto& t : (*m)->layout().tensors()) names.push_back(t.name);
+    std::vector<std::string> got;
+    size_t values = 0;
+    for (const auto& [n, a] : *arrays) {
+      got.push_back(n);
+      values += a.elements();
+      EXPECT_EQ(a.type, NpyType::kF32) << n;
+    }
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(got, names) << name;
+    EXPECT_EQ(values, (*m)->dim()) << name;
+  }
+}
+
+TEST_F(ScriptModel, AModuleExportsWithItsStatisticsInTheirOwnForm) {
+  auto m = Load("bn_loss", "average");
+  ASSERT_NE(m, nullptr);
+  const Dataset data = Blobs(256, {1, 8, 8}, 4, 1);
+  TrainOptions opts;
+  opts.steps = 6;
+  ASSERT_TRUE(m->Train(data, All(data), opts).ok());
+  // A flat vector as a round commits it: the statistics in travel form, moved.
+  std::vector<float> w = m->GetFlat();
+  w[w.size() - 1] += 0.5f;  // log(var + eps) of channel 3: its variance x1.65
+  ASSERT_TRUE(m->SetFlat(w).ok());
+  ExpectExportRoundTrips(*m, data, testing::TempDir() + "/export-bn.pt");
+  auto arrays = m->StateArrays();
+  ASSERT_TRUE(arrays.ok()) << arrays.status();
+  // The archive's running_var is the variance itself, not its travel form.
+  const NpyArray& var = arrays->at("bn.running_var");
+  ASSERT_EQ(var.elements(), 4u);
+  EXPECT_NEAR(var.At(3), std::exp(w.back()) - 1e-5, 1e-4 * std::exp(w.back()));
+  EXPECT_EQ(arrays->at("bn.num_batches_tracked").type, NpyType::kI64);
+  EXPECT_GT(arrays->at("bn.num_batches_tracked").At(0), 0);
 }
 
 TEST(OptimizerSpec, ParsesSgdAndAdam) {

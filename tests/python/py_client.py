@@ -4,7 +4,10 @@ of an npz file. Deterministic for a round's seed, so a run can be compared with 
 
     py_client.py --server H:P --id ID --state-dir DIR --data TRAIN.npz --shard I
                  --num-shards N --certs DIR [--optimizer sgd|adam] [--augment]
-                 [--model-file PATH] [--wrong-model]
+                 [--model-file PATH] [--wrong-model] [--save-final PATH.npz]
+
+--save-final writes the module's state_dict() as run_client leaves it (the job's final
+global model, with this client's own buffers under --buffers local).
 """
 
 import argparse
@@ -33,6 +36,7 @@ def main():
     ap.add_argument("--augment", action="store_true")
     ap.add_argument("--model-file", default="")
     ap.add_argument("--wrong-model", action="store_true")
+    ap.add_argument("--save-final", default="")
     a = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -77,6 +81,8 @@ def main():
     print(f"{a.id}: trained {len(history)} rounds: "
           + ", ".join(f"r{r.round} loss {r.metrics.get('loss', float('nan')):.3f}"
                       for r in history), flush=True)
+    if a.save_final:
+        np.savez(a.save_final, **{k: v.detach().numpy() for k, v in module.state_dict().items()})
 
 
 if __name__ == "__main__":

@@ -149,12 +149,14 @@ def test_local_buffers_stay_with_each_client(tmp_path, data, federations):
     normalisation statistics in <state-dir>/<id>.buffers, the C++ client and the Python
     client alike, and the coordinator evaluates with batch statistics."""
     ids = ["cpp-0", "py-1"]
-    f = Federation(str(tmp_path), ids, ["--rounds=2", "--local-steps=10", "--min-clients=2",
-                                        "--buffers=local", "--codec=qsgd(bits=8)",
-                                        "--eval-limit=500"],
+    work = str(tmp_path)
+    f = Federation(work, ids, ["--rounds=2", "--local-steps=10", "--min-clients=2",
+                               "--buffers=local", "--codec=qsgd(bits=8)", "--eval-limit=500",
+                               f"--export={work}/global.pt"],
                    model=data["model"], test_npz=data["test"])
     federations.append(f)
-    clients = [f.cpp_client(ids[0], 0, 2, data["train"]), f.py_client(ids[1], 1, 2, data["train"])]
+    clients = [f.cpp_client(ids[0], 0, 2, data["train"], extra=[f"--export={work}/cpp-0.pt"]),
+               f.py_client(ids[1], 1, 2, data["train"], extra=[f"--save-final={work}/py-1.npz"])]
     assert f.wait(180) == 0, f.logs()
     assert all(c.wait(60) == 0 for c in clients), f.logs()
     rounds = f.rounds()
@@ -168,6 +170,20 @@ def test_local_buffers_stay_with_each_client(tmp_path, data, federations):
     assert all(k.size == 96 for k in kept)
     assert not np.array_equal(kept[0], kept[1]), "each client has statistics of its own"
     assert not np.allclose(kept[0][48:], 1.0), "trained variances, not the initial ones"
+    # What each hands over when the job ends: the coordinator's global parameters (with
+    # the module's initial statistics, as its model.json says), and each client's
+    # personalised model, the same parameters beside its own statistics.
+    glob = np.load(f"{work}/global.npz")
+    with open(f"{work}/global.json") as meta:
+        assert json.load(meta)["buffers"] == "local"
+    assert np.allclose(glob["bn.running_var"], 1.0)
+    for cid, path, own in (("cpp-0", f"{work}/cpp-0.npz", kept[0]),
+                           ("py-1", f"{work}/py-1.npz", kept[1])):
+        mine = np.load(path)
+        for name in ("fc1.weight", "fc1.bias", "bn.weight", "bn.bias", "fc2.weight", "fc2.bias"):
+            assert np.array_equal(mine[name], glob[name]), (cid, name)
+        assert np.array_equal(mine["bn.running_mean"], own[:48]), cid
+        assert np.array_equal(mine["bn.running_var"], own[48:]), cid
 
 
 def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path, data,

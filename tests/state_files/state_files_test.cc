@@ -1,4 +1,4 @@
-// The eleven state file formats, each from the files its writers left in every version
+// The twelve state file formats, each from the files its writers left in every version
 // since fixtures were kept (fixtures/<format>-v<version>/): each loads to exactly the
 // state it was written from. Run with FEDLGC_WRITE_STATE_FIXTURES=1 after a format's
 // version changes: the current version's fixture is written beside the old ones, which
@@ -12,6 +12,7 @@
 #include "base/str.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/downlink_state.h"
+#include "coordinator/model_keeper.h"
 #include "edge_client/client_state.h"
 #include "edge_client/downlink_receiver.h"
 #include "gtest/gtest.h"
@@ -130,6 +131,23 @@ modes::LgcState Lgc() {
 
 constexpr uint64_t kDim = 4;  // of the mode states' models
 
+coordinator::KeptModel KeptModel() {
+  coordinator::KeptModel k;
+  k.round = kRound;
+  k.model_version = 5;
+  k.job = "sha256:ab12/159010/qsgd(bits=8)/seed1";
+  k.job_id = kJob;
+  k.model = "net.pt";
+  k.model_sha256 = std::string(64, 'c');
+  k.buffers = "local";
+  k.weights = Values(kDim, 0.875f);
+  k.metric = "accuracy";
+  k.evaluated_on = "server";
+  k.accuracy = 0.8125;
+  k.loss = 0.4375;
+  return k;
+}
+
 // A format: the version its writer writes now, a writer into a folder, and a check that
 // a folder's file loads to the example.
 struct Format {
@@ -218,6 +236,16 @@ std::vector<Format> Formats() {
          ASSERT_TRUE(s.ok()) << s.status();
          EXPECT_EQ(*s, (modes::DpAccount{{1.5, 2, 64}, {0.25, 1e-9, 3.5e3}, 1e-5, 8, 1000}));
        }});
+  f.push_back({"kept_model", 1,
+               [](const std::string& dir) {
+                 return coordinator::WriteKeptModel(dir + "/round-5.bin", KeptModel());
+               },
+               [](const std::string& dir, uint32_t) {
+                 auto s = coordinator::ReadKeptModel(dir + "/round-5.bin");
+                 ASSERT_TRUE(s.ok()) << s.status();
+                 ASSERT_TRUE(s->has_value());
+                 EXPECT_EQ(**s, KeptModel());
+               }});
   f.push_back({"lgc", 5,
                [](const std::string& dir) { return modes::SaveLgcState(dir, kRound, Lgc()); },
                [](const std::string& dir, uint32_t version) {

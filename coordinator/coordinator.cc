@@ -204,7 +204,7 @@ void Coordinator::MakeService(const JobFiles& files) {
               files.model_file,
               o.buffers,
               o.loss,
-              o.EvalOnClients() && o.eval_every > 0 ? static_cast<float>(o.eval_fraction) : 0.0f};
+              o.EvalOnClients() && o.eval_every > 0 ? o.eval_fraction : 0.0};
   metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;
@@ -492,10 +492,15 @@ absl::Status Coordinator::RunRound() {
 
 absl::Status Coordinator::DriveRound(const std::vector<std::string>& participants,
                                      Clock::time_point deadline, CommitResult* commit) {
-  service_->traffic().uplink_wire = 0;
-  service_->traffic().uplink_raw = 0;
-  service_->traffic().downlink = 0;
-  service_->traffic().downlink_raw = 0;
+  // A round's bytes run from the last commit (FinishRound takes them): what moves between
+  // rounds, such as the federated evaluation's downloads that the next round's start then
+  // reuses, counts in the next round. A process's first round counts from its opening.
+  if (!traffic_since_commit_) {
+    service_->traffic().uplink_wire = 0;
+    service_->traffic().uplink_raw = 0;
+    service_->traffic().downlink = 0;
+    service_->traffic().downlink_raw = 0;
+  }
   progress_->StartRound(engine_->current_round(), participants);
   WriteProgress(/*force=*/true);
   RoundReport rep;
@@ -789,10 +794,11 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   // When the round committed, from this process's start of Run: the x axis of accuracy
   // over time (a restart counts from its own start).
   rep.figures["job_seconds"] = core::SecondsSince(*options_.clock, run_started_);
-  rep.uplink_bytes = service_->traffic().uplink_wire;
-  rep.raw_uplink_bytes = service_->traffic().uplink_raw;
-  rep.downlink_bytes = service_->traffic().downlink;
-  rep.raw_downlink_bytes = service_->traffic().downlink_raw;
+  rep.uplink_bytes = service_->traffic().uplink_wire.exchange(0);
+  rep.raw_uplink_bytes = service_->traffic().uplink_raw.exchange(0);
+  rep.downlink_bytes = service_->traffic().downlink.exchange(0);
+  rep.raw_downlink_bytes = service_->traffic().downlink_raw.exchange(0);
+  traffic_since_commit_ = true;
   for (const auto& [client, bytes] : progress_->Traffic()) {
     rep.per_client["client_uplink_bytes"][client] = static_cast<double>(bytes.first);
     rep.per_client["client_downlink_bytes"][client] = static_cast<double>(bytes.second);

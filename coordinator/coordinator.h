@@ -197,6 +197,8 @@ class Coordinator final : private RoundHost {
   std::string job_key_;
   int port_ = 0;
   Clock::time_point run_started_;  // Run's start; the round loop's thread only
+  // The traffic counters run from the last commit (DriveRound); the round loop's thread.
+  bool traffic_since_commit_ = false;
   std::atomic<bool> stop_{false};
   mutable absl::Mutex mu_;
   absl::CondVar cv_;

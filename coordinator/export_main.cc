@@ -99,11 +99,12 @@ int main(int argc, char** argv) {
   if (auto st = fedlgc::core::PrepareExport(*files); !st.ok()) return Fail(st);
   auto kept = Find(state_dir, which);
   if (!kept.ok()) return Fail(kept.status());
-  if (auto st = coord::ExportKept(*kept, state_dir, model, *files, which == "best" ? "best" : "round");
+  if (auto st =
+          coord::ExportKept(*kept, state_dir, model, *files, which == "best" ? "best" : "round");
       !st.ok()) {
     return Fail(st);
   }
-  std::printf("%s -> %s (%s, %s)\n", Describe(*kept).c_str(), files->pt.c_str(),
-              files->npz.c_str(), files->json.c_str());
+  std::printf("%s -> %s (%s, %s)\n", Describe(*kept).c_str(), files->pt.c_str(), files->npz.c_str(),
+              files->json.c_str());
   return 0;
 }

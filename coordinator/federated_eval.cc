@@ -55,16 +55,16 @@ absl::Status EvalBook::Accept(const std::string& client, const protos::EvalRepor
     uint64_t n = 0, correct = 0;
     for (int i = 0; i < r.class_examples_size(); ++i) {
       if (r.class_correct(i) > r.class_examples(i)) {
-        return absl::InvalidArgumentError(StrCat("class ", i, ": ", r.class_correct(i),
-                                                 " correct of ", r.class_examples(i)));
+        return absl::InvalidArgumentError(
+            StrCat("class ", i, ": ", r.class_correct(i), " correct of ", r.class_examples(i)));
       }
       n += r.class_examples(i);
       correct += r.class_correct(i);
     }
     if (r.class_examples_size() > 0 && (n != r.examples() || correct != r.correct())) {
-      return absl::InvalidArgumentError(
-          StrCat("per-class counts add up to ", n, " examples and ", correct,
-                 " correct, the totals say ", r.examples(), " and ", r.correct()));
+      return absl::InvalidArgumentError(StrCat("per-class counts add up to ", n, " examples and ",
+                                               correct, " correct, the totals say ", r.examples(),
+                                               " and ", r.correct()));
     }
     a.examples = r.examples();
     a.loss = r.loss();
@@ -131,9 +131,10 @@ SettledEval EvalBook::Sum(const Pending& p) const {
   t.loss = total > 0 ? loss / total : std::numeric_limits<double>::quiet_NaN();
   t.accuracy = classes && total > 0 ? accuracy / total : std::numeric_limits<double>::quiet_NaN();
   for (size_t i = 0; i < class_correct.size(); ++i) {
-    s.class_accuracy.push_back(s.class_examples[i] > 0 ? static_cast<double>(class_correct[i]) /
-                                                             static_cast<double>(s.class_examples[i])
-                                                       : std::numeric_limits<double>::quiet_NaN());
+    s.class_accuracy.push_back(s.class_examples[i] > 0
+                                   ? static_cast<double>(class_correct[i]) /
+                                         static_cast<double>(s.class_examples[i])
+                                   : std::numeric_limits<double>::quiet_NaN());
   }
   return s;
 }

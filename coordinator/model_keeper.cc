@@ -60,19 +60,22 @@ std::optional<double> KeptModel::Score() const {
 }
 
 std::string KeptModel::MetadataJson(const std::string& kept_as) const {
-  auto num = [](double v) { return std::isfinite(v) && v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
-  nlohmann::json j{{"format", "fedlgc-export/1"},
-                   {"job", job_id},
-                   {"model", model},
-                   {"model_sha256", model_sha256},
-                   {"round", round},
-                   {"model_version", model_version},
-                   {"kept_as", kept_as},
-                   {"buffers", buffers},
-                   {"metric", metric.empty() ? nlohmann::json() : nlohmann::json(metric)},
-                   {"evaluated_on", evaluated_on.empty() ? nlohmann::json() : nlohmann::json(evaluated_on)},
-                   {"accuracy", num(accuracy)},
-                   {"loss", num(loss)}};
+  auto num = [](double v) {
+    return std::isfinite(v) && v >= 0 ? nlohmann::json(v) : nlohmann::json();
+  };
+  nlohmann::json j{
+      {"format", "fedlgc-export/1"},
+      {"job", job_id},
+      {"model", model},
+      {"model_sha256", model_sha256},
+      {"round", round},
+      {"model_version", model_version},
+      {"kept_as", kept_as},
+      {"buffers", buffers},
+      {"metric", metric.empty() ? nlohmann::json() : nlohmann::json(metric)},
+      {"evaluated_on", evaluated_on.empty() ? nlohmann::json() : nlohmann::json(evaluated_on)},
+      {"accuracy", num(accuracy)},
+      {"loss", num(loss)}};
   if (buffers == "local") {
     j["note"] =
         "--buffers local: the parameters are the federation's, the buffers (BatchNorm "
@@ -178,13 +181,13 @@ absl::StatusOr<core::ModelOptions> KeptModelOptions(const KeptModel& kept,
   auto bytes = fedlgc::ReadFile(mo.model);
   if (!bytes.ok()) {
     return absl::NotFoundError(StrCat("round ", kept.round, " was trained with ", kept.model,
-                                      " (sha256:", kept.model_sha256, "), not found at ",
-                                      mo.model, ": give its file with --model"));
+                                      " (sha256:", kept.model_sha256, "), not found at ", mo.model,
+                                      ": give its file with --model"));
   }
   if (const std::string sha = core::Sha256Hex(*bytes); sha != kept.model_sha256) {
     return absl::FailedPreconditionError(StrCat(mo.model, " has sha256:", sha, "; round ",
-                                                kept.round, " was trained with sha256:",
-                                                kept.model_sha256));
+                                                kept.round,
+                                                " was trained with sha256:", kept.model_sha256));
   }
   return mo;
 }

@@ -40,10 +40,10 @@ struct JobInfo {
   std::shared_ptr<const ModelBlob> model_file;
   std::string buffers = "average";  // the model's rules (core/model.h)
   std::string loss = "auto";
-  float eval_fraction = 0;  // of each shard held out for federated evaluation
+  double eval_fraction = 0;  // of each shard held out for federated evaluation
 };
 
-// Bytes moved while a round is open (reset by the round loop when it opens one).
+// Bytes moved since the last commit, which takes them for its report (the round loop).
 struct RoundTraffic {
   std::atomic<uint64_t> uplink_wire{0};
   std::atomic<uint64_t> uplink_raw{0};

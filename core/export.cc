@@ -18,7 +18,8 @@ absl::StatusOr<ExportFiles> ExportFiles::For(const std::string& path) {
   const std::string ext = p.extension().string();
   if (ext == ".npz" || ext == ".json") {
     return absl::InvalidArgumentError(
-        StrCat("--export ", path, ": name the TorchScript file (model.pt); the .npz and .json "
+        StrCat("--export ", path,
+               ": name the TorchScript file (model.pt); the .npz and .json "
                "files are written beside it"));
   }
   std::error_code ec;

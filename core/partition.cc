@@ -128,7 +128,8 @@ HeldOutSplit SplitHeldOut(std::span<const uint32_t> shard, double fraction, uint
   const size_t n = shard.size();
   const size_t k = n == 0 || !(fraction > 0)
                        ? 0
-                       : std::min(n - 1, static_cast<size_t>(std::ceil(fraction * n)));
+                       // (less a hair: 0.1 of 1,000 is 100, whatever 0.1's rounding)
+                       : std::min(n - 1, static_cast<size_t>(std::ceil(fraction * n - 1e-6)));
   if (k == 0) {
     out.train.assign(shard.begin(), shard.end());
     return out;

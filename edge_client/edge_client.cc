@@ -480,7 +480,7 @@ absl::Status EdgeClient::TakeFinalModel(const protos::JobDone& done) {
   return absl::OkStatus();
 }
 
-void EdgeClient::HoldOut(float fraction) {
+void EdgeClient::HoldOut(double fraction) {
   if (data_ == nullptr || !options_.eval_data.empty() || fraction == held_out_fraction_) return;
   held_out_fraction_ = fraction;
   // The same examples on every join and restart of this client (and of a Python client

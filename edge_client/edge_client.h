@@ -88,7 +88,7 @@ class EdgeClient final : private ClientEnv {
   }
   // Federated evaluation: holds out the job's share of the shard (JoinReply.eval_fraction)
   // unless the client has data of its own to evaluate on (--eval-data).
-  void HoldOut(float fraction);
+  void HoldOut(double fraction);
   // EvalStart: evaluates the model of that version and reports it (or declines).
   absl::Status EvaluateModel(const protos::EvalStart& start);
   absl::StatusOr<core::EvalResult> EvaluateOwn(std::span<const float> weights);
@@ -187,7 +187,7 @@ class EdgeClient final : private ClientEnv {
   std::unique_ptr<core::Dataset> eval_data_;
   std::vector<uint32_t> train_indices_;
   bool held_out_ = false;
-  float held_out_fraction_ = -1;  // what HoldOut last did
+  double held_out_fraction_ = -1;  // what HoldOut last did
   // The global model an evaluation downloaded, for the next round's download of it.
   std::optional<std::pair<uint64_t, std::vector<float>>> eval_model_;
   std::string device_;  // resolved --device, e.g. "cpu" or "cuda:0"

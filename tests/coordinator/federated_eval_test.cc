@@ -73,8 +73,8 @@ TEST(EvalBook, ReportsThatDoNotAddUpOrWereNotAskedAreRefused) {
   core::FakeClock clock;
   EvalBook book(0.25, &clock);
   book.Ask(5, 5, {"a"}, clock.Now() + std::chrono::seconds(60));
-  auto refused = [&](const std::string& client, const protos::EvalReport& r,
-                     absl::StatusCode code, const std::string& says) {
+  auto refused = [&](const std::string& client, const protos::EvalReport& r, absl::StatusCode code,
+                     const std::string& says) {
     const absl::Status st = book.Accept(client, r);
     EXPECT_EQ(st.code(), code) << st;
     EXPECT_NE(st.message().find(says), std::string::npos) << st;
@@ -90,10 +90,8 @@ TEST(EvalBook, ReportsThatDoNotAddUpOrWereNotAskedAreRefused) {
   refused("a", r, absl::StatusCode::kInvalidArgument, "loss");
   r = Report(5, 0, 0.3, {}, {});
   refused("a", r, absl::StatusCode::kInvalidArgument, "0 examples");
-  refused("z", Report(5, 10, 0.3, {}, {}), absl::StatusCode::kFailedPrecondition,
-          "was not asked");
-  refused("a", Report(4, 10, 0.3, {}, {}), absl::StatusCode::kFailedPrecondition,
-          "was not asked");
+  refused("z", Report(5, 10, 0.3, {}, {}), absl::StatusCode::kFailedPrecondition, "was not asked");
+  refused("a", Report(4, 10, 0.3, {}, {}), absl::StatusCode::kFailedPrecondition, "was not asked");
   protos::EvalReport stale = Report(5, 10, 0.3, {}, {});
   stale.set_model_version(4);
   refused("a", stale, absl::StatusCode::kFailedPrecondition, "version 5, not 4");

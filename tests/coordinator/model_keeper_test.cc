@@ -138,8 +138,7 @@ TEST_F(Keeper, ExportPathsThatCannotBeWrittenAreRefusedAtCreate) {
   o.export_path = dir_ + "/blocker/model.pt";
   auto k = ModelKeeper::Create(o);
   ASSERT_FALSE(k.ok());
-  EXPECT_NE(k.status().message().find("cannot make its folder"), std::string::npos)
-      << k.status();
+  EXPECT_NE(k.status().message().find("cannot make its folder"), std::string::npos) << k.status();
   o.export_path = dir_ + "/model.npz";
   EXPECT_FALSE(ModelKeeper::Create(o).ok());
   o.export_path = dir_;

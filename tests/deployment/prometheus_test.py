@@ -132,10 +132,11 @@ def main():
                 checked += 1
                 if r and r["status"] == "success" and not r["data"]["result"] and \
                         any(k in panel["title"] for k in
-                            ("(LSGD jobs)", "(SGP jobs)", "(buffered rounds)", "(DP jobs)")):
+                            ("(LSGD jobs)", "(SGP jobs)", "(buffered rounds)", "(DP jobs)",
+                             "(--eval clients jobs)")):
                     # Another mode's panel: this synchronous FedAvg job exports no such
                     # series. The integration tests check those metrics in LSGD, SGP,
-                    # buffered and DP jobs.
+                    # buffered, DP and federated evaluation jobs.
                     print(f"ok   {panel['title']} [{t['refId']}]: valid, empty in a FedAvg job")
                     continue
                 if not r or r["status"] != "success" or not r["data"]["result"]:

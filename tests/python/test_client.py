@@ -215,3 +215,35 @@ def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path
     assert all(k.size == 96 for k in kept)
     assert all(not np.array_equal(kept[i], kept[j]) for i in range(4) for j in range(i)), \
         "each client has statistics of its own"
+
+
+def test_clients_evaluate_where_the_data_lives_without_a_test_set(tmp_path, data, federations):
+    """--eval clients with --test-data none: a client with a file of its own to evaluate on
+    (--eval-data) and one holding out a tenth of its shard answer every round; the
+    coordinator weighs them, exports Prometheus gauges and picks the best round by them."""
+    work = str(tmp_path)
+    ids = ["cpp-0", "cpp-1"]
+    f = Federation(work, ids, ["--rounds=3", "--local-steps=10", "--min-clients=2",
+                               "--test-data=none", "--eval=clients", "--eval-fraction=0.1",
+                               f"--export={work}/best.pt", "--export-best"],
+                   model=data["model"])
+    federations.append(f)
+    clients = [f.cpp_client(ids[0], 0, 2, data["train"], extra=[f"--eval-data=npz:{data['test']}"]),
+               f.cpp_client(ids[1], 1, 2, data["train"])]
+    assert wait_for(lambda: f.metric("fedlgc_eval_answers_total", outcome="reported") >= 2,
+                    180), f.logs()
+    assert 0 < f.metric("fedlgc_federated_accuracy") <= 1
+    assert f.wait(180) == 0, f.logs()
+    assert all(c.wait(60) == 0 for c in clients), f.logs()
+    rounds = f.rounds()
+    assert len(rounds) == 3 and all(r["accuracy"] is None or r["accuracy"] < 0 for r in rounds)
+    for r in rounds:
+        fed = r["federated_eval"]
+        # cpp-0: test.npz's 1,000 images; cpp-1: a tenth of its 1,000.
+        assert fed["clients"] == 2 and fed["missing"] == 0, fed
+        assert fed["examples"] == 1000 + 100, fed
+        assert sorted(r["eval_examples"].items()) == [("cpp-0", 1000.0), ("cpp-1", 100.0)]
+    best = max(rounds, key=lambda r: r["federated_eval"]["accuracy"])
+    with open(f"{work}/best.json") as meta:
+        m = json.load(meta)
+    assert m["evaluated_on"] == "clients" and m["round"] == best["round"], (m, rounds)

@@ -338,7 +338,10 @@ void Coordinator::FinishJob(uint64_t rounds) {
     absl::MutexLock lock(&mu_);
     accuracy = last_accuracy_;
   }
-  service_->BroadcastDone(rounds, static_cast<float>(accuracy), engine_->model()->version);
+  // An aggregator's last commit is its own clients' part of the root's round, not the job's
+  // final model: its clients are told of none (they keep their own last model).
+  service_->BroadcastDone(rounds, static_cast<float>(accuracy),
+                          options_.has_parent() ? 0 : engine_->model()->version);
   metrics_->SetJobFinished(true);
   // Buffered rounds end with clients still training: they read JobDone once their upload
   // is in (kept uncommitted, in their pending update), so wait for them, or until they
@@ -496,6 +499,7 @@ absl::Status Coordinator::DriveRound(const std::vector<std::string>& participant
   // rounds, such as the federated evaluation's downloads that the next round's start then
   // reuses, counts in the next round. A process's first round counts from its opening.
   if (!traffic_since_commit_) {
+    progress_->ForgetCarried();
     service_->traffic().uplink_wire = 0;
     service_->traffic().uplink_raw = 0;
     service_->traffic().downlink = 0;
@@ -631,11 +635,12 @@ void Coordinator::AskClientsToEvaluate(uint64_t round) {
   e->set_deadline_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                               (o.clock->WallNow() + timeout).time_since_epoch())
                               .count());
-  std::set<std::string> asked;
+  // Booked before it is sent: a quick answer must find its round asked.
+  eval_book_->Ask(round, version, std::set<std::string>(connected.begin(), connected.end()),
+                  o.clock->Now() + timeout);
   for (const std::string& c : connected) {
-    if (service_->Push(c, event)) asked.insert(c);
+    if (!service_->Push(c, event)) eval_book_->Withdraw(round, c);  // gone meanwhile
   }
-  eval_book_->Ask(round, version, asked, o.clock->Now() + timeout);
 }
 
 void Coordinator::SettleFederatedEval(RoundReport* rep) {
@@ -653,16 +658,16 @@ void Coordinator::SettleFederatedEval(RoundReport* rep) {
   for (size_t i = 0; i < settled->class_accuracy.size(); ++i) {
     rep->figures[StrCat("federated_class_accuracy_", i)] = settled->class_accuracy[i];
   }
-  metrics_->AddEvalAnswers("reported", t.clients);
-  metrics_->AddEvalAnswers("declined", t.declined);
-  metrics_->AddEvalAnswers("missing", t.missing);
-  if (t.clients > 0) {
+  if (t.clients > 0) {  // the gauges before the counters that say they are new
     metrics_->SetFederatedEval(t.accuracy, t.loss);
     if (test_data_ == nullptr) {  // JobDone's final accuracy
       absl::MutexLock lock(&mu_);
       last_accuracy_ = t.accuracy;
     }
   }
+  metrics_->AddEvalAnswers("reported", t.clients);
+  metrics_->AddEvalAnswers("declined", t.declined);
+  metrics_->AddEvalAnswers("missing", t.missing);
   log::Info("coordinator",
             "round %llu: %d of %d clients evaluated it (%d declined, %d missing): %llu examples, "
             "accuracy %.4f, loss %.4f",
@@ -799,7 +804,7 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   rep.downlink_bytes = service_->traffic().downlink.exchange(0);
   rep.raw_downlink_bytes = service_->traffic().downlink_raw.exchange(0);
   traffic_since_commit_ = true;
-  for (const auto& [client, bytes] : progress_->Traffic()) {
+  for (const auto& [client, bytes] : progress_->TakeTraffic()) {
     rep.per_client["client_uplink_bytes"][client] = static_cast<double>(bytes.first);
     rep.per_client["client_downlink_bytes"][client] = static_cast<double>(bytes.second);
   }

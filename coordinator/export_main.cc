@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "base/flags.h"
 #include "base/log.h"
 #include "base/str.h"
@@ -46,11 +47,12 @@ absl::StatusOr<coord::KeptModel> Find(const std::string& state_dir, const std::s
     }
     path = coord::KeptRoundPath(state_dir, rounds.back());
   } else {
-    if (which.empty() || which.find_first_not_of("0123456789") != std::string::npos) {
+    uint64_t round = 0;
+    if (!absl::SimpleAtoi(which, &round)) {
       return absl::InvalidArgumentError(
           StrCat("--round '", which, "': last, best or a round number"));
     }
-    path = coord::KeptRoundPath(state_dir, std::stoull(which));
+    path = coord::KeptRoundPath(state_dir, round);
   }
   auto kept = coord::ReadKeptModel(path);
   if (!kept.ok()) return kept.status();

@@ -14,6 +14,8 @@ namespace fedlgc::coordinator {
 namespace {
 
 constexpr int kMaxClasses = 1 << 16;
+// More examples than any client holds: refused (and sums of counts cannot overflow).
+constexpr uint64_t kMaxExamples = uint64_t{1} << 40;
 
 }  // namespace
 
@@ -25,6 +27,14 @@ void EvalBook::Ask(uint64_t round, uint64_t version, const std::set<std::string>
   p.asked = clients;
   p.answers.clear();
   p.deadline = deadline;
+}
+
+void EvalBook::Withdraw(uint64_t round, const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = rounds_.find(round); it != rounds_.end() && !it->second.answers.count(client)) {
+    it->second.asked.erase(client);
+    cv_.SignalAll();
+  }
 }
 
 bool EvalBook::Asked(uint64_t round) const {
@@ -40,6 +50,9 @@ absl::Status EvalBook::Accept(const std::string& client, const protos::EvalRepor
     if (r.examples() == 0) {
       return absl::InvalidArgumentError("an evaluation of 0 examples: send declined instead");
     }
+    if (r.examples() > kMaxExamples) {
+      return absl::InvalidArgumentError(StrCat("an evaluation of ", r.examples(), " examples"));
+    }
     if (!std::isfinite(r.loss())) {
       return absl::InvalidArgumentError(StrCat("an evaluation loss of ", r.loss()));
     }
@@ -54,6 +67,10 @@ absl::Status EvalBook::Accept(const std::string& client, const protos::EvalRepor
     }
     uint64_t n = 0, correct = 0;
     for (int i = 0; i < r.class_examples_size(); ++i) {
+      if (r.class_examples(i) > r.examples()) {
+        return absl::InvalidArgumentError(
+            StrCat("class ", i, ": ", r.class_examples(i), " examples of ", r.examples()));
+      }
       if (r.class_correct(i) > r.class_examples(i)) {
         return absl::InvalidArgumentError(
             StrCat("class ", i, ": ", r.class_correct(i), " correct of ", r.class_examples(i)));
@@ -66,6 +83,10 @@ absl::Status EvalBook::Accept(const std::string& client, const protos::EvalRepor
                                                correct, " correct, the totals say ", r.examples(),
                                                " and ", r.correct()));
     }
+    if (!r.classified() && (r.correct() > 0 || r.class_examples_size() > 0)) {
+      return absl::InvalidArgumentError("correct answers counted for float targets");
+    }
+    a.classified = r.classified();
     a.examples = r.examples();
     a.loss = r.loss();
     a.correct = r.correct();
@@ -105,7 +126,7 @@ SettledEval EvalBook::Sum(const Pending& p) const {
     ++t.clients;
     t.examples += a.examples;
     samples[client] = a.examples;
-    classes = classes || !a.class_examples.empty();
+    classes = classes || a.classified;
     if (a.class_examples.size() > s.class_examples.size()) {
       s.class_examples.resize(a.class_examples.size());
     }
@@ -113,28 +134,31 @@ SettledEval EvalBook::Sum(const Pending& p) const {
   }
   t.missing = t.asked - t.clients - t.declined;
   if (t.clients == 0) return s;
-  // FedAvg's weights: examples, none above the cap's share.
+  // FedAvg's weights: examples, none above the cap's share. A client's examples and its
+  // answers count scaled alike (weight / examples), per class too.
   const std::map<std::string, double> w = CappedWeights(samples, max_client_weight_);
   double total = 0, loss = 0, accuracy = 0;
-  std::vector<uint64_t> class_correct(s.class_examples.size());
+  std::vector<double> class_seen(s.class_examples.size()), class_right(s.class_examples.size());
   for (const auto& [client, weight] : w) {
     const Answer& a = p.answers.at(client);
     const double acc = static_cast<double>(a.correct) / static_cast<double>(a.examples);
+    const double scale = weight / static_cast<double>(a.examples);
     total += weight;
     loss += weight * a.loss;
     accuracy += weight * acc;
     s.loss[client] = a.loss;
     s.examples[client] = static_cast<double>(a.examples);
-    if (classes) s.accuracy[client] = acc;
-    for (size_t i = 0; i < a.class_correct.size(); ++i) class_correct[i] += a.class_correct[i];
+    if (a.classified) s.accuracy[client] = acc;
+    for (size_t i = 0; i < a.class_examples.size(); ++i) {
+      class_seen[i] += scale * static_cast<double>(a.class_examples[i]);
+      class_right[i] += scale * static_cast<double>(a.class_correct[i]);
+    }
   }
-  t.loss = total > 0 ? loss / total : std::numeric_limits<double>::quiet_NaN();
-  t.accuracy = classes && total > 0 ? accuracy / total : std::numeric_limits<double>::quiet_NaN();
-  for (size_t i = 0; i < class_correct.size(); ++i) {
-    s.class_accuracy.push_back(s.class_examples[i] > 0
-                                   ? static_cast<double>(class_correct[i]) /
-                                         static_cast<double>(s.class_examples[i])
-                                   : std::numeric_limits<double>::quiet_NaN());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  t.loss = total > 0 ? loss / total : nan;
+  t.accuracy = classes && total > 0 ? accuracy / total : nan;
+  for (size_t i = 0; i < class_seen.size(); ++i) {
+    s.class_accuracy.push_back(class_seen[i] > 0 ? class_right[i] / class_seen[i] : nan);
   }
   return s;
 }

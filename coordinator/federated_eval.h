@@ -38,7 +38,8 @@ struct SettledEval {
   FederatedEval total;
   // Per reporting client: its accuracy (or loss for float targets) and examples.
   std::map<std::string, double> accuracy, loss, examples;
-  // Per class: examples and accuracy over every report (class labels only).
+  // Per class: the examples reported, and the accuracy weighed as the total is (each
+  // client's counts scaled by its capped weight over its examples).
   std::vector<uint64_t> class_examples;
   std::vector<double> class_accuracy;
 };
@@ -52,6 +53,8 @@ class EvalBook {
   // Round `round`'s model, `version`, is asked of `clients` until `deadline`.
   void Ask(uint64_t round, uint64_t version, const std::set<std::string>& clients,
            Clock::time_point deadline);
+  // `client` was not asked after all (its event stream had closed).
+  void Withdraw(uint64_t round, const std::string& client);
   // Whether `round`'s evaluation was asked (and not yet settled).
   bool Asked(uint64_t round) const;
   // A client's answer. INVALID_ARGUMENT naming what does not add up; FAILED_PRECONDITION
@@ -67,6 +70,7 @@ class EvalBook {
  private:
   struct Answer {
     bool declined = false;
+    bool classified = false;
     uint64_t examples = 0;
     double loss = 0;
     uint64_t correct = 0;

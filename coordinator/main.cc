@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   auto mode = fedlgc::modes::JobMode(o);
   if (!mode.ok()) return Fail(mode.status());
   const coord::ModeTraits& traits = **mode;
+  if (auto st = fedlgc::modes::CheckEvaluation(o, mo); !st.ok()) return Fail(st);
   if (o.has_parent() && !(mo.fedavg == fedlgc::modes::FedAvgOptions())) {
     // The parent applies its server optimizer once, to the merged update.
     return Fail(absl::InvalidArgumentError(

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/str.h"
@@ -162,7 +163,8 @@ std::vector<uint64_t> KeptRounds(const std::string& state_dir) {
     if (name.rfind("round-", 0) != 0 || e.path().extension() != ".bin") continue;
     const std::string digits = name.substr(6, name.size() - 10);
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    rounds.push_back(std::stoull(digits));
+    uint64_t round = 0;
+    if (absl::SimpleAtoi(digits, &round)) rounds.push_back(round);
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds;
@@ -267,7 +269,7 @@ absl::Status ModelKeeper::Keep(std::span<const float> model, uint64_t model_vers
   }
   // Without --export-best the export follows every round; with it, the best one (and
   // the newest until a round is evaluated).
-  if (!o.export_path.empty() && (!o.export_best || best || exported_round_ == 0)) {
+  if (!o.export_path.empty() && (!o.export_best || best || !best_score_.has_value())) {
     if (absl::Status st = Export(kept, o.export_best && best ? "best" : "last"); !st.ok()) {
       return st;
     }

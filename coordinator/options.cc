@@ -121,7 +121,7 @@ absl::Status CoordinatorOptions::Validate(const ModeTraits& traits) const {
     return absl::InvalidArgumentError("--eval-fraction must be in [0, 0.9]");
   }
   if (!(eval_timeout_s > 0)) return absl::InvalidArgumentError("--eval-timeout must be > 0");
-  if (EvalOnClients() && has_parent()) {
+  if (EvalOnClients() && eval_every > 0 && has_parent()) {
     return absl::InvalidArgumentError(
         "--eval clients with --parent: the root asks the clients; an aggregator's own "
         "clients are not asked");

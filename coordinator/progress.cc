@@ -43,6 +43,7 @@ void Progress::StartRound(uint64_t round, const std::vector<std::string>& partic
   round_start_ = clock_->Now();
   connected_ = std::max(connected_, participants.size());
   clients_.clear();
+  taken_ = false;
   for (const std::string& c : participants) clients_[c];
   ++changes_;
 }
@@ -50,7 +51,10 @@ void Progress::StartRound(uint64_t round, const std::vector<std::string>& partic
 void Progress::Downloaded(const std::string& client, uint64_t bytes, bool complete) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client);
-  if (it == clients_.end()) return;  // not asked this round
+  if (it == clients_.end() || taken_) {  // not asked this round, or the round is reported
+    carried_[client].second += bytes;
+    return;
+  }
   it->second.down += bytes;
   it->second.downloaded = it->second.downloaded || complete;
   ++changes_;
@@ -59,7 +63,10 @@ void Progress::Downloaded(const std::string& client, uint64_t bytes, bool comple
 void Progress::Uploaded(const std::string& client, uint64_t bytes, bool complete) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client);
-  if (it == clients_.end()) return;
+  if (it == clients_.end() || taken_) {
+    carried_[client].first += bytes;
+    return;
+  }
   it->second.up += bytes;
   it->second.uploaded = it->second.uploaded || complete;
   ++changes_;
@@ -77,11 +84,23 @@ void Progress::Done() {
   ++changes_;
 }
 
-std::map<std::string, std::pair<uint64_t, uint64_t>> Progress::Traffic() const {
+std::map<std::string, std::pair<uint64_t, uint64_t>> Progress::TakeTraffic() {
   absl::MutexLock lock(&mu_);
-  std::map<std::string, std::pair<uint64_t, uint64_t>> out;
-  for (const auto& [id, c] : clients_) out[id] = {c.up, c.down};
+  std::map<std::string, std::pair<uint64_t, uint64_t>> out = std::move(carried_);
+  carried_.clear();
+  if (!taken_) {
+    for (const auto& [id, c] : clients_) {
+      out[id].first += c.up;
+      out[id].second += c.down;
+    }
+  }
+  taken_ = true;
   return out;
+}
+
+void Progress::ForgetCarried() {
+  absl::MutexLock lock(&mu_);
+  carried_.clear();
 }
 
 std::string Progress::ToJson() const {

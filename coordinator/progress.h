@@ -53,8 +53,13 @@ class Progress final {
   void Committed(uint64_t round);
   void Done();
 
-  // The open round's bytes per participant: uplink (accepted chunks) and downlink.
-  std::map<std::string, std::pair<uint64_t, uint64_t>> Traffic() const;
+  // Each client's bytes since they were last taken: uplink (accepted chunks) and downlink,
+  // the open round's participants' and anyone else's (a client's evaluation download
+  // after a commit, which the next round's start reuses), so that they add up to the
+  // round's totals. Taken by the round's report; transfers after it count in the next.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> TakeTraffic();
+  // Forgets what was carried (a process's first round counts from its opening).
+  void ForgetCarried();
 
   std::string ToJson() const;
   // Writes `path` when something changed since the last write and at least `every` has
@@ -84,6 +89,10 @@ class Progress final {
   Clock::time_point waiting_since_ ABSL_GUARDED_BY(mu_);
   Clock::time_point round_start_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ClientProgress> clients_ ABSL_GUARDED_BY(mu_);  // the participants
+  // Bytes not in clients_ for the next TakeTraffic: other clients', and anyone's once the
+  // round's were taken (taken_).
+  std::map<std::string, std::pair<uint64_t, uint64_t>> carried_ ABSL_GUARDED_BY(mu_);
+  bool taken_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   Clock::time_point last_write_ ABSL_GUARDED_BY(mu_);

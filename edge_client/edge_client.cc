@@ -544,9 +544,11 @@ absl::Status EdgeClient::EvaluateModel(const protos::EvalStart& start) {
     correct += ev->class_correct[i];
   }
   if (ev->class_examples.empty() && std::isfinite(ev->accuracy)) {
-    correct = static_cast<uint64_t>(std::llround(ev->accuracy * static_cast<double>(ev->examples)));
+    correct = static_cast<uint64_t>(std::llround(
+        std::clamp(ev->accuracy, 0.0, 1.0) * static_cast<double>(ev->examples)));
   }
   r->set_correct(correct);
+  r->set_classified(!ev->class_examples.empty() || std::isfinite(ev->accuracy));
   AppendRoundLog({start.round(),
                   {{"eval_examples", static_cast<double>(ev->examples)},
                    {"eval_loss", ev->loss},

@@ -94,6 +94,19 @@ absl::Status Unused(bool changed, std::string_view flags, std::string_view modes
 
 }  // namespace
 
+absl::Status CheckEvaluation(const coordinator::CoordinatorOptions& co, const ModeOptions& mo) {
+  if (!co.EvalOnClients() || co.eval_every == 0) return absl::OkStatus();
+  const auto on = [](const std::string& s) { return !s.empty() && s != "none"; };
+  if (on(mo.fedavg.dp) || on(mo.fedavg.secagg)) {
+    return absl::InvalidArgumentError(StrCat(
+        "--eval ", co.eval, co.eval == "auto" ? " (clients: no --test-data)" : "", " with ",
+        on(mo.fedavg.dp) ? "--dp" : "--secagg",
+        ": the clients' evaluations (each one's loss and label counts) would reach the "
+        "coordinator in the clear; evaluate on the server (--eval server --test-data ...)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModeOptions::Validate(Mode mode) const {
   const bool summed = mode == Mode::kFedAvg || mode == Mode::kLgc;
   const ModeOptions defaults;

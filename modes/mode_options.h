@@ -3,6 +3,7 @@
 #ifndef FEDLGC_MODES_MODE_OPTIONS_H_
 #define FEDLGC_MODES_MODE_OPTIONS_H_
 
+#include "coordinator/options.h"
 #include "coordinator/round_engine.h"
 #include "core/protocol.h"
 #include "modes/fedavg/fedavg_driver.h"
@@ -26,6 +27,11 @@ struct ModeOptions {
   // defaults (a flag that would do nothing in this job is an error).
   absl::Status Validate(Mode mode) const;
 };
+
+// Federated evaluation (--eval clients|both) sends each asked client's loss and label
+// counts to the coordinator in the clear: refused beside --dp and --secagg, whose point
+// is that the coordinator learns no one client's own figures.
+absl::Status CheckEvaluation(const coordinator::CoordinatorOptions& co, const ModeOptions& mo);
 
 // Registers the options of every mode on `app`, one group per mode, bound to *o with its
 // current values as defaults.

@@ -354,6 +354,7 @@ CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& cer
   o.min_clients = 0;
   for (uint32_t i = a; i < s.clients; i += s.aggregators) ++o.min_clients;
   o.eval_every = 0;  // the root evaluates the global model
+  o.eval = "server";
   o.export_path.clear();  // and hands it over
   o.export_best = false;
   o.parent = StrCat("127.0.0.1:", root_port);
@@ -812,6 +813,12 @@ absl::StatusOr<const fedlgc::coordinator::ModeTraits*> CheckJob(
   auto mode = fedlgc::modes::JobMode(co);
   if (!mode.ok()) return mode.status();
   if (auto st = mo.Validate((*mode)->mode); !st.ok()) return st;
+  if (auto st = fedlgc::modes::CheckEvaluation(co, mo); !st.ok()) return st;
+  if (s.aggregators > 0 && co.EvalOnClients() && co.eval_every > 0) {
+    return absl::InvalidArgumentError(
+        "--aggregators with evaluation on the clients: the root's clients are the "
+        "aggregators, which do not pass evaluation down the tree; use --eval server");
+  }
   if (s.aggregators > 0) {
     CoordinatorOptions probe = co;
     probe.parent = "127.0.0.1:1";

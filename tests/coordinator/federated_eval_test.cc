@@ -28,6 +28,19 @@ protos::EvalReport Report(uint64_t round, uint64_t examples, double loss,
     total += correct[i];
   }
   r.set_correct(total);
+  r.set_classified(!class_examples.empty());
+  return r;
+}
+
+// A report of the accuracy alone (a Python evaluate() that returns "accuracy").
+protos::EvalReport AccuracyOnly(uint64_t round, uint64_t examples, uint64_t correct) {
+  protos::EvalReport r;
+  r.set_round(round);
+  r.set_model_version(round);
+  r.set_examples(examples);
+  r.set_loss(0.5);
+  r.set_correct(correct);
+  r.set_classified(true);
   return r;
 }
 
@@ -56,7 +69,8 @@ TEST(EvalBook, AnswersAreWeighedByExamplesUnderTheCap) {
   EXPECT_NEAR(s->total.accuracy, (0.9 + 0.6) / 2, 1e-12);
   EXPECT_NEAR(s->total.loss, (0.5 + 1.0) / 2, 1e-12);
   EXPECT_EQ(s->class_examples, (std::vector<uint64_t>{150, 250}));
-  EXPECT_NEAR(s->class_accuracy[0], 105.0 / 150, 1e-12);
+  // Class 0 weighed as the total: each client's counts over its examples, equal weights.
+  EXPECT_NEAR(s->class_accuracy[0], (45.0 / 100 + 60.0 / 300) / (50.0 / 100 + 100.0 / 300), 1e-12);
   EXPECT_EQ(s->accuracy.at("a"), 0.9);
   EXPECT_FALSE(book.Asked(3)) << "a settled round is forgotten";
   // Without the cap's bite (cap 1): weighed by examples.
@@ -67,6 +81,25 @@ TEST(EvalBook, AnswersAreWeighedByExamplesUnderTheCap) {
   auto w = free.Settle(1, kNobodyGone);
   ASSERT_TRUE(w.has_value());
   EXPECT_NEAR(w->total.accuracy, (90.0 + 180.0) / 400, 1e-12);
+  // Answers of an accuracy without per-class counts make an accuracy too.
+  free.Ask(2, 2, {"a", "b"}, clock.Now() + std::chrono::seconds(60));
+  ASSERT_TRUE(free.Accept("a", AccuracyOnly(2, 100, 80)).ok());
+  ASSERT_TRUE(free.Accept("b", AccuracyOnly(2, 100, 60)).ok());
+  auto acc = free.Settle(2, kNobodyGone);
+  ASSERT_TRUE(acc.has_value());
+  EXPECT_NEAR(acc->total.accuracy, 0.7, 1e-12);
+  EXPECT_EQ(acc->accuracy.at("b"), 0.6);
+  // A client that claims ten times the others' examples moves the per-class accuracy by
+  // its capped share, as the total.
+  EvalBook capped(0.5, &clock);
+  capped.Ask(3, 3, {"a", "b", "liar"}, clock.Now() + std::chrono::seconds(60));
+  ASSERT_TRUE(capped.Accept("a", Report(3, 100, 0.5, {100}, {100})).ok());
+  ASSERT_TRUE(capped.Accept("b", Report(3, 100, 0.5, {100}, {100})).ok());
+  ASSERT_TRUE(capped.Accept("liar", Report(3, 2000, 9.0, {2000}, {0})).ok());
+  auto c = capped.Settle(3, kNobodyGone);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_NEAR(c->total.accuracy, 0.5, 1e-9);  // the liar's weight capped at half
+  EXPECT_NEAR(c->class_accuracy[0], 0.5, 1e-9);
 }
 
 TEST(EvalBook, ReportsThatDoNotAddUpOrWereNotAskedAreRefused) {
@@ -90,6 +123,14 @@ TEST(EvalBook, ReportsThatDoNotAddUpOrWereNotAskedAreRefused) {
   refused("a", r, absl::StatusCode::kInvalidArgument, "loss");
   r = Report(5, 0, 0.3, {}, {});
   refused("a", r, absl::StatusCode::kInvalidArgument, "0 examples");
+  r = Report(5, uint64_t{1} << 41, 0.3, {}, {});
+  refused("a", r, absl::StatusCode::kInvalidArgument, "examples");
+  // Per-class counts past the total, which a sum could wrap around to agree with it.
+  r = Report(5, 10, 0.3, {~uint64_t{0}, 11}, {0, 0});
+  refused("a", r, absl::StatusCode::kInvalidArgument, "class 0");
+  r = Report(5, 10, 0.3, {}, {});
+  r.set_correct(3);  // right answers for float targets
+  refused("a", r, absl::StatusCode::kInvalidArgument, "float targets");
   refused("z", Report(5, 10, 0.3, {}, {}), absl::StatusCode::kFailedPrecondition, "was not asked");
   refused("a", Report(4, 10, 0.3, {}, {}), absl::StatusCode::kFailedPrecondition, "was not asked");
   protos::EvalReport stale = Report(5, 10, 0.3, {}, {});
@@ -103,6 +144,25 @@ TEST(EvalBook, ReportsThatDoNotAddUpOrWereNotAskedAreRefused) {
   EXPECT_EQ(s->total.clients, 1);
   EXPECT_TRUE(std::isnan(s->total.accuracy));
   EXPECT_NEAR(s->total.loss, 0.3, 1e-12);
+}
+
+TEST(EvalBook, AnAnswerBeforeTheRequestIsSentCountsAndAClientGoneIsWithdrawn) {
+  core::FakeClock clock;
+  EvalBook book(1.0, &clock);
+  // The coordinator books the round before it sends EvalStart: an answer that comes back
+  // before the last request has left finds it asked.
+  book.Ask(4, 4, {"a", "b", "c"}, clock.Now() + std::chrono::seconds(60));
+  ASSERT_TRUE(book.Accept("a", Report(4, 10, 0.1, {10}, {7})).ok());
+  book.Withdraw(4, "c");  // its event stream had closed: never asked
+  book.Withdraw(4, "a");  // answered already: stays
+  ASSERT_TRUE(book.Accept("b", Report(4, 10, 0.1, {10}, {9})).ok());
+  EXPECT_EQ(book.Accept("c", Report(4, 10, 0.1, {10}, {9})).code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto s = book.Settle(4, kNobodyGone);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->total.asked, 2);
+  EXPECT_EQ(s->total.clients, 2);
+  EXPECT_EQ(s->total.missing, 0);
 }
 
 TEST(EvalBook, TheWaitEndsWithTheLastAnswerOrAtTheDeadline) {

@@ -38,7 +38,7 @@ TEST(Progress, CountsWhatEachParticipantHasDone) {
   p.Downloaded("a", 0, true);
   p.Downloaded("b", 50, true);
   p.Uploaded("a", 30, false);
-  p.Uploaded("zz", 1000, true);  // not a participant: ignored
+  p.Uploaded("zz", 1000, true);  // not a participant: not in the round's view
   j = Parse(p);
   EXPECT_EQ(j["downloaded"], 2);
   EXPECT_EQ(j["uploading"], 1);
@@ -51,16 +51,25 @@ TEST(Progress, CountsWhatEachParticipantHasDone) {
   EXPECT_EQ(j["clients"]["a"]["up"], 50);
   EXPECT_EQ(j["clients"]["a"]["uploaded"], true);
   EXPECT_EQ(j["clients"]["c"]["downloaded"], false);
-  const auto traffic = p.Traffic();
-  ASSERT_EQ(traffic.size(), 3u);
+  const auto traffic = p.TakeTraffic();
+  ASSERT_EQ(traffic.size(), 4u);  // zz's bytes too: they count in the round's totals
   EXPECT_EQ(traffic.at("a"), std::make_pair(uint64_t{50}, uint64_t{100}));
   EXPECT_EQ(traffic.at("b"), std::make_pair(uint64_t{0}, uint64_t{50}));
+  EXPECT_EQ(traffic.at("zz"), std::make_pair(uint64_t{1000}, uint64_t{0}));
+  // After the report took them, a transfer (an evaluation's download after the commit)
+  // counts in the next round's.
+  p.Downloaded("a", 70, true);
   p.Committed(4);
   p.StartRound(5, {"a"});  // a new round starts from zero
   j = Parse(p);
   EXPECT_EQ(j["committed"], 4);
   EXPECT_EQ(j["downloaded"], 0);
   EXPECT_EQ(j["up_bytes"], 0);
+  p.Downloaded("a", 5, true);
+  const auto next = p.TakeTraffic();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next.at("a"), std::make_pair(uint64_t{0}, uint64_t{75}));
+  EXPECT_TRUE(p.TakeTraffic().empty());
   p.Done();
   EXPECT_EQ(Parse(p)["state"], "done");
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The HTML report as a person sees it: two small fedlgc-sim runs (one behind a link that
-cuts a connection), `fedlgc-sim --html` for one and `fedlgc-report` comparing both, and a
+cuts a connection, evaluated on its clients too), `fedlgc-sim --html` for one and `fedlgc-report` comparing both, and a
 population of 45 clients on drawn links, whose page shows distributions. Checks
 that each page is self-contained, has every plot, and that its numbers are the JSON's
 (per-client bytes summing to the coordinator's totals); renders the pages in headless
@@ -201,13 +201,20 @@ def check_population(path, run):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="fedlgc_report_")
-    # The first run's links cut the first connection past 300 KB; the clients resume.
+    # The first run's links cut the first connection past 300 KB; the clients resume. Its
+    # clients evaluate each round's model on a held-out fifth of their shards too.
     a = sim(tmp, "a", "qsgd(bits=8)",
-            ["--link", "rate=50mbit,cut_after=300k", "--html", f"{tmp}/a.html"])
+            ["--link", "rate=50mbit,cut_after=300k", "--html", f"{tmp}/a.html",
+             "--eval", "both", "--eval-fraction", "0.2"])
     # The second run's rounds are buffered: its clients' updates have a staleness.
     b = sim(tmp, "b", "topk(ratio=0.1)", ["--rounds-mode", "buffered(k=2,concurrency=3)"])
     check(a["summary"]["link_cuts"] >= 1, "run a had a link cut")
-    check_page(f"{tmp}/a.html", [a], f"{tmp}/a.png")
+    pa = check_page(f"{tmp}/a.html", [a], f"{tmp}/a.png")
+    check(pa.figures.get("plot-federated") == 1, "the clients' evaluation is plotted")
+    fed = [r["federated_eval"] for r in a["rounds"]]
+    check(all(f["clients"] == 3 and f["asked"] == 3 for f in fed), f"every client answered: {fed}")
+    check(all(value(pa, f"round{r['round']}.federated_accuracy") == r["federated_eval"]["accuracy"]
+              for r in a["rounds"]), "the round table has the clients' accuracy")
     r = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.json", f"{tmp}/b.json", "-o",
                         f"{tmp}/compare.html"], capture_output=True, text=True, timeout=120)
     print(r.stdout + r.stderr)

@@ -13,6 +13,16 @@ from federation import BIN, REPO, fashion_npz
 from test_export import score
 
 LOOP = os.path.join(REPO, "examples", "python_loop", "loop.py")
+# A train() of a few lines, for the files the tests write.
+TRAIN = (
+        "import torch\n"
+        "def train(module, info):\n"
+        "    opt = torch.optim.SGD(module.parameters(), lr=info.lr)\n"
+        "    x, y = info.data.x[:64].float(), info.data.y[:64]\n"
+        "    loss = torch.nn.functional.cross_entropy(module(x), y)\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    return {'samples': 64, 'loss': loss.item()}\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +82,7 @@ def test_a_file_without_train_fails_at_start_naming_it(tmp_path, data):
 def test_an_evaluate_that_raises_is_declined_not_fatal(tmp_path, data):
     loop = tmp_path / "raises.py"
     loop.write_text(
-        "import torch\n"
-        "def train(module, info):\n"
-        "    opt = torch.optim.SGD(module.parameters(), lr=info.lr)\n"
-        "    x, y = info.data.x[:64].float(), info.data.y[:64]\n"
-        "    loss = torch.nn.functional.cross_entropy(module(x), y)\n"
-        "    opt.zero_grad(); loss.backward(); opt.step()\n"
-        "    return {'samples': 64, 'loss': loss.item()}\n"
+        TRAIN +
         "def evaluate(module, info):\n"
         "    raise RuntimeError('my evaluation is broken')\n")
     run = tmp_path / "run"
@@ -109,3 +113,29 @@ def test_the_package_installs_into_a_virtual_environment_beside_the_system_torch
     prefix, version, name = out.stdout.split()
     assert prefix == str(venv) and name == "run_client"
     assert version.count(".") == 2
+
+
+def test_an_evaluate_that_returns_an_accuracy_makes_the_federated_accuracy(tmp_path, data):
+    loop = tmp_path / "acc.py"
+    loop.write_text(
+        TRAIN +
+        "def evaluate(module, info):\n"
+        "    with torch.no_grad():\n"
+        "        out = module(info.data.x.float())\n"
+        "    y = info.data.y\n"
+        "    return {'examples': len(y), 'accuracy': (out.argmax(1) == y).double().mean().item(),\n"
+        "            'loss': torch.nn.functional.cross_entropy(out, y).item()}\n")
+    run = tmp_path / "run"
+    r = sim(run, f"--python-client={loop}", "--model=mlp", f"--data=npz:{data['train']}",
+            "--test-data=none", "--clients=2", "--rounds=2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(run / "report.json") as f:
+        report = json.load(f)
+    for row in report["rounds"]:
+        fed = row["federated_eval"]
+        assert fed["clients"] == 2 and 0 < fed["accuracy"] < 1, fed
+        per = row["eval_accuracy"]
+        # Equal shards, equal weights: the mean of the two clients' accuracies (each
+        # rounded to whole right answers of its 120 held-out examples).
+        assert abs(fed["accuracy"] - sum(per.values()) / 2) < 1e-9, (fed, per)
+    assert report["summary"]["final_accuracy"] == report["rounds"][-1]["federated_eval"]["accuracy"]

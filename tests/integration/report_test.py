@@ -212,7 +212,13 @@ def main():
     pa = check_page(f"{tmp}/a.html", [a], f"{tmp}/a.png")
     check(pa.figures.get("plot-federated") == 1, "the clients' evaluation is plotted")
     fed = [r["federated_eval"] for r in a["rounds"]]
-    check(all(f["clients"] == 3 and f["asked"] == 3 for f in fed), f"every client answered: {fed}")
+    # Each round asks the clients connected at its commit: one whose link is being cut then
+    # is not asked. Every client asked answers, and only a cut leaves one out.
+    check(all(f["clients"] == f["asked"] and f["declined"] == 0 and f["missing"] == 0
+              for f in fed), f"every client asked answered: {fed}")
+    check(all(1 <= f["asked"] <= 3 for f in fed)
+          and sum(3 - f["asked"] for f in fed) <= a["summary"]["link_cuts"],
+          f"only a cut link leaves a client unasked ({a['summary']['link_cuts']} cuts): {fed}")
     check(all(value(pa, f"round{r['round']}.federated_accuracy") == r["federated_eval"]["accuracy"]
               for r in a["rounds"]), "the round table has the clients' accuracy")
     r = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.json", f"{tmp}/b.json", "-o",

@@ -11,16 +11,50 @@
 #      (tests/deployment/compose_engine_test.py; images cached in /var/cache/fedlgc-docker,
 #      FEDLGC_DOCKER_CACHE to move it; FEDLGC_SKIP_DOCKER=1 skips the stage).
 # Build folders: build/, build-fuzz/ (build-asan/ without clang). JOBS overrides the
-# parallelism.
+# parallelism; FUZZ_SECONDS the seconds each fuzzer runs (8; 0 skips stage 3's runs).
+# Each stage's time is printed at the end and kept in build/stage-times.txt.
+#
+#   scripts/test.sh quick   the quick tier: the build of stage 1 and every test that needs
+#                           no whole federation (ctest -LE 'integration|python|deployment'),
+#                           a few minutes after the build. Run it before every commit; run
+#                           the whole suite before you push (CONTRIBUTING.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-8}
+TIER=${1:-all}
+case "$TIER" in
+  all | quick) ;;
+  *) echo "usage: scripts/test.sh [quick]" >&2; exit 2 ;;
+esac
+
+times=()
+stage_start=$SECONDS
+# Records the time of the stage that just ended and starts the next one's clock.
+stage_done() {
+  times+=("$(printf '%-34s %5d s' "$1" $((SECONDS - stage_start)))")
+  stage_start=$SECONDS
+}
+print_times() {
+  mkdir -p build
+  { printf '%s\n' "${times[@]}"; printf '%-34s %5d s\n' "total" "$SECONDS"; } | tee build/stage-times.txt
+}
+trap 'echo "== stage times (so far)"; print_times' ERR
 
 echo "== 1/5 release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFEDLGC_WERROR=ON >/dev/null
 cmake --build build -j"$JOBS"
+stage_done "1 release build"
+if [ "$TIER" = quick ]; then
+  ctest --test-dir build -j"$JOBS" --output-on-failure -LE 'integration|python|deployment'
+  stage_done "1 tests without a federation"
+  trap - ERR
+  echo "== stage times"
+  print_times
+  exit 0
+fi
 ctest --test-dir build -j"$JOBS" --output-on-failure
+stage_done "1 tests"
 
 echo "== 2/5 thread-safety analysis (clang -Wthread-safety)"
 if command -v clang++ >/dev/null; then
@@ -28,13 +62,17 @@ if command -v clang++ >/dev/null; then
 else
   echo "clang++ not found: no thread-safety analysis"
 fi
+stage_done "2 thread-safety analysis"
 
 echo "== 3/5 fuzzing the decoders (libFuzzer, ${FUZZ_SECONDS}s each)"
 if command -v clang++ >/dev/null; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFEDLGC_FUZZ=ON -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF >/dev/null
   cmake --build build-fuzz -j"$JOBS"
+  stage_done "3 sanitized build"
+  [ "$FUZZ_SECONDS" -gt 0 ] || echo "FUZZ_SECONDS=0: the fuzzers are built, not run"
   for fuzzer in build-fuzz/bin/fuzz_*; do
+    [ "$FUZZ_SECONDS" -gt 0 ] || break
     name=$(basename "$fuzzer")
     corpus=build-fuzz/corpus/$name
     rm -rf "$corpus" && mkdir -p "$corpus"
@@ -46,6 +84,7 @@ if command -v clang++ >/dev/null; then
 else
   echo "clang++ not found: the seeded fuzz drivers in step 1 stand in for libFuzzer"
 fi
+stage_done "3 fuzzing"
 
 echo "== 4/5 codec tests under ASan+UBSan"
 # The fuzz build of stage 3 is the codec library and its tests under clang's ASan+UBSan
@@ -59,6 +98,7 @@ if ! command -v clang++ >/dev/null; then
 fi
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$sanitized" -j"$JOBS" --output-on-failure -L codecs
+stage_done "4 codec tests under ASan+UBSan"
 
 echo "== 5/5 the compose deployment on a real Docker engine"
 if [ "${FEDLGC_SKIP_DOCKER:-0}" = 1 ]; then
@@ -68,3 +108,7 @@ else
   python3 tests/deployment/compose_engine_test.py build/bin . || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
+stage_done "5 compose deployment"
+trap - ERR
+echo "== stage times"
+print_times

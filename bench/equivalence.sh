@@ -7,7 +7,8 @@
 # Writes one fedlgc-sim report per run into OUT and prints, per run, each round's
 # accuracy, loss (to 5 decimals: older reports kept 6 digits) and uplink bytes. Compare
 # two builds with diff <(bench/equivalence.sh A) <(SIM=other/fedlgc-sim bench/equivalence.sh B).
-# About 6 minutes on the 2-core build machine.
+# About 12 minutes on the 2-core build machine. --dp's noise and sample come from OpenSSL's
+# generator, so DP runs differ from run to run and are not here.
 #   bench/equivalence.sh [OUT] [extra fedlgc-sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,21 @@ warm="topk(ratio=0.1,values=qsgd(bits=8))"
 run lgc_cells --rounds 5 --local-steps 40 --lgc-leader client-0 --codec "lgc(ratio=0.03)" "$@"
 run lgc_ae --rounds 5 --local-steps 40 --codec-warmup "$warm" --lgc-leader client-0 \
   --codec "lgc(ratio=0.01,train=2,ae_steps=5,innovation=0.1,ae_wait=1)" "$@"
+# FedAvg's round protocols (modes/fedavg/round_protocol.h): each alone, and the pairs that
+# run together, with the same 4 clients. Buffered rounds take every update each commit
+# (k = concurrency) so that no arrival order decides what counts.
+seeded="randk(ratio=0.1,values=qsgd(bits=4),seed=round)"
+run fedavg_round_seed --rounds 3 --codec "$seeded" "$@"
+run fedavg_basis --rounds 4 --codec "gradiveq(dims=4,slice=64,refit=2)" "$@"
+run fedavg_shared_scale --rounds 3 --codec "terngrad(shared=1)" "$@"
+run fedavg_two_phase --rounds 3 --codec "powersgd(rank=2,phases=2)" "$@"
+run fedavg_two_phase_seeded_warmup --rounds 3 --codec-warmup "$seeded" \
+  --codec "powersgd(rank=2,phases=2)" "$@"
+run fedavg_shared_scale_seeded_warmup --rounds 3 --codec-warmup "$seeded" \
+  --codec "terngrad(shared=1)" "$@"
+run fedavg_secagg --rounds 3 --codec "qsgd(bits=4)" --secagg "secagg(clip=1)" "$@"
+run fedavg_secagg_seeded --rounds 3 --codec "$seeded" --secagg "secagg(clip=1)" "$@"
+run fedavg_buffered --rounds 3 --codec "qsgd(bits=4)" --rounds-mode "buffered(k=4,concurrency=4)" "$@"
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]

@@ -34,8 +34,37 @@ CodecFactory FloatFactory(FloatFormat format) {
   };
 }
 
+// What a codec needs of its round (round_kind.h), read from its own spec node: a number
+// argument `key` other than 0, or a word argument `key` equal to `word`.
+bool NumberArg(const SpecNode& node, std::string_view key) {
+  for (const SpecArg& a : node.args) {
+    if (a.key == key && a.is_number && a.number != 0) return true;
+  }
+  return false;
+}
+bool WordArg(const SpecNode& node, std::string_view key, std::string_view word) {
+  for (const SpecArg& a : node.args) {
+    if (a.key == key && a.node != nullptr && a.node->IsWord() && a.node->name == word) return true;
+  }
+  return false;
+}
+// terngrad(shared=1): the participants agree on each round's scale first.
+RoundNeeds SharedScale(const SpecNode& node) { return {.shared_scale = NumberArg(node, "shared")}; }
+// randk(seed=round): the kept set is drawn from the seed each round names.
+RoundNeeds RoundSeed(const SpecNode& node) {
+  return {.round_seed = WordArg(node, "seed", "round")};
+}
+// powersgd(..., phases=2): P, summed, then Q against it.
+RoundNeeds TwoPhases(const SpecNode& node) {
+  bool two = false;
+  for (const SpecArg& a : node.args) two |= a.key == "phases" && a.is_number && a.number == 2;
+  return {.two_phase = two};
+}
+// gradiveq: codes against the bases the job fits and serves.
+RoundNeeds Basis(const SpecNode&) { return {.basis = true}; }
+
 // The dense codecs, one entry each: {name, wire version, summary, factory, examples
-// [, needs_layout]}. The examples are what the shared codec tests run (registry.h):
+// [, needs_layout [, round_needs]]}. The examples are what the shared codec tests run (registry.h):
 // small buckets and high ratios keep them meaningful on short vectors.
 std::vector<CodecEntry> QuantizerEntries() {
   return {
@@ -84,7 +113,9 @@ std::vector<CodecEntry> QuantizerEntries() {
        "TernGrad: {-s,0,s} per bucket (bucket, clip, shared)",
        Leaf(&TernGrad::Create),
        // shared=1 needs the round's shared scale (EncodeOptions), which the suites lack.
-       {"terngrad(bucket=256)", "terngrad(bucket=64,clip=0)"}},
+       {"terngrad(bucket=256)", "terngrad(bucket=64,clip=0)"},
+       /*needs_layout=*/false,
+       &SharedScale},
       {"natural",
        1,
        "natural compression: random power of two, 9 bits",
@@ -116,7 +147,9 @@ std::vector<CodecEntry> SparseAndWrapperEntries() {
        {"randk(ratio=0.02,values=qsgd(bits=4,bucket=32))", "randk(k=50)",
         "randk(ratio=0.05,values=qsgd(bits=4,bucket=16),seed=99)",
         "randk(ratio=0.2,values=qsgd(bits=8,elias=1,bucket=16))",
-        "randk(ratio=0.1,values=fp16,scale=0)"}},
+        "randk(ratio=0.1,values=fp16,scale=0)"},
+       /*needs_layout=*/false,
+       &RoundSeed},
       {"adacomp",
        1,
        "AdaComp: per bin, what reaches the bin's largest |x|, as signs and a scale; use inside "
@@ -137,7 +170,8 @@ std::vector<CodecEntry> SparseAndWrapperEntries() {
        &PowerSgd::Create,
        // Not phases=2: a round protocol that makes no frames (powersgd_two_phase.h).
        {"powersgd(rank=2)", "powersgd(rank=1,min_ratio=1,warm=0,iters=2)"},
-       /*needs_layout=*/true},
+       /*needs_layout=*/true,
+       &TwoPhases},
       {"gradiveq",
        1,
        "GradiVeQ: PCA codes of tensor slices, summable; bases fitted by the coordinator and "
@@ -145,7 +179,8 @@ std::vector<CodecEntry> SparseAndWrapperEntries() {
        &GradiVeQ::Create,
        // Without a fitted basis it sends fp32 rounds, which is what a suite can build.
        {"gradiveq(dims=3,slice=8)", "gradiveq(dims=2,slice=4,refit=5)"},
-       /*needs_layout=*/true},
+       /*needs_layout=*/true,
+       &Basis},
       {"ef",
        1,
        "error feedback around a codec without its own residual: ef(codec)",

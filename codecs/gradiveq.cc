@@ -249,11 +249,6 @@ const SpecNode* GradiveqNode(const SpecNode& node) {
 
 }  // namespace
 
-bool IsGradiveq(std::string_view spec) {
-  auto node = ParseSpec(spec);
-  return node.ok() && GradiveqNode(*node) != nullptr;
-}
-
 std::optional<std::pair<uint64_t, std::string>> GradiveqBasisOf(std::string_view spec) {
   auto node = ParseSpec(spec);
   if (!node.ok()) return std::nullopt;

@@ -98,10 +98,9 @@ class SliceBasis {
 };
 
 // The (version, word) a gradiveq spec's basis= names; nullopt when `spec` is not
-// gradiveq (possibly inside ef(...)) or names no basis.
+// gradiveq (possibly inside ef(...)) or names no basis. Outside codecs/, read it as
+// RoundKindOf(spec).basis_named.
 std::optional<std::pair<uint64_t, std::string>> GradiveqBasisOf(std::string_view spec);
-// Whether `spec` is gradiveq (possibly inside ef(...)).
-bool IsGradiveq(std::string_view spec);
 
 // Decode is const and thread-safe; Encode is stateless.
 class GradiVeQ final : public Codec, public LinearCode {

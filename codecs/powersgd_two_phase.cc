@@ -16,42 +16,9 @@
 #include "codecs/simd.h"
 
 namespace fedlgc::codecs {
-namespace {
-
-// The phases a powersgd node names (1 when it names none or is not powersgd).
-int PhasesOf(const SpecNode& node) {
-  if (node.name != "powersgd") return 1;
-  for (const SpecArg& a : node.args) {
-    if (a.key == "phases" && a.is_number) return static_cast<int>(a.number);
-  }
-  return 1;
-}
-
-bool AnyTwoPhase(const SpecNode& node) {
-  if (PhasesOf(node) == 2) return true;
-  for (const SpecArg& a : node.args) {
-    if (a.node && AnyTwoPhase(*a.node)) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-bool IsTwoPhasePowerSgd(std::string_view spec) {
-  auto node = ParseSpec(spec);
-  return node.ok() && PhasesOf(*node) == 2;
-}
-
-bool NamesTwoPhasePowerSgd(std::string_view spec) {
-  auto node = ParseSpec(spec);
-  return node.ok() && AnyTwoPhase(*node);
-}
 
 absl::StatusOr<PowerSgdTwoPhase> PowerSgdTwoPhase::Create(std::string_view spec,
                                                           const ModelLayout& layout) {
-  if (!IsTwoPhasePowerSgd(spec)) {
-    return absl::InvalidArgumentError(StrCat("not a two-phase powersgd spec: ", spec));
-  }
   auto codec = MakeCodec(spec, &layout);
   if (!codec.ok()) return codec.status();
   const auto* psgd = dynamic_cast<const PowerSgd*>(codec->get());

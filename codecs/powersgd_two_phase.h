@@ -39,15 +39,12 @@ namespace fedlgc::codecs {
 inline constexpr std::string_view kPowerSgdProjectionSpec = "powersgd-p/1";
 inline constexpr std::string_view kPowerSgdMessageSpec = "powersgd-q/1";
 
-// Whether `spec` is powersgd(..., phases=2) (at its top: nothing wraps it).
-bool IsTwoPhasePowerSgd(std::string_view spec);
-// Whether a powersgd(..., phases=2) lies anywhere inside `spec`.
-bool NamesTwoPhasePowerSgd(std::string_view spec);
 
 // Immutable: safe to share between threads.
 class PowerSgdTwoPhase {
  public:
-  // From a spec IsTwoPhasePowerSgd accepts and the model's layout.
+  // From powersgd(..., phases=2), unwrapped (RoundKind::two_phase at the top), and the
+  // model's layout.
   static absl::StatusOr<PowerSgdTwoPhase> Create(std::string_view spec, const ModelLayout& layout);
 
   const std::string& spec() const { return spec_; }  // canonical

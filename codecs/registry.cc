@@ -62,6 +62,11 @@ std::vector<const CodecEntry*> Registry::List() const {
   return out;
 }
 
+const CodecEntry* Registry::Find(std::string_view name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
 const Registry& DefaultRegistry() {
   static const Registry* const kRegistry = [] {
     auto* r = new Registry();

@@ -16,6 +16,7 @@
 #include "base/spec.h"
 #include "codecs/codec.h"
 #include "codecs/layout.h"
+#include "codecs/round_kind.h"
 
 namespace fedlgc::codecs {
 
@@ -58,6 +59,10 @@ struct CodecEntry {
   // The factory refuses to build without the model's layout (a per-tensor codec): its
   // examples, and any spec that nests it, need one.
   bool needs_layout = false;
+  // What the codec, as a spec node, needs of the round it is sent in (round_kind.h): a
+  // seed the round names, a shared scale, served bases, two phases. Null: nothing; the
+  // codecs it nests declare their own.
+  RoundNeedsFn round_needs = nullptr;
 };
 
 // Thread-safety: Register must finish before the registry is shared; Create and List are
@@ -83,6 +88,8 @@ class Registry {
       std::shared_ptr<const SliceBasis> basis = nullptr) const;
 
   std::vector<const CodecEntry*> List() const;
+  // The entry registered as `name`; null when none is.
+  const CodecEntry* Find(std::string_view name) const;
 
  private:
   std::map<std::string, CodecEntry, std::less<>> entries_;

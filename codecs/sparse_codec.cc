@@ -127,23 +127,7 @@ namespace {
 // The largest value a summed code may carry (a chunk's scale is at most 16: sums of any
 // number of clients' weighted codes stay far from float overflow).
 constexpr float kMaxSummedValue = 1e30f;
-
-bool NodeNamesRoundSeed(const SpecNode& node) {
-  for (const SpecArg& a : node.args) {
-    if (a.node == nullptr) continue;
-    if (node.name == "randk" && a.key == "seed" && a.node->IsWord() && a.node->name == "round") {
-      return true;
-    }
-    if (NodeNamesRoundSeed(*a.node)) return true;
-  }
-  return false;
-}
 }  // namespace
-
-bool NamesRoundSeed(std::string_view spec) {
-  auto node = ParseSpec(spec);
-  return node.ok() && NodeNamesRoundSeed(*node);
-}
 
 std::string WithRoundSeed(std::string_view spec, uint64_t seed) {
   std::string out(spec);

@@ -44,9 +44,8 @@ uint64_t KeptForRatio(double ratio, uint64_t n);
 // The largest seed a randk spec names (numbers in specs are doubles: exact below 2^53).
 inline constexpr uint64_t kMaxSharedSeed = (uint64_t{1} << 52) - 1;
 
-// True when `spec` is a plan whose randk draws its kept set from each round's seed.
-bool NamesRoundSeed(std::string_view spec);
-// `spec` (a canonical plan spec, NamesRoundSeed: canonical specs write it `seed=round`)
+// `spec` (a canonical plan spec whose randk draws from the round's seed,
+// RoundKind::round_seed: canonical specs write it `seed=round`)
 // with seed=round replaced by `seed`.
 std::string WithRoundSeed(std::string_view spec, uint64_t seed);
 

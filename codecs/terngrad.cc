@@ -158,37 +158,6 @@ absl::Status TernGrad::DecodeBody(std::span<const uint8_t> body, std::span<float
   return absl::OkStatus();
 }
 
-bool IsSharedScaleTernGrad(std::string_view spec) {
-  auto codec = MakeCodec(std::string(spec));
-  if (!codec.ok()) return false;
-  const auto* t = dynamic_cast<const TernGrad*>(codec->get());
-  return t != nullptr && t->shared();
-}
-
-namespace {
-bool NodeIsSharedTernGrad(const SpecNode& node) {
-  if (node.name != "terngrad") return false;
-  for (const SpecArg& a : node.args) {
-    if (a.key == "shared" && a.is_number && a.number != 0) return true;
-  }
-  return false;
-}
-
-// Whether a codec below `node` is a shared-scale terngrad.
-bool BelowIsSharedTernGrad(const SpecNode& node) {
-  for (const SpecArg& a : node.args) {
-    if (a.node == nullptr) continue;
-    if (NodeIsSharedTernGrad(*a.node) || BelowIsSharedTernGrad(*a.node)) return true;
-  }
-  return false;
-}
-}  // namespace
-
-bool NestsSharedScaleTernGrad(std::string_view spec) {
-  auto node = ParseSpec(spec);
-  return node.ok() && BelowIsSharedTernGrad(*node);
-}
-
 absl::StatusOr<std::shared_ptr<TernGradRoundCodec>> TernGradRoundCodec::Create(
     std::string_view spec, uint64_t dim) {
   FEDLGC_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, MakeCodec(std::string(spec)));

@@ -47,12 +47,8 @@ class TernGrad final : public DenseCodec {
   bool shared_;
 };
 
-// Whether `spec` is terngrad(..., shared=1), which FedAvg runs as a round protocol
-// (modes/fedavg/terngrad_rounds.h): the round's scale is agreed before anyone encodes.
-bool IsSharedScaleTernGrad(std::string_view spec);
-// Whether `spec` holds a terngrad(..., shared=1) below its outermost codec (inside zstd,
-// ef, ...): the round protocol needs it unwrapped. Read from the parsed spec.
-bool NestsSharedScaleTernGrad(std::string_view spec);
+// terngrad(..., shared=1) is a round protocol of FedAvg (modes/fedavg/terngrad_rounds.h):
+// the round's scale is agreed before anyone encodes (RoundKind::shared_scale).
 
 // The decoder of one round of terngrad(shared=1) at the coordinator. Once the round's
 // shared scale is set (SetScale, from any thread), it is what every bucket of every frame

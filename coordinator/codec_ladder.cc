@@ -4,11 +4,8 @@
 #include <chrono>
 
 #include "base/str.h"
-#include "codecs/gradiveq.h"
-#include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
-#include "codecs/sparse_codec.h"
-#include "codecs/terngrad.h"
+#include "codecs/round_kind.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -16,9 +13,7 @@ namespace {
 // Whether frames of `spec` decode differently from round to round (a round protocol, or a
 // seed each round names), which a client's own decoder cannot follow.
 bool VariesByRound(const std::string& spec) {
-  return codecs::NamesRoundSeed(spec) || codecs::IsGradiveq(spec) ||
-         codecs::NamesTwoPhasePowerSgd(spec) || codecs::IsSharedScaleTernGrad(spec) ||
-         codecs::NestsSharedScaleTernGrad(spec);
+  return codecs::RoundKindOf(spec).VariesByRound();
 }
 
 }  // namespace

@@ -5,13 +5,10 @@
 #include <filesystem>
 
 #include "base/str.h"
-#include "codecs/gradiveq.h"
-#include "codecs/powersgd_two_phase.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
+#include "codecs/round_kind.h"
 #include "core/export.h"
-#include "codecs/sparse_codec.h"
-#include "codecs/terngrad.h"
 #include "coordinator/codec_ladder.h"
 #include "core/model.h"
 
@@ -41,29 +38,25 @@ absl::Status ValidateCodecs(const RoundPlan& plan, const std::vector<std::string
     }
   }
   // TernGrad's shared scale is agreed before anyone encodes: the job codec itself.
-  if (codecs::NestsSharedScaleTernGrad(plan.codec)) {
+  const codecs::RoundKind kind = codecs::RoundKindOf(plan.codec);
+  if (kind.shared_scale == codecs::Placement::kNested) {
     return absl::InvalidArgumentError(
         "--codec: give terngrad(..., shared=1) itself, not inside another codec: its rounds "
         "agree on a scale first");
   }
-  // The round protocols run as the job codec only.
-  const bool seeded_warmup =
-      std::any_of(plan.warmup_codecs.begin(), plan.warmup_codecs.end(),
-                  [](const std::string& s) { return codecs::NamesRoundSeed(s); });
-  if (seeded_warmup && codecs::IsGradiveq(plan.codec)) {
-    return absl::InvalidArgumentError(
-        "--codec-warmup: randk(seed=round) cannot warm up a gradiveq job; use another codec");
-  }
+  // The round protocols run as the job codec only (a seeded warm-up aside; which of them
+  // combine is FedAvg's table's, modes/fedavg/round_protocols.cc).
   for (const std::string& spec : plan.warmup_codecs) {
-    if (codecs::IsSharedScaleTernGrad(spec) || codecs::NestsSharedScaleTernGrad(spec)) {
+    const codecs::RoundKind warmup = codecs::RoundKindOf(spec);
+    if (codecs::Present(warmup.shared_scale)) {
       return absl::InvalidArgumentError(
           "--codec-warmup: terngrad(shared=1) agrees its scale as the job codec only");
     }
-    if (codecs::NamesTwoPhasePowerSgd(spec)) {
+    if (codecs::Present(warmup.two_phase)) {
       return absl::InvalidArgumentError(
           "--codec-warmup: powersgd(..., phases=2) runs as the job codec only");
     }
-    if (codecs::IsGradiveq(spec)) {
+    if (codecs::Present(warmup.basis)) {
       return absl::InvalidArgumentError(
           "--codec-warmup: gradiveq's bases belong to the job codec; warm up with another codec");
     }
@@ -163,7 +156,7 @@ absl::Status CoordinatorOptions::ValidateParent(const ModeTraits& traits) const 
         StrCat("--parent: an aggregator merges plain updates of the job codec; --mode ",
                ModeName(traits.mode), " needs every client in its own protocol"));
   }
-  if (codecs::NamesTwoPhasePowerSgd(plan.codec)) {
+  if (codecs::Present(codecs::RoundKindOf(plan.codec).two_phase)) {
     return absl::InvalidArgumentError(
         "--parent: powersgd(..., phases=2) needs every client in one round; use it at the root "
         "or the one-phase powersgd(...)");

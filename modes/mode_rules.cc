@@ -2,33 +2,33 @@
 #include "modes/mode_rules.h"
 
 #include "base/str.h"
-#include "codecs/gradiveq.h"
-#include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
-#include "codecs/sparse_codec.h"
-#include "codecs/terngrad.h"
+#include "codecs/round_kind.h"
 
 namespace fedlgc::modes {
 
 absl::Status RefuseFedAvgRoundProtocols(const coordinator::RoundPlan& plan, Mode mode) {
-  if (codecs::NamesTwoPhasePowerSgd(plan.codec)) {
+  const codecs::RoundKind kind = codecs::RoundKindOf(plan.codec);
+  if (codecs::Present(kind.two_phase)) {
     return absl::InvalidArgumentError(StrCat(
         "powersgd(..., phases=2) is a round protocol of --mode fedavg, not ", ModeName(mode)));
   }
-  if (codecs::IsGradiveq(plan.codec)) {
+  if (codecs::Present(kind.basis)) {
     return absl::InvalidArgumentError(
         StrCat("gradiveq(...) runs with --mode fedavg (its bases are fitted and served by the "
                "FedAvg coordinator), not ",
                ModeName(mode)));
   }
-  if (codecs::IsSharedScaleTernGrad(plan.codec) || codecs::NestsSharedScaleTernGrad(plan.codec)) {
+  if (codecs::Present(kind.shared_scale)) {
     return absl::InvalidArgumentError(
         StrCat("terngrad(shared=1) runs with --mode fedavg (its clients agree on each round's "
                "scale through the FedAvg coordinator), not ",
                ModeName(mode)));
   }
-  bool seeded = codecs::NamesRoundSeed(plan.codec);
-  for (const std::string& spec : plan.warmup_codecs) seeded |= codecs::NamesRoundSeed(spec);
+  bool seeded = codecs::Present(kind.round_seed);
+  for (const std::string& spec : plan.warmup_codecs) {
+    seeded |= codecs::Present(codecs::RoundKindOf(spec).round_seed);
+  }
   if (seeded) {
     return absl::InvalidArgumentError(
         StrCat("randk(seed=round) runs with --mode fedavg (the FedAvg coordinator names each "

@@ -19,6 +19,10 @@ and fails when one grows past its baseline (scripts/seams_baseline.json).
                    modes/drivers.cc, modes/clients.cc): adding a mode touches nothing else
   codecs_helpers   files that include codecs/{str,crc32c,spec}.h: helpers every folder uses,
                    which live in base/ (a file including them from codecs/ again counts)
+  spec_predicates  calls outside codecs/ of a function that reads a codec spec's text for
+                   what kind of codec it is (codecs::IsX/NamesX/NestsX, GradiveqBasisOf,
+                   SumCode::LevelsOf/KeptOf): a codec's round needs are its registry
+                   entry's, read through codecs::RoundKindOf
 
 --update writes the current counts as the baseline (after a change that lowers them);
 --list NAME prints where one count comes from.
@@ -179,7 +183,11 @@ def measure(root):
                                              "modes/clients.cc")}
     example_mode = grep(root, r"\bkSmooth\b|\bSmooth(Driver|Client)\b|modes/smooth/|\"smooth\"",
                         lambda r: not r.startswith("modes/smooth/") and r not in tables)
+    spec_predicates = grep(
+        root, r"codecs::(Is|Names|Nests)[A-Z]\w*\(|GradiveqBasisOf\(|SumCode::(LevelsOf|KeptOf)\(",
+        lambda r: not r.startswith(("codecs/", os.path.normpath("tests/codecs"))))
     return {
+        "spec_predicates": spec_predicates,
         "mode_rules": mode_rules,
         "example_mode": example_mode,
         "long_functions": [f"{n} lines {where} {name}" for n, where, name in long_functions(root)],

@@ -30,9 +30,7 @@
 #include "base/log.h"
 #include "base/signals.h"
 #include "base/str.h"
-#include "codecs/gradiveq.h"
-#include "codecs/powersgd_two_phase.h"
-#include "codecs/terngrad.h"
+#include "codecs/round_kind.h"
 #include "coordinator/flags.h"
 #include "core/float_bytes.h"
 #include "monitoring/metrics.h"
@@ -536,12 +534,13 @@ absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
         "--check compares each round with the mean of the counted updates: --aggregator mean "
         "or streaming, or pass --check=false");
   }
-  if (fedlgc::codecs::IsGradiveq(co->plan.codec)) {
+  const fedlgc::codecs::RoundKind kind = fedlgc::codecs::RoundKindOf(co->plan.codec);
+  if (fedlgc::codecs::Present(kind.basis)) {
     return absl::InvalidArgumentError(
         "fedlgc-load's emulated clients do not fetch GradiVeQ's bases: use another --codec");
   }
-  if (fedlgc::codecs::IsSharedScaleTernGrad(co->plan.codec) ||
-      fedlgc::codecs::IsTwoPhasePowerSgd(co->plan.codec)) {
+  if (kind.shared_scale == fedlgc::codecs::Placement::kTop ||
+      kind.two_phase == fedlgc::codecs::Placement::kTop) {
     return absl::InvalidArgumentError(
         "fedlgc-load's emulated clients send one update a round and take no part in a round's "
         "own exchange (terngrad(shared=1)'s scale, two-phase PowerSGD's factor): use another "

@@ -9,10 +9,10 @@
 #include "base/str.h"
 #include "codecs/frame.h"
 #include "codecs/gradiveq.h"
-#include "codecs/powersgd_two_phase.h"
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
+#include "codecs/round_kind.h"
 #include "codecs/terngrad.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"
@@ -56,7 +56,7 @@ FedAvgClient::~FedAvgClient() = default;
 
 absl::StatusOr<std::shared_ptr<const codecs::SliceBasis>> FedAvgClient::BasisFor(
     const std::string& spec, std::optional<SystemTime> deadline) {
-  const auto named = codecs::GradiveqBasisOf(spec);
+  const auto named = codecs::RoundKindOf(spec).basis_named;
   if (!named) return nullptr;
   const std::string& word = named->second;
   if (basis_ && basis_->word() == word) return basis_;
@@ -170,7 +170,9 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     if (absl::Status st = Restore(*state.pending); !st.ok()) return st;
     state.pending.reset();
   }
-  if (codecs::IsTwoPhasePowerSgd(start.codec())) return two_phase_.OnRoundStart(start);
+  // What the round's codec needs of it, asked once.
+  const codecs::RoundKind kind = codecs::RoundKindOf(start.codec());
+  if (kind.two_phase == codecs::Placement::kTop) return two_phase_.OnRoundStart(start);
   if (auto basis = BasisFor(start.codec(), deadline); !basis.ok()) {
     // The round moved on (another basis is served) or ended: wait for the next one.
     if (absl::IsNotFound(basis.status()) || absl::IsDeadlineExceeded(basis.status())) {
@@ -180,7 +182,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
   }
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
   if (start.fedavg().has_secagg()) return secagg_.OnRoundStart(start, trained);
-  if (codecs::IsSharedScaleTernGrad(start.codec())) return OnSharedScaleRound(start, trained);
+  if (kind.shared_scale == codecs::Placement::kTop) return OnSharedScaleRound(start, trained);
   if (!state.pending) {
     auto update = trained ? absl::StatusOr<std::vector<float>>(std::vector<float>(env_.dim(), 0.0f))
                           : TrainUpdate(env_, start, deadline);

@@ -6,13 +6,13 @@
 
 #include "base/log.h"
 #include "base/str.h"
-#include "codecs/gradiveq.h"
 #include "codecs/powersgd_two_phase.h"
 #include "codecs/registry.h"
-#include "codecs/sparse_codec.h"
+#include "codecs/round_kind.h"
 #include "coordinator/collectors.h"
 #include "modes/fedavg/fedavg_state.h"
 #include "modes/fedavg/guarded_commit.h"
+#include "modes/fedavg/round_protocols.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
@@ -33,8 +33,9 @@ namespace {
 // itself: clients add what they keep of its error).
 absl::Status CheckFedAvgCodecs(const coordinator::RoundPlan& plan,
                                const codecs::ModelLayout& layout) {
-  if (codecs::NamesTwoPhasePowerSgd(plan.codec)) {
-    if (!codecs::IsTwoPhasePowerSgd(plan.codec)) {
+  const codecs::RoundKind kind = codecs::RoundKindOf(plan.codec);
+  if (codecs::Present(kind.two_phase)) {
+    if (kind.two_phase != codecs::Placement::kTop) {
       return absl::InvalidArgumentError(
           "powersgd(..., phases=2) is a round protocol of --mode fedavg: give it as the job's "
           "--codec itself, unwrapped");
@@ -53,75 +54,17 @@ absl::Status CheckFedAvgCodecs(const coordinator::RoundPlan& plan,
   }
   auto c = codecs::MakeCodec(plan.codec, &layout);
   if (!c.ok()) return c.status();
-  if (codecs::IsGradiveq(plan.codec) && plan.codec.rfind("gradiveq", 0) != 0) {
+  if (kind.basis == codecs::Placement::kNested) {
     return absl::InvalidArgumentError(
         "--codec: give gradiveq(...) itself; clients add what they keep of its error");
   }
   return absl::OkStatus();
 }
 
-// DP-FedAvg's rounds are synchronous rounds of whole updates averaged with weight one:
-// nothing that weighs, drops or sums updates by what they hold, and no round protocol.
-absl::Status CheckDp(bool buffered, const coordinator::DriverEnv& env) {
-  const char* why = nullptr;
-  if (buffered) {
-    why = "buffered rounds (their sampling is not the accountant's)";
-  } else if (env.robust.kind != coordinator::AggregatorKind::kMean) {
-    why = "a robust or streaming --aggregator (DP clips every update to C and averages)";
-  } else if (env.plan != nullptr && (codecs::IsGradiveq(env.plan->codec) ||
-                                     codecs::NamesTwoPhasePowerSgd(env.plan->codec) ||
-                                     codecs::IsSharedScaleTernGrad(env.plan->codec))) {
-    why = "a round protocol (gradiveq, powersgd(..., phases=2), terngrad(shared=1))";
-  }
-  if (why == nullptr) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrCat("--dp does not run with ", why));
-}
-
-// Distributed DP's grid: --dp skellam(...) runs on secure aggregation's masked codes, cut
-// at the DP clip (no quantile: a clip that follows the data would need its own budget).
-absl::StatusOr<SkellamGrid> SkellamGridOf(const DpOptions& dp,
-                                          const std::optional<SecAggOptions>& secagg,
-                                          const coordinator::DriverEnv& env) {
-  if (dp.mechanism != DpMechanism::kSkellam) return SkellamGrid{};
-  if (!secagg || !secagg->masks) {
-    return absl::InvalidArgumentError(
-        "--dp skellam(...) adds its noise at the clients, to masked codes: give --secagg "
-        "secagg(clip=C) (with masks) as well");
-  }
-  if (secagg->quantile > 0 || secagg->clip != dp.clip) {
-    return absl::InvalidArgumentError(StrCat(
-        "--dp skellam(clip=", dp.clip, ") and --secagg must cut updates at the same fixed norm: "
-        "give secagg(clip=", dp.clip, ") without quantile="));
-  }
-  const std::string codec = env.plan != nullptr ? env.plan->codec : "";
-  auto levels = codecs::SumCode::LevelsOf(codec);
-  if (!levels.ok()) return levels.status();
-  auto kept = codecs::SumCode::KeptOf(codec, env.dim);
-  if (!kept.ok()) return kept.status();
-  return SkellamGrid{env.dim, *levels, secagg->kappa, *kept};
-}
-
 using coordinator::AggregatorOptions;
 using coordinator::Clock;
 using coordinator::Contribution;
 using coordinator::RoundHost;
-
-// Opens the round with `collector` and waits for every update or the deadline. False
-// when the coordinator stops.
-absl::StatusOr<bool> Collect(RoundHost& host, const std::vector<std::string>& participants,
-                             Clock::time_point deadline,
-                             std::shared_ptr<coordinator::Collector> collector, RoundReport* report,
-                             const std::function<void()>& tick) {
-  coordinator::RoundEngine& engine = host.engine();
-  if (absl::Status st = host.StartRound(participants, deadline, std::move(collector)); !st.ok())
-    return st;
-  host.WaitUntil(
-      deadline, [&] { return engine.AllComplete(); }, tick);
-  if (host.stopped()) return false;
-  report->hit_deadline = !engine.AllComplete();
-  engine.Freeze();  // the aggregate and the receipts cover the same chunks
-  return true;
-}
 
 absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& participants,
                               Clock::time_point deadline,
@@ -131,7 +74,7 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
   // The mean takes updates one at a time: they wait as the frames that arrived.
   const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
   auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
-  auto open = Collect(host, participants, deadline, collector, report, tick);
+  auto open = CollectRound(host, participants, deadline, collector, report, tick);
   if (!open.ok() || !*open) return open.status();
   const auto updates = collector->TakeUpdates();
   std::vector<Contribution> all;
@@ -146,44 +89,6 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
   return AggregateAndCommit(host, all, optimizer, robust, commit, report, nullptr);
 }
 
-// A DP-FedAvg round (dp_rounds.h): a Poisson sample of the connected clients, whatever
-// the coordinator sampled; every update that arrives counts once, cut to norm C, in a
-// noised mean the guard may refuse whole but from which it leaves no one out (leaving out
-// the largest updates would depend on them).
-absl::Status RunDpRound(RoundHost& host, Clock::time_point deadline,
-                        const coordinator::ServerOptimizer& optimizer, DpRounds& dp,
-                        coordinator::CommitResult* commit, RoundReport* report) {
-  coordinator::RoundEngine& engine = host.engine();
-  const uint64_t round = engine.current_round();
-  auto sample = dp.Sample(host);
-  if (!sample.ok()) return sample.status();
-  for (const std::string& c : *sample) report->per_client["dp_asked"][c] = 1;
-  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false,
-                                                                     /*compact=*/true);
-  auto open = Collect(host, *sample, deadline, collector, report, nullptr);
-  if (!open.ok() || !*open) return open.status();
-  const auto updates = collector->TakeUpdates();
-  std::vector<Contribution> all;
-  std::set<std::string> counted;
-  for (const auto& [client, u] : updates) {
-    Contribution c{client, 1.0, u.values, u.ranges, u.complete};
-    c.fill = [&collector, &u](std::span<float> dense) { return collector->Fill(u, dense); };
-    c.norm = u.Norm();
-    all.push_back(std::move(c));
-    counted.insert(client);
-  }
-  auto mean = dp.NoisedMean(all, engine.dim(), report);
-  if (!mean.ok()) return mean.status();
-  // From here on the noised mean exists, and what follows depends on it (the guard's
-  // verdict, its log line): the round has spent its privacy, whatever becomes of it.
-  dp.Spend(sample->size(), report);
-  auto choice = coordinator::ChooseUnderGuard(
-      host, {}, 0, [&](const std::set<std::string>&) { return engine.Preview(*mean, optimizer); },
-      report);
-  if (!choice.ok()) return choice.status();
-  return CommitGuarded(engine, round, *choice, *mean, optimizer, &counted, commit);
-}
-
 absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& participants,
                                Clock::time_point deadline,
                                const coordinator::ServerOptimizer& optimizer,
@@ -194,7 +99,7 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
   const uint64_t round = engine.current_round();
   auto sum = std::make_shared<coordinator::WeightedSumCollector>(engine.dim(), state->next_bound,
                                                                  state->code);
-  auto open = Collect(host, participants, deadline, sum, report, tick);
+  auto open = CollectRound(host, participants, deadline, sum, report, tick);
   if (!open.ok() || !*open) return open.status();
   auto summed = sum->Mean();
   if (!summed.ok()) {
@@ -236,6 +141,21 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
 }
 
 }  // namespace
+
+absl::StatusOr<bool> CollectRound(RoundHost& host, const std::vector<std::string>& participants,
+                             Clock::time_point deadline,
+                             std::shared_ptr<coordinator::Collector> collector, RoundReport* report,
+                             const std::function<void()>& tick) {
+  coordinator::RoundEngine& engine = host.engine();
+  if (absl::Status st = host.StartRound(participants, deadline, std::move(collector)); !st.ok())
+    return st;
+  host.WaitUntil(
+      deadline, [&] { return engine.AllComplete(); }, tick);
+  if (host.stopped()) return false;
+  report->hit_deadline = !engine.AllComplete();
+  engine.Freeze();  // the aggregate and the receipts cover the same chunks
+  return true;
+}
 
 absl::Status AggregateAndCommit(coordinator::RoundHost& host,
                                 std::span<const coordinator::Contribution> all,
@@ -309,74 +229,12 @@ const coordinator::ModeTraits& FedAvgDriver::Traits() {
 
 absl::StatusOr<std::unique_ptr<FedAvgDriver>> FedAvgDriver::Create(
     const FedAvgOptions& options, const coordinator::DriverEnv& env) {
-  std::unique_ptr<FedAvgDriver> d(new FedAvgDriver(options, env.robust, env.layout));
-  auto buffered = ParseRoundsMode(options.rounds_mode);
-  if (!buffered.ok()) return buffered.status();
-  if (*buffered && env.plan != nullptr) {
-    // A rolling round decodes every update with one codec, whatever round it was asked in.
-    const coordinator::RoundPlan& plan = *env.plan;
-    if (!plan.warmup_codecs.empty() || codecs::NamesRoundSeed(plan.codec) ||
-        codecs::IsGradiveq(plan.codec) || codecs::NamesTwoPhasePowerSgd(plan.codec) ||
-        codecs::IsSharedScaleTernGrad(plan.codec)) {
-      return absl::InvalidArgumentError(StrCat(
-          "--rounds-mode buffered(...) decodes every update with the job's one codec: it takes "
-          "no --codec-warmup and no codec whose rounds differ (randk(seed=round), gradiveq, "
-          "powersgd(..., phases=2), terngrad(shared=1)); --codec is ",
-          plan.codec));
-    }
-  }
-  if (*buffered) d->buffered_ = std::make_unique<BufferedRounds>(**buffered);
-  auto dp = ParseDp(options.dp, options.dp_epsilon, options.dp_delta, options.dp_max_epsilon);
-  if (!dp.ok()) return dp.status();
-  if (!*dp && env.committed_round > 0 &&
-      !absl::IsNotFound(LoadDpAccount(env.state_dir, env.committed_round).status())) {
-    // A DP job restarted without --dp would go on without clipping, noise or accounting.
-    return absl::FailedPreconditionError(
-        StrCat("the checkpoint of round ", env.committed_round, " is a DP job's (",
-               DpAccountPath(env.state_dir, env.committed_round),
-               "): restart it with the --dp flags it started with"));
-  }
-  auto secagg = ParseSecAgg(options.secagg);
-  if (!secagg.ok()) return secagg.status();
-  if (*dp) {
-    if (absl::Status st = CheckDp(d->buffered_ != nullptr, env); !st.ok()) return st;
-    auto grid = SkellamGridOf(**dp, *secagg, env);
-    if (!grid.ok()) return grid.status();
-    auto rounds = DpRounds::Create(**dp, env.fraction, env.rounds, env.state_dir,
-                                   env.committed_round, env.metrics, *grid);
-    if (!rounds.ok()) return rounds.status();
-    d->dp_ = *std::move(rounds);
-  }
-  if (*secagg) {
-    const bool central = *dp && (**dp).mechanism == DpMechanism::kGaussian;
-    if (absl::Status st = CheckSecAgg(env, d->buffered_ != nullptr, central); !st.ok()) return st;
-    auto rounds = SecAggRounds::Create(**secagg, env.plan != nullptr ? env.plan->codec : "",
-                                       env.dim);
-    if (!rounds.ok()) return rounds.status();
-    d->secagg_ = *std::move(rounds);
-    log::Info("coordinator",
-              "--secagg: clients cut their updates to norm %g and mask their codes%s; "
-              "--clip-multiplier does not apply",
-              (**secagg).clip, (**secagg).masks ? "" : " (masks=0: unmasked)");
-    return d;
-  }
-  if (env.plan != nullptr && codecs::IsGradiveq(env.plan->codec)) {
-    auto bases =
-        GradiveqBases::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
-    if (!bases.ok()) return bases.status();
-    d->bases_ = *std::move(bases);
-  }
-  if (env.plan != nullptr && codecs::IsTwoPhasePowerSgd(env.plan->codec)) {
-    auto rounds =
-        PowerSgdRounds::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
-    if (!rounds.ok()) return rounds.status();
-    d->two_phase_ = *std::move(rounds);
-  }
-  if (env.plan != nullptr && codecs::IsSharedScaleTernGrad(env.plan->codec)) {
-    auto rounds = TernGradRounds::Create(env.plan->codec, env.dim, env.robust.clip);
-    if (!rounds.ok()) return rounds.status();
-    d->shared_scale_ = *std::move(rounds);
-  }
+  std::unique_ptr<FedAvgDriver> d(new FedAvgDriver(options, env.robust));
+  auto job = ProtocolJob::Read(options, env);
+  if (!job.ok()) return job.status();
+  auto protocols = AssembleProtocols(*job);
+  if (!protocols.ok()) return protocols.status();
+  d->protocols_ = *std::move(protocols);
   return d;
 }
 
@@ -384,125 +242,92 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                                     const std::vector<std::string>& participants,
                                     coordinator::Clock::time_point deadline,
                                     coordinator::CommitResult* commit, RoundReport* report) {
-  if (secagg_) return RunSecAggRound(host, participants, deadline, commit, report);
-  if (dp_) return RunDpRound(host, deadline, optimizer_, *dp_, commit, report);
-  if (buffered_) {
-    return buffered_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
-  }
   coordinator::RoundEngine& engine = host.engine();
-  const uint64_t round = engine.current_round();
-  // Warm-up rounds (--codec-warmup) run their own codec as plain FedAvg rounds; a
-  // randk(seed=round) one names its seed, and the next round's spec is the plan's again.
-  auto code = UseRoundSeed(engine, round);
-  if (!code.ok()) return code.status();
-  if (two_phase_ && engine.plan().CodecFor(round) == engine.plan().codec) {
-    return two_phase_->RunRound(host, participants, deadline, optimizer_, robust_, commit, report);
+  RoundContext round{.host = host,
+                     .participants = participants,
+                     .deadline = deadline,
+                     .commit = commit,
+                     .report = report,
+                     .optimizer = optimizer_,
+                     .robust = robust_,
+                     .round = engine.current_round(),
+                     .summed = &state_};
+  round.job_codec = engine.plan().CodecFor(round.round) == engine.plan().codec;
+  size_t begun = 0;
+  absl::Status st;
+  for (; begun < protocols_.size(); ++begun) {
+    st = protocols_[begun]->BeginRound(round);
+    if (!st.ok()) break;
   }
-  if (shared_scale_ && engine.plan().CodecFor(round) == engine.plan().codec) {
-    auto decoder = shared_scale_->BeginRound(round, participants, host.Now(), deadline);
-    if (!decoder.ok()) return decoder.status();
-    engine.UseCodec((*decoder)->spec(), *decoder);
-    state_.code = decoder->get();
-    absl::Status st = RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_,
-                                     commit, report, [&] { shared_scale_->Tick(host); });
-    state_.code = nullptr;
-    engine.UseCodec("", nullptr);
-    shared_scale_->EndRound(report);
-    return st;
+  if (st.ok()) {
+    const auto runner = std::find_if(protocols_.begin(), protocols_.end(),
+                                     [&](const auto& p) { return p->RunsRound(round); });
+    if (runner != protocols_.end()) {
+      st = (*runner)->RunRound(round);
+    } else {
+      std::function<void()> tick;
+      if (!round.ticks.empty()) {
+        tick = [&round] {
+          for (const auto& t : round.ticks) t();
+        };
+      }
+      st = RunSummedRound(host, round.participants, deadline, optimizer_, robust_, &state_, commit,
+                          report, tick);
+    }
   }
-  if (!bases_) {
-    state_.code = *code;
-    absl::Status st =
-        RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit, report);
-    state_.code = nullptr;
-    return st;
-  }
-  state_.code = bases_->BeginRound(engine, round);
-  const bool fitting = bases_->fitting();
-  std::vector<float> before;
-  if (fitting) before = engine.ModelVector();
-  // Fit rounds carry whole updates, coded rounds their projections: each kind keeps its
-  // own clip bound (the median of the last round of its kind).
-  std::swap(state_.next_bound, fitting ? fit_bound_ : coded_bound_);
-  absl::Status st =
-      RunSummedRound(host, participants, deadline, optimizer_, robust_, &state_, commit, report);
-  std::swap(state_.next_bound, fitting ? fit_bound_ : coded_bound_);
   state_.code = nullptr;
-  if (!st.ok() || commit->round != round) return st;  // stopped: nothing committed
-  std::vector<float> step;
-  if (fitting) {
-    step = engine.ModelVector();
-    for (size_t i = 0; i < step.size(); ++i) step[i] -= before[i];
+  // The ones that began end, last first (one that fails to begin undoes itself).
+  for (size_t i = begun; i-- > 0;) {
+    st = protocols_[i]->EndRound(round, std::move(st));
   }
-  return bases_->EndRound(round, step, report);
-}
-
-absl::Status FedAvgDriver::RunSecAggRound(coordinator::RoundHost& host,
-                                          const std::vector<std::string>& participants,
-                                          coordinator::Clock::time_point deadline,
-                                          coordinator::CommitResult* commit, RoundReport* report) {
-  if (!dp_) return secagg_->RunRound(host, participants, deadline, optimizer_, commit, report);
-  // Distributed DP: a Poisson sample, each asked for its share of the sum's noise; the
-  // round is charged once its noised sum is unmasked.
-  auto sample = dp_->Sample(host);
-  if (!sample.ok()) return sample.status();
-  for (const std::string& c : *sample) report->per_client["dp_asked"][c] = 1;
-  secagg_->UseNoise(dp_->SumVariance(), [&](size_t inputs, size_t asked) {
-    dp_->SpendSkellam(asked, asked == 0 ? 0 : static_cast<double>(inputs) / asked, report);
-  });
-  return secagg_->RunRound(host, *sample, deadline, optimizer_, commit, report);
-}
-
-absl::StatusOr<const codecs::LinearCode*> FedAvgDriver::UseRoundSeed(
-    coordinator::RoundEngine& engine, uint64_t round) {
-  const std::string& plan_spec = engine.plan().CodecFor(round);
-  if (!codecs::NamesRoundSeed(plan_spec)) {
-    if (seeded_) engine.UseCodec("", nullptr);
-    seeded_ = false;
-    return nullptr;
-  }
-  auto plan_codec = codecs::MakeCodec(plan_spec, &layout_);  // canonical: `seed=round`
-  if (!plan_codec.ok()) return plan_codec.status();
-  auto sender = codecs::MakeCodec(
-      codecs::WithRoundSeed((*plan_codec)->spec(), engine.SharedSeed(round)), &layout_);
-  if (!sender.ok()) return sender.status();
-  auto decoder = codecs::MakeCodec((*sender)->wire_spec(), &layout_);
-  if (!decoder.ok()) return decoder.status();
-  std::shared_ptr<const codecs::Codec> shared = *std::move(decoder);
-  engine.UseCodec((*sender)->spec(), shared);
-  seeded_ = true;
-  return shared->traits().summable ? dynamic_cast<const codecs::LinearCode*>(shared.get())
-                                   : nullptr;
+  return st;
 }
 
 void FedAvgDriver::DecorateRoundStart(const std::string& client, protos::RoundStart* start) {
   start->mutable_fedavg();
-  if (secagg_) secagg_->Decorate(client, start);
-  if (two_phase_ && codecs::IsTwoPhasePowerSgd(start->codec())) two_phase_->Decorate(start);
-  if (shared_scale_) shared_scale_->Decorate(start);
+  for (const auto& p : protocols_) p->DecorateRoundStart(client, start);
 }
 
 absl::Status FedAvgDriver::AcceptReport(const std::string& client,
                                         const protos::ProgressReport& report) {
-  if (secagg_) return secagg_->Accept(client, report);
-  if (!shared_scale_) return RoundDriver::AcceptReport(client, report);
-  return shared_scale_->Accept(client, report);
+  for (const auto& p : protocols_) {
+    if (auto taken = p->AcceptReport(client, report)) return *std::move(taken);
+  }
+  return RoundDriver::AcceptReport(client, report);
 }
 
 absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> FedAvgDriver::Blob(
     const std::string& client, const std::string& name, uint64_t version) {
-  if (bases_ && name == codecs::kGradiveqBasisBlob) return bases_->Blob(version);
+  for (const auto& p : protocols_) {
+    if (auto blob = p->Blob(client, name, version)) return *std::move(blob);
+  }
   return RoundDriver::Blob(client, name, version);
 }
 
 absl::Status FedAvgDriver::Save(uint64_t round) {
-  if (dp_) {
-    if (absl::Status st = dp_->Save(round); !st.ok()) return st;
+  for (const auto& p : protocols_) {
+    if (absl::Status st = p->Save(round); !st.ok()) return st;
   }
-  if (two_phase_) {
-    if (absl::Status st = two_phase_->Save(round); !st.ok()) return st;
+  return absl::OkStatus();
+}
+
+size_t FedAvgDriver::KeepVersions() const {
+  size_t keep = 0;
+  for (const auto& p : protocols_) keep = std::max(keep, p->KeepVersions());
+  return keep;
+}
+
+std::optional<std::string> FedAvgDriver::Exhausted() const {
+  for (const auto& p : protocols_) {
+    if (auto why = p->Exhausted()) return why;
   }
-  return bases_ ? bases_->Save(round) : absl::OkStatus();
+  return std::nullopt;
+}
+
+std::vector<ProtocolId> FedAvgDriver::protocols() const {
+  std::vector<ProtocolId> ids;
+  for (const auto& p : protocols_) ids.push_back(p->id());
+  return ids;
 }
 
 }  // namespace fedlgc::modes

@@ -4,7 +4,8 @@
 // aggregates them with the job's aggregator (weighted mean by default; docs/robustness.md),
 // and at quorum or deadline the aggregate goes through the server optimizer (SGD with
 // server lr and momentum; lr 1 without momentum is plain FedAvg). With --dp its rounds are
-// DP-FedAvg's (dp_rounds.h).
+// DP-FedAvg's (dp_rounds.h). What else makes a round of a job differ from the plain summed
+// round is a round protocol (round_protocol.h).
 #ifndef FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 #define FEDLGC_MODES_FEDAVG_FEDAVG_DRIVER_H_
 
@@ -16,12 +17,7 @@
 
 #include "coordinator/robust.h"
 #include "coordinator/round_driver.h"
-#include "modes/fedavg/buffered_rounds.h"
-#include "modes/fedavg/dp_rounds.h"
-#include "modes/fedavg/gradiveq_bases.h"
-#include "modes/fedavg/powersgd_rounds.h"
-#include "modes/fedavg/secagg_rounds.h"
-#include "modes/fedavg/terngrad_rounds.h"
+#include "modes/fedavg/round_protocol.h"
 
 namespace fedlgc::modes {
 
@@ -83,11 +79,17 @@ absl::Status AggregateAndCommit(coordinator::RoundHost& host,
                                 coordinator::CommitResult* commit, RoundReport* report,
                                 std::set<std::string>* counted);
 
-// With a gradiveq job codec, the driver also fits, serves and saves its bases
-// (gradiveq_bases.h): blob "gradiveq-basis". With powersgd(..., phases=2) its rounds are
-// two-phase rounds (powersgd_rounds.h); with terngrad(shared=1) the participants agree on
-// each round's scale first (terngrad_rounds.h); with --secagg its rounds are secure
-// aggregation's (secagg_rounds.h).
+// Opens the round with `collector` and waits for every update or the deadline, then
+// freezes the engine's round (the aggregate and the receipts cover the same chunks).
+// False when the coordinator stops.
+absl::StatusOr<bool> CollectRound(coordinator::RoundHost& host,
+                                  const std::vector<std::string>& participants,
+                                  coordinator::Clock::time_point deadline,
+                                  std::shared_ptr<coordinator::Collector> collector,
+                                  RoundReport* report, const std::function<void()>& tick);
+
+// The FedAvg driver runs each round over the job's round protocols (round_protocol.h,
+// assembled from round_protocols.cc's table): with none, the plain summed round.
 class FedAvgDriver final : public coordinator::RoundDriver {
  public:
   // What this mode answers about itself (coordinator/mode_traits.h).
@@ -106,42 +108,20 @@ class FedAvgDriver final : public coordinator::RoundDriver {
                                                                      const std::string& name,
                                                                      uint64_t version) override;
   absl::Status Save(uint64_t round) override;
-  size_t KeepVersions() const override {
-    return buffered_ ? buffered_->options().MaxStaleness() : 0;
-  }
-  std::optional<std::string> Exhausted() const override {
-    return dp_ ? dp_->Exhausted() : std::nullopt;
-  }
+  size_t KeepVersions() const override;
+  std::optional<std::string> Exhausted() const override;
+
+  // The job's protocols, in the order a round consults them.
+  std::vector<ProtocolId> protocols() const;
 
  private:
-  FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust,
-               codecs::ModelLayout layout)
-      : optimizer_(options.optimizer()), robust_(robust), layout_(std::move(layout)) {}
-
-  // A secure aggregation round; with distributed DP, of a Poisson sample, charged to the
-  // privacy account once its noised sum is unmasked.
-  absl::Status RunSecAggRound(coordinator::RoundHost& host,
-                              const std::vector<std::string>& participants,
-                              coordinator::Clock::time_point deadline,
-                              coordinator::CommitResult* commit, RoundReport* report);
-  // A round whose codec draws its kept set from the round's seed (randk(seed=round)):
-  // names the seed in the round's spec and decodes with that codec, whose codes add up
-  // (returned; nullptr for other rounds).
-  absl::StatusOr<const codecs::LinearCode*> UseRoundSeed(coordinator::RoundEngine& engine,
-                                                         uint64_t round);
+  FedAvgDriver(const FedAvgOptions& options, const coordinator::AggregatorOptions& robust)
+      : optimizer_(options.optimizer()), robust_(robust) {}
 
   const coordinator::ServerOptimizer optimizer_;
   const coordinator::AggregatorOptions robust_;
-  const codecs::ModelLayout layout_;
-  bool seeded_ = false;                        // the last round named its seed (UseCodec in force)
-  SummedRoundState state_;                     // the round loop's thread only
-  std::unique_ptr<GradiveqBases> bases_;       // gradiveq jobs only
-  std::unique_ptr<PowerSgdRounds> two_phase_;  // powersgd(..., phases=2) jobs only
-  std::unique_ptr<TernGradRounds> shared_scale_;  // terngrad(shared=1) jobs only
-  std::unique_ptr<BufferedRounds> buffered_;      // --rounds-mode buffered(...) only
-  std::unique_ptr<DpRounds> dp_;                  // --dp only
-  std::unique_ptr<SecAggRounds> secagg_;          // --secagg only
-  double fit_bound_ = 0, coded_bound_ = 0;        // their streaming clip bounds
+  std::vector<std::unique_ptr<RoundProtocol>> protocols_;
+  SummedRoundState state_;  // the round loop's thread only
 };
 
 }  // namespace fedlgc::modes

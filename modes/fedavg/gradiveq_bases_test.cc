@@ -77,7 +77,7 @@ TEST(GradiveqBases, FitRoundsGoFp32AndTheRoundsBetweenNameTheBasisInForce) {
     EXPECT_FALSE(bases->fitting()) << round;
     EXPECT_EQ(code->code_size(), 200u * 4 + 50);
     const std::string spec = SpecOfNextRound(*engine);
-    const auto named = codecs::GradiveqBasisOf(spec);
+    const auto named = codecs::RoundKindOf(spec).basis_named;
     ASSERT_TRUE(named.has_value()) << spec;
     EXPECT_EQ(named->first, 2u);
     ASSERT_TRUE(bases->EndRound(round, Step(layout.dim(), round), &report).ok());
@@ -86,7 +86,7 @@ TEST(GradiveqBases, FitRoundsGoFp32AndTheRoundsBetweenNameTheBasisInForce) {
   ASSERT_TRUE(blob.ok()) << blob.status();
   auto served = codecs::SliceBasis::Parse((*blob)->bytes, layout);
   ASSERT_TRUE(served.ok());
-  EXPECT_EQ(served->word(), codecs::GradiveqBasisOf(SpecOfNextRound(*engine))->second);
+  EXPECT_EQ(served->word(), codecs::RoundKindOf(SpecOfNextRound(*engine)).basis_named->second);
   // Round 5 = 2 + refit: fp32 again, and its step fits basis 5.
   bases->BeginRound(*engine, 5);
   EXPECT_TRUE(bases->fitting());
@@ -128,7 +128,7 @@ TEST(GradiveqBases, ARestartedCoordinatorNamesAndServesTheBasisItSaved) {
     bases->BeginRound(*engine, 1);
     ASSERT_TRUE(bases->EndRound(1, Step(layout.dim(), 3), &report).ok());
     bases->BeginRound(*engine, 2);
-    word = codecs::GradiveqBasisOf(SpecOfNextRound(*engine))->second;
+    word = codecs::RoundKindOf(SpecOfNextRound(*engine)).basis_named->second;
     bytes = bases->Blob(1).value()->bytes;
     ASSERT_TRUE(bases->Save(2).ok());
   }
@@ -136,7 +136,7 @@ TEST(GradiveqBases, ARestartedCoordinatorNamesAndServesTheBasisItSaved) {
   auto engine = Engine(layout, codec);
   bases->BeginRound(*engine, 3);
   EXPECT_FALSE(bases->fitting());
-  EXPECT_EQ(codecs::GradiveqBasisOf(SpecOfNextRound(*engine))->second, word);
+  EXPECT_EQ(codecs::RoundKindOf(SpecOfNextRound(*engine)).basis_named->second, word);
   EXPECT_EQ(bases->Blob(1).value()->bytes, bytes);
   // A checkpoint with no saved bases beside it: the next round fits new ones.
   auto fresh = GradiveqBases::Create(codec, layout, dir, 7).value();

@@ -9,6 +9,7 @@
 #include "base/spec.h"
 #include "base/str.h"
 #include "codecs/rng.h"
+#include "codecs/round_kind.h"
 #include "codecs/terngrad.h"
 #include "codecs/zmod_frame.h"
 #include "modes/fedavg/guarded_commit.h"
@@ -104,39 +105,13 @@ absl::StatusOr<std::optional<SecAggOptions>> ParseSecAgg(const std::string& spec
   return std::optional<SecAggOptions>(o);
 }
 
-absl::Status CheckSecAgg(const coordinator::DriverEnv& env, bool buffered, bool dp) {
-  const char* why = nullptr;
-  if (buffered) {
-    why = "buffered rounds (a masked sum is unmasked once, over one round's inputs)";
-  } else if (env.robust.kind != coordinator::AggregatorKind::kMean) {
-    why = "a robust or streaming --aggregator (the coordinator sees only the sum: nothing to "
-          "clip, trim or pick)";
-  } else if (env.codec_ladder) {
-    why = "--codec-ladder (codes of one grid for everyone, or they do not add up)";
-  } else if (env.plan != nullptr && !env.plan->warmup_codecs.empty()) {
-    why = "--codec-warmup";
-  } else if (dp) {
-    why = "--dp gaussian(...) (the coordinator adds its noise to updates it sees; with secure "
-          "aggregation it sees none: give --dp skellam(...), whose noise the clients add)";
-  }
-  if (why != nullptr) return absl::InvalidArgumentError(StrCat("--secagg does not run with ", why));
-  if (env.plan != nullptr) {
-    if (codecs::IsSharedScaleTernGrad(env.plan->codec)) {
-      return absl::InvalidArgumentError(
-          "--secagg does not run with terngrad(shared=1): its rounds share secure aggregation's "
-          "own grid; give terngrad(...) without shared=1");
-    }
-    if (absl::Status st = codecs::SumCode::LevelsOf(env.plan->codec).status(); !st.ok()) return st;
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<SecAggRounds>> SecAggRounds::Create(const SecAggOptions& options,
                                                                    const std::string& spec,
                                                                    uint64_t dim) {
-  auto levels = codecs::SumCode::LevelsOf(spec);
+  const codecs::RoundKind kind = codecs::RoundKindOf(spec);
+  const absl::StatusOr<int>& levels = kind.sum_levels;
   if (!levels.ok()) return levels.status();
-  auto kept = codecs::SumCode::KeptOf(spec, dim);
+  auto kept = kind.SumKept(dim);
   if (!kept.ok()) return kept.status();
   // The grid every round builds, checked once.
   if (absl::Status st =

@@ -28,8 +28,9 @@
 // few shares by the deadline) commits nothing: every client keeps its update in its
 // residual for a later round. With masks=0 the same codes go unmasked, in their own
 // width, without phases: the same sum, the cost of the masks apart.
-// What it cannot run with is refused when the job starts (CheckSecAgg): clipping moves
-// to the clients, so nothing at the coordinator may clip, weigh or pick among updates.
+// What it cannot run with is refused when the job starts (its round protocol's entry,
+// secagg_protocol.cc): clipping moves to the clients, so nothing at the coordinator may
+// clip, weigh or pick among updates.
 // With quantile=Q the clients also sum a histogram of their update norms (half-octave
 // bins), and each round after the first clips at the top of the bin where the last round's
 // Q-quantile fell: the coordinator learns how the round's norms spread, not whose is
@@ -85,12 +86,6 @@ struct SecAggOptions {
 // masks=0|1)";
 // "" or "none": off (nullopt). INVALID_ARGUMENT says what is wrong.
 absl::StatusOr<std::optional<SecAggOptions>> ParseSecAgg(const std::string& spec);
-
-// What a secure aggregation job cannot run with, refused with why: other modes than
-// FedAvg, buffered rounds, a robust or streaming aggregator, the codec ladder, codec
-// warm-up, a codec whose codes are not integers on a shared grid (codecs::SumCode::LevelsOf),
-// central DP (--dp gaussian(...); `dp`: it is on).
-absl::Status CheckSecAgg(const coordinator::DriverEnv& env, bool buffered, bool dp);
 
 // RunRound runs on the round loop's thread; Accept and Decorate on gRPC threads.
 class SecAggRounds {

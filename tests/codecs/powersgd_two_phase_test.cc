@@ -84,11 +84,6 @@ TEST(PowerSgdTwoPhase, SpecSizesAndRefusals) {
   EXPECT_EQ(t.message_floats(), 30u * 2 + 16 * 2 + 12 + 9);
   EXPECT_EQ(t.FrameBytes(kPowerSgdMessageSpec, 10),
             FrameOverhead(kPowerSgdMessageSpec.size()) + 4 + 40);
-  EXPECT_TRUE(IsTwoPhasePowerSgd("powersgd(phases=2)"));
-  EXPECT_FALSE(IsTwoPhasePowerSgd("powersgd(rank=2)"));
-  EXPECT_FALSE(IsTwoPhasePowerSgd("zstd(powersgd(phases=2))"));
-  EXPECT_TRUE(NamesTwoPhasePowerSgd("zstd(powersgd(phases=2))"));
-  EXPECT_FALSE(NamesTwoPhasePowerSgd("ef(topk(ratio=0.01))"));
   const ModelLayout layout = Layout();
   // One power iteration per round, phases of 1 or 2, and no frames of its own.
   EXPECT_TRUE(

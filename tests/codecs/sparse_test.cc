@@ -6,6 +6,7 @@
 
 #include "codecs/elias_fano.h"
 #include "codecs/frame.h"
+#include "codecs/round_kind.h"
 #include "codecs/sparse_codec.h"
 #include "codecs/topk.h"
 #include "gtest/gtest.h"
@@ -145,11 +146,8 @@ TEST(RandomK, ASharedSeedKeepsOneSetAndSendsNoIndices) {
   std::vector<Frame> none;
   EXPECT_TRUE(absl::IsFailedPrecondition(plan->Encode(x, {}, &none)));
   EXPECT_TRUE(none.empty());
-  EXPECT_TRUE(NamesRoundSeed(plan->spec()));
-  EXPECT_TRUE(NamesRoundSeed("ef( randk(ratio=0.01, seed = round) )"));
-  EXPECT_FALSE(NamesRoundSeed(shared->spec()));
-  EXPECT_FALSE(NamesRoundSeed("terngrad(shared=1)"));
-  EXPECT_FALSE(NamesRoundSeed("topk(seed=round"));
+  EXPECT_EQ(RoundKindOf(plan->spec()).round_seed, Placement::kTop);
+  EXPECT_FALSE(Present(RoundKindOf(shared->spec()).round_seed));
   EXPECT_EQ(WithRoundSeed("ef/1(randk/1(k=5,values=fp32/1,scale=0,seed=round))", 42),
             "ef/1(randk/1(k=5,values=fp32/1,scale=0,seed=42))");
   for (const char* bad : {"randk(seed=0)", "randk(seed=-3)", "randk(seed=1.5)",

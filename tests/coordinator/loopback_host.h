@@ -74,6 +74,14 @@ class LoopbackHost : public FakeRoundHost {
     Client& c = clients_[id];
     c.env = std::make_unique<edge_client::FakeClientEnv>(layout, id);
     c.env->model = engine_->ModelVector();
+    // Blobs other than the model come from the driver, as the service serves them.
+    c.env->blob_source = [this, id](const std::string& name,
+                                    uint64_t version) -> absl::StatusOr<std::string> {
+      if (driver_ == nullptr) return absl::NotFoundError(name + " has no driver to serve it");
+      auto blob = driver_->Blob(id, name, version);
+      if (!blob.ok()) return blob.status();
+      return (*blob)->bytes;
+    };
     c.mode = make(*c.env);
     return c;
   }

@@ -64,10 +64,9 @@ class FakeClientEnv final : public ClientEnv {
   absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
                                            SystemTime) override {
     auto it = blobs.find({name, version});
-    if (it == blobs.end()) {
-      return absl::NotFoundError(name + " " + std::to_string(version) + " is not served");
-    }
-    return it->second;
+    if (it != blobs.end()) return it->second;
+    if (blob_source) return blob_source(name, version);
+    return absl::NotFoundError(name + " " + std::to_string(version) + " is not served");
   }
   absl::Status Report(protos::ProgressReport report, SystemTime) override {
     report.set_client_id(id_);
@@ -108,6 +107,9 @@ class FakeClientEnv final : public ClientEnv {
   std::vector<float> trained_sum;  // of every update trained
   std::vector<float> model;        // what DownloadFloats gives; empty: ones
   std::map<std::pair<std::string, uint64_t>, std::string> blobs;  // by name and version
+  // Where a blob not in `blobs` comes from (a loopback host's driver); null: nowhere.
+  std::function<absl::StatusOr<std::string>(const std::string& name, uint64_t version)>
+      blob_source;
   // Models DownloadFloats gives by blob and version; others: `model`.
   std::map<std::pair<std::string, uint64_t>, std::vector<float>> floats;
   std::vector<PendingUpdate> uploads;

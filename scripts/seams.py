@@ -17,6 +17,10 @@ and fails when one grows past its baseline (scripts/seams_baseline.json).
   example_mode     the smooth mode (modes/smooth/, docs/adding-a-mode.md's worked example)
                    named in source outside its folder and the mode tables (core/protocol.h,
                    modes/drivers.cc, modes/clients.cc): adding a mode touches nothing else
+  example_protocol shared-scale TernGrad's classes (docs/adding-a-protocol.md's worked example)
+                   named in product code outside its files and the protocol tables
+                   (round_protocols.cc, client_protocols.cc): adding a protocol touches
+                   nothing else
   codecs_helpers   files that include codecs/{str,crc32c,spec}.h: helpers every folder uses,
                    which live in base/ (a file including them from codecs/ again counts)
   spec_predicates  calls outside codecs/ of a function that reads a codec spec's text for
@@ -186,8 +190,15 @@ def measure(root):
     spec_predicates = grep(
         root, r"codecs::(Is|Names|Nests)[A-Z]\w*\(|GradiveqBasisOf\(|SumCode::(LevelsOf|KeptOf)\(",
         lambda r: not r.startswith(("codecs/", os.path.normpath("tests/codecs"))))
+    protocol_files = {os.path.normpath("modes/fedavg/" + f) for f in (
+        "terngrad_rounds.h", "terngrad_rounds.cc", "shared_scale_protocol.cc",
+        "shared_scale_client.h", "shared_scale_client.cc", "round_protocols.cc",
+        "client_protocols.cc")}
+    example_protocol = grep(root, r"\bTernGradRounds\b|\bSharedScaleClient\b|\bSharedScaleProtocol\b",
+                            lambda r: product(r) and r not in protocol_files)
     return {
         "spec_predicates": spec_predicates,
+        "example_protocol": example_protocol,
         "mode_rules": mode_rules,
         "example_mode": example_mode,
         "long_functions": [f"{n} lines {where} {name}" for n, where, name in long_functions(root)],

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 
 #include "base/log.h"
 #include "base/str.h"
@@ -13,7 +12,6 @@
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
 #include "codecs/round_kind.h"
-#include "codecs/terngrad.h"
 #include "core/float_bytes.h"
 #include "core/state_message.h"
 #include "modes/fedavg/fedavg_state.pb.h"
@@ -47,10 +45,7 @@ absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::Rou
   return update;
 }
 
-FedAvgClient::FedAvgClient(ClientEnv& env)
-    : env_(env),
-      two_phase_(env, [this] { ResidualChanged(); }),
-      secagg_(env, [this] { ResidualChanged(); }) {}
+FedAvgClient::FedAvgClient(ClientEnv& env) : env_(env), protocols_(MakeClientProtocols(*this)) {}
 
 FedAvgClient::~FedAvgClient() = default;
 
@@ -140,6 +135,18 @@ absl::Status FedAvgClient::RestoreFrame(const std::string& frame) {
   return st;
 }
 
+std::span<const float> FedAvgClient::residual() const {
+  if (!codec_) return {};
+  return codec_->residual();
+}
+
+ClientProtocol* FedAvgClient::Owner() const {
+  for (const auto& p : protocols_) {
+    if (p->Owns(env_.state())) return p.get();
+  }
+  return nullptr;
+}
+
 void FedAvgClient::KeepResidual() {
   env_.state().residual.assign(codec_->residual().begin(), codec_->residual().end());
 }
@@ -151,12 +158,22 @@ void FedAvgClient::ResidualChanged() {
 absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
   edge_client::ClientState& state = env_.state();
   const SystemTime deadline = edge_client::DeadlineOf(start);
+  // The round's protocol, if one runs it: asked once what the round's codec needs.
+  const codecs::RoundKind kind = codecs::RoundKindOf(start.codec());
+  ClientProtocol* runner = nullptr;
+  for (const auto& p : protocols_) {
+    if (p->Runs(start, kind)) {
+      runner = p.get();
+      break;
+    }
+  }
   // This round's model was trained on already: its update went back into the residual
   // (below) and goes out again from there, not trained and added a second time.
   bool trained = false;
-  // A secure round takes no update in flight but its own masked code (one of the same
-  // round sent plainly, before the coordinator restarted with --secagg, goes back too).
-  const bool foreign = start.fedavg().has_secagg() && !secagg_.Owns(state);
+  // A protocol may take no update in flight but its own (a secure round's masked code;
+  // one of the same round sent plainly, before the coordinator restarted with --secagg,
+  // goes back too).
+  const bool foreign = runner != nullptr && !runner->ResendsOthers() && !runner->Owns(state);
   if (state.pending &&
       (state.pending->round != start.round() ||
        state.pending->model_version != start.model_version() || state.codec != start.codec() ||
@@ -170,9 +187,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     if (absl::Status st = Restore(*state.pending); !st.ok()) return st;
     state.pending.reset();
   }
-  // What the round's codec needs of it, asked once.
-  const codecs::RoundKind kind = codecs::RoundKindOf(start.codec());
-  if (kind.two_phase == codecs::Placement::kTop) return two_phase_.OnRoundStart(start);
+  if (runner != nullptr && !runner->UsesRoundCodec()) return runner->OnRoundStart(start, trained);
   if (auto basis = BasisFor(start.codec(), deadline); !basis.ok()) {
     // The round moved on (another basis is served) or ended: wait for the next one.
     if (absl::IsNotFound(basis.status()) || absl::IsDeadlineExceeded(basis.status())) {
@@ -181,8 +196,7 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
     return basis.status();
   }
   if (absl::Status st = EnsureCodec(start.codec()); !st.ok()) return st;
-  if (start.fedavg().has_secagg()) return secagg_.OnRoundStart(start, trained);
-  if (kind.shared_scale == codecs::Placement::kTop) return OnSharedScaleRound(start, trained);
+  if (runner != nullptr) return runner->OnRoundStart(start, trained);
   if (!state.pending) {
     auto update = trained ? absl::StatusOr<std::vector<float>>(std::vector<float>(env_.dim(), 0.0f))
                           : TrainUpdate(env_, start, deadline);
@@ -222,74 +236,15 @@ absl::Status FedAvgClient::EncodeAndUpload(const protos::RoundStart& start,
   state.pending = std::move(p);
   KeepResidual();
   state.codec_state = codec_->SaveState();  // only an encode changes it
-  scale_round_ = scale_version_ = 0;
+  for (const auto& protocol : protocols_) protocol->OnEncoded();
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
   return env_.UploadPending(start.round(), edge_client::DeadlineOf(start));
-}
-
-absl::Status FedAvgClient::OnSharedScaleRound(const protos::RoundStart& start, bool trained) {
-  edge_client::ClientState& state = env_.state();
-  const SystemTime deadline = edge_client::DeadlineOf(start);
-  if (state.pending) return env_.UploadPending(start.round(), deadline);  // a resumed upload
-  if (trained) {  // the update of this round went back into the residual: it waits there
-    scale_round_ = start.round();
-    scale_version_ = start.model_version();
-  }
-  if (scale_round_ != start.round() || scale_version_ != start.model_version()) {
-    auto update = TrainUpdate(env_, start, deadline);
-    if (!update.ok()) return update.status();
-    if (update->empty()) return absl::OkStatus();  // the round moved on
-    // The update waits in the residual for the round's scale (a restart finds it there).
-    std::vector<float> v(codec_->residual().begin(), codec_->residual().end());
-    if (v.size() != update->size()) v.assign(update->size(), 0.0f);
-    for (size_t i = 0; i < v.size(); ++i) v[i] += (*update)[i];
-    state.residual = std::move(v);
-    ResidualChanged();
-    scale_round_ = start.round();
-    scale_version_ = start.model_version();
-    if (absl::Status st = env_.Persist(); !st.ok()) return st;
-  }
-  scale_start_ = std::make_unique<protos::RoundStart>(start);
-  if (start.fedavg().terngrad_scale() > 0) return SendWithScale(start.fedavg().terngrad_scale());
-  auto made = codecs::MakeCodec(start.codec());
-  if (!made.ok()) return made.status();
-  const auto* tern = dynamic_cast<const codecs::TernGrad*>(made->get());
-  if (tern == nullptr) return absl::InternalError(StrCat(start.codec(), " is not TernGrad"));
-  // A residual of zeros says the smallest scale there is: its codes are zeros whatever
-  // the round's.
-  const float local = std::max(tern->LocalScale(state.residual), std::numeric_limits<float>::min());
-  protos::ProgressReport report;
-  report.set_client_id(env_.client_id());
-  report.set_round(start.round());
-  report.mutable_fedavg()->set_terngrad_scale(local);
-  const absl::Status st = env_.Report(report, deadline);
-  // The round moved on or its scale is set: the next RoundStart or the scale event says so.
-  if (absl::IsFailedPrecondition(st) || absl::IsDeadlineExceeded(st)) return absl::OkStatus();
-  return st;
-}
-
-absl::Status FedAvgClient::OnScale(const protos::TernGradScale& scale) {
-  const edge_client::ClientState& state = env_.state();
-  if (!scale_start_ || scale_start_->round() != scale.round() || state.pending ||
-      scale_round_ != scale.round() || !(scale.scale() > 0)) {
-    return absl::OkStatus();  // not this client's round, or sent already
-  }
-  return SendWithScale(scale.scale());
-}
-
-absl::Status FedAvgClient::SendWithScale(float scale) {
-  // What goes out is the residual, which holds the round's update: no update besides.
-  const std::vector<float> none(env_.dim(), 0.0f);
-  const protos::RoundStart start = *scale_start_;
-  scale_start_.reset();
-  return EncodeAndUpload(start, none, scale);
 }
 
 absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
   edge_client::ClientState& state = env_.state();
   if (!state.pending || state.pending->round != receipt.round()) return absl::OkStatus();
-  if (two_phase_.Owns(state)) return two_phase_.OnReceipt(receipt);
-  if (secagg_.Owns(state)) return secagg_.OnReceipt(receipt);
+  if (ClientProtocol* owner = Owner()) return owner->OnReceipt(receipt);
   const PendingUpdate& p = *state.pending;
   std::vector<bool> counted(p.frames.size(), false);
   if (receipt.update_id() == p.update_id) {
@@ -311,18 +266,15 @@ absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {
 }
 
 absl::Status FedAvgClient::OnModeEvent(const protos::ModeEvent& event) {
-  if (event.has_powersgd_factor()) return two_phase_.OnFactor(event.powersgd_factor());
-  if (event.has_terngrad_scale()) return OnScale(event.terngrad_scale());
-  return secagg_.OnModeEvent(event);
+  for (const auto& p : protocols_) {
+    if (auto handled = p->OnModeEvent(event)) return *std::move(handled);
+  }
+  return absl::OkStatus();  // another mode's event
 }
 
 absl::Status FedAvgClient::Restore(const PendingUpdate& p) {
   edge_client::ClientState& state = env_.state();
-  if (two_phase_.Owns(state)) return two_phase_.Restore(p);
-  if (secagg_.Owns(state)) {
-    secagg_.Restore();  // its update is in the residual already
-    return absl::OkStatus();
-  }
+  if (ClientProtocol* owner = Owner()) return owner->Restore(p);
   if (absl::Status st = EnsureCodec(state.codec); !st.ok()) return st;
   for (const std::string& f : p.frames) {
     if (absl::Status st = RestoreFrame(f); !st.ok()) return st;
@@ -335,42 +287,24 @@ absl::Status FedAvgClient::LoadState(const edge_client::ClientState& state) {
   const auto it = state.modes.find(kSlot);
   if (it == state.modes.end()) {
     if (!state.legacy) return absl::OkStatus();
-    const edge_client::LegacyModeFields& l = *state.legacy;
-    scale_round_ = l.scale_round;
-    scale_version_ = l.scale_version;
-    if (l.psgd_phase != 0 && state.pending) {
-      two_phase_.in_flight().Set(state.pending->update_id, {l.psgd_phase, l.psgd_factor});
+    for (const auto& p : protocols_) {
+      if (absl::Status st = p->Load(nullptr, state); !st.ok()) return st;
     }
     return absl::OkStatus();
   }
   pb::FedAvgClientState in;
-  if (!in.ParseFromString(it->second) || in.psgd_phase() > 2) {
+  if (!in.ParseFromString(it->second)) {
     return absl::DataLossError("the client state's fedavg slot is malformed");
   }
-  scale_round_ = in.scale_round();
-  scale_version_ = in.scale_version();
-  secagg_.Load({in.secagg_round(), in.secagg_version(), in.secagg_update_id()});
-  if (in.psgd_phase() != 0) {
-    auto factor = core::FloatsFromBytes(in.psgd_factor(), "the saved PowerSGD factor");
-    if (!factor.ok()) return factor.status();
-    two_phase_.in_flight().Set(in.psgd_update_id(), {in.psgd_phase(), *std::move(factor)});
+  for (const auto& p : protocols_) {
+    if (absl::Status st = p->Load(&in, state); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
 
 absl::Status FedAvgClient::SaveState(std::map<std::string, std::string>* slots) const {
   pb::FedAvgClientState out;
-  out.set_scale_round(scale_round_);
-  out.set_scale_version(scale_version_);
-  const SecAggClientRounds::Saved secagg = secagg_.saved();
-  out.set_secagg_round(secagg.round);
-  out.set_secagg_version(secagg.version);
-  out.set_secagg_update_id(secagg.update_id);
-  if (const PowerSgdInFlight* f = two_phase_.in_flight().Of(env_.state())) {
-    out.set_psgd_update_id(two_phase_.in_flight().update_id());
-    out.set_psgd_phase(f->phase);
-    out.set_psgd_factor(core::FloatsToBytes(f->factor));
-  }
+  for (const auto& p : protocols_) p->Save(env_.state(), &out);
   auto bytes = core::SerializeMessage(out, "the fedavg slot");
   if (!bytes.ok()) return bytes.status();
   (*slots)[kSlot] = *std::move(bytes);

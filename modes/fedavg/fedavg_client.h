@@ -13,16 +13,12 @@
 #include <vector>
 
 #include "edge_client/client_mode.h"
-#include "modes/fedavg/powersgd_client.h"
-#include "modes/fedavg/secagg_client.h"
+#include "modes/fedavg/client_protocol.h"
 
 namespace fedlgc::codecs {
 class ResidualCodec;
 class SliceBasis;
 }  // namespace fedlgc::codecs
-namespace fedlgc::protos {
-class TernGradScale;
-}
 
 namespace fedlgc::modes {
 
@@ -36,7 +32,9 @@ using edge_client::SystemTime;
 absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::RoundStart& start,
                                                SystemTime deadline);
 
-class FedAvgClient final : public edge_client::ClientMode {
+// A round whose codec or RoundStart asks for more is run by one of its round protocols
+// (client_protocol.h): two-phase PowerSGD, secure aggregation, shared-scale TernGrad.
+class FedAvgClient final : public edge_client::ClientMode, public FedAvgClientCore {
  public:
   explicit FedAvgClient(ClientEnv& env);
   ~FedAvgClient() override;
@@ -49,18 +47,26 @@ class FedAvgClient final : public edge_client::ClientMode {
   // An update whose round ended without a receipt reaching us: all of it goes back into
   // the residual.
   absl::Status Restore(const PendingUpdate& p);
-  // Another mode changed state().residual: the codec's residual follows.
-  void ResidualChanged();
   // Whether the pending update is of a round protocol that restores itself (two-phase
   // PowerSGD, secure aggregation).
-  bool OwnsPending() const { return two_phase_.Owns(env_.state()) || secagg_.Owns(env_.state()); }
+  bool OwnsPending() const { return Owner() != nullptr; }
 
-  // The shared-scale round, two-phase PowerSGD's and secure aggregation's update in flight,
-  // in the slot "fedavg".
+  // The protocols' state (the shared-scale round, two-phase PowerSGD's and secure
+  // aggregation's update in flight), in the slot "fedavg".
   absl::Status LoadState(const edge_client::ClientState& state) override;
   absl::Status SaveState(std::map<std::string, std::string>* slots) const override;
 
+  // FedAvgClientCore, for the protocols (and LGC's warm-up rounds: ResidualChanged).
+  ClientEnv& env() override { return env_; }
+  std::span<const float> residual() const override;
+  // Another mode changed state().residual: the codec's residual follows.
+  void ResidualChanged() override;
+  absl::Status EncodeAndUpload(const protos::RoundStart& start, std::span<const float> update,
+                               float shared_scale) override;
+
  private:
+  // The protocol whose update is in flight; null: none, or a plain round's.
+  ClientProtocol* Owner() const;
   // The codec of `spec` wrapped in error feedback (unless it keeps its own residual, as
   // dgc(...) does), its residual and sender state the client's.
   absl::Status EnsureCodec(const std::string& spec);
@@ -73,30 +79,13 @@ class FedAvgClient final : public edge_client::ClientMode {
   // Adds a frame that did not count back into the residual (RestoreAny); one coded
   // against a basis that is not held is dropped with a message instead of stalling.
   absl::Status RestoreFrame(const std::string& frame);
-  // A round of terngrad(shared=1) (terngrad_rounds.h): trains (unless `trained`: its
-  // update is in the residual already) into the residual, reports the scale it would
-  // use, and sends once the round's scale is known (its RoundStart or TernGradScale).
-  absl::Status OnSharedScaleRound(const protos::RoundStart& start, bool trained);
-  absl::Status OnScale(const protos::TernGradScale& scale);
-  // Encodes the residual with the round's shared scale and uploads it.
-  absl::Status SendWithScale(float scale);
-  // Encodes `update` (with the residual) as the round of `start`'s update, and uploads it.
-  absl::Status EncodeAndUpload(const protos::RoundStart& start, std::span<const float> update,
-                               float shared_scale);
 
   ClientEnv& env_;  // outlives this mode
   std::unique_ptr<codecs::ResidualCodec> codec_;
   std::string codec_spec_;
   std::shared_ptr<const codecs::SliceBasis> basis_;
-  PowerSgdClient two_phase_;  // rounds of powersgd(..., phases=2)
-  SecAggClientRounds secagg_;  // rounds of --secagg
-  // The terngrad(shared=1) round being run, while it waits for its scale.
-  std::unique_ptr<protos::RoundStart> scale_start_;
-  // A round of terngrad(shared=1) (terngrad_rounds.h) whose update was added to the
-  // residual, where it waits for the round's shared scale (0: none), and the model
-  // version it was trained from.
-  uint64_t scale_round_ = 0;
-  uint64_t scale_version_ = 0;
+  // MakeClientProtocols' (client_protocols.cc), in the order a round asks them.
+  std::vector<std::unique_ptr<ClientProtocol>> protocols_;
 };
 
 }  // namespace fedlgc::modes

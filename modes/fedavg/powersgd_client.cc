@@ -12,6 +12,7 @@
 #include "codecs/input_error.h"
 #include "core/float_bytes.h"
 #include "modes/fedavg/fedavg_client.h"
+#include "modes/fedavg/fedavg_state.pb.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.pb.h"
 
@@ -134,6 +135,45 @@ absl::Status PowerSgdClient::SendProjection(uint64_t round, uint64_t model_versi
   state.pending = std::move(pending);
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
   return env_.UploadPending(round, deadline_, std::nullopt, ClientEnv::Half::kFirstHalf);
+}
+
+bool PowerSgdClient::Runs(const protos::RoundStart& /*start*/,
+                          const codecs::RoundKind& kind) const {
+  return kind.two_phase == codecs::Placement::kTop;
+}
+
+std::optional<absl::Status> PowerSgdClient::OnModeEvent(const protos::ModeEvent& event) {
+  if (!event.has_powersgd_factor()) return std::nullopt;
+  return OnFactor(event.powersgd_factor());
+}
+
+absl::Status PowerSgdClient::Load(const pb::FedAvgClientState* slot,
+                                  const edge_client::ClientState& state) {
+  if (slot == nullptr) {
+    const auto& l = state.legacy;
+    if (l && l->psgd_phase != 0 && state.pending) {
+      in_flight_.Set(state.pending->update_id, {l->psgd_phase, l->psgd_factor});
+    }
+    return absl::OkStatus();
+  }
+  if (slot->psgd_phase() > 2) {
+    return absl::DataLossError("the client state's fedavg slot is malformed");
+  }
+  if (slot->psgd_phase() != 0) {
+    auto factor = core::FloatsFromBytes(slot->psgd_factor(), "the saved PowerSGD factor");
+    if (!factor.ok()) return factor.status();
+    in_flight_.Set(slot->psgd_update_id(), {slot->psgd_phase(), *std::move(factor)});
+  }
+  return absl::OkStatus();
+}
+
+void PowerSgdClient::Save(const edge_client::ClientState& state,
+                          pb::FedAvgClientState* slot) const {
+  if (const PowerSgdInFlight* f = in_flight_.Of(state)) {
+    slot->set_psgd_update_id(in_flight_.update_id());
+    slot->set_psgd_phase(f->phase);
+    slot->set_psgd_factor(core::FloatsToBytes(f->factor));
+  }
 }
 
 absl::Status PowerSgdClient::OnFactor(const protos::PowerSgdFactor& f) {

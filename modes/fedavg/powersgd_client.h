@@ -19,6 +19,7 @@
 
 #include "codecs/powersgd_two_phase.h"
 #include "edge_client/client_mode.h"
+#include "modes/fedavg/client_protocol.h"
 #include "modes/in_flight.h"
 
 namespace fedlgc::protos {
@@ -36,22 +37,35 @@ struct PowerSgdInFlight {
   bool operator==(const PowerSgdInFlight&) const = default;
 };
 
-// Not thread-safe: the event loop's (through FedAvgClient).
-class PowerSgdClient {
+// A round protocol of FedAvgClient's (client_protocol.h): the rounds of the job codec
+// powersgd(..., phases=2), whose frames are its own. Not thread-safe: the event loop's.
+class PowerSgdClient final : public ClientProtocol {
  public:
   // `residual_changed` runs after every change to the state's residual.
   PowerSgdClient(edge_client::ClientEnv& env, std::function<void()> residual_changed)
       : env_(env), residual_changed_(std::move(residual_changed)) {}
 
+  bool Runs(const protos::RoundStart& start, const codecs::RoundKind& kind) const override;
+  bool UsesRoundCodec() const override { return false; }
+  absl::Status OnRoundStart(const protos::RoundStart& start, bool /*trained*/) override {
+    return OnRoundStart(start);
+  }
+  std::optional<absl::Status> OnModeEvent(const protos::ModeEvent& event) override;
+  absl::Status Load(const pb::FedAvgClientState* slot,
+                    const edge_client::ClientState& state) override;
+  void Save(const edge_client::ClientState& state, pb::FedAvgClientState* slot) const override;
+
   // A round of powersgd(..., phases=2); an update of an earlier round is restored first.
   absl::Status OnRoundStart(const protos::RoundStart& start);
   absl::Status OnFactor(const protos::PowerSgdFactor& factor);
   // The receipt of a pending update of this protocol.
-  absl::Status OnReceipt(const protos::RoundReceipt& receipt);
+  absl::Status OnReceipt(const protos::RoundReceipt& receipt) override;
   // Puts what pending update `p` sent back into the residual (it did not count).
-  absl::Status Restore(const edge_client::PendingUpdate& p);
+  absl::Status Restore(const edge_client::PendingUpdate& p) override;
   // Whether the pending update is one of this protocol's.
-  bool Owns(const edge_client::ClientState& state) const { return in_flight_.Of(state) != nullptr; }
+  bool Owns(const edge_client::ClientState& state) const override {
+    return in_flight_.Of(state) != nullptr;
+  }
   // Kept in FedAvgClient's slot.
   InFlight<PowerSgdInFlight>& in_flight() { return in_flight_; }
   const InFlight<PowerSgdInFlight>& in_flight() const { return in_flight_; }

@@ -9,6 +9,7 @@
 #include "codecs/sum_code.h"
 #include "codecs/zmod_frame.h"
 #include "modes/fedavg/fedavg_client.h"
+#include "modes/fedavg/fedavg_state.pb.h"
 #include "privacy/skellam.h"
 
 namespace fedlgc::modes {
@@ -103,11 +104,33 @@ absl::Status SecAggClientRounds::OnRoundStart(const protos::RoundStart& start, b
   return absl::OkStatus();
 }
 
-absl::Status SecAggClientRounds::OnModeEvent(const protos::ModeEvent& event) {
+bool SecAggClientRounds::Runs(const protos::RoundStart& start,
+                              const codecs::RoundKind& /*kind*/) const {
+  return start.fedavg().has_secagg();
+}
+
+std::optional<absl::Status> SecAggClientRounds::OnModeEvent(const protos::ModeEvent& event) {
   if (event.has_secagg_keys()) return OnKeys(event.secagg_keys());
   if (event.has_secagg_shares()) return OnShares(event.secagg_shares());
   if (event.has_secagg_unmask()) return OnUnmask(event.secagg_unmask());
+  return std::nullopt;
+}
+
+absl::Status SecAggClientRounds::Load(const pb::FedAvgClientState* slot,
+                                      const edge_client::ClientState& /*state*/) {
+  if (slot != nullptr) {
+    trained_round_ = slot->secagg_round();
+    trained_version_ = slot->secagg_version();
+    update_id_ = slot->secagg_update_id();
+  }
   return absl::OkStatus();
+}
+
+void SecAggClientRounds::Save(const edge_client::ClientState& /*state*/,
+                              pb::FedAvgClientState* slot) const {
+  slot->set_secagg_round(trained_round_);
+  slot->set_secagg_version(trained_version_);
+  slot->set_secagg_update_id(update_id_);
 }
 
 absl::Status SecAggClientRounds::OnKeys(const protos::SecAggKeys& keys) {

@@ -21,41 +21,43 @@
 #include <optional>
 
 #include "edge_client/client_mode.h"
+#include "modes/fedavg/client_protocol.h"
 #include "privacy/secagg.h"
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
 
-class SecAggClientRounds {
+// A round protocol of FedAvgClient's (client_protocol.h): the rounds whose RoundStart
+// carries fedavg.secagg.
+class SecAggClientRounds final : public ClientProtocol {
  public:
   // `residual_changed` runs whenever this changes env.state().residual.
   SecAggClientRounds(edge_client::ClientEnv& env, std::function<void()> residual_changed)
       : env_(env), residual_changed_(std::move(residual_changed)) {}
 
+  bool Runs(const protos::RoundStart& start, const codecs::RoundKind& kind) const override;
+  // A secure round sends only its own masked code.
+  bool ResendsOthers() const override { return false; }
   // Whether the update in flight is a secure round's masked code.
-  bool Owns(const edge_client::ClientState& state) const {
+  bool Owns(const edge_client::ClientState& state) const override {
     return update_id_ != 0 && state.pending && state.pending->update_id == update_id_;
   }
   // `trained`: this round's update is in the residual already (the caller restored an
   // update of this round that was in flight).
-  absl::Status OnRoundStart(const protos::RoundStart& start, bool trained);
-  // SecAggKeys, SecAggShares and SecAggUnmask (others are ignored).
-  absl::Status OnModeEvent(const protos::ModeEvent& event);
-  absl::Status OnReceipt(const protos::RoundReceipt& receipt);
+  absl::Status OnRoundStart(const protos::RoundStart& start, bool trained) override;
+  // SecAggKeys, SecAggShares and SecAggUnmask (nullopt for others).
+  std::optional<absl::Status> OnModeEvent(const protos::ModeEvent& event) override;
+  absl::Status OnReceipt(const protos::RoundReceipt& receipt) override;
   // The update in flight went stale without a receipt: it is in the residual already.
-  void Restore() { update_id_ = 0; }
-
+  absl::Status Restore(const edge_client::PendingUpdate& /*p*/) override {
+    update_id_ = 0;
+    return absl::OkStatus();
+  }
   // What survives a restart (the fedavg slot): the round whose update is in the residual
   // and its model version, and the update id of the masked code in flight.
-  struct Saved {
-    uint64_t round = 0, version = 0, update_id = 0;
-  };
-  Saved saved() const { return {trained_round_, trained_version_, update_id_}; }
-  void Load(const Saved& s) {
-    trained_round_ = s.round;
-    trained_version_ = s.version;
-    update_id_ = s.update_id;
-  }
+  absl::Status Load(const pb::FedAvgClientState* slot,
+                    const edge_client::ClientState& state) override;
+  void Save(const edge_client::ClientState& state, pb::FedAvgClientState* slot) const override;
 
  private:
   struct Session {

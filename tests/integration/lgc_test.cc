@@ -127,10 +127,15 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   const auto lines = ReadRounds(o.state_dir);
   ASSERT_EQ(lines.size(), 7u);
   const std::vector<int> stages = {1, 2, 2, 2, 3, 3, 3};
+  // Round 3 was in flight at the kill: a client that led it before the kill re-sends its
+  // leader's upload to the restarted round, which another client may lead on a loaded
+  // machine and which does not take it (it goes back into the client's residual). Every
+  // other round counts every client.
+  const auto everyone = [&](size_t i) { return i == 2 ? n - 1 : n; };
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].round, i + 1);
     EXPECT_EQ(lines[i].Figure("lgc_stage"), stages[i]) << "round " << i + 1;
-    EXPECT_EQ(lines[i].participants, n) << "round " << i + 1;
+    EXPECT_GE(lines[i].participants, everyone(i)) << "round " << i + 1;
     if (stages[i] >= 2) {
       EXPECT_FALSE(lines[i].Label("lgc_leader").empty());
     }
@@ -157,7 +162,7 @@ TEST(Lgc, ThreeClientsPassThroughAllStagesAcrossACoordinatorRestart) {
   CountMisses(dir, n, 1.0 + 1e-6, &leaders, &followers);
   for (uint64_t r = 2; r <= 7; ++r) {
     EXPECT_GE(leaders[r], 1) << "round " << r;
-    EXPECT_GE(followers[r], n - 1) << "round " << r;
+    EXPECT_GE(followers[r], everyone(r - 1) - 1) << "round " << r;
   }
   // The LGC state of the last rounds is on disk (older ones are pruned).
   EXPECT_TRUE(std::filesystem::exists(o.state_dir + "/lgc-7.bin"));

@@ -58,7 +58,16 @@ absl::Status CheckFedAvgCodecs(const coordinator::RoundPlan& plan,
     return absl::InvalidArgumentError(
         "--codec: give gradiveq(...) itself; clients add what they keep of its error");
   }
-  return absl::OkStatus();
+  // Whether the round protocols the codecs ask for run together: the table's verdict
+  // (round_protocols.cc), as the driver will make them, before the job starts.
+  coordinator::DriverEnv env;
+  env.plan = &plan;
+  env.layout = layout;
+  env.dim = layout.dim();
+  const FedAvgOptions codecs_alone;
+  auto job = ProtocolJob::Read(codecs_alone, env);
+  if (!job.ok()) return job.status();
+  return PlanProtocols(*job).status();
 }
 
 using coordinator::AggregatorOptions;

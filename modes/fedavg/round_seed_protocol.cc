@@ -57,8 +57,8 @@ const ProtocolEntry& RoundSeedProtocol() {
         return codecs::Present(job.codec.round_seed) || job.warmup_round_seed;
       },
       .conflicts = {{ProtocolId::kBasis,
-                     "a seeded warm-up cannot warm up a gradiveq job; warm up with another "
-                     "codec"}},
+                     "--codec-warmup randk(seed=round) cannot warm up a gradiveq job (its bases "
+                     "name the rounds' codecs); warm up with another codec"}},
       .make = [](const ProtocolJob& job) -> absl::StatusOr<std::unique_ptr<RoundProtocol>> {
         return std::make_unique<RoundSeed>(job.env->layout);
       },

@@ -8,6 +8,7 @@
 #include "base/signals.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/flags.h"
+#include "core/dataset.h"
 #include "modes/drivers.h"
 #include "tier/tier.h"
 
@@ -34,6 +35,17 @@ int main(int argc, char** argv) {
   auto mode = fedlgc::modes::JobMode(o);
   if (!mode.ok()) return Fail(mode.status());
   const coord::ModeTraits& traits = **mode;
+  // A coordinator with no test data runs as it is: without --test-data and without the
+  // default test set (Fashion-MNIST not installed), it holds none and the clients evaluate.
+  if (app.count("--test-data") == 0 && o.HasTestData() &&
+      absl::IsNotFound(fedlgc::core::LoadDataset(o.test_data_options(), false, 1).status())) {
+    fedlgc::log::Warning("fedlgc-coordinator",
+                         "no test set: %s is not installed and --test-data is not given; the "
+                         "coordinator holds none (as --test-data none) and the clients evaluate "
+                         "(--eval auto)",
+                         o.test_data);
+    o.test_data = "none";
+  }
   if (auto st = fedlgc::modes::CheckEvaluation(o, mo); !st.ok()) return Fail(st);
   if (o.has_parent() && !(mo.fedavg == fedlgc::modes::FedAvgOptions())) {
     // The parent applies its server optimizer once, to the merged update.

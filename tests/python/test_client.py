@@ -218,13 +218,15 @@ def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path
 
 
 def test_clients_evaluate_where_the_data_lives_without_a_test_set(tmp_path, data, federations):
-    """--eval clients with --test-data none: a client with a file of its own to evaluate on
-    (--eval-data) and one holding out a tenth of its shard answer every round; the
-    coordinator weighs them, exports Prometheus gauges and picks the best round by them."""
+    """A coordinator without a test set, as it is (no --test-data, and the default
+    Fashion-MNIST not where it looks): the clients evaluate (--eval auto). A client with a
+    file of its own to evaluate on (--eval-data) and one holding out a tenth of its shard
+    answer every round; the coordinator weighs them, exports Prometheus gauges and picks the
+    best round by them."""
     work = str(tmp_path)
     ids = ["cpp-0", "cpp-1"]
     f = Federation(work, ids, ["--rounds=3", "--local-steps=10", "--min-clients=2",
-                               "--test-data=none", "--eval=clients", "--eval-fraction=0.1",
+                               f"--data-dir={work}/not-installed", "--eval-fraction=0.1",
                                f"--export={work}/best.pt", "--export-best"],
                    model=data["model"])
     federations.append(f)
@@ -247,3 +249,5 @@ def test_clients_evaluate_where_the_data_lives_without_a_test_set(tmp_path, data
     with open(f"{work}/best.json") as meta:
         m = json.load(meta)
     assert m["evaluated_on"] == "clients" and m["round"] == best["round"], (m, rounds)
+    with open(f.coordinator.log) as log:
+        assert "no test set: fashion-mnist is not installed" in log.read(), f.logs()

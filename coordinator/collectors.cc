@@ -143,33 +143,6 @@ absl::StatusOr<std::vector<float>> WeightedSumCollector::Mean() const {
 
 // ---- PerClientCollector ----
 
-std::optional<Rejection> PerClientCollector::Admit(const ChunkIn& c, const HeldUpdate* held,
-                                                   const RoundFacts& round) const {
-  if (!push_sum_) return std::nullopt;
-  const PushSumShare& share = *c.share;  // the engine checked takes_shares()
-  // A push-sum weight share is p w: positive, and at most everything (w <= n).
-  if (!(share.weight > 0) || !(share.weight <= static_cast<double>(round.registered_clients + 1))) {
-    return Reject(RejectReason::kNonFinite,
-                  absl::InvalidArgumentError(
-                      StrCat("push-sum weight share ", share.weight, " is out of range")));
-  }
-  if (share.reference_version != round.model_version) {
-    return Reject(RejectReason::kMalformed,
-                  absl::InvalidArgumentError(StrCat("share coded against model ",
-                                                    share.reference_version, "; round ", c.round,
-                                                    " uses model ", round.model_version)));
-  }
-  if (held != nullptr && held->update_id == c.update_id) {
-    absl::MutexLock lock(&mu_);
-    auto it = updates_.find(c.client_id);
-    if (it != updates_.end() && it->second.weight_share != share.weight) {
-      return Reject(RejectReason::kBadChunkIndex,
-                    absl::InvalidArgumentError("weight share differs from earlier chunks"));
-    }
-  }
-  return std::nullopt;
-}
-
 absl::StatusOr<DecodedChunk> PerClientCollector::Decode(const ChunkIn& chunk,
                                                         const RoundFacts& round) const {
   return DecodeCodecChunk(chunk, round);
@@ -190,10 +163,6 @@ void PerClientCollector::Collect(const ChunkIn& c, DecodedChunk d, bool fresh, b
     u.weight = c.weight;
     u.decoder = round.decoder;
     u.keep = round.keep;
-    if (c.share) {
-      u.weight_share = c.share->weight;
-      u.reference_version = c.share->reference_version;
-    }
   }
   if (compact_) {
     u.frames.push_back({d.begin, std::string(c.frame), c.scale, sq});

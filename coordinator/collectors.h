@@ -52,18 +52,14 @@ class WeightedSumCollector final : public Collector {
   std::set<std::string> clipped_ ABSL_GUARDED_BY(mu_);
 };
 
-// FedAvg's buffered aggregators, LSGD and SGP: each client's decoded update, kept apart
-// for the driver (O(clients x dim) memory). With `push_sum`, chunks are SGP shares and
-// carry a push-sum weight share. `compact` keeps each update as the frames that arrived
+// FedAvg's buffered aggregators, LSGD and SGP (inside SGP's push-sum collector,
+// modes/sgp/push_sum_collector.h): each client's decoded update, kept apart for the driver
+// (O(clients x dim) memory). `compact` keeps each update as the frames that arrived
 // (O(clients x compressed size)) and decodes it again on demand (Fill), one client at a
 // time: the buffered mean needs one dense vector, not one per client.
 class PerClientCollector final : public Collector {
  public:
-  explicit PerClientCollector(bool push_sum, bool compact = false)
-      : push_sum_(push_sum), compact_(compact) {}
-  bool takes_shares() const override { return push_sum_; }
-  std::optional<Rejection> Admit(const ChunkIn& chunk, const HeldUpdate* held,
-                                 const RoundFacts& round) const override;
+  explicit PerClientCollector(bool compact = false) : compact_(compact) {}
   absl::StatusOr<DecodedChunk> Decode(const ChunkIn& chunk, const RoundFacts& round) const override;
   void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
                const RoundFacts& round) override;
@@ -82,9 +78,7 @@ class PerClientCollector final : public Collector {
     std::vector<Range> ranges;  // the coordinates that arrived, sorted and merged
     bool complete = false;
     uint64_t completed = 0;   // when complete: 1 for the first update completed, 2, ...
-    double weight = 0;        // the client's weight in the round
-    double weight_share = 0;  // SGP
-    uint64_t reference_version = 0;
+    double weight = 0;  // the client's weight in the round
     // Compact: the decoder of its client's codec (a codec ladder gives each its own),
     // and what keeps a decoder the round chose alive.
     const codecs::Codec* decoder = nullptr;
@@ -109,7 +103,6 @@ class PerClientCollector final : public Collector {
   void Forget(const std::string& client) override;
 
  private:
-  const bool push_sum_;
   const bool compact_;
   mutable absl::Mutex mu_;
   std::map<std::string, Update> updates_ ABSL_GUARDED_BY(mu_);

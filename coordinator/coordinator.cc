@@ -22,6 +22,57 @@
 
 namespace fedlgc::coordinator {
 
+namespace {
+
+// Whether `round`'s model is evaluated (--eval-every, and always the last round).
+bool EvaluationDue(const CoordinatorOptions& o, uint64_t round) {
+  return o.eval_every > 0 && (round % o.eval_every == 0 || round == o.rounds);
+}
+
+// The round's per-client link figures: each settled participant's measured rates
+// (uplink_bps, downlink_bps) and, under a codec ladder, the rung each counted update came
+// in (codec_rung; the label codec_ladder lists the rungs).
+void ReportLinks(const CommitResult& commit, const LinkBook& links, const CodecLadder* ladder,
+                 RoundReport* rep) {
+  for (const auto& [client, codec] : commit.codecs) {
+    const LinkEstimate link = links.Estimate(client);
+    if (link.up_bps > 0) rep->per_client["uplink_bps"][client] = link.up_bps;
+    if (link.down_bps > 0) rep->per_client["downlink_bps"][client] = link.down_bps;
+    auto rc = commit.receipts.find(client);
+    if (ladder == nullptr || rc == commit.receipts.end() || rc->second.counted.empty()) continue;
+    rep->per_client["codec_rung"][client] = static_cast<double>(ladder->RungOf(codec));
+  }
+  if (ladder != nullptr) rep->labels["codec_ladder"] = JoinSpecs(ladder->Specs());
+}
+
+// The round's metrics: its time, participants and bytes, the updates counted per codec,
+// staleness, and the compression ratio of the plan's codec (one "ladder" ratio under a
+// codec ladder).
+void PublishRoundMetrics(monitoring::Metrics* metrics, const RoundPlan& plan,
+                         const CodecLadder* ladder, const CommitResult& commit,
+                         const RoundReport& rep) {
+  metrics->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
+  metrics->CountRound(rep.hit_deadline);
+  metrics->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
+  metrics->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
+  metrics->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
+  metrics->SetRoundBytes("downlink", "raw", static_cast<double>(rep.raw_downlink_bytes));
+  metrics->AddClipped(static_cast<int>(rep.Figure("clipped")), rep.Figure("clip_bound"));
+  for (const auto& [client, rc] : commit.receipts) {
+    auto codec = commit.codecs.find(client);
+    if (!rc.counted.empty() && codec != commit.codecs.end()) metrics->AddUpdate(codec->second);
+  }
+  if (auto s = rep.per_client.find("staleness"); s != rep.per_client.end()) {
+    for (const auto& [client, tau] : s->second) metrics->ObserveStaleness(tau);
+  }
+  if (rep.uplink_bytes > 0) {
+    metrics->SetCompressionRatio(ladder != nullptr ? "ladder" : plan.CodecFor(commit.round),
+                                 static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
+  }
+}
+
+}  // namespace
+
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
       progress_(std::make_unique<Progress>(options_.rounds, options_.clock)) {}
@@ -54,8 +105,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     return st;
   }
   if (absl::Status st = c->MakeKeeper(files); !st.ok()) return st;
-  c->MakeService(files);
   if (absl::Status st = c->MakeDownlinks(); !st.ok()) return st;
+  c->MakeService(files);
   return c;
 }
 
@@ -212,14 +263,15 @@ void Coordinator::MakeService(const JobFiles& files) {
   so.streams = o.streams;
   so.clock = o.clock;
   so.links = &links_;
-  service_ =
-      std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
-  service_->SetChunkCallback([this] { WakeUp(); });
-  service_->SetProgress(progress_.get());
+  so.on_chunk = [this] { WakeUp(); };
+  so.progress = progress_.get();
+  so.downlinks = downlinks_.get();
   if (o.EvalOnClients() && o.eval_every > 0) {
     eval_book_ = std::make_unique<EvalBook>(o.max_client_weight, o.clock);
-    service_->SetEvalBook(eval_book_.get());
+    so.eval_book = eval_book_.get();
   }
+  service_ =
+      std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
 }
 
 absl::Status Coordinator::MakeDownlinks() {
@@ -234,7 +286,6 @@ absl::Status Coordinator::MakeDownlinks() {
   auto global =
       downlinks_->At("", engine_->model()->version, [this] { return engine_->ModelVector(); });
   if (!global.ok()) return global.status();
-  service_->SetDownlinks(downlinks_.get());
   return absl::OkStatus();
 }
 
@@ -451,10 +502,6 @@ absl::Status Coordinator::RunOrder(RoundOrder order) {
   return absl::OkStatus();
 }
 
-size_t Coordinator::MinParticipants() const {
-  return std::max(traits_.min_participants, robust_.MinUpdates());
-}
-
 std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::time_point> until) {
   const CoordinatorOptions& o = options_;
   std::vector<std::string> connected;
@@ -477,7 +524,7 @@ std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::t
   // how many are asked. At least what the job needs to mean anything: one client, the
   // robust aggregator's fewest updates (Krum, Bulyan), two peers for SGP.
   const size_t want = std::max<size_t>(
-      MinParticipants(),
+      std::max(traits_.min_participants, robust_.MinUpdates()),
       static_cast<size_t>(std::ceil(o.fraction * static_cast<double>(connected.size()) - 1e-9)));
   connected.resize(std::min(want, connected.size()));
   return connected;
@@ -675,11 +722,6 @@ void Coordinator::SettleFederatedEval(RoundReport* rep) {
             static_cast<unsigned long long>(t.examples), t.accuracy, t.loss);
 }
 
-bool Coordinator::EvaluationDue(uint64_t round) const {
-  const CoordinatorOptions& o = options_;
-  return o.eval_every > 0 && (round % o.eval_every == 0 || round == o.rounds);
-}
-
 absl::Status Coordinator::Evaluate(std::span<const float> model, RoundReport* rep) {
   const auto t0 = options_.clock->Now();
   if (absl::Status st = record_model_->SetFlat(model); !st.ok()) return st;
@@ -784,7 +826,7 @@ void Coordinator::RecoverRoundLog() {
     // Only the checkpoint's own model is still here to evaluate and keep.
     const bool last = r == committed;
     RecordLater(std::move(rep), last ? engine_->ModelVector() : std::vector<float>(),
-                last && EvaluationDue(r), engine_->model()->version);
+                last && EvaluationDue(options_, r), engine_->model()->version);
   }
   DrainRecords();
 }
@@ -808,7 +850,7 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
     rep.per_client["client_uplink_bytes"][client] = static_cast<double>(bytes.first);
     rep.per_client["client_downlink_bytes"][client] = static_cast<double>(bytes.second);
   }
-  ReportLinks(commit, &rep);
+  ReportLinks(commit, links_, ladder_.get(), &rep);
   if (source_ != nullptr) rep.labels["tier"] = "aggregator";
   // The next round's downloads: the delta to this version, saved before the checkpoint
   // that names it. An aggregator's clients never download what it commits: its next
@@ -827,60 +869,25 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   if (absl::Status st = WriteCheckpoint(o.state_dir, job_key_, engine_->Snapshot()); !st.ok())
     return st;
   fedlgc::Failpoint("after-checkpoint", commit.round);
-  PublishRoundMetrics(commit, rep);
+  PublishRoundMetrics(metrics_.get(), options_.plan, ladder_.get(), commit, rep);
   // Receipts become visible only now that the checkpoint holding them is on disk: a
   // client must never learn that a chunk counted in a round a crash could still undo.
   engine_->PublishReceipts();
   for (const auto& [client, rc] : commit.receipts) {
     metrics_->AddChunks(client, "counted", rc.counted.size());
     if (!rc.counted.empty()) metrics_->SetClientLastRound(client, commit.round);
-    service_->Push(client, CoordinatorService::ReceiptEvent(rc));
+    service_->Push(client, ReceiptEventOf(rc));
   }
   progress_->Committed(rep.round);
   WriteProgress(/*force=*/true);
   // The round's evaluation, its kept model and its line (rounds.jsonl) follow off the
   // round loop.
-  const bool evaluate = EvaluationDue(commit.round);
+  const bool evaluate = EvaluationDue(options_, commit.round);
   if (evaluate && eval_book_ != nullptr) AskClientsToEvaluate(commit.round);
   std::vector<float> model =
       evaluate || keeper_ != nullptr ? engine_->ModelVector() : std::vector<float>();
   RecordLater(std::move(rep), std::move(model), evaluate, engine_->model()->version);
   return absl::OkStatus();
-}
-
-void Coordinator::ReportLinks(const CommitResult& commit, RoundReport* rep) const {
-  for (const auto& [client, codec] : commit.codecs) {
-    const LinkEstimate link = links_.Estimate(client);
-    if (link.up_bps > 0) rep->per_client["uplink_bps"][client] = link.up_bps;
-    if (link.down_bps > 0) rep->per_client["downlink_bps"][client] = link.down_bps;
-    auto rc = commit.receipts.find(client);
-    if (ladder_ == nullptr || rc == commit.receipts.end() || rc->second.counted.empty()) continue;
-    rep->per_client["codec_rung"][client] = static_cast<double>(ladder_->RungOf(codec));
-  }
-  if (ladder_ != nullptr) rep->labels["codec_ladder"] = JoinSpecs(ladder_->Specs());
-}
-
-void Coordinator::PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep) {
-  metrics_->ObserveRound(commit.seconds, commit.participants, commit.stragglers);
-  metrics_->CountRound(rep.hit_deadline);
-  metrics_->SetRoundBytes("uplink", "wire", static_cast<double>(rep.uplink_bytes));
-  metrics_->SetRoundBytes("uplink", "raw", static_cast<double>(rep.raw_uplink_bytes));
-  metrics_->SetRoundBytes("downlink", "wire", static_cast<double>(rep.downlink_bytes));
-  metrics_->SetRoundBytes("downlink", "raw", static_cast<double>(rep.raw_downlink_bytes));
-  metrics_->AddClipped(static_cast<int>(rep.Figure("clipped")), rep.Figure("clip_bound"));
-  for (const auto& [client, rc] : commit.receipts) {
-    auto codec = commit.codecs.find(client);
-    if (!rc.counted.empty() && codec != commit.codecs.end()) metrics_->AddUpdate(codec->second);
-  }
-  if (auto s = rep.per_client.find("staleness"); s != rep.per_client.end()) {
-    for (const auto& [client, tau] : s->second) metrics_->ObserveStaleness(tau);
-  }
-  if (rep.uplink_bytes > 0) {
-    // Under a codec ladder the round's updates came in several codecs: one ratio for all.
-    metrics_->SetCompressionRatio(
-        ladder_ != nullptr ? "ladder" : options_.plan.CodecFor(commit.round),
-        static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
-  }
 }
 
 }  // namespace fedlgc::coordinator

@@ -102,30 +102,22 @@ class Coordinator final : private RoundHost {
   absl::Status MakeDriverAndEngine(const DriverFactory& make_driver, EngineState state);
   // The kept models and the export (a root's; an aggregator keeps none).
   absl::Status MakeKeeper(const JobFiles& files);
+  // The compressed downlink, when --downlink-codec asks for one (before the service,
+  // which serves through it).
+  absl::Status MakeDownlinks();
   // The metrics and the gRPC service (not started).
   void MakeService(const JobFiles& files);
-  // The compressed downlink, when --downlink-codec asks for one.
-  absl::Status MakeDownlinks();
   // The rounds of `source_` until it says the job is over.
   absl::Status RunForParent();
   // Tells everyone the job (of `rounds`) is over and lingers (--linger).
   void FinishJob(uint64_t rounds);
   // The round's participants: a seeded sample of the connected clients, once a quorum
   // is connected (empty when stopped).
-  // The fewest clients a round asks when enough are connected (coordinator.cc).
-  size_t MinParticipants() const;
   // An aggregator waits only until `until` (an empty list when it passes).
   std::vector<std::string> WaitForParticipants(
       std::optional<Clock::time_point> until = std::nullopt);
   // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
   absl::Status FinishRound(const CommitResult& commit, RoundReport rep);
-  void PublishRoundMetrics(const CommitResult& commit, const RoundReport& rep);
-  // The round's per-client link figures: each settled participant's measured rates
-  // (uplink_bps, downlink_bps) and, under a codec ladder, the rung each counted update
-  // came in (codec_rung; the label codec_ladder lists the rungs).
-  void ReportLinks(const CommitResult& commit, RoundReport* rep) const;
-  // Whether `round`'s model is evaluated (--eval-every, and always the last round).
-  bool EvaluationDue(uint64_t round) const;
   // Federated evaluation: sends round `round`'s model to a sample of the connected
   // clients (EvalStart) and books whom it asked; the recorder waits for their answers and
   // puts them in the round's report (SettleFederatedEval).

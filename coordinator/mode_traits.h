@@ -52,6 +52,9 @@ struct ModeTraits {
   // Whether the robust aggregators (median, trimmed mean) apply: the round sums a set of
   // updates. Clipping and the model guard apply to every mode.
   bool robust_aggregators = false;
+  // Whether a round commits the weighted mean of its updates through the server optimizer
+  // (--server-lr and --server-momentum apply, FedAvg's options are checked).
+  bool summed = false;
   // Whether the job key of a checkpoint names the mode (FedAvg's and LGC's do not: their
   // checkpoints from before modes had names still load).
   bool mode_in_job_key = true;

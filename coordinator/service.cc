@@ -19,6 +19,29 @@ Reactor* Failed(const absl::Status& st) {
   return new ErrorReactor<Reactor>(ToGrpc(st));
 }
 
+// Parses a request; a refusal is counted and becomes the call's status.
+absl::Status ParseCounted(const grpc::ByteBuffer& in, uint64_t max_message_bytes,
+                          monitoring::Metrics* metrics, google::protobuf::MessageLite* m) {
+  absl::Status st = ParseMessage(in, max_message_bytes, m);
+  if (!st.ok()) metrics->AddRejected(ReasonOf(st));
+  return st;
+}
+
+// A unary call: parse the request, run `handle` on it, serialize the reply.
+template <typename Request, typename Reply, typename Handle>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response, uint64_t max_message_bytes,
+                                monitoring::Metrics* metrics, Handle handle) {
+  auto* reactor = ctx->DefaultReactor();
+  Request req;
+  Reply reply;
+  grpc::Status st = ToGrpc(ParseCounted(*request, max_message_bytes, metrics, &req));
+  if (st.ok()) st = handle(ctx, req, &reply);
+  if (st.ok()) SerializeMessage(reply, response);
+  reactor->Finish(st);
+  return reactor;
+}
+
 }  // namespace
 
 grpc::Status ToGrpc(const absl::Status& st) {
@@ -74,13 +97,6 @@ absl::StatusOr<std::string> CoordinatorService::StreamIdentity(grpc::CallbackSer
   return Identity(ctx, claimed);
 }
 
-absl::Status CoordinatorService::Parse(const grpc::ByteBuffer& in,
-                                       google::protobuf::MessageLite* m) {
-  absl::Status st = ParseMessage(in, options_.max_message_bytes, m);
-  if (!st.ok()) metrics_->AddRejected(ReasonOf(st));
-  return st;
-}
-
 absl::StatusOr<std::shared_ptr<StreamTicket>> CoordinatorService::OpenStream(
     const std::string& client, grpc::CallbackServerContext* ctx) {
   auto ticket = calls_.Open(client, ctx);
@@ -88,25 +104,12 @@ absl::StatusOr<std::shared_ptr<StreamTicket>> CoordinatorService::OpenStream(
   return ticket;
 }
 
-template <typename Request, typename Reply>
-grpc::ServerUnaryReactor* CoordinatorService::Unary(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-    grpc::Status (CoordinatorService::*handle)(grpc::CallbackServerContext*, const Request&,
-                                               Reply*)) {
-  auto* reactor = ctx->DefaultReactor();
-  Request req;
-  Reply reply;
-  grpc::Status st = ToGrpc(Parse(*request, &req));
-  if (st.ok()) st = (this->*handle)(ctx, req, &reply);
-  if (st.ok()) SerializeMessage(reply, response);
-  reactor->Finish(st);
-  return reactor;
-}
-
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* request,
                                                    grpc::ByteBuffer* response) {
-  return Unary(ctx, request, response, &CoordinatorService::DoJoin);
+  return Unary<protos::JoinRequest, protos::JoinReply>(
+      ctx, request, response, options_.max_message_bytes, metrics_,
+      [this](auto* c, const auto& req, auto* reply) { return DoJoin(c, req, reply); });
 }
 
 grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
@@ -157,7 +160,7 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   reply->set_total_rounds(total_rounds_);
   reply->set_mode(std::string(ModeName(driver_->mode())));
   reply->set_protocol_version(kProtocolVersion);
-  if (downlinks_ != nullptr) reply->set_downlink_codec(downlinks_->codec());
+  if (options_.downlinks != nullptr) reply->set_downlink_codec(options_.downlinks->codec());
   if (job_.model_file != nullptr) {
     reply->set_model_sha256(job_.model_sha256);
     reply->set_model_bytes(job_.model_file->bytes.size());
@@ -196,12 +199,12 @@ void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor
                                       "replaced by a newer event stream of this client"));
     }
     streams_[client] = r;
-    for (const Receipt& rc : engine_->ReceiptsFor(client)) r->Push(ReceiptEvent(rc));
+    for (const Receipt& rc : engine_->ReceiptsFor(client)) r->Push(ReceiptEventOf(rc));
     // A job that is over says so, even to a client of a round still open (buffered rounds
     // end with clients still training).
     if (done_) {
       r->Push(done_event_);
-    } else if (auto start = RoundStartEvent(client)) {
+    } else if (auto start = RoundStartEventOf(*engine_, *driver_, client, *options_.clock)) {
       r->Push(*start);
     }
   }
@@ -231,11 +234,6 @@ Clock::time_point CoordinatorService::LastSeen(const std::string& client) const 
   if (streams_.count(client)) return options_.clock->Now();
   auto it = last_call_.find(client);
   return it == last_call_.end() ? Clock::time_point() : it->second;
-}
-
-std::optional<protos::ServerEvent> CoordinatorService::RoundStartEvent(
-    const std::string& client) const {
-  return RoundStartEventOf(*engine_, *driver_, client, *options_.clock);
 }
 
 std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, RoundDriver& driver,
@@ -279,7 +277,7 @@ ChunkIn ChunkInOf(const std::string& client, const protos::UpdateChunk& chunk) {
   return in;
 }
 
-protos::ServerEvent CoordinatorService::ReceiptEvent(const Receipt& rc) {
+protos::ServerEvent ReceiptEventOf(const Receipt& rc) {
   protos::ServerEvent e;
   auto* r = e.mutable_receipt();
   r->set_round(rc.round);
@@ -299,7 +297,7 @@ bool CoordinatorService::Push(const std::string& client, const protos::ServerEve
 }
 
 bool CoordinatorService::SendRoundStart(const std::string& client) {
-  const auto e = RoundStartEvent(client);
+  const auto e = RoundStartEventOf(*engine_, *driver_, client, *options_.clock);
   return e && Push(client, *e);
 }
 
@@ -350,10 +348,10 @@ absl::StatusOr<std::shared_ptr<const ModelBlob>> CoordinatorService::BlobFor(
                                       req.version(), " is not served; the current version is ",
                                       blob->version));
   }
-  if (downlinks_ != nullptr && (req.blob().empty() || driver_->Broadcasts(req.blob()))) {
+  if (options_.downlinks != nullptr && (req.blob().empty() || driver_->Broadcasts(req.blob()))) {
     // The model as clients hold it: the chain from the caller's version, or that model.
     const std::string& bytes = blob->bytes;
-    auto channel = downlinks_->At(req.blob(), blob->version, [&bytes] {
+    auto channel = options_.downlinks->At(req.blob(), blob->version, [&bytes] {
       std::vector<float> v(bytes.size() / sizeof(float));
       std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
       return v;
@@ -376,7 +374,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::DownloadModel(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
   using Reactor = grpc::ServerWriteReactor<grpc::ByteBuffer>;
   protos::ModelRequest req;
-  if (absl::Status st = Parse(*request, &req); !st.ok()) return Failed<Reactor>(st);
+  if (absl::Status st = ParseCounted(*request, options_.max_message_bytes, metrics_, &req);
+      !st.ok()) {
+    return Failed<Reactor>(st);
+  }
   auto id = Identity(ctx, req.client_id());
   if (!id.ok()) return Failed<Reactor>(id.status());
   auto blob = BlobFor(*id, req);
@@ -410,7 +411,9 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* CoordinatorService::Gossip(
 grpc::ServerUnaryReactor* CoordinatorService::Report(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response) {
-  return Unary(ctx, request, response, &CoordinatorService::DoReport);
+  return Unary<protos::ProgressReport, protos::ReportAck>(
+      ctx, request, response, options_.max_message_bytes, metrics_,
+      [this](auto* c, const auto& req, auto* ack) { return DoReport(c, req, ack); });
 }
 
 grpc::Status CoordinatorService::DoReport(grpc::CallbackServerContext* ctx,
@@ -421,8 +424,8 @@ grpc::Status CoordinatorService::DoReport(grpc::CallbackServerContext* ctx,
   Touch(*id);
   if (req.has_eval()) {
     // Federated evaluation's answer: the book's, not the round's.
-    const absl::Status st = eval_book_ != nullptr
-                                ? eval_book_->Accept(*id, req.eval())
+    const absl::Status st = options_.eval_book != nullptr
+                                ? options_.eval_book->Accept(*id, req.eval())
                                 : absl::FailedPreconditionError("this job evaluates no model on clients");
     if (!st.ok()) {
       metrics_->AddEvalAnswers("refused", 1);

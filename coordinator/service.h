@@ -64,6 +64,17 @@ struct ServiceOptions {
   // Where the links measured by downloads and uploads go (not owned; null: a book of the
   // service's own).
   LinkBook* links = nullptr;
+  // A chunk or report arrived (wakes the round loop early); empty: nothing to wake.
+  std::function<void()> on_chunk;
+  // The global model, and the blobs the driver broadcasts, go down through `downlinks`
+  // (not owned, outlives the service; null: uncompressed).
+  Downlinks* downlinks = nullptr;
+  // Where federated evaluation's answers go (not owned, outlives the service; null: none
+  // are taken).
+  EvalBook* eval_book = nullptr;
+  // Where downloads and uploads are reported (not owned, outlives the service; null:
+  // nowhere).
+  Progress* progress = nullptr;
 };
 
 // The RoundStart event of the round `engine` has open for `client` (nullopt: none for
@@ -71,6 +82,8 @@ struct ServiceOptions {
 // DecorateRoundStart), the seeds and the deadline in wall time by `clock`.
 std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, RoundDriver& driver,
                                                      const std::string& client, const Clock& clock);
+// The Receipt event of `receipt`: what of an update counted, and the version it made.
+protos::ServerEvent ReceiptEventOf(const Receipt& receipt);
 
 // An upload's chunk as the engine takes it (without a push-sum share); its frame views
 // `chunk`'s bytes.
@@ -124,25 +137,14 @@ class CoordinatorService final : public RawCoordinatorService {
   void BroadcastDone(uint64_t rounds, float accuracy, uint64_t model_version);
   // Clients that said in Join they download the final model when the job ends.
   std::set<std::string> FinalModelTakers() const;
-  static protos::ServerEvent ReceiptEvent(const Receipt& receipt);
 
   RoundTraffic& traffic() { return traffic_; }
-  // Set before serving: a chunk or report arrived (wakes the round loop early).
-  void SetChunkCallback(std::function<void()> f) { on_chunk_ = std::move(f); }
-  // Set before serving: the global model, and the blobs the driver broadcasts, go down
-  // through `downlinks` (must outlive the service).
-  void SetDownlinks(Downlinks* downlinks) { downlinks_ = downlinks; }
-  // Set before serving: where federated evaluation's answers go (must outlive the
-  // service; null: none are taken).
-  void SetEvalBook(EvalBook* book) { eval_book_ = book; }
-  // Set before serving: where downloads and uploads are reported (must outlive the service).
-  void SetProgress(Progress* progress) { progress_ = progress; }
-  // A participant's download or upload moved (no-op without SetProgress).
+  // A participant's download or upload moved (no-op without ServiceOptions::progress).
   void ReportDownload(const std::string& client, uint64_t bytes, bool complete) {
-    if (progress_ != nullptr) progress_->Downloaded(client, bytes, complete);
+    if (options_.progress != nullptr) options_.progress->Downloaded(client, bytes, complete);
   }
   void ReportUpload(const std::string& client, uint64_t bytes, bool complete) {
-    if (progress_ != nullptr) progress_->Uploaded(client, bytes, complete);
+    if (options_.progress != nullptr) options_.progress->Uploaded(client, bytes, complete);
   }
   // Measured downlink throughput of a client (bytes/s of its full model downloads,
   // averaged both ways: LinkEstimate::down_bps_mean); 0 when unknown.
@@ -163,7 +165,7 @@ class CoordinatorService final : public RawCoordinatorService {
   Clock& clock() const { return *options_.clock; }
   StreamRegistry& calls() { return calls_; }
   void NotifyChunk() {
-    if (on_chunk_) on_chunk_();
+    if (options_.on_chunk) options_.on_chunk();
   }
 
  private:
@@ -172,28 +174,16 @@ class CoordinatorService final : public RawCoordinatorService {
                       protos::JoinReply* reply);
   grpc::Status DoReport(grpc::CallbackServerContext* ctx, const protos::ProgressReport& req,
                         protos::ReportAck* ack);
-  // Parses a request; a refusal is counted and becomes the call's status.
-  absl::Status Parse(const grpc::ByteBuffer& in, google::protobuf::MessageLite* m);
-  // A unary call: parse the request, run `handle` on it, serialize the reply.
-  template <typename Request, typename Reply>
-  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
-                                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-                                  grpc::Status (CoordinatorService::*handle)(
-                                      grpc::CallbackServerContext*, const Request&, Reply*));
   // Admits an upload, share or download of `client` under the stream limits (counted).
   absl::StatusOr<std::shared_ptr<StreamTicket>> OpenStream(const std::string& client,
                                                            grpc::CallbackServerContext* ctx);
   void OnEventsOpened(const std::string& client, EventsReactor* r);
-  std::optional<protos::ServerEvent> RoundStartEvent(const std::string& client) const;
   // The blob a download asks for, or the refusal.
   absl::StatusOr<std::shared_ptr<const ModelBlob>> BlobFor(const std::string& client,
                                                            const protos::ModelRequest& req);
 
   RoundEngine* const engine_;
   RoundDriver* const driver_;
-  Downlinks* downlinks_ = nullptr;
-  Progress* progress_ = nullptr;
-  EvalBook* eval_book_ = nullptr;
   monitoring::Metrics* const metrics_;
   const JobInfo job_;
   std::atomic<uint32_t> total_rounds_;
@@ -202,7 +192,6 @@ class CoordinatorService final : public RawCoordinatorService {
   LinkBook own_links_;
   LinkBook* const links_;
   RoundTraffic traffic_;
-  std::function<void()> on_chunk_;
   mutable absl::Mutex mu_;
   std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Clock::time_point> last_call_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 
 #include "base/flags.h"
 #include "base/str.h"
+#include "modes/catalog.h"
 
 namespace fedlgc::modes {
 namespace {
@@ -108,7 +109,7 @@ absl::Status CheckEvaluation(const coordinator::CoordinatorOptions& co, const Mo
 }
 
 absl::Status ModeOptions::Validate(Mode mode) const {
-  const bool summed = mode == Mode::kFedAvg || mode == Mode::kLgc;
+  const bool summed = TraitsOf(mode).summed;
   const ModeOptions defaults;
   for (const absl::Status& st : {
            Unused(mode != Mode::kFedAvg && fedavg.rounds_mode != defaults.fedavg.rounds_mode,

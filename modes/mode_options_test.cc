@@ -194,6 +194,9 @@ TEST(ModeTraits, EveryModeHasARowThatAnswersForIt) {
   EXPECT_EQ(TraitsOf(Mode::kSgp).min_participants, 2u);
   EXPECT_TRUE(TraitsOf(Mode::kFedAvg).plain_clients);
   EXPECT_FALSE(TraitsOf(Mode::kLsgd).robust_aggregators);
+  // The server optimizer's flags belong to the modes whose rounds commit a summed mean.
+  EXPECT_TRUE(TraitsOf(Mode::kFedAvg).summed && TraitsOf(Mode::kLgc).summed);
+  EXPECT_FALSE(TraitsOf(Mode::kLsgd).summed || TraitsOf(Mode::kSgp).summed);
   // What a mode's traits refuse: a median in an SGP job, an aggregator under LSGD.
   CoordinatorOptions co;
   co.insecure = true;

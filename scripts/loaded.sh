@@ -4,14 +4,15 @@
 # first. Writes each run's ctest log and a summary (one line a run: passed, failed, the
 # failures' names, seconds) to OUT (build/loaded), and prints the summary.
 #   scripts/loaded.sh [OUT]        (after a build: cmake --build build)
-# RUNS, LOAD and LABELS ('integration|python') change what it runs; JOBS ctest's parallelism.
+# RUNS, LOAD and LABELS ('integration|python') change what it runs; JOBS ctest's parallelism
+# (one more than the cores, as scripts/test.sh runs these suites).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/loaded}
 runs=${RUNS:-3}
 load=${LOAD:-2}
 labels=${LABELS:-integration|python}
-jobs=${JOBS:-$(nproc)}
+jobs=${JOBS:-$(($(nproc) + 1))}
 mkdir -p "$out"
 pids=()
 stop_load() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

@@ -21,6 +21,10 @@ and fails when one grows past its baseline (scripts/seams_baseline.json).
                    named in product code outside its files and the protocol tables
                    (round_protocols.cc, client_protocols.cc): adding a protocol touches
                    nothing else
+  big_classes      member functions past 30 in the classes and structs of coordinator/ and
+                   modes/ (their headers; declared or defined in the class, constructors
+                   included, deleted ones not), summed over the classes: a class that does
+                   everything is a hub
   codecs_helpers   files that include codecs/{str,crc32c,spec}.h: helpers every folder uses,
                    which live in base/ (a file including them from codecs/ again counts)
   spec_predicates  calls outside codecs/ of a function that reads a codec spec's text for
@@ -130,6 +134,61 @@ def long_functions(root, limit=80):
     return sorted(found, reverse=True)
 
 
+def strip_templates(s):
+    out, depth = [], 0
+    for c in s:
+        if c == "<":
+            depth += 1
+        elif c == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(c)
+    return "".join(out)
+
+
+def declares_function(stmt):
+    """Whether one statement of a class body (up to its `;` or its body) declares a member
+    function: a name before a parenthesis that is not a macro (ABSL_GUARDED_BY(mu_))."""
+    s = " ".join(stmt.split())
+    s = re.sub(r"^((public|private|protected)\s*:\s*)+", "", s)
+    if not s or re.match(r"(using|friend|typedef|static_assert|enum|class|struct)\b", s):
+        return False
+    if re.search(r"=\s*delete\s*$", s):
+        return False
+    m = re.search(r"(~?\w+)\s*\(", strip_templates(s))
+    return bool(m) and not re.fullmatch(r"[A-Z_0-9]+", m.group(1)) \
+        and m.group(1) not in ("void", "int", "bool", "decltype")
+
+
+def class_sizes(root, folders=("coordinator/", "modes/")):
+    """(member functions, file, class) of each class or struct in the folders' headers."""
+    found = []
+    for rel, path in sources(root, (".h",)):
+        if not product(rel) or not rel.startswith(folders):
+            continue
+        src = blank_comments_and_strings(open(path, errors="replace").read())
+        src = "\n".join("" if l.lstrip().startswith("#") else l for l in src.split("\n"))
+        for m in re.finditer(r"\b(class|struct)\s+(\w+)[^;{()]*\{", src):
+            i, depth, stmt, count = m.end(), 1, "", 0
+            while i < len(src) and depth > 0:
+                c = src[i]
+                if c == "{":
+                    depth += 1
+                elif c == "}":
+                    depth -= 1
+                    if depth == 1:  # the end of an inline body or a nested class
+                        count += declares_function(stmt)
+                        stmt = ""
+                elif c == ";" and depth == 1:
+                    count += declares_function(stmt)
+                    stmt = ""
+                elif depth == 1:
+                    stmt += c
+                i += 1
+            found.append((count, rel, m.group(2)))
+    return sorted(found, reverse=True)
+
+
 def grep(root, pattern, keep, flags=0):
     rx = re.compile(pattern, flags)
     hits = []
@@ -202,6 +261,8 @@ def measure(root):
         "mode_rules": mode_rules,
         "example_mode": example_mode,
         "long_functions": [f"{n} lines {where} {name}" for n, where, name in long_functions(root)],
+        "big_classes": [(f"{n} member functions {rel} {name}", n - 30)
+                        for n, rel, name in class_sizes(root) if n > 30],
         "test_sleeps": sleeps,
         "stderr_prints": stderr_prints(root),
         "lgc_stage_ints": stage_ints,
@@ -217,11 +278,13 @@ def main():
     ap.add_argument("--list")
     args = ap.parse_args()
     found = measure(args.root)
+    # An entry counts 1, or its weight when it is (text, weight).
+    text = {k: [e[0] if isinstance(e, tuple) else e for e in v] for k, v in found.items()}
     if args.list:
-        print("\n".join(found[args.list]))
+        print("\n".join(text[args.list]))
         return 0
     baseline_path = os.path.join(args.root, "scripts", "seams_baseline.json")
-    counts = {k: len(v) for k, v in found.items()}
+    counts = {k: sum(e[1] if isinstance(e, tuple) else 1 for e in v) for k, v in found.items()}
     if args.update:
         with open(baseline_path, "w") as f:
             json.dump(counts, f, indent=2, sort_keys=True)
@@ -242,7 +305,7 @@ def main():
             mark = f"below {limit}: lower the baseline (--update)"
         print(f"seams: {name:16s} {n:4d}  {mark}")
         if limit is not None and n > limit:
-            for where in found[name]:
+            for where in text[name]:
                 print(f"    {where}")
     return 1 if failed else 0
 

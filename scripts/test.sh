@@ -15,7 +15,8 @@
 # Each stage's time is printed at the end and kept in build/stage-times.txt.
 #
 #   scripts/test.sh quick   the quick tier: the build of stage 1 and every test that needs
-#                           no whole federation (ctest -LE 'integration|python|deployment'),
+#                           no whole federation (the unit binaries and ctest -LE
+#                           'unit|integration|python|deployment'),
 #                           a few minutes after the build. Run it before every commit; run
 #                           the whole suite before you push (CONTRIBUTING.md).
 set -euo pipefail
@@ -45,15 +46,23 @@ echo "== 1/5 release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFEDLGC_WERROR=ON >/dev/null
 cmake --build build -j"$JOBS"
 stage_done "1 release build"
+# The unit tests (label "unit": every GoogleTest binary but integration_test) run each binary
+# in one process, JOBS shards at once; ctest runs the rest, a process a test.
+unit_binaries=$(ctest --test-dir build -L unit --show-only=json-v1 |
+  python3 -c 'import json, sys; print(" ".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"]})))')
+# shellcheck disable=SC2086  # one word a binary
+scripts/gtest_shards.sh "$JOBS" $unit_binaries
 if [ "$TIER" = quick ]; then
-  ctest --test-dir build -j"$JOBS" --output-on-failure -LE 'integration|python|deployment'
+  ctest --test-dir build -j"$JOBS" --output-on-failure -LE 'unit|integration|python|deployment'
   stage_done "1 tests without a federation"
   trap - ERR
   echo "== stage times"
   print_times
   exit 0
 fi
-ctest --test-dir build -j"$JOBS" --output-on-failure
+# The federations wait on links, deadlines and child processes: one test more than the
+# cores keeps them busy (the suites pass beside two busy cores: scripts/loaded.sh).
+ctest --test-dir build -j"$((JOBS + 1))" --output-on-failure -LE unit
 stage_done "1 tests"
 
 echo "== 2/5 thread-safety analysis (clang -Wthread-safety)"
@@ -70,17 +79,12 @@ if command -v clang++ >/dev/null; then
     -DFEDLGC_FUZZ=ON -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF >/dev/null
   cmake --build build-fuzz -j"$JOBS"
   stage_done "3 sanitized build"
-  [ "$FUZZ_SECONDS" -gt 0 ] || echo "FUZZ_SECONDS=0: the fuzzers are built, not run"
-  for fuzzer in build-fuzz/bin/fuzz_*; do
-    [ "$FUZZ_SECONDS" -gt 0 ] || break
-    name=$(basename "$fuzzer")
-    corpus=build-fuzz/corpus/$name
-    rm -rf "$corpus" && mkdir -p "$corpus"
-    "build/bin/$name" --seeds "$corpus" >/dev/null
-    "$fuzzer" -max_total_time="$FUZZ_SECONDS" -max_len=8192 -seed=1 -print_final_stats=1 \
-      "$corpus" 2>"build-fuzz/$name.log" || { tail -50 "build-fuzz/$name.log"; exit 1; }
-    echo "$name: $(grep -m1 'stat::number_of_executed_units' "build-fuzz/$name.log" | awk '{print $2}') inputs, no crash"
-  done
+  if [ "$FUZZ_SECONDS" -gt 0 ]; then
+    # JOBS fuzzers at a time: each libFuzzer run is one process on one core.
+    printf '%s\n' build-fuzz/bin/fuzz_* | xargs -P "$JOBS" -n 1 scripts/fuzz_one.sh "$FUZZ_SECONDS"
+  else
+    echo "FUZZ_SECONDS=0: the fuzzers are built, not run"
+  fi
 else
   echo "clang++ not found: the seeded fuzz drivers in step 1 stand in for libFuzzer"
 fi
@@ -96,8 +100,12 @@ if ! command -v clang++ >/dev/null; then
     -DFEDLGC_CODECS_ONLY=ON -DFEDLGC_WITH_CUDA=OFF -DFEDLGC_BUILD_BENCH=OFF -DFEDLGC_WERROR=ON >/dev/null
   cmake --build build-asan -j"$JOBS"
 fi
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir "$sanitized" -j"$JOBS" --output-on-failure -L codecs
+# Each test binary in one process (LeakSanitizer then checks the whole run), JOBS shards at once.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+scripts/gtest_shards.sh "$JOBS" "$sanitized"/bin/{codecs,base,privacy}_test
+# Without clang the seeded fuzz drivers are ctest tests of that build: run them sanitized too.
+[ "$sanitized" = build-fuzz ] || ctest --test-dir "$sanitized" -j"$JOBS" --output-on-failure -L fuzz
+unset ASAN_OPTIONS UBSAN_OPTIONS
 stage_done "4 codec tests under ASan+UBSan"
 
 echo "== 5/5 the compose deployment on a real Docker engine"

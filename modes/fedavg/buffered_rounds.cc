@@ -219,7 +219,7 @@ absl::Status BufferedRounds::RunRound(coordinator::RoundHost& host,
   if (collector_ == nullptr) {
     // The mean takes updates one at a time: they wait as the frames that arrived.
     const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
-    auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
+    auto collector = std::make_shared<coordinator::PerClientCollector>(compact);
     const std::vector<std::string> first = Idle(host, candidates, {}, options_.concurrency);
     if (absl::Status st = host.StartRollingRound(first, deadline, collector); !st.ok()) return st;
     collector_ = std::move(collector);

@@ -21,8 +21,7 @@ absl::Status RunDpRound(RoundContext& r, DpRounds& dp) {
   auto sample = dp.Sample(r.host);
   if (!sample.ok()) return sample.status();
   for (const std::string& c : *sample) r.report->per_client["dp_asked"][c] = 1;
-  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false,
-                                                                     /*compact=*/true);
+  auto collector = std::make_shared<coordinator::PerClientCollector>(/*compact=*/true);
   auto open = CollectRound(r.host, *sample, r.deadline, collector, r.report, nullptr);
   if (!open.ok() || !*open) return open.status();
   const auto updates = collector->TakeUpdates();

@@ -82,7 +82,7 @@ absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& p
                               RoundReport* report, const std::function<void()>& tick) {
   // The mean takes updates one at a time: they wait as the frames that arrived.
   const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
-  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false, compact);
+  auto collector = std::make_shared<coordinator::PerClientCollector>(compact);
   auto open = CollectRound(host, participants, deadline, collector, report, tick);
   if (!open.ok() || !*open) return open.status();
   const auto updates = collector->TakeUpdates();
@@ -228,6 +228,7 @@ const coordinator::ModeTraits& FedAvgDriver::Traits() {
   static const coordinator::ModeTraits traits{
       .mode = Mode::kFedAvg,
       .robust_aggregators = true,
+      .summed = true,
       .mode_in_job_key = false,
       .plain_clients = true,
       .codec_ladder = true,

@@ -1,6 +1,8 @@
 // powersgd(..., phases=2) as a round protocol (powersgd_rounds.h): each round of the job
 // codec sends P, sums it, and sends Q against the summed P; a --codec-warmup round runs
 // as a summed round.
+#include <string>
+
 #include "codecs/round_kind.h"
 #include "modes/fedavg/powersgd_rounds.h"
 #include "modes/fedavg/round_protocol.h"
@@ -11,7 +13,10 @@ namespace {
 
 class TwoPhase final : public RoundProtocol {
  public:
-  explicit TwoPhase(std::unique_ptr<PowerSgdRounds> rounds) : rounds_(std::move(rounds)) {}
+  TwoPhase(std::unique_ptr<PowerSgdRounds> rounds, std::string job_codec)
+      : rounds_(std::move(rounds)),
+        job_codec_(std::move(job_codec)),
+        job_two_phase_(codecs::RoundKindOf(job_codec_).two_phase == codecs::Placement::kTop) {}
   ProtocolId id() const override { return ProtocolId::kTwoPhase; }
 
   bool RunsRound(const RoundContext& round) const override { return round.job_codec; }
@@ -22,14 +27,21 @@ class TwoPhase final : public RoundProtocol {
   absl::Status Save(uint64_t round) override { return rounds_->Save(round); }
 
   void DecorateRoundStart(const std::string& /*client*/, protos::RoundStart* start) override {
-    // A warm-up round's start is a plain one.
-    if (codecs::RoundKindOf(start->codec()).two_phase == codecs::Placement::kTop) {
+    // A warm-up round's start is a plain one. The job codec's kind is read once, not for
+    // every participant of every round.
+    const bool two_phase = start->codec() == job_codec_
+                               ? job_two_phase_
+                               : codecs::RoundKindOf(start->codec()).two_phase ==
+                                     codecs::Placement::kTop;
+    if (two_phase) {
       rounds_->Decorate(start);
     }
   }
 
  private:
   const std::unique_ptr<PowerSgdRounds> rounds_;
+  const std::string job_codec_;
+  const bool job_two_phase_;
 };
 
 }  // namespace
@@ -44,7 +56,7 @@ const ProtocolEntry& TwoPhaseProtocol() {
         auto rounds =
             PowerSgdRounds::Create(env.plan->codec, env.layout, env.state_dir, env.committed_round);
         if (!rounds.ok()) return rounds.status();
-        return std::make_unique<TwoPhase>(*std::move(rounds));
+        return std::make_unique<TwoPhase>(*std::move(rounds), env.plan->codec);
       },
   };
   return kEntry;

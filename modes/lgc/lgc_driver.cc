@@ -54,6 +54,7 @@ const coordinator::ModeTraits& LgcDriver::Traits() {
   static const coordinator::ModeTraits traits{
       .mode = Mode::kLgc,
       .robust_aggregators = true,
+      .summed = true,
       .mode_in_job_key = false,
       .codecs_take_layout = false,
       .claims_codec = &ClaimsLgcCodec,

@@ -42,6 +42,26 @@ absl::Status CheckLsgdCodecs(const coordinator::RoundPlan& plan,
                              const codecs::ModelLayout& layout) {
   return CheckOwnProtocolCodecs(plan, layout, Mode::kLsgd);
 }
+
+// What `leader` is asked to upload against in `round`: its group's reference as it stands
+// in `state` (the driver's, read with its lock held).
+protos::LsgdLead LeadOf(const LsgdState& state, uint64_t round, const std::string& leader) {
+  protos::LsgdLead lead;
+  lead.set_round(round);
+  auto it = state.group_of.find(leader);
+  const size_t g = it == state.group_of.end() ? 0 : it->second;
+  lead.set_reference_blob(StrCat("group:", g));
+  lead.set_reference_version(g < state.ref_versions.size() ? state.ref_versions[g] : 0);
+  return lead;
+}
+
+// A pull towards `group`'s reference at its current version in `state`.
+void AddPull(const LsgdState& state, size_t group, double strength, protos::LsgdRound* s) {
+  protos::Pull* p = s->add_pulls();
+  p->set_blob(StrCat("group:", group));
+  p->set_version(state.ref_versions[group]);
+  p->set_strength(static_cast<float>(strength));
+}
 }  // namespace
 
 const coordinator::ModeTraits& LsgdDriver::Traits() {
@@ -241,17 +261,7 @@ LsgdDriver::Election LsgdDriver::Elect(uint64_t round, const std::set<std::strin
 
 protos::LsgdLead LsgdDriver::LeadFor(uint64_t round, const std::string& leader) const {
   absl::MutexLock lock(&mu_);
-  return LeadForLocked(round, leader);
-}
-
-protos::LsgdLead LsgdDriver::LeadForLocked(uint64_t round, const std::string& leader) const {
-  protos::LsgdLead lead;
-  lead.set_round(round);
-  auto it = state_.group_of.find(leader);
-  const size_t g = it == state_.group_of.end() ? 0 : it->second;
-  lead.set_reference_blob(StrCat("group:", g));
-  lead.set_reference_version(g < state_.ref_versions.size() ? state_.ref_versions[g] : 0);
-  return lead;
+  return LeadOf(state_, round, leader);
 }
 
 namespace {
@@ -310,13 +320,6 @@ std::vector<float> LsgdDriver::Commit(uint64_t round, const Election& election,
   return state_.refs.empty() ? initial_ : state_.refs.front();
 }
 
-void LsgdDriver::AddPullLocked(size_t group, double strength, protos::LsgdRound* s) const {
-  protos::Pull* p = s->add_pulls();
-  p->set_blob(StrCat("group:", group));
-  p->set_version(state_.ref_versions[group]);
-  p->set_strength(static_cast<float>(strength));
-}
-
 void LsgdDriver::DecorateRoundStart(const std::string& client, protos::RoundStart* start) {
   protos::LsgdRound* s = start->mutable_lsgd();
   absl::MutexLock lock(&mu_);
@@ -325,12 +328,12 @@ void LsgdDriver::DecorateRoundStart(const std::string& client, protos::RoundStar
   if (options_.multi_group()) {
     auto it = state_.pulled_leaders.find(g);
     if (it != state_.pulled_leaders.end() && it->second != client)
-      AddPullLocked(g, options_.pull, s);
+      AddPull(state_, g, options_.pull, s);
   }
   if (state_.pull_global && client != state_.global_leader)
-    AddPullLocked(state_.group_of.at(state_.global_leader), options_.global_pull, s);
+    AddPull(state_, state_.group_of.at(state_.global_leader), options_.global_pull, s);
   if (leaders_.count(client) && start->round() == round_)
-    *s->mutable_lead() = LeadForLocked(round_, client);
+    *s->mutable_lead() = LeadOf(state_, round_, client);
 }
 
 absl::StatusOr<std::shared_ptr<const ModelBlob>> LsgdDriver::Blob(const std::string& client,
@@ -411,7 +414,7 @@ absl::Status LsgdDriver::RunRound(coordinator::RoundHost& host,
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
   BeginRound(round, participants);
-  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false);
+  auto collector = std::make_shared<coordinator::PerClientCollector>();
   const std::set<std::string> nobody;  // until elected
   if (absl::Status st = host.StartRound(participants, deadline, collector, &nobody); !st.ok())
     return st;

@@ -115,8 +115,6 @@ class LsgdDriver final : public coordinator::RoundDriver {
                  const std::set<std::string>& exclude);
   // What `leader` is asked to upload against.
   protos::LsgdLead LeadFor(uint64_t round, const std::string& leader) const;
-  protos::LsgdLead LeadForLocked(uint64_t round, const std::string& leader) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How a commit takes the leaders' updates: the leaders left out (the model guard), and
   // each one's factor (clipping; 1 when absent).
   struct Scaling {
@@ -154,9 +152,6 @@ class LsgdDriver final : public coordinator::RoundDriver {
   void FormGroupsLocked(const std::vector<std::vector<std::string>>& groups)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A pull towards `group`'s reference at its current version.
-  void AddPullLocked(size_t group, double strength, protos::LsgdRound* s) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Clips the elected leaders' complete updates against --clip-multiplier x the lower
   // median of recent leaders' norms, and commits under the model guard (a leader whose

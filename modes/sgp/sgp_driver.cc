@@ -126,7 +126,7 @@ SgpDriver::Outcome SgpDriver::Commit(uint64_t round, const Shares& shares,
   for (const auto& [sender, peer] : peer_) {
     auto it = shares.find(sender);
     if (it == shares.end() || !it->second.complete || withheld.count(sender)) continue;
-    const coordinator::PerClientCollector::Update& u = it->second;
+    const SgpShare& u = it->second;
     std::vector<float> f(dim_);
     core::ReconstructShare(u.values, u.weight_share,
                            reference_ ? reference : std::span<const float>(), f);
@@ -198,7 +198,7 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
   BeginRound(round, participants);
   // A sender that vanishes is not waited for: the round closes without its share.
   std::set<std::string> waiting = Senders();
-  auto collector = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/true);
+  auto collector = std::make_shared<PushSumCollector>();
   if (absl::Status st = host.StartRound(participants, deadline, collector, &waiting); !st.ok())
     return st;
   const auto opened = host.Now();
@@ -219,7 +219,7 @@ absl::Status SgpDriver::RunRound(coordinator::RoundHost& host,
   for (const std::string& c : host.Vanished(live, opened)) live.erase(c);
   // Shares far from the served model are withheld (their senders keep them: push-sum's
   // mass stays whole); the model guard may withhold more, and quarantines those.
-  const Shares shares = collector->Updates();
+  const Shares shares = collector->Shares();
   // What clients downloaded as the round's model (their shares are relative to it).
   const std::vector<float> served = host.ServedModel();
   const std::map<std::string, double> deviations = Deviations(shares, served);

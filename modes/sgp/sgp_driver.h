@@ -12,8 +12,8 @@
 // serves (the weighted network mean of the last round's shares): the codec then loses a
 // fraction of x - w m instead of one of x. The run's model is that network mean.
 //
-// A round: the senders upload their shares through Gossip (PerClientCollector with
-// push-sum weights); a sender that vanishes is not waited for; at commit the complete
+// A round: the senders upload their shares through Gossip (PushSumCollector: each share
+// with its push-sum weight); a sender that vanishes is not waited for; at commit the complete
 // shares go to receivers seen in the last 3 s. Report figure: sgp_consensus_distance.
 //
 // Thread-safe.
@@ -30,7 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/collectors.h"
+#include "modes/sgp/push_sum_collector.h"
 #include "coordinator/round_driver.h"
 #include "monitoring/metrics_fwd.h"
 #include "protos/fedlgc.pb.h"
@@ -50,7 +50,7 @@ struct SgpOptions {
 class SgpDriver final : public coordinator::RoundDriver {
  public:
   using Clock = coordinator::Clock;
-  using Shares = std::map<std::string, coordinator::PerClientCollector::Update>;
+  using Shares = std::map<std::string, SgpShare>;
 
   // A receiver with this many rounds of mail it has not acknowledged gets no more: its
   // senders keep their shares (bounds what a client that never fetches can pin here).

@@ -12,7 +12,6 @@
 namespace fedlgc::modes {
 namespace {
 
-using coordinator::PerClientCollector;
 
 constexpr size_t kDim = 64;
 

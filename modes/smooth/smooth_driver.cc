@@ -58,7 +58,7 @@ absl::Status SmoothDriver::RunRound(coordinator::RoundHost& host,
                                     coordinator::Clock::time_point deadline,
                                     coordinator::CommitResult* commit, RoundReport* report) {
   coordinator::RoundEngine& engine = host.engine();
-  auto updates = std::make_shared<coordinator::PerClientCollector>(/*push_sum=*/false);
+  auto updates = std::make_shared<coordinator::PerClientCollector>();
   if (absl::Status st = host.StartRound(participants, deadline, updates); !st.ok()) return st;
   host.WaitUntil(deadline, [&] { return engine.AllComplete(); });
   if (host.stopped()) return absl::OkStatus();

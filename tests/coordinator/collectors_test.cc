@@ -1,5 +1,6 @@
-// The per-client collection of LSGD and SGP rounds through the round engine: each
-// client's update kept apart, the uploader set, and the push-sum share checks of SGP.
+// The per-client collection of LSGD, SGP and buffered rounds through the round engine:
+// each client's update kept apart and the uploader set (SGP's push-sum share checks are
+// modes/sgp/push_sum_collector_test.cc's).
 #include "coordinator/collectors.h"
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include "codecs/registry.h"
 #include "coordinator/round_engine.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/chunks.h"
 
 namespace fedlgc::coordinator {
 namespace {
@@ -15,26 +17,11 @@ namespace {
 constexpr size_t kDim = 64;
 
 std::vector<std::string> Frames(const std::vector<float>& x, const std::string& spec = "fp32") {
-  auto codec = codecs::MakeCodec(spec).value();
-  std::vector<codecs::Frame> frames;
-  codecs::EncodeOptions o;
-  o.max_frame_bytes = 128;  // several chunks
-  EXPECT_TRUE(codec->Encode(x, o, &frames).ok());
-  std::vector<std::string> out;
-  for (auto& f : frames) out.push_back(std::move(f.bytes));
-  return out;
+  return testing::ChunkFrames(x, spec);
 }
 
 ChunkIn Chunk(const std::string& client, const std::vector<std::string>& frames, uint32_t i) {
-  ChunkIn c;
-  c.client_id = client;
-  c.round = 1;
-  c.update_id = 9;
-  c.chunk_index = i;
-  c.chunk_count = static_cast<uint32_t>(frames.size());
-  c.num_samples = 10;
-  c.frame = frames[i];
-  return c;
+  return testing::ChunkOf(client, frames, i);
 }
 
 std::unique_ptr<RoundEngine> Engine(const std::vector<std::string>& clients,
@@ -56,8 +43,8 @@ TEST(PerClientCollector, CompactUpdatesAreTheDenseOnesAndMakeTheSameMean) {
   // (the mean below is made bit for bit the same without clipping, and within a float's
   // last bits with it)
   auto e_dense = Engine(clients, "qsgd(bits=4)"), e_compact = Engine(clients, "qsgd(bits=4)");
-  auto dense = std::make_shared<PerClientCollector>(/*push_sum=*/false);
-  auto compact = std::make_shared<PerClientCollector>(/*push_sum=*/false, /*compact=*/true);
+  auto dense = std::make_shared<PerClientCollector>();
+  auto compact = std::make_shared<PerClientCollector>(/*compact=*/true);
   const auto deadline = Clock::Real()->Now() + std::chrono::seconds(9);
   ASSERT_TRUE(e_dense->OpenRound(clients, deadline, dense).ok());
   ASSERT_TRUE(e_compact->OpenRound(clients, deadline, compact).ok());
@@ -114,7 +101,7 @@ TEST(PerClientCollector, CompactUpdatesAreTheDenseOnesAndMakeTheSameMean) {
 
 TEST(PerClientCollector, KeepsEachClientsUpdateApartAndWaitsOnlyForUploaders) {
   auto e = Engine({"a", "b", "c"});
-  auto collector = std::make_shared<PerClientCollector>(/*push_sum=*/false);
+  auto collector = std::make_shared<PerClientCollector>();
   ASSERT_TRUE(
       e->OpenRound({"a", "b", "c"}, Clock::Real()->Now() + std::chrono::seconds(9), collector)
           .ok());
@@ -145,37 +132,6 @@ TEST(PerClientCollector, KeepsEachClientsUpdateApartAndWaitsOnlyForUploaders) {
   EXPECT_EQ(r.receipts.at("a").counted.size(), fa.size());
   EXPECT_TRUE(r.receipts.at("b").counted.empty());
   EXPECT_EQ(e->ModelVector(), next);
-}
-
-TEST(PerClientCollector, GossipChunksCarryAValidWeightAndTheRoundsReference) {
-  auto e = Engine({"a", "b"});
-  auto collector = std::make_shared<PerClientCollector>(/*push_sum=*/true);
-  ASSERT_TRUE(
-      e->OpenRound({"a", "b"}, Clock::Real()->Now() + std::chrono::seconds(9), collector).ok());
-  const auto f = Frames(std::vector<float>(kDim, 1.0f));
-  ChunkIn c = Chunk("a", f, 0);
-  // Through UploadUpdate (no push-sum share): refused.
-  ChunkResult r = e->AcceptChunk(c);
-  EXPECT_EQ(r.reason, RejectReason::kMalformed);
-  EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
-  c.share = PushSumShare{};
-  for (double bad : {0.0, -0.5, std::nan(""), 1e9}) {
-    c.share->weight = bad;
-    r = e->AcceptChunk(c);
-    EXPECT_EQ(r.reason, RejectReason::kNonFinite) << bad;
-    EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
-  }
-  c.share->weight = 0.5;
-  c.share->reference_version = 3;  // the engine serves version 0
-  EXPECT_EQ(e->AcceptChunk(c).reason, RejectReason::kMalformed);
-  c.share->reference_version = 0;
-  ASSERT_TRUE(e->AcceptChunk(c).status.ok());
-  ChunkIn d = Chunk("a", f, 1);
-  d.share = PushSumShare{0.25, 0, 0};  // differs from the first chunk
-  r = e->AcceptChunk(d);
-  EXPECT_EQ(r.reason, RejectReason::kBadChunkIndex);
-  EXPECT_TRUE(absl::IsInvalidArgument(r.status)) << r.status;
-  EXPECT_EQ(collector->Updates().at("a").weight_share, 0.5);
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ class LoopbackHost : public FakeRoundHost {
   void SendReceipts(const coordinator::CommitResult& commit) {
     engine_->PublishReceipts();
     for (const auto& [client, rc] : commit.receipts) {
-      Push(client, coordinator::CoordinatorService::ReceiptEvent(rc));
+      Push(client, coordinator::ReceiptEventOf(rc));
     }
     Deliver();
   }

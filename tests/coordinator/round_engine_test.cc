@@ -543,7 +543,7 @@ TEST(RoundEngine, ARollingRoundSettlesWhatItIsToldAndGoesOn) {
   s.model.assign(kDim, 1.0f);
   RoundEngine e(o, s);
   for (const char* c : {"a", "b", "c", "d"}) e.Register(c, 100);
-  auto updates = std::make_shared<PerClientCollector>(/*push_sum=*/false);
+  auto updates = std::make_shared<PerClientCollector>();
   const auto deadline = clock.Now() + std::chrono::seconds(60);
   ASSERT_TRUE(e.OpenRound({"a", "b"}, deadline, updates, /*rolling=*/true).ok());
   const auto fa = Encode("fp32", std::vector<float>(kDim, 2.0f), 1500);

@@ -142,7 +142,7 @@ TEST(Skellam, RoundingInflatesTheSensitivityBySqrtDim) {
 TEST(Skellam, NoiseHasMeanZeroAndItsVarianceWithinFiveStandardErrors) {
   Key32 key{};
   for (double v : {3.0, 40.0, 1e4, 2e6}) {
-    key[0] = static_cast<uint8_t>(v);
+    key[0] = static_cast<uint8_t>(static_cast<int64_t>(v));  // modulo 256, defined
     std::vector<int64_t> x(200000, 0);
     ASSERT_TRUE(AddSkellamNoise(v, key, x).ok());
     double mean = 0, sq = 0, fourth = 0;

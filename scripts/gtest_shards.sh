@@ -10,6 +10,10 @@
 set -uo pipefail
 jobs=$1
 shift
+if [ $# = 0 ]; then
+  echo "gtest_shards.sh: no test binaries given (is the build's ctest -L unit empty?)" >&2
+  exit 2
+fi
 timeout_s=${SHARD_TIMEOUT:-1200}
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT

@@ -13,6 +13,8 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "coordinator/checkpoint.h"
+#include "coordinator/coordinator_host.h"
+#include "coordinator/round_recorder.h"
 #include "coordinator/service.h"
 #include "core/dataset.h"
 #include "core/model.h"
@@ -71,6 +73,54 @@ void PublishRoundMetrics(monitoring::Metrics* metrics, const RoundPlan& plan,
   }
 }
 
+// The kept models and the export of a root's job.
+absl::StatusOr<std::unique_ptr<ModelKeeper>> MakeKeeper(const CoordinatorOptions& o,
+                                                        const std::string& model_sha256,
+                                                        const std::string& job_key) {
+  KeeperOptions k;
+  k.state_dir = o.state_dir;
+  k.export_path = o.export_path;
+  k.export_best = o.export_best;
+  k.keep = o.keep_models;
+  k.model = o.model_options();
+  k.init_seed = o.init_seed;
+  k.model_sha256 = model_sha256;
+  k.job = job_key;
+  k.job_id = o.JobId(model_sha256);
+  return ModelKeeper::Create(std::move(k));
+}
+
+// Federated evaluation: sends round `round`'s model to a seeded sample of the connected
+// clients (EvalStart) and books whom it asked in `book`; the recorder waits for their
+// answers (RoundRecorder).
+void AskClientsToEvaluate(const CoordinatorOptions& o, RoundHost& host, EvalBook* book,
+                          uint64_t round) {
+  std::vector<std::string> connected;
+  for (const std::string& c : host.Connected()) {
+    if (!host.engine().roster().IsQuarantined(c)) connected.push_back(c);
+  }
+  // A seeded sample: the same clients for the same job, seed and round.
+  std::mt19937_64 rng(o.seed * 1000003 + round);
+  std::shuffle(connected.begin(), connected.end(), rng);
+  if (o.eval_clients > 0 && connected.size() > o.eval_clients) connected.resize(o.eval_clients);
+  const uint64_t version = host.engine().model()->version;
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(o.eval_timeout_s));
+  protos::ServerEvent event;
+  protos::EvalStart* e = event.mutable_eval();
+  e->set_round(round);
+  e->set_model_version(version);
+  e->set_deadline_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              (o.clock->WallNow() + timeout).time_since_epoch())
+                              .count());
+  // Booked before it is sent: a quick answer must find its round asked.
+  book->Ask(round, version, std::set<std::string>(connected.begin(), connected.end()),
+            o.clock->Now() + timeout);
+  for (const std::string& c : connected) {
+    if (!host.Push(c, event)) book->Withdraw(round, c);  // gone meanwhile
+  }
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -79,14 +129,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
 
 Coordinator::~Coordinator() {
   Stop();
-  if (recorder_.joinable()) {
-    DrainRecords();  // a committed round's line is worth its evaluation
-    {
-      absl::MutexLock lock(&record_mu_);
-      recorder_stop_ = true;
-    }
-    recorder_.join();
-  }
+  recorder_.reset();  // records what was committed: a committed round's line is worth its evaluation
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
@@ -98,19 +141,24 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
   c->traits_ = traits;
   core::SetTorchThreads(c->options_.torch_threads);
   JobFiles files;
-  if (absl::Status st = c->LoadModelAndData(&files); !st.ok()) return st;
+  RecorderParts recorder;
+  if (absl::Status st = c->LoadModelAndData(&files, &recorder); !st.ok()) return st;
   EngineState state;
   if (absl::Status st = c->Resume(files, &state); !st.ok()) return st;
   if (absl::Status st = c->MakeDriverAndEngine(make_driver, std::move(state)); !st.ok()) {
     return st;
   }
-  if (absl::Status st = c->MakeKeeper(files); !st.ok()) return st;
+  if (!c->options_.has_parent()) {  // an aggregator keeps no models
+    auto keeper = MakeKeeper(c->options_, files.model_sha256, c->job_key_);
+    if (!keeper.ok()) return keeper.status();
+    recorder.keeper = *std::move(keeper);
+  }
   if (absl::Status st = c->MakeDownlinks(); !st.ok()) return st;
-  c->MakeService(files);
+  c->MakeService(files, std::move(recorder));
   return c;
 }
 
-absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
+absl::Status Coordinator::LoadModelAndData(JobFiles* files, RecorderParts* recorder) {
   const CoordinatorOptions& o = options_;
   const core::ModelOptions mo = o.model_options();
   auto model = core::Model::Create(mo, o.init_seed);
@@ -128,10 +176,10 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files) {
     if (!test.ok()) return test.status();
     // A model that cannot take the test set fails here, before any client joins.
     if (absl::Status st = eval_model_->CheckFits(*test); !st.ok()) return st;
-    test_data_ = std::make_unique<core::Dataset>(std::move(test).value());
+    recorder->test_data = std::make_unique<core::Dataset>(std::move(test).value());
     auto record_model = core::Model::Create(mo, o.init_seed);
     if (!record_model.ok()) return record_model.status();
-    record_model_ = std::move(record_model).value();
+    recorder->model = std::move(record_model).value();
   }
   ModelGuard::LossFn guard_loss;
   if (o.guard.enabled && o.guard.samples > 0 && !o.HasTestData()) {
@@ -176,25 +224,6 @@ absl::Status Coordinator::Resume(const JobFiles& files, EngineState* state) {
   } else {
     state->model = eval_model_->GetFlat();
   }
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::MakeKeeper(const JobFiles& files) {
-  const CoordinatorOptions& o = options_;
-  if (o.has_parent()) return absl::OkStatus();
-  KeeperOptions k;
-  k.state_dir = o.state_dir;
-  k.export_path = o.export_path;
-  k.export_best = o.export_best;
-  k.keep = o.keep_models;
-  k.model = o.model_options();
-  k.init_seed = o.init_seed;
-  k.model_sha256 = files.model_sha256;
-  k.job = job_key_;
-  k.job_id = o.JobId(files.model_sha256);
-  auto keeper = ModelKeeper::Create(std::move(k));
-  if (!keeper.ok()) return keeper.status();
-  keeper_ = *std::move(keeper);
   return absl::OkStatus();
 }
 
@@ -243,7 +272,7 @@ absl::Status Coordinator::MakeDriverAndEngine(const DriverFactory& make_driver, 
   return absl::OkStatus();
 }
 
-void Coordinator::MakeService(const JobFiles& files) {
+void Coordinator::MakeService(const JobFiles& files, RecorderParts recorder) {
   const CoordinatorOptions& o = options_;
   // An aggregator's job has its parent's rounds, which it learns with its parent's first
   // round (0: unknown, and no client takes the job for over).
@@ -263,7 +292,7 @@ void Coordinator::MakeService(const JobFiles& files) {
   so.streams = o.streams;
   so.clock = o.clock;
   so.links = &links_;
-  so.on_chunk = [this] { WakeUp(); };
+  so.on_chunk = [this] { host_->WakeUp(); };  // host_ is made below, before any call
   so.progress = progress_.get();
   so.downlinks = downlinks_.get();
   if (o.EvalOnClients() && o.eval_every > 0) {
@@ -272,6 +301,24 @@ void Coordinator::MakeService(const JobFiles& files) {
   }
   service_ =
       std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
+  HostParts parts;
+  parts.engine = engine_.get();
+  parts.metrics = metrics_.get();
+  parts.service = service_.get();
+  parts.downlinks = downlinks_.get();
+  parts.guard = guard_.get();
+  parts.progress = progress_.get();
+  parts.state_dir = o.state_dir;
+  parts.clock = o.clock;
+  host_ = std::make_unique<CoordinatorHost>(std::move(parts));
+  recorder.state_dir = o.state_dir;
+  recorder.clock = o.clock;
+  recorder.metrics = metrics_.get();
+  recorder.eval_book = eval_book_.get();
+  recorder.gone = [host = host_.get(), clock = o.clock](const std::set<std::string>& waiting) {
+    return host->Vanished(waiting, clock->Now() - std::chrono::seconds(3));
+  };
+  recorder_ = std::make_unique<RoundRecorder>(std::move(recorder));
 }
 
 absl::Status Coordinator::MakeDownlinks() {
@@ -333,10 +380,10 @@ absl::Status Coordinator::Start() {
   if (!o.metrics_listen.empty()) {
     if (absl::Status st = metrics_->Serve(o.metrics_listen); !st.ok()) return st;
   }
-  recorder_ = std::thread([this] { RecorderLoop(); });
+  recorder_->Start();
   metrics_->SetRound(engine_->current_round());
   metrics_->InitRejectReasons();
-  for (const auto& [client, why] : engine_->Quarantined()) metrics_->SetQuarantined(client);
+  for (const auto& [client, why] : engine_->roster().Quarantined()) metrics_->SetQuarantined(client);
   metrics_->SetJobFinished(false);
   metrics_->SetRoundDeadline(o.round_timeout_s);
   if (o.ratio_target > 0) metrics_->SetCompressionRatioTarget(o.ratio_target);
@@ -345,28 +392,23 @@ absl::Status Coordinator::Start() {
 
 int Coordinator::metrics_port() const { return metrics_->port(); }
 
-void Coordinator::WakeUp() {
-  absl::MutexLock lock(&mu_);
-  cv_.SignalAll();
-}
-
 void Coordinator::Stop() {
-  stop_ = true;
   if (RoundSource* source = source_.load(); source != nullptr) source->Stop();
-  WakeUp();
+  if (host_ != nullptr) host_->Stop();
 }
 
-std::vector<RoundReport> Coordinator::reports() const {
-  absl::MutexLock lock(&mu_);
-  return reports_;
-}
+bool Coordinator::stopped() const { return host_->stopped(); }
+
+std::vector<std::string> Coordinator::ConnectedClients() const { return host_->Connected(); }
+
+std::vector<RoundReport> Coordinator::reports() const { return recorder_->reports(); }
 
 absl::Status Coordinator::Run() {
   run_started_ = options_.clock->Now();
   RecoverRoundLog();
   if (source_ != nullptr) return RunForParent();
   uint64_t last = options_.rounds;
-  while (!stop_ && engine_->current_round() <= options_.rounds) {
+  while (!stopped() && engine_->current_round() <= options_.rounds) {
     if (std::optional<std::string> why = driver_->Exhausted()) {
       log::Info("coordinator", "the job ends after round %llu: %s",
                 static_cast<unsigned long long>(engine_->current_round() - 1), why->c_str());
@@ -375,23 +417,19 @@ absl::Status Coordinator::Run() {
     }
     if (absl::Status st = RunRound(); !st.ok()) return st;
   }
-  DrainRecords();
-  if (!stop_) FinishJob(last);
+  recorder_->Drain();
+  if (!stopped()) FinishJob(last);
   return absl::OkStatus();
 }
 
 void Coordinator::FinishJob(uint64_t rounds) {
-  DrainRecords();
+  recorder_->Drain();
   progress_->Done();
-  WriteProgress(/*force=*/true);
-  double accuracy = -1;
-  {
-    absl::MutexLock lock(&mu_);
-    accuracy = last_accuracy_;
-  }
+  host_->WriteProgress(/*force=*/true);
+  const double accuracy = recorder_->last_accuracy();
   // An aggregator's last commit is its own clients' part of the root's round, not the job's
   // final model: its clients are told of none (they keep their own last model).
-  service_->BroadcastDone(rounds, static_cast<float>(accuracy),
+  service_->events().BroadcastDone(rounds, static_cast<float>(accuracy),
                           options_.has_parent() ? 0 : engine_->model()->version);
   metrics_->SetJobFinished(true);
   // Buffered rounds end with clients still training: they read JobDone once their upload
@@ -401,23 +439,20 @@ void Coordinator::FinishJob(uint64_t rounds) {
     std::set<std::string> busy;
     const auto now = options_.clock->Now();
     for (const auto& [client, a] : engine_->Participants()) {
-      if (!a.complete && now < a.deadline && Vanished({client}, a.at).empty()) busy.insert(client);
+      if (!a.complete && now < a.deadline && host_->Vanished({client}, a.at).empty()) busy.insert(client);
     }
     return busy;
   };
-  while (!stop_ && !in_flight().empty()) {
-    absl::MutexLock lock(&mu_);
-    if (!stop_) {
-      options_.clock->WaitUntil(&cv_, &mu_, options_.clock->Now() + std::chrono::milliseconds(100));
-    }
+  while (!stopped() && !in_flight().empty()) {
+    host_->Nap(options_.clock->Now() + std::chrono::milliseconds(100));
   }
   // Clients that take the final model (a Python client's module, fedlgc-edge --export)
   // download it after JobDone and then close their event stream: wait for them, up to a
   // round's timeout.
-  const std::set<std::string> takers = service_->FinalModelTakers();
+  const std::set<std::string> takers = service_->events().FinalModelTakers();
   const auto taking = [&] {
     std::set<std::string> busy;
-    for (const std::string& c : Connected()) {
+    for (const std::string& c : host_->Connected()) {
       if (takers.count(c) > 0) busy.insert(c);
     }
     return busy;
@@ -425,11 +460,8 @@ void Coordinator::FinishJob(uint64_t rounds) {
   const auto final_until =
       options_.clock->Now() + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(options_.round_timeout_s));
-  while (!stop_ && options_.clock->Now() < final_until && !taking().empty()) {
-    absl::MutexLock lock(&mu_);
-    if (!stop_) {
-      options_.clock->WaitUntil(&cv_, &mu_, options_.clock->Now() + std::chrono::milliseconds(100));
-    }
+  while (!stopped() && options_.clock->Now() < final_until && !taking().empty()) {
+    host_->Nap(options_.clock->Now() + std::chrono::milliseconds(100));
   }
   // Give clients a moment to read JobDone, and Prometheus (--linger) a scrape that sees
   // the job finished, before the process exits.
@@ -437,12 +469,11 @@ void Coordinator::FinishJob(uint64_t rounds) {
   core::Clock& clock = *options_.clock;
   const auto until = clock.Now() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(wait_s));
-  absl::MutexLock lock(&mu_);
-  while (!stop_ && clock.Now() < until) clock.WaitUntil(&cv_, &mu_, until);
+  while (!stopped() && clock.Now() < until) host_->Nap(until);
 }
 
 absl::Status Coordinator::RunForParent() {
-  while (!stop_) {
+  while (!stopped()) {
     auto order = source_.load()->Next();
     if (!order.ok()) return order.status();
     if (!order->has_value()) break;
@@ -451,13 +482,13 @@ absl::Status Coordinator::RunForParent() {
       return st;
     }
   }
-  if (!stop_) FinishJob(engine_->current_round() - 1);
+  if (!stopped()) FinishJob(engine_->current_round() - 1);
   return absl::OkStatus();
 }
 
 absl::Status Coordinator::RunOrder(RoundOrder order) {
   service_->SetTotalRounds(order.total_rounds);
-  engine_->UseTraining(order.training);
+  engine_->terms().UseTraining(order.training);
   if (order.round + 1 < engine_->current_round()) {
     // Not a round sent again (that one is current_round() - 1): the parent is behind
     // what this aggregator committed, so it runs another job (a root started afresh).
@@ -480,7 +511,7 @@ absl::Status Coordinator::RunOrder(RoundOrder order) {
       order.deadline, options_.clock->Now() + std::chrono::milliseconds(static_cast<int64_t>(
                                                   options_.round_timeout_s * 1000)));
   const std::vector<std::string> participants = WaitForParticipants(deadline);
-  if (stop_) {
+  if (stopped()) {
     source_.load()->Finish(absl::CancelledError("the aggregator is stopping"));
     return absl::OkStatus();
   }
@@ -491,7 +522,7 @@ absl::Status Coordinator::RunOrder(RoundOrder order) {
   }
   CommitResult commit;
   if (absl::Status st = DriveRound(participants, deadline, &commit); !st.ok()) return st;
-  if (stop_) {
+  if (stopped()) {
     source_.load()->Finish(absl::CancelledError("the aggregator is stopping"));
   } else if (commit.participants == 0) {
     source_.load()->Finish(absl::NotFoundError(
@@ -505,18 +536,17 @@ absl::Status Coordinator::RunOrder(RoundOrder order) {
 std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::time_point> until) {
   const CoordinatorOptions& o = options_;
   std::vector<std::string> connected;
-  while (!stop_) {
-    connected = service_->Connected();
+  while (!stopped()) {
+    connected = service_->events().Connected();
     if (connected.size() >= o.min_clients) break;
     if (until && o.clock->Now() >= *until) return {};
     progress_->Waiting(connected.size(), o.min_clients);
-    WriteProgress();
-    absl::MutexLock lock(&mu_);
-    if (!stop_) o.clock->WaitUntil(&cv_, &mu_, o.clock->Now() + std::chrono::milliseconds(50));
+    host_->WriteProgress();
+    host_->Nap(o.clock->Now() + std::chrono::milliseconds(50));
   }
-  if (stop_) return {};
+  if (stopped()) return {};
   // A seeded sample of the connected clients; quarantined ones are never asked.
-  std::erase_if(connected, [&](const std::string& c) { return engine_->IsQuarantined(c); });
+  std::erase_if(connected, [&](const std::string& c) { return engine_->roster().IsQuarantined(c); });
   std::sort(connected.begin(), connected.end());
   std::mt19937_64 rng(o.seed ^ (engine_->current_round() * 0x9E3779B97F4A7C15ull));
   std::shuffle(connected.begin(), connected.end(), rng);
@@ -532,7 +562,7 @@ std::vector<std::string> Coordinator::WaitForParticipants(std::optional<Clock::t
 
 absl::Status Coordinator::RunRound() {
   const std::vector<std::string> participants = WaitForParticipants();
-  if (stop_) return absl::OkStatus();
+  if (stopped()) return absl::OkStatus();
   const auto deadline =
       options_.clock->Now() +
       std::chrono::milliseconds(static_cast<int64_t>(options_.round_timeout_s * 1000));
@@ -553,256 +583,11 @@ absl::Status Coordinator::DriveRound(const std::vector<std::string>& participant
     service_->traffic().downlink_raw = 0;
   }
   progress_->StartRound(engine_->current_round(), participants);
-  WriteProgress(/*force=*/true);
+  host_->WriteProgress(/*force=*/true);
   RoundReport rep;
-  absl::Status st = driver_->RunRound(*this, participants, deadline, commit, &rep);
-  if (!st.ok() || stop_) return st;
+  absl::Status st = driver_->RunRound(*host_, participants, deadline, commit, &rep);
+  if (!st.ok() || stopped()) return st;
   return FinishRound(*commit, std::move(rep));
-}
-
-absl::Status Coordinator::StartRound(const std::vector<std::string>& participants,
-                                     Clock::time_point deadline,
-                                     std::shared_ptr<Collector> collector,
-                                     const std::set<std::string>* uploaders) {
-  const uint64_t round = engine_->current_round();
-  if (absl::Status st = engine_->OpenRound(participants, deadline, std::move(collector)); !st.ok())
-    return st;
-  if (uploaders != nullptr) engine_->SetUploaders(*uploaders);
-  metrics_->SetRound(round);
-  for (const std::string& c : participants) service_->SendRoundStart(c);
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::StartRollingRound(const std::vector<std::string>& participants,
-                                            Clock::time_point deadline,
-                                            std::shared_ptr<Collector> collector) {
-  if (absl::Status st =
-          engine_->OpenRound(participants, deadline, std::move(collector), /*rolling=*/true);
-      !st.ok()) {
-    return st;
-  }
-  metrics_->SetRound(engine_->current_round());
-  for (const std::string& c : participants) service_->SendRoundStart(c);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<size_t> Coordinator::AskMore(const std::vector<std::string>& clients,
-                                            Clock::time_point deadline) {
-  auto added = engine_->AddParticipants(clients, deadline);
-  if (!added.ok()) return added.status();
-  for (const std::string& c : *added) service_->SendRoundStart(c);
-  return added->size();
-}
-
-void Coordinator::WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
-                            const std::function<void()>& tick) {
-  absl::MutexLock lock(&mu_);
-  core::Clock& clock = *options_.clock;
-  while (!stop_ && clock.Now() < deadline && !done()) {
-    clock.WaitUntil(&cv_, &mu_, std::min(deadline, clock.Now() + std::chrono::milliseconds(100)));
-    mu_.Unlock();
-    if (tick) tick();
-    WriteProgress();
-    mu_.Lock();
-  }
-}
-
-std::vector<std::string> Coordinator::Connected() const { return service_->Connected(); }
-
-void Coordinator::WriteProgress(bool force) {
-  absl::Status st = progress_->WriteIfDue(options_.state_dir + "/progress.json",
-                                          std::chrono::milliseconds(250), force);
-  if (!st.ok() && !progress_error_logged_.exchange(true)) {
-    log::Warning("coordinator", "progress file: %s", st.ToString().c_str());
-  }
-}
-
-std::set<std::string> Coordinator::Vanished(const std::set<std::string>& watched,
-                                            Clock::time_point since) const {
-  const auto now = options_.clock->Now();
-  std::set<std::string> gone;
-  for (const std::string& c : watched) {
-    // Neither an event stream nor a call for 3 s (a client busy uploading through a cut
-    // link has no event stream until it is done, but its chunks keep arriving).
-    if (now - std::max(since, service_->LastSeen(c)) > std::chrono::seconds(3)) gone.insert(c);
-  }
-  return gone;
-}
-
-bool Coordinator::Push(const std::string& client, const protos::ServerEvent& event) {
-  return service_->Push(client, event);
-}
-
-double Coordinator::LinkBytesPerSecond(const std::string& client) const {
-  return service_->LinkBytesPerSecond(client);
-}
-
-absl::StatusOr<GuardVerdict> Coordinator::CheckModel(std::span<const float> candidate) {
-  const auto blob = engine_->model();
-  auto verdict = guard_->Check(engine_->ModelVector(), blob->version, candidate);
-  if (!verdict.ok()) return verdict.status();
-  if (!verdict->passed()) {
-    metrics_->AddGuardRefusal(GuardCheckName(verdict->check));
-    log::Warning("coordinator", "round %llu: the model guard refused a candidate (%s): %s",
-                 static_cast<unsigned long long>(engine_->current_round()),
-                 std::string(GuardCheckName(verdict->check)).c_str(), verdict->detail);
-  }
-  return verdict;
-}
-
-std::vector<float> Coordinator::ServedModel() const {
-  return downlinks_ != nullptr ? downlinks_->global()->Held() : engine_->ModelVector();
-}
-
-void Coordinator::Quarantine(const std::set<std::string>& clients, const std::string& why) {
-  for (const std::string& c : clients) {
-    engine_->Quarantine(c, why);
-    metrics_->SetQuarantined(c);
-    log::Warning("coordinator", "client %s quarantined for the rest of the job: %s", c, why);
-  }
-}
-
-void Coordinator::AskClientsToEvaluate(uint64_t round) {
-  const CoordinatorOptions& o = options_;
-  std::vector<std::string> connected;
-  for (const std::string& c : Connected()) {
-    if (!engine_->IsQuarantined(c)) connected.push_back(c);
-  }
-  // A seeded sample: the same clients for the same job, seed and round.
-  std::mt19937_64 rng(o.seed * 1000003 + round);
-  std::shuffle(connected.begin(), connected.end(), rng);
-  if (o.eval_clients > 0 && connected.size() > o.eval_clients) connected.resize(o.eval_clients);
-  const uint64_t version = engine_->model()->version;
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(o.eval_timeout_s));
-  protos::ServerEvent event;
-  protos::EvalStart* e = event.mutable_eval();
-  e->set_round(round);
-  e->set_model_version(version);
-  e->set_deadline_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              (o.clock->WallNow() + timeout).time_since_epoch())
-                              .count());
-  // Booked before it is sent: a quick answer must find its round asked.
-  eval_book_->Ask(round, version, std::set<std::string>(connected.begin(), connected.end()),
-                  o.clock->Now() + timeout);
-  for (const std::string& c : connected) {
-    if (!service_->Push(c, event)) eval_book_->Withdraw(round, c);  // gone meanwhile
-  }
-}
-
-void Coordinator::SettleFederatedEval(RoundReport* rep) {
-  const auto t0 = options_.clock->Now();
-  auto settled = eval_book_->Settle(rep->round, [this](const std::set<std::string>& waiting) {
-    return Vanished(waiting, options_.clock->Now() - std::chrono::seconds(3));
-  });
-  if (!settled.has_value()) return;
-  const FederatedEval& t = settled->total;
-  rep->federated_eval = t;
-  rep->figures["federated_eval_seconds"] = core::SecondsSince(*options_.clock, t0);
-  rep->per_client["eval_examples"] = settled->examples;
-  rep->per_client["eval_loss"] = settled->loss;
-  if (!settled->accuracy.empty()) rep->per_client["eval_accuracy"] = settled->accuracy;
-  for (size_t i = 0; i < settled->class_accuracy.size(); ++i) {
-    rep->figures[StrCat("federated_class_accuracy_", i)] = settled->class_accuracy[i];
-  }
-  if (t.clients > 0) {  // the gauges before the counters that say they are new
-    metrics_->SetFederatedEval(t.accuracy, t.loss);
-    if (test_data_ == nullptr) {  // JobDone's final accuracy
-      absl::MutexLock lock(&mu_);
-      last_accuracy_ = t.accuracy;
-    }
-  }
-  metrics_->AddEvalAnswers("reported", t.clients);
-  metrics_->AddEvalAnswers("declined", t.declined);
-  metrics_->AddEvalAnswers("missing", t.missing);
-  log::Info("coordinator",
-            "round %llu: %d of %d clients evaluated it (%d declined, %d missing): %llu examples, "
-            "accuracy %.4f, loss %.4f",
-            static_cast<unsigned long long>(rep->round), t.clients, t.asked, t.declined, t.missing,
-            static_cast<unsigned long long>(t.examples), t.accuracy, t.loss);
-}
-
-absl::Status Coordinator::Evaluate(std::span<const float> model, RoundReport* rep) {
-  const auto t0 = options_.clock->Now();
-  if (absl::Status st = record_model_->SetFlat(model); !st.ok()) return st;
-  auto ev = record_model_->Evaluate(*test_data_);
-  if (!ev.ok()) return ev.status();
-  rep->figures["eval_seconds"] = core::SecondsSince(*options_.clock, t0);
-  rep->accuracy = ev->accuracy;
-  rep->loss = ev->loss;
-  metrics_->SetGlobalEval(ev->accuracy, ev->loss);
-  absl::MutexLock lock(&mu_);
-  last_accuracy_ = ev->accuracy;
-  return absl::OkStatus();
-}
-
-void Coordinator::RecordLater(RoundReport rep, std::vector<float> model, bool evaluate,
-                              uint64_t model_version) {
-  absl::MutexLock lock(&record_mu_);
-  // Backpressure: evaluation slower than rounds holds the round loop, not memory.
-  record_mu_.Await(absl::Condition(
-      +[](Coordinator* c)
-           ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->record_mu_) { return c->records_.size() < 2; },
-      this));
-  records_.push_back({std::move(rep), std::move(model), evaluate, model_version});
-}
-
-void Coordinator::RecorderLoop() {
-  for (;;) {
-    PendingRecord next;
-    {
-      absl::MutexLock lock(&record_mu_);
-      record_mu_.Await(absl::Condition(
-          +[](Coordinator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->record_mu_) {
-            return c->recorder_stop_ || !c->records_.empty();
-          },
-          this));
-      if (records_.empty()) return;  // stopping, nothing left
-      next = std::move(records_.front());
-      recording_ = true;
-    }
-    if (next.evaluate && eval_book_ != nullptr) SettleFederatedEval(&next.report);
-    if (next.evaluate && !next.model.empty() && test_data_ != nullptr) {
-      if (absl::Status st = Evaluate(next.model, &next.report); !st.ok()) {
-        log::Warning("coordinator", "round %llu: evaluation: %s",
-                     static_cast<unsigned long long>(next.report.round), st.ToString().c_str());
-      }
-    }
-    if (keeper_ != nullptr && !next.model.empty()) {
-      // A model that cannot be kept or exported (a full disk) costs its files, not the job.
-      if (absl::Status st = keeper_->Keep(next.model, next.model_version, &next.report);
-          !st.ok()) {
-        log::Warning("coordinator", "round %llu: keeping its model: %s",
-                     static_cast<unsigned long long>(next.report.round), st.ToString().c_str());
-      }
-    }
-    Record(std::move(next.report));
-    absl::MutexLock lock(&record_mu_);
-    records_.pop_front();
-    recording_ = false;
-  }
-}
-
-void Coordinator::DrainRecords() {
-  absl::MutexLock lock(&record_mu_);
-  if (!recorder_.joinable()) return;
-  record_mu_.Await(absl::Condition(
-      +[](Coordinator* c)
-           ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->record_mu_) { return c->records_.empty(); },
-      this));
-}
-
-void Coordinator::Record(RoundReport rep) {
-  // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
-  if (absl::Status st = AppendLine(options_.state_dir + "/rounds.jsonl", ToJson(rep)); !st.ok()) {
-    log::Warning("coordinator", "%s", st.ToString().c_str());
-  }
-  log::Info("coordinator",
-            "round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes",
-            static_cast<unsigned long long>(rep.round), rep.participants, rep.accuracy,
-            static_cast<unsigned long long>(rep.uplink_bytes));
-  absl::MutexLock lock(&mu_);
-  reports_.push_back(std::move(rep));
 }
 
 void Coordinator::RecoverRoundLog() {
@@ -825,10 +610,10 @@ void Coordinator::RecoverRoundLog() {
     rep.labels["recovered"] = "1";
     // Only the checkpoint's own model is still here to evaluate and keep.
     const bool last = r == committed;
-    RecordLater(std::move(rep), last ? engine_->ModelVector() : std::vector<float>(),
+    recorder_->Later(std::move(rep), last ? engine_->ModelVector() : std::vector<float>(),
                 last && EvaluationDue(options_, r), engine_->model()->version);
   }
-  DrainRecords();
+  recorder_->Drain();
 }
 
 absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport rep) {
@@ -876,17 +661,17 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
   for (const auto& [client, rc] : commit.receipts) {
     metrics_->AddChunks(client, "counted", rc.counted.size());
     if (!rc.counted.empty()) metrics_->SetClientLastRound(client, commit.round);
-    service_->Push(client, ReceiptEventOf(rc));
+    service_->events().Push(client, ReceiptEventOf(rc));
   }
   progress_->Committed(rep.round);
-  WriteProgress(/*force=*/true);
+  host_->WriteProgress(/*force=*/true);
   // The round's evaluation, its kept model and its line (rounds.jsonl) follow off the
   // round loop.
   const bool evaluate = EvaluationDue(options_, commit.round);
-  if (evaluate && eval_book_ != nullptr) AskClientsToEvaluate(commit.round);
+  if (evaluate && eval_book_ != nullptr) AskClientsToEvaluate(o, *host_, eval_book_.get(), commit.round);
   std::vector<float> model =
-      evaluate || keeper_ != nullptr ? engine_->ModelVector() : std::vector<float>();
-  RecordLater(std::move(rep), std::move(model), evaluate, engine_->model()->version);
+      evaluate || !o.has_parent() ? engine_->ModelVector() : std::vector<float>();
+  recorder_->Later(std::move(rep), std::move(model), evaluate, engine_->model()->version);
   return absl::OkStatus();
 }
 

@@ -7,14 +7,12 @@
 #define FEDLGC_COORDINATOR_COORDINATOR_H_
 
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -47,8 +45,13 @@ namespace fedlgc::coordinator {
 
 class CoordinatorService;
 
+class CoordinatorHost;
+class CoordinatorService;
+class RoundRecorder;
+struct RecorderParts;
+
 // Thread-safe: Run on one thread, Stop from any.
-class Coordinator final : private RoundHost {
+class Coordinator final {
  public:
   // Validates `options` against the job's mode (`traits`, modes::JobMode), loads the
   // checkpoint if there is one, and makes the job's driver with `make_driver`
@@ -56,7 +59,7 @@ class Coordinator final : private RoundHost {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
                                                              const ModeTraits& traits,
                                                              const DriverFactory& make_driver);
-  ~Coordinator() override;
+  ~Coordinator();
 
   // Starts the gRPC server and metrics.
   absl::Status Start();
@@ -70,11 +73,11 @@ class Coordinator final : private RoundHost {
   absl::Status Run();
   void Stop();
   // Clients with an open event stream.
-  std::vector<std::string> ConnectedClients() const { return Connected(); }
+  std::vector<std::string> ConnectedClients() const;
   core::Clock& clock() const { return *options_.clock; }
 
-  RoundEngine& engine() override { return *engine_; }
-  monitoring::Metrics& metrics() override { return *metrics_; }
+  RoundEngine& engine() { return *engine_; }
+  monitoring::Metrics& metrics() { return *metrics_; }
   RoundDriver& driver() { return *driver_; }
   // The compressed downlink; null when models go down as float32.
   const Downlinks* downlinks() const { return downlinks_.get(); }
@@ -95,18 +98,18 @@ class Coordinator final : private RoundHost {
     std::string model_sha256;                     // empty: a built-in model
     std::shared_ptr<const ModelBlob> model_file;  // null: a built-in model
   };
-  // The model, the TorchScript file, the test and guard sets, the model guard.
-  absl::Status LoadModelAndData(JobFiles* files);
+  // The model, the TorchScript file, the test and guard sets (the test set and a model
+  // of its own to the recorder), the model guard.
+  absl::Status LoadModelAndData(JobFiles* files, RecorderParts* recorder);
   // The aggregator options, the job key, and the checkpoint's state (or a fresh one).
   absl::Status Resume(const JobFiles& files, EngineState* state);
   absl::Status MakeDriverAndEngine(const DriverFactory& make_driver, EngineState state);
-  // The kept models and the export (a root's; an aggregator keeps none).
-  absl::Status MakeKeeper(const JobFiles& files);
   // The compressed downlink, when --downlink-codec asks for one (before the service,
   // which serves through it).
   absl::Status MakeDownlinks();
-  // The metrics and the gRPC service (not started).
-  void MakeService(const JobFiles& files);
+  // The metrics, the gRPC service (not started), the round host on them, and the
+  // recorder.
+  void MakeService(const JobFiles& files, RecorderParts recorder);
   // The rounds of `source_` until it says the job is over.
   absl::Status RunForParent();
   // Tells everyone the job (of `rounds`) is over and lingers (--linger).
@@ -118,52 +121,10 @@ class Coordinator final : private RoundHost {
       std::optional<Clock::time_point> until = std::nullopt);
   // Evaluation, driver state, checkpoint, metrics, receipts and the round's report.
   absl::Status FinishRound(const CommitResult& commit, RoundReport rep);
-  // Federated evaluation: sends round `round`'s model to a sample of the connected
-  // clients (EvalStart) and books whom it asked; the recorder waits for their answers and
-  // puts them in the round's report (SettleFederatedEval).
-  void AskClientsToEvaluate(uint64_t round);
-  void SettleFederatedEval(RoundReport* rep);
-  // Evaluates `model` into rep (accuracy, loss, "eval_seconds") with the recorder's model.
-  absl::Status Evaluate(std::span<const float> model, RoundReport* rep);
-  // Hands a committed round to the recorder: its evaluation (when `evaluate`), the kept
-  // model and the export (when there is a keeper), then its rounds.jsonl line, its place
-  // in reports() and its log line, in round order on a thread of its own, so that the
-  // next round starts while this one's model is evaluated. `model`: the round's (empty
-  // when neither is due). Waits while two rounds are waiting already.
-  void RecordLater(RoundReport rep, std::vector<float> model, bool evaluate,
-                   uint64_t model_version);
-  void Record(RoundReport rep);  // the recorder's last step
-  void RecorderLoop();
-  // Returns once every round handed to the recorder is recorded.
-  void DrainRecords();
   // A restart whose checkpoint holds rounds that rounds.jsonl lacks (a crash before their
   // lines were written): writes them, labelled "recovered", the last with its evaluation.
   void RecoverRoundLog();
-  void WakeUp();
-  // <state_dir>/progress.json, when due (progress.h).
-  void WriteProgress(bool force = false);
-
-  // RoundHost.
-  absl::Status StartRound(const std::vector<std::string>& participants, Clock::time_point deadline,
-                          std::shared_ptr<Collector> collector,
-                          const std::set<std::string>* uploaders) override;
-  absl::Status StartRollingRound(const std::vector<std::string>& participants,
-                                 Clock::time_point deadline,
-                                 std::shared_ptr<Collector> collector) override;
-  absl::StatusOr<size_t> AskMore(const std::vector<std::string>& clients,
-                                 Clock::time_point deadline) override;
-  void WaitUntil(Clock::time_point deadline, const std::function<bool()>& done,
-                 const std::function<void()>& tick) override;
-  bool stopped() const override { return stop_; }
-  std::vector<std::string> Connected() const override;
-  std::set<std::string> Vanished(const std::set<std::string>& watched,
-                                 Clock::time_point since) const override;
-  bool Push(const std::string& client, const protos::ServerEvent& event) override;
-  double LinkBytesPerSecond(const std::string& client) const override;
-  absl::StatusOr<GuardVerdict> CheckModel(std::span<const float> candidate) override;
-  void Quarantine(const std::set<std::string>& clients, const std::string& why) override;
-  std::vector<float> ServedModel() const override;
-  Clock::time_point Now() const override { return options_.clock->Now(); }
+  bool stopped() const;
 
   CoordinatorOptions options_;
   ModeTraits traits_;         // the job's mode
@@ -179,11 +140,13 @@ class Coordinator final : private RoundHost {
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<Downlinks> downlinks_;  // null: models go down as float32
   std::unique_ptr<Progress> progress_;    // <state_dir>/progress.json
-  std::atomic<bool> progress_error_logged_{false};
+  std::unique_ptr<EvalBook> eval_book_;   // null unless clients evaluate
   std::unique_ptr<CoordinatorService> service_;
+  // The driver's view of all of the above, and where the round loop waits; made with
+  // the service, null until then.
+  std::unique_ptr<CoordinatorHost> host_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<core::Model> eval_model_;
-  std::unique_ptr<core::Dataset> test_data_;
   std::unique_ptr<core::Dataset> guard_data_;  // the guard set: the first test examples
   std::unique_ptr<ModelGuard> guard_;          // the round loop's thread only
   std::string job_key_;
@@ -191,27 +154,9 @@ class Coordinator final : private RoundHost {
   Clock::time_point run_started_;  // Run's start; the round loop's thread only
   // The traffic counters run from the last commit (DriveRound); the round loop's thread.
   bool traffic_since_commit_ = false;
-  std::atomic<bool> stop_{false};
-  mutable absl::Mutex mu_;
-  absl::CondVar cv_;
-  std::vector<RoundReport> reports_ ABSL_GUARDED_BY(mu_);
-  double last_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
-  // The recorder (RecordLater): its queue, and a model of its own (eval_model_ serves the
-  // model guard on the round loop's thread).
-  struct PendingRecord {
-    RoundReport report;
-    std::vector<float> model;  // empty: neither evaluated nor kept
-    bool evaluate = false;
-    uint64_t model_version = 0;
-  };
-  std::unique_ptr<ModelKeeper> keeper_;  // the recorder's; null in an aggregator
-  std::unique_ptr<EvalBook> eval_book_;  // null unless clients evaluate
-  std::unique_ptr<core::Model> record_model_;
-  absl::Mutex record_mu_;
-  std::deque<PendingRecord> records_ ABSL_GUARDED_BY(record_mu_);
-  bool recording_ ABSL_GUARDED_BY(record_mu_) = false;  // the front is being recorded
-  bool recorder_stop_ ABSL_GUARDED_BY(record_mu_) = false;
-  std::thread recorder_;
+  // Committed rounds' evaluation, kept models and lines, off the round loop; made last,
+  // destroyed first (it uses the metrics, the eval book and the host).
+  std::unique_ptr<RoundRecorder> recorder_;
 };
 
 }  // namespace fedlgc::coordinator

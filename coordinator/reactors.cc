@@ -25,9 +25,9 @@ void EventsReactor::Push(const protos::ServerEvent& e) {
   }
 }
 
-void EventsReactor::Close(const grpc::Status& status) {
+void EventsReactor::Close(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  if (!finished_) FinishLocked(status);
+  if (!finished_) FinishLocked(ToGrpc(status));
 }
 
 void EventsReactor::FinishLocked(const grpc::Status& status) {
@@ -64,7 +64,7 @@ void EventsReactor::OnWriteDone(bool ok) {
 }
 
 void EventsReactor::OnDone() {
-  svc_->Unregister(client_, this);
+  svc_->events().Unregister(client_, this);
   delete this;
 }
 
@@ -88,7 +88,7 @@ void DownloadReactor::OnWriteDone(bool ok) {
     return;
   }
   ticket_->Progress();
-  svc_->Touch(client_);
+  svc_->events().Touch(client_);
   // A chain stands for the model it rebuilds: its share of that, in float32 bytes.
   const uint64_t total = blob_->bytes.size();
   const uint64_t raw = blob_->raw_bytes == 0 || total == 0 ? sent_ : blob_->raw_bytes * sent_ / total;

@@ -32,8 +32,10 @@ class ErrorReactor final : public Base {
 // what the client sends is read and dropped (bytes that are not a ClientEvent end the
 // stream with INVALID_ARGUMENT). At most kMaxQueued events wait: a client that does not
 // read them loses the stream (it gets them again when it reconnects: receipts are
-// replayed, the open round is sent). Unregisters itself from the service when done.
-class EventsReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// replayed, the open round is sent). Unregisters itself from the service's EventStreams
+// when done. Its lock comes after the EventStreams' (event_streams.h).
+class EventsReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                            public EventSink {
  public:
   static constexpr size_t kMaxQueued = 1024;
 
@@ -41,9 +43,9 @@ class EventsReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       : svc_(svc), client_(std::move(client)) {}
   void Begin() { StartRead(&in_); }
   // Queues an event. Safe from any thread while registered with the service.
-  void Push(const protos::ServerEvent& e);
+  void Push(const protos::ServerEvent& e) override;
   // Ends the stream with `status` (a newer stream of the same client replaced it).
-  void Close(const grpc::Status& status);
+  void Close(const absl::Status& status) override;
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -118,7 +120,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     ticket_->Progress();
-    svc_->Touch(client_);
+    svc_->events().Touch(client_);
     Msg msg;
     if (absl::Status st = ParseMessage(in_, svc_->max_message_bytes(), &msg); !st.ok()) {
       svc_->metrics()->AddRejected(ReasonOf(st));

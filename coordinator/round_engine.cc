@@ -6,21 +6,17 @@
 
 #include "base/crc32c.h"
 #include "base/str.h"
-#include "codecs/registry.h"
-#include "codecs/rng.h"
 
 namespace fedlgc::coordinator {
 namespace {
 
-ChunkResult Refused(RejectReason reason, absl::Status st) {
-  ChunkResult r;
-  r.status = std::move(st);
-  r.reason = reason;
-  return r;
-}
-
-ChunkResult Refused(Rejection rejection) {
-  return Refused(rejection.reason, std::move(rejection.status));
+// A participant of `r` as asked now: the model `version`, the deadline and its codec
+// (the codec ladder's, or the round's).
+AskedParticipant Ask(const RoundTerms& terms, const LiveRound& r, const std::string& client,
+                     uint64_t version, Clock::time_point now, Clock::time_point deadline) {
+  AskedParticipant a{r.number, version, now, deadline};
+  a.codec = terms.CodecOf(r.codec.spec, client, deadline - now);
+  return a;
 }
 
 }  // namespace
@@ -66,19 +62,15 @@ std::shared_ptr<const ModelBlob> MakeBlob(uint64_t version, std::string bytes) {
 }
 
 RoundEngine::RoundEngine(EngineOptions options, EngineState state)
-    : options_(std::move(options)), dim_(state.model.size()), state_(std::move(state)) {
-  // The coordinator validates the job options before building the engine.
-  std::vector<std::string> specs = options_.plan.warmup_codecs;
-  specs.push_back(options_.plan.codec);
-  if (options_.codec_chooser != nullptr) {
-    for (std::string& spec : options_.codec_chooser->Specs()) specs.push_back(std::move(spec));
-  }
-  for (const std::string& spec : specs) {
-    if (decoders_.count(spec)) continue;
-    if (auto codec = codecs::MakeCodec(spec, &options_.layout); codec.ok())
-      decoders_[spec] = std::move(codec).value();
-  }
+    : options_(std::move(options)),
+      dim_(state.model.size()),
+      terms_(std::make_unique<RoundTerms>(options_.plan, options_.max_client_weight, options_.seed,
+                                          options_.codec_chooser, &options_.layout)),
+      roster_(std::make_unique<Roster>(std::move(state.clients), std::move(state.quarantined))),
+      state_(std::move(state)) {
   absl::MutexLock lock(&mu_);
+  state_.clients.clear();  // moved to the roster
+  state_.quarantined.clear();
   if (state_.momentum.size() != state_.model.size())
     state_.momentum.assign(state_.model.size(), 0.0f);
   PublishModelLocked();
@@ -92,10 +84,7 @@ void RoundEngine::PublishModelLocked() {
     uint64_t oldest = state_.model_version;
     if (round_) {
       for (const auto& [client, a] : round_->asked) {
-        auto u = round_->updates.find(client);
-        const bool complete =
-            u != round_->updates.end() && u->second.held_count == u->second.chunk_count;
-        if (!complete) oldest = std::min(oldest, a.version);
+        if (!round_->Complete(client)) oldest = std::min(oldest, a.version);
       }
     }
     while (!past_blobs_.empty() &&
@@ -108,46 +97,22 @@ void RoundEngine::PublishModelLocked() {
       std::string(reinterpret_cast<const char*>(state_.model.data()), state_.model.size() * 4));
 }
 
-const codecs::Codec* RoundEngine::DecoderFor(uint64_t round) const {
-  return DecoderOf(options_.plan.CodecFor(round));
-}
-
-const codecs::Codec* RoundEngine::DecoderOf(const std::string& spec) const {
-  auto it = decoders_.find(spec);
-  return it == decoders_.end() ? nullptr : it->second.get();
-}
-
 RoundFacts RoundEngine::FactsLocked(const std::string& client) const {
   RoundFacts f;
   f.dim = dim_;
   f.model_version = state_.model_version;
-  f.registered_clients = state_.clients.size();
-  f.decoder = round_ ? round_->decoder : nullptr;
+  f.registered_clients = roster_->size();
+  f.decoder = round_ ? round_->codec.decoder : nullptr;
   if (round_) {
-    f.keep = round_->decoder_ref;
+    f.keep = round_->codec.decoder_ref;
     // A codec ladder asked this client for a codec of its own.
     auto a = round_->asked.find(client);
-    if (a != round_->asked.end() && a->second.codec != round_->codec) {
-      f.decoder = DecoderOf(a->second.codec);
+    if (a != round_->asked.end() && a->second.codec != round_->codec.spec) {
+      f.decoder = terms_->DecoderOf(a->second.codec);
     }
   }
   f.frame_limits = options_.frame_limits;
   return f;
-}
-
-RoundEngine::Asked RoundEngine::AskLocked(const Round& r, const std::string& client,
-                                          Clock::time_point now, Clock::time_point deadline) const {
-  Asked a{r.number, state_.model_version, now, deadline};
-  a.codec = r.codec;
-  if (options_.codec_chooser != nullptr && codec_override_.empty()) {
-    a.codec = options_.codec_chooser->Choose(client, deadline - now);
-  }
-  return a;
-}
-
-void RoundEngine::Register(const std::string& client_id, uint64_t num_samples) {
-  absl::MutexLock lock(&mu_);
-  state_.clients[client_id] = num_samples;
 }
 
 absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants,
@@ -155,32 +120,22 @@ absl::Status RoundEngine::OpenRound(const std::vector<std::string>& participants
                                     std::shared_ptr<Collector> collector, bool rolling) {
   absl::MutexLock lock(&mu_);
   if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
-  auto r = std::make_unique<Round>();
+  auto r = std::make_unique<LiveRound>();
   r->number = state_.next_round;
   r->rolling = rolling;
   r->participants.insert(participants.begin(), participants.end());
   r->uploaders = r->participants;
   r->collector = std::move(collector);
-  std::map<std::string, uint64_t> samples;
-  for (const std::string& p : r->participants) {
-    auto it = state_.clients.find(p);
-    samples[p] = it == state_.clients.end() ? 0 : it->second;
-  }
+  const std::map<std::string, uint64_t> samples = roster_->SamplesOf(r->participants);
   // A rolling round's participants come and go: each update weighs its sample count, and
   // the driver caps the weights among the updates of each commit.
   r->weights = CappedWeights(samples, rolling ? 1.0 : options_.max_client_weight);
   r->opened = options_.clock->Now();
   r->deadline = deadline;
-  r->training = training_override_.value_or(options_.plan.training());
-  if (codec_override_.empty()) {
-    r->codec = options_.plan.CodecFor(r->number);
-    r->decoder = DecoderFor(r->number);
-  } else {
-    r->codec = codec_override_;
-    r->decoder = decoder_override_.get();
-    r->decoder_ref = decoder_override_;
+  r->codec = terms_->ForRound(r->number);
+  for (const std::string& p : r->participants) {
+    r->asked[p] = Ask(*terms_, *r, p, state_.model_version, r->opened, deadline);
   }
-  for (const std::string& p : r->participants) r->asked[p] = AskLocked(*r, p, r->opened, deadline);
   round_ = std::move(r);
   return absl::OkStatus();
 }
@@ -191,40 +146,28 @@ absl::StatusOr<std::vector<std::string>> RoundEngine::AddParticipants(
   if (!round_ || !round_->rolling) {
     return absl::FailedPreconditionError("clients join only a rolling round that is open");
   }
-  Round& r = *round_;
+  LiveRound& r = *round_;
   std::vector<std::string> added;
   const auto now = options_.clock->Now();
   for (const std::string& c : clients) {
-    if (r.participants.count(c) || state_.quarantined.count(c)) continue;
+    if (r.participants.count(c) || roster_->IsQuarantined(c)) continue;
     r.participants.insert(c);
     r.uploaders.insert(c);
-    r.asked[c] = AskLocked(r, c, now, deadline);
+    r.asked[c] = Ask(*terms_, r, c, state_.model_version, now, deadline);
     added.push_back(c);
   }
-  for (const std::string& c : added) {
-    auto it = state_.clients.find(c);
-    r.weights[c] = it == state_.clients.end() ? 0.0 : static_cast<double>(it->second);
-  }
+  const auto samples = roster_->SamplesOf(std::set<std::string>(added.begin(), added.end()));
+  for (const auto& [c, n] : samples) r.weights[c] = static_cast<double>(n);
   return added;
 }
 
 void RoundEngine::Release(const std::set<std::string>& clients) {
   absl::MutexLock lock(&mu_);
   if (!round_ || !round_->rolling) return;
-  Round& r = *round_;
+  LiveRound& r = *round_;
   for (const std::string& c : clients) {
-    if (r.participants.count(c)) DropParticipant(&r, c);
+    if (r.participants.count(c)) r.Drop(c);
   }
-}
-
-void RoundEngine::DropParticipant(Round* r, const std::string& client) {
-  r->participants.erase(client);
-  r->uploaders.erase(client);
-  r->asked.erase(client);
-  r->updates.erase(client);
-  r->settling.erase(client);
-  r->weights.erase(client);
-  r->collector->Forget(client);
 }
 
 void RoundEngine::Settle(const std::set<std::string>& clients) {
@@ -240,10 +183,7 @@ std::map<std::string, RoundEngine::Asked> RoundEngine::Participants() const {
   absl::MutexLock lock(&mu_);
   if (!round_) return {};
   std::map<std::string, Asked> out = round_->asked;
-  for (auto& [client, a] : out) {
-    auto it = round_->updates.find(client);
-    a.complete = it != round_->updates.end() && it->second.held_count == it->second.chunk_count;
-  }
+  for (auto& [client, a] : out) a.complete = round_->Complete(client);
   return out;
 }
 
@@ -253,28 +193,6 @@ std::optional<Clock::time_point> RoundEngine::AskedAt(const std::string& client)
   auto it = round_->asked.find(client);
   if (it == round_->asked.end()) return std::nullopt;
   return it->second.at;
-}
-
-uint64_t RoundEngine::AskedRoundLocked(const std::string& client) const {
-  if (!round_) return 0;
-  auto it = round_->asked.find(client);
-  return round_->rolling && it != round_->asked.end() ? it->second.round : round_->number;
-}
-
-bool RoundEngine::InOpenRoundLocked(const ChunkIn& c) const {
-  return round_ && !round_->frozen && !round_->settling.count(c.client_id) &&
-         c.round == AskedRoundLocked(c.client_id);
-}
-
-void RoundEngine::UseCodec(std::string spec, std::shared_ptr<const codecs::Codec> decoder) {
-  absl::MutexLock lock(&mu_);
-  codec_override_ = std::move(spec);
-  decoder_override_ = codec_override_.empty() ? nullptr : std::move(decoder);
-}
-
-void RoundEngine::UseTraining(std::optional<LocalTraining> training) {
-  absl::MutexLock lock(&mu_);
-  training_override_ = training;
 }
 
 absl::Status RoundEngine::Rebase(uint64_t round, std::vector<float> model) {
@@ -296,17 +214,6 @@ absl::Status RoundEngine::Rebase(uint64_t round, std::vector<float> model) {
   return absl::OkStatus();
 }
 
-uint64_t RoundEngine::RegisteredSamples() const {
-  absl::MutexLock lock(&mu_);
-  uint64_t total = 0;
-  for (const auto& [client, samples] : state_.clients) total += samples;
-  return total;
-}
-
-uint64_t RoundEngine::SharedSeed(uint64_t round) const {
-  return (codecs::Mix64(codecs::Mix64(options_.seed ^ 0x5EED5EED5EED5EEDull) ^ round) >> 12) | 1;
-}
-
 void RoundEngine::SetUploaders(const std::set<std::string>& uploaders) {
   absl::MutexLock lock(&mu_);
   if (!round_) return;
@@ -321,12 +228,6 @@ uint64_t RoundEngine::current_round() const {
   return round_ ? round_->number : state_.next_round;
 }
 
-uint64_t RoundEngine::ClientSeed(const std::string& client, uint64_t round) const {
-  uint64_t h = codecs::Mix64(options_.seed ^ round);
-  for (char c : client) h = codecs::Mix64(h ^ static_cast<unsigned char>(c));
-  return h;
-}
-
 std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id) const {
   absl::MutexLock lock(&mu_);
   if (!round_ || round_->participants.count(client_id) == 0) return std::nullopt;
@@ -339,112 +240,14 @@ std::optional<RoundInfo> RoundEngine::OpenRoundFor(const std::string& client_id)
     info.model_version = it->second.version;
     info.deadline = it->second.deadline;
   }
-  info.seed = ClientSeed(client_id, info.round);
-  info.next_seed = ClientSeed(client_id, info.round + 1);
-  info.codec = round_->codec;
+  info.seed = terms_->ClientSeed(client_id, info.round);
+  info.next_seed = terms_->ClientSeed(client_id, info.round + 1);
+  info.codec = round_->codec.spec;
   if (auto it = round_->asked.find(client_id); it != round_->asked.end()) {
     info.codec = it->second.codec;
   }
-  info.training = round_->training;
+  info.training = round_->codec.training;
   return info;
-}
-
-std::vector<uint32_t> RoundEngine::HeldList(const Update& u) {
-  std::vector<uint32_t> held;
-  for (uint32_t i = 0; i < u.held.size(); ++i) {
-    if (u.held[i]) held.push_back(i);
-  }
-  return held;
-}
-
-std::optional<ChunkResult> RoundEngine::AdmitSenderLocked(const ChunkIn& c) const {
-  if (!InOpenRoundLocked(c)) {
-    const uint64_t open = AskedRoundLocked(c.client_id);
-    return Refused(
-        RejectReason::kWrongRound,
-        absl::FailedPreconditionError(
-            !round_ ? StrCat("round ", c.round, " is closed; no round is open")
-            : c.round != open
-                ? StrCat("round ", c.round, " is not open; round ", open, " is")
-                : StrCat("round ", c.round, " is closing: its updates are being aggregated")));
-  }
-  const Round& r = *round_;
-  if (r.participants.count(c.client_id) == 0) {
-    return Refused(RejectReason::kNotParticipant,
-                   absl::FailedPreconditionError(
-                       StrCat("client ", c.client_id, " is not a participant of round ", c.round)));
-  }
-  if (auto q = state_.quarantined.find(c.client_id); q != state_.quarantined.end()) {
-    return Refused(RejectReason::kQuarantined,
-                   absl::PermissionDeniedError(
-                       StrCat("client ", c.client_id, " is quarantined: ", q->second)));
-  }
-  if (auto w = r.weights.find(c.client_id); w == r.weights.end() || !(w->second > 0)) {
-    return Refused(RejectReason::kNotParticipant,
-                   absl::FailedPreconditionError(
-                       StrCat("client ", c.client_id, " has not joined (no sample count)")));
-  }
-  if (c.share.has_value() != r.collector->takes_shares()) {
-    return Refused(RejectReason::kMalformed,
-                   absl::InvalidArgumentError(
-                       r.collector->takes_shares()
-                           ? StrCat("round ", c.round, " takes push-sum shares (Gossip)")
-                           : StrCat("round ", c.round, " takes no push-sum shares")));
-  }
-  if (!c.frame.empty() && r.uploaders.count(c.client_id) == 0) {
-    return Refused(RejectReason::kNotParticipant,
-                   absl::FailedPreconditionError(StrCat(
-                       "client ", c.client_id, " has nothing to upload in round ", c.round)));
-  }
-  return std::nullopt;
-}
-
-std::optional<ChunkResult> RoundEngine::AdmitLocked(const ChunkIn& c) const {
-  if (auto no = AdmitSenderLocked(c)) return no;
-  const Round& r = *round_;
-  auto it = r.updates.find(c.client_id);
-  const Update* u = it == r.updates.end() ? nullptr : &it->second;
-  if (c.frame.empty()) {  // a query: report what is held
-    ChunkResult q;
-    if (u != nullptr && u->update_id == c.update_id) q.held = HeldList(*u);
-    return q;
-  }
-  if (c.chunk_count == 0 || c.chunk_count > options_.max_chunks_per_update ||
-      c.chunk_index >= c.chunk_count) {
-    return Refused(RejectReason::kBadChunkIndex,
-                   absl::InvalidArgumentError(
-                       StrCat("chunk ", c.chunk_index, " of ", c.chunk_count, " is out of range")));
-  }
-  if (!(c.scale > 0 && c.scale <= 16)) {
-    return Refused(RejectReason::kNonFinite, absl::InvalidArgumentError(StrCat(
-                                                 "chunk scale ", c.scale, " is not in (0, 16]")));
-  }
-  std::optional<HeldUpdate> held;
-  if (u != nullptr) held = HeldUpdate{u->update_id, u->chunk_count, u->held_count};
-  if (auto no = r.collector->Admit(c, held ? &*held : nullptr, FactsLocked(c.client_id)))
-    return Refused(*no);
-  if (u == nullptr) return std::nullopt;
-  const bool same = u->update_id == c.update_id;
-  if (!same && !r.collector->replaces_updates()) {
-    return Refused(RejectReason::kUpdateConflict,
-                   absl::FailedPreconditionError(StrCat("round ", c.round, " already holds update ",
-                                                        u->update_id, " from ", c.client_id,
-                                                        "; update ", c.update_id, " refused")));
-  }
-  if (same && u->chunk_count != c.chunk_count) {
-    return Refused(
-        RejectReason::kBadChunkIndex,
-        absl::InvalidArgumentError(StrCat("chunk count ", c.chunk_count,
-                                          " differs from earlier chunks (", u->chunk_count, ")")));
-  }
-  if (same && u->held[c.chunk_index]) {
-    ChunkResult dup;
-    dup.duplicate = true;
-    dup.reason = RejectReason::kDuplicate;
-    dup.held = HeldList(*u);
-    return dup;
-  }
-  return std::nullopt;
 }
 
 ChunkResult RoundEngine::AcceptChunk(const ChunkIn& chunk) {
@@ -455,9 +258,12 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& chunk) {
   RoundFacts facts;
   {
     absl::MutexLock lock(&mu_);
-    if (auto early = AdmitLocked(c)) return *std::move(early);
-    collector = round_->collector;
     facts = FactsLocked(c.client_id);
+    if (auto early = AdmitChunk(round_.get(), c, roster_->QuarantineReason(c.client_id),
+                                options_.max_chunks_per_update, facts)) {
+      return *std::move(early);
+    }
+    collector = round_->collector;
     c.weight = round_->weights.at(c.client_id);
   }
   // Decode, without it: parsing and decoding run concurrently.
@@ -469,7 +275,7 @@ ChunkResult RoundEngine::AcceptChunk(const ChunkIn& chunk) {
 }
 
 ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
-  if (!InOpenRoundLocked(c)) {
+  if (!TakesChunk(round_.get(), c)) {
     return Refused(RejectReason::kWrongRound, absl::FailedPreconditionError(StrCat(
                                                   "round ", c.round, " closed while decoding")));
   }
@@ -480,10 +286,10 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
                    absl::FailedPreconditionError(StrCat(
                        "client ", c.client_id, " stopped being a participant while decoding")));
   }
-  Round& r = *round_;
+  LiveRound& r = *round_;
   const bool replaces = r.collector->replaces_updates();
   auto [it, inserted] = r.updates.try_emplace(c.client_id);
-  Update& u = it->second;
+  UpdateChunks& u = it->second;
   const bool renewed = !inserted && replaces && u.update_id != c.update_id;
   if (!inserted && !renewed && (u.update_id != c.update_id || u.chunk_count != c.chunk_count)) {
     return Refused(RejectReason::kUpdateConflict,
@@ -496,7 +302,7 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
     if (auto no = r.collector->Admit(c, &held, FactsLocked(c.client_id))) return Refused(*no);
   }
   if (inserted || renewed) {
-    u = Update();
+    u = UpdateChunks();
     u.update_id = c.update_id;
     u.chunk_count = c.chunk_count;
     u.held.assign(c.chunk_count, false);
@@ -505,12 +311,12 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
   if (u.held[c.chunk_index]) {
     res.duplicate = true;
     res.reason = RejectReason::kDuplicate;
-    res.held = HeldList(u);
+    res.held = u.HeldList();
     return res;
   }
   // Each coordinate counts at most once in an update, whatever the chunk index.
   const uint64_t begin = decoded.begin, end = decoded.begin + decoded.coordinates;
-  if (auto overlap = Overlap(u, begin, end)) {
+  if (auto overlap = u.Overlap(begin, end)) {
     return Refused(RejectReason::kOverlap, absl::InvalidArgumentError(StrCat(
                                                "chunk ", c.chunk_index, " covers [", begin, ", ",
                                                end, "), which overlaps [", overlap->first, ", ",
@@ -523,27 +329,12 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
   res.coordinates = renewed ? 0 : decoded.coordinates;
   r.collector->Collect(c, std::move(decoded), inserted || renewed, u.held_count == u.chunk_count,
                        FactsLocked(c.client_id));
-  res.held = HeldList(u);
+  res.held = u.HeldList();
   // The metric label: the plan's spec (not a round's seeded one), or the client's own
   // under a codec ladder.
-  res.codec = options_.plan.CodecFor(c.round);
-  if (options_.codec_chooser != nullptr) {
-    if (auto a = r.asked.find(c.client_id); a != r.asked.end()) res.codec = a->second.codec;
-  }
+  auto asked = r.asked.find(c.client_id);
+  res.codec = terms_->MetricLabel(c.round, asked != r.asked.end() ? asked->second.codec : "");
   return res;
-}
-
-std::optional<std::pair<uint64_t, uint64_t>> RoundEngine::Overlap(const Update& u, uint64_t begin,
-                                                                  uint64_t end) {
-  if (end <= begin) return std::nullopt;
-  // The range starting after `begin`, and the one before it.
-  auto next = u.ranges.upper_bound(begin);
-  if (next != u.ranges.end() && next->first < end) return *next;
-  if (next != u.ranges.begin()) {
-    auto prev = std::prev(next);
-    if (prev->second > begin) return *prev;
-  }
-  return std::nullopt;
 }
 
 bool RoundEngine::AllComplete() const {
@@ -562,27 +353,18 @@ void RoundEngine::Freeze() {
   if (round_) round_->frozen = true;
 }
 
-absl::Status RoundEngine::CommittableLocked(size_t size) const {
-  if (!round_) return absl::FailedPreconditionError("no round is open to commit");
-  if (size != dim_) {
-    return absl::InternalError(
-        StrCat("round ", round_->number, ": an aggregate of ", size, " values for ", dim_));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<CommitResult> RoundEngine::CommitDelta(std::span<const float> delta,
                                                       const ServerOptimizer& optimizer,
                                                       const std::set<std::string>* counted) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status st = CommittableLocked(delta.size()); !st.ok()) return st;
+  if (absl::Status st = CheckCommittable(round_.get(), delta.size(), dim_); !st.ok()) return st;
   return CloseLocked(delta, optimizer, counted, nullptr);
 }
 
 absl::StatusOr<CommitResult> RoundEngine::CommitModel(std::vector<float> model,
                                                       const std::set<std::string>& counted) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status st = CommittableLocked(model.size()); !st.ok()) return st;
+  if (absl::Status st = CheckCommittable(round_.get(), model.size(), dim_); !st.ok()) return st;
   return CloseLocked({}, ServerOptimizer(), &counted, &model);
 }
 
@@ -591,7 +373,7 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
                                       const std::set<std::string>* counted,
                                       std::vector<float>* set) {
   CommitResult res;
-  Round& r = *round_;
+  LiveRound& r = *round_;
   res.round = r.number;
   if (set != nullptr) {
     state_.model = std::move(*set);
@@ -607,13 +389,13 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
   const std::set<std::string> settled = r.rolling ? r.settling : r.participants;
   for (const std::string& p : settled) {
     Receipt rc;
-    rc.round = AskedRoundLocked(p);
+    rc.round = r.AskedRound(p);
     rc.version = state_.model_version;
     auto it = r.updates.find(p);
     if (it != r.updates.end()) {
       rc.update_id = it->second.update_id;
       rc.chunk_count = it->second.chunk_count;
-      if (counted == nullptr || counted->count(p)) rc.counted = HeldList(it->second);
+      if (counted == nullptr || counted->count(p)) rc.counted = it->second.HeldList();
       if (!rc.counted.empty()) ++res.participants;
       if (it->second.held_count != it->second.chunk_count || rc.counted.empty()) ++res.stragglers;
       auto& history = state_.receipts[p];
@@ -624,13 +406,13 @@ CommitResult RoundEngine::CloseLocked(std::span<const float> delta,
     }
     res.receipts[p] = rc;
     auto a = r.asked.find(p);
-    res.codecs[p] = a != r.asked.end() ? a->second.codec : r.codec;
+    res.codecs[p] = a != r.asked.end() ? a->second.codec : r.codec.spec;
   }
   const auto now = options_.clock->Now();
   res.seconds = core::SecondsSince(*options_.clock, r.opened);
   state_.next_round = r.number + 1;
   if (r.rolling) {
-    for (const std::string& p : settled) DropParticipant(&r, p);
+    for (const std::string& p : settled) r.Drop(p);
     r.number = state_.next_round;
     r.opened = now;
   } else {
@@ -651,21 +433,6 @@ absl::StatusOr<std::vector<float>> RoundEngine::Preview(std::span<const float> d
     model[i] += optimizer.lr * (optimizer.momentum * state_.momentum[i] + delta[i]);
   }
   return model;
-}
-
-void RoundEngine::Quarantine(const std::string& client_id, const std::string& why) {
-  absl::MutexLock lock(&mu_);
-  state_.quarantined[client_id] = why;
-}
-
-bool RoundEngine::IsQuarantined(const std::string& client_id) const {
-  absl::MutexLock lock(&mu_);
-  return state_.quarantined.count(client_id) > 0;
-}
-
-std::map<std::string, std::string> RoundEngine::Quarantined() const {
-  absl::MutexLock lock(&mu_);
-  return state_.quarantined;
 }
 
 std::shared_ptr<const ModelBlob> RoundEngine::model() const {
@@ -689,7 +456,10 @@ std::vector<float> RoundEngine::ModelVector() const {
 
 EngineState RoundEngine::Snapshot() const {
   absl::MutexLock lock(&mu_);
-  return state_;
+  EngineState state = state_;
+  state.clients = roster_->Clients();
+  state.quarantined = roster_->Quarantined();
+  return state;
 }
 
 std::vector<Receipt> RoundEngine::ReceiptsFor(const std::string& client_id) const {

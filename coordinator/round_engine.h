@@ -25,52 +25,12 @@
 #include "codecs/codec.h"
 #include "codecs/layout.h"
 #include "coordinator/collector.h"
+#include "coordinator/live_round.h"
+#include "coordinator/roster.h"
+#include "coordinator/round_terms.h"
 #include "core/clock.h"
 
 namespace fedlgc::coordinator {
-
-using Clock = core::Clock;
-
-// How a client trains in a round.
-struct LocalTraining {
-  uint32_t local_epochs = 1;
-  uint32_t local_steps = 0;  // when > 0, overrides epochs
-  float lr = 0.05f;
-  uint32_t batch_size = 32;
-};
-
-// What a client is asked to do in a round.
-struct RoundPlan {
-  std::string codec = "fp32";  // the job's codec spec (the client wraps it in ef())
-  // Codecs for rounds 1, 2, ... before `codec` takes over (e.g. a denser top-k while the
-  // model moves fast, as in DGC's sparsity warm-up). Residuals carry across the switch.
-  std::vector<std::string> warmup_codecs;
-  uint32_t local_epochs = 1;
-  uint32_t local_steps = 0;
-  float lr = 0.05f;
-  uint32_t batch_size = 32;
-  uint32_t max_chunk_bytes = 256 * 1024;
-  // The order in which a client's chunks leave: index, layer or magnitude (P3).
-  std::string upload_order = "index";
-
-  LocalTraining training() const { return {local_epochs, local_steps, lr, batch_size}; }
-  const std::string& CodecFor(uint64_t round) const {
-    return round >= 1 && round - 1 < warmup_codecs.size() ? warmup_codecs[round - 1] : codec;
-  }
-};
-
-// Picks each participant's codec when it is asked, among the codecs of Specs() (the
-// codec ladder, codec_ladder.h). Thread-safe; the engine calls it with its lock held, so
-// it must not call back into the engine.
-class CodecChooser {
- public:
-  virtual ~CodecChooser() = default;
-  // The spec `client` sends its update with when it has `window` from being asked to its
-  // deadline: one of Specs().
-  virtual std::string Choose(const std::string& client, Clock::duration window) const = 0;
-  // Every spec Choose may answer.
-  virtual std::vector<std::string> Specs() const = 0;
-};
 
 struct EngineOptions {
   RoundPlan plan;
@@ -118,15 +78,6 @@ struct ModelBlob {
 };
 // A blob of `bytes` with its CRC32C.
 std::shared_ptr<const ModelBlob> MakeBlob(uint64_t version, std::string bytes);
-
-struct ChunkResult {
-  absl::Status status;
-  RejectReason reason = RejectReason::kNone;  // set when refused, and for a duplicate
-  bool duplicate = false;
-  uint64_t coordinates = 0;    // carried by this chunk (for raw byte accounting)
-  std::vector<uint32_t> held;  // all chunks of this update now held
-  std::string codec;           // the round's codec spec (metric label)
-};
 
 struct Receipt {
   uint64_t round = 0;  // the round the client was asked in (what its chunks name)
@@ -192,13 +143,18 @@ struct RoundInfo {
 std::map<std::string, double> CappedWeights(const std::map<std::string, uint64_t>& samples,
                                             double cap);
 
+// Thread-safe. Lock order: the engine's, then its terms' and its roster's (neither calls
+// back).
 class RoundEngine {
  public:
   RoundEngine(EngineOptions options, EngineState state);
   RoundEngine(const RoundEngine&) = delete;
   RoundEngine& operator=(const RoundEngine&) = delete;
 
-  void Register(const std::string& client_id, uint64_t num_samples);
+  // What rounds ask of their participants: the plan, codec overrides, seeds.
+  RoundTerms& terms() const { return *terms_; }
+  // Who joined (Register) and who is barred (Quarantine).
+  Roster& roster() const { return *roster_; }
 
   // Opens round next_round with `participants`, closing at `deadline`, collecting with
   // `collector`. REQUIRES: no round is open.
@@ -224,14 +180,8 @@ class RoundEngine {
   // counted when the commit counts them) and no others. Their chunks are refused from now
   // on (they are complete). Clients that are not participants are ignored.
   void Settle(const std::set<std::string>& clients);
-  // A rolling round's participant, as asked.
-  struct Asked {
-    uint64_t round = 0;    // the round it was asked in
-    uint64_t version = 0;  // the model version it trains from
-    Clock::time_point at, deadline;
-    bool complete = false;  // every chunk of its update is held
-    std::string codec;      // the codec it was asked to send with
-  };
+  // A participant of the open round, as asked.
+  using Asked = AskedParticipant;
   // The open round's participants as asked (for a round that is not rolling, all asked
   // in it, at its opening); empty when no round is open.
   std::map<std::string, Asked> Participants() const;
@@ -245,27 +195,12 @@ class RoundEngine {
   // The open round as `client_id` should start it; nullopt when no round is open or the
   // client does not take part. The seed (codec randomness, data order) is per client.
   std::optional<RoundInfo> OpenRoundFor(const std::string& client_id) const;
-  const RoundPlan& plan() const { return options_.plan; }
-  // EngineOptions::max_client_weight (a rolling round's driver caps each commit's weights).
-  double max_client_weight() const { return options_.max_client_weight; }
-  // Rounds opened from now on send `spec` to their participants and decode with `decoder`
-  // instead of the plan's codec for the round (GradiVeQ: the spec names the basis in
-  // force); an empty spec goes back to the plan's. Metric labels keep the plan's spec.
-  void UseCodec(std::string spec, std::shared_ptr<const codecs::Codec> decoder);
-  // Rounds opened from now on ask their participants to train with `training` instead of
-  // the plan's (an aggregator passes its parent's on); nullopt: the plan's again.
-  void UseTraining(std::optional<LocalTraining> training);
   // An aggregator's next round (docs/scale.md): the model becomes `model`, its parent's,
   // under a new version, and the next round opened takes the number `round`, its
   // parent's, so that a round has one number (and one client seed) at every tier.
   // FAILED_PRECONDITION while a round is open or for a round below the next one;
   // INVALID_ARGUMENT for a model of another size. Server momentum starts afresh.
   absl::Status Rebase(uint64_t round, std::vector<float> model);
-  // The sample counts of the clients registered (Join), added up.
-  uint64_t RegisteredSamples() const;
-  // The seed every client of `round` shares (randk(seed=round)), in [1, 2^52): from the
-  // job's seed and the round, the same on every restart.
-  uint64_t SharedSeed(uint64_t round) const;
 
   // Admits, decodes and collects one chunk (or answers a query: an empty frame).
   ChunkResult AcceptChunk(const ChunkIn& chunk);
@@ -289,104 +224,38 @@ class RoundEngine {
   absl::StatusOr<std::vector<float>> Preview(std::span<const float> delta,
                                              const ServerOptimizer& optimizer) const;
 
-  // Bars a client from the rest of the job: its chunks are refused (quarantined) from now
-  // on, and the checkpoint keeps it barred.
-  void Quarantine(const std::string& client_id, const std::string& why);
-  bool IsQuarantined(const std::string& client_id) const;
-  std::map<std::string, std::string> Quarantined() const;
-
   std::shared_ptr<const ModelBlob> model() const;
   // The model of `version`: the current one or one of the last keep_versions superseded
   // ones; nullptr when it is not kept.
   std::shared_ptr<const ModelBlob> ModelAt(uint64_t version) const;
   std::vector<float> ModelVector() const;
   uint64_t dim() const { return dim_; }
+  // What a checkpoint holds: the engine's state with the roster's clients.
   EngineState Snapshot() const;
   // Receipts made visible by PublishReceipts (after the checkpoint that holds them).
   std::vector<Receipt> ReceiptsFor(const std::string& client_id) const;
   void PublishReceipts();
 
  private:
-  struct Update {
-    uint64_t update_id = 0;
-    uint32_t chunk_count = 0;
-    std::vector<bool> held;
-    uint32_t held_count = 0;
-    std::map<uint64_t, uint64_t> ranges;  // coordinates held: begin -> end
-  };
-  struct Round {
-    uint64_t number = 0;
-    std::set<std::string> participants;
-    std::set<std::string> uploaders;
-    std::map<std::string, Update> updates;
-    std::shared_ptr<Collector> collector;
-    std::map<std::string, double> weights;  // of the participants (CappedWeights)
-    Clock::time_point opened, deadline;
-    bool frozen = false;
-    std::string codec;                                 // the spec participants are sent
-    const codecs::Codec* decoder = nullptr;            // of that spec
-    std::shared_ptr<const codecs::Codec> decoder_ref;  // owns it when UseCodec chose it
-    LocalTraining training;
-    bool rolling = false;
-    std::map<std::string, Asked> asked;  // rolling rounds: each participant as asked
-    std::set<std::string> settling;      // rolling rounds: what the next commit settles
-  };
-  // A rolling round: `client` is no participant any more, and nothing of it is held.
-  static void DropParticipant(Round* r, const std::string& client);
-  // The round `client` was asked in: the open round's, or in a rolling round its own.
-  uint64_t AskedRoundLocked(const std::string& client) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a chunk of `c.round` from its client belongs to the open round now.
-  bool InOpenRoundLocked(const ChunkIn& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The seed of `client` in `round`.
-  uint64_t ClientSeed(const std::string& client, uint64_t round) const;
-
   void PublishModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the collector may know of the open round, with the decoder of `client`'s codec.
   RoundFacts FactsLocked(const std::string& client) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A participant as asked now: the version, the deadline and its codec (the chooser's,
-  // or the round's).
-  Asked AskLocked(const Round& r, const std::string& client, Clock::time_point now,
-                  Clock::time_point deadline) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A refusal for a chunk of a round that is not open, a non-participant, a chunk through
-  // the wrong call, or fields out of range; the answer to a query; nullopt for a chunk
-  // to decode.
-  std::optional<ChunkResult> AdmitLocked(const ChunkIn& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AdmitLocked's first step: whether this sender may send this round a chunk of this kind
-  // (open round, participant, not quarantined, joined, shares as the round takes them,
-  // an uploader); nullopt when it may.
-  std::optional<ChunkResult> AdmitSenderLocked(const ChunkIn& c) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a decoded chunk to the open round (or finds it is a duplicate by now).
   ChunkResult CollectLocked(const ChunkIn& c, DecodedChunk decoded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK when the open round can commit an aggregate of `size` values.
-  absl::Status CommittableLocked(size_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes receipts and closes the round; `set` replaces the model, else `delta` goes
   // through `optimizer`.
   CommitResult CloseLocked(std::span<const float> delta, const ServerOptimizer& optimizer,
                            const std::set<std::string>* counted, std::vector<float>* set)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static std::vector<uint32_t> HeldList(const Update& u);
-  // A range of `u` that [begin, end) overlaps; nullopt when none does.
-  static std::optional<std::pair<uint64_t, uint64_t>> Overlap(const Update& u, uint64_t begin,
-                                                              uint64_t end);
-  // One decoder per distinct codec of the plan (warm-up codecs, then the job codec) and
-  // of the codec chooser; Decode is const, so chunks decode outside the lock.
-  const codecs::Codec* DecoderFor(uint64_t round) const;
-  const codecs::Codec* DecoderOf(const std::string& spec) const;
 
   const EngineOptions options_;
   const uint64_t dim_;
-  std::map<std::string, std::unique_ptr<codecs::Codec>> decoders_;
+  const std::unique_ptr<RoundTerms> terms_;
+  const std::unique_ptr<Roster> roster_;
   mutable absl::Mutex mu_;
-  // UseCodec's: the one in force. The open round and the facts of chunks decoding outside
-  // the lock share it, so one a driver stops using goes once nothing decodes with it
-  // (randk(seed=round) makes one per round).
-  std::string codec_override_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const codecs::Codec> decoder_override_ ABSL_GUARDED_BY(mu_);
-  std::optional<LocalTraining> training_override_ ABSL_GUARDED_BY(mu_);
-  EngineState state_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
+  EngineState state_ ABSL_GUARDED_BY(mu_);  // its clients and quarantined live in roster_
+  std::unique_ptr<LiveRound> round_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ModelBlob> blob_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const ModelBlob>> past_blobs_ ABSL_GUARDED_BY(mu_);  // keep_versions
   std::map<std::string, std::vector<Receipt>> published_receipts_ ABSL_GUARDED_BY(mu_);

@@ -62,7 +62,8 @@ CoordinatorService::CoordinatorService(RoundEngine* engine, RoundDriver* driver,
           options_.streams, options_.clock, options_.watchdog,
           [metrics](size_t open) { metrics->SetOpenCalls(open); },
           [metrics](int cancelled) { metrics->AddIdleCancelled(cancelled); }),
-      links_(options_.links != nullptr ? options_.links : &own_links_) {}
+      links_(options_.links != nullptr ? options_.links : &own_links_),
+      events_(options_.clock) {}
 
 CoordinatorService::~CoordinatorService() = default;
 
@@ -125,9 +126,9 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
                                "; this coordinator speaks version ", kProtocolVersion,
                                ": run an edge client and coordinator of the same release"));
   }
-  if (engine_->IsQuarantined(*id)) {
+  if (engine_->roster().IsQuarantined(*id)) {
     metrics_->AddRejected(RejectReason::kQuarantined);
-    const auto why = engine_->Quarantined();
+    const auto why = engine_->roster().Quarantined();
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         StrCat("client ", *id, " is quarantined for this job: ",
                                why.count(*id) ? why.at(*id) : ""));
@@ -147,11 +148,8 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
                      "; this job trains ", job_.model, " sha256:", job_.model_sha256,
                      " (give the client that file, or no --model to download it)"));
   }
-  engine_->Register(*id, req.num_samples());
-  if (req.wants_final_model()) {
-    absl::MutexLock lock(&mu_);
-    final_takers_.insert(*id);
-  }
+  engine_->roster().Register(*id, req.num_samples());
+  if (req.wants_final_model()) events_.AddFinalModelTaker(*id);
   metrics_->JoinClient(*id, engine_->current_round());
   reply->set_job_id(job_.job_id);
   reply->set_model(job_.model);
@@ -178,62 +176,19 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService:
     return Failed<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(id.status());
   }
   auto* r = new EventsReactor(this, *id);
-  OnEventsOpened(*id, r);
+  // The catch-up is made under the streams' lock (the engine's and the driver's locks
+  // come after it), so nothing the driver pushes can overtake it.
+  const bool resumed = events_.Open(
+      *id, r,
+      [&] {
+        std::vector<protos::ServerEvent> receipts;
+        for (const Receipt& rc : engine_->ReceiptsFor(*id)) receipts.push_back(ReceiptEventOf(rc));
+        return receipts;
+      },
+      [&] { return RoundStartEventOf(*engine_, *driver_, *id, *options_.clock); });
+  if (resumed) metrics_->AddResume(*id, "events");
   r->Begin();
   return r;
-}
-
-void CoordinatorService::OnEventsOpened(const std::string& client, EventsReactor* r) {
-  bool resumed = false;
-  {
-    // Register and queue the catch-up under one lock, so nothing the driver pushes can
-    // overtake it: the client's recent receipts first, then the open round if it takes
-    // part, or the end of the job.
-    absl::MutexLock lock(&mu_);
-    auto old = streams_.find(client);
-    resumed = old != streams_.end();
-    // One stream per client: a newer one replaces the old, which ends (a client holds
-    // one; an old one is a broken connection not yet noticed, or someone hoarding).
-    if (resumed) {
-      old->second->Close(grpc::Status(grpc::StatusCode::CANCELLED,
-                                      "replaced by a newer event stream of this client"));
-    }
-    streams_[client] = r;
-    for (const Receipt& rc : engine_->ReceiptsFor(client)) r->Push(ReceiptEventOf(rc));
-    // A job that is over says so, even to a client of a round still open (buffered rounds
-    // end with clients still training).
-    if (done_) {
-      r->Push(done_event_);
-    } else if (auto start = RoundStartEventOf(*engine_, *driver_, client, *options_.clock)) {
-      r->Push(*start);
-    }
-  }
-  if (resumed) metrics_->AddResume(client, "events");
-}
-
-void CoordinatorService::Unregister(const std::string& client, EventsReactor* r) {
-  absl::MutexLock lock(&mu_);
-  auto it = streams_.find(client);
-  if (it != streams_.end() && it->second == r) streams_.erase(it);
-}
-
-std::vector<std::string> CoordinatorService::Connected() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::string> out;
-  for (const auto& [id, r] : streams_) out.push_back(id);
-  return out;
-}
-
-void CoordinatorService::Touch(const std::string& client) {
-  absl::MutexLock lock(&mu_);
-  last_call_[client] = options_.clock->Now();
-}
-
-Clock::time_point CoordinatorService::LastSeen(const std::string& client) const {
-  absl::MutexLock lock(&mu_);
-  if (streams_.count(client)) return options_.clock->Now();
-  auto it = last_call_.find(client);
-  return it == last_call_.end() ? Clock::time_point() : it->second;
 }
 
 std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, RoundDriver& driver,
@@ -243,7 +198,7 @@ std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, 
   if (!info) return std::nullopt;
   protos::ServerEvent e;
   auto* s = e.mutable_round_start();
-  const RoundPlan& plan = engine.plan();
+  const RoundPlan& plan = engine.terms().plan();
   s->set_round(info->round);
   s->set_model_version(info->model_version);
   s->set_codec(info->codec);
@@ -288,31 +243,9 @@ protos::ServerEvent ReceiptEventOf(const Receipt& rc) {
   return e;
 }
 
-bool CoordinatorService::Push(const std::string& client, const protos::ServerEvent& event) {
-  absl::MutexLock lock(&mu_);
-  auto it = streams_.find(client);
-  if (it == streams_.end()) return false;
-  it->second->Push(event);
-  return true;
-}
-
 bool CoordinatorService::SendRoundStart(const std::string& client) {
   const auto e = RoundStartEventOf(*engine_, *driver_, client, *options_.clock);
-  return e && Push(client, *e);
-}
-
-std::set<std::string> CoordinatorService::FinalModelTakers() const {
-  absl::MutexLock lock(&mu_);
-  return final_takers_;
-}
-
-void CoordinatorService::BroadcastDone(uint64_t rounds, float accuracy, uint64_t model_version) {
-  absl::MutexLock lock(&mu_);
-  done_event_.mutable_done()->set_rounds(rounds);
-  done_event_.mutable_done()->set_final_accuracy(accuracy);
-  done_event_.mutable_done()->set_model_version(model_version);
-  done_ = true;
-  for (const auto& [id, r] : streams_) r->Push(done_event_);
+  return e && events_.Push(client, *e);
 }
 
 double CoordinatorService::LinkBytesPerSecond(const std::string& client) const {
@@ -421,7 +354,7 @@ grpc::Status CoordinatorService::DoReport(grpc::CallbackServerContext* ctx,
                                           protos::ReportAck* ack) {
   auto id = Identity(ctx, req.client_id());
   if (!id.ok()) return ToGrpc(id.status());
-  Touch(*id);
+  events_.Touch(*id);
   if (req.has_eval()) {
     // Federated evaluation's answer: the book's, not the round's.
     const absl::Status st = options_.eval_book != nullptr

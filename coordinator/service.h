@@ -2,7 +2,8 @@
 // reactors (reactors.h) own their per-call state and never block; per-client limits on
 // open calls and an idle watchdog (stream_registry.h). Identity comes from the client certificate
 // (mTLS); with --insecure it is taken from the request and the coordinator says so at
-// startup. Every refusal becomes a gRPC status here, and only here, and a
+// startup. Who holds an event stream, and who was seen when, is the service's EventStreams
+// (event_streams.h). Every refusal becomes a gRPC status here, and only here, and a
 // fedlgc_rejected_total{reason} count. What differs between modes goes to the job's
 // RoundDriver: the mode's part of RoundStart, its blobs, its reports.
 #ifndef FEDLGC_COORDINATOR_SERVICE_H_
@@ -10,14 +11,10 @@
 
 #include <atomic>
 #include <functional>
-#include <map>
 #include <optional>
-#include <set>
 #include <string>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "coordinator/event_streams.h"
 #include "coordinator/link_book.h"
 #include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
@@ -52,7 +49,6 @@ struct RoundTraffic {
 };
 
 class Downlinks;
-class EventsReactor;
 
 // How the service bounds what one client can do (docs/protocol.md#limits).
 struct ServiceOptions {
@@ -119,24 +115,16 @@ class CoordinatorService final : public RawCoordinatorService {
   grpc::ServerReadReactor<grpc::ByteBuffer>* Gossip(grpc::CallbackServerContext* ctx,
                                                     grpc::ByteBuffer* response) override;
 
-  // Clients with an open event stream.
-  std::vector<std::string> Connected() const;
-  // A client's call arrived or progressed (a chunk, a report, a download) now.
-  void Touch(const std::string& client);
-  // When the client last had an open event stream or a call in progress; the epoch when
-  // never.
-  Clock::time_point LastSeen(const std::string& client) const;
-  // Sends the open round's start to a participant; false if it has no event stream.
+  // The clients' event streams: who is connected and last seen when, pushes, the job's
+  // end, the final model's takers. Its lock comes before the engine's and the driver's
+  // (event_streams.h).
+  EventStreams& events() { return events_; }
+  // Sends the open round's start to a participant; false if it has no event stream. The
+  // start is made before the streams' lock is taken.
   bool SendRoundStart(const std::string& client);
-  bool Push(const std::string& client, const protos::ServerEvent& event);
   // The job's rounds as Join tells clients (an aggregator learns its parent's after it
   // joins).
   void SetTotalRounds(uint32_t rounds) { total_rounds_ = rounds; }
-  // Sends JobDone (the final model's version, for clients that take it) to everyone
-  // connected, and to everyone who connects later.
-  void BroadcastDone(uint64_t rounds, float accuracy, uint64_t model_version);
-  // Clients that said in Join they download the final model when the job ends.
-  std::set<std::string> FinalModelTakers() const;
 
   RoundTraffic& traffic() { return traffic_; }
   // A participant's download or upload moved (no-op without ServiceOptions::progress).
@@ -157,7 +145,6 @@ class CoordinatorService final : public RawCoordinatorService {
                                        const std::string& claimed);
   // Identity of a streaming call, whose claim travels as fedlgc-client-id metadata.
   absl::StatusOr<std::string> StreamIdentity(grpc::CallbackServerContext* ctx);
-  void Unregister(const std::string& client, EventsReactor* r);
   RoundEngine* engine() { return engine_; }
   RoundDriver* driver() { return driver_; }
   monitoring::Metrics* metrics() { return metrics_; }
@@ -177,7 +164,6 @@ class CoordinatorService final : public RawCoordinatorService {
   // Admits an upload, share or download of `client` under the stream limits (counted).
   absl::StatusOr<std::shared_ptr<StreamTicket>> OpenStream(const std::string& client,
                                                            grpc::CallbackServerContext* ctx);
-  void OnEventsOpened(const std::string& client, EventsReactor* r);
   // The blob a download asks for, or the refusal.
   absl::StatusOr<std::shared_ptr<const ModelBlob>> BlobFor(const std::string& client,
                                                            const protos::ModelRequest& req);
@@ -192,12 +178,7 @@ class CoordinatorService final : public RawCoordinatorService {
   LinkBook own_links_;
   LinkBook* const links_;
   RoundTraffic traffic_;
-  mutable absl::Mutex mu_;
-  std::map<std::string, EventsReactor*> streams_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Clock::time_point> last_call_ ABSL_GUARDED_BY(mu_);
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  std::set<std::string> final_takers_ ABSL_GUARDED_BY(mu_);
-  protos::ServerEvent done_event_ ABSL_GUARDED_BY(mu_);
+  EventStreams events_;
 };
 
 // The one place absl::Status becomes grpc::Status (the codes are numbered alike).

@@ -5,6 +5,9 @@
 # that is 0.7 s of start-up a test, and under ASan 0.2 s, most of the time of a unit test.
 #
 #   scripts/gtest_shards.sh JOBS BINARY...
+# Each shard has a temporary folder of its own (TEST_TMPDIR, which testing::TempDir() returns,
+# and TMPDIR): tests that name a fixed folder there would otherwise meet in it when two shards
+# of one binary run them at once.
 # Exits non-zero when a shard fails, crashes or runs past SHARD_TIMEOUT seconds (1200); prints
 # that shard's failures. Each binary's line says how many tests ran and how long it took.
 set -uo pipefail
@@ -23,8 +26,10 @@ for binary in "$@"; do
   start=$SECONDS
   pids=()
   for ((i = 0; i < jobs; i++)); do
-    GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i timeout "$timeout_s" "$binary" --gtest_brief=1 \
-      >"$logs/$name.$i" 2>&1 &
+    tmp="$logs/tmp.$name.$i"
+    mkdir -p "$tmp"
+    TEST_TMPDIR=$tmp TMPDIR=$tmp GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i \
+      timeout "$timeout_s" "$binary" --gtest_brief=1 >"$logs/$name.$i" 2>&1 &
     pids+=($!)
   done
   ran=0

@@ -145,14 +145,14 @@ void Tier::RunUpstream() {
   // samples of its clients. A restart (a checkpoint with clients in it) joins at once: it
   // may have a kept round to send, or the job may be over.
   const bool restarted =
-      local_->engine().current_round() > 1 && local_->engine().RegisteredSamples() > 0;
+      local_->engine().current_round() > 1 && local_->engine().roster().RegisteredSamples() > 0;
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
       if (stop_) break;
     }
     if (restarted || (local_->ConnectedClients().size() >= min_clients_ &&
-                      local_->engine().RegisteredSamples() > 0)) {
+                      local_->engine().roster().RegisteredSamples() > 0)) {
       break;
     }
     absl::MutexLock lock(&mu_);
@@ -171,7 +171,7 @@ void Tier::RunUpstream() {
   upstream_result_ = st;
 }
 
-uint64_t Tier::NumSamples() { return local_->engine().RegisteredSamples(); }
+uint64_t Tier::NumSamples() { return local_->engine().roster().RegisteredSamples(); }
 
 std::vector<float> Tier::Unhanded(size_t dim, uint64_t committed, uint64_t* kept_round,
                                   uint64_t* kept_version) {

@@ -119,14 +119,14 @@ std::vector<std::string> BufferedRounds::Idle(
   for (const std::string& c : connected) {
     if (!first.count(c)) rest.push_back(c);
   }
-  std::mt19937_64 rng(engine.SharedSeed(engine.current_round()));
+  std::mt19937_64 rng(engine.terms().SharedSeed(engine.current_round()));
   std::shuffle(rest.begin(), rest.end(), rng);
   const std::set<std::string> live(connected.begin(), connected.end());
   std::vector<std::string> out;
   std::set<std::string> taken;
   const auto consider = [&](const std::string& c) {
     if (out.size() >= want || asked.count(c) || taken.count(c) || !live.count(c) ||
-        engine.IsQuarantined(c)) {
+        engine.roster().IsQuarantined(c)) {
       return;
     }
     out.push_back(c);
@@ -180,7 +180,7 @@ void BufferedRounds::Gather(RoundEngine& engine, const std::set<std::string>& se
   std::map<std::string, uint64_t> samples;
   for (const auto& [client, u] : c->updates) samples[client] = std::llround(u.weight);
   const std::map<std::string, double> weights =
-      coordinator::CappedWeights(samples, engine.max_client_weight());
+      coordinator::CappedWeights(samples, engine.terms().max_client_weight());
   // Stale updates weigh less: each is scaled by s(tau) before clipping and aggregation, so
   // that the commit moves the model by sum_i n_i s(tau_i) x_i / sum_i n_i (FedBuff).
   for (const auto& [client, u] : c->updates) {

@@ -231,7 +231,7 @@ double DpRounds::epsilon() const { return accountant_.Spent(options_.delta).epsi
 
 absl::StatusOr<std::vector<std::string>> DpRounds::Sample(coordinator::RoundHost& host) {
   std::vector<std::string> pool = host.Connected();
-  std::erase_if(pool, [&](const std::string& c) { return host.engine().IsQuarantined(c); });
+  std::erase_if(pool, [&](const std::string& c) { return host.engine().roster().IsQuarantined(c); });
   std::sort(pool.begin(), pool.end());
   if (population_ == 0) {
     population_ = pool.size();

@@ -262,7 +262,7 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
                      .robust = robust_,
                      .round = engine.current_round(),
                      .summed = &state_};
-  round.job_codec = engine.plan().CodecFor(round.round) == engine.plan().codec;
+  round.job_codec = engine.terms().plan().CodecFor(round.round) == engine.terms().plan().codec;
   size_t begun = 0;
   absl::Status st;
   for (; begun < protocols_.size(); ++begun) {

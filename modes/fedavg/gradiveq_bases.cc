@@ -53,11 +53,11 @@ absl::Status GradiveqBases::Use(std::shared_ptr<const codecs::SliceBasis> basis)
 
 const codecs::LinearCode* GradiveqBases::BeginRound(coordinator::RoundEngine& engine,
                                                     uint64_t round) {
-  if (engine.plan().CodecFor(round) != engine.plan().codec) {
+  if (engine.terms().plan().CodecFor(round) != engine.terms().plan().codec) {
     // A warm-up round (--codec-warmup) runs its own codec; the fits start after them.
     fitting_ = false;
     coded_round_ = false;
-    engine.UseCodec("", nullptr);
+    engine.terms().UseCodec("", nullptr);
     return nullptr;
   }
   coded_round_ = true;
@@ -69,7 +69,7 @@ const codecs::LinearCode* GradiveqBases::BeginRound(coordinator::RoundEngine& en
   // A basis fitted from round f serves rounds f+1 .. f+refit-1; round f+refit refits.
   fitting_ = fitted == 0 || round >= fitted + plain_->refit();
   const std::shared_ptr<const codecs::GradiVeQ>& codec = fitting_ ? plain_ : coded_;
-  engine.UseCodec(codec->spec(), codec);
+  engine.terms().UseCodec(codec->spec(), codec);
   return codec.get();
 }
 

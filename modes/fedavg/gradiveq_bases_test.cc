@@ -34,7 +34,7 @@ std::unique_ptr<coordinator::RoundEngine> Engine(const codecs::ModelLayout& layo
 
 // The spec the engine sends a participant of a round opened now.
 std::string SpecOfNextRound(coordinator::RoundEngine& engine) {
-  engine.Register("c", 10);
+  engine.roster().Register("c", 10);
   auto sum = std::make_shared<coordinator::WeightedSumCollector>(engine.dim());
   EXPECT_TRUE(engine.OpenRound({"c"}, coordinator::Clock::Real()->Now(), sum).ok());
   const std::string spec = engine.OpenRoundFor("c")->codec;

@@ -202,7 +202,7 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
     absl::MutexLock lock(&mu_);
     open_ = Open{};
     open_.round = round;
-    open_.query = warm ? next_query_ : math_.DrawQuery(engine.SharedSeed(round));
+    open_.query = warm ? next_query_ : math_.DrawQuery(engine.terms().SharedSeed(round));
     open_.query_tag = codecs::PowerSgdTwoPhase::Tag(open_.query);
   }
   report->figures["powersgd_warm"] = warm ? 1 : 0;
@@ -244,7 +244,7 @@ absl::Status PowerSgdRounds::RunRound(coordinator::RoundHost& host,
     weights.push_back(m.weight);
   }
   const std::vector<float> mean = ClippedMean(kept, weights, robust.clip);
-  if (!mean.empty()) next_query_ = math_.NextQuery(mean, engine.SharedSeed(round + 1));
+  if (!mean.empty()) next_query_ = math_.NextQuery(mean, engine.terms().SharedSeed(round + 1));
   return absl::OkStatus();
 }
 

@@ -18,21 +18,21 @@ class RoundSeed final : public RoundProtocol {
 
   absl::Status BeginRound(RoundContext& round) override {
     coordinator::RoundEngine& engine = round.host.engine();
-    const std::string& plan_spec = engine.plan().CodecFor(round.round);
+    const std::string& plan_spec = engine.terms().plan().CodecFor(round.round);
     if (!codecs::Present(codecs::RoundKindOf(plan_spec).round_seed)) {
-      if (seeded_) engine.UseCodec("", nullptr);
+      if (seeded_) engine.terms().UseCodec("", nullptr);
       seeded_ = false;
       return absl::OkStatus();
     }
     auto plan_codec = codecs::MakeCodec(plan_spec, &layout_);  // canonical: `seed=round`
     if (!plan_codec.ok()) return plan_codec.status();
     auto sender = codecs::MakeCodec(
-        codecs::WithRoundSeed((*plan_codec)->spec(), engine.SharedSeed(round.round)), &layout_);
+        codecs::WithRoundSeed((*plan_codec)->spec(), engine.terms().SharedSeed(round.round)), &layout_);
     if (!sender.ok()) return sender.status();
     auto decoder = codecs::MakeCodec((*sender)->wire_spec(), &layout_);
     if (!decoder.ok()) return decoder.status();
     std::shared_ptr<const codecs::Codec> shared = *std::move(decoder);
-    engine.UseCodec((*sender)->spec(), shared);
+    engine.terms().UseCodec((*sender)->spec(), shared);
     seeded_ = true;
     if (shared->traits().summable) {
       round.summed->code = dynamic_cast<const codecs::LinearCode*>(shared.get());

@@ -219,7 +219,7 @@ absl::StatusOr<SecAggRounds::Opened> SecAggRounds::Open(
     coordinator::Clock::time_point deadline) {
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
-  const uint64_t seed = engine.SharedSeed(round);
+  const uint64_t seed = engine.terms().SharedSeed(round);
   double clip;
   {
     absl::MutexLock lock(&mu_);

@@ -143,7 +143,7 @@ TEST(SecAggRounds, AMaskedRoundCommitsBitForBitWhatTheSameCodesCommitUnmasked) {
   plain.driver->DecorateRoundStart("c0", &start);  // the round is over: nothing is added
   EXPECT_FALSE(start.fedavg().has_secagg());
   const uint64_t dim = masked.layout.dim();
-  const uint64_t seed = plain.host->engine().SharedSeed(1);
+  const uint64_t seed = plain.host->engine().terms().SharedSeed(1);
   protos::SecAggRound sa;
   sa.set_levels(7);
   sa.set_clip(0.7);

@@ -23,7 +23,7 @@ class SharedScale final : public RoundProtocol {
       running_ = false;
       return decoder.status();
     }
-    round.host.engine().UseCodec((*decoder)->spec(), *decoder);
+    round.host.engine().terms().UseCodec((*decoder)->spec(), *decoder);
     round.summed->code = decoder->get();
     decoder_ = *std::move(decoder);
     coordinator::RoundHost* host = &round.host;
@@ -33,7 +33,7 @@ class SharedScale final : public RoundProtocol {
 
   absl::Status EndRound(RoundContext& round, absl::Status ran) override {
     if (!running_) return ran;
-    round.host.engine().UseCodec("", nullptr);
+    round.host.engine().terms().UseCodec("", nullptr);
     rounds_->EndRound(round.report);
     decoder_.reset();
     running_ = false;

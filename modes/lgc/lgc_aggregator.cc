@@ -1,9 +1,6 @@
 // LGC arithmetic at the coordinator (see lgc_aggregator.h).
 #include "modes/lgc/lgc_aggregator.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +40,21 @@ void DropNonFinite(std::vector<Item>* items) {
   });
 }
 
+// A training round's rebuilds, normalised, for the trainer (Item: LgcAggregator::Item,
+// private to it, as in DropNonFinite).
+template <typename Item>
+std::vector<autoencoder::Sample> TrainingSamples(const std::vector<Item>& items) {
+  std::vector<autoencoder::Sample> samples;
+  for (const Item& it : items) {
+    std::vector<float> v = it.v;
+    const float scale = lgc::RmsScale(v);
+    for (float& x : v) x /= scale;
+    // The decoder reads no innovation in stage 3, so none in training either.
+    samples.push_back({it.client, std::move(v), std::vector<float>(it.v.size(), 0.0f)});
+  }
+  return samples;
+}
+
 }  // namespace
 
 LgcAggregator::LgcAggregator(lgc::LgcPlan plan, uint64_t warmup, uint64_t dim,
@@ -78,53 +90,42 @@ absl::StatusOr<std::unique_ptr<LgcAggregator>> LgcAggregator::Create(
     absl::MutexLock lock(&d->ae_mu_);
     d->ae_ = std::move(ae).value();
   }
+  uint64_t ae_steps = 0;
   if (committed_round > 0) {
-    if (absl::Status st = d->Load(committed_round); !st.ok()) return st;
+    if (absl::Status st = d->Load(committed_round, &ae_steps); !st.ok()) return st;
   }
-  d->nice_ = nice;
   if (d->plan_.autoencoder()) {
-    d->Snapshot();
-    if (d->switch_round_ == 0) d->trainer_ = std::thread([p = d.get()] { p->TrainLoop(); });
+    LgcAggregator* a = d.get();
+    AeTrainer::Options to;
+    to.steps_per_batch = a->plan_.ae_steps;
+    to.nice = nice;
+    to.first_step = ae_steps;
+    // Each step under ae_mu_, so that nothing waits for more than one step.
+    a->trainer_ = std::make_unique<AeTrainer>(
+        to,
+        [a](const std::vector<autoencoder::Sample>& batch, uint64_t step) {
+          absl::MutexLock ae_lock(&a->ae_mu_);
+          return a->ae_->TrainStep(batch, step);
+        },
+        [a] {
+          absl::MutexLock ae_lock(&a->ae_mu_);
+          return a->ae_->Serialize();
+        });
+    a->trainer_->TakeSnapshot();
+    if (a->switch_round_ == 0) a->trainer_->Start();
   }
   return d;
 }
 
-LgcAggregator::~LgcAggregator() { StopTrainer(); }
-
-void LgcAggregator::StopTrainer() {
-  {
-    absl::MutexLock lock(&train_mu_);
-    stop_ = true;
-  }
-  if (trainer_.joinable()) trainer_.join();
-}
-
-void LgcAggregator::Snapshot() {
-  std::string weights;
-  uint64_t steps;
-  {
-    absl::MutexLock ae_lock(&ae_mu_);
-    weights = ae_->Serialize();
-    steps = ae_steps_;
-  }
-  absl::MutexLock lock(&train_mu_);
-  snapshot_ = std::move(weights);
-  snapshot_steps_ = steps;
+LgcAggregator::~LgcAggregator() {
+  if (trainer_) trainer_->Stop();
 }
 
 void LgcAggregator::AwaitTraining() const {
-  absl::MutexLock lock(&train_mu_);
-  train_mu_.Await(absl::Condition(
-      +[](const LgcAggregator* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->train_mu_) {
-        return a->IdleLocked() || !a->train_status_.ok() || a->stop_;
-      },
-      this));
+  if (trainer_) trainer_->Await();
 }
 
-bool LgcAggregator::TrainingDone() const {
-  absl::MutexLock lock(&train_mu_);
-  return IdleLocked();
-}
+bool LgcAggregator::TrainingDone() const { return !trainer_ || trainer_->State().idle(); }
 
 absl::StatusOr<LgcStage> LgcAggregator::BeginRound(uint64_t round) {
   const LgcStage stage = Stage(round);
@@ -132,14 +133,12 @@ absl::StatusOr<LgcStage> LgcAggregator::BeginRound(uint64_t round) {
       round <= warmup_ + plan_.train_rounds) {
     return stage;
   }
-  if (plan_.ae_wait) AwaitTraining();
-  {
-    absl::MutexLock lock(&train_mu_);
-    if (!train_status_.ok()) return train_status_;
-    if (!IdleLocked()) return stage;  // still training: the cells again
-  }
-  StopTrainer();
-  Snapshot();
+  if (plan_.ae_wait) trainer_->Await();
+  const AeTrainer::Progress progress = trainer_->State();
+  if (!progress.status.ok()) return progress.status;
+  if (!progress.idle()) return stage;  // still training: the cells again
+  trainer_->Stop();
+  trainer_->TakeSnapshot();
   switch_round_ = round;
   // Before any client hears of it: a coordinator killed from here on resumes with the
   // switch and these weights.
@@ -148,39 +147,9 @@ absl::StatusOr<LgcStage> LgcAggregator::BeginRound(uint64_t round) {
     return st;
   }
   log::Info("coordinator", "LGC: the autoencoder codes from round %llu (%llu training steps)",
-            static_cast<unsigned long long>(round), static_cast<unsigned long long>(ae_steps_));
+            static_cast<unsigned long long>(round),
+            static_cast<unsigned long long>(trainer_->State().steps));
   return LgcStage::kAutoencoder;
-}
-
-void LgcAggregator::TrainLoop() {
-  // Below the round loop, the RPC threads and the evaluation (--ae-nice, 10 by default;
-  // this thread alone on Linux, and libtorch runs its operators on the calling thread at
-  // --torch-threads 1): on a coordinator short of cores the training takes what they
-  // leave.
-  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice_);
-  for (;;) {
-    Batch batch;
-    {
-      absl::MutexLock lock(&train_mu_);
-      train_mu_.Await(absl::Condition(
-          +[](LgcAggregator* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->train_mu_) {
-            return a->stop_ || !a->pending_.empty();
-          },
-          this));
-      if (stop_) return;
-      batch = std::move(pending_.front());
-      pending_.pop_front();
-      busy_ = true;
-    }
-    absl::Status st = TrainBatch(batch.round, std::move(batch.samples));
-    absl::MutexLock lock(&train_mu_);
-    busy_ = false;
-    if (!st.ok() && train_status_.ok()) {
-      log::Warning("coordinator", "LGC: the autoencoder's training failed: %s",
-                   std::string(st.message()).c_str());
-      train_status_ = st;
-    }
-  }
 }
 
 absl::Status LgcAggregator::Validate(uint64_t round, std::string_view spec,
@@ -392,41 +361,6 @@ double LgcAggregator::ValuesCosine(const std::vector<Item>& items) const {
   return pairs > 0 ? cos_sum / static_cast<double>(pairs) : -2;
 }
 
-void LgcAggregator::Enqueue(uint64_t round, const std::vector<Item>& items) {
-  Batch batch{round, {}};
-  for (const Item& it : items) {
-    std::vector<float> v = it.v;
-    const float scale = lgc::RmsScale(v);
-    for (float& x : v) x /= scale;
-    // The decoder reads no innovation in stage 3, so none in training either.
-    batch.samples.push_back({it.client, std::move(v), std::vector<float>(it.v.size(), 0.0f)});
-  }
-  absl::MutexLock lock(&train_mu_);
-  pending_.push_back(std::move(batch));
-}
-
-absl::Status LgcAggregator::TrainBatch(uint64_t round, std::vector<autoencoder::Sample> batch) {
-  replay_.push_front(std::move(batch));
-  if (replay_.size() > 8) replay_.pop_back();
-  autoencoder::Losses first;
-  for (uint32_t s = 0; s < plan_.ae_steps; ++s) {
-    {
-      absl::MutexLock lock(&train_mu_);
-      if (stop_) return absl::OkStatus();
-    }
-    absl::MutexLock ae_lock(&ae_mu_);
-    auto losses = ae_->TrainStep(replay_[s % replay_.size()], ae_steps_++);
-    if (!losses.ok()) return losses.status();
-    if (s == 0) first = *losses;  // on this round's batch before training on it
-  }
-  Snapshot();
-  absl::MutexLock lock(&train_mu_);
-  last_reconstruction_ = first.reconstruction;
-  last_similarity_ = first.similarity;
-  last_trained_round_ = round;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
     uint64_t round, const std::string& leader,
     const std::map<std::string, PayloadCollector::Payload>& payloads,
@@ -477,17 +411,17 @@ absl::StatusOr<LgcAggregator::Outcome> LgcAggregator::Aggregate(
     // The autoencoder reads supports of the plan's k (not the ramp's wider ones).
     // (No switch falls within the training rounds.)
     if (lgc::TrainsAutoencoder(plan_, round, warmup_) && d.items.front().v.size() == k_) {
-      Enqueue(round, d.items);
+      trainer_->Enqueue(round, TrainingSamples(d.items));
     }
   }
   // Until the switch, every round says where the training stands.
   if (plan_.autoencoder() && switch_round_ == 0) {
-    absl::MutexLock lock(&train_mu_);
-    if (!train_status_.ok()) return train_status_;
-    out.ae_reconstruction = last_reconstruction_;
-    out.ae_similarity = last_similarity_;
-    out.ae_trained_round = last_trained_round_;
-    out.ae_backlog = static_cast<int64_t>(pending_.size()) + (busy_ ? 1 : 0);
+    const AeTrainer::Progress p = trainer_->State();
+    if (!p.status.ok()) return p.status;
+    out.ae_reconstruction = p.reconstruction;
+    out.ae_similarity = p.similarity;
+    out.ae_trained_round = p.trained_round;
+    out.ae_backlog = p.backlog;
   }
   return out;
 }
@@ -536,20 +470,20 @@ absl::StatusOr<LgcAggregator::LeaderBytes> LgcAggregator::LeaderPayloadBytes(
 
 absl::Status LgcAggregator::Save(uint64_t round) const {
   LgcState state;
-  {
-    absl::MutexLock lock(&train_mu_);
-    state.ae_steps = snapshot_steps_;
-    state.autoencoder = snapshot_;
+  if (trainer_) {
+    AeTrainer::Snapshot snapshot = trainer_->LastSnapshot();
+    state.ae_steps = snapshot.steps;
+    state.autoencoder = std::move(snapshot.weights);
   }
   state.led = led_;
   state.switch_round = switch_round_;
   return SaveLgcState(state_dir_, round, state);
 }
 
-absl::Status LgcAggregator::Load(uint64_t round) {
+absl::Status LgcAggregator::Load(uint64_t round, uint64_t* ae_steps) {
   auto loaded = LoadLgcState(state_dir_, round);
   if (!loaded.ok()) return loaded.status();
-  ae_steps_ = loaded->ae_steps;
+  *ae_steps = loaded->ae_steps;
   led_ = std::move(loaded->led);
   if (!plan_.autoencoder()) return absl::OkStatus();
   if (loaded->switch_round != 0 && loaded->switch_round <= warmup_ + plan_.train_rounds) {

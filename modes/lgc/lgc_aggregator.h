@@ -9,14 +9,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -27,6 +25,7 @@
 #include "coordinator/collectors.h"
 #include "coordinator/robust.h"
 #include "coordinator/round_engine.h"
+#include "modes/lgc/ae_trainer.h"
 #include "modes/lgc/lgc_plan.h"
 
 namespace fedlgc::modes {
@@ -37,8 +36,10 @@ using lgc::LgcStage;
 
 // Thread-safety: Decoder, Validate, EncoderBytes and LeaderPayloadBytes may run on RPC
 // threads while the round loop runs the rest. With train > 0 the autoencoder trains on a
-// thread of its own until the switch: the round loop hands it batches and never waits
-// for a step (but with ae_wait, at the switch).
+// thread of its own until the switch (AeTrainer, ae_trainer.h): the round loop hands it
+// batches and never waits for a step (but with ae_wait, at the switch). Lock order: the
+// trainer takes ae_mu_ for each step and each copy of the weights, never under its own
+// lock; the round loop stops and awaits the trainer without ae_mu_.
 class LgcAggregator {
  public:
   // `warmup`: the job's warm-up rounds (none are needed). Loads the state of
@@ -155,7 +156,8 @@ class LgcAggregator {
 
   LgcAggregator(lgc::LgcPlan plan, uint64_t warmup, uint64_t dim, std::string state_dir,
                 autoencoder::AeOptions ae_options);
-  absl::Status Load(uint64_t round);
+  // Restores the state of `round`; *ae_steps: the autoencoder's training steps in it.
+  absl::Status Load(uint64_t round, uint64_t* ae_steps);
   // The payloads of a stage-2 or stage-3 round, decoded (Aggregate's first step).
   Decoded DecodePayloads(uint64_t round, LgcStage stage, const std::string& leader,
                          const std::map<std::string, PayloadCollector::Payload>& payloads,
@@ -182,20 +184,6 @@ class LgcAggregator {
                                              std::set<std::string>* counted) const;
   // The mean cosine similarity of two clients' values (-2 with no pair).
   double ValuesCosine(const std::vector<Item>& items) const;
-  // A training round's rebuilds, normalised, for the trainer.
-  void Enqueue(uint64_t round, const std::vector<Item>& items);
-  // The trainer's thread: each batch joins the replay buffer, then plan_.ae_steps steps,
-  // each under ae_mu_ (so that nothing waits for more than one step), then a snapshot of
-  // the weights for Save.
-  void TrainLoop();
-  absl::Status TrainBatch(uint64_t round, std::vector<autoencoder::Sample> batch);
-  // Stops the trainer's thread (after the step it is in).
-  void StopTrainer();
-  // Copies the weights and the step count for Save (each under its own lock).
-  void Snapshot();
-  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(train_mu_) {
-    return pending_.empty() && !busy_;
-  }
 
   const lgc::LgcPlan plan_;
   const uint64_t warmup_, dim_, k_;
@@ -212,29 +200,10 @@ class LgcAggregator {
   // The round loop's alone: the last leader.
   std::map<std::string, uint64_t> led_;
   std::atomic<uint64_t> switch_round_{0};  // set by the round loop
-  // The trainer's alone (the round loop's before it starts and after it stops): the steps
-  // taken, and the training batches of recent rounds (not kept across restarts), newest
-  // first.
-  uint64_t ae_steps_ = 0;
-  std::deque<std::vector<autoencoder::Sample>> replay_;
-  // Between the round loop and the trainer.
-  struct Batch {
-    uint64_t round = 0;
-    std::vector<autoencoder::Sample> samples;
-  };
-  mutable absl::Mutex train_mu_;
-  std::deque<Batch> pending_ ABSL_GUARDED_BY(train_mu_);
-  bool busy_ ABSL_GUARDED_BY(train_mu_) = false;  // a batch is training
-  bool stop_ ABSL_GUARDED_BY(train_mu_) = false;
-  absl::Status train_status_ ABSL_GUARDED_BY(train_mu_);  // the first failure
-  double last_reconstruction_ ABSL_GUARDED_BY(train_mu_) = -1;
-  double last_similarity_ ABSL_GUARDED_BY(train_mu_) = -1;
-  uint64_t last_trained_round_ ABSL_GUARDED_BY(train_mu_) = 0;
-  // The weights and step count after the newest finished batch: what Save writes.
-  std::string snapshot_ ABSL_GUARDED_BY(train_mu_);
-  uint64_t snapshot_steps_ ABSL_GUARDED_BY(train_mu_) = 0;
-  int nice_ = 10;  // the trainer thread's
-  std::thread trainer_;
+  // The autoencoder's training (train > 0; null else), set by Create: its thread trains
+  // ae_ until the switch, and its snapshot of the weights is what Save writes. Its steps
+  // take ae_mu_; the destructor stops it before ae_ goes.
+  std::unique_ptr<AeTrainer> trainer_;
 };
 
 }  // namespace fedlgc::modes

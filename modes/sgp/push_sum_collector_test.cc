@@ -30,7 +30,7 @@ TEST(PushSumCollector, GossipChunksCarryAValidWeightAndTheRoundsReference) {
   coordinator::EngineState s;
   s.model.assign(kDim, 0.5f);
   coordinator::RoundEngine e(coordinator::EngineOptions{}, s);
-  for (const char* c : {"a", "b"}) e.Register(c, 10);
+  for (const char* c : {"a", "b"}) e.roster().Register(c, 10);
   auto collector = std::make_shared<PushSumCollector>();
   ASSERT_TRUE(e.OpenRound({"a", "b"}, coordinator::Clock::Real()->Now() + std::chrono::seconds(9),
                           collector)

@@ -31,7 +31,7 @@ std::unique_ptr<RoundEngine> Engine(const std::vector<std::string>& clients,
   EngineOptions o;
   o.plan.codec = codec;
   auto e = std::make_unique<RoundEngine>(o, s);
-  for (const auto& c : clients) e->Register(c, 10);
+  for (const auto& c : clients) e->roster().Register(c, 10);
   return e;
 }
 

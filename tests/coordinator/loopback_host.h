@@ -70,7 +70,7 @@ class LoopbackHost : public FakeRoundHost {
   // A client of `samples` examples whose model starts as the engine's.
   Client& AddClient(const std::string& id, uint64_t samples, const codecs::ModelLayout& layout,
                     const ModeFactory& make) {
-    engine_->Register(id, samples);
+    engine_->roster().Register(id, samples);
     Client& c = clients_[id];
     c.env = std::make_unique<edge_client::FakeClientEnv>(layout, id);
     c.env->model = engine_->ModelVector();

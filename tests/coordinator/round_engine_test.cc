@@ -64,8 +64,8 @@ Summed MakeEngine(const std::string& codec = "fp32", float momentum = 0,
   EngineState s;
   s.model.assign(kDim, 1.0f);
   Summed e{std::make_unique<RoundEngine>(o, s), nullptr, ServerOptimizer{1.0f, momentum}};
-  e->Register("a", 100);
-  e->Register("b", 300);
+  e->roster().Register("a", 100);
+  e->roster().Register("b", 300);
   e.Open({"a", "b"});
   return e;
 }
@@ -245,7 +245,7 @@ TEST(RoundEngine, AParticipantThatHasNotJoinedIsRefused) {
   EngineState s;
   s.model.assign(kDim, 0.0f);
   RoundEngine e(o, s);
-  e.Register("a", 10);
+  e.roster().Register("a", 10);
   auto sum = std::make_shared<WeightedSumCollector>(kDim);
   ASSERT_TRUE(
       e.OpenRound({"a", "ghost"}, Clock::Real()->Now() + std::chrono::seconds(60), sum).ok());
@@ -345,7 +345,7 @@ TEST(RoundEngine, WarmupCodecsThenTheJobCodec) {
   EngineState s;
   s.model.assign(kDim, 0.0f);
   Summed e{std::make_unique<RoundEngine>(o, s), nullptr, {}};
-  e->Register("a", 100);
+  e->roster().Register("a", 100);
   const std::vector<float> x(kDim, 1.0f);
   const std::vector<std::string> specs = {"fp32", "topk(ratio=0.5)", "topk(ratio=0.1)",
                                           "topk(ratio=0.1)"};
@@ -415,8 +415,8 @@ TEST(RoundEngine, ACodecPerParticipantDecodesEachUpdateWithItsOwn) {
   EngineState s;
   s.model.assign(kDim, 0.0f);
   Summed e{std::make_unique<RoundEngine>(o, s), nullptr, {}};
-  e->Register("a", 100);
-  e->Register("b", 300);
+  e->roster().Register("a", 100);
+  e->roster().Register("b", 300);
   e.sum = std::make_shared<WeightedSumCollector>(kDim);
   ASSERT_TRUE(e->OpenRound({"a", "b"}, clock.Now() + std::chrono::seconds(60), e.sum).ok());
   EXPECT_EQ(e->OpenRoundFor("a")->codec, "fp32");
@@ -471,7 +471,7 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   const auto f = Encode("fp32", std::vector<float>(kDim, 3.0f), 1500);
   ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
   e.Commit();
-  e->Quarantine("b", "round 1: the guard refused it");
+  e->roster().Quarantine("b", "round 1: the guard refused it");
   ASSERT_TRUE(WriteCheckpoint(dir, "job", e->Snapshot()).ok());
   auto back = ReadCheckpoint(dir, "job");
   ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
@@ -542,7 +542,7 @@ TEST(RoundEngine, ARollingRoundSettlesWhatItIsToldAndGoesOn) {
   EngineState s;
   s.model.assign(kDim, 1.0f);
   RoundEngine e(o, s);
-  for (const char* c : {"a", "b", "c", "d"}) e.Register(c, 100);
+  for (const char* c : {"a", "b", "c", "d"}) e.roster().Register(c, 100);
   auto updates = std::make_shared<PerClientCollector>();
   const auto deadline = clock.Now() + std::chrono::seconds(60);
   ASSERT_TRUE(e.OpenRound({"a", "b"}, deadline, updates, /*rolling=*/true).ok());

@@ -86,7 +86,7 @@ TEST(CoordinatorService, JoinTellsTheJobAndRegistersTheClient) {
   EXPECT_EQ(reply.total_rounds(), 5u);
   EXPECT_EQ(reply.current_round(), 1u);
   EXPECT_EQ(reply.protocol_version(), kProtocolVersion);
-  EXPECT_EQ(s.engine->RegisteredSamples(), 250u);
+  EXPECT_EQ(s.engine->roster().RegisteredSamples(), 250u);
 }
 
 TEST(CoordinatorService, AJoinIsRefusedWithItsReason) {
@@ -97,11 +97,11 @@ TEST(CoordinatorService, AJoinIsRefusedWithItsReason) {
   const grpc::Status old = s.Join("a", 10, &reply, kProtocolVersion + 1);
   EXPECT_EQ(old.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(old.error_message().find("protocol version"), std::string::npos);
-  s.engine->Quarantine("q", "scaled its updates");
+  s.engine->roster().Quarantine("q", "scaled its updates");
   const grpc::Status q = s.Join("q", 10, &reply);
   EXPECT_EQ(q.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(q.error_message().find("scaled its updates"), std::string::npos);
-  EXPECT_EQ(s.engine->RegisteredSamples(), 0u);
+  EXPECT_EQ(s.engine->roster().RegisteredSamples(), 0u);
 }
 
 TEST(CoordinatorService, AnUploadThatClaimsAnotherClientIsRefused) {
@@ -146,7 +146,7 @@ TEST(CoordinatorService, TheModelDownloadsWholeWithItsChecksum) {
 
 TEST(CoordinatorService, ARoundStartCarriesTheDeadlineByTheServicesClock) {
   Served s;
-  s.engine->Register("a", 10);
+  s.engine->roster().Register("a", 10);
   auto sum = std::make_shared<WeightedSumCollector>(kDim);
   ASSERT_TRUE(s.engine->OpenRound({"a"}, s.clock.Now() + std::chrono::seconds(42), sum).ok());
   s.clock.Advance(std::chrono::seconds(2));  // 40 s left

@@ -225,8 +225,8 @@ TEST(Hostile, WithoutClippingTheGuardQuarantinesAClientThatScalesItsUpdates) {
     EXPECT_EQ(log[r].per_client.at("update_norm").count("client-3"), 0u) << "not asked again";
   }
   EXPECT_GT(log.back().accuracy, 0.5);
-  EXPECT_TRUE(coord.get().engine().IsQuarantined("client-3"));
-  EXPECT_EQ(coord.get().engine().Quarantined().size(), 1u);
+  EXPECT_TRUE(coord.get().engine().roster().IsQuarantined("client-3"));
+  EXPECT_EQ(coord.get().engine().roster().Quarantined().size(), 1u);
   const std::string text = ScrapeMetrics(coord.get().metrics_port());
   EXPECT_EQ(Metric(text, "fedlgc_quarantined_clients"), 1);
   EXPECT_EQ(Metric(text, "fedlgc_client_quarantined{client=\"client-3\"}"), 1);

@@ -144,7 +144,7 @@ TEST(Tier, TwoAggregatorsOfFourMatchTheFlatRunWithAQuarterOfTheRootsBytes) {
             std::string::npos)
       << agg_metrics;
   const coordinator::EngineState state = root.get().engine().Snapshot();
-  EXPECT_EQ(state.clients.at("agg-0"), aggregators[0]->get().engine().RegisteredSamples());
+  EXPECT_EQ(state.clients.at("agg-0"), aggregators[0]->get().engine().roster().RegisteredSamples());
   EXPECT_EQ(state.clients.at("agg-0") + state.clients.at("agg-1"), 3000u);
 }
 

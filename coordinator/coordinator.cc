@@ -393,8 +393,11 @@ absl::Status Coordinator::Start() {
 int Coordinator::metrics_port() const { return metrics_->port(); }
 
 void Coordinator::Stop() {
-  if (RoundSource* source = source_.load(); source != nullptr) source->Stop();
+  // Stopped before the source is told: an aggregator's loop that wakes because its source
+  // stopped must find itself stopping, not at the job's end (FinishJob would tell its
+  // clients the job is over).
   if (host_ != nullptr) host_->Stop();
+  if (RoundSource* source = source_.load(); source != nullptr) source->Stop();
 }
 
 bool Coordinator::stopped() const { return host_->stopped(); }

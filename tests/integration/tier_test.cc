@@ -5,11 +5,15 @@
 
 #include <cmath>
 #include <set>
+#include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "base/file.h"
 #include "base/str.h"
 #include "core/round_report.h"
 #include "gtest/gtest.h"
+#include "modes/catalog.h"
+#include "modes/drivers.h"
 #include "nlohmann/json.hpp"
 #include "sim/fault_proxy.h"
 #include "tests/integration/harness.h"
@@ -315,6 +319,68 @@ TEST(Tier, TheKeptRoundFileRoundTripsAndADamagedOneIsRefused) {
   ASSERT_TRUE(fedlgc::AtomicWriteFile(path, bytes).ok());
   EXPECT_TRUE(absl::IsDataLoss(tier::LoadKeptRound(path).status()));
   EXPECT_FALSE(tier::LoadKeptRound(path + ".none").value().has_value());
+}
+
+// A parent that never sends a round; its Stop holds the caller as a slow Tier::Stop does
+// (it cancels its transport's calls) until the round loop is done with whatever it did
+// once Next returned.
+class SilentParent : public coordinator::RoundSource {
+ public:
+  absl::StatusOr<std::optional<coordinator::RoundOrder>> Next() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&stopped_));
+    return std::nullopt;
+  }
+  absl::Status Keep(uint64_t, std::span<const float>) override { return absl::OkStatus(); }
+  void Finish(absl::StatusOr<std::vector<float>>) override {}
+  void Stop() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopped_ = true;
+    }
+    WaitFor([this] { return run_returned.load(); }, std::chrono::seconds(5));
+  }
+  std::atomic<bool> run_returned{false};
+
+ private:
+  absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// An aggregator stopped (SIGTERM, a restart) while it waits for its parent's next round is
+// stopping, not at the job's end: it tells its clients nothing (no JobDone) and its
+// progress file does not say "done".
+TEST(Tier, AnAggregatorStoppedWhileWaitingForItsParentDoesNotEndTheJob) {
+  const std::string dir = FreshDir("tier_stopped");
+  auto o = CoordinatorDefaults(dir, "");
+  o.insecure = true;
+  o.metrics_listen = "";
+  o.parent = "127.0.0.1:1";  // never dialled: the parent here is SilentParent
+  o.parent_id = "agg-0";
+  o.eval_every = 0;
+  auto mode = modes::JobMode(o);
+  ASSERT_TRUE(mode.ok()) << mode.status();
+  const coordinator::ModeTraits& traits = **mode;
+  auto c =
+      coordinator::Coordinator::Create(o, traits, [&traits](const coordinator::DriverEnv& env) {
+        return modes::MakeRoundDriver(traits.mode, modes::ModeOptions(), env);
+      });
+  ASSERT_TRUE(c.ok()) << c.status();
+  SilentParent parent;
+  (*c)->SetRoundSource(&parent);
+  ASSERT_TRUE((*c)->Start().ok());
+  std::thread loop([&] {
+    EXPECT_TRUE((*c)->Run().ok());
+    parent.run_returned = true;
+  });
+  (*c)->Stop();
+  loop.join();
+  (*c)->SetRoundSource(nullptr);
+  // Written only when there is something to say: absent is "not done" too.
+  if (auto bytes = fedlgc::ReadFile(o.state_dir + "/progress.json"); bytes.ok()) {
+    const auto progress = nlohmann::json::parse(*bytes);
+    EXPECT_NE(progress.value("state", ""), "done") << progress.dump();
+  }
 }
 
 }  // namespace

@@ -72,7 +72,13 @@ void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o) {
                  "client's own to evaluate the global model on, in --data's forms (an npz's "
                  "x_test and y_test, or its x and y); empty: the share of the shard the job "
                  "holds out (--eval-fraction)");
-  app.add_option("--partition", o->partition, "iid, dirichlet(ALPHA) or labels(K)");
+  app.add_option(
+      "--partition", o->partition,
+      "iid, dirichlet(ALPHA[,min=N,balance=1]) or labels(K[,assign=deal|random]): label skew by "
+      "Dirichlet(ALPHA), drawn again until every client holds N examples, with balance=1 giving no "
+      "more of a class to a client already at its even share; or K classes a client, dealt in turn "
+      "(every class the same number of holders) or at random (client i holds class i mod classes "
+      "and K-1 drawn at random, so sizes are skewed too)");
   app.add_option("--device", o->device,
                  "cpu, cuda, cuda:N or auto (CUDA when libtorch and a GPU allow)");
   app.add_option("--torch-threads", o->torch_threads, "libtorch threads per process");

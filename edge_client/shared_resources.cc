@@ -26,8 +26,10 @@ absl::StatusOr<std::shared_ptr<const TrainingData>> DataCache::Get(const EdgeCli
     return st;
   }
   auto set = std::make_shared<TrainingData>();
-  set->shards = core::Partition(data->labels, data->size(), static_cast<int>(data->classes),
+  auto shards = core::Partition(data->labels, data->size(), static_cast<int>(data->classes),
                                 static_cast<int>(o.num_shards), *spec, o.partition_seed);
+  if (!shards.ok()) return shards.status();
+  set->shards = std::move(shards).value();
   set->data = std::move(data).value();
   sets_.emplace(key, set);
   return std::shared_ptr<const TrainingData>(std::move(set));

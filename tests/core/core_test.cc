@@ -1,4 +1,4 @@
-// Tests for core/: Fashion-MNIST loading, partitions, and the model facade.
+// Tests for core/: Fashion-MNIST loading and the model facade (partitions: partition_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -6,7 +6,6 @@
 
 #include "core/dataset.h"
 #include "core/model.h"
-#include "core/partition.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::core {
@@ -28,63 +27,6 @@ TEST(Dataset, ReadsFashionMnistFromTheDebianPackage) {
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(test->size(), 10000u);
   EXPECT_FALSE(LoadFashionMnist("/nonexistent", true).ok());
-}
-
-std::vector<int32_t> Labels(size_t n) {
-  std::vector<int32_t> l(n);
-  for (size_t i = 0; i < n; ++i) l[i] = static_cast<int32_t>((i * 7) % 10);
-  return l;
-}
-
-TEST(Partition, IidCoversEverythingOnceAndEvenly) {
-  const auto labels = Labels(10007);
-  const auto shards = Partition(labels, labels.size(), 10, 8, *PartitionSpec::Parse("iid"), 1);
-  std::vector<int> seen(labels.size(), 0);
-  for (const auto& s : shards) {
-    EXPECT_NEAR(static_cast<double>(s.size()), 10007.0 / 8, 1.0);
-    for (uint32_t i : s) ++seen[i];
-  }
-  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
-  EXPECT_EQ(shards, Partition(labels, labels.size(), 10, 8, *PartitionSpec::Parse("iid"), 1));
-  EXPECT_NE(shards, Partition(labels, labels.size(), 10, 8, *PartitionSpec::Parse("iid"), 2));
-}
-
-TEST(Partition, LabelsPerClient) {
-  const auto labels = Labels(5000);
-  const auto shards = Partition(labels, labels.size(), 10, 10, *PartitionSpec::Parse("labels(2)"), 3);
-  for (const auto& s : shards) {
-    std::set<int> c;
-    for (uint32_t i : s) c.insert(labels[i]);
-    EXPECT_EQ(c.size(), 2u);
-  }
-}
-
-TEST(Partition, DirichletSkewGrowsAsAlphaShrinks) {
-  const auto labels = Labels(20000);
-  auto skew = [&](double alpha) {
-    const auto shards =
-        Partition(labels, labels.size(), 10, 10, PartitionSpec{PartitionSpec::Kind::kDirichlet, alpha, 0}, 5);
-    size_t total = 0;
-    double dominant = 0;  // mean share of each client's most frequent class
-    for (const auto& s : shards) {
-      total += s.size();
-      std::vector<int> count(10, 0);
-      for (uint32_t i : s) ++count[labels[i]];
-      if (!s.empty()) dominant += *std::max_element(count.begin(), count.end()) / double(s.size());
-    }
-    EXPECT_EQ(total, labels.size());
-    return dominant / shards.size();
-  };
-  const double low = skew(100.0), high = skew(0.1);
-  EXPECT_LT(low, 0.2);
-  EXPECT_GT(high, 0.5);
-}
-
-TEST(Partition, ParseErrors) {
-  EXPECT_FALSE(PartitionSpec::Parse("dirichlet(-1)").ok());
-  EXPECT_FALSE(PartitionSpec::Parse("labels(x)").ok());
-  EXPECT_FALSE(PartitionSpec::Parse("random").ok());
-  EXPECT_EQ(PartitionSpec::Parse("dirichlet:0.3")->ToString(), "dirichlet(0.3)");
 }
 
 TEST(Model, ZooSizesAndFlatRoundTrip) {

@@ -285,7 +285,8 @@ TEST(Csv, LabelsAreClassesOrTargets) {
   EXPECT_TRUE(CheckPartition(PartitionSpec::Parse("iid").value(), false, "r").ok());
   EXPECT_TRUE(FailsWith(CheckPartition(PartitionSpec::Parse("labels(2)").value(), false, "csv:r"),
                         {"csv:r", "float targets", "iid"}));
-  const auto shards = Partition({}, 5, 0, 2, PartitionSpec::Parse("dirichlet(0.1)").value(), 1);
+  const auto shards = Partition({}, 5, 0, 2, PartitionSpec::Parse("dirichlet(0.1)").value(), 1)
+                         .value();
   EXPECT_EQ(shards[0].size() + shards[1].size(), 5u);
 }
 

@@ -70,7 +70,8 @@ TEST(DataCache, ClientsWithTheSameDataShareOneCopySplitAsAClientAloneSplitsIt) {
   ASSERT_EQ(set.data.size(), 400u);
   const auto spec = core::PartitionSpec::Parse("iid").value();
   EXPECT_EQ(set.shards, core::Partition(set.data.labels, set.data.size(),
-                                        static_cast<int>(set.data.classes), 8, spec, 1));
+                                        static_cast<int>(set.data.classes), 8, spec, 1)
+                            .value());
   // Another split of the same data is another set.
   auto c = cache.Get(SyntheticClient(0, "dirichlet(0.3)"));
   ASSERT_TRUE(c.ok());

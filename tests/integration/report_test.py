@@ -116,6 +116,13 @@ def check_page(path, runs, png):
           f"{path}: self-contained (no script, img, link or iframe)")
     for i, run in enumerate(runs):
         s = run["summary"]
+        accs = [r["accuracy"] for r in run["rounds"] if r["accuracy"] >= 0]
+        best = max(accs)
+        check(abs(s["best_accuracy"] - best) < 1e-9 and run["rounds"][[
+            r["accuracy"] for r in run["rounds"]].index(best)]["round"] == s["best_round"],
+              f"{path}: run {i} best accuracy {best} and its round")
+        check(abs(s["last5_mean_accuracy"] - sum(accs[-5:]) / len(accs[-5:])) < 1e-9,
+              f"{path}: run {i} mean of the last five rounds")
         for key in ("final_accuracy", "uplink_bytes", "downlink_bytes", "link_cuts"):
             check(value(p, key, i) == s[key], f"{path}: run {i} {key} = {s[key]}")
         check(value(p, "rounds", i) == len(run["rounds"]), f"{path}: run {i} rounds")

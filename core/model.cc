@@ -640,6 +640,19 @@ class TorchModel final : public Model {
                                                                .nesterov(spec.nesterov));
   }
 
+  void AddProximalGradient(const std::vector<torch::Tensor>& anchor, double mu) {
+    torch::NoGradGuard guard;
+    for (size_t i = 0; i < trainable_.size(); ++i) {
+      torch::Tensor& p = trainable_[i];
+      torch::Tensor pull = (p.detach() - anchor[i]).mul_(mu);
+      if (p.mutable_grad().defined()) {
+        p.mutable_grad().add_(pull);
+      } else {
+        p.mutable_grad() = pull;
+      }
+    }
+  }
+
   absl::StatusOr<TrainResult> TrainImpl(const Dataset& data, std::span<const uint32_t> indices,
                                         const TrainOptions& opts) {
     const auto start = std::chrono::steady_clock::now();
@@ -651,6 +664,13 @@ class TorchModel final : public Model {
     std::unique_ptr<torch::optim::Optimizer> opt = MakeOptimizer(*spec, opts);
     std::vector<uint32_t> order(indices.begin(), indices.end());
     std::mt19937_64 rng(opts.seed);
+    // FedProx's anchor: the gradient of (mu / 2) ||w - w0||^2 is mu (w - w0), added to
+    // each step's gradient before the optimizer sees it (momentum and weight decay apply
+    // to it as to the loss's, as they would to an autograd loss term).
+    std::vector<torch::Tensor> anchor;
+    if (opts.prox_mu > 0) {
+      for (const torch::Tensor& p : trainable_) anchor.push_back(p.detach().clone());
+    }
     TrainResult r;
     std::deque<double> last;
     double total = 0;
@@ -665,6 +685,7 @@ class TorchModel final : public Model {
         opt->zero_grad();
         torch::Tensor loss = Loss(*kind, net_->Forward(x), y);
         loss.backward();
+        if (!anchor.empty()) AddProximalGradient(anchor, opts.prox_mu);
         opt->step();
         const double l = loss.item<double>();
         total += l;

@@ -52,6 +52,9 @@ struct TrainOptions {
   // sgd(lr=..,momentum=..,weight_decay=..,nesterov=0|1) or
   // adam(lr=..,beta1=..,beta2=..,eps=..,weight_decay=..). A fresh optimizer each call.
   std::string optimizer;
+  // FedProx (Li et al. 2020): the local objective adds (prox_mu / 2) ||w - w0||^2 over the
+  // trainable parameters, w0 their values when Train begins; 0: plain local training.
+  double prox_mu = 0;
 };
 
 struct TrainResult {

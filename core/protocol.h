@@ -13,8 +13,9 @@ namespace fedlgc {
 // Bumped whenever a message changes meaning. 1: the first release (per-mode fields flat
 // in RoundStart); 2: per-mode messages (RoundStart.mode, ModeEvent, ProgressReport.mode);
 // 3: federated evaluation (EvalStart, ProgressReport.eval, JoinReply.eval_fraction) and
-// the final model (JobDone.model_version, JoinRequest.wants_final_model).
-inline constexpr uint32_t kProtocolVersion = 3;
+// the final model (JobDone.model_version, JoinRequest.wants_final_model); 4: the local
+// objective (RoundStart.objective: FedProx's term), which a client of 3 would ignore.
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // The blob (ModelRequest.blob, version 1) under which a coordinator serves the job's
 // TorchScript file to clients that do not hold it (JoinReply.model_sha256).

@@ -605,6 +605,7 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   topts.batch_size = static_cast<int>(start.batch_size());
   topts.seed = start.seed();
   topts.optimizer = options_.optimizer;
+  topts.prox_mu = start.objective().prox_mu();
   absl::StatusOr<core::TrainResult> trained;
   {
     // A model of the process's pool, ours until the lease goes: the weights and buffers

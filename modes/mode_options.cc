@@ -33,6 +33,10 @@ void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
   g->add_option("--dp-max-epsilon", o->dp_max_epsilon,
                 "--dp: end the job before a round that would spend more (0: the target)")
       ->check(CLI::NonNegativeNumber);
+  g->add_option("--algorithm", o->algorithm,
+                "FedAvg's local objective: fedavg (the clients' own loss) or fedprox(mu=M) "
+                "(Li et al. 2020: each client adds (M/2)||w - w_round||^2, which holds it near "
+                "the round's model on skewed data; mu 0.01 by default); docs/algorithms.md");
   g->add_option("--secagg", o->secagg,
                 "secure aggregation (FedAvg): secagg(clip=C,neighbours=K,threshold=F,kappa=A,"
                 "margin=M,masks=1): each client cuts its update to norm C, codes it on a grid the "
@@ -120,6 +124,8 @@ absl::Status ModeOptions::Validate(Mode mode) const {
                   "the --dp flags", "fedavg", mode),
            Unused(mode != Mode::kFedAvg && fedavg.secagg != defaults.fedavg.secagg, "--secagg",
                   "fedavg", mode),
+           Unused(mode != Mode::kFedAvg && fedavg.algorithm != defaults.fedavg.algorithm,
+                  "--algorithm", "fedavg", mode),
            Unused(!summed && !(fedavg == defaults.fedavg), "--server-lr and --server-momentum",
                   "fedavg and lgc", mode),
            Unused(mode != Mode::kLgc && !(lgc == defaults.lgc), "--lgc-leader, --ae-device and --ae-nice",

@@ -254,6 +254,7 @@ class PyTrainer final : public edge_client::LocalTrainer {
       info["local_steps"] = start.local_steps();
       info["batch_size"] = start.batch_size();
       info["seed"] = start.seed();
+      info["prox_mu"] = start.objective().prox_mu();
       info["total_rounds"] = client_->job_rounds();
       info["mode"] = client_->mode() ? std::string(ModeName(*client_->mode())) : std::string();
       info["buffers"] = client_->job_buffers_local() ? "local" : "average";

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+import fedlgc
 from model import Net
 
 
@@ -51,6 +52,8 @@ def train(module, info):
         yb = y[idx].to(device)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(module(xb), yb)
+        # FedProx's term when the job runs --algorithm fedprox(...); 0 otherwise.
+        loss = loss + fedlgc.proximal_term(module, info)
         loss.backward()
         opt.step()
         losses.append(loss.item())

@@ -23,6 +23,7 @@ absl::Status FedAvgOptions::Validate() const {
   }
   if (absl::Status st = ParseRoundsMode(rounds_mode).status(); !st.ok()) return st;
   if (absl::Status st = ParseSecAgg(secagg).status(); !st.ok()) return st;
+  if (absl::Status st = Algorithm::Parse(algorithm).status(); !st.ok()) return st;
   return ParseDp(dp, dp_epsilon, dp_delta, dp_max_epsilon).status();
 }
 

@@ -36,6 +36,8 @@ struct FedAvgOptions {
   // --secagg: secure aggregation of the updates' integer codes (secagg_rounds.h); "" or
   // "none": off.
   std::string secagg;
+  // --algorithm: fedavg, or fedprox(mu=M) (algorithm.h).
+  std::string algorithm = "fedavg";
 
   absl::Status Validate() const;
   coordinator::ServerOptimizer optimizer() const { return {server_lr, server_momentum}; }

@@ -30,7 +30,8 @@ struct Job {
   std::unique_ptr<FedAvgDriver> driver;
   std::unique_ptr<LoopbackHost> host;
 
-  explicit Job(const std::string& codec, double clip = 0, const std::string& rounds_mode = "sync") {
+  explicit Job(const std::string& codec, double clip = 0, const std::string& rounds_mode = "sync",
+               const std::string& algorithm = "fedavg") {
     plan.codec = codec;
     plan.local_steps = 1;
     host = std::make_unique<LoopbackHost>(plan, layout);
@@ -38,6 +39,7 @@ struct Job {
     env.robust.clip = clip;
     FedAvgOptions options;
     options.rounds_mode = rounds_mode;
+    options.algorithm = algorithm;
     driver = FedAvgDriver::Create(options, env).value();
     host->set_driver(driver.get());
   }
@@ -76,6 +78,40 @@ TEST(FedAvgDriver, CommitsTheSampleWeightedMeanOfTheUpdates) {
   for (size_t i = 0; i < m.size(); ++i) {
     EXPECT_NEAR(m[i], 1.0f + 2.5f * FakeClientEnv::Step(i, 1), 1e-6) << i;
   }
+}
+
+// --algorithm fedprox(mu=M): every participant trains with the proximal term's mu, in
+// every round, sync or buffered; a plain job's RoundStart has no objective.
+TEST(FedAvgDriver, FedProxAsksEveryParticipantForItsProximalTerm) {
+  for (const char* mode : {"sync", "buffered(k=2,concurrency=2)"}) {
+    Job job("fp32", 0, mode, "fedprox(mu=0.25)");
+    FakeClientEnv& a = job.Add("a", 100, 1.0f);
+    FakeClientEnv& b = job.Add("b", 300, 3.0f);
+    job.Run({"a", "b"});
+    job.Run({"a", "b"});
+    for (const FakeClientEnv* env : {&a, &b}) {
+      ASSERT_GE(env->trained_with.size(), 2u) << mode;
+      for (const protos::RoundStart& start : env->trained_with) {
+        EXPECT_FLOAT_EQ(start.objective().prox_mu(), 0.25f) << mode;
+      }
+    }
+  }
+  Job plain("fp32");
+  FakeClientEnv& c = plain.Add("c", 100, 1.0f);
+  plain.Run({"c"});
+  ASSERT_EQ(c.trained_with.size(), 1u);
+  EXPECT_FALSE(c.trained_with[0].has_objective());
+  // What is not FedAvg's or FedProx's is refused, naming the flag.
+  FedAvgOptions bad;
+  for (const char* text : {"fedprox(mu=0)", "fedprox(nu=1)", "scaffolding", "fedavg(mu=1)"}) {
+    bad.algorithm = text;
+    const absl::Status st = bad.Validate();
+    EXPECT_FALSE(st.ok()) << text;
+    EXPECT_NE(st.message().find("--algorithm"), std::string::npos) << st;
+  }
+  bad.algorithm = "fedprox";
+  EXPECT_TRUE(bad.Validate().ok());
+  EXPECT_EQ(Algorithm::Parse("fedprox")->ToString(), "fedprox(mu=0.01)");
 }
 
 TEST(FedAvgDriver, AClientThatNeverAnswersIsAStragglerAtTheDeadline) {

@@ -29,6 +29,7 @@
 
 #include "codecs/round_kind.h"
 #include "coordinator/round_driver.h"
+#include "modes/fedavg/algorithm.h"
 #include "modes/fedavg/buffered_rounds.h"
 #include "modes/fedavg/dp_rounds.h"
 #include "modes/fedavg/secagg_rounds.h"
@@ -47,6 +48,7 @@ enum class ProtocolId : uint8_t {
   kDp,           // --dp: DP-FedAvg (dp_rounds.h)
   kSecAgg,       // --secagg: secure aggregation of integer codes (secagg_rounds.h)
   kBuffered,     // --rounds-mode buffered(...): rolling rounds (buffered_rounds.h)
+  kFedProx,      // --algorithm fedprox(mu=M): the clients' proximal term (algorithm.h)
 };
 
 // What a job asks of FedAvg, read once from its options and codecs: what the table's
@@ -59,6 +61,7 @@ struct ProtocolJob {
   std::optional<BufferedOptions> buffered;
   std::optional<DpOptions> dp;
   std::optional<SecAggOptions> secagg;
+  Algorithm algorithm;
 
   // Parses the options (INVALID_ARGUMENT says what is wrong in which).
   static absl::StatusOr<ProtocolJob> Read(const FedAvgOptions& options,

@@ -17,11 +17,12 @@ const ProtocolEntry& TwoPhaseProtocol();     // two_phase_protocol.cc
 const ProtocolEntry& DpProtocol();           // dp_protocol.cc
 const ProtocolEntry& SecAggProtocol();       // secagg_protocol.cc
 const ProtocolEntry& BufferedProtocol();     // buffered_protocol.cc
+const ProtocolEntry& FedProxProtocol();      // fedprox_protocol.cc
 
 const std::vector<const ProtocolEntry*>& ProtocolTable() {
   static const auto* const kTable = new std::vector<const ProtocolEntry*>{
       &RoundSeedProtocol(), &BasisProtocol(),  &SharedScaleProtocol(), &TwoPhaseProtocol(),
-      &DpProtocol(),        &SecAggProtocol(), &BufferedProtocol(),
+      &DpProtocol(),        &SecAggProtocol(), &BufferedProtocol(),      &FedProxProtocol(),
   };
   return *kTable;
 }
@@ -53,6 +54,9 @@ absl::StatusOr<ProtocolJob> ProtocolJob::Read(const FedAvgOptions& options,
   auto secagg = ParseSecAgg(options.secagg);
   if (!secagg.ok()) return secagg.status();
   job.secagg = *secagg;
+  auto algorithm = Algorithm::Parse(options.algorithm);
+  if (!algorithm.ok()) return algorithm.status();
+  job.algorithm = *algorithm;
   return job;
 }
 

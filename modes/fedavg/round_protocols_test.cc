@@ -19,7 +19,8 @@ using testing::LoopbackHost;
 
 constexpr ProtocolId kAll[] = {ProtocolId::kRoundSeed, ProtocolId::kBasis,
                                ProtocolId::kSharedScale, ProtocolId::kTwoPhase,
-                               ProtocolId::kDp, ProtocolId::kSecAgg, ProtocolId::kBuffered};
+                               ProtocolId::kDp, ProtocolId::kSecAgg, ProtocolId::kBuffered,
+                               ProtocolId::kFedProx};
 
 codecs::ModelLayout Layout() {
   return codecs::ModelLayout::Create({{"w", {8, 5}}, {"b", {8}}}).value();
@@ -55,6 +56,7 @@ Asked Ask(const std::set<ProtocolId>& want) {
                                             : "gaussian(noise=0.01,clip=2)";
   }
   if (has(ProtocolId::kBuffered)) a.options.rounds_mode = "buffered(k=3,concurrency=3)";
+  if (has(ProtocolId::kFedProx)) a.options.algorithm = "fedprox(mu=0.1)";
   return a;
 }
 
@@ -69,13 +71,21 @@ bool Expressible(const std::set<ProtocolId>& want) {
 
 // The pairs that run together; every other pair is refused.
 const std::set<std::set<ProtocolId>>& Accepted() {
-  static const auto* const kAccepted = new std::set<std::set<ProtocolId>>{
+  static auto* const kAccepted = new std::set<std::set<ProtocolId>>{
       {ProtocolId::kRoundSeed, ProtocolId::kSharedScale},
       {ProtocolId::kRoundSeed, ProtocolId::kTwoPhase},
       {ProtocolId::kRoundSeed, ProtocolId::kDp},
       {ProtocolId::kRoundSeed, ProtocolId::kSecAgg},  // secure aggregation stands in for it
       {ProtocolId::kDp, ProtocolId::kSecAgg},         // distributed DP
   };
+  static const bool kWithFedProx = [] {
+    // FedProx is the clients' objective alone: it runs beside every round protocol.
+    for (ProtocolId id : kAll) {
+      if (id != ProtocolId::kFedProx) kAccepted->insert({ProtocolId::kFedProx, id});
+    }
+    return true;
+  }();
+  (void)kWithFedProx;
   return *kAccepted;
 }
 
@@ -185,7 +195,7 @@ TEST(RoundProtocols, EveryPairRunsOrIsRefusedByName) {
       }
     }
   }
-  EXPECT_EQ(ran, 5);
+  EXPECT_EQ(ran, 5 + 7);  // FedProx beside each of the other seven
   EXPECT_EQ(refused, 16);
 }
 

@@ -37,7 +37,7 @@ from . import _flat, codecs
 from . import _fedlgc
 
 __all__ = ["run_client", "RoundInfo", "RoundResult", "EvalInfo", "Tls", "layout_of", "cuts_of",
-           "codecs", "__version__"]
+           "proximal_term", "codecs", "__version__"]
 
 __version__ = _fedlgc.VERSION
 
@@ -74,6 +74,32 @@ class RoundInfo:
     seed: int
     model_version: int
     data: object = None  # run_client's `data` (the simulator's runner: this client's Shard)
+    # FedProx (the coordinator's --algorithm fedprox(mu=M)): the loop adds
+    # fedlgc.proximal_term(module, info) to its loss; 0 in other jobs.
+    prox_mu: float = 0.0
+    # The round's starting weights (FedProx's anchor) and whether proximal_term was used.
+    _anchor: tuple = dataclasses.field(default=(), repr=False, compare=False)
+    _used: list = dataclasses.field(default_factory=list, repr=False, compare=False)
+
+
+def proximal_term(module, info):
+    """FedProx's term of the local objective (Li et al. 2020): (mu / 2) ||w - w_round||^2
+    over the module's trainable parameters, w_round their values when the round began and
+    mu the job's (info.prox_mu). Add it to each batch's loss:
+
+        loss = loss_fn(module(x), y) + fedlgc.proximal_term(module, info)
+
+    In a job without FedProx it is 0 (a loop may add it always); in a FedProx job a train()
+    that never calls it is an error, since its clients would train plain FedAvg unawares."""
+    info._used.append(True)
+    if info.prox_mu <= 0:
+        return torch.zeros(())
+    params = [p for p in module.parameters() if p.requires_grad]
+    if len(params) != len(info._anchor):
+        raise ValueError("proximal_term: the module's trainable parameters changed during "
+                         "the round")
+    total = sum(((p - a) ** 2).sum() for p, a in zip(params, info._anchor))
+    return 0.5 * info.prox_mu * total
 
 
 @dataclasses.dataclass
@@ -216,11 +242,18 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
 
     def round_fn(weights, info):
         tensors = load(weights, info)
+        prox_mu = float(info.get("prox_mu", 0.0))
+        anchor = tuple(p.detach().clone() for p in module.parameters()
+                       if p.requires_grad) if prox_mu > 0 else ()
         round_info = RoundInfo(**{f.name: info[f.name] for f in dataclasses.fields(RoundInfo)
-                                  if f.name != "data"}, data=data)
+                                  if f.name not in ("data", "prox_mu", "_anchor", "_used")},
+                               data=data, prox_mu=prox_mu, _anchor=anchor)
         start = time.monotonic()
         samples, metrics = _parse_result(train(module, round_info))
         seconds = time.monotonic() - start
+        if prox_mu > 0 and not round_info._used:
+            raise ValueError(f"this job runs FedProx (--algorithm fedprox(mu={prox_mu:g})): "
+                             "train() must add fedlgc.proximal_term(module, info) to its loss")
         _flat.store(tensors, weights)
         if info["buffers"] == "local":
             _flat.save_local_buffers(module, buffers_path)

@@ -392,6 +392,49 @@ TEST_F(ScriptModel, AModuleExportsWithItsStatisticsInTheirOwnForm) {
   EXPECT_GT(arrays->at("bn.num_batches_tracked").At(0), 0);
 }
 
+// FedProx's term, checked against plain SGD without a reference implementation: with
+// momentum 0, two steps from w0 differ from the plain two steps by exactly lr x mu x (w0 -
+// w1), w1 being the first step's weights (the term's gradient is 0 at w0 and mu (w1 - w0)
+// at the second step).
+TEST(Model, TheProximalTermPullsEachStepTowardsTheStartingWeights) {
+  const Dataset data = Blobs(256, {1, 28, 28}, 10, 3);
+  const std::vector<uint32_t> idx = All(data);
+  auto train = [&](int steps, double mu) {
+    auto m = Model::Create("mlp", 1);
+    EXPECT_TRUE(m.ok()) << m.status();
+    TrainOptions o;
+    o.steps = steps;
+    o.lr = 0.1f;
+    o.batch_size = 32;
+    o.seed = 5;
+    o.optimizer = "sgd(momentum=0)";
+    o.prox_mu = mu;
+    EXPECT_TRUE((*m)->Train(data, idx, o).ok());
+    return (*m)->GetFlat();
+  };
+  const double mu = 0.5, lr = 0.1;
+  const std::vector<float> w0 = Model::Create("mlp", 1).value()->GetFlat();
+  const std::vector<float> w1 = train(1, 0);
+  const std::vector<float> plain = train(2, 0);
+  const std::vector<float> prox = train(2, mu);
+  ASSERT_EQ(prox.size(), plain.size());
+  double moved = 0, worst = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double want = lr * mu * (static_cast<double>(w0[i]) - w1[i]);
+    moved = std::max(moved, std::abs(want));
+    worst = std::max(worst, std::abs((static_cast<double>(prox[i]) - plain[i]) - want));
+  }
+  EXPECT_GT(moved, 1e-4);    // the term did something
+  EXPECT_LT(worst, 2e-6);    // and exactly this (float32 rounding of weights near 0.1)
+  // Over many steps the term keeps the weights nearer w0.
+  auto distance = [&](const std::vector<float>& w) {
+    double d = 0;
+    for (size_t i = 0; i < w.size(); ++i) d += (w[i] - w0[i]) * (w[i] - w0[i]);
+    return std::sqrt(d);
+  };
+  EXPECT_LT(distance(train(40, 5.0)), 0.8 * distance(train(40, 0)));
+}
+
 TEST(OptimizerSpec, ParsesSgdAndAdam) {
   auto sgd = OptimizerSpec::Parse("sgd(momentum=0.5,nesterov=1)");
   ASSERT_TRUE(sgd.ok()) << sgd.status();

@@ -39,9 +39,10 @@ class FakeClientEnv final : public ClientEnv {
   const codecs::ModelLayout& layout() const override { return layout_; }
   const std::string& device() const override { return device_; }
   uint64_t total_rounds() const override { return 3; }
-  absl::StatusOr<double> TrainLocal(const protos::RoundStart&,
+  absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
                                     std::vector<float>* weights) override {
     ++trained;
+    trained_with.push_back(start);
     std::vector<float> step(weights->size());
     for (size_t i = 0; i < step.size(); ++i) {
       step[i] = step_scale * Step(i, trained + step_phase);
@@ -101,6 +102,7 @@ class FakeClientEnv final : public ClientEnv {
 
   int trained = 0, persists = 0, model_downloads = 0;
   double loss = 0.5;               // what TrainLocal returns
+  std::vector<protos::RoundStart> trained_with;  // each TrainLocal's RoundStart
   uint64_t num_samples = 100;      // what NewPending says
   float step_scale = 1;            // of every training step
   int step_phase = 0;              // added to the count of trainings in Step

@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -208,6 +210,39 @@ TEST(Sim, ATerminalSeesTheRoundLiveAndTheProgressFileEndsDone) {
   ChildProcess plain(SimArgv(dir + "/plain", 2), dir + "/plain.log");
   ASSERT_EQ(plain.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/plain.log");
   EXPECT_EQ(ReadText(dir + "/plain.log").find('\033'), std::string::npos);
+}
+
+// --algorithm fedprox(mu=M) reaches the C++ clients' training: from the same start, seeds
+// and data, each client's update (--dump-updates) is held near the round's model (measured:
+// norms 0.44 and 0.39 against 7.2 and 7.3 without it).
+TEST(Sim, FedProxHoldsEachClientsUpdateNearTheRoundsModel) {
+  const std::string dir = FreshDir("sim_fedprox");
+  auto norms = [&](const std::string& name, const std::string& algorithm) {
+    std::filesystem::create_directories(dir + "/" + name);
+    ChildProcess sim(SimArgv(dir + "/" + name, 1,
+                             {"--local-steps", "30", "--lr", "0.1", "--codec", "fp32",
+                              "--downlink-codec", "fp32", "--algorithm", algorithm,
+                              "--dump-updates", dir + "/" + name + "/dump"}),
+                     dir + "/" + name + ".log");
+    EXPECT_EQ(sim.Wait(std::chrono::seconds(180)), 0) << ReadText(dir + "/" + name + ".log");
+    std::vector<double> out;
+    for (const char* client : {"client-0", "client-1"}) {
+      const std::string bytes = ReadText(dir + "/" + name + "/dump/" + client + "/r1.f32");
+      std::vector<float> v(bytes.size() / sizeof(float));
+      std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+      double sq = 0;
+      for (float x : v) sq += static_cast<double>(x) * x;
+      EXPECT_GT(v.size(), 1000u) << client;
+      out.push_back(std::sqrt(sq));
+    }
+    return out;
+  };
+  const std::vector<double> plain = norms("fedavg", "fedavg");
+  const std::vector<double> prox = norms("fedprox", "fedprox(mu=5)");
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_GT(plain[i], 1.0) << i;
+    EXPECT_LT(prox[i], 0.25 * plain[i]) << i;
+  }
 }
 
 }  // namespace

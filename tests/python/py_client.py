@@ -4,8 +4,9 @@ of an npz file. Deterministic for a round's seed, so a run can be compared with 
 
     py_client.py --server H:P --id ID --state-dir DIR --data TRAIN.npz --shard I
                  --num-shards N --certs DIR [--optimizer sgd|adam] [--augment]
-                 [--model-file PATH] [--wrong-model] [--save-final PATH.npz]
+                 [--model-file PATH] [--wrong-model] [--save-final PATH.npz] [--prox]
 
+--prox adds fedlgc.proximal_term to the loss (FedProx jobs need it).
 --save-final writes the module's state_dict() as run_client leaves it (the job's final
 global model, with this client's own buffers under --buffers local).
 """
@@ -37,6 +38,7 @@ def main():
     ap.add_argument("--model-file", default="")
     ap.add_argument("--wrong-model", action="store_true")
     ap.add_argument("--save-final", default="")
+    ap.add_argument("--prox", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -69,6 +71,8 @@ def main():
                 xb = torch.where(flip[:, None, None, None], xb.flip(-1), xb)
             opt.zero_grad()
             loss = nn.functional.cross_entropy(m(xb), yb)
+            if a.prox:
+                loss = loss + fedlgc.proximal_term(m, info)
             loss.backward()
             opt.step()
             losses.append(loss.item())

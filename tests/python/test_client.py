@@ -9,6 +9,7 @@ import signal
 
 import numpy as np
 import pytest
+import torch
 
 import fedlgc
 from federation import Federation, SmallNet, export_model, fashion_npz, wait_for
@@ -75,6 +76,56 @@ def test_two_cpp_and_two_python_clients_run_every_mode(tmp_path, data, federatio
     # The C++ clients had no file: they downloaded the coordinator's.
     models = os.listdir(os.path.join(str(tmp_path), "clients", "models"))
     assert len(models) == 1 and models[0].endswith(".pt")
+
+
+def test_the_proximal_term_is_fedprox_and_zero_elsewhere():
+    torch.manual_seed(0)
+    module = torch.nn.Linear(3, 2)
+    anchor = tuple(p.detach().clone() for p in module.parameters())
+    info = fedlgc.RoundInfo(round=1, total_rounds=1, mode="fedavg", lr=0.1, local_epochs=1,
+                            local_steps=0, batch_size=1, seed=1, model_version=0, prox_mu=0.3,
+                            _anchor=anchor)
+    assert float(fedlgc.proximal_term(module, info)) == 0.0  # at the round's start
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p))
+    term = fedlgc.proximal_term(module, info)
+    want = 0.15 * sum(float(((p - a) ** 2).sum()) for p, a in zip(module.parameters(), anchor))
+    assert abs(float(term) - want) < 1e-5
+    term.backward()  # its gradient is mu (w - w_round)
+    for p, a in zip(module.parameters(), anchor):
+        assert torch.allclose(p.grad, 0.3 * (p.detach() - a), atol=1e-6)
+    plain = fedlgc.RoundInfo(round=1, total_rounds=1, mode="fedavg", lr=0.1, local_epochs=1,
+                             local_steps=0, batch_size=1, seed=1, model_version=0)
+    assert float(fedlgc.proximal_term(module, plain)) == 0.0
+
+
+def test_fedprox_reaches_cpp_and_python_loops_and_a_loop_without_its_term_is_stopped(
+        tmp_path, data, federations):
+    job = ["--local-steps=10", "--batch=32", "--lr=0.05", "--round-timeout=120",
+           "--eval-limit=500", "--seed=3", "--codec=fp32", "--algorithm=fedprox(mu=0.5)"]
+    for d in ("lone", "job"):
+        (tmp_path / d).mkdir()
+    # A loop that leaves the term out stops, with a message that says what to add.
+    lone = Federation(str(tmp_path / "lone"), ["py-9"], job + ["--rounds=1", "--min-clients=1"],
+                      model=data["model"], test_npz=data["test"])
+    federations.append(lone)
+    bad = lone.py_client("py-9", 0, 3, data["train"])
+    assert bad.wait(120) not in (0, None), lone.logs()
+    assert "fedlgc.proximal_term(module, info)" in bad.tail(), lone.logs()
+    lone.stop()
+    ids = ["cpp-0", "py-1"]
+    f = Federation(str(tmp_path / "job"), ids, job + ["--rounds=2", "--min-clients=2"],
+                   model=data["model"], test_npz=data["test"])
+    federations.append(f)
+    clients = [f.cpp_client(ids[0], 0, 3, data["train"]),
+               f.py_client(ids[1], 1, 3, data["train"], extra=["--prox"])]
+    assert f.wait(240) == 0, f.logs()
+    for c in clients:
+        assert c.wait(60) == 0, f.logs()
+    rounds = f.rounds()
+    assert [r["round"] for r in rounds] == [1, 2], f.logs()
+    assert all(r["participants"] == 2 for r in rounds), rounds
 
 
 def run_kill_job(work, data, kill):

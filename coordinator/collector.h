@@ -44,6 +44,7 @@ struct ChunkIn {
   std::string_view frame;             // empty: a query for the receipt
   float scale = 1;                    // the decoded values are multiplied by this (in (0, 16])
   std::optional<PushSumShare> share;  // set when it came through Gossip
+  uint32_t part = 0;                  // the update's part (UpdateChunk.part)
   // The client's weight in the round, set by the engine at admission: its sample count
   // at Join, capped (EngineOptions::max_client_weight).
   double weight = 0;
@@ -93,6 +94,8 @@ class Collector {
   virtual bool replaces_updates() const { return false; }
   // SGP: chunks must come through Gossip (with a PushSumShare), and only then.
   virtual bool takes_shares() const { return false; }
+  // How many parts an update has (ChunkIn::part < parts()): 1 but for a PartCollector.
+  virtual uint32_t parts() const { return 1; }
   // What only this strategy checks, before decoding; `held` is the client's update held
   // so far (nullptr: none).
   virtual std::optional<Rejection> Admit(const ChunkIn& /*chunk*/, const HeldUpdate* /*held*/,

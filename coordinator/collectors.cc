@@ -318,4 +318,52 @@ size_t PayloadCollector::Count(std::string_view spec) const {
   return n;
 }
 
+PartCollector::PartCollector(std::vector<Part> parts) : parts_(std::move(parts)) {}
+
+RoundFacts PartCollector::FactsOf(uint32_t part, const RoundFacts& round) const {
+  RoundFacts facts = round;
+  if (part < parts_.size() && parts_[part].decoder != nullptr) {
+    facts.decoder = parts_[part].decoder.get();
+    facts.keep = parts_[part].decoder;
+  }
+  return facts;
+}
+
+std::optional<Rejection> PartCollector::Admit(const ChunkIn& chunk, const HeldUpdate* held,
+                                              const RoundFacts& round) const {
+  if (chunk.part >= parts_.size()) {  // the engine refuses it first (parts())
+    return Rejection{RejectReason::kPart, absl::InvalidArgumentError(
+                                              StrCat("part ", chunk.part, " of ", parts_.size()))};
+  }
+  return parts_[chunk.part].collector->Admit(chunk, held, FactsOf(chunk.part, round));
+}
+
+absl::StatusOr<DecodedChunk> PartCollector::Decode(const ChunkIn& chunk,
+                                                   const RoundFacts& round) const {
+  if (chunk.part >= parts_.size()) return absl::InvalidArgumentError("no such part");
+  return parts_[chunk.part].collector->Decode(chunk, FactsOf(chunk.part, round));
+}
+
+void PartCollector::Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
+                            const RoundFacts& round) {
+  if (chunk.part >= parts_.size()) return;
+  bool first_of_part;
+  {
+    absl::MutexLock lock(&mu_);
+    std::set<uint32_t>& begun = begun_[chunk.client_id];
+    if (fresh) begun.clear();
+    first_of_part = begun.insert(chunk.part).second;
+  }
+  parts_[chunk.part].collector->Collect(chunk, std::move(decoded), first_of_part, complete,
+                                        FactsOf(chunk.part, round));
+}
+
+void PartCollector::Forget(const std::string& client) {
+  {
+    absl::MutexLock lock(&mu_);
+    begun_.erase(client);
+  }
+  for (const Part& p : parts_) p.collector->Forget(client);
+}
+
 }  // namespace fedlgc::coordinator

@@ -140,6 +140,36 @@ class PayloadCollector final : public Collector {
   std::map<std::string, Payload> payloads_ ABSL_GUARDED_BY(mu_);
 };
 
+// An update of several parts, each a vector of the model's dimension collected by a
+// collector of its own (SCAFFOLD: the model update and the control variate's; the
+// engine's ranges, overlaps and receipts are per part, chunk indices span the parts). A
+// part's chunks decode with its own decoder (null: the round's codec). `fresh` reaches a
+// part's collector with the first chunk of that part of an update.
+class PartCollector final : public Collector {
+ public:
+  struct Part {
+    std::shared_ptr<Collector> collector;
+    std::shared_ptr<const codecs::Codec> decoder;  // null: the round's
+  };
+  // Part i is parts[i]; each collector must take neither replacing updates nor shares.
+  explicit PartCollector(std::vector<Part> parts);
+  uint32_t parts() const override { return static_cast<uint32_t>(parts_.size()); }
+  std::optional<Rejection> Admit(const ChunkIn& chunk, const HeldUpdate* held,
+                                 const RoundFacts& round) const override;
+  absl::StatusOr<DecodedChunk> Decode(const ChunkIn& chunk, const RoundFacts& round) const override;
+  void Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fresh, bool complete,
+               const RoundFacts& round) override;
+  void Forget(const std::string& client) override;
+
+ private:
+  // The round's facts as part `part` sees them (its decoder).
+  RoundFacts FactsOf(uint32_t part, const RoundFacts& round) const;
+
+  const std::vector<Part> parts_;
+  absl::Mutex mu_;
+  std::map<std::string, std::set<uint32_t>> begun_ ABSL_GUARDED_BY(mu_);  // parts with a chunk
+};
+
 }  // namespace fedlgc::coordinator
 
 #endif  // FEDLGC_COORDINATOR_COLLECTORS_H_

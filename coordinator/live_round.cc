@@ -67,15 +67,19 @@ std::vector<uint32_t> UpdateChunks::HeldList() const {
   return list;
 }
 
-std::optional<std::pair<uint64_t, uint64_t>> UpdateChunks::Overlap(uint64_t begin,
+std::optional<std::pair<uint64_t, uint64_t>> UpdateChunks::Overlap(uint32_t part, uint64_t begin,
                                                                    uint64_t end) const {
   if (end <= begin) return std::nullopt;
-  // The range starting after `begin`, and the one before it.
-  auto next = ranges.upper_bound(begin);
-  if (next != ranges.end() && next->first < end) return *next;
+  // The range of this part starting after `begin`, and the one before it.
+  auto next = ranges.upper_bound({part, begin});
+  if (next != ranges.end() && next->first.first == part && next->first.second < end) {
+    return std::make_pair(next->first.second, next->second);
+  }
   if (next != ranges.begin()) {
     auto prev = std::prev(next);
-    if (prev->second > begin) return *prev;
+    if (prev->first.first == part && prev->second > begin) {
+      return std::make_pair(prev->first.second, prev->second);
+    }
   }
   return std::nullopt;
 }
@@ -121,6 +125,12 @@ std::optional<ChunkResult> AdmitChunk(const LiveRound* r, const ChunkIn& c,
     return Refused(RejectReason::kBadChunkIndex,
                    absl::InvalidArgumentError(
                        StrCat("chunk ", c.chunk_index, " of ", c.chunk_count, " is out of range")));
+  }
+  if (c.part >= r->collector->parts()) {
+    return Refused(
+        RejectReason::kPart,
+        absl::InvalidArgumentError(StrCat("chunk ", c.chunk_index, " of part ", c.part, ": round ",
+                                          c.round, " takes ", r->collector->parts(), " part(s)")));
   }
   if (!(c.scale > 0 && c.scale <= 16)) {
     return Refused(RejectReason::kNonFinite, absl::InvalidArgumentError(StrCat(

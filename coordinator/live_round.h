@@ -49,13 +49,15 @@ struct UpdateChunks {
   uint32_t chunk_count = 0;
   std::vector<bool> held;
   uint32_t held_count = 0;
-  std::map<uint64_t, uint64_t> ranges;  // coordinates held: begin -> end
+  // Coordinates held, per part of the update: (part, begin) -> end.
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> ranges;
 
   bool complete() const { return held_count == chunk_count; }
   // The indices of the chunks held.
   std::vector<uint32_t> HeldList() const;
-  // A range held that [begin, end) overlaps; nullopt when none does.
-  std::optional<std::pair<uint64_t, uint64_t>> Overlap(uint64_t begin, uint64_t end) const;
+  // A range of `part` held that [begin, end) overlaps; nullopt when none does.
+  std::optional<std::pair<uint64_t, uint64_t>> Overlap(uint32_t part, uint64_t begin,
+                                                       uint64_t end) const;
 };
 
 struct LiveRound {

@@ -316,13 +316,13 @@ ChunkResult RoundEngine::CollectLocked(const ChunkIn& c, DecodedChunk decoded) {
   }
   // Each coordinate counts at most once in an update, whatever the chunk index.
   const uint64_t begin = decoded.begin, end = decoded.begin + decoded.coordinates;
-  if (auto overlap = u.Overlap(begin, end)) {
+  if (auto overlap = u.Overlap(c.part, begin, end)) {
     return Refused(RejectReason::kOverlap, absl::InvalidArgumentError(StrCat(
                                                "chunk ", c.chunk_index, " covers [", begin, ", ",
                                                end, "), which overlaps [", overlap->first, ", ",
                                                overlap->second, ") of this update")));
   }
-  if (end > begin) u.ranges[begin] = end;
+  if (end > begin) u.ranges[{c.part, begin}] = end;
   u.held[c.chunk_index] = true;
   ++u.held_count;
   // A replacing update's bytes travelled again, but the model it stands for counts once.

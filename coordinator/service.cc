@@ -229,6 +229,7 @@ ChunkIn ChunkInOf(const std::string& client, const protos::UpdateChunk& chunk) {
   in.num_samples = chunk.num_samples();
   in.frame = chunk.frame();
   in.scale = chunk.scale() == 0 ? 1.0f : chunk.scale();
+  in.part = chunk.part();
   return in;
 }
 

@@ -128,6 +128,7 @@ bool FromMessage(const state::ClientState& m, ClientState* s) {
     auto scales = core::FloatsFromBytes(in.scales(), "scales");
     if (!scales.ok() || (!scales->empty() && scales->size() != size_t(in.frames_size())))
       return false;
+    if (in.parts_size() != 0 && in.parts_size() != in.frames_size()) return false;
     PendingUpdate p;
     p.round = in.round();
     p.model_version = in.model_version();
@@ -135,6 +136,7 @@ bool FromMessage(const state::ClientState& m, ClientState* s) {
     p.num_samples = in.num_samples();
     p.frames.assign(in.frames().begin(), in.frames().end());
     p.scales = *std::move(scales);
+    p.parts.assign(in.parts().begin(), in.parts().end());
     p.job = in.job();
     s->pending = std::move(p);
   }
@@ -159,6 +161,7 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
     out->set_num_samples(p.num_samples);
     for (const std::string& f : p.frames) out->add_frames(f);
     out->set_scales(core::FloatsToBytes(p.scales));
+    for (uint32_t part : p.parts) out->add_parts(part);
     out->set_job(p.job);
   }
   for (const auto& [mode, slot] : s.modes) (*m.mutable_modes())[mode] = slot;

@@ -24,6 +24,8 @@ struct PendingUpdate {
   uint64_t num_samples = 0;
   std::vector<std::string> frames;  // chunk i is frames[i]
   std::vector<float> scales;        // LSGD leads and SGP shares: chunk i's scale (empty: 1)
+  // Chunk i's part of the update (UpdateChunk.part; empty: all 0, the model update).
+  std::vector<uint32_t> parts;
   // The job id (JoinReply) of the coordinator it was made for; empty in files older than
   // version 9. A client that fails over to another coordinator gives it up.
   std::string job;

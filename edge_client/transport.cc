@@ -414,6 +414,7 @@ absl::Status Transport::UploadAs(const PendingUpdate& p, const std::string& code
       chunk.set_chunk_index(i);
       chunk.set_frame(p.frames[i]);
       chunk.set_scale(i < p.scales.size() ? p.scales[i] : 0.0f);
+      chunk.set_part(i < p.parts.size() ? p.parts[i] : 0);
       if (!writer->Write(msg)) break;
       metrics_->AddChunks(options_.client_id, sends[i]++ == 0 ? "sent" : "retransmitted", 1);
       metrics_->AddUplink(options_.client_id, codec_label, p.frames[i].size(), raw[i]);

@@ -28,6 +28,7 @@ enum class RejectReason {
   kQuarantined,     // a client the model guard barred from the job
   kStreams,         // a client (or the coordinator) at its cap of open calls
   kModel,           // a client whose model file is not the one the job trains
+  kPart,            // a chunk of an update part the round does not take
 };
 
 struct RejectReasonInfo {
@@ -53,6 +54,7 @@ inline constexpr RejectReasonInfo kRejectReasons[] = {
     {RejectReason::kQuarantined, "quarantined"},
     {RejectReason::kStreams, "streams"},
     {RejectReason::kModel, "model"},
+    {RejectReason::kPart, "part"},
 };
 
 // The metric label; "" for kNone.

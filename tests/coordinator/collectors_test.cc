@@ -1,6 +1,6 @@
 // The per-client collection of LSGD, SGP and buffered rounds through the round engine:
 // each client's update kept apart and the uploader set (SGP's push-sum share checks are
-// modes/sgp/push_sum_collector_test.cc's).
+// modes/sgp/push_sum_collector_test.cc's); updates of several parts, each summed apart.
 #include "coordinator/collectors.h"
 
 #include <cmath>
@@ -132,6 +132,63 @@ TEST(PerClientCollector, KeepsEachClientsUpdateApartAndWaitsOnlyForUploaders) {
   EXPECT_EQ(r.receipts.at("a").counted.size(), fa.size());
   EXPECT_TRUE(r.receipts.at("b").counted.empty());
   EXPECT_EQ(e->ModelVector(), next);
+}
+
+// An update of two parts (SCAFFOLD's model update and control-variate delta): one chunk
+// index space, each part its own coordinates and its own sum, a part with its own
+// decoder; a part the round does not take is refused by name, and a plain round takes
+// part 0 alone.
+TEST(PartCollector, EachPartIsSummedApartOverTheSameCoordinates) {
+  auto e = Engine({"a", "b"});
+  auto model = std::make_shared<WeightedSumCollector>(kDim);
+  auto control = std::make_shared<WeightedSumCollector>(kDim);
+  std::shared_ptr<const codecs::Codec> f16 = codecs::MakeCodec("fp16").value();
+  auto parts = std::make_shared<PartCollector>(std::vector<PartCollector::Part>{
+      {model, nullptr}, {control, f16}});
+  ASSERT_TRUE(
+      e->OpenRound({"a", "b"}, Clock::Real()->Now() + std::chrono::seconds(9), parts).ok());
+  // a: part 0 all 1, part 1 all 4 (exact in fp16); b: 3 and 8.
+  auto update = [&](const std::string& client, float x0, float x1) {
+    std::vector<std::string> frames = Frames(std::vector<float>(kDim, x0));
+    const size_t first = frames.size();
+    for (auto& f : Frames(std::vector<float>(kDim, x1), "fp16")) frames.push_back(f);
+    // A frame of part 1's codec offered as part 0 is of the wrong codec there.
+    EXPECT_EQ(e->AcceptChunk(Chunk(client, frames, static_cast<uint32_t>(first))).reason,
+              RejectReason::kCodec);
+    for (uint32_t i = 0; i < frames.size(); ++i) {
+      ChunkIn c = Chunk(client, frames, i);
+      c.part = i < first ? 0 : 1;
+      const ChunkResult r = e->AcceptChunk(c);
+      ASSERT_TRUE(r.status.ok()) << client << " chunk " << i << ": " << r.status;
+      EXPECT_FALSE(r.duplicate);
+    }
+  };
+  update("a", 1, 4);
+  // A part past the round's: refused, typed.
+  std::vector<std::string> one = Frames(std::vector<float>(kDim, 1));
+  ChunkIn third = Chunk("b", one, 0);
+  third.part = 2;
+  const ChunkResult refused = e->AcceptChunk(third);
+  EXPECT_EQ(refused.reason, RejectReason::kPart);
+  EXPECT_NE(std::string(refused.status.message()).find("takes 2 part(s)"), std::string::npos)
+      << refused.status;
+  update("b", 3, 8);
+  EXPECT_TRUE(e->AllComplete());
+  const std::vector<float> m0 = model->Mean().value(), m1 = control->Mean().value();
+  for (size_t i = 0; i < kDim; ++i) {
+    ASSERT_FLOAT_EQ(m0[i], 2.0f) << i;  // equal weights: (1 + 3) / 2
+    ASSERT_NEAR(m1[i], 6.0f, 1e-5) << i;
+  }
+  // A plain round takes part 0 only.
+  auto plain = Engine({"c"});
+  ASSERT_TRUE(plain
+                  ->OpenRound({"c"}, Clock::Real()->Now() + std::chrono::seconds(9),
+                              std::make_shared<WeightedSumCollector>(kDim))
+                  .ok());
+  ChunkIn part1 = Chunk("c", one, 0);
+  part1.part = 1;
+  EXPECT_EQ(plain->AcceptChunk(part1).reason, RejectReason::kPart);
+  EXPECT_TRUE(plain->AcceptChunk(Chunk("c", one, 0)).status.ok());
 }
 
 }  // namespace

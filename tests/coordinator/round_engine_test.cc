@@ -189,6 +189,9 @@ TEST(RoundEngine, MalformedChunksAreRefusedAndLeaveTheAggregateAlone) {
   Case a_share = add(good, R::kMalformed, C::kInvalidArgument);  // a FedAvg round takes none
   a_share.chunk.share = PushSumShare{0.5, 0, 0};
   cases.push_back(a_share);
+  Case a_part = add(good, R::kPart, C::kInvalidArgument);  // a plain round takes part 0 only
+  a_part.chunk.part = 1;
+  cases.push_back(a_part);
   for (const Case& c : cases) {
     const ChunkResult r = e->AcceptChunk(c.chunk);
     EXPECT_EQ(r.status.code(), c.code) << monitoring::ReasonLabel(c.reason) << ": " << r.status;

@@ -114,14 +114,20 @@ TEST(UpdateChunks, HeldListAndOverlappingRanges) {
   u.chunk_count = 4;
   u.held = {true, false, true, false};
   u.held_count = 2;
-  u.ranges = {{0, 100}, {200, 300}};
+  u.ranges = {{{0, 0}, 100}, {{0, 200}, 300}, {{1, 50}, 60}};
   EXPECT_EQ(u.HeldList(), (std::vector<uint32_t>{0, 2}));
   EXPECT_FALSE(u.complete());
-  EXPECT_FALSE(u.Overlap(100, 200).has_value());  // touching is not overlapping
-  EXPECT_EQ(u.Overlap(150, 201), (std::pair<uint64_t, uint64_t>{200, 300}));
-  EXPECT_EQ(u.Overlap(99, 101), (std::pair<uint64_t, uint64_t>{0, 100}));
-  EXPECT_EQ(u.Overlap(250, 260), (std::pair<uint64_t, uint64_t>{200, 300}));
-  EXPECT_FALSE(u.Overlap(300, 300).has_value());  // empty
+  EXPECT_FALSE(u.Overlap(0, 100, 200).has_value());  // touching is not overlapping
+  EXPECT_EQ(u.Overlap(0, 150, 201), (std::pair<uint64_t, uint64_t>{200, 300}));
+  EXPECT_EQ(u.Overlap(0, 99, 101), (std::pair<uint64_t, uint64_t>{0, 100}));
+  EXPECT_EQ(u.Overlap(0, 250, 260), (std::pair<uint64_t, uint64_t>{200, 300}));
+  EXPECT_FALSE(u.Overlap(0, 300, 300).has_value());  // empty
+  // Each part has its own coordinates: part 1 holds [50, 60) only.
+  EXPECT_FALSE(u.Overlap(1, 0, 50).has_value());
+  EXPECT_FALSE(u.Overlap(1, 200, 300).has_value());
+  EXPECT_EQ(u.Overlap(1, 0, 51), (std::pair<uint64_t, uint64_t>{50, 60}));
+  EXPECT_EQ(u.Overlap(0, 55, 56), (std::pair<uint64_t, uint64_t>{0, 100}));
+  EXPECT_FALSE(u.Overlap(2, 0, 1000).has_value());
 }
 
 // A round of "a" and "b" (both joined), collecting a weighted sum.

@@ -54,6 +54,7 @@ TEST(ClientState, RoundTripsEveryField) {
   const std::string path = Path("v12.state");
   ClientState s = Sample();
   s.pending->scales = {0.5f, 2.0f};
+  s.pending->parts = {0, 1};
   s.pending->job = "fedlgc-cnn@agg-1";
   s.codec_basis = "GVBQ";
   ASSERT_TRUE(SaveClientState(path, s).ok());
@@ -62,6 +63,10 @@ TEST(ClientState, RoundTripsEveryField) {
   EXPECT_EQ(*back, s);
   EXPECT_EQ(back->modes.at("sgp"), std::string("slot\0bytes", 10));
   EXPECT_FALSE(back->legacy.has_value());
+  // Parts for some chunks only contradict the frames: refused.
+  s.pending->parts = {1};
+  ASSERT_TRUE(SaveClientState(path, s).ok());
+  EXPECT_FALSE(LoadClientState(path).ok());
 }
 
 TEST(ClientState, NoFileIsAnEmptyState) {

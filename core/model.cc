@@ -289,8 +289,10 @@ class TorchModel final : public Model {
       : name_(std::move(name)), options_(std::move(options)), net_(std::move(net)), device_(device) {
     net_->To(device_);
     NamedTensors flat = net_->Parameters();
-    for (auto& [n, t] : flat) {
-      if (t.requires_grad()) trainable_.push_back(t);
+    for (size_t i = 0, at = 0; i < flat.size(); at += flat[i].second.numel(), ++i) {
+      if (!flat[i].second.requires_grad()) continue;
+      trainable_.push_back(flat[i].second);
+      trainable_at_.push_back(static_cast<int64_t>(at));
     }
     const size_t params = flat.size();  // the tensors after them are buffers
     NamedTensors buffers = net_->FloatBuffers();
@@ -640,6 +642,25 @@ class TorchModel final : public Model {
                                                                .nesterov(spec.nesterov));
   }
 
+  // lr x correction as a tensor per trainable parameter, on the model's device.
+  absl::StatusOr<std::vector<torch::Tensor>> CorrectionSteps(std::span<const float> correction,
+                                                             double lr) const {
+    std::vector<torch::Tensor> out;
+    if (correction.empty()) return out;
+    if (correction.size() != dim_) {
+      return absl::InvalidArgumentError(StrCat(name_, ": a correction of ", correction.size(),
+                                               " values, the model has ", dim_));
+    }
+    for (size_t i = 0; i < trainable_.size(); ++i) {
+      const torch::Tensor& p = trainable_[i];
+      torch::Tensor c =
+          torch::from_blob(const_cast<float*>(correction.data()) + trainable_at_[i], p.sizes(),
+                           torch::kFloat32);
+      out.push_back((c * lr).to(p.device(), p.scalar_type()));
+    }
+    return out;
+  }
+
   void AddProximalGradient(const std::vector<torch::Tensor>& anchor, double mu) {
     torch::NoGradGuard guard;
     for (size_t i = 0; i < trainable_.size(); ++i) {
@@ -672,6 +693,9 @@ class TorchModel final : public Model {
       for (const torch::Tensor& p : trainable_) anchor.push_back(p.detach().clone());
     }
     TrainResult r;
+    r.lr = spec->LearningRate(opts.lr);
+    auto shift = CorrectionSteps(opts.correction, r.lr);
+    if (!shift.ok()) return shift.status();
     std::deque<double> last;
     double total = 0;
     const size_t bs = static_cast<size_t>(std::max(1, opts.batch_size));
@@ -687,6 +711,10 @@ class TorchModel final : public Model {
         loss.backward();
         if (!anchor.empty()) AddProximalGradient(anchor, opts.prox_mu);
         opt->step();
+        if (!shift->empty()) {
+          torch::NoGradGuard guard;
+          for (size_t i = 0; i < trainable_.size(); ++i) trainable_[i].sub_((*shift)[i]);
+        }
         const double l = loss.item<double>();
         total += l;
         last.push_back(l);
@@ -764,6 +792,7 @@ class TorchModel final : public Model {
   std::vector<torch::Tensor> flat_;       // the flat vector's tensors, in order
   std::vector<std::string> flat_names_;
   std::vector<torch::Tensor> trainable_;  // parameters that require a gradient
+  std::vector<int64_t> trainable_at_;     // where each begins in the flat vector
   // Averaged batch normalisation statistics, as indices into flat_ of a running_mean and
   // its running_var. The flat vector holds them scale-free: log(var + eps) and
   // mean / sqrt(var + eps). A lossy codec then errs by a factor of the variance and a

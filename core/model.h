@@ -55,6 +55,11 @@ struct TrainOptions {
   // FedProx (Li et al. 2020): the local objective adds (prox_mu / 2) ||w - w0||^2 over the
   // trainable parameters, w0 their values when Train begins; 0: plain local training.
   double prox_mu = 0;
+  // SCAFFOLD (Karimireddy et al. 2020): after each optimizer step the trainable parameters
+  // move by -lr x correction (c - c_i, outside the optimizer's momentum), lr the step's
+  // learning rate. Flat, of the model's dimension (the coordinates of buffers are not
+  // read); empty: none. Must outlive the call.
+  std::span<const float> correction;
 };
 
 struct TrainResult {
@@ -62,6 +67,7 @@ struct TrainResult {
   double running_loss = 0;  // mean of the last 10 batches
   int64_t steps = 0;
   double seconds = 0;
+  double lr = 0;  // the learning rate the steps took (the optimizer spec's, else the round's)
 };
 
 struct EvalResult {

@@ -435,6 +435,43 @@ TEST(Model, TheProximalTermPullsEachStepTowardsTheStartingWeights) {
   EXPECT_LT(distance(train(40, 5.0)), 0.8 * distance(train(40, 0)));
 }
 
+// SCAFFOLD's correction: a step with correction v lands lr x v below the plain step, on
+// every trainable coordinate, whatever the momentum (it moves the weights outside the
+// optimizer); a correction of another size is refused before any step.
+TEST(Model, TheCorrectionShiftsEachStepOutsideTheOptimizer) {
+  const Dataset data = Blobs(256, {1, 28, 28}, 10, 3);
+  const std::vector<uint32_t> idx = All(data);
+  const size_t dim = Model::Create("mlp", 1).value()->dim();
+  std::vector<float> v(dim);
+  for (size_t i = 0; i < dim; ++i) v[i] = 0.01f * static_cast<float>((i * 37) % 11) - 0.05f;
+  auto train = [&](std::span<const float> correction, absl::Status* status = nullptr) {
+    auto m = Model::Create("mlp", 1);
+    TrainOptions o;
+    o.steps = 1;
+    o.lr = 0.5f;  // the round's; the spec's 0.1 wins
+    o.batch_size = 32;
+    o.seed = 5;
+    o.optimizer = "sgd(lr=0.1,momentum=0.9)";
+    o.correction = correction;
+    auto r = (*m)->Train(data, idx, o);
+    if (status != nullptr) *status = r.status();
+    if (r.ok()) {
+      EXPECT_DOUBLE_EQ(r->lr, 0.1);
+    }
+    return (*m)->GetFlat();
+  };
+  const std::vector<float> plain = train({}), shifted = train(v);
+  double worst = 0;
+  for (size_t i = 0; i < dim; ++i) {
+    worst = std::max(worst, std::abs((plain[i] - shifted[i]) - 0.1 * v[i]));
+  }
+  EXPECT_LT(worst, 1e-6);
+  absl::Status st;
+  const std::vector<float> short_one(dim - 1, 0.0f);
+  train(short_one, &st);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+}
+
 TEST(OptimizerSpec, ParsesSgdAndAdam) {
   auto sgd = OptimizerSpec::Parse("sgd(momentum=0.5,nesterov=1)");
   ASSERT_TRUE(sgd.ok()) << sgd.status();

@@ -144,7 +144,9 @@ class PayloadCollector final : public Collector {
 // collector of its own (SCAFFOLD: the model update and the control variate's; the
 // engine's ranges, overlaps and receipts are per part, chunk indices span the parts). A
 // part's chunks decode with its own decoder (null: the round's codec). `fresh` reaches a
-// part's collector with the first chunk of that part of an update.
+// part's collector with the first chunk of that part of an update; `complete` (the whole
+// update held) only with the update's last chunk, so a part's collector must not depend
+// on it (WeightedSumCollector does not): the engine says which updates are complete.
 class PartCollector final : public Collector {
  public:
   struct Part {

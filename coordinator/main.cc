@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
   if (o.has_parent() && !(mo.fedavg == fedlgc::modes::FedAvgOptions())) {
     // The parent applies its server optimizer once, to the merged update.
     return Fail(absl::InvalidArgumentError(
-        "--parent: the server learning rate and momentum, the rounds mode, --dp and --secagg "
-        "are the parent's; leave them at their defaults here"));
+        "--parent: the server learning rate and momentum, the rounds mode, --dp, --secagg "
+        "and --algorithm are the parent's; leave them at their defaults here"));
   }
   auto c = coord::Coordinator::Create(o, traits, [&](const coord::DriverEnv& env) {
     return fedlgc::modes::MakeRoundDriver(traits.mode, mo, env);

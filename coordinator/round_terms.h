@@ -32,6 +32,10 @@ struct LocalTraining {
   uint32_t local_steps = 0;  // when > 0, overrides epochs
   float lr = 0.05f;
   uint32_t batch_size = 32;
+  // FedProx's mu (RoundStart.objective). 0 at a root, whose --algorithm protocol adds it;
+  // an aggregator's local round takes its parent's, so that its clients train as the
+  // parent's would.
+  float prox_mu = 0;
 };
 
 // What a client is asked to do in a round.

@@ -206,6 +206,7 @@ std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, 
   s->set_local_steps(info->training.local_steps);
   s->set_lr(info->training.lr);
   s->set_batch_size(info->training.batch_size);
+  if (info->training.prox_mu > 0) s->mutable_objective()->set_prox_mu(info->training.prox_mu);
   s->set_max_chunk_bytes(plan.max_chunk_bytes);
   s->set_upload_order(plan.upload_order);
   driver.DecorateRoundStart(client, s);

@@ -648,14 +648,13 @@ class TorchModel final : public Model {
     std::vector<torch::Tensor> out;
     if (correction.empty()) return out;
     if (correction.size() != dim_) {
-      return absl::InvalidArgumentError(StrCat(name_, ": a correction of ", correction.size(),
-                                               " values, the model has ", dim_));
+      return absl::InvalidArgumentError(
+          StrCat(name_, ": a correction of ", correction.size(), " values, the model has ", dim_));
     }
     for (size_t i = 0; i < trainable_.size(); ++i) {
       const torch::Tensor& p = trainable_[i];
-      torch::Tensor c =
-          torch::from_blob(const_cast<float*>(correction.data()) + trainable_at_[i], p.sizes(),
-                           torch::kFloat32);
+      torch::Tensor c = torch::from_blob(const_cast<float*>(correction.data()) + trainable_at_[i],
+                                         p.sizes(), torch::kFloat32);
       out.push_back((c * lr).to(p.device(), p.scalar_type()));
     }
     return out;

@@ -63,7 +63,11 @@ absl::StatusOr<PartitionSpec> PartitionSpec::Parse(const std::string& text) {
     for (const absl::Status& st : {alpha.status(), min.status(), balance.status()}) {
       if (!st.ok()) return bad(st);
     }
-    if (node->args.empty()) return bad(absl::InvalidArgumentError("alpha must be given"));
+    bool positional = false;
+    for (const SpecArg& a : node->args) positional |= a.key.empty();
+    if (!positional && !r.Has("alpha")) {
+      return bad(absl::InvalidArgumentError("alpha must be given"));
+    }
     s.alpha = *alpha;
     s.min_size = static_cast<int>(*min);
     s.balance = *balance;

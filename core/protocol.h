@@ -14,7 +14,8 @@ namespace fedlgc {
 // in RoundStart); 2: per-mode messages (RoundStart.mode, ModeEvent, ProgressReport.mode);
 // 3: federated evaluation (EvalStart, ProgressReport.eval, JoinReply.eval_fraction) and
 // the final model (JobDone.model_version, JoinRequest.wants_final_model); 4: the local
-// objective (RoundStart.objective: FedProx's term), which a client of 3 would ignore.
+// objective (RoundStart.objective: FedProx's term), which a client of 3 would ignore, and
+// update parts (UpdateChunk.part), which a coordinator of 3 would add into the model.
 inline constexpr uint32_t kProtocolVersion = 4;
 
 // The blob (ModelRequest.blob, version 1) under which a coordinator serves the job's

@@ -551,7 +551,8 @@ FollowResult Follow(Federation& f, const SimOptions& s, std::string_view report_
   return out;
 }
 
-json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
+json ConfigJson(const SimOptions& s, const CoordinatorOptions& co,
+                const fedlgc::modes::ModeOptions& mo) {
   using fedlgc::coordinator::JoinSpecs;
   const std::string warmup = JoinSpecs(co.plan.warmup_codecs), ladder = JoinSpecs(co.codec_ladder);
   return json{{"clients", s.clients},
@@ -564,6 +565,7 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
               {"codec_ladder", ladder},
               {"downlink_codec", fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec)},
               {"partition", s.edge.partition},
+              {"algorithm", mo.fedavg.algorithm},
               {"local_epochs", co.plan.local_epochs},
               {"upload_order", co.plan.upload_order},
               {"seed", co.seed},
@@ -586,9 +588,10 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co) {
 }
 
 // The accuracy a run reached: its last round's, its best round's (as published
-// benchmarks report, e.g. Li et al. 2022) and the mean of its last five. Each round's is
-// the coordinator's test set's, or the clients' (--eval clients) where it has none; -1
-// where no round has one.
+// benchmarks report, e.g. Li et al. 2022) and the mean of its last five rounds that have
+// one (with --eval-every N, of the last five evaluations). Each round's is the
+// coordinator's test set's, or the clients' (--eval clients) where it has none; -1 where
+// no round has one.
 struct AccuracyOverRounds {
   double last = -1, best = -1, last5_mean = -1;
   uint64_t best_round = 0;
@@ -706,8 +709,8 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
 // The run's JSON report: its settings, every round (with its slowest client's training in
 // wall and CPU seconds, what it would take on a core of its own), and the summary.
 json Report(const std::vector<RoundReport>& rows, const Federation& f, const SimOptions& s,
-            const CoordinatorOptions& co) {
-  json report{{"config", ConfigJson(s, co)}, {"rounds", json::array()}};
+            const CoordinatorOptions& co, const fedlgc::modes::ModeOptions& mo) {
+  json report{{"config", ConfigJson(s, co, mo)}, {"rounds", json::array()}};
   const EncodeShare share = ReadEncodeShare(s.run_dir + "/clients", s.clients);
   for (const RoundReport& r : rows) {
     json row = json::parse(fedlgc::ToJson(r));
@@ -919,7 +922,7 @@ int main(int argc, char** argv) {
                        LogTail(s.run_dir + "/coordinator.log", 5), "(", s.run_dir,
                        "/coordinator.log)"));
   }
-  json report = Report(run.rows, *f, s, co);
+  json report = Report(run.rows, *f, s, co, mo);
   report["export"] = ReportExport(co);
   int code = 0;
   if (mode.end_of_run_check != nullptr) {

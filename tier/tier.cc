@@ -248,7 +248,8 @@ absl::StatusOr<std::vector<float>> Tier::RunLocalRound(const protos::RoundStart&
   order.round = start.round();
   order.model = model;
   order.deadline = local_->clock().Now() + local_left;
-  order.training = {start.local_epochs(), start.local_steps(), start.lr(), start.batch_size()};
+  order.training = {start.local_epochs(), start.local_steps(), start.lr(), start.batch_size(),
+                    start.objective().prox_mu()};
   order.total_rounds = static_cast<uint32_t>(client_->job_rounds());
   // No local round is open: the engine's last committed round is its checkpoint's.
   const uint64_t committed = local_->engine().current_round() - 1;

@@ -222,6 +222,7 @@ class LoopbackHost : public FakeRoundHost {
         chunk.set_num_samples(p.num_samples);
         chunk.set_frame(p.frames[i]);
         chunk.set_scale(i < p.scales.size() ? p.scales[i] : 0.0f);
+        chunk.set_part(i < p.parts.size() ? p.parts[i] : 0);
         const coordinator::ChunkIn in = coordinator::ChunkInOf(id, chunk);
         driver_->ObserveChunk(id, in);
         const coordinator::ChunkResult r = engine_->AcceptChunk(in);

@@ -160,6 +160,22 @@ TEST(CoordinatorService, ARoundStartCarriesTheDeadlineByTheServicesClock) {
       start.deadline_unix_ms(),
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count());
   EXPECT_FALSE(RoundStartEventOf(*s.engine, s.driver, "not-in-it", s.clock).has_value());
+  EXPECT_FALSE(start.has_objective());
+}
+
+// An aggregator's local round trains as its parent asked (RoundTerms::UseTraining, from
+// the parent's RoundStart), FedProx's term included.
+TEST(CoordinatorService, ARoundStartCarriesTheParentsTraining) {
+  Served s;
+  s.engine->roster().Register("a", 10);
+  s.engine->terms().UseTraining(LocalTraining{2, 0, 0.1f, 16, 0.25f});
+  auto sum = std::make_shared<WeightedSumCollector>(kDim);
+  ASSERT_TRUE(s.engine->OpenRound({"a"}, s.clock.Now() + std::chrono::seconds(42), sum).ok());
+  const auto e = RoundStartEventOf(*s.engine, s.driver, "a", s.clock);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->round_start().local_epochs(), 2u);
+  EXPECT_EQ(e->round_start().batch_size(), 16u);
+  EXPECT_FLOAT_EQ(e->round_start().objective().prox_mu(), 0.25f);
 }
 
 TEST(CoordinatorService, ACallWithoutProgressIsCancelledOnceTheClockPassesTheIdleTimeout) {

@@ -235,7 +235,8 @@ TEST(Partition, EarlierSpecsCutTheSameShardsAsBefore) {
 TEST(Partition, SpecsParseAndPrintCanonically) {
   for (const char* bad : {"dirichlet(-1)", "dirichlet()", "labels(x)", "labels(0)", "labels(2.5)",
                           "random", "iid(1)", "dirichlet(0.5,min=-1)", "dirichlet(0.5,size=3)",
-                          "labels(2,assign=sorted)", "dirichlet(0.5,alpha=0.5)"}) {
+                          "labels(2,assign=sorted)", "dirichlet(0.5,alpha=0.5)",
+                          "dirichlet(min=10,balance=1)"}) {
     EXPECT_FALSE(PartitionSpec::Parse(bad).ok()) << bad;
   }
   EXPECT_NE(PartitionSpec::Parse("labels(2,assign=sorted)").status().message().find("deal, random"),

@@ -4,8 +4,9 @@
 # the CNN of bench/niid_cnn.py through --model (its weights drawn from the run's seed), 10
 # clients all in every round, ROUNDS (50) rounds of 10 local epochs, batch 64, SGD lr 0.01,
 # momentum 0.9, weight decay 1e-5 (a fresh optimizer each round), the coordinator's
-# weighted mean of the clients' models (no weight cap), all of Fashion-MNIST, the whole
-# test set after every round; a run's figure is its best round's accuracy.
+# weighted mean of the clients' models (no weight cap, no clipping, no model guard), all of
+# Fashion-MNIST, the whole test set after every round; a run's figure is its best round's
+# accuracy.
 #   fp32        float32 both ways on the three splits: iid, dirichlet(0.5) with the
 #               reference's minimum of 10 and balance cap, two classes a client (#C=2)
 #   algorithms  FedProx (mu=MU, default 0.01) on dirichlet(0.5), float32
@@ -42,7 +43,8 @@ run() {
   echo "== $tag"
   "$bin/fedlgc-sim" --quiet --clients 10 --rounds "${ROUNDS:-50}" --local-epochs 10 --batch 64 \
     --lr 0.01 --optimizer 'sgd(momentum=0.9,weight_decay=0.00001)' --train-limit 0 \
-    --max-client-weight 1 --round-timeout 7200 --model "$out/niid_cnn_$seed.pt" \
+    --max-client-weight 1 --clip-multiplier 0 --guard=false --round-timeout 7200 \
+    --model "$out/niid_cnn_$seed.pt" \
     --partition "${split[$s]}" --seed "$seed" --state-dir "$out/$tag.run" \
     --report "$out/$tag.json" "$@" | grep -E '^final accuracy'
 }

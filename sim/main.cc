@@ -249,12 +249,16 @@ fedlgc::edge_client::EdgeClientOptions ClientOptions(const SimOptions& s, const 
 }
 
 void PrintHeader(const SimOptions& s, const fedlgc::coordinator::CoordinatorOptions& co,
-                 const fedlgc::coordinator::ModeTraits& mode) {
+                 const fedlgc::coordinator::ModeTraits& mode,
+                 const fedlgc::modes::ModeOptions& mo) {
+  const std::string algorithm =
+      mo.fedavg.algorithm == "fedavg" ? "" : StrCat(" (", mo.fedavg.algorithm, ")");
   std::printf(
-      "fedlgc-sim: %s, %u clients (%u per process), %u rounds, codec %s, downlink %s, %s, link "
-      "%s, run folder %s\n",
-      std::string(fedlgc::ModeName(mode.mode)).c_str(), s.clients, s.PerProcess(), co.rounds,
-      co.plan.codec.c_str(), fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(),
+      "fedlgc-sim: %s%s, %u clients (%u per process), %u rounds, codec %s, downlink %s, %s, "
+      "link %s, run folder %s\n",
+      std::string(fedlgc::ModeName(mode.mode)).c_str(), algorithm.c_str(), s.clients,
+      s.PerProcess(), co.rounds, co.plan.codec.c_str(),
+      fedlgc::coordinator::EffectiveDownlinkCodec(co.downlink.codec).c_str(),
       s.edge.partition.c_str(), s.link.empty() ? "direct" : s.link.c_str(), s.run_dir.c_str());
   std::printf("%5s %9s %8s %13s %13s %7s %13s %7s %8s %5s %s\n", "round", "accuracy", "loss",
               "uplink B", "fp32 B", "ratio", "downlink B", "ratio", "seconds", "parts",
@@ -612,8 +616,8 @@ AccuracyOverRounds Accuracies(const std::vector<RoundReport>& rows) {
   }
   if (!rows.empty()) {
     const RoundReport& r = rows.back();
-    out.last = r.accuracy >= 0 || !r.federated_eval.has_value() ? r.accuracy
-                                                                : r.federated_eval->accuracy;
+    out.last =
+        r.accuracy >= 0 || !r.federated_eval.has_value() ? r.accuracy : r.federated_eval->accuracy;
   }
   if (!seen.empty()) {
     const size_t k = std::min<size_t>(5, seen.size());
@@ -674,8 +678,9 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
       "final accuracy %.4f (best %.4f in round %llu, last 5 %.4f) | uplink %.0f B for %.0f fp32 "
       "B (%.1fx) | downlink %.0f B for %.0f fp32 B (%.1fx) | %.1f s | %llu link cuts | encode "
       "%.2f%% of local training (worst client, median round %.2f%%)\n",
-      final_acc, acc.best, static_cast<unsigned long long>(acc.best_round), acc.last5_mean, up, raw, up > 0 ? raw / up : 0.0, down, raw_down, down > 0 ? raw_down / down : 0.0,
-      wall, static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
+      final_acc, acc.best, static_cast<unsigned long long>(acc.best_round), acc.last5_mean, up, raw,
+      up > 0 ? raw / up : 0.0, down, raw_down, down > 0 ? raw_down / down : 0.0, wall,
+      static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
   const double leader_error = Median(share.leader_error);
   const double follower_error = Median(share.follower_error);
   if (leader_error >= 0 || follower_error >= 0) {
@@ -909,7 +914,7 @@ int main(int argc, char** argv) {
   if (absl::Status st = PrepareOutputs(app, &s, &co); !st.ok()) {
     return Fail(std::string(st.message()));
   }
-  if (!s.quiet) PrintHeader(s, co, mode);
+  if (!s.quiet) PrintHeader(s, co, mode, mo);
   auto f = Launch(s, co, mo, *link);
   if (!f.ok()) return Fail(std::string(f.status().message()));
   FollowResult run = Follow(*f, s, mode.report_key, signals);

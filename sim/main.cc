@@ -641,7 +641,6 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - f.start).count();
   const AccuracyOverRounds acc = Accuracies(rows);
-  const double final_acc = acc.last;
   std::vector<double> worst;
   for (const auto& [round, w] : share.worst) worst.push_back(w);
   const double worst_median = Median(worst);
@@ -678,7 +677,7 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
       "final accuracy %.4f (best %.4f in round %llu, last 5 %.4f) | uplink %.0f B for %.0f fp32 "
       "B (%.1fx) | downlink %.0f B for %.0f fp32 B (%.1fx) | %.1f s | %llu link cuts | encode "
       "%.2f%% of local training (worst client, median round %.2f%%)\n",
-      final_acc, acc.best, static_cast<unsigned long long>(acc.best_round), acc.last5_mean, up, raw,
+      acc.last, acc.best, static_cast<unsigned long long>(acc.best_round), acc.last5_mean, up, raw,
       up > 0 ? raw / up : 0.0, down, raw_down, down > 0 ? raw_down / down : 0.0, wall,
       static_cast<unsigned long long>(cuts), 100 * total_share, 100 * worst_median);
   const double leader_error = Median(share.leader_error);
@@ -689,7 +688,7 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
         "followers %.3f (%zu updates)\n",
         leader_error, share.leader_error.size(), follower_error, share.follower_error.size());
   }
-  return json{{"final_accuracy", Num(final_acc)},
+  return json{{"final_accuracy", Num(acc.last)},
               {"best_accuracy", Num(acc.best)},
               {"best_round", acc.best_round},
               {"last5_mean_accuracy", Num(acc.last5_mean)},

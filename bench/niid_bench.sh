@@ -9,7 +9,7 @@
 # accuracy.
 #   fp32        float32 both ways on the three splits: iid, dirichlet(0.5) with the
 #               reference's minimum of 10 and balance cap, two classes a client (#C=2)
-#   algorithms  FedProx (mu=MU, default 0.01) on dirichlet(0.5), float32
+#   algorithms  FedProx (mu=MU, default 0.01) and SCAFFOLD on dirichlet(0.5), float32
 #   codecs      lgc() and top-1% + EF (its warm-up), float32 down and compressed down, on
 #               dirichlet(0.5) and #C=2
 # SEEDS (default "1") lists the seeds: each seeds the model's weights, the partition and the
@@ -58,6 +58,7 @@ for part in "${parts[@]}"; do
     algorithms)
       run dir05 fedprox "$seed" --codec fp32 --downlink-codec fp32 \
         --algorithm "fedprox(mu=${MU:-0.01})"
+      run dir05 scaffold "$seed" --codec fp32 --downlink-codec fp32 --algorithm scaffold
       ;;
     codecs)
       for s in dir05 c2; do

@@ -112,6 +112,9 @@ class Collector {
   // A rolling round settled or released `client`'s update (RoundEngine::Settle, Release):
   // what is held of it goes. Only collectors of rolling rounds hold anything to forget.
   virtual void Forget(const std::string& /*client*/) {}
+  // `client`'s update became complete with a chunk another collector took (a PartCollector's
+  // other part): what Collect's `complete` says, for a collector that keeps it.
+  virtual void Completed(const std::string& /*client*/) {}
 };
 
 // Decodes a codec frame of a summing or per-client round: the frame of the round's codec,

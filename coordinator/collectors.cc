@@ -274,6 +274,14 @@ void PerClientCollector::Forget(const std::string& client) {
   updates_.erase(client);
 }
 
+void PerClientCollector::Completed(const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  auto it = updates_.find(client);
+  if (it == updates_.end() || it->second.complete) return;
+  it->second.complete = true;
+  it->second.completed = ++completions_;
+}
+
 // ---- PayloadCollector ----
 
 std::optional<Rejection> PayloadCollector::Admit(const ChunkIn& c, const HeldUpdate*,
@@ -348,14 +356,20 @@ void PartCollector::Collect(const ChunkIn& chunk, DecodedChunk decoded, bool fre
                             const RoundFacts& round) {
   if (chunk.part >= parts_.size()) return;
   bool first_of_part;
+  std::set<uint32_t> others;  // the update's other parts, told when it completes
   {
     absl::MutexLock lock(&mu_);
     std::set<uint32_t>& begun = begun_[chunk.client_id];
     if (fresh) begun.clear();
     first_of_part = begun.insert(chunk.part).second;
+    if (complete) {
+      others = begun;
+      others.erase(chunk.part);
+    }
   }
   parts_[chunk.part].collector->Collect(chunk, std::move(decoded), first_of_part, complete,
                                         FactsOf(chunk.part, round));
+  for (uint32_t p : others) parts_[p].collector->Completed(chunk.client_id);
 }
 
 void PartCollector::Forget(const std::string& client) {

@@ -101,6 +101,7 @@ class PerClientCollector final : public Collector {
   // The (at most) k clients whose updates completed first.
   std::set<std::string> EarliestComplete(size_t k) const;
   void Forget(const std::string& client) override;
+  void Completed(const std::string& client) override;
 
  private:
   const bool compact_;
@@ -145,8 +146,9 @@ class PayloadCollector final : public Collector {
 // engine's ranges, overlaps and receipts are per part, chunk indices span the parts). A
 // part's chunks decode with its own decoder (null: the round's codec). `fresh` reaches a
 // part's collector with the first chunk of that part of an update; `complete` (the whole
-// update held) only with the update's last chunk, so a part's collector must not depend
-// on it (WeightedSumCollector does not): the engine says which updates are complete.
+// update held) with the update's last chunk, to that chunk's part, and to every other part
+// the update has begun as Completed(client): a PerClientCollector of part 0 (FedAvg's mean
+// and robust aggregators) knows its complete updates whichever part arrived last.
 class PartCollector final : public Collector {
  public:
   struct Part {

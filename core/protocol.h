@@ -15,8 +15,10 @@ namespace fedlgc {
 // 3: federated evaluation (EvalStart, ProgressReport.eval, JoinReply.eval_fraction) and
 // the final model (JobDone.model_version, JoinRequest.wants_final_model); 4: the local
 // objective (RoundStart.objective: FedProx's term), which a client of 3 would ignore, and
-// update parts (UpdateChunk.part), which a coordinator of 3 would add into the model.
-inline constexpr uint32_t kProtocolVersion = 4;
+// update parts (UpdateChunk.part), which a coordinator of 3 would add into the model; 5:
+// SCAFFOLD (RoundStart.objective.scaffold, blob "scaffold-control", part 1 of an update),
+// which a client of 4 would ignore, training plain FedAvg and sending no control variate.
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // The blob (ModelRequest.blob, version 1) under which a coordinator serves the job's
 // TorchScript file to clients that do not hold it (JoinReply.model_sha256).

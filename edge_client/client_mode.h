@@ -35,6 +35,20 @@ class ModeEvent;
 
 namespace fedlgc::edge_client {
 
+// What a round's local training adds beyond its RoundStart (SCAFFOLD's correction), and
+// what it tells back beside the loss.
+struct LocalTerms {
+  // After each optimizer step the trainable parameters move by -lr x correction, outside
+  // the optimizer's momentum (core::TrainOptions::correction): SCAFFOLD's c - c_i, flat, of
+  // the model's dimension; empty: none. Must outlive the call.
+  std::span<const float> correction;
+};
+struct LocalTrained {
+  double loss = 0;    // as TrainLocal returns it (NaN: the trainer gave none)
+  int64_t steps = 0;  // optimizer steps taken (SCAFFOLD's K)
+  double lr_sum = 0;  // their learning rates added up (K x lr at a fixed lr)
+};
+
 // What a mode may use of its client. Not thread-safe: a mode calls it from the event
 // loop's thread (or from a thread it joins before the loop goes on).
 class ClientEnv {
@@ -66,6 +80,19 @@ class ClientEnv {
   // (an aggregator whose own round counted no update).
   virtual absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
                                             std::vector<float>* weights) = 0;
+  // TrainLocal with `terms`, saying the steps it took. A client that cannot apply them
+  // refuses (FAILED_PRECONDITION, saying why): the default, for an env that trains only
+  // through TrainLocal, takes no correction and knows no steps.
+  virtual absl::StatusOr<LocalTrained> TrainLocalWith(const protos::RoundStart& start,
+                                                      std::vector<float>* weights,
+                                                      const LocalTerms& terms) {
+    if (!terms.correction.empty()) {
+      return absl::FailedPreconditionError("this client trains without SCAFFOLD's correction");
+    }
+    auto loss = TrainLocal(start, weights);
+    if (!loss.ok()) return loss.status();
+    return LocalTrained{.loss = *loss};
+  }
   // Downloads the model of `version` (its float values).
   virtual absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob,
                                                             uint64_t version,
@@ -138,6 +165,20 @@ class LocalTrainer {
   // nothing and waits for the next one).
   virtual absl::StatusOr<double> Train(const protos::RoundStart& start,
                                        std::vector<float>* weights) = 0;
+  // As ClientEnv::TrainLocalWith. The default takes no correction (an aggregator, tier/:
+  // its clients' rounds are its own) and knows no steps.
+  virtual absl::StatusOr<LocalTrained> TrainWith(const protos::RoundStart& start,
+                                                 std::vector<float>* weights,
+                                                 const LocalTerms& terms) {
+    if (!terms.correction.empty()) {
+      return absl::FailedPreconditionError(
+          "this trainer does not apply SCAFFOLD's correction (an aggregator's rounds are its "
+          "own)");
+    }
+    auto loss = Train(start, weights);
+    if (!loss.ok()) return loss.status();
+    return LocalTrained{.loss = *loss};
+  }
   // The seconds the last Train spent training, when the trainer knows them apart from its
   // own bookkeeping (a Python client's copies of the weights count as the client's, not
   // as training); nullopt: all of Train's time.

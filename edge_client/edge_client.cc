@@ -579,22 +579,32 @@ absl::Status EdgeClient::DumpUpdate(uint64_t round, std::span<const float> befor
 
 absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
                                               std::vector<float>* weights) {
+  auto trained = TrainLocalWith(start, weights, LocalTerms{});
+  if (!trained.ok()) return trained.status();
+  return trained->loss;
+}
+
+absl::StatusOr<LocalTrained> EdgeClient::TrainLocalWith(const protos::RoundStart& start,
+                                                        std::vector<float>* weights,
+                                                        const LocalTerms& terms) {
   if (trainer_ != nullptr) {
     // Timed as the client's own training is, for the round log.
     const auto t0 = options_.clock->Now();
     const double cpu0 = CpuSeconds(false);
-    auto loss = trainer_->Train(start, weights);
+    auto trained = trainer_->TrainWith(start, weights, terms);
     last_train_seconds_ =
         trainer_->TrainSeconds().value_or(core::SecondsSince(*options_.clock, t0));
     last_train_cpu_seconds_ = CpuSeconds(false) - cpu0;
-    if (loss.ok() && std::isfinite(*loss)) metrics_->SetTrainLoss(options_.client_id, *loss);
+    if (trained.ok() && std::isfinite(trained->loss)) {
+      metrics_->SetTrainLoss(options_.client_id, trained->loss);
+    }
     // Every round it trains, whether or not it then uploads (an LSGD follower does not).
-    if (loss.ok()) {
+    if (trained.ok()) {
       if (auto figures = trainer_->RoundFigures(); !figures.empty()) {
         AppendRoundLog({start.round(), std::move(figures)});
       }
     }
-    return loss;
+    return trained;
   }
   const bool keep = attack_.active() || !options_.dump_updates.empty();
   const std::vector<float> before = keep ? *weights : std::vector<float>();
@@ -606,6 +616,7 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   topts.seed = start.seed();
   topts.optimizer = options_.optimizer;
   topts.prox_mu = start.objective().prox_mu();
+  topts.correction = terms.correction;  // checked against the model's dimension by Train
   absl::StatusOr<core::TrainResult> trained;
   {
     // A model of the process's pool, ours until the lease goes: the weights and buffers
@@ -639,7 +650,9 @@ absl::StatusOr<double> EdgeClient::TrainLocal(const protos::RoundStart& start,
   if (!options_.dump_updates.empty()) {
     if (absl::Status st = DumpUpdate(start.round(), before, *weights); !st.ok()) return st;
   }
-  return trained->running_loss;
+  return LocalTrained{.loss = trained->running_loss,
+                      .steps = trained->steps,
+                      .lr_sum = trained->lr * static_cast<double>(trained->steps)};
 }
 
 absl::StatusOr<DownlinkReceiver*> EdgeClient::ReceiverFor(const std::string& blob) {

@@ -140,6 +140,11 @@ class EdgeClient final : private ClientEnv {
   uint64_t total_rounds() const override { return total_rounds_; }
   absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
                                     std::vector<float>* weights) override;
+  // The model's training with terms.correction (core::TrainOptions::correction), or the
+  // trainer's (LocalTrainer::TrainWith).
+  absl::StatusOr<LocalTrained> TrainLocalWith(const protos::RoundStart& start,
+                                              std::vector<float>* weights,
+                                              const LocalTerms& terms) override;
   absl::StatusOr<std::vector<float>> DownloadFloats(const std::string& blob, uint64_t version,
                                                     SystemTime deadline) override;
   // A model under a compressed downlink: the chain from the held version, or the model

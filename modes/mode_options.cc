@@ -34,9 +34,12 @@ void AddFedAvgFlags(CLI::App& app, FedAvgOptions* o) {
                 "--dp: end the job before a round that would spend more (0: the target)")
       ->check(CLI::NonNegativeNumber);
   g->add_option("--algorithm", o->algorithm,
-                "FedAvg's local objective: fedavg (the clients' own loss) or fedprox(mu=M) "
+                "FedAvg's local objective: fedavg (the clients' own loss), fedprox(mu=M) "
                 "(Li et al. 2020: each client adds (M/2)||w - w_round||^2, which holds it near "
-                "the round's model on skewed data; mu 0.01 by default); docs/algorithms.md");
+                "the round's model on skewed data; mu 0.01 by default) or scaffold "
+                "(Karimireddy et al. 2020: control variates correct each local step by the "
+                "server's estimate of the global gradient less the client's; each update "
+                "carries the client's control variate change as well); docs/algorithms.md");
   g->add_option("--secagg", o->secagg,
                 "secure aggregation (FedAvg): secagg(clip=C,neighbours=K,threshold=F,kappa=A,"
                 "margin=M,masks=1): each client cuts its update to norm C, codes it on a grid the "

@@ -170,7 +170,8 @@ py::dict FrameInfo(const py::bytes& frame) {
 // The local step in Python: `round_fn(weights, info)` trains on the float32 array
 // `weights` in place (a view of the C++ vector, valid during the call only) and returns
 // (the loss or None, the seconds the user's training took, the figures for the round log:
-// {name: float}). A Python exception ends the client; Client.run re-raises it.
+// {name: float}, (the steps fedlgc.scaffold_step counted, their learning rates added up)).
+// A Python exception ends the client; Client.run re-raises it.
 class PyTrainer final : public edge_client::LocalTrainer {
  public:
   PyTrainer(py::object round_fn, py::object final_fn, py::object eval_fn, uint64_t num_samples)
@@ -244,6 +245,18 @@ class PyTrainer final : public edge_client::LocalTrainer {
 
   absl::StatusOr<double> Train(const protos::RoundStart& start,
                                std::vector<float>* weights) override {
+    auto trained = TrainWith(start, weights, edge_client::LocalTerms{});
+    if (!trained.ok()) return trained.status();
+    return trained->loss;
+  }
+
+  // The round's train() through run_client's round_fn; under SCAFFOLD its info carries the
+  // correction c - c_i (info["scaffold_correction"], a float32 copy of the flat vector),
+  // which fedlgc.scaffold_step applies after each of the loop's optimizer steps, counting
+  // them and adding up their learning rates (round_fn's fourth value).
+  absl::StatusOr<edge_client::LocalTrained> TrainWith(
+      const protos::RoundStart& start, std::vector<float>* weights,
+      const edge_client::LocalTerms& terms) override {
     py::gil_scoped_acquire gil;
     try {
       py::dict info;
@@ -255,6 +268,11 @@ class PyTrainer final : public edge_client::LocalTrainer {
       info["batch_size"] = start.batch_size();
       info["seed"] = start.seed();
       info["prox_mu"] = start.objective().prox_mu();
+      if (!terms.correction.empty()) {
+        py::array_t<float> correction(static_cast<py::ssize_t>(terms.correction.size()));
+        std::copy(terms.correction.begin(), terms.correction.end(), correction.mutable_data());
+        info["scaffold_correction"] = std::move(correction);
+      }
       info["total_rounds"] = client_->job_rounds();
       info["mode"] = client_->mode() ? std::string(ModeName(*client_->mode())) : std::string();
       info["buffers"] = client_->job_buffers_local() ? "local" : "average";
@@ -267,12 +285,17 @@ class PyTrainer final : public edge_client::LocalTrainer {
       // A view of the vector, no copy: the callable writes the trained weights into it.
       py::array_t<float> view({static_cast<py::ssize_t>(weights->size())}, {sizeof(float)},
                               weights->data(), py::capsule(weights, [](void*) {}));
-      // (loss or None, the seconds train() took, the round log's figures)
+      // (loss or None, the seconds train() took, the round log's figures, and the steps
+      // scaffold_step counted with their learning rates added up)
       py::tuple out = round_fn_(view, info).cast<py::tuple>();
       train_seconds_ = out[1].cast<double>();
       figures_ = out[2].cast<std::map<std::string, double>>();
-      if (out[0].is_none()) return std::numeric_limits<double>::quiet_NaN();
-      return out[0].cast<double>();
+      edge_client::LocalTrained t;
+      t.loss = out[0].is_none() ? std::numeric_limits<double>::quiet_NaN() : out[0].cast<double>();
+      py::tuple steps = out[3].cast<py::tuple>();
+      t.steps = steps[0].cast<int64_t>();
+      t.lr_sum = steps[1].cast<double>();
+      return t;
     } catch (py::error_already_set& e) {
       const std::string what = e.what();
       error_.emplace(std::move(e));

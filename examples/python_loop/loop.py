@@ -56,6 +56,8 @@ def train(module, info):
         loss = loss + fedlgc.proximal_term(module, info)
         loss.backward()
         opt.step()
+        # SCAFFOLD's correction when the job runs --algorithm scaffold; nothing otherwise.
+        fedlgc.scaffold_step(module, info, opt)
         losses.append(loss.item())
     return {"samples": steps * info.batch_size, "loss": float(np.mean(losses[-10:]))}
 

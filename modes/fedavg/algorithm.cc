@@ -11,7 +11,7 @@ absl::StatusOr<Algorithm> Algorithm::Parse(const std::string& text) {
   Algorithm a;
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        StrCat("--algorithm '", text, "': ", why, " (expected fedavg or fedprox(mu=M))"));
+        StrCat("--algorithm '", text, "': ", why, " (expected fedavg, fedprox(mu=M) or scaffold)"));
   };
   auto node = ParseSpec(text.empty() ? "fedavg" : text);
   if (!node.ok()) return bad(std::string(node.status().message()));
@@ -28,11 +28,26 @@ absl::StatusOr<Algorithm> Algorithm::Parse(const std::string& text) {
     a.mu = *mu;
     return a;
   }
+  if (node->name == "scaffold") {
+    // Option II with a server learning rate of 1 on c, as the paper's experiments and
+    // Flower's niid_bench; the model's server lr is --server-lr's.
+    if (!node->args.empty()) return bad("scaffold takes no parameters");
+    a.kind = Kind::kScaffold;
+    return a;
+  }
   return bad(StrCat("unknown algorithm '", node->name, "'"));
 }
 
 std::string Algorithm::ToString() const {
-  return kind == Kind::kFedProx ? StrCat("fedprox(mu=", FormatSpecNumber(mu), ")") : "fedavg";
+  switch (kind) {
+    case Kind::kFedProx:
+      return StrCat("fedprox(mu=", FormatSpecNumber(mu), ")");
+    case Kind::kScaffold:
+      return "scaffold";
+    case Kind::kFedAvg:
+      break;
+  }
+  return "fedavg";
 }
 
 }  // namespace fedlgc::modes

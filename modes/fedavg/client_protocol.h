@@ -4,15 +4,16 @@
 // round's codec, its error-feedback residual, the update in flight) and hands a round to
 // the first protocol that Runs it; events, receipts and restores go to the protocol they
 // belong to. The protocols are listed in client_protocols.cc, each in a file of its own:
-// two-phase PowerSGD (powersgd_client.h), secure aggregation (secagg_client.h) and
-// shared-scale TernGrad (shared_scale_client.h). The coordinator-only protocols (a round
-// seed, GradiVeQ's bases, --dp, buffered rounds) need nothing here: their RoundStart names
-// the codec or the basis the client uses.
+// two-phase PowerSGD (powersgd_client.h), secure aggregation (secagg_client.h),
+// shared-scale TernGrad (shared_scale_client.h) and SCAFFOLD (scaffold_client.h). The
+// coordinator-only protocols (a round seed, GradiVeQ's bases, --dp, buffered rounds) need
+// nothing here: their RoundStart names the codec or the basis the client uses.
 //
 // Not thread-safe: the event loop calls every method, as it calls FedAvgClient.
 #ifndef FEDLGC_MODES_FEDAVG_CLIENT_PROTOCOL_H_
 #define FEDLGC_MODES_FEDAVG_CLIENT_PROTOCOL_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -46,6 +47,13 @@ class FedAvgClientCore {
   // `shared_scale`; 0: none) as the round's update, persists and uploads it.
   virtual absl::Status EncodeAndUpload(const protos::RoundStart& start,
                                        std::span<const float> update, float shared_scale) = 0;
+  // Puts the frames of `p` at `chunks` (frames of the model update, part 0) back into the
+  // residual and keeps it in the state, as a receipt's uncounted chunks go back (a frame
+  // coded against a GradiVeQ basis no longer held is dropped, counted "dropped"). For a
+  // protocol that owns an update of several parts (SCAFFOLD) and restores its other parts
+  // itself.
+  virtual absl::Status RestoreFrames(const edge_client::PendingUpdate& p,
+                                     std::span<const uint32_t> chunks) = 0;
 };
 
 class ClientProtocol {

@@ -2,6 +2,7 @@
 // its own and a line here (docs/adding-a-protocol.md).
 #include "modes/fedavg/client_protocol.h"
 #include "modes/fedavg/powersgd_client.h"
+#include "modes/fedavg/scaffold_client.h"
 #include "modes/fedavg/secagg_client.h"
 #include "modes/fedavg/shared_scale_client.h"
 
@@ -13,6 +14,7 @@ std::vector<std::unique_ptr<ClientProtocol>> MakeClientProtocols(FedAvgClientCor
   out.push_back(std::make_unique<PowerSgdClient>(core.env(), residual_changed));
   out.push_back(std::make_unique<SecAggClientRounds>(core.env(), residual_changed));
   out.push_back(std::make_unique<SharedScaleClient>(core));
+  out.push_back(std::make_unique<ScaffoldClient>(core));
   return out;
 }
 

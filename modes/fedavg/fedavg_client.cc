@@ -45,6 +45,54 @@ absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::Rou
   return update;
 }
 
+absl::StatusOr<std::unique_ptr<codecs::ResidualCodec>> MakeSenderCodec(
+    const std::string& spec, const codecs::ModelLayout& layout,
+    std::shared_ptr<const codecs::SliceBasis> basis, bool full_error_feedback) {
+  // Every client keeps a residual. Biased codecs (top-k, sign) feed their compression
+  // error back; unbiased ones keep only chunks that did not count, because their error
+  // is noise with mean zero and feeding it back can grow without bound.
+  auto parsed = codecs::MakeCodec(spec, &layout, basis);
+  if (!parsed.ok()) return parsed.status();
+  // GradiVeQ is biased but keeps no error either (codecs/gradiveq.h).
+  std::string sender_spec = spec;
+  if (dynamic_cast<codecs::ResidualCodec*>(parsed->get()) == nullptr) {
+    const codecs::CodecTraits traits = (*parsed)->traits();
+    const bool keep_error = full_error_feedback || !(traits.unbiased || traits.no_error_feedback);
+    sender_spec = keep_error ? StrCat("ef(", spec, ")") : StrCat("ef(", spec, ",error=0)");
+  }
+  auto made = codecs::MakeCodec(sender_spec, &layout, basis);
+  if (!made.ok()) return made.status();
+  return std::unique_ptr<codecs::ResidualCodec>(
+      static_cast<codecs::ResidualCodec*>(made->release()));
+}
+
+absl::StatusOr<std::vector<codecs::Frame>> EncodeRoundFrames(codecs::ResidualCodec& codec,
+                                                             ClientEnv& env,
+                                                             const protos::RoundStart& start,
+                                                             std::span<const float> x,
+                                                             float shared_scale, uint64_t seed) {
+  std::vector<codecs::Frame> frames;
+  codecs::EncodeOptions eopts;
+  eopts.seed = seed;
+  eopts.max_frame_bytes = start.max_chunk_bytes();
+  eopts.shared_scale = shared_scale;
+  auto order = codecs::ParseUploadOrder(start.upload_order());
+  if (!order.ok()) return order.status();
+  // P3's slices: by layer, every frame lies in one tensor (the buffers' scale cuts are
+  // tensor cuts too).
+  const std::vector<uint64_t> cuts =
+      *order == codecs::UploadOrder::kLayer && env.layout().dim() == x.size()
+          ? env.layout().TensorCuts()
+          : env.scale_cuts();
+  eopts.cuts = cuts;
+  if (absl::Status st = codec.Encode(x, eopts, &frames); !st.ok()) return st;
+  // Chunk i is the i-th frame to leave: what matters most first (P3).
+  if (absl::Status st = codecs::OrderFrames(codec, *order, env.layout(), &frames); !st.ok()) {
+    return st;
+  }
+  return frames;
+}
+
 FedAvgClient::FedAvgClient(ClientEnv& env) : env_(env), protocols_(MakeClientProtocols(*this)) {}
 
 FedAvgClient::~FedAvgClient() = default;
@@ -83,21 +131,9 @@ absl::Status FedAvgClient::EnsureCodec(const std::string& spec) {
   if (codec_ && codec_spec_ == spec) return absl::OkStatus();
   auto basis = BasisFor(spec, std::nullopt);
   if (!basis.ok()) return basis.status();
-  // Every client keeps a residual. Biased codecs (top-k, sign) feed their compression
-  // error back; unbiased ones keep only chunks that did not count, because their error
-  // is noise with mean zero and feeding it back can grow without bound.
-  auto parsed = codecs::MakeCodec(spec, &env_.layout(), *basis);
-  if (!parsed.ok()) return parsed.status();
-  // GradiVeQ is biased but keeps no error either (codecs/gradiveq.h).
-  std::string sender_spec = spec;
-  if (dynamic_cast<codecs::ResidualCodec*>(parsed->get()) == nullptr) {
-    const codecs::CodecTraits traits = (*parsed)->traits();
-    sender_spec = traits.unbiased || traits.no_error_feedback ? StrCat("ef(", spec, ",error=0)")
-                                                              : StrCat("ef(", spec, ")");
-  }
-  auto made = codecs::MakeCodec(sender_spec, &env_.layout(), *basis);
+  auto made = MakeSenderCodec(spec, env_.layout(), *basis);
   if (!made.ok()) return made.status();
-  codec_.reset(static_cast<codecs::ResidualCodec*>(made->release()));
+  codec_ = *std::move(made);
   codec_spec_ = spec;
   // The residual is plain coordinates: it carries over when the job switches codecs.
   // Other sender state (DGC's momentum) belongs to the codec that wrote it.
@@ -211,34 +247,28 @@ absl::Status FedAvgClient::EncodeAndUpload(const protos::RoundStart& start,
                                            std::span<const float> update, float shared_scale) {
   edge_client::ClientState& state = env_.state();
   const auto t0 = env_.clock().Now();
-  std::vector<codecs::Frame> frames;
-  codecs::EncodeOptions eopts;
-  eopts.seed = start.seed();
-  eopts.max_frame_bytes = start.max_chunk_bytes();
-  eopts.shared_scale = shared_scale;
-  auto order = codecs::ParseUploadOrder(start.upload_order());
-  if (!order.ok()) return order.status();
-  // P3's slices: by layer, every frame lies in one tensor (the buffers' scale cuts are
-  // tensor cuts too).
-  const std::vector<uint64_t> cuts =
-      *order == codecs::UploadOrder::kLayer && env_.layout().dim() == update.size()
-          ? env_.layout().TensorCuts()
-          : env_.scale_cuts();
-  eopts.cuts = cuts;
-  if (absl::Status st = codec_->Encode(update, eopts, &frames); !st.ok()) return st;
-  // Chunk i is the i-th frame to leave: what matters most first (P3).
-  if (absl::Status st = codecs::OrderFrames(*codec_, *order, env_.layout(), &frames); !st.ok()) {
-    return st;
-  }
+  auto frames = EncodeRoundFrames(*codec_, env_, start, update, shared_scale, start.seed());
+  if (!frames.ok()) return frames.status();
   env_.ObserveEncode(start.round(), t0);
   PendingUpdate p = env_.NewPending(start.round(), start.model_version());
-  for (codecs::Frame& f : frames) p.frames.push_back(std::move(f.bytes));
+  for (codecs::Frame& f : *frames) p.frames.push_back(std::move(f.bytes));
   state.pending = std::move(p);
   KeepResidual();
   state.codec_state = codec_->SaveState();  // only an encode changes it
   for (const auto& protocol : protocols_) protocol->OnEncoded();
   if (absl::Status st = env_.Persist(); !st.ok()) return st;
   return env_.UploadPending(start.round(), edge_client::DeadlineOf(start));
+}
+
+absl::Status FedAvgClient::RestoreFrames(const PendingUpdate& p, std::span<const uint32_t> chunks) {
+  if (chunks.empty()) return absl::OkStatus();
+  if (absl::Status st = EnsureCodec(env_.state().codec); !st.ok()) return st;
+  for (uint32_t i : chunks) {
+    if (i >= p.frames.size()) return absl::InternalError(StrCat("no chunk ", i, " to restore"));
+    if (absl::Status st = RestoreFrame(p.frames[i]); !st.ok()) return st;
+  }
+  KeepResidual();
+  return absl::OkStatus();
 }
 
 absl::Status FedAvgClient::OnReceipt(const protos::RoundReceipt& receipt) {

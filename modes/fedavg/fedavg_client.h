@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "codecs/frame.h"
 #include "edge_client/client_mode.h"
 #include "modes/fedavg/client_protocol.h"
 
@@ -31,6 +32,24 @@ using edge_client::SystemTime;
 // deadline passed).
 absl::StatusOr<std::vector<float>> TrainUpdate(ClientEnv& env, const protos::RoundStart& start,
                                                SystemTime deadline);
+
+// The codec a FedAvg client sends with for `spec`: `spec` itself when it keeps a residual
+// of its own (dgc(...)), else wrapped in error feedback: ef(spec) for a biased codec or
+// with `full_error_feedback`, ef(spec,error=0) (only what did not count) for an unbiased
+// one and for GradiVeQ (codecs/gradiveq.h). `basis`: the GradiVeQ basis `spec` names.
+absl::StatusOr<std::unique_ptr<codecs::ResidualCodec>> MakeSenderCodec(
+    const std::string& spec, const codecs::ModelLayout& layout,
+    std::shared_ptr<const codecs::SliceBasis> basis, bool full_error_feedback = false);
+
+// Encodes `x` (plus `codec`'s residual, which the encode moves) as a round's update of
+// `start`: its chunk size, its upload order (P3: what matters most first; under "layer"
+// every frame within one tensor) and the model's scale cuts, with randomness from `seed`
+// and TernGrad's agreed `shared_scale` (0: none).
+absl::StatusOr<std::vector<codecs::Frame>> EncodeRoundFrames(codecs::ResidualCodec& codec,
+                                                             ClientEnv& env,
+                                                             const protos::RoundStart& start,
+                                                             std::span<const float> x,
+                                                             float shared_scale, uint64_t seed);
 
 // A round whose codec or RoundStart asks for more is run by one of its round protocols
 // (client_protocol.h): two-phase PowerSGD, secure aggregation, shared-scale TernGrad.
@@ -63,6 +82,7 @@ class FedAvgClient final : public edge_client::ClientMode, public FedAvgClientCo
   void ResidualChanged() override;
   absl::Status EncodeAndUpload(const protos::RoundStart& start, std::span<const float> update,
                                float shared_scale) override;
+  absl::Status RestoreFrames(const PendingUpdate& p, std::span<const uint32_t> chunks) override;
 
  private:
   // The protocol whose update is in flight; null: none, or a plain round's.

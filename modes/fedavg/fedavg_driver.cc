@@ -76,15 +76,22 @@ using coordinator::Clock;
 using coordinator::Contribution;
 using coordinator::RoundHost;
 
+// The collector a round opens with: the aggregator's, or what `wrap` makes of it.
+std::shared_ptr<coordinator::Collector> Wrapped(std::shared_ptr<coordinator::Collector> collector,
+                                                const CollectorWrap& wrap) {
+  return wrap ? wrap(std::move(collector)) : collector;
+}
+
 absl::Status RunBufferedRound(RoundHost& host, const std::vector<std::string>& participants,
                               Clock::time_point deadline,
                               const coordinator::ServerOptimizer& optimizer,
                               const AggregatorOptions& robust, coordinator::CommitResult* commit,
-                              RoundReport* report, const std::function<void()>& tick) {
+                              RoundReport* report, const std::function<void()>& tick,
+                              const CollectorWrap& wrap) {
   // The mean takes updates one at a time: they wait as the frames that arrived.
   const bool compact = robust.kind == coordinator::AggregatorKind::kMean;
   auto collector = std::make_shared<coordinator::PerClientCollector>(compact);
-  auto open = CollectRound(host, participants, deadline, collector, report, tick);
+  auto open = CollectRound(host, participants, deadline, Wrapped(collector, wrap), report, tick);
   if (!open.ok() || !*open) return open.status();
   const auto updates = collector->TakeUpdates();
   std::vector<Contribution> all;
@@ -104,12 +111,12 @@ absl::Status RunStreamingRound(RoundHost& host, const std::vector<std::string>& 
                                const coordinator::ServerOptimizer& optimizer,
                                const AggregatorOptions& robust, SummedRoundState* state,
                                coordinator::CommitResult* commit, RoundReport* report,
-                               const std::function<void()>& tick) {
+                               const std::function<void()>& tick, const CollectorWrap& wrap) {
   coordinator::RoundEngine& engine = host.engine();
   const uint64_t round = engine.current_round();
   auto sum = std::make_shared<coordinator::WeightedSumCollector>(engine.dim(), state->next_bound,
                                                                  state->code);
-  auto open = CollectRound(host, participants, deadline, sum, report, tick);
+  auto open = CollectRound(host, participants, deadline, Wrapped(sum, wrap), report, tick);
   if (!open.ok() || !*open) return open.status();
   auto summed = sum->Mean();
   if (!summed.ok()) {
@@ -217,12 +224,13 @@ absl::Status RunSummedRound(coordinator::RoundHost& host,
                             const coordinator::ServerOptimizer& optimizer,
                             const AggregatorOptions& robust, SummedRoundState* state,
                             coordinator::CommitResult* commit, RoundReport* report,
-                            const std::function<void()>& tick) {
+                            const std::function<void()>& tick, const CollectorWrap& wrap) {
   if (robust.buffered()) {
-    return RunBufferedRound(host, participants, deadline, optimizer, robust, commit, report, tick);
+    return RunBufferedRound(host, participants, deadline, optimizer, robust, commit, report, tick,
+                            wrap);
   }
   return RunStreamingRound(host, participants, deadline, optimizer, robust, state, commit, report,
-                           tick);
+                           tick, wrap);
 }
 
 const coordinator::ModeTraits& FedAvgDriver::Traits() {
@@ -313,6 +321,11 @@ absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> FedAvgDriver::Blob
     if (auto blob = p->Blob(client, name, version)) return *std::move(blob);
   }
   return RoundDriver::Blob(client, name, version);
+}
+
+bool FedAvgDriver::Broadcasts(const std::string& name) const {
+  return std::any_of(protocols_.begin(), protocols_.end(),
+                     [&name](const auto& p) { return p->Broadcasts(name); });
 }
 
 absl::Status FedAvgDriver::Save(uint64_t round) {

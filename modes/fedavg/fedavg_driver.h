@@ -36,7 +36,7 @@ struct FedAvgOptions {
   // --secagg: secure aggregation of the updates' integer codes (secagg_rounds.h); "" or
   // "none": off.
   std::string secagg;
-  // --algorithm: fedavg, or fedprox(mu=M) (algorithm.h).
+  // --algorithm: fedavg, fedprox(mu=M) or scaffold (algorithm.h).
   std::string algorithm = "fedavg";
 
   absl::Status Validate() const;
@@ -53,6 +53,11 @@ struct SummedRoundState {
   const codecs::LinearCode* code = nullptr;
 };
 
+// What a round protocol makes of the summed round's collector before the round opens
+// (SCAFFOLD: a PartCollector of it, as part 0, and of its control variates' changes).
+using CollectorWrap = std::function<std::shared_ptr<coordinator::Collector>(
+    std::shared_ptr<coordinator::Collector> model_part)>;
+
 // One FedAvg round: opens it collecting each client's update (or, with the streaming
 // aggregator, a running weighted sum), waits until every participant has sent every
 // chunk or the deadline, clips and aggregates (coordinator/robust.h), and commits the
@@ -60,14 +65,17 @@ struct SummedRoundState {
 // tried again without the largest updates, whose senders are quarantined. LGC's
 // warm-up rounds run the same. Report figures: "clip_bound", "clipped", the guard's
 // (ChooseUnderGuard), per client "update_norm".
-// `tick` (when given) runs while the round waits (RoundHost::WaitUntil).
+// `tick` (when given) runs while the round waits (RoundHost::WaitUntil). `wrap` (when
+// given) makes the collector the round opens with from the aggregator's, which collects
+// part 0 (the model update) as it would alone; the commit is the aggregator's, of part 0.
 absl::Status RunSummedRound(coordinator::RoundHost& host,
                             const std::vector<std::string>& participants,
                             coordinator::Clock::time_point deadline,
                             const coordinator::ServerOptimizer& optimizer,
                             const coordinator::AggregatorOptions& robust, SummedRoundState* state,
                             coordinator::CommitResult* commit, RoundReport* report,
-                            const std::function<void()>& tick = nullptr);
+                            const std::function<void()>& tick = nullptr,
+                            const CollectorWrap& wrap = nullptr);
 
 // What a buffered round does once its updates are in: clips `all` (the job's clip
 // multiplier x the lower median norm), aggregates them with the job's aggregator and
@@ -109,6 +117,8 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   absl::StatusOr<std::shared_ptr<const coordinator::ModelBlob>> Blob(const std::string& client,
                                                                      const std::string& name,
                                                                      uint64_t version) override;
+  // A protocol's blob that it broadcasts (RoundProtocol::Broadcasts).
+  bool Broadcasts(const std::string& name) const override;
   absl::Status Save(uint64_t round) override;
   size_t KeepVersions() const override;
   std::optional<std::string> Exhausted() const override;

@@ -1,7 +1,8 @@
 // FedAvg's round-protocol state files (see fedavg_state.h): u32 magic, u32 version, u64
 // round, then version 2: a message of fedavg_state.proto (core/state_message.h),
 // PowerSGD's 'PSGQ' pb::PowerSgdQuery, GradiVeQ's 'GVBS' pb::GradiveqBasis, DP's 'DPAC'
-// pb::DpAccount (version 1 is a message); version 1:
+// pb::DpAccount and SCAFFOLD's 'SCAF' pb::ScaffoldControl (version 1 is a message);
+// version 1:
 // PSGQ floats query, GVBS str basis. CRC32C at the end (core/atomic_file.h).
 #include "modes/fedavg/fedavg_state.h"
 
@@ -23,6 +24,9 @@ constexpr std::string_view kBasisPrefix = "gradiveq";
 constexpr uint32_t kDpMagic = 0x43415044;  // "DPAC"
 constexpr uint32_t kDpVersion = 1;
 constexpr std::string_view kDpPrefix = "dp";
+constexpr uint32_t kScaffoldMagic = 0x46414353;  // "SCAF"
+constexpr uint32_t kScaffoldVersion = 1;
+constexpr std::string_view kScaffoldPrefix = "scaffold";
 
 }  // namespace
 
@@ -124,6 +128,46 @@ absl::StatusOr<std::string> LoadGradiveqBasis(const std::string& state_dir, uint
   pb::GradiveqBasis m;
   if (absl::Status st = core::ParseMessage(*reader, &m, path); !st.ok()) return st;
   return std::string(m.basis());
+}
+
+std::string ScaffoldControlPath(const std::string& state_dir, uint64_t round) {
+  return core::RoundStatePath(state_dir, kScaffoldPrefix, round);
+}
+
+absl::Status SaveScaffoldControl(const std::string& state_dir, uint64_t round,
+                                 const ScaffoldControl& control) {
+  pb::ScaffoldControl m;
+  m.mutable_sum()->Assign(control.sum.begin(), control.sum.end());
+  m.set_control(core::FloatsToBytes(control.control));
+  m.set_version(control.version);
+  m.set_total_weight(control.total_weight);
+  m.mutable_weights()->insert(control.weights.begin(), control.weights.end());
+  return core::SaveRoundMessage(state_dir, kScaffoldPrefix, round, kScaffoldMagic, kScaffoldVersion,
+                                m);
+}
+
+absl::StatusOr<ScaffoldControl> LoadScaffoldControl(const std::string& state_dir, uint64_t round) {
+  const std::string path = ScaffoldControlPath(state_dir, round);
+  std::string bytes;
+  auto reader = core::ReadRoundState(state_dir, kScaffoldPrefix, round, kScaffoldMagic,
+                                     kScaffoldVersion, &bytes);
+  if (!reader.ok()) return reader.status();
+  pb::ScaffoldControl m;
+  if (absl::Status st = core::ParseMessage(*reader, &m, path); !st.ok()) return st;
+  auto control = core::FloatsFromBytes(m.control(), path);
+  if (!control.ok()) return control.status();
+  if (!control->empty() && !m.sum().empty() &&
+      control->size() != static_cast<size_t>(m.sum_size())) {
+    return absl::DataLossError(
+        StrCat(path, ": c of ", control->size(), " values, S of ", m.sum_size()));
+  }
+  ScaffoldControl out;
+  out.sum.assign(m.sum().begin(), m.sum().end());
+  out.control = *std::move(control);
+  out.version = m.version();
+  out.total_weight = m.total_weight();
+  out.weights.insert(m.weights().begin(), m.weights().end());
+  return out;
 }
 
 }  // namespace fedlgc::modes

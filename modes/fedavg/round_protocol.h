@@ -16,7 +16,8 @@
 //
 // Thread-safety, as RoundDriver's (coordinator/round_driver.h): BeginRound, RunsRound,
 // RunRound, EndRound, Save, KeepVersions and Exhausted run on the round loop's thread;
-// DecorateRoundStart, AcceptReport and Blob on gRPC threads, concurrently with them.
+// DecorateRoundStart, AcceptReport, Blob and Broadcasts on gRPC threads, concurrently with
+// them.
 #ifndef FEDLGC_MODES_FEDAVG_ROUND_PROTOCOL_H_
 #define FEDLGC_MODES_FEDAVG_ROUND_PROTOCOL_H_
 
@@ -49,6 +50,7 @@ enum class ProtocolId : uint8_t {
   kSecAgg,       // --secagg: secure aggregation of integer codes (secagg_rounds.h)
   kBuffered,     // --rounds-mode buffered(...): rolling rounds (buffered_rounds.h)
   kFedProx,      // --algorithm fedprox(mu=M): the clients' proximal term (algorithm.h)
+  kScaffold,     // --algorithm scaffold: control variates, a second part (scaffold_rounds.h)
 };
 
 // What a job asks of FedAvg, read once from its options and codecs: what the table's
@@ -130,6 +132,10 @@ class RoundProtocol {
       const std::string& /*client*/, const std::string& /*name*/, uint64_t /*version*/) {
     return std::nullopt;
   }
+  // Whether a blob of its own is a model-sized float32 vector that a compressed downlink
+  // sends as deltas from the version a client holds (RoundDriver::Broadcasts: SCAFFOLD's
+  // control variate).
+  virtual bool Broadcasts(const std::string& /*name*/) const { return false; }
 };
 
 // A rule between two protocols, declared by one of them. `when` (null: always) narrows

@@ -18,11 +18,13 @@ const ProtocolEntry& DpProtocol();           // dp_protocol.cc
 const ProtocolEntry& SecAggProtocol();       // secagg_protocol.cc
 const ProtocolEntry& BufferedProtocol();     // buffered_protocol.cc
 const ProtocolEntry& FedProxProtocol();      // fedprox_protocol.cc
+const ProtocolEntry& ScaffoldProtocol();     // scaffold_protocol.cc
 
 const std::vector<const ProtocolEntry*>& ProtocolTable() {
   static const auto* const kTable = new std::vector<const ProtocolEntry*>{
-      &RoundSeedProtocol(), &BasisProtocol(),  &SharedScaleProtocol(), &TwoPhaseProtocol(),
-      &DpProtocol(),        &SecAggProtocol(), &BufferedProtocol(),      &FedProxProtocol(),
+      &RoundSeedProtocol(), &BasisProtocol(),   &SharedScaleProtocol(),
+      &TwoPhaseProtocol(),  &DpProtocol(),      &SecAggProtocol(),
+      &BufferedProtocol(),  &FedProxProtocol(), &ScaffoldProtocol(),
   };
   return *kTable;
 }

@@ -17,10 +17,10 @@ namespace {
 
 using testing::LoopbackHost;
 
-constexpr ProtocolId kAll[] = {ProtocolId::kRoundSeed, ProtocolId::kBasis,
-                               ProtocolId::kSharedScale, ProtocolId::kTwoPhase,
-                               ProtocolId::kDp, ProtocolId::kSecAgg, ProtocolId::kBuffered,
-                               ProtocolId::kFedProx};
+constexpr ProtocolId kAll[] = {
+    ProtocolId::kRoundSeed, ProtocolId::kBasis,   ProtocolId::kSharedScale,
+    ProtocolId::kTwoPhase,  ProtocolId::kDp,      ProtocolId::kSecAgg,
+    ProtocolId::kBuffered,  ProtocolId::kFedProx, ProtocolId::kScaffold};
 
 codecs::ModelLayout Layout() {
   return codecs::ModelLayout::Create({{"w", {8, 5}}, {"b", {8}}}).value();
@@ -57,6 +57,7 @@ Asked Ask(const std::set<ProtocolId>& want) {
   }
   if (has(ProtocolId::kBuffered)) a.options.rounds_mode = "buffered(k=3,concurrency=3)";
   if (has(ProtocolId::kFedProx)) a.options.algorithm = "fedprox(mu=0.1)";
+  if (has(ProtocolId::kScaffold)) a.options.algorithm = "scaffold";
   return a;
 }
 
@@ -77,11 +78,15 @@ const std::set<std::set<ProtocolId>>& Accepted() {
       {ProtocolId::kRoundSeed, ProtocolId::kDp},
       {ProtocolId::kRoundSeed, ProtocolId::kSecAgg},  // secure aggregation stands in for it
       {ProtocolId::kDp, ProtocolId::kSecAgg},         // distributed DP
+      // SCAFFOLD's changes through the seeded codec: the same kept set as the update's.
+      {ProtocolId::kRoundSeed, ProtocolId::kScaffold},
   };
   static const bool kWithFedProx = [] {
     // FedProx is the clients' objective alone: it runs beside every round protocol.
     for (ProtocolId id : kAll) {
-      if (id != ProtocolId::kFedProx) kAccepted->insert({ProtocolId::kFedProx, id});
+      if (id != ProtocolId::kFedProx && id != ProtocolId::kScaffold) {
+        kAccepted->insert({ProtocolId::kFedProx, id});
+      }
     }
     return true;
   }();
@@ -159,6 +164,8 @@ TEST(RoundProtocols, EveryPairRunsOrIsRefusedByName) {
   for (size_t i = 0; i < std::size(kAll); ++i) {
     for (size_t j = i + 1; j < std::size(kAll); ++j) {
       const std::set<ProtocolId> pair{kAll[i], kAll[j]};
+      // One --algorithm: a job cannot ask for both (Algorithm::Parse takes one).
+      if (pair == std::set<ProtocolId>{ProtocolId::kFedProx, ProtocolId::kScaffold}) continue;
       const std::string a(EntryOf(kAll[i]).name), b(EntryOf(kAll[j]).name);
       absl::Status st;
       std::vector<ProtocolId> made;
@@ -195,8 +202,9 @@ TEST(RoundProtocols, EveryPairRunsOrIsRefusedByName) {
       }
     }
   }
-  EXPECT_EQ(ran, 5 + 7);  // FedProx beside each of the other seven
-  EXPECT_EQ(refused, 16);
+  // FedProx beside each of the seven that are no algorithm; SCAFFOLD beside the round seed.
+  EXPECT_EQ(ran, 6 + 7);
+  EXPECT_EQ(refused, 16 + 6);  // SCAFFOLD with a codec protocol, DP, secure aggregation, buffered
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ from . import _flat, codecs
 from . import _fedlgc
 
 __all__ = ["run_client", "RoundInfo", "RoundResult", "EvalInfo", "Tls", "layout_of", "cuts_of",
-           "proximal_term", "codecs", "__version__"]
+           "proximal_term", "scaffold_step", "codecs", "__version__"]
 
 __version__ = _fedlgc.VERSION
 
@@ -77,9 +77,17 @@ class RoundInfo:
     # FedProx (the coordinator's --algorithm fedprox(mu=M)): the loop adds
     # fedlgc.proximal_term(module, info) to its loss; 0 in other jobs.
     prox_mu: float = 0.0
+    # SCAFFOLD (the coordinator's --algorithm scaffold): the loop calls
+    # fedlgc.scaffold_step(module, info) after each optimizer.step(); False in other jobs.
+    scaffold: bool = False
     # The round's starting weights (FedProx's anchor) and whether proximal_term was used.
     _anchor: tuple = dataclasses.field(default=(), repr=False, compare=False)
     _used: list = dataclasses.field(default_factory=list, repr=False, compare=False)
+    # SCAFFOLD: c - c_i per trainable parameter (on its device), and the steps
+    # scaffold_step took: {"steps": K, "lr_sum": the sum of their learning rates}.
+    _correction: tuple = dataclasses.field(default=(), repr=False, compare=False)
+    _steps: dict = dataclasses.field(default_factory=lambda: {"steps": 0, "lr_sum": 0.0},
+                                     repr=False, compare=False)
 
 
 def proximal_term(module, info):
@@ -100,6 +108,51 @@ def proximal_term(module, info):
                          "the round")
     total = sum(((p - a) ** 2).sum() for p, a in zip(params, info._anchor))
     return 0.5 * info.prox_mu * total
+
+
+def scaffold_step(module, info, optimizer=None, lr=None):
+    """SCAFFOLD's correction of one local step (Karimireddy et al. 2020): call it right
+    after each optimizer.step(). It moves the module's trainable parameters by
+    -lr (c - c_i), outside the optimizer's momentum, c the server's control variate and c_i
+    this client's, and counts the step (the client's next c_i is c_i - c + (x - y) / (K lr),
+    K the steps counted):
+
+        loss.backward(); optimizer.step(); fedlgc.scaffold_step(module, info, optimizer)
+
+    lr is the step's learning rate: `lr`, else the optimizer's (its first parameter group's,
+    so a scheduler's), else info.lr. In a job without SCAFFOLD it does nothing (a loop may
+    call it always); in a SCAFFOLD job a train() that never calls it is an error, since its
+    client would train plain FedAvg and send a control variate of nothing."""
+    if not info.scaffold:
+        return
+    if lr is None:
+        lr = optimizer.param_groups[0]["lr"] if optimizer is not None else info.lr
+    params = [p for p in module.parameters() if p.requires_grad]
+    if len(params) != len(info._correction):
+        raise ValueError("scaffold_step: the module's trainable parameters changed during "
+                         "the round")
+    with torch.no_grad():
+        for p, c in zip(params, info._correction):
+            p.add_(c, alpha=-float(lr))
+    info._steps["steps"] += 1
+    info._steps["lr_sum"] += float(lr)
+
+
+def _scaffold_correction(module, flat):
+    """The flat correction (float32, the job's vector) as one tensor per trainable
+    parameter, in module.parameters() order, on its device and in its dtype. The vector
+    holds the parameters first, in named_parameters() order, leaving out empty ones
+    (_flat.flat_tensors)."""
+    out, off = [], 0
+    for _, p in module.named_parameters():
+        n = p.numel()
+        if n == 0:
+            continue
+        if p.requires_grad:
+            c = torch.from_numpy(flat[off:off + n].copy()).view(p.shape)
+            out.append(c.to(p.device, p.dtype))
+        off += n
+    return tuple(out)
 
 
 @dataclasses.dataclass
@@ -245,15 +298,24 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         prox_mu = float(info.get("prox_mu", 0.0))
         anchor = tuple(p.detach().clone() for p in module.parameters()
                        if p.requires_grad) if prox_mu > 0 else ()
+        flat_correction = info.get("scaffold_correction")
+        scaffold = flat_correction is not None
+        correction = _scaffold_correction(module, flat_correction) if scaffold else ()
+        own = ("data", "prox_mu", "scaffold", "_anchor", "_used", "_correction", "_steps")
         round_info = RoundInfo(**{f.name: info[f.name] for f in dataclasses.fields(RoundInfo)
-                                  if f.name not in ("data", "prox_mu", "_anchor", "_used")},
-                               data=data, prox_mu=prox_mu, _anchor=anchor)
+                                  if f.name not in own},
+                               data=data, prox_mu=prox_mu, _anchor=anchor, scaffold=scaffold,
+                               _correction=correction)
         start = time.monotonic()
         samples, metrics = _parse_result(train(module, round_info))
         seconds = time.monotonic() - start
         if prox_mu > 0 and not round_info._used:
             raise ValueError(f"this job runs FedProx (--algorithm fedprox(mu={prox_mu:g})): "
                              "train() must add fedlgc.proximal_term(module, info) to its loss")
+        if scaffold and round_info._steps["steps"] == 0:
+            raise ValueError("this job runs SCAFFOLD (--algorithm scaffold): train() must call "
+                             "fedlgc.scaffold_step(module, info, optimizer) after each "
+                             "optimizer.step()")
         _flat.store(tensors, weights)
         if info["buffers"] == "local":
             _flat.save_local_buffers(module, buffers_path)
@@ -264,7 +326,8 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
                              "{'samples': n, 'loss': x}")
         figures = {"train_samples": float(samples)}
         figures.update({f"metric_{k}": v for k, v in metrics.items()})
-        return loss, seconds, figures
+        steps = (round_info._steps["steps"], round_info._steps["lr_sum"])
+        return loss, seconds, figures, steps
 
     def final_fn(weights, info):
         # The job's final global model into the module (beside this client's own buffers

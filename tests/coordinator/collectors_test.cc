@@ -191,5 +191,36 @@ TEST(PartCollector, EachPartIsSummedApartOverTheSameCoordinates) {
   EXPECT_TRUE(plain->AcceptChunk(Chunk("c", one, 0)).status.ok());
 }
 
+// The mean and robust aggregators collect part 0 per client and take only complete
+// updates: an update whose last chunk is of part 1 (SCAFFOLD sends its control variate's
+// change after the model update) is complete in part 0's collector too, and one whose
+// part 1 never came is not, in either.
+TEST(PartCollector, AnUpdateIsCompleteInEveryPartWhicheverPartEndsIt) {
+  auto e = Engine({"a", "b"});
+  auto model = std::make_shared<PerClientCollector>(/*compact=*/true);
+  auto control = std::make_shared<PerClientCollector>(/*compact=*/true);
+  auto parts = std::make_shared<PartCollector>(
+      std::vector<PartCollector::Part>{{model, nullptr}, {control, nullptr}});
+  ASSERT_TRUE(e->OpenRound({"a", "b"}, Clock::Real()->Now() + std::chrono::seconds(9), parts).ok());
+  auto send = [&](const std::string& client, bool last_part) {
+    std::vector<std::string> frames = Frames(std::vector<float>(kDim, 1));
+    const size_t first = frames.size();
+    for (auto& f : Frames(std::vector<float>(kDim, 2))) frames.push_back(f);
+    const size_t n = last_part ? frames.size() : first;
+    for (uint32_t i = 0; i < n; ++i) {
+      ChunkIn c = Chunk(client, frames, i);
+      c.part = i < first ? 0 : 1;
+      ASSERT_TRUE(e->AcceptChunk(c).status.ok()) << client << " chunk " << i;
+    }
+  };
+  send("a", true);
+  send("b", false);  // part 0 only: the update is not complete
+  EXPECT_EQ(model->CompleteClients(), std::set<std::string>{"a"});
+  EXPECT_EQ(control->CompleteClients(), std::set<std::string>{"a"});
+  EXPECT_EQ(model->EarliestComplete(2), std::set<std::string>{"a"});
+  EXPECT_EQ(model->Updates().at("b").frames.size(), model->Updates().at("a").frames.size());
+  EXPECT_FALSE(model->Updates().at("b").complete);
+}
+
 }  // namespace
 }  // namespace fedlgc::coordinator

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,9 @@ class LoopbackHost : public FakeRoundHost {
     bool silent = false;  // hears nothing, sends nothing
     // A slow link: what is sent to it is delivered this long after (on the fake clock).
     coordinator::Clock::duration lag{};
+    // A lossy link: the chunk indices of its next upload that never reach the engine (the
+    // round closes at its deadline without them; the receipt does not count them).
+    std::set<uint32_t> drop;
   };
 
   // The engine's clock is the host's fake one.
@@ -213,7 +217,9 @@ class LoopbackHost : public FakeRoundHost {
   void Feed(const std::string& id, Client& c) {
     for (; c.fed < c.env->uploads.size(); ++c.fed) {
       const edge_client::PendingUpdate& p = c.env->uploads[c.fed];
+      const std::set<uint32_t> lost = std::exchange(c.drop, {});
       for (uint32_t i = 0; i < p.frames.size(); ++i) {
+        if (lost.count(i)) continue;
         protos::UpdateChunk chunk;
         chunk.set_round(p.round);
         chunk.set_update_id(p.update_id);

@@ -1,7 +1,8 @@
 // A ClientEnv for a mode's unit tests (the edge client's seam, client_mode.h): training
-// adds a fixed step (different each time) to the weights, downloads give a model of ones
-// (or `model`, or what `floats` holds for the blob) and the blobs a test put in `blobs`, uploads
-// and reports are recorded, Persist counts; the clock is a fake.
+// adds a fixed step (different each time) to the weights, or runs a test's `train`;
+// downloads give a model of ones (or `model`, or what `floats` holds for the blob, or a
+// blob of `blob_source` read as floats) and the blobs a test put in `blobs`, uploads and
+// reports are recorded, Persist counts; the clock is a fake.
 #ifndef FEDLGC_TESTS_EDGE_CLIENT_FAKE_CLIENT_ENV_H_
 #define FEDLGC_TESTS_EDGE_CLIENT_FAKE_CLIENT_ENV_H_
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "codecs/registry.h"
+#include "core/float_bytes.h"
 #include "core/mixing.h"
 #include "edge_client/client_mode.h"
 #include "gtest/gtest.h"
@@ -41,6 +43,36 @@ class FakeClientEnv final : public ClientEnv {
   uint64_t total_rounds() const override { return 3; }
   absl::StatusOr<double> TrainLocal(const protos::RoundStart& start,
                                     std::vector<float>* weights) override {
+    auto t = TrainLocalWith(start, weights, LocalTerms{});
+    if (!t.ok()) return t.status();
+    return t->loss;
+  }
+  // `train` when set; else the fixed step, then one step of -lr x correction per local
+  // step the round asks (at least one), as a model's training would take them.
+  absl::StatusOr<LocalTrained> TrainLocalWith(const protos::RoundStart& start,
+                                              std::vector<float>* weights,
+                                              const LocalTerms& terms) override {
+    corrections.emplace_back(terms.correction.begin(), terms.correction.end());
+    if (train) {
+      ++trained;
+      trained_with.push_back(start);
+      return train(start, weights, terms.correction);
+    }
+    const int64_t steps = std::max<int64_t>(1, start.local_steps());
+    if (!terms.correction.empty() && terms.correction.size() != weights->size()) {
+      return absl::InvalidArgumentError("a correction of another size than the model");
+    }
+    const double l = PlainStep(start, weights);
+    for (int64_t k = 0; k < steps && !terms.correction.empty(); ++k) {
+      for (size_t i = 0; i < weights->size(); ++i) {
+        (*weights)[i] -= start.lr() * terms.correction[i];
+      }
+    }
+    return LocalTrained{
+        .loss = l, .steps = steps, .lr_sum = start.lr() * static_cast<double>(steps)};
+  }
+  // The fixed step of the k-th training.
+  double PlainStep(const protos::RoundStart& start, std::vector<float>* weights) {
     ++trained;
     trained_with.push_back(start);
     std::vector<float> step(weights->size());
@@ -59,6 +91,12 @@ class FakeClientEnv final : public ClientEnv {
                                                     SystemTime) override {
     ++model_downloads;
     if (auto it = floats.find({blob, version}); it != floats.end()) return it->second;
+    if (!blob.empty() && blob_source) {
+      // A driver's float blob (SCAFFOLD's control variate), as the service serves it.
+      auto bytes = blob_source(blob, version);
+      if (!bytes.ok()) return bytes.status();
+      return core::FloatsFromBytes(*bytes, layout_.dim(), blob);
+    }
     if (!model.empty()) return model;
     return std::vector<float>(layout_.dim(), 1.0f);
   }
@@ -100,6 +138,13 @@ class FakeClientEnv final : public ClientEnv {
   void ObserveEncode(uint64_t, core::Clock::time_point) override {}
   void AppendRoundLog(const ClientRoundRecord&) override {}
 
+  // A test's local training (SCAFFOLD's exact tests: a quadratic objective): from
+  // *weights, in place, with `correction` (empty: none); what TrainLocalWith returns.
+  std::function<absl::StatusOr<LocalTrained>(const protos::RoundStart& start,
+                                             std::vector<float>* weights,
+                                             std::span<const float> correction)>
+      train;
+  std::vector<std::vector<float>> corrections;  // each training's (empty: none)
   int trained = 0, persists = 0, model_downloads = 0;
   double loss = 0.5;               // what TrainLocal returns
   std::vector<protos::RoundStart> trained_with;  // each TrainLocal's RoundStart

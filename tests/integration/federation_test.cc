@@ -489,7 +489,7 @@ std::vector<float> RunWithClientKilledAfterRound1(const Job& job, const std::str
   const std::string dir = FreshDir(name);
   const std::string certs = MakeCerts(dir, n);
   const auto o = JobOptions(dir, certs, n, job);
-  InProcessCoordinator coord(o);
+  InProcessCoordinator coord(o, job.modes);
   auto victim = SpawnEdge(dir, certs, 0, n, coord.port());
   auto other = SpawnEdge(dir, certs, 1, n, coord.port());
   if (kill) {
@@ -688,16 +688,22 @@ TEST(Federation, AGradiveqClientKilledAfterARoundKeepsItsBasisAndResidual) {
   ExpectAKilledClientKeepsItsCodecState(job, "gradiveq_kill");
 }
 
-TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
+// A coordinator of `modes` (given to the process as `flags`) killed with SIGKILL once round
+// 1 is committed, while round 2 runs, and restarted: it ends where the same job without the
+// crash ends, with every round committed once.
+void ExpectACoordinatorKilledMidRoundToLoseNothing(const std::string& name,
+                                                   const std::vector<std::string>& flags,
+                                                   const modes::ModeOptions& modes) {
   const int n = 3;
-  const std::string dir = FreshDir("restart");
+  const std::string dir = FreshDir(name);
   const std::string certs = MakeCerts(dir, n);
   auto o = CoordinatorDefaults(dir, certs);
   o.rounds = 4;
   o.plan.local_steps = 150;
   o.min_clients = 3;
   const int port = FreePort();
-  const std::vector<std::string> argv = CoordinatorArgv(o, port);
+  std::vector<std::string> argv = CoordinatorArgv(o, port);
+  argv.insert(argv.end(), flags.begin(), flags.end());
   auto first = std::make_unique<ChildProcess>(argv, dir + "/coordinator.log");
   // The clients are processes too: gRPC clients in this process stall on connections to a
   // server this process forked (seen with gRPC 1.51), and real clients are processes.
@@ -714,12 +720,12 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish cleanly";
   const auto resumed = CheckpointModel(o.state_dir, o);
   // The same job without the crash.
-  const std::string dir2 = FreshDir("restart_clean");
+  const std::string dir2 = FreshDir(name + "_clean");
   auto o2 = CoordinatorDefaults(dir2, certs);
   o2.rounds = o.rounds;
   o2.plan = o.plan;
   {
-    InProcessCoordinator coord(o2);
+    InProcessCoordinator coord(o2, modes);
     std::vector<std::unique_ptr<ClientThread>> cs;
     for (int i = 0; i < n; ++i)
       cs.push_back(std::make_unique<ClientThread>(ClientDefaults(dir2, certs, i, n, coord.port())));
@@ -734,6 +740,42 @@ TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
   ASSERT_TRUE(log.ok()) << log.status();
   ASSERT_EQ(log->size(), 4u);
   for (size_t i = 0; i < log->size(); ++i) EXPECT_EQ((*log)[i].round, i + 1);
+}
+
+TEST(Federation, CoordinatorKilledMidRoundResumesWithNothingCommittedLost) {
+  ExpectACoordinatorKilledMidRoundToLoseNothing("restart", {}, modes::ModeOptions());
+}
+
+// SCAFFOLD's server control variate is saved beside each checkpoint: the restarted
+// coordinator serves the c of round 1's commit, the clients resend round 2's two-part
+// updates trained against it, and the run ends on the clean run's model.
+TEST(Federation, AScaffoldCoordinatorKilledMidRoundResumesWithItsControlVariate) {
+  modes::ModeOptions m;
+  m.fedavg.algorithm = "scaffold";
+  ExpectACoordinatorKilledMidRoundToLoseNothing("restart_scaffold", {"--algorithm=scaffold"}, m);
+}
+
+// A SCAFFOLD client keeps its control variate c_i and the residual of its changes in its
+// state file: killed after round 1 and restarted, its next corrections and changes are the
+// clean run's, and so is the final model, to the bit (top-k leaves residuals in both parts).
+TEST(Federation, AScaffoldClientKilledAfterARoundKeepsItsControlVariate) {
+  Job job;
+  job.rounds = 4;
+  job.plan.codec = "topk(ratio=0.05)";
+  job.plan.local_steps = 20;
+  job.modes.fedavg.algorithm = "scaffold";
+  ExpectAKilledClientKeepsItsCodecState(job, "scaffold_kill");
+}
+
+// FedProx's term anchors each round at the weights it starts from: a client killed after
+// round 1 and restarted trains its later rounds as the clean run's does.
+TEST(Federation, AFedProxClientKilledAfterARoundTrainsAsBefore) {
+  Job job;
+  job.rounds = 4;
+  job.plan.codec = "topk(ratio=0.05)";
+  job.plan.local_steps = 20;
+  job.modes.fedavg.algorithm = "fedprox(mu=0.5)";
+  ExpectAKilledClientKeepsItsCodecState(job, "fedprox_kill");
 }
 
 // Buffered rounds across a coordinator SIGKILL: with k = 1, no staleness weighting, no

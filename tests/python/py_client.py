@@ -5,8 +5,10 @@ of an npz file. Deterministic for a round's seed, so a run can be compared with 
     py_client.py --server H:P --id ID --state-dir DIR --data TRAIN.npz --shard I
                  --num-shards N --certs DIR [--optimizer sgd|adam] [--augment]
                  [--model-file PATH] [--wrong-model] [--save-final PATH.npz] [--prox]
+                 [--scaffold]
 
---prox adds fedlgc.proximal_term to the loss (FedProx jobs need it).
+--prox adds fedlgc.proximal_term to the loss (FedProx jobs need it); --scaffold calls
+fedlgc.scaffold_step after each optimizer step (SCAFFOLD jobs need it).
 --save-final writes the module's state_dict() as run_client leaves it (the job's final
 global model, with this client's own buffers under --buffers local).
 """
@@ -39,6 +41,7 @@ def main():
     ap.add_argument("--wrong-model", action="store_true")
     ap.add_argument("--save-final", default="")
     ap.add_argument("--prox", action="store_true")
+    ap.add_argument("--scaffold", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -75,6 +78,8 @@ def main():
                 loss = loss + fedlgc.proximal_term(m, info)
             loss.backward()
             opt.step()
+            if a.scaffold:
+                fedlgc.scaffold_step(m, info, opt)
             losses.append(loss.item())
         return {"samples": steps * info.batch_size, "loss": float(np.mean(losses[-10:]))}
 

@@ -100,32 +100,71 @@ def test_the_proximal_term_is_fedprox_and_zero_elsewhere():
     assert float(fedlgc.proximal_term(module, plain)) == 0.0
 
 
-def test_fedprox_reaches_cpp_and_python_loops_and_a_loop_without_its_term_is_stopped(
-        tmp_path, data, federations):
+def test_scaffold_step_moves_the_trainable_parameters_by_lr_times_the_correction():
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    module[1].bias.requires_grad_(False)  # frozen: in the flat vector, never corrected
+    flat = np.arange(sum(p.numel() for p in module.parameters()), dtype=np.float32) / 10
+    correction = fedlgc._scaffold_correction(module, flat)
+    assert [tuple(c.shape) for c in correction] == [(2, 3), (2,), (1, 2)]
+    assert torch.equal(correction[2].flatten(), torch.from_numpy(flat[8:10]))
+    info = fedlgc.RoundInfo(round=1, total_rounds=1, mode="fedavg", lr=0.1, local_epochs=1,
+                            local_steps=0, batch_size=1, seed=1, model_version=0, scaffold=True,
+                            _correction=correction)
+    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(2):
+        before = [p.detach().clone() for p in module.parameters()]
+        opt.zero_grad()
+        module(torch.ones(4, 3)).sum().backward()
+        opt.step()
+        stepped = [p.detach().clone() for p in module.parameters()]
+        fedlgc.scaffold_step(module, info, opt)
+        trainable = [i for i, p in enumerate(module.parameters()) if p.requires_grad]
+        for k, i in enumerate(trainable):  # exactly -lr c, after the optimizer's step
+            p = list(module.parameters())[i]
+            assert torch.allclose(p.detach(), stepped[i] - 0.05 * correction[k], atol=1e-7)
+        assert torch.equal(list(module.parameters())[3].detach(), before[3])
+    assert info._steps == {"steps": 2, "lr_sum": 0.1}
+    plain = fedlgc.RoundInfo(round=1, total_rounds=1, mode="fedavg", lr=0.1, local_epochs=1,
+                             local_steps=0, batch_size=1, seed=1, model_version=0)
+    fedlgc.scaffold_step(module, plain, opt)  # no SCAFFOLD: nothing moves, nothing counted
+    assert plain._steps["steps"] == 0
+
+
+@pytest.mark.parametrize("algorithm,flag,needs", [
+    ("fedprox(mu=0.5)", "--prox", "fedlgc.proximal_term(module, info)"),
+    ("scaffold", "--scaffold", "fedlgc.scaffold_step(module, info, optimizer)")])
+def test_an_algorithm_reaches_cpp_and_python_loops_and_a_loop_without_its_step_is_stopped(
+        tmp_path, data, federations, algorithm, flag, needs):
     job = ["--local-steps=10", "--batch=32", "--lr=0.05", "--round-timeout=120",
-           "--eval-limit=500", "--seed=3", "--codec=fp32", "--algorithm=fedprox(mu=0.5)"]
+           "--eval-limit=500", "--seed=3", "--codec=fp32", f"--algorithm={algorithm}"]
     for d in ("lone", "job"):
         (tmp_path / d).mkdir()
-    # A loop that leaves the term out stops, with a message that says what to add.
+    # A loop that leaves the algorithm's part out stops, with a message that says what to
+    # add.
     lone = Federation(str(tmp_path / "lone"), ["py-9"], job + ["--rounds=1", "--min-clients=1"],
                       model=data["model"], test_npz=data["test"])
     federations.append(lone)
     bad = lone.py_client("py-9", 0, 3, data["train"])
     assert bad.wait(120) not in (0, None), lone.logs()
-    assert "fedlgc.proximal_term(module, info)" in bad.tail(), lone.logs()
+    assert needs in bad.tail(), lone.logs()
     lone.stop()
     ids = ["cpp-0", "py-1"]
     f = Federation(str(tmp_path / "job"), ids, job + ["--rounds=2", "--min-clients=2"],
                    model=data["model"], test_npz=data["test"])
     federations.append(f)
     clients = [f.cpp_client(ids[0], 0, 3, data["train"]),
-               f.py_client(ids[1], 1, 3, data["train"], extra=["--prox"])]
+               f.py_client(ids[1], 1, 3, data["train"], extra=[flag])]
     assert f.wait(240) == 0, f.logs()
     for c in clients:
         assert c.wait(60) == 0, f.logs()
     rounds = f.rounds()
     assert [r["round"] for r in rounds] == [1, 2], f.logs()
     assert all(r["participants"] == 2 for r in rounds), rounds
+    if algorithm == "scaffold":
+        # Both clients' control variate changes counted every round, and c moved.
+        assert all(r["scaffold_counted"] == 2 and r["scaffold_control_norm"] > 0
+                   for r in rounds), rounds
 
 
 def run_kill_job(work, data, kill):

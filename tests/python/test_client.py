@@ -162,9 +162,13 @@ def test_an_algorithm_reaches_cpp_and_python_loops_and_a_loop_without_its_step_i
     assert [r["round"] for r in rounds] == [1, 2], f.logs()
     assert all(r["participants"] == 2 for r in rounds), rounds
     if algorithm == "scaffold":
-        # Both clients' control variate changes counted every round, and c moved.
+        # Both clients' control variate changes counted every round, and c moved; each
+        # change is a second model-sized part of the update, its bytes counted as uplink.
+        dim = sum(int(np.prod(shape)) for _, shape in
+                  fedlgc.layout_of(torch.jit.load(data["model"])))
         assert all(r["scaffold_counted"] == 2 and r["scaffold_control_norm"] > 0
-                   for r in rounds), rounds
+                   and r["raw_uplink_bytes"] == 2 * 2 * 4 * dim
+                   and r["uplink_bytes"] > 2 * 2 * 4 * dim for r in rounds), (dim, rounds)
 
 
 def run_kill_job(work, data, kill):

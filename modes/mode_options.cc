@@ -96,8 +96,8 @@ namespace {
 // do nothing, refused.
 absl::Status Unused(bool changed, std::string_view flags, std::string_view modes, Mode mode) {
   if (!changed) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      StrCat(flags, " apply to --mode ", modes, ", not ", ModeName(mode)));
+  return absl::InvalidArgumentError(StrCat("a job of --mode ", ModeName(mode), " does not use ",
+                                           flags, " (--mode ", modes, " only)"));
 }
 
 }  // namespace

@@ -156,6 +156,7 @@ absl::Status ScaffoldClient::Stage(const protos::RoundStart& start, std::span<co
   // computed apart, which rounds differently).
   for (size_t j = 0; j < n; ++j) s.control[j] += change[j];
   s.residual.assign(codec_->residual().begin(), codec_->residual().end());
+  s.round = start.round();
   staged_ = std::move(s);
   return absl::OkStatus();
 }
@@ -166,6 +167,17 @@ absl::Status ScaffoldClient::OnRoundStart(const protos::RoundStart& start, bool 
   const edge_client::SystemTime deadline = edge_client::DeadlineOf(start);
   // FedAvgClient put back every update in flight but this round's own: a resumed upload.
   if (state.pending) return env.UploadPending(start.round(), deadline);
+  if (start.round() < round_) {
+    // Rounds go on within a job (a round that ended without a commit runs again under its
+    // own number): c_i of a later round is another job's, whose coordinator summed it.
+    log::Warning(env.client_id(),
+                 "SCAFFOLD state of round %llu in round %llu: another job's, c_i starts at 0",
+                 static_cast<unsigned long long>(round_),
+                 static_cast<unsigned long long>(start.round()));
+    control_.clear();
+    residual_.clear();
+    round_ = 0;
+  }
   Trained t;
   if (trained) {
     // The round's update and change went back into the residuals (a restore of this
@@ -200,6 +212,7 @@ void ScaffoldClient::OnEncoded() {
   }
   control_ = std::move(staged_->control);
   residual_ = std::move(staged_->residual);
+  round_ = staged_->round;
   staged_.reset();
 }
 
@@ -270,10 +283,12 @@ absl::Status ScaffoldClient::Load(const pb::FedAvgClientState* slot,
                  control->size(), n);
     control_.clear();
     residual_.clear();
+    round_ = 0;
     return absl::OkStatus();
   }
   control_ = *std::move(control);
   residual_ = *std::move(residual);
+  round_ = slot->scaffold_round();
   return absl::OkStatus();
 }
 
@@ -281,6 +296,7 @@ void ScaffoldClient::Save(const edge_client::ClientState& /*state*/,
                           pb::FedAvgClientState* slot) const {
   slot->set_scaffold_control(core::FloatsToBytes(control_));
   slot->set_scaffold_residual(core::FloatsToBytes(residual_));
+  slot->set_scaffold_round(round_);
 }
 
 }  // namespace fedlgc::modes

@@ -92,6 +92,7 @@ class ScaffoldClient final : public ClientProtocol {
     std::vector<std::string> frames;
     std::vector<float> control;   // c_i+
     std::vector<float> residual;  // the changes' residual after the encode
+    uint64_t round = 0;
   };
 
   // Downloads x and c and trains; nullopt when the round moved on (another version is
@@ -115,6 +116,7 @@ class ScaffoldClient final : public ClientProtocol {
   std::string codec_spec_;
   std::vector<float> control_;   // c_i; empty: zeros
   std::vector<float> residual_;  // of the changes' codec; empty: zeros
+  uint64_t round_ = 0;           // the round of the last change (0: none)
   std::optional<Staged> staged_;
 };
 

@@ -8,6 +8,7 @@
 #include "base/str.h"
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
+#include "coordinator/robust.h"
 #include "modes/fedavg/fedavg_driver.h"
 #include "modes/fedavg/fedavg_state.h"
 #include "modes/fedavg/round_protocol.h"
@@ -89,6 +90,18 @@ absl::Status CheckScaffoldJob(const ProtocolJob& job) {
                  "): restart it with --algorithm scaffold"));
     }
     return absl::OkStatus();
+  }
+  if (env.codec_ladder) {
+    return absl::InvalidArgumentError(
+        "--algorithm scaffold does not run with --codec-ladder: the ladder sizes each client's "
+        "codec for one model-sized vector a round, and a SCAFFOLD update carries two");
+  }
+  if (env.robust.kind != coordinator::AggregatorKind::kMean &&
+      env.robust.kind != coordinator::AggregatorKind::kStreaming) {
+    return absl::InvalidArgumentError(
+        "--algorithm scaffold runs with --aggregator mean or streaming: a robust aggregator "
+        "bounds the model updates only, while the control variates' changes it would sum "
+        "beside them stay unbounded");
   }
   if (env.plan == nullptr) return absl::OkStatus();
   std::vector<std::string> specs = env.plan->warmup_codecs;

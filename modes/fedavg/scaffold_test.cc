@@ -365,6 +365,39 @@ TEST(Scaffold, AClientRestartedBeforeItsReceiptSendsTheSameUpdateAgain) {
   EXPECT_EQ(after.residual, held.residual);
 }
 
+// A client whose state folder held another job's control variate (rounds further on than
+// this job's) starts it again at 0: this job's coordinator never summed it, and S stays
+// the clients' sum.
+TEST(Scaffold, AnotherJobsControlVariateStartsAgainAtZero) {
+  const std::vector<uint64_t> samples = {100, 300, 200};
+  Job before("fp32", "scaffold_test_other_job_before");
+  for (size_t i = 0; i < kClients; ++i) before.Add(i, samples[i]);
+  for (int r = 1; r <= 3; ++r) before.Run({"c0", "c1", "c2"});
+  LoopbackHost::Client& old = before.host->client("c0");
+  edge_client::ClientState kept = old.env->state();
+  ASSERT_TRUE(old.mode->SaveState(&kept.modes).ok());
+  ASSERT_GT(coordinator::L2Norm(SavedControl(old, before.layout.dim()).control), 0.0);
+
+  Job job("fp32", "scaffold_test_other_job");
+  for (size_t i = 0; i < kClients; ++i) job.Add(i, samples[i]);
+  LoopbackHost::Client& c = job.host->client("c0");
+  c.env->state() = kept;
+  ASSERT_TRUE(c.mode->LoadState(kept).ok());
+  job.Run({"c0", "c1", "c2"});
+  // The first round's correction is 0 for every client, c0 included.
+  for (float v : c.env->corrections.back()) EXPECT_EQ(v, 0.0f);
+  const ScaffoldControl server = LoadScaffoldControl(job.env.state_dir, 1).value();
+  const size_t dim = job.layout.dim();
+  std::vector<double> clients(dim, 0.0);
+  for (size_t i = 0; i < kClients; ++i) {
+    const ClientControl cc = SavedControl(job.host->client(Id(i)), dim);
+    for (size_t j = 0; j < dim; ++j) clients[j] += static_cast<double>(samples[i]) * cc.control[j];
+  }
+  for (size_t j = 0; j < dim; ++j) {
+    EXPECT_NEAR(server.sum[j], clients[j], 1e-6 * std::max(1.0, std::abs(clients[j])));
+  }
+}
+
 // What SCAFFOLD does not run with is refused by name; a codec that keeps a residual of its
 // own (dgc) is refused by its check.
 TEST(Scaffold, RefusesWhatItDoesNotRunWith) {
@@ -386,6 +419,18 @@ TEST(Scaffold, RefusesWhatItDoesNotRunWith) {
     auto made = FedAvgDriver::Create(o, env);
     EXPECT_TRUE(absl::IsInvalidArgument(made.status())) << flag << ": " << made.status();
     EXPECT_NE(made.status().message().find("--algorithm scaffold"), std::string::npos);
+  }
+  // The ladder sizes codecs for one model-sized vector; a robust aggregator would bound
+  // part 0 and sum part 1 unbounded.
+  coordinator::DriverEnv ladder = env;
+  ladder.codec_ladder = true;
+  EXPECT_TRUE(absl::IsInvalidArgument(FedAvgDriver::Create(options, ladder).status()));
+  for (const char* spec : {"median", "krum(f=1)", "trimmed_mean(trim=0.2)", "bulyan(f=1)"}) {
+    coordinator::DriverEnv robust = env;
+    robust.robust = coordinator::AggregatorOptions::Parse(spec, 2).value();
+    const absl::Status st = FedAvgDriver::Create(options, robust).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << spec << ": " << st;
+    EXPECT_NE(st.message().find("--aggregator mean or streaming"), std::string::npos) << st;
   }
   EXPECT_EQ(Algorithm::Parse("scaffold")->ToString(), "scaffold");
   EXPECT_FALSE(Algorithm::Parse("scaffold(lr=1)").ok());

@@ -102,7 +102,8 @@ def proximal_term(module, info):
     info._used.append(True)
     if info.prox_mu <= 0:
         return torch.zeros(())
-    params = [p for p in module.parameters() if p.requires_grad]
+    # As _scaffold_correction walks them: trainable and not empty.
+    params = [p for p in module.parameters() if p.requires_grad and p.numel() > 0]
     if len(params) != len(info._anchor):
         raise ValueError("proximal_term: the module's trainable parameters changed during "
                          "the round")
@@ -127,7 +128,8 @@ def scaffold_step(module, info, optimizer=None, lr=None):
         return
     if lr is None:
         lr = optimizer.param_groups[0]["lr"] if optimizer is not None else info.lr
-    params = [p for p in module.parameters() if p.requires_grad]
+    # As _scaffold_correction walks them: trainable and not empty.
+    params = [p for p in module.parameters() if p.requires_grad and p.numel() > 0]
     if len(params) != len(info._correction):
         raise ValueError("scaffold_step: the module's trainable parameters changed during "
                          "the round")

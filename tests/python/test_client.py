@@ -104,6 +104,7 @@ def test_scaffold_step_moves_the_trainable_parameters_by_lr_times_the_correction
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
     module[1].bias.requires_grad_(False)  # frozen: in the flat vector, never corrected
+    module.register_parameter("empty", torch.nn.Parameter(torch.empty(0)))  # not in it
     flat = np.arange(sum(p.numel() for p in module.parameters()), dtype=np.float32) / 10
     correction = fedlgc._scaffold_correction(module, flat)
     assert [tuple(c.shape) for c in correction] == [(2, 3), (2,), (1, 2)]
@@ -113,17 +114,18 @@ def test_scaffold_step_moves_the_trainable_parameters_by_lr_times_the_correction
                             _correction=correction)
     opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
     for _ in range(2):
-        before = [p.detach().clone() for p in module.parameters()]
+        frozen = module[1].bias.detach().clone()
         opt.zero_grad()
         module(torch.ones(4, 3)).sum().backward()
         opt.step()
         stepped = [p.detach().clone() for p in module.parameters()]
         fedlgc.scaffold_step(module, info, opt)
-        trainable = [i for i, p in enumerate(module.parameters()) if p.requires_grad]
+        trainable = [i for i, p in enumerate(module.parameters())
+                     if p.requires_grad and p.numel() > 0]
         for k, i in enumerate(trainable):  # exactly -lr c, after the optimizer's step
             p = list(module.parameters())[i]
             assert torch.allclose(p.detach(), stepped[i] - 0.05 * correction[k], atol=1e-7)
-        assert torch.equal(list(module.parameters())[3].detach(), before[3])
+        assert torch.equal(module[1].bias.detach(), frozen)
     assert info._steps == {"steps": 2, "lr_sum": 0.1}
     plain = fedlgc.RoundInfo(round=1, total_rounds=1, mode="fedavg", lr=0.1, local_epochs=1,
                              local_steps=0, batch_size=1, seed=1, model_version=0)

@@ -284,14 +284,8 @@ absl::Status FedAvgDriver::RunRound(coordinator::RoundHost& host,
     if (runner != protocols_.end()) {
       st = (*runner)->RunRound(round);
     } else {
-      std::function<void()> tick;
-      if (!round.ticks.empty()) {
-        tick = [&round] {
-          for (const auto& t : round.ticks) t();
-        };
-      }
       st = RunSummedRound(host, round.participants, deadline, optimizer_, robust_, &state_, commit,
-                          report, tick);
+                          report, round.Tick());
     }
   }
   state_.code = nullptr;

@@ -96,6 +96,14 @@ struct RoundContext {
   SummedRoundState* summed = nullptr;
   // Run while the summed round waits (RoundHost::WaitUntil's tick).
   std::vector<std::function<void()>> ticks;
+  // The ticks as RunSummedRound's one `tick` (null when there are none); valid while the
+  // round runs.
+  std::function<void()> Tick() const {
+    if (ticks.empty()) return nullptr;
+    return [this] {
+      for (const auto& t : ticks) t();
+    };
+  }
   std::optional<SumNoise> noise;
 };
 

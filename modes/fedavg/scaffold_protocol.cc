@@ -30,21 +30,15 @@ class Scaffold final : public RoundProtocol {
   // Every round: the summed round, of two parts.
   bool RunsRound(const RoundContext& /*round*/) const override { return true; }
   absl::Status RunRound(RoundContext& round) override {
-    std::function<void()> tick;
-    if (!round.ticks.empty()) {
-      tick = [&round] {
-        for (const auto& t : round.ticks) t();
-      };
-    }
     const CollectorWrap wrap = [this](std::shared_ptr<coordinator::Collector> model_part) {
       return rounds_->Wrap(std::move(model_part));
     };
     absl::Status st =
         RunSummedRound(round.host, round.participants, round.deadline, round.optimizer,
-                       round.robust, round.summed, round.commit, round.report, tick, wrap);
+                       round.robust, round.summed, round.commit, round.report, round.Tick(), wrap);
     // Stopped (OK, nothing committed: commit->round is not this round's) or failed: the
-    // changes are dropped, and the clients' empty receipts (or none: a restart) put them
-    // back into their residuals.
+    // changes are dropped; no receipt follows, and each client resends its update if this
+    // round opens again, or puts it back into its residuals when another round starts.
     if (!st.ok() || round.commit->round != round.round) {
       rounds_->Drop();
       return st;

@@ -180,6 +180,27 @@ ClientControl SavedControl(LoopbackHost::Client& c, size_t dim) {
   return out;
 }
 
+// The clients' weighted sum of their control variates, sum_i w_i c_i, as saved.
+std::vector<double> ClientsSum(LoopbackHost& host, const std::vector<uint64_t>& samples,
+                               size_t dim) {
+  std::vector<double> sum(dim, 0.0);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const ClientControl cc = SavedControl(host.client(Id(i)), dim);
+    for (size_t j = 0; j < dim; ++j) sum[j] += static_cast<double>(samples[i]) * cc.control[j];
+  }
+  return sum;
+}
+
+// With nothing left in a residual, S is the clients' sum, to float32 rounding (the
+// clients hold c_i as float32, S is a double).
+void ExpectServerSumIsTheClients(const ScaffoldControl& server,
+                                 const std::vector<double>& clients) {
+  ASSERT_EQ(server.sum.size(), clients.size());
+  for (size_t j = 0; j < clients.size(); ++j) {
+    EXPECT_NEAR(server.sum[j], clients[j], 1e-6 * std::max(1.0, std::abs(clients[j]))) << j;
+  }
+}
+
 TEST(Scaffold, ControlChangeIsOptionTwoOverTheTrainableCoordinates) {
   const std::vector<float> x = {1, 2, 3, 4}, y = {0.5f, 2.5f, 3, 9}, c = {0.1f, 0, -0.2f, 7};
   // K lr = 0.5; the last coordinate is a buffer's (trainable_end 3): no change there.
@@ -288,15 +309,7 @@ TEST(Scaffold, TheServersSumIsTheClientsControlVariatesLessTheirResiduals) {
   for (size_t i = 0; i < kClients; ++i) {
     for (float v : SavedControl(exact.host->client(Id(i)), dim).residual) EXPECT_EQ(v, 0.0f);
   }
-  std::vector<double> clients(dim, 0.0);
-  for (size_t i = 0; i < kClients; ++i) {
-    const ClientControl cc = SavedControl(exact.host->client(Id(i)), dim);
-    for (size_t j = 0; j < dim; ++j) clients[j] += static_cast<double>(samples[i]) * cc.control[j];
-  }
-  // To float32 rounding: the clients hold c_i as float32, S is a double.
-  for (size_t j = 0; j < dim; ++j) {
-    EXPECT_NEAR(server.sum[j], clients[j], 1e-6 * std::max(1.0, std::abs(clients[j])));
-  }
+  ExpectServerSumIsTheClients(server, ClientsSum(*exact.host, samples, dim));
 }
 
 // A coordinator restarted from a checkpoint serves the same c, at the same version, to
@@ -387,15 +400,7 @@ TEST(Scaffold, AnotherJobsControlVariateStartsAgainAtZero) {
   // The first round's correction is 0 for every client, c0 included.
   for (float v : c.env->corrections.back()) EXPECT_EQ(v, 0.0f);
   const ScaffoldControl server = LoadScaffoldControl(job.env.state_dir, 1).value();
-  const size_t dim = job.layout.dim();
-  std::vector<double> clients(dim, 0.0);
-  for (size_t i = 0; i < kClients; ++i) {
-    const ClientControl cc = SavedControl(job.host->client(Id(i)), dim);
-    for (size_t j = 0; j < dim; ++j) clients[j] += static_cast<double>(samples[i]) * cc.control[j];
-  }
-  for (size_t j = 0; j < dim; ++j) {
-    EXPECT_NEAR(server.sum[j], clients[j], 1e-6 * std::max(1.0, std::abs(clients[j])));
-  }
+  ExpectServerSumIsTheClients(server, ClientsSum(*job.host, samples, job.layout.dim()));
 }
 
 // What SCAFFOLD does not run with is refused by name; a codec that keeps a residual of its

@@ -44,9 +44,10 @@ def train(m, info):
     for _ in range(info.local_steps):
         idx = torch.randint(0, len(y), (info.batch_size,), generator=g)
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(m(x[idx]), y[idx])
+        loss = nn.functional.cross_entropy(m(x[idx]), y[idx]) + fedlgc.proximal_term(m, info)
         loss.backward()
         opt.step()
+        fedlgc.scaffold_step(m, info, opt)
     return {"samples": info.local_steps * info.batch_size, "loss": loss.item()}
 fedlgc.run_client(Net(), train, server=server, client_id=cid, num_samples=len(y),
                   tls=fedlgc.Tls(f"{certs}/ca.pem", f"{certs}/{cid}.pem", f"{certs}/{cid}.key"),

@@ -44,9 +44,12 @@ class FedAvgClientCore {
   // The state's residual changed: the codec's follows.
   virtual void ResidualChanged() = 0;
   // Encodes `update` plus the residual with the round's codec (with TernGrad's agreed
-  // `shared_scale`; 0: none) as the round's update, persists and uploads it.
+  // `shared_scale`; 0: none) as the round's update, persists and uploads it. The round's
+  // encode time counts from `encode_began` (a protocol that encoded a part of its own
+  // before: SCAFFOLD).
   virtual absl::Status EncodeAndUpload(const protos::RoundStart& start,
-                                       std::span<const float> update, float shared_scale) = 0;
+                                       std::span<const float> update, float shared_scale,
+                                       core::Clock::time_point encode_began) = 0;
   // Puts the frames of `p` at `chunks` (frames of the model update, part 0) back into the
   // residual and keeps it in the state, as a receipt's uncounted chunks go back (a frame
   // coded against a GradiVeQ basis no longer held is dropped, counted "dropped"). For a

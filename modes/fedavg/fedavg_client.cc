@@ -238,18 +238,18 @@ absl::Status FedAvgClient::OnRoundStart(const protos::RoundStart& start) {
                           : TrainUpdate(env_, start, deadline);
     if (!update.ok()) return update.status();
     if (update->empty()) return absl::OkStatus();  // the round moved on
-    return EncodeAndUpload(start, *update, /*shared_scale=*/0);
+    return EncodeAndUpload(start, *update, /*shared_scale=*/0, env_.clock().Now());
   }
   return env_.UploadPending(start.round(), deadline);
 }
 
 absl::Status FedAvgClient::EncodeAndUpload(const protos::RoundStart& start,
-                                           std::span<const float> update, float shared_scale) {
+                                           std::span<const float> update, float shared_scale,
+                                           core::Clock::time_point encode_began) {
   edge_client::ClientState& state = env_.state();
-  const auto t0 = env_.clock().Now();
   auto frames = EncodeRoundFrames(*codec_, env_, start, update, shared_scale, start.seed());
   if (!frames.ok()) return frames.status();
-  env_.ObserveEncode(start.round(), t0);
+  env_.ObserveEncode(start.round(), encode_began);
   PendingUpdate p = env_.NewPending(start.round(), start.model_version());
   for (codecs::Frame& f : *frames) p.frames.push_back(std::move(f.bytes));
   state.pending = std::move(p);

@@ -81,7 +81,7 @@ class FedAvgClient final : public edge_client::ClientMode, public FedAvgClientCo
   // Another mode changed state().residual: the codec's residual follows.
   void ResidualChanged() override;
   absl::Status EncodeAndUpload(const protos::RoundStart& start, std::span<const float> update,
-                               float shared_scale) override;
+                               float shared_scale, core::Clock::time_point encode_began) override;
   absl::Status RestoreFrames(const PendingUpdate& p, std::span<const uint32_t> chunks) override;
 
  private:

@@ -190,10 +190,11 @@ absl::Status ScaffoldClient::OnRoundStart(const protos::RoundStart& start, bool 
     if (!got->has_value()) return absl::OkStatus();  // the round moved on
     t = **std::move(got);
   }
+  const auto encode_began = env.clock().Now();  // the round's encode: both parts
   if (absl::Status st = Stage(start, t.change); !st.ok()) return st;
   // Part 0 through FedAvgClient's codec and residual; OnEncoded adds part 1 to the update
   // in flight before EncodeAndUpload persists and uploads it.
-  const absl::Status st = core_.EncodeAndUpload(start, t.update, /*shared_scale=*/0);
+  const absl::Status st = core_.EncodeAndUpload(start, t.update, /*shared_scale=*/0, encode_began);
   staged_.reset();  // joined the update, or the encode failed: c_i and the residual unmoved
   return st;
 }
@@ -280,7 +281,7 @@ absl::Status ScaffoldClient::Load(const pb::FedAvgClientState* slot,
     // dropped in that case (FedAvgClient::EnsureCodec), and so are these.
     log::Warning(core_.env().client_id(),
                  "SCAFFOLD state of %d values for a model of %d: starting c_i at 0",
-                 control->size(), n);
+                 fits(*control) ? residual->size() : control->size(), n);
     control_.clear();
     residual_.clear();
     round_ = 0;

@@ -5,6 +5,7 @@
 // round (RunSummedRound, with the job's aggregator, clipping and model guard) whose
 // collector takes a second part, the clients' changes of their control variates; once it
 // commits, c moves by the counted changes. The clients' half: scaffold_client.h.
+#include "absl/strings/match.h"
 #include "base/str.h"
 #include "codecs/registry.h"
 #include "codecs/residual_codec.h"
@@ -104,10 +105,16 @@ absl::Status CheckScaffoldJob(const ProtocolJob& job) {
     auto codec = codecs::MakeCodec(spec, &env.layout);
     if (!codec.ok()) return codec.status();
     if (dynamic_cast<const codecs::ResidualCodec*>(codec->get()) != nullptr) {
-      return absl::InvalidArgumentError(
-          StrCat("--algorithm scaffold sends each client's control variate change through the "
-                 "round's codec with error feedback of its own; \"",
-                 spec, "\" keeps a residual of its own (momentum): give a codec without one"));
+      // ef(...) is what SCAFFOLD does itself, with the error kept whole; dgc and
+      // single-phase powersgd keep a momentum-like residual a change cannot go through.
+      const bool ef = absl::StartsWith(spec, "ef(");
+      return absl::InvalidArgumentError(StrCat(
+          "--algorithm scaffold sends each client's control variate change through the "
+          "round's codec with error feedback of its own; \"",
+          spec, "\"",
+          ef ? " is error feedback already: give the codec inside ef(...), and both parts keep "
+               "their error"
+             : " keeps a residual of its own (momentum): give a codec without one"));
     }
   }
   return absl::OkStatus();

@@ -20,6 +20,18 @@ absl::StatusOr<std::unique_ptr<ScaffoldRounds>> ScaffoldRounds::Create(uint64_t 
   if (committed_round == 0) return r;
   auto saved = LoadScaffoldControl(r->state_dir_, committed_round);
   if (absl::IsNotFound(saved.status())) {
+    // Saving round r keeps round r - 1's file (core/state_file.h): with that one there and
+    // this one gone, the file was lost, and c restarted at 0 would stay off the clients'
+    // c_i for good (S only ever adds their changes).
+    if (committed_round > 1 &&
+        LoadScaffoldControl(r->state_dir_, committed_round - 1).status().code() !=
+            absl::StatusCode::kNotFound) {
+      return absl::DataLossError(StrCat(
+          ScaffoldControlPath(r->state_dir_, committed_round),
+          " is missing beside the checkpoint of its round, while round ", committed_round - 1,
+          "'s is there: the server's control variate of a "
+          "SCAFFOLD job cannot be rebuilt (start the job again)"));
+    }
     // A checkpoint of before --algorithm scaffold: every client's c_i is 0, and so is c.
     log::Info("coordinator", "no SCAFFOLD state beside the checkpoint of round %llu: c starts at 0",
               static_cast<unsigned long long>(committed_round));

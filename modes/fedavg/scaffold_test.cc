@@ -8,6 +8,7 @@
 // server's state survives a restart to the bit, a client's update in flight survives one
 // and goes out again as the very same bytes; the jobs SCAFFOLD does not run are refused.
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <span>
 #include <string>
@@ -314,7 +315,7 @@ TEST(Scaffold, TheServersSumIsTheClientsControlVariatesLessTheirResiduals) {
 
 // A coordinator restarted from a checkpoint serves the same c, at the same version, to
 // the bit; a job restarted from a SCAFFOLD checkpoint without --algorithm scaffold is
-// refused.
+// refused, and so is one whose server state of that round is lost.
 TEST(Scaffold, TheServersControlVariateSurvivesARestart) {
   Job job("fp32", "scaffold_test_restart");
   for (size_t i = 0; i < kClients; ++i) job.Add(i, 100);
@@ -331,6 +332,12 @@ TEST(Scaffold, TheServersControlVariateSurvivesARestart) {
   auto refused = FedAvgDriver::Create(plain, job.env);
   EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
   EXPECT_NE(refused.status().message().find("--algorithm scaffold"), std::string::npos);
+  // The file of the checkpoint's round lost while round 1's is there: refused, not c = 0.
+  std::filesystem::remove(ScaffoldControlPath(job.env.state_dir, 2));
+  FedAvgOptions scaffold;
+  scaffold.algorithm = "scaffold";
+  auto lost = FedAvgDriver::Create(scaffold, job.env);
+  EXPECT_TRUE(absl::IsDataLoss(lost.status())) << lost.status();
 }
 
 // A client killed after its upload and before the receipt: restarted from its state file
@@ -404,7 +411,7 @@ TEST(Scaffold, AnotherJobsControlVariateStartsAgainAtZero) {
 }
 
 // What SCAFFOLD does not run with is refused by name; a codec that keeps a residual of its
-// own (dgc) is refused by its check.
+// own (dgc, or ef(...) around another) is refused by its check.
 TEST(Scaffold, RefusesWhatItDoesNotRunWith) {
   const codecs::ModelLayout layout = Layout();
   coordinator::RoundPlan plan;
@@ -415,6 +422,13 @@ TEST(Scaffold, RefusesWhatItDoesNotRunWith) {
   options.algorithm = "scaffold";
   auto dgc = FedAvgDriver::Create(options, env);
   EXPECT_TRUE(absl::IsInvalidArgument(dgc.status())) << dgc.status();
+  EXPECT_NE(dgc.status().message().find("momentum"), std::string::npos) << dgc.status();
+  // ef(...) is refused too, and told to give the codec inside it.
+  plan.codec = "ef(topk(ratio=0.25))";
+  auto ef = FedAvgDriver::Create(options, env);
+  EXPECT_TRUE(absl::IsInvalidArgument(ef.status())) << ef.status();
+  EXPECT_NE(ef.status().message().find("give the codec inside ef(...)"), std::string::npos)
+      << ef.status();
   plan.codec = "fp32";
   for (const char* flag : {"dp", "secagg", "rounds_mode"}) {
     FedAvgOptions o = options;

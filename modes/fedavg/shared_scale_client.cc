@@ -79,7 +79,7 @@ absl::Status SharedScaleClient::SendWithScale(float scale) {
   const std::vector<float> none(core_.env().dim(), 0.0f);
   const protos::RoundStart start = *scale_start_;
   scale_start_.reset();
-  return core_.EncodeAndUpload(start, none, scale);
+  return core_.EncodeAndUpload(start, none, scale, core_.env().clock().Now());
 }
 
 absl::Status SharedScaleClient::Load(const pb::FedAvgClientState* slot,

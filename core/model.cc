@@ -144,6 +144,8 @@ class Net {
   virtual void SetTraining(bool on) = 0;
   // Batch normalisation layers only (evaluation with batch statistics).
   virtual void SetBatchNormTraining(bool /*on*/) {}
+  // The submodule of that name only (a dotted path; "" is the root).
+  virtual void SetModuleTraining(const std::string& /*name*/, bool /*on*/) {}
   // Why the network cannot take examples of `shape` at all; "" when it may.
   virtual std::string RefusesShape(const std::vector<int64_t>& /*shape*/) { return ""; }
   virtual void To(const torch::Device& device) = 0;
@@ -237,6 +239,13 @@ class ScriptNet final : public Net {
         torch::jit::Module sub = m.value;
         sub.train(on);
       }
+    }
+  }
+  void SetModuleTraining(const std::string& name, bool on) override {
+    for (const auto& m : module_.named_modules()) {
+      if (m.name != name) continue;
+      torch::jit::Module sub = m.value;
+      sub.train(on);
     }
   }
   void To(const torch::Device& device) override { module_.to(device); }
@@ -421,6 +430,25 @@ class TorchModel final : public Model {
       return EvalImpl(data, limit);
     } catch (const std::exception& e) {
       return absl::InternalError(StrCat(name_, ": evaluation failed: ", FirstLine(e)));
+    }
+  }
+
+  absl::StatusOr<Statistics> ReestimateStatistics(const Dataset& data,
+                                                  std::span<const uint32_t> indices,
+                                                  const StatisticsOptions& opts) override {
+    if (statistics_.empty()) return Statistics{};
+    if (opts.batch_size < 2) {
+      return absl::InvalidArgumentError("statistics need batches of at least 2 examples");
+    }
+    StatisticsRun run = StartStatistics();
+    try {
+      auto got = ReestimateImpl(data, indices, opts, &run);
+      FinishStatistics(run, got.ok() ? &*got : nullptr);
+      return got;
+    } catch (const std::exception& e) {
+      FinishStatistics(run, nullptr);
+      return absl::InternalError(
+          StrCat(name_, ": re-estimating the statistics failed: ", FirstLine(e)));
     }
   }
 
@@ -726,6 +754,156 @@ class TorchModel final : public Model {
         last.empty() ? 0 : std::accumulate(last.begin(), last.end(), 0.0) / last.size();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return r;
+  }
+
+  // ReestimateStatistics's state: the statistics and counters as they were, put back
+  // where nothing was estimated.
+  struct StatisticsRun {
+    std::vector<torch::Tensor> mean, var;  // clones
+    std::vector<torch::Tensor> tracked;    // each pair's num_batches_tracked (undefined: none)
+    std::vector<torch::Tensor> tracked_was;
+    std::vector<double> factor;  // each pair's update factor (0: not BatchNorm's rule)
+    std::vector<std::vector<double>> sum_mean, sum_var;
+  };
+
+  StatisticsRun StartStatistics() {
+    torch::NoGradGuard guard;
+    StatisticsRun run;
+    const NamedTensors state = net_->StateTensors();
+    net_->SetTraining(false);
+    for (const auto& [mean, var] : statistics_) {
+      run.mean.push_back(flat_[mean].clone());
+      run.var.push_back(flat_[var].clone());
+      const std::string module = StatisticsModule(mean);
+      torch::Tensor tracked;
+      for (const auto& [n, t] : state) {
+        if (n == (module.empty() ? "" : module + ".") + "num_batches_tracked") tracked = t;
+      }
+      run.tracked.push_back(tracked);
+      run.tracked_was.push_back(tracked.defined() ? tracked.clone() : torch::Tensor());
+      net_->SetModuleTraining(module, true);
+    }
+    return run;
+  }
+
+  // The module that owns the statistics pair whose running_mean is flat_[mean].
+  std::string StatisticsModule(size_t mean) const {
+    const std::string& n = flat_names_[mean];
+    const size_t dot = n.rfind('.');
+    return dot == std::string::npos ? "" : n.substr(0, dot);
+  }
+
+  // Every pair's statistics and counter at `value` before a forward pass.
+  void ResetStatistics(StatisticsRun& run, double value) {
+    for (size_t p = 0; p < statistics_.size(); ++p) {
+      flat_[statistics_[p].first].fill_(value);
+      flat_[statistics_[p].second].fill_(value);
+      if (run.tracked[p].defined()) run.tracked[p].zero_();
+    }
+  }
+
+  static std::vector<double> Doubles(const torch::Tensor& t) {
+    const torch::Tensor d = t.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+    return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+  }
+
+  // With the statistics at 0 before the pass, a module that follows BatchNorm's rule
+  // (running = (1 - f) running + f batch) holds f x the batch's; passing the same batch
+  // again from 1 gives 1 - f + f x the batch's, which measures f whatever the module's
+  // momentum (None: f = 1 once its counter is reset). f must be one number for every
+  // channel of the mean and the variance, or the pair is not BatchNorm's.
+  void CalibrateStatistics(StatisticsRun& run, const torch::Tensor& x) {
+    std::vector<std::vector<double>> zero_mean, zero_var;
+    for (const auto& [mean, var] : statistics_) {
+      zero_mean.push_back(Doubles(flat_[mean]));
+      zero_var.push_back(Doubles(flat_[var]));
+    }
+    ResetStatistics(run, 1.0);
+    net_->Forward(x);
+    for (size_t p = 0; p < statistics_.size(); ++p) {
+      const std::vector<double> m = Doubles(flat_[statistics_[p].first]);
+      const std::vector<double> v = Doubles(flat_[statistics_[p].second]);
+      double f = 1 - (m[0] - zero_mean[p][0]);
+      bool ok = f > 1e-6 && f <= 1 + 1e-6;
+      for (size_t c = 0; c < m.size() && ok; ++c) {
+        // float32 statistics: the measured f is good to a few ulps of the larger value.
+        const double tol = 1e-5 * (1 + std::fabs(zero_mean[p][c]) + std::fabs(zero_var[p][c]));
+        ok = std::fabs(1 - (m[c] - zero_mean[p][c]) - f) <= tol &&
+             std::fabs(1 - (v[c] - zero_var[p][c]) - f) <= tol;
+      }
+      run.factor.push_back(ok ? f : 0);
+      run.sum_mean.emplace_back(m.size(), 0.0);
+      run.sum_var.emplace_back(v.size(), 0.0);
+      for (size_t c = 0; c < m.size() && ok; ++c) {
+        run.sum_mean[p][c] = zero_mean[p][c] / f;
+        run.sum_var[p][c] = zero_var[p][c] / f;
+      }
+    }
+  }
+
+  absl::StatusOr<Statistics> ReestimateImpl(const Dataset& data, std::span<const uint32_t> indices,
+                                            const StatisticsOptions& opts, StatisticsRun* run) {
+    torch::NoGradGuard guard;
+    Statistics out;
+    for (size_t at = 0; out.batches < opts.max_batches && at + 2 <= indices.size();) {
+      const size_t len = std::min(opts.batch_size, indices.size() - at);
+      auto [x, y] = Batch(data, indices.subspan(at, len));
+      at += len;
+      ResetStatistics(*run, 0.0);
+      net_->Forward(x);
+      if (out.batches == 0) {
+        CalibrateStatistics(*run, x);
+      } else {
+        for (size_t p = 0; p < statistics_.size(); ++p) {
+          if (run->factor[p] == 0) continue;
+          const std::vector<double> m = Doubles(flat_[statistics_[p].first]);
+          const std::vector<double> v = Doubles(flat_[statistics_[p].second]);
+          for (size_t c = 0; c < m.size(); ++c) {
+            run->sum_mean[p][c] += m[c] / run->factor[p];
+            run->sum_var[p][c] += v[c] / run->factor[p];
+          }
+        }
+      }
+      out.examples += len;
+      ++out.batches;
+    }
+    if (out.batches == 0) {
+      return absl::InvalidArgumentError(
+          StrCat(name_, ": no batch of at least 2 examples to re-estimate the statistics with (",
+                 indices.size(), " examples)"));
+    }
+    for (size_t p = 0; p < statistics_.size(); ++p) {
+      if (run->factor[p] == 0) out.skipped.push_back(static_cast<uint32_t>(p));
+      for (size_t c = 0; c < run->sum_mean[p].size(); ++c) {
+        out.mean.push_back(static_cast<float>(run->sum_mean[p][c] / out.batches));
+        out.var.push_back(static_cast<float>(run->sum_var[p][c] / out.batches));
+      }
+    }
+    return out;
+  }
+
+  // Sets the statistics to `got` (pairs it skipped, or all of them without it: as they
+  // were), the counters and the training flags as they were.
+  void FinishStatistics(const StatisticsRun& run, const Statistics* got) {
+    torch::NoGradGuard guard;
+    size_t at = 0;
+    for (size_t p = 0; p < statistics_.size(); ++p) {
+      torch::Tensor mean = flat_[statistics_[p].first];
+      torch::Tensor var = flat_[statistics_[p].second];
+      const int64_t n = mean.numel();
+      const bool set = got != nullptr && p < run.factor.size() && run.factor[p] != 0;
+      if (set) {
+        const auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+        mean.copy_(torch::from_blob(const_cast<float*>(got->mean.data() + at), mean.sizes(), opts));
+        var.copy_(torch::from_blob(const_cast<float*>(got->var.data() + at), var.sizes(), opts));
+      } else {
+        mean.copy_(run.mean[p]);
+        var.copy_(run.var[p]);
+      }
+      at += static_cast<size_t>(n);
+      if (run.tracked[p].defined()) run.tracked[p].copy_(run.tracked_was[p]);
+    }
+    net_->SetTraining(false);
   }
 
   absl::StatusOr<EvalResult> EvalImpl(const Dataset& data, size_t limit) {

@@ -79,6 +79,26 @@ struct EvalResult {
   std::vector<uint64_t> class_examples, class_correct;
 };
 
+// Batch normalisation's statistics re-estimated for the weights a model holds
+// (Model::ReestimateStatistics).
+struct StatisticsOptions {
+  size_t max_batches = 100;
+  size_t batch_size = 64;
+};
+
+struct Statistics {
+  uint64_t examples = 0;  // passed forward
+  uint32_t batches = 0;
+  // Per statistics pair in flat order (a running_mean and a running_var of one module), its
+  // channels one after another: the mean over the batches of each batch's per-channel mean
+  // and unbiased variance, what BatchNorm's cumulative average (momentum None) holds after
+  // those batches. Raw values, not the flat vector's scale-free form.
+  std::vector<float> mean, var;
+  // Pairs whose module does not update them as BatchNorm does (a module of its own with
+  // buffers of those names): their values are zeros here and the model keeps its own.
+  std::vector<uint32_t> skipped;
+};
+
 // Not thread-safe; one per trainer thread.
 class Model {
  public:
@@ -124,6 +144,17 @@ class Model {
                                             const TrainOptions& opts) = 0;
   // Loss and accuracy over the first `limit` examples (0 = all).
   virtual absl::StatusOr<EvalResult> Evaluate(const Dataset& data, size_t limit = 0) = 0;
+  // Batch normalisation's running statistics re-estimated for the current weights: forward
+  // passes over data[indices] in order (the caller shuffles), in batches of
+  // opts.batch_size (at most opts.max_batches; a last batch of one example is left out),
+  // without gradients, the network in eval mode but for the modules that own a statistics
+  // pair. Whatever momentum those modules have, the result is the batches' mean
+  // (Statistics), and the model's statistics are set to it; its weights and its
+  // num_batches_tracked stay as they were, and it is left in eval mode. Nothing for a
+  // model without statistics in its flat vector (built-ins; buffers "local").
+  virtual absl::StatusOr<Statistics> ReestimateStatistics(const Dataset& data,
+                                                          std::span<const uint32_t> indices,
+                                                          const StatisticsOptions& opts) = 0;
 
   // The model with its current weights as the bytes of a TorchScript file that plain
   // PyTorch loads (torch.jit.load) with nothing of fedlgc installed: a module's own file

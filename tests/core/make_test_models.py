@@ -43,6 +43,35 @@ class BnNet(nn.Module):
         return nn.functional.cross_entropy(out, y, label_smoothing=0.1)
 
 
+class Whiten(nn.Module):
+    """Buffers named as BatchNorm's that its forward reads and never updates."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(c))
+        self.register_buffer("running_var", torch.ones(c))
+
+    def forward(self, x):
+        m = self.running_mean[None, :, None, None]
+        v = self.running_var[None, :, None, None]
+        return (x - m) / torch.sqrt(v + 1e-5)
+
+
+class BnStats(nn.Module):
+    """Conv + BatchNorm with momentum None + Whiten + Linear, [b, 1, 8, 8] in, 4 classes:
+    a cumulative BatchNorm and a statistics pair that is not BatchNorm's."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4, momentum=None)
+        self.whiten = Whiten(4)
+        self.fc = nn.Linear(4 * 8 * 8, 4)
+
+    def forward(self, x):
+        return self.fc(self.whiten(torch.relu(self.bn(self.conv(x)))).flatten(1))
+
+
 class Mlp(nn.Module):
     def __init__(self, inputs=784, hidden=32, outputs=10):
         super().__init__()
@@ -128,6 +157,11 @@ def main():
         bn.bn.running_mean.uniform_(-1, 1)
         bn.bn.running_var.uniform_(0.5, 2)
     save(bn, out, "bn_loss")
+    stats = BnStats()
+    with torch.no_grad():
+        stats.whiten.running_mean.uniform_(-1, 1)
+        stats.whiten.running_var.uniform_(0.5, 2)
+    save(stats, out, "bn_stats")
     save(Mlp(), out, "mlp_traced", scripted=False, example=torch.zeros(2, 1, 28, 28))
     save(Gru(), out, "gru")
     save(Embed(), out, "embed")

@@ -392,6 +392,94 @@ TEST_F(ScriptModel, AModuleExportsWithItsStatisticsInTheirOwnForm) {
   EXPECT_GT(arrays->at("bn.num_batches_tracked").At(0), 0);
 }
 
+// The statistics re-estimated for a model's weights against the definition, computed here
+// from the exported weights: the batches' mean of each batch's per-channel mean and
+// unbiased variance of the convolution's output. The same whether the BatchNorm's momentum
+// is 0.1 (bn_loss) or None (bn_stats); a pair of buffers its module never updates
+// (bn_stats' whiten) is named and kept; the weights and the counters stay.
+TEST_F(ScriptModel, ReestimatedStatisticsAreTheBatchesMeanWhateverTheMomentum) {
+  const Dataset data = Blobs(200, {1, 8, 8}, 4, 5);
+  std::vector<uint32_t> idx = All(data);
+  std::shuffle(idx.begin(), idx.end(), std::mt19937_64(4));
+  for (const char* name : {"bn_loss", "bn_stats"}) {
+    SCOPED_TRACE(name);
+    auto m = Load(name);
+    ASSERT_NE(m, nullptr);
+    const NpzArrays before = m->StateArrays().value();
+    StatisticsOptions opts;  // batches of 64: 64, 64, 64, 8
+    auto st = m->ReestimateStatistics(data, idx, opts);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->examples, 200u);
+    EXPECT_EQ(st->batches, 4u);
+    const bool whiten = std::string(name) == "bn_stats";
+    EXPECT_EQ(st->skipped, whiten ? std::vector<uint32_t>{1} : std::vector<uint32_t>{});
+    ASSERT_EQ(st->mean.size(), whiten ? 8u : 4u);
+    // The oracle: conv(x) per batch, channel by channel, in doubles.
+    const NpyArray& w = before.at("conv.weight");  // [4, 1, 3, 3]
+    const NpyArray& b = before.at("conv.bias");
+    std::vector<double> mean(4, 0), var(4, 0);
+    size_t batches = 0;
+    for (size_t at = 0; at < idx.size(); at += 64, ++batches) {
+      const size_t len = std::min<size_t>(64, idx.size() - at);
+      for (size_t c = 0; c < 4; ++c) {
+        std::vector<double> out;
+        for (size_t e = at; e < at + len; ++e) {
+          const float* x = data.x.data() + idx[e] * 64;
+          for (int i = 0; i < 8; ++i) {
+            for (int j = 0; j < 8; ++j) {
+              double v = b.At(c);
+              for (int di = -1; di <= 1; ++di) {
+                for (int dj = -1; dj <= 1; ++dj) {
+                  if (i + di < 0 || i + di > 7 || j + dj < 0 || j + dj > 7) continue;
+                  v += w.At(c * 9 + (di + 1) * 3 + dj + 1) * x[(i + di) * 8 + j + dj];
+                }
+              }
+              out.push_back(v);
+            }
+          }
+        }
+        const double mu = std::accumulate(out.begin(), out.end(), 0.0) / out.size();
+        double ss = 0;
+        for (double v : out) ss += (v - mu) * (v - mu);
+        mean[c] += mu;
+        var[c] += ss / (out.size() - 1);
+      }
+    }
+    const NpzArrays after = m->StateArrays().value();
+    for (size_t c = 0; c < 4; ++c) {
+      const double mu = mean[c] / batches, v = var[c] / batches;
+      EXPECT_NEAR(st->mean[c], mu, 1e-4 * (1 + std::fabs(mu))) << "channel " << c;
+      EXPECT_NEAR(st->var[c], v, 1e-4 * (1 + v)) << "channel " << c;
+      EXPECT_EQ(after.at("bn.running_mean").At(c), st->mean[c]);
+      EXPECT_EQ(after.at("bn.running_var").At(c), st->var[c]);
+    }
+    // Everything else as it was, to the bit.
+    for (const auto& [n, a] : before) {
+      if (n != "bn.running_mean" && n != "bn.running_var") {
+        EXPECT_EQ(after.at(n).data, a.data) << n;
+      }
+    }
+    // Deterministic: again from the estimate, the same estimate.
+    auto again = m->ReestimateStatistics(data, idx, opts);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->mean, st->mean);
+    EXPECT_EQ(again->var, st->var);
+  }
+  // At most max_batches; a single example is no batch; a built-in has no statistics.
+  auto m = Load("bn_loss");
+  ASSERT_NE(m, nullptr);
+  StatisticsOptions two;
+  two.max_batches = 2;
+  EXPECT_EQ(m->ReestimateStatistics(data, idx, two)->examples, 128u);
+  const NpzArrays kept = m->StateArrays().value();
+  auto one = m->ReestimateStatistics(data, std::span<const uint32_t>(idx).first(1), two);
+  EXPECT_TRUE(absl::IsInvalidArgument(one.status())) << one.status();
+  EXPECT_EQ(m->StateArrays()->at("bn.running_var").data, kept.at("bn.running_var").data);
+  auto cnn = Model::Create("cnn", 1);
+  ASSERT_TRUE(cnn.ok());
+  EXPECT_EQ((*cnn)->ReestimateStatistics(data, idx, two)->batches, 0u);
+}
+
 // FedProx's term, checked against plain SGD without a reference implementation: with
 // momentum 0, two steps from w0 differ from the plain two steps by exactly lr x mu x (w0 -
 // w1), w1 being the first step's weights (the term's gradient is 0 at w0 and mu (w1 - w0)

@@ -19,6 +19,7 @@
 
 #include "base/str.h"
 #include "core/optimizer.h"
+#include "core/statistics.h"
 
 namespace fedlgc::core {
 namespace {
@@ -287,9 +288,6 @@ absl::StatusOr<NpyType> NpyTypeOf(torch::ScalarType t) {
       return absl::InvalidArgumentError(StrCat("dtype ", c10::toString(t), " has no NumPy form"));
   }
 }
-
-// See TorchModel::statistics_ (python/fedlgc/_flat.py does the same).
-constexpr float kStatisticsEps = 1e-5f;
 
 class TorchModel final : public Model {
  public:

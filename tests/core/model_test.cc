@@ -15,9 +15,10 @@
 
 #include "base/file.h"
 #include "core/dataset.h"
-#include "core/npz.h"
 #include "core/float_bytes.h"
+#include "core/npz.h"
 #include "core/optimizer.h"
+#include "core/statistics.h"
 #include "gtest/gtest.h"
 
 namespace fedlgc::core {
@@ -458,6 +459,15 @@ TEST_F(ScriptModel, ReestimatedStatisticsAreTheBatchesMeanWhateverTheMomentum) {
       if (n != "bn.running_mean" && n != "bn.running_var") {
         EXPECT_EQ(after.at(n).data, a.data) << n;
       }
+    }
+    // The flat vector holds the estimate as WriteStatistics writes it from the layout.
+    std::vector<float> written = m->GetFlat();
+    ASSERT_TRUE(
+        WriteStatistics(StatisticsPairs(m->layout()), st->mean, st->var, st->skipped, written)
+            .ok());
+    const std::vector<float> flat = m->GetFlat();
+    for (size_t i = 0; i < flat.size(); ++i) {
+      EXPECT_NEAR(written[i], flat[i], 1e-6f * (1 + std::fabs(flat[i]))) << i;
     }
     // Deterministic: again from the estimate, the same estimate.
     auto again = m->ReestimateStatistics(data, idx, opts);

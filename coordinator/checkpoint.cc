@@ -83,6 +83,7 @@ bool FromMessage(const state::Checkpoint& m, EngineState* s) {
     }
   }
   for (const auto& [id, why] : m.quarantined()) s->quarantined[id] = why;
+  s->statistics_round = m.statistics_round();
   return true;
 }
 
@@ -96,6 +97,7 @@ absl::Status WriteCheckpoint(const std::string& state_dir, const std::string& jo
   m.set_job(job);
   m.set_next_round(s.next_round);
   m.set_model_version(s.model_version);
+  m.set_statistics_round(s.statistics_round);
   m.set_model(core::FloatsToBytes(s.model));
   m.set_momentum(core::FloatsToBytes(s.momentum));
   for (const auto& [id, samples] : s.clients) (*m.mutable_clients())[id] = samples;

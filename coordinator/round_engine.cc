@@ -195,9 +195,14 @@ std::optional<Clock::time_point> RoundEngine::AskedAt(const std::string& client)
   return it->second.at;
 }
 
-absl::Status RoundEngine::Rebase(uint64_t round, std::vector<float> model) {
+absl::Status RoundEngine::Rebase(uint64_t round, std::vector<float> model,
+                                 const RebaseOptions& options) {
   absl::MutexLock lock(&mu_);
   if (round_) return absl::FailedPreconditionError(StrCat("round ", round_->number, " is open"));
+  if (options.from_version && *options.from_version != state_.model_version) {
+    return absl::FailedPreconditionError(StrCat(
+        "the model moved on from version ", *options.from_version, " to ", state_.model_version));
+  }
   if (round < state_.next_round) {
     return absl::FailedPreconditionError(
         StrCat("round ", round, " is behind this coordinator's next round, ", state_.next_round));
@@ -209,7 +214,8 @@ absl::Status RoundEngine::Rebase(uint64_t round, std::vector<float> model) {
   state_.next_round = round;
   state_.model = std::move(model);
   state_.model_version += 1;
-  std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
+  if (!options.keep_momentum) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
+  if (options.statistics_round > 0) state_.statistics_round = options.statistics_round;
   PublishModelLocked();
   return absl::OkStatus();
 }

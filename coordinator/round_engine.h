@@ -118,8 +118,20 @@ struct EngineState {
   // flight, so a receipt lost with a connection never makes it resend or re-absorb a
   // counted update.
   std::map<std::string, std::vector<Receipt>> receipts;
+  // The last round whose batch normalisation statistics were re-estimated and committed
+  // as a version of their own (coordinator/statistics_phase.h); 0: none.
+  uint64_t statistics_round = 0;
 
   bool operator==(const EngineState&) const = default;
+};
+
+// How RoundEngine::Rebase makes its version.
+struct RebaseOptions {
+  bool keep_momentum = false;  // the server optimizer's momentum goes on
+  // FAILED_PRECONDITION unless the model is at this version (nullopt: any).
+  std::optional<uint64_t> from_version;
+  // EngineState::statistics_round after it (0: unchanged).
+  uint64_t statistics_round = 0;
 };
 
 // How many receipts per client survive (in memory and in checkpoints).
@@ -199,8 +211,10 @@ class RoundEngine {
   // under a new version, and the next round opened takes the number `round`, its
   // parent's, so that a round has one number (and one client seed) at every tier.
   // FAILED_PRECONDITION while a round is open or for a round below the next one;
-  // INVALID_ARGUMENT for a model of another size. Server momentum starts afresh.
-  absl::Status Rebase(uint64_t round, std::vector<float> model);
+  // INVALID_ARGUMENT for a model of another size. Server momentum starts afresh, unless
+  // `options` keep it: a version that changes the model between rounds without a round
+  // (re-estimated statistics) and commits only if the model is still `from_version`.
+  absl::Status Rebase(uint64_t round, std::vector<float> model, const RebaseOptions& options = {});
 
   // Admits, decodes and collects one chunk (or answers a query: an empty frame).
   ChunkResult AcceptChunk(const ChunkIn& chunk);

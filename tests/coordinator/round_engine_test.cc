@@ -341,6 +341,40 @@ TEST(RoundEngine, ServerMomentum) {
   EXPECT_FLOAT_EQ(e->ModelVector()[3], 3.5f);
 }
 
+// A version between rounds (re-estimated statistics): with keep_momentum the next commit
+// goes on as if it had not come (the server momentum carried), it commits only on the
+// version it was made from, never while a round is open; without keep_momentum the
+// momentum starts afresh, as an aggregator's rebase wants.
+TEST(RoundEngine, ARebaseBetweenRoundsKeepsTheMomentumWhenAskedAndChecksTheVersion) {
+  auto e = MakeEngine("fp32", 0.5f);
+  const auto f = Encode("fp32", std::vector<float>(kDim, 1.0f), 0);
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
+  e.Commit();  // m = 1, x = 2, version 1
+  std::vector<float> patched = e->ModelVector();
+  patched[0] = 10.0f;
+  RebaseOptions keep{.keep_momentum = true, .from_version = 1, .statistics_round = 1};
+  ASSERT_TRUE(e->Rebase(2, patched, keep).ok());
+  EXPECT_EQ(e->model()->version, 2u);
+  EXPECT_EQ(e->Snapshot().statistics_round, 1u);
+  EXPECT_EQ(e->ModelVector(), patched);
+  // Made from version 1, the model is at 2: refused, nothing changes.
+  EXPECT_TRUE(absl::IsFailedPrecondition(e->Rebase(2, std::vector<float>(kDim, 0.0f), keep)));
+  EXPECT_EQ(e->ModelVector(), patched);
+  e.Open({"a"});
+  EXPECT_TRUE(absl::IsFailedPrecondition(e->Rebase(2, patched)));  // a round is open
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100, 2)).status.ok());
+  e.Commit();  // m = 0.5 + 1, x = 2 + 1.5 (and 10 + 1.5 where the rebase moved it)
+  EXPECT_FLOAT_EQ(e->ModelVector()[3], 3.5f);
+  EXPECT_FLOAT_EQ(e->ModelVector()[0], 11.5f);
+  EXPECT_EQ(e->Snapshot().statistics_round, 1u);
+  // Without keep_momentum the momentum starts afresh: the next step is the update alone.
+  ASSERT_TRUE(e->Rebase(3, e->ModelVector()).ok());
+  e.Open({"a"});
+  ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100, 3)).status.ok());
+  e.Commit();
+  EXPECT_FLOAT_EQ(e->ModelVector()[3], 4.5f);
+}
+
 TEST(RoundEngine, WarmupCodecsThenTheJobCodec) {
   EngineOptions o;
   o.plan.codec = "topk(ratio=0.1)";
@@ -475,11 +509,15 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   ASSERT_TRUE(e->AcceptChunk(Chunk("a", f, 0, 100)).status.ok());
   e.Commit();
   e->roster().Quarantine("b", "round 1: the guard refused it");
+  ASSERT_TRUE(e->Rebase(2, e->ModelVector(), {.keep_momentum = true, .statistics_round = 1}).ok());
   ASSERT_TRUE(WriteCheckpoint(dir, "job", e->Snapshot()).ok());
   auto back = ReadCheckpoint(dir, "job");
   ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
   const EngineState& s = **back;
   EXPECT_EQ(s.next_round, 2u);
+  EXPECT_EQ(s.model_version, 2u);
+  EXPECT_EQ(s.statistics_round, 1u);
+  EXPECT_EQ(s, e->Snapshot());
   EXPECT_EQ(s.model, e->ModelVector());
   EXPECT_EQ(s.clients.size(), 2u);
   ASSERT_EQ(s.receipts.at("a").size(), 1u);

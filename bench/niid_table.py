@@ -26,15 +26,31 @@ REFERENCE = {
 SPLITS = {"iid": "IID", "dir05": "Dirichlet(0.5)", "c2": "#C=2"}
 
 
+def load_rounds(path):
+    """The rounds of a run's report; of a run whose simulator was stopped and whose
+    coordinator and clients were started again on its state folder (they go on from the
+    checkpoint), the coordinator's rounds.jsonl, its last line for each round."""
+    if os.path.exists(path):
+        return json.load(open(path))["rounds"]
+    log = path[:-5] + ".run/coordinator/rounds.jsonl"
+    if not os.path.exists(log):
+        return []
+    by_round = {}
+    for line in open(log):
+        r = json.loads(line)
+        by_round[r["round"]] = r
+    return [by_round[k] for k in sorted(by_round) if by_round[k].get("accuracy") is not None]
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "build/bench-niid"
     runs = {}
-    for path in sorted(glob.glob(os.path.join(out, "*_s*.json"))):
+    for path in sorted(set(glob.glob(os.path.join(out, "*_s*.json")) +
+                           [d[:-4] + ".json" for d in glob.glob(os.path.join(out, "*_s*.run"))])):
         m = re.match(r"(\w+?)_(\w+)_s(\d+)\.json$", os.path.basename(path))
         if not m:
             continue
-        report = json.load(open(path))
-        rounds = report["rounds"]
+        rounds = load_rounds(path)
         if not rounds:
             continue
         acc = [100 * r["accuracy"] for r in rounds]

@@ -9,21 +9,17 @@
 namespace fedlgc::core {
 
 std::vector<StatisticsPair> StatisticsPairs(const codecs::ModelLayout& layout) {
-  constexpr std::string_view kMean = "running_mean";
-  std::map<std::string, const codecs::TensorSlot*> vars;
-  for (const codecs::TensorSlot& t : layout.tensors()) {
-    if (std::string_view(t.name).ends_with("running_var")) vars[t.name] = &t;
-  }
+  // The rule of core/model.cc and python/fedlgc/_flat.py: a name that ends in running_mean
+  // and the same name ending in running_var, of the same size.
+  std::map<std::string, const codecs::TensorSlot*> by_name;
+  for (const codecs::TensorSlot& t : layout.tensors()) by_name[t.name] = &t;
   std::vector<StatisticsPair> out;
   for (const codecs::TensorSlot& t : layout.tensors()) {
-    const std::string_view n = t.name;
-    if (!n.ends_with(kMean) || (n.size() > kMean.size() && n[n.size() - kMean.size() - 1] != '.')) {
-      continue;
-    }
-    const std::string prefix(n.substr(0, n.size() - kMean.size()));  // "bn." or ""
-    auto var = vars.find(prefix + "running_var");
-    if (var == vars.end() || var->second->size != t.size) continue;
-    out.push_back({prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1), t.offset,
+    if (!std::string_view(t.name).ends_with("running_mean")) continue;
+    auto var = by_name.find(t.name.substr(0, t.name.size() - 4) + "var");
+    if (var == by_name.end() || var->second->size != t.size) continue;
+    const size_t dot = t.name.rfind('.');
+    out.push_back({dot == std::string::npos ? "" : t.name.substr(0, dot), t.offset,
                    var->second->offset, t.size});
   }
   return out;

@@ -26,8 +26,10 @@ struct StatisticsPair {
   uint64_t channels = 0;
 };
 
-// Every "<module>.running_mean" with a "<module>.running_var" of the same size, in the
-// flat order of the means: the pairs Model::ReestimateStatistics estimates, in its order.
+// Every tensor whose name ends in "running_mean" with the one of that name ending in
+// "running_var", of the same size, in the flat order of the means: the pairs whose values
+// a model's flat vector holds scale-free and Model::ReestimateStatistics estimates, in its
+// order. `module` is the name up to its last dot.
 std::vector<StatisticsPair> StatisticsPairs(const codecs::ModelLayout& layout);
 uint64_t StatisticsChannels(std::span<const StatisticsPair> pairs);
 

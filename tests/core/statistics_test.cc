@@ -22,14 +22,14 @@ codecs::ModelLayout Layout() {
                                       {"bn.running_var", {4}},
                                       {"running_mean", {2}},  // the root module's
                                       {"running_var", {2}},
-                                      {"xrunning_mean", {2}},  // not a module's
+                                      {"xrunning_mean", {2}},  // a pair too, of the root
                                       {"xrunning_var", {2}}})
       .value();
 }
 
 TEST(Statistics, PairsAreAModulesMeanAndVarianceOfOneSize) {
   const std::vector<StatisticsPair> pairs = StatisticsPairs(Layout());
-  ASSERT_EQ(pairs.size(), 2u);
+  ASSERT_EQ(pairs.size(), 3u);
   EXPECT_EQ(pairs[0].module, "bn");
   EXPECT_EQ(pairs[0].mean_at, 40u);
   EXPECT_EQ(pairs[0].var_at, 52u);
@@ -37,7 +37,9 @@ TEST(Statistics, PairsAreAModulesMeanAndVarianceOfOneSize) {
   EXPECT_EQ(pairs[1].module, "");
   EXPECT_EQ(pairs[1].mean_at, 56u);
   EXPECT_EQ(pairs[1].var_at, 58u);
-  EXPECT_EQ(StatisticsChannels(pairs), 6u);
+  EXPECT_EQ(pairs[2].module, "");
+  EXPECT_EQ(pairs[2].mean_at, 60u);
+  EXPECT_EQ(StatisticsChannels(pairs), 8u);
   EXPECT_TRUE(StatisticsPairs(codecs::ModelLayout::Flat(10)).empty());
 }
 
@@ -119,7 +121,7 @@ TEST(Statistics, WritingPutsTheScaleFreeFormWhereThePairsAre) {
   const codecs::ModelLayout layout = Layout();
   const std::vector<StatisticsPair> pairs = StatisticsPairs(layout);
   std::vector<float> flat(layout.dim(), 7.0f);
-  const std::vector<float> mean = {1, -2, 0, 3, 0.5f, 9}, var = {4, 1, 0, 0.25f, 2, 3};
+  const std::vector<float> mean = {1, -2, 0, 3, 0.5f, 9, 1, 1}, var = {4, 1, 0, 0.25f, 2, 3, 1, 1};
   ASSERT_TRUE(WriteStatistics(pairs, mean, var, /*skipped=*/{}, flat).ok());
   for (size_t c = 0; c < 4; ++c) {
     EXPECT_FLOAT_EQ(flat[40 + c], mean[c] / std::sqrt(var[c] + kStatisticsEps));
@@ -128,7 +130,7 @@ TEST(Statistics, WritingPutsTheScaleFreeFormWhereThePairsAre) {
   EXPECT_FLOAT_EQ(flat[57], 9 / std::sqrt(3 + kStatisticsEps));
   size_t touched = 0;
   for (float f : flat) touched += f != 7.0f;
-  EXPECT_EQ(touched, 12u);
+  EXPECT_EQ(touched, 16u);
   // A skipped pair keeps its values; sizes that do not fit are refused.
   std::vector<float> again(layout.dim(), 7.0f);
   const std::vector<uint32_t> skip = {0};
@@ -136,7 +138,7 @@ TEST(Statistics, WritingPutsTheScaleFreeFormWhereThePairsAre) {
   EXPECT_EQ(again[40], 7.0f);
   EXPECT_NE(again[56], 7.0f);
   EXPECT_TRUE(absl::IsInvalidArgument(
-      WriteStatistics(pairs, std::span<const float>(mean).first(5), var, {}, flat)));
+      WriteStatistics(pairs, std::span<const float>(mean).first(7), var, {}, flat)));
   std::vector<float> small(50);
   EXPECT_TRUE(absl::IsInvalidArgument(WriteStatistics(pairs, mean, var, {}, small)));
 }

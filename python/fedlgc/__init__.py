@@ -35,9 +35,11 @@ import torch  # noqa: F401  (libtorch first: the extension links the same one)
 
 from . import _flat, codecs
 from . import _fedlgc
+from ._bn import Statistics, reestimate_statistics
 
 __all__ = ["run_client", "RoundInfo", "RoundResult", "EvalInfo", "Tls", "layout_of", "cuts_of",
-           "proximal_term", "scaffold_step", "codecs", "__version__"]
+           "proximal_term", "scaffold_step", "reestimate_statistics", "Statistics", "codecs",
+           "__version__"]
 
 __version__ = _fedlgc.VERSION
 

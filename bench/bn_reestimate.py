@@ -2,10 +2,10 @@
 """BatchNorm models under sparse codecs, the statistics re-estimated (bench/bn_reestimate.sh):
 for each model a round committed and fedlgc-export wrote, its test accuracy on all of
 Fashion-MNIST's test set as handed over, and again after fedlgc.reestimate_statistics on
-100 batches of 64 of the jobs' training examples (the first 20,000, drawn with seed 0, no
+100 batches of 64 training examples (of the first 20,000, drawn with seed 0, no
 augmentation), the statistics then belonging to the weights they sit beside.
 
-    bn_reestimate.py OUT   (reads OUT/<run>-r<round>.pt, prints a Markdown table)
+    bn_reestimate.py DIR   (reads DIR/<run>-r<round>.pt, prints a Markdown table)
 """
 
 import glob

@@ -299,6 +299,11 @@ void Coordinator::MakeService(const JobFiles& files, RecorderParts recorder) {
     eval_book_ = std::make_unique<EvalBook>(o.max_client_weight, o.clock);
     so.eval_book = eval_book_.get();
   }
+  const bool median =
+      robust_.kind != AggregatorKind::kMean && robust_.kind != AggregatorKind::kStreaming;
+  statistics_ = StatisticsPhase::Create(o, eval_model_->layout(), median,
+                                        {downlinks_.get(), o.state_dir, job_key_});
+  if (statistics_ != nullptr) so.stats_book = &statistics_->book();
   service_ =
       std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);
   HostParts parts;
@@ -408,6 +413,20 @@ std::vector<RoundReport> Coordinator::reports() const { return recorder_->report
 
 absl::Status Coordinator::Run() {
   run_started_ = options_.clock->Now();
+  if (statistics_ != nullptr && source_ == nullptr && StatisticsPhase::Pending(*engine_)) {
+    // Restarted during the statistics phase of the last committed round (or the job turned
+    // --bn-stats on): it runs again, over the clients that connect, before the round log is
+    // recovered with the model's evaluation.
+    RoundReport phase;
+    const std::vector<std::string> clients = WaitForParticipants();
+    if (!clients.empty()) {
+      absl::Status st = statistics_->Run(engine_->current_round() - 1, clients, *host_, &phase);
+      if (!st.ok()) return st;
+      log::Info("coordinator", "statistics of round %llu: %s",
+                static_cast<unsigned long long>(engine_->current_round() - 1),
+                phase.labels["bn_stats"].c_str());
+    }
+  }
   RecoverRoundLog();
   if (source_ != nullptr) return RunForParent();
   uint64_t last = options_.rounds;
@@ -665,6 +684,16 @@ absl::Status Coordinator::FinishRound(const CommitResult& commit, RoundReport re
     metrics_->AddChunks(client, "counted", rc.counted.size());
     if (!rc.counted.empty()) metrics_->SetClientLastRound(client, commit.round);
     service_->events().Push(client, ReceiptEventOf(rc));
+  }
+  // The statistics that belong to the committed weights, as a version of their own,
+  // before anything evaluates, keeps or hands over the model.
+  if (statistics_ != nullptr && source_ == nullptr && commit.participants > 0) {
+    std::vector<std::string> counted;
+    for (const auto& [client, rc] : commit.receipts) {
+      if (!rc.counted.empty()) counted.push_back(client);
+    }
+    if (absl::Status st = statistics_->Run(commit.round, counted, *host_, &rep); !st.ok())
+      return st;
   }
   progress_->Committed(rep.round);
   host_->WriteProgress(/*force=*/true);

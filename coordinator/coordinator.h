@@ -28,6 +28,7 @@
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/round_source.h"
+#include "coordinator/statistics_phase.h"
 #include "core/round_report.h"
 
 namespace grpc {
@@ -141,6 +142,7 @@ class Coordinator final {
   std::unique_ptr<Downlinks> downlinks_;  // null: models go down as float32
   std::unique_ptr<Progress> progress_;    // <state_dir>/progress.json
   std::unique_ptr<EvalBook> eval_book_;   // null unless clients evaluate
+  std::unique_ptr<StatisticsPhase> statistics_;  // null unless --bn-stats on (and statistics)
   std::unique_ptr<CoordinatorService> service_;
   // The driver's view of all of the above, and where the round loop waits; made with
   // the service, null until then.

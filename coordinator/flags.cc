@@ -141,6 +141,15 @@ void AddEvaluationFlags(CLI::App& g, CoordinatorOptions* o) {
                "clients asked per evaluation, a seeded sample of those connected (0: all)");
   g.add_option("--eval-timeout", o->eval_timeout_s,
                "seconds the clients' evaluations are waited for (later ones count as missing)");
+  g.add_option("--bn-stats", o->bn_stats,
+               "on: after each commit the round's counted clients re-estimate the model's "
+               "batch normalisation statistics on their training data, and the coordinator "
+               "commits the pooled statistics as a version of their own (docs/your-model.md)");
+  g.add_option("--bn-stats-batches", o->bn_stats_batches,
+               "with --bn-stats on: batches each asked client passes forward");
+  g.add_option("--bn-stats-batch", o->bn_stats_batch, "with --bn-stats on: examples a batch");
+  g.add_option("--bn-stats-timeout", o->bn_stats_timeout_s,
+               "with --bn-stats on: seconds the clients' statistics are waited for");
 }
 
 namespace {

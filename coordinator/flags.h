@@ -19,8 +19,8 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorOptions* o);
 void AddJobFlags(CLI::App& app, CoordinatorOptions* o);
 // The model guard's flags (fedlgc-sim passes them on too).
 void AddGuardFlags(CLI::App& app, CoordinatorOptions* o);
-// --eval, --eval-every, --eval-fraction, --eval-clients, --eval-timeout (fedlgc-sim
-// passes them on too).
+// --eval, --eval-every, --eval-fraction, --eval-clients, --eval-timeout and --bn-stats
+// with its options (fedlgc-sim passes them on too).
 void AddEvaluationFlags(CLI::App& app, CoordinatorOptions* o);
 // --export, --export-best and --keep-models (fedlgc-sim passes them on too).
 void AddExportFlags(CLI::App& app, CoordinatorOptions* o);

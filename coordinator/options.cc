@@ -8,8 +8,8 @@
 #include "codecs/priority.h"
 #include "codecs/registry.h"
 #include "codecs/round_kind.h"
-#include "core/export.h"
 #include "coordinator/codec_ladder.h"
+#include "core/export.h"
 #include "core/model.h"
 
 namespace fedlgc::coordinator {
@@ -68,6 +68,29 @@ absl::Status ValidateCodecs(const RoundPlan& plan, const std::vector<std::string
   return absl::OkStatus();
 }
 
+// --bn-stats and its options (coordinator/statistics_phase.h).
+absl::Status ValidateStatistics(const CoordinatorOptions& o, const ModeTraits& traits) {
+  if (o.bn_stats != "off" && o.bn_stats != "on") {
+    return absl::InvalidArgumentError(StrCat("--bn-stats '", o.bn_stats, "': expected off or on"));
+  }
+  if (o.bn_stats_batches == 0 || o.bn_stats_batch < 2 || !(o.bn_stats_timeout_s > 0)) {
+    return absl::InvalidArgumentError(
+        "--bn-stats-batches must be >= 1, --bn-stats-batch >= 2 and --bn-stats-timeout > 0");
+  }
+  if (o.bn_stats == "on" && !traits.summed) {
+    return absl::InvalidArgumentError(
+        StrCat("--bn-stats on with --mode ", ModeName(traits.mode),
+               ": its clients keep models of their own; the statistics phase re-estimates a "
+               "committed model every client starts from (--mode fedavg or lgc)"));
+  }
+  if (o.bn_stats == "on" && o.has_parent()) {
+    return absl::InvalidArgumentError(
+        "--bn-stats on with --parent: the root re-estimates its model's statistics; an "
+        "aggregator's commits go to its parent, not to clients");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CoordinatorOptions::Validate(const ModeTraits& traits) const {
@@ -114,6 +137,7 @@ absl::Status CoordinatorOptions::Validate(const ModeTraits& traits) const {
     return absl::InvalidArgumentError("--eval-fraction must be in [0, 0.9]");
   }
   if (!(eval_timeout_s > 0)) return absl::InvalidArgumentError("--eval-timeout must be > 0");
+  if (absl::Status st = ValidateStatistics(*this, traits); !st.ok()) return st;
   if (EvalOnClients() && eval_every > 0 && has_parent()) {
     return absl::InvalidArgumentError(
         "--eval clients with --parent: the root asks the clients; an aggregator's own "

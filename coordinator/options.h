@@ -70,6 +70,13 @@ struct CoordinatorOptions {
   double eval_fraction = 0.1;  // of each client's shard held out under clients and both
   uint32_t eval_clients = 0;   // clients asked per evaluation (0: every connected one)
   double eval_timeout_s = 60;  // how long their answers are waited for
+  // Batch normalisation statistics re-estimated after each commit
+  // (coordinator/statistics_phase.h): "off" or "on"; the batches of how many examples each
+  // asked client passes forward, and how long their answers are waited for.
+  std::string bn_stats = "off";
+  uint32_t bn_stats_batches = 100;
+  uint32_t bn_stats_batch = 64;
+  double bn_stats_timeout_s = 30;
   uint64_t eval_limit = 0;                  // test examples (0 = all)
   // The test set (core/dataset.h): fashion-mnist, synthetic:N, npz:PATH, csv:PATH or
   // images:DIR; a CSV's label column and how labels are read.

@@ -371,6 +371,21 @@ grpc::Status CoordinatorService::DoReport(grpc::CallbackServerContext* ctx,
     ack->set_round(req.round());
     return grpc::Status::OK;
   }
+  if (req.has_statistics()) {
+    // The statistics phase's answer: the phase's book, and the round loop waits for it.
+    const absl::Status st =
+        options_.stats_book != nullptr
+            ? options_.stats_book->Accept(*id, req.statistics())
+            : absl::FailedPreconditionError("this job re-estimates no statistics");
+    if (!st.ok()) {
+      metrics_->AddRejected(absl::IsFailedPrecondition(st) ? RejectReason::kWrongRound
+                                                           : RejectReason::kMalformed);
+      return ToGrpc(st);
+    }
+    ack->set_round(req.round());
+    NotifyChunk();
+    return grpc::Status::OK;
+  }
   const absl::Status st = driver_->AcceptReport(*id, req);
   if (!st.ok()) {
     metrics_->AddRejected(absl::IsFailedPrecondition(st) ? RejectReason::kWrongRound

@@ -15,11 +15,12 @@
 #include <string>
 
 #include "coordinator/event_streams.h"
+#include "coordinator/federated_eval.h"
 #include "coordinator/link_book.h"
 #include "coordinator/progress.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_engine.h"
-#include "coordinator/federated_eval.h"
+#include "coordinator/statistics_phase.h"
 #include "coordinator/stream_registry.h"
 #include "monitoring/metrics.h"
 #include "protos/fedlgc.grpc.pb.h"
@@ -68,6 +69,9 @@ struct ServiceOptions {
   // Where federated evaluation's answers go (not owned, outlives the service; null: none
   // are taken).
   EvalBook* eval_book = nullptr;
+  // Where the answers of the statistics phase go (not owned, outlives the service; null:
+  // none are taken).
+  StatsBook* stats_book = nullptr;
   // Where downloads and uploads are reported (not owned, outlives the service; null:
   // nowhere).
   Progress* progress = nullptr;

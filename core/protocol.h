@@ -17,8 +17,10 @@ namespace fedlgc {
 // objective (RoundStart.objective: FedProx's term), which a client of 3 would ignore, and
 // update parts (UpdateChunk.part), which a coordinator of 3 would add into the model; 5:
 // SCAFFOLD (RoundStart.objective.scaffold, blob "scaffold-control", part 1 of an update),
-// which a client of 4 would ignore, training plain FedAvg and sending no control variate.
-inline constexpr uint32_t kProtocolVersion = 5;
+// which a client of 4 would ignore, training plain FedAvg and sending no control variate;
+// 6: batch normalisation statistics re-estimated after a commit (StatisticsStart,
+// ProgressReport.statistics), which a client of 5 would leave unanswered.
+inline constexpr uint32_t kProtocolVersion = 6;
 
 // The blob (ModelRequest.blob, version 1) under which a coordinator serves the job's
 // TorchScript file to clients that do not hold it (JoinReply.model_sha256).

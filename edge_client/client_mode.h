@@ -193,6 +193,13 @@ class LocalTrainer {
                                                     uint64_t /*round*/, uint64_t /*version*/) {
     return absl::NotFoundError("the trainer does not evaluate");
   }
+  // Batch normalisation statistics (StatisticsStart): the trainer's own re-estimate for
+  // `weights` on its training data (a Python client's statistics hook). NOT_FOUND: it has
+  // none (the client declines, saying why).
+  virtual absl::StatusOr<core::Statistics> ReestimateStatistics(
+      std::span<const float> /*weights*/, const protos::StatisticsStart& /*start*/) {
+    return absl::NotFoundError("the trainer does not re-estimate statistics");
+  }
   // Whether the trainer takes the job's final global model when the job ends (a Python
   // client loads it into the user's module), and taking it.
   virtual bool WantsFinalModel() const { return false; }

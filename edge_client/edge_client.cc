@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <random>
 
 #include "absl/synchronization/mutex.h"
 #include "base/file.h"
@@ -421,6 +422,14 @@ absl::StatusOr<EventVerdict> EdgeClient::HandleEvent(const protos::ServerEvent& 
                      static_cast<unsigned long long>(event.eval().round()), ev.ToString().c_str());
       }
       break;
+    case protos::ServerEvent::kStatistics:
+      // As an evaluation: a failure costs the answer, not the client.
+      if (absl::Status sv = AnswerStatistics(event.statistics()); !sv.ok()) {
+        log::Warning(options_.client_id, "statistics of round %llu: %s",
+                     static_cast<unsigned long long>(event.statistics().round()),
+                     sv.ToString().c_str());
+      }
+      break;
     case protos::ServerEvent::kDone:
       *done = true;
       // What this client hands over; a failure costs that, not the job.
@@ -554,6 +563,63 @@ absl::Status EdgeClient::EvaluateModel(const protos::EvalStart& start) {
                    {"eval_loss", ev->loss},
                    {"eval_accuracy", ev->accuracy},
                    {"eval_seconds", core::SecondsSince(*options_.clock, t0)}}});
+  return transport_->Report(std::move(report), deadline);
+}
+
+absl::StatusOr<core::Statistics> EdgeClient::ReestimateOwn(std::span<const float> weights,
+                                                           const protos::StatisticsStart& start) {
+  if (local_buffers_) {
+    return absl::NotFoundError("the job keeps buffers local: this client's statistics are its own");
+  }
+  if (data_ == nullptr || train_indices().empty()) return absl::NotFoundError("no training data");
+  // The training examples in the order the round's seed shuffles them, as many as asked.
+  std::vector<uint32_t> order = train_indices();
+  std::mt19937_64 rng(start.seed());
+  std::shuffle(order.begin(), order.end(), rng);
+  core::StatisticsOptions opts;
+  if (start.batches() > 0) opts.max_batches = start.batches();
+  opts.batch_size = std::max<size_t>(2, start.batch_size());
+  order.resize(std::min(order.size(), opts.max_batches * opts.batch_size));
+  auto lease = shared_.models->Acquire(*model_);
+  if (!lease.ok()) return lease.status();
+  core::Model& m = lease->model();
+  if (absl::Status st = m.SetFlat(weights); !st.ok()) return st;
+  return m.ReestimateStatistics(data_->data, order, opts);
+}
+
+absl::Status EdgeClient::AnswerStatistics(const protos::StatisticsStart& start) {
+  const SystemTime deadline{std::chrono::milliseconds(start.deadline_unix_ms())};
+  protos::ProgressReport report;
+  report.set_round(start.round());
+  protos::StatisticsReport* r = report.mutable_statistics();
+  r->set_round(start.round());
+  r->set_model_version(start.model_version());
+  auto model = DownloadFloats("", start.model_version(), deadline);
+  if (!model.ok()) return model.status();
+  const auto t0 = options_.clock->Now();
+  absl::StatusOr<core::Statistics> st = trainer_ == nullptr
+                                            ? ReestimateOwn(*model, start)
+                                            : trainer_->ReestimateStatistics(*model, start);
+  if (!st.ok() || st->batches == 0) {
+    // None (NOT_FOUND), a model without statistics, or a failure: the coordinator hears
+    // why at once rather than waiting out the deadline.
+    const std::string why =
+        st.ok() ? "the model has no statistics" : std::string(st.status().message());
+    if (!st.ok() && !absl::IsNotFound(st.status())) {
+      log::Warning(options_.client_id, "round %llu: %s",
+                   static_cast<unsigned long long>(start.round()), why.c_str());
+    }
+    r->set_declined(why);
+    return transport_->Report(std::move(report), deadline);
+  }
+  r->set_examples(st->examples);
+  r->set_batches(st->batches);
+  r->mutable_mean()->Add(st->mean.begin(), st->mean.end());
+  r->mutable_var()->Add(st->var.begin(), st->var.end());
+  r->mutable_skipped()->Add(st->skipped.begin(), st->skipped.end());
+  AppendRoundLog({start.round(),
+                  {{"statistics_examples", static_cast<double>(st->examples)},
+                   {"statistics_seconds", core::SecondsSince(*options_.clock, t0)}}});
   return transport_->Report(std::move(report), deadline);
 }
 

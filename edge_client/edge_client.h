@@ -92,6 +92,11 @@ class EdgeClient final : private ClientEnv {
   // EvalStart: evaluates the model of that version and reports it (or declines).
   absl::Status EvaluateModel(const protos::EvalStart& start);
   absl::StatusOr<core::EvalResult> EvaluateOwn(std::span<const float> weights);
+  // StatisticsStart: re-estimates the statistics of the model of that version on this
+  // client's training examples and reports them (or declines).
+  absl::Status AnswerStatistics(const protos::StatisticsStart& start);
+  absl::StatusOr<core::Statistics> ReestimateOwn(std::span<const float> weights,
+                                                 const protos::StatisticsStart& start);
   // This client's weight: its shard's size, or the trainer's samples.
   uint64_t NumSamples() const;
   // The job this client joined is not the one its update in flight was made for (it failed

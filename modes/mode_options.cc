@@ -103,8 +103,20 @@ absl::Status Unused(bool changed, std::string_view flags, std::string_view modes
 }  // namespace
 
 absl::Status CheckEvaluation(const coordinator::CoordinatorOptions& co, const ModeOptions& mo) {
-  if (!co.EvalOnClients() || co.eval_every == 0) return absl::OkStatus();
   const auto on = [](const std::string& s) { return !s.empty() && s != "none"; };
+  if (co.bn_stats == "on" && (on(mo.fedavg.dp) || on(mo.fedavg.secagg))) {
+    return absl::InvalidArgumentError(StrCat(
+        "--bn-stats on with ", on(mo.fedavg.dp) ? "--dp" : "--secagg",
+        ": each client's statistics (its data's per-channel means and variances) would reach "
+        "the coordinator in the clear, outside what ",
+        on(mo.fedavg.dp) ? "--dp accounts for" : "--secagg hides"));
+  }
+  if (co.bn_stats == "on" && mo.fedavg.rounds_mode != "sync") {
+    return absl::InvalidArgumentError(
+        "--bn-stats on with --rounds-mode: buffered rounds commit while clients train, and "
+        "the statistics phase runs between rounds");
+  }
+  if (!co.EvalOnClients() || co.eval_every == 0) return absl::OkStatus();
   if (on(mo.fedavg.dp) || on(mo.fedavg.secagg)) {
     return absl::InvalidArgumentError(StrCat(
         "--eval ", co.eval, co.eval == "auto" ? " (clients: no --test-data)" : "", " with ",

@@ -29,8 +29,10 @@ struct ModeOptions {
 };
 
 // Federated evaluation (--eval clients|both) sends each asked client's loss and label
-// counts to the coordinator in the clear: refused beside --dp and --secagg, whose point
-// is that the coordinator learns no one client's own figures.
+// counts to the coordinator in the clear, and --bn-stats on each one's per-channel means
+// and variances: refused beside --dp and --secagg, whose point is that the coordinator
+// learns no one client's own figures; --bn-stats on is refused beside buffered rounds too,
+// which commit while clients train.
 absl::Status CheckEvaluation(const coordinator::CoordinatorOptions& co, const ModeOptions& mo);
 
 // Registers the options of every mode on `app`, one group per mode, bound to *o with its

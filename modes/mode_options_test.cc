@@ -182,6 +182,42 @@ TEST(CoordinatorOptions, TheJobsModeComesFromTheModeAndTheCodec) {
   EXPECT_EQ(co.JobKey(10, nullptr, *mode().value()), fedavg + "/mode:lsgd");
 }
 
+// --bn-stats on: refused where the clients' figures would reach the coordinator against
+// the job's promise (--dp, --secagg), where commits happen while clients train (buffered
+// rounds), in a mode whose clients keep models of their own, and at an aggregator.
+TEST(CoordinatorOptions, TheStatisticsPhaseIsRefusedWhereItCannotRun) {
+  CoordinatorOptions co;
+  co.insecure = true;
+  co.bn_stats = "on";
+  ModeOptions mo;
+  EXPECT_TRUE(CheckEvaluation(co, mo).ok());
+  EXPECT_TRUE(co.Validate(TraitsOf(Mode::kFedAvg)).ok()) << co.Validate(TraitsOf(Mode::kFedAvg));
+  // LGC's own rules refuse a float32 codec; not the phase.
+  EXPECT_EQ(co.Validate(TraitsOf(Mode::kLgc)).message().find("--bn-stats"), std::string::npos);
+  for (Mode m : {Mode::kLsgd, Mode::kSgp}) {
+    const absl::Status st = co.Validate(TraitsOf(m));
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_NE(st.message().find("--bn-stats on"), std::string::npos) << st;
+  }
+  for (const char* option : {"dp", "secagg", "rounds_mode"}) {
+    ModeOptions o;
+    if (std::string(option) == "dp") o.fedavg.dp = "gaussian(noise=0.01,clip=2)";
+    if (std::string(option) == "secagg") o.fedavg.secagg = "secagg(clip=2)";
+    if (std::string(option) == "rounds_mode") o.fedavg.rounds_mode = "buffered(k=2,concurrency=2)";
+    const absl::Status st = CheckEvaluation(co, o);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << option << ": " << st;
+    EXPECT_NE(st.message().find("--bn-stats on"), std::string::npos) << st;
+    co.bn_stats = "off";
+    EXPECT_TRUE(CheckEvaluation(co, o).ok()) << option;
+    co.bn_stats = "on";
+  }
+  co.parent = "127.0.0.1:1";
+  EXPECT_TRUE(absl::IsInvalidArgument(co.Validate(TraitsOf(Mode::kFedAvg))));
+  co.parent.clear();
+  co.bn_stats = "auto";
+  EXPECT_TRUE(absl::IsInvalidArgument(co.Validate(TraitsOf(Mode::kFedAvg))));
+}
+
 // Every mode of the wire's table has a row, with its traits.
 TEST(ModeTraits, EveryModeHasARowThatAnswersForIt) {
   for (const ModeInfo& m : kModes) {

@@ -2,9 +2,13 @@
 module's batch normalisation would hold after these batches with momentum None, the rest
 of the module in eval mode; the same for the module scripted; weights, counters and
 training flags untouched; buffers of those names that a module does not update are left
-alone."""
+alone. And --bn-stats on in a job: a sparse round's model evaluated and handed over with
+the statistics its clients re-estimated."""
 
 import copy
+import json
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -12,6 +16,8 @@ import torch
 from torch import nn
 
 import fedlgc
+from federation import BIN, REPO, fashion_npz
+from test_export import score
 
 
 class Whiten(nn.Module):
@@ -121,3 +127,52 @@ def test_batches_of_one_are_left_out_and_a_module_without_statistics_sets_nothin
     assert torch.equal(net.bn2.running_var, kept)
     plain = nn.Sequential(nn.Flatten(), nn.Linear(36, 3))
     assert fedlgc.reestimate_statistics(plain, data).batches == 0
+
+
+@pytest.fixture(scope="module")
+def net_job(tmp_path_factory):
+    """examples/python_loop's Net (two convolutions with BatchNorm) as the job's TorchScript
+    file, and Fashion-MNIST slices."""
+    d = tmp_path_factory.mktemp("bn")
+    paths = fashion_npz(str(d), train=4000, test=2000)
+    paths["net"] = str(d / "net.pt")
+    loop = os.path.join(REPO, "examples", "python_loop")
+    subprocess.run(["/usr/bin/python3", os.path.join(loop, "export.py"), paths["net"]],
+                   check=True, capture_output=True, timeout=300, cwd=loop)
+    return paths
+
+
+def run_sim(run, job, *args):
+    argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--state-dir={run}",
+            f"--report={run}/report.json", "--torch-threads=1", f"--model={job['net']}",
+            f"--data=npz:{job['train']}", f"--test-data=npz:{job['test']}", "--clients=4",
+            "--rounds=1", "--local-epochs=3", "--downlink-codec=fp32", "--seed=1", *args]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(os.path.join(run, "report.json")) as f:
+        return json.load(f)["rounds"][-1]
+
+
+# Round 1 of a BatchNorm model under top-1%: with the statistics phase every client's
+# estimate is pooled and committed as a version of its own, which the coordinator then
+# evaluates and exports; without it the averaged statistics do not belong to the weights.
+def test_the_statistics_phase_gives_a_sparse_round_statistics_that_fit_its_weights(
+        tmp_path, net_job):
+    top = "--codec=topk(ratio=0.01,values=qsgd(bits=8))"
+    plain = run_sim(str(tmp_path / "plain"), net_job, top)
+    phase = run_sim(str(tmp_path / "phase"), net_job, top, "--bn-stats=on",
+                    "--bn-stats-batches=4", "--bn-stats-batch=100")
+    assert "bn_stats" not in plain
+    assert phase["bn_stats"] == "committed", phase
+    assert phase["bn_stats_asked"] == 4 and phase["bn_stats_answers"] == 4, phase
+    # 1,000 examples a client, at most 4 batches of 100 each.
+    assert phase["bn_stats_examples"] == 4 * 400, phase
+    # The same weights (same seed, codec and clients), statistics that fit them.
+    print("round 1:", plain["accuracy"], "as averaged,", phase["accuracy"], "re-estimated")
+    assert phase["accuracy"] > plain["accuracy"] + 0.10, (plain["accuracy"], phase["accuracy"])
+    # What was evaluated is what is handed over: the statistics' version.
+    with open(tmp_path / "phase" / "model.json") as f:
+        meta = json.load(f)
+    assert meta["model_version"] == 2, meta
+    got = score(str(tmp_path / "phase" / "model.pt"), net_job["test"])
+    assert abs(got["accuracy"] - phase["accuracy"]) <= 0.005, (got, phase["accuracy"])

@@ -1,0 +1,69 @@
+// The statistics phase's book (coordinator/statistics_phase.h): an answer is taken only
+// from a client asked for that round and version, once; estimates that do not add up are
+// refused by name; declines are counted apart; the waiting set shrinks as answers come
+// and clients are withdrawn.
+#include "coordinator/statistics_phase.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "protos/fedlgc.pb.h"
+
+namespace fedlgc::coordinator {
+namespace {
+
+protos::StatisticsReport Report(uint64_t round, uint64_t version, std::vector<float> mean,
+                                std::vector<float> var, uint64_t examples = 128) {
+  protos::StatisticsReport r;
+  r.set_round(round);
+  r.set_model_version(version);
+  r.set_examples(examples);
+  r.set_batches(2);
+  r.mutable_mean()->Add(mean.begin(), mean.end());
+  r.mutable_var()->Add(var.begin(), var.end());
+  return r;
+}
+
+TEST(StatsBook, TakesOneAnswerFromEachAskedClientAndRefusesWhatDoesNotAddUp) {
+  StatsBook book(/*channels=*/2);
+  // Nothing asked yet.
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("a", Report(3, 4, {0, 1}, {1, 1}))));
+  book.Ask(3, 4, {"a", "b", "c", "d"});
+  EXPECT_EQ(book.Waiting(), (std::set<std::string>{"a", "b", "c", "d"}));
+  ASSERT_TRUE(book.Accept("a", Report(3, 4, {0.5f, -1}, {2, 3})).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("a", Report(3, 4, {0, 1}, {1, 1}))))
+      << "a second answer";
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("e", Report(3, 4, {0, 1}, {1, 1}))))
+      << "not asked";
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("b", Report(3, 3, {0, 1}, {1, 1}))))
+      << "another version";
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("b", Report(2, 4, {0, 1}, {1, 1}))))
+      << "another round";
+  for (const protos::StatisticsReport& bad :
+       {Report(3, 4, {0}, {1, 1}), Report(3, 4, {0, 1}, {1, -1}), Report(3, 4, {0, NAN}, {1, 1}),
+        Report(3, 4, {0, 1}, {1, INFINITY}), Report(3, 4, {0, 1}, {1, 1}, /*examples=*/1)}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(book.Accept("b", bad))) << bad.ShortDebugString();
+  }
+  // A refused answer is no answer: b may still answer.
+  ASSERT_TRUE(book.Accept("b", Report(3, 4, {1, 1}, {1, 1}, 64)).ok());
+  protos::StatisticsReport declined;
+  declined.set_round(3);
+  declined.set_model_version(4);
+  declined.set_declined("no training data");
+  ASSERT_TRUE(book.Accept("c", declined).ok());
+  EXPECT_EQ(book.Waiting(), std::set<std::string>{"d"});
+  book.Withdraw("d");
+  book.Withdraw("a");  // answered: stays answered
+  EXPECT_TRUE(book.Waiting().empty());
+  const StatsBook::Answers answers = book.Take();
+  EXPECT_EQ(answers.asked, 4u);
+  EXPECT_EQ(answers.declined, 1u);
+  ASSERT_EQ(answers.estimates.size(), 2u);
+  EXPECT_EQ(answers.estimates.at("a").mean, (std::vector<float>{0.5f, -1}));
+  EXPECT_EQ(answers.estimates.at("b").examples, 64u);
+  // Taken: the phase is closed.
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("d", Report(3, 4, {0, 1}, {1, 1}))));
+}
+
+}  // namespace
+}  // namespace fedlgc::coordinator

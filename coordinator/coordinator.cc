@@ -110,9 +110,7 @@ void AskClientsToEvaluate(const CoordinatorOptions& o, RoundHost& host, EvalBook
   protos::EvalStart* e = event.mutable_eval();
   e->set_round(round);
   e->set_model_version(version);
-  e->set_deadline_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              (o.clock->WallNow() + timeout).time_since_epoch())
-                              .count());
+  e->set_deadline_unix_ms(core::UnixMs(o.clock->WallNow() + timeout));
   // Booked before it is sent: a quick answer must find its round asked.
   book->Ask(round, version, std::set<std::string>(connected.begin(), connected.end()),
             o.clock->Now() + timeout);

@@ -215,8 +215,7 @@ std::optional<protos::ServerEvent> RoundStartEventOf(const RoundEngine& engine, 
   const auto left = info->deadline - clock.Now();
   const auto deadline =
       clock.WallNow() + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
-  s->set_deadline_unix_ms(
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count());
+  s->set_deadline_unix_ms(core::UnixMs(deadline));
   return e;
 }
 

@@ -152,9 +152,7 @@ absl::Status StatisticsPhase::Run(uint64_t round, const std::vector<std::string>
   protos::StatisticsStart* s = event.mutable_statistics();
   s->set_round(round);
   s->set_model_version(version);
-  s->set_deadline_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                              (options_.clock->WallNow() + timeout).time_since_epoch())
-                              .count());
+  s->set_deadline_unix_ms(core::UnixMs(options_.clock->WallNow() + timeout));
   s->set_batches(options_.bn_stats_batches);
   s->set_batch_size(options_.bn_stats_batch);
   s->set_seed(options_.seed * 1000003 + round);

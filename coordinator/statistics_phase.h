@@ -19,7 +19,6 @@
 #define FEDLGC_COORDINATOR_STATISTICS_PHASE_H_
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>

@@ -8,6 +8,7 @@
 #define FEDLGC_CORE_CLOCK_H_
 
 #include <chrono>
+#include <cstdint>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -37,6 +38,11 @@ class Clock {
 // Seconds from `t0` to the clock's now.
 inline double SecondsSince(const Clock& clock, Clock::time_point t0) {
   return std::chrono::duration<double>(clock.Now() - t0).count();
+}
+
+// A wall-clock time as the wire's *_unix_ms fields carry it.
+inline int64_t UnixMs(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace fedlgc::core

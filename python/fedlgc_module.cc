@@ -174,10 +174,12 @@ py::dict FrameInfo(const py::bytes& frame) {
 // A Python exception ends the client; Client.run re-raises it.
 class PyTrainer final : public edge_client::LocalTrainer {
  public:
-  PyTrainer(py::object round_fn, py::object final_fn, py::object eval_fn, uint64_t num_samples)
+  PyTrainer(py::object round_fn, py::object final_fn, py::object eval_fn, py::object stats_fn,
+            uint64_t num_samples)
       : round_fn_(std::move(round_fn)),
         final_fn_(std::move(final_fn)),
         eval_fn_(std::move(eval_fn)),
+        stats_fn_(std::move(stats_fn)),
         num_samples_(num_samples) {}
 
   void set_client(edge_client::EdgeClient* client) { client_ = client; }
@@ -196,14 +198,9 @@ class PyTrainer final : public edge_client::LocalTrainer {
     py::gil_scoped_acquire gil;
     if (eval_fn_.is_none()) return absl::NotFoundError("no evaluate hook (run_client(evaluate=...))");
     try {
-      py::dict info;
+      py::dict info = ModelInfo(version);
       info["round"] = round;
-      info["model_version"] = version;
-      info["buffers"] = client_->job_buffers_local() ? "local" : "average";
-      info["layout"] = LayoutList(client_->job_layout());
-      py::array_t<float> copy(static_cast<py::ssize_t>(weights.size()));
-      std::copy(weights.begin(), weights.end(), copy.mutable_data());
-      py::object out = eval_fn_(copy, info);
+      py::object out = eval_fn_(CopyOf(weights), info);
       if (out.is_none()) return absl::NotFoundError("evaluate() returned None");
       py::dict d = out.cast<py::dict>();
       core::EvalResult r;
@@ -224,17 +221,44 @@ class PyTrainer final : public edge_client::LocalTrainer {
     }
   }
 
+  // `stats_fn(weights, info)`: None (no statistics hook: the client declines), or what
+  // fedlgc.reestimate_statistics returned, as a tuple (examples, batches, mean, var,
+  // skipped) of run_client's checking.
+  absl::StatusOr<core::Statistics> ReestimateStatistics(
+      std::span<const float> weights, const protos::StatisticsStart& start) override {
+    py::gil_scoped_acquire gil;
+    if (stats_fn_.is_none()) {
+      return absl::NotFoundError("no statistics hook (run_client(statistics=...))");
+    }
+    try {
+      py::dict info = ModelInfo(start.model_version());
+      info["round"] = start.round();
+      info["batches"] = start.batches();
+      info["batch_size"] = start.batch_size();
+      info["seed"] = start.seed();
+      py::object out = stats_fn_(CopyOf(weights), info);
+      if (out.is_none()) return absl::NotFoundError("statistics() returned None");
+      py::tuple t = out.cast<py::tuple>();
+      core::Statistics st;
+      st.examples = t[0].cast<uint64_t>();
+      st.batches = t[1].cast<uint32_t>();
+      st.mean = t[2].cast<std::vector<float>>();
+      st.var = t[3].cast<std::vector<float>>();
+      st.skipped = t[4].cast<std::vector<uint32_t>>();
+      return st;
+    } catch (py::error_already_set& e) {
+      // A statistics hook that raises costs that phase's answer, not the client.
+      return absl::InternalError(StrCat("statistics() raised: ", e.what()));
+    } catch (const std::exception& e) {
+      return absl::InternalError(StrCat("statistics() returned what is not read: ", e.what()));
+    }
+  }
+
   // `final_fn(weights, info)`: the job's final global model, to load into the module.
   absl::Status TakeFinalModel(std::span<const float> weights, uint64_t version) override {
     py::gil_scoped_acquire gil;
     try {
-      py::dict info;
-      info["model_version"] = version;
-      info["buffers"] = client_->job_buffers_local() ? "local" : "average";
-      info["layout"] = LayoutList(client_->job_layout());
-      py::array_t<float> copy(static_cast<py::ssize_t>(weights.size()));
-      std::copy(weights.begin(), weights.end(), copy.mutable_data());
-      final_fn_(copy, info);
+      final_fn_(CopyOf(weights), ModelInfo(version));
       return absl::OkStatus();
     } catch (py::error_already_set& e) {
       const std::string what = e.what();
@@ -307,9 +331,25 @@ class PyTrainer final : public edge_client::LocalTrainer {
   }
 
  private:
+  // What every call about a committed model tells Python: its version, the job's buffers
+  // and layout.
+  py::dict ModelInfo(uint64_t version) const {
+    py::dict info;
+    info["model_version"] = version;
+    info["buffers"] = client_->job_buffers_local() ? "local" : "average";
+    info["layout"] = LayoutList(client_->job_layout());
+    return info;
+  }
+  static py::array_t<float> CopyOf(std::span<const float> weights) {
+    py::array_t<float> copy(static_cast<py::ssize_t>(weights.size()));
+    std::copy(weights.begin(), weights.end(), copy.mutable_data());
+    return copy;
+  }
+
   py::object round_fn_;
   py::object final_fn_;  // None: the final model is not taken
   py::object eval_fn_;   // None: no evaluate hook
+  py::object stats_fn_;  // None: no statistics hook
   uint64_t num_samples_;
   edge_client::EdgeClient* client_ = nullptr;
   std::string layout_text_;
@@ -416,10 +456,11 @@ py::dict LoadShard(const py::dict& options, double eval_fraction) {
 // The C++ edge client with a Python training step.
 class PyClient {
  public:
-  PyClient(const py::dict& options, py::object round_fn, uint64_t num_samples,
-           py::object final_fn, py::object eval_fn)
+  PyClient(const py::dict& options, py::object round_fn, uint64_t num_samples, py::object final_fn,
+           py::object eval_fn, py::object stats_fn)
       : trainer_(std::make_unique<PyTrainer>(std::move(round_fn), std::move(final_fn),
-                                             std::move(eval_fn), num_samples)) {
+                                             std::move(eval_fn), std::move(stats_fn),
+                                             num_samples)) {
     edge_client::EdgeClientOptions o = OptionsFrom(options);
     if (num_samples == 0) throw py::value_error("num_samples must be > 0");
     o.device = "cpu";  // the client's own copy of the model only gives the layout
@@ -480,9 +521,10 @@ PYBIND11_MODULE(_fedlgc, m) {
         py::arg("eval_fraction") = 0.0);
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<const py::dict&, py::object, uint64_t, py::object, py::object>(),
+      .def(py::init<const py::dict&, py::object, uint64_t, py::object, py::object, py::object>(),
            py::arg("options"), py::arg("round_fn"), py::arg("num_samples"),
-           py::arg("final_fn") = py::none(), py::arg("eval_fn") = py::none())
+           py::arg("final_fn") = py::none(), py::arg("eval_fn") = py::none(),
+           py::arg("stats_fn") = py::none())
       .def("run", &PyClient::Run)
       .def("stop", &PyClient::Stop)
       .def_property_readonly("metrics_port", &PyClient::metrics_port)

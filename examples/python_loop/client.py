@@ -40,7 +40,7 @@ def main():
     history = fedlgc.run_client(
         module, loop.train, server=a.server, client_id=a.id, num_samples=len(y),
         tls=fedlgc.Tls(f"{a.certs}/ca.pem", f"{a.certs}/{a.id}.pem", f"{a.certs}/{a.id}.key"),
-        state_dir=a.state_dir, data=SimpleNamespace(x=x, y=y))
+        state_dir=a.state_dir, data=SimpleNamespace(x=x, y=y), statistics=loop.statistics)
     for r in history:
         print(f"{a.id}: round {r.round}: {r.samples} samples, loss {r.metrics['loss']:.3f}, "
               f"{r.seconds:.1f} s")

@@ -62,6 +62,19 @@ def train(module, info):
     return {"samples": steps * info.batch_size, "loss": float(np.mean(losses[-10:]))}
 
 
+def statistics(module, info):
+    """BatchNorm statistics for the committed model (the coordinator's --bn-stats on): up
+    to info.batches batches of the client's training examples, shuffled by the phase's
+    seed, as train() sees them but without augmentation."""
+    x = images(info.data.x)
+    device = next(module.parameters()).device
+    g = torch.Generator().manual_seed(info.seed)
+    order = torch.randperm(len(x), generator=g)[:info.batches * info.batch_size]
+    batches = (x[order[i:i + info.batch_size]].to(device)
+               for i in range(0, len(order), info.batch_size))
+    return fedlgc.reestimate_statistics(module, batches)
+
+
 def evaluate(module, info):
     """The global model on the client's held-out examples: loss and per-class counts."""
     held = info.data

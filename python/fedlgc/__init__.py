@@ -35,11 +35,12 @@ import torch  # noqa: F401  (libtorch first: the extension links the same one)
 
 from . import _flat, codecs
 from . import _fedlgc
+from . import _bn
 from ._bn import Statistics, reestimate_statistics
 
 __all__ = ["run_client", "RoundInfo", "RoundResult", "EvalInfo", "Tls", "layout_of", "cuts_of",
-           "proximal_term", "scaffold_step", "reestimate_statistics", "Statistics", "codecs",
-           "__version__"]
+           "StatisticsInfo", "proximal_term", "scaffold_step", "reestimate_statistics",
+           "Statistics", "codecs", "__version__"]
 
 __version__ = _fedlgc.VERSION
 
@@ -204,6 +205,37 @@ class EvalInfo:
     data: object = None  # run_client's `eval_data` (the simulator's runner: the held-out Shard)
 
 
+@dataclasses.dataclass(frozen=True)
+class StatisticsInfo:
+    """What the coordinator asks of a statistics phase (--bn-stats on): the round whose
+    committed model the module holds, its version, and at most `batches` batches of
+    `batch_size` of this client's training examples, shuffled with `seed`, to pass through
+    fedlgc.reestimate_statistics."""
+    round: int
+    model_version: int
+    batches: int
+    batch_size: int
+    seed: int
+    data: object = None  # run_client's `data` (the simulator's runner: this client's Shard)
+
+
+def _parse_statistics(result, module):
+    """A statistics() result as the C++ client reads it: the Statistics that
+    fedlgc.reestimate_statistics returned for `module`, or None."""
+    if result is None:
+        return None
+    if not isinstance(result, Statistics):
+        raise TypeError("statistics() must return None or what fedlgc.reestimate_statistics "
+                        f"returned, not {type(result).__name__}")
+    channels = sum(int(m.numel()) for _, m, _, _ in _bn._pairs(module))
+    if len(result.mean) != channels or len(result.var) != channels:
+        raise ValueError(f"statistics() returned {len(result.mean)} means and "
+                         f"{len(result.var)} variances for a module of {channels} channels")
+    return (_count(result.examples), _count(result.batches),
+            [float(v) for v in result.mean], [float(v) for v in result.var],
+            [int(p) for p in result.skipped])
+
+
 def _parse_eval(result):
     """An evaluate() result as the C++ client reads it: examples and loss, with the
     accuracy or per-class counts (class_examples, class_correct) for class labels."""
@@ -227,7 +259,7 @@ def _parse_eval(result):
 def run_client(module, train, *, server, client_id, num_samples, tls=None, insecure=False,
                state_dir="state", model_file="", metrics_listen="", exit_after_rounds=0,
                call_timeout=60.0, backoff_max=5.0, linger=0.0, evaluate=None, data=None,
-               eval_data=None):
+               eval_data=None, statistics=None):
     """Takes part in the job at `server` until it is done, training `module` in place with
     `train(module, info)` each round it is asked to.
 
@@ -255,9 +287,16 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         "loss": mean, "accuracy": a} (or per-class counts "class_examples" and
         "class_correct" in place of the accuracy), or None to decline. Without it the
         client declines every request. An exception it raises costs that round's answer.
+    statistics: batch normalisation statistics for the committed model (the coordinator's
+        --bn-stats on): statistics(module, info) is called with the module holding a
+        committed model and a StatisticsInfo; it passes up to info.batches batches of
+        info.batch_size of the client's training examples, as train() feeds them but
+        without augmentation, through fedlgc.reestimate_statistics(module, batches) and
+        returns what that returned, or None to decline. Without it the client declines.
+        An exception it raises costs that phase's answer.
     data, eval_data: anything, handed to `train` as info.data and to `evaluate` as
-        info.data (fedlgc-sim --python-client passes each client's Shard and held-out
-        Shard).
+        info.data (and `data` to `statistics` as info.data; fedlgc-sim --python-client
+        passes each client's Shard and held-out Shard).
 
     Returns the RoundResults of the rounds it trained. When the job ends, the module holds
     its final global model (downloaded after the last round; with --buffers local, beside
@@ -344,9 +383,17 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         return _parse_eval(evaluate(module, EvalInfo(info["round"], info["model_version"],
                                                      eval_data)))
 
+    def stats_fn(weights, info):
+        load(weights, info)
+        got = statistics(module, StatisticsInfo(info["round"], info["model_version"],
+                                                info["batches"], info["batch_size"],
+                                                info["seed"], data))
+        return _parse_statistics(got, module)
+
     final = {}
     client = _fedlgc.Client(options, round_fn, int(num_samples), final_fn,
-                            eval_fn if evaluate is not None else None)
+                            eval_fn if evaluate is not None else None,
+                            stats_fn if statistics is not None else None)
     errors = []
 
     def body():

@@ -12,6 +12,10 @@ FILE.py defines
     def evaluate(module, info):   # optional (federated evaluation, --eval clients|both):
         ...                       # info.data is the held-out Shard; return {"examples": n,
                                   # "loss": x, "accuracy": a} or None
+    def statistics(module, info): # optional (--bn-stats on): info is a
+        ...                       # fedlgc.StatisticsInfo, info.data this client's Shard;
+                                  # return fedlgc.reestimate_statistics(module, batches)
+                                  # or None
     def model():                  # optional: the module to train (by default the job's
         ...                       # TorchScript file, or the built-in model scripted)
 
@@ -58,7 +62,7 @@ def load_user_file(path):
     spec.loader.exec_module(user)
     if not callable(getattr(user, "train", None)):
         raise SystemExit(f"--python-client {path}: it defines no train(module, info)")
-    for name in ("evaluate", "model"):
+    for name in ("evaluate", "statistics", "model"):
         if hasattr(user, name) and not callable(getattr(user, name)):
             raise SystemExit(f"--python-client {path}: {name} is not a function")
     return user
@@ -97,7 +101,8 @@ def run_one(user, config, errors):
                                       not config.get("eval_data") else 0),
             tls=tls, insecure=bool(config.get("insecure")), state_dir=config["state_dir"],
             model_file=config.get("model_file", ""), linger=float(config.get("linger", 0)),
-            evaluate=getattr(user, "evaluate", None), data=train, eval_data=held)
+            evaluate=getattr(user, "evaluate", None), data=train, eval_data=held,
+            statistics=getattr(user, "statistics", None))
         print(f"{config['client_id']}: trained {len(history)} rounds", flush=True)
     except BaseException:  # noqa: BLE001 (reported, and the process fails)
         errors.append(f"{config.get('client_id', '?')}: {traceback.format_exc()}")

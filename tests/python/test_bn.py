@@ -8,6 +8,7 @@ the statistics its clients re-estimated."""
 import copy
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -129,6 +130,21 @@ def test_batches_of_one_are_left_out_and_a_module_without_statistics_sets_nothin
     assert fedlgc.reestimate_statistics(plain, data).batches == 0
 
 
+def test_a_statistics_hook_result_is_checked_before_it_travels():
+    from fedlgc import _parse_statistics
+    net = Net()
+    st = fedlgc.reestimate_statistics(net, batches())
+    examples, count, mean, var, skipped = _parse_statistics(st, net)
+    assert (examples, count, skipped) == (80, 5, [2])  # Whiten is the third pair
+    assert len(mean) == len(var) == 4 + 8 + 8
+    assert _parse_statistics(None, net) is None
+    with pytest.raises(TypeError, match="reestimate_statistics"):
+        _parse_statistics({"examples": 80}, net)
+    other = fedlgc.reestimate_statistics(nn.Sequential(nn.BatchNorm1d(3)), [torch.randn(4, 3)])
+    with pytest.raises(ValueError, match="3 means and 3 variances for a module of 20"):
+        _parse_statistics(other, net)
+
+
 @pytest.fixture(scope="module")
 def net_job(tmp_path_factory):
     """examples/python_loop's Net (two convolutions with BatchNorm) as the job's TorchScript
@@ -174,5 +190,35 @@ def test_the_statistics_phase_gives_a_sparse_round_statistics_that_fit_its_weigh
     with open(tmp_path / "phase" / "model.json") as f:
         meta = json.load(f)
     assert meta["model_version"] == 2, meta
+    got = score(str(tmp_path / "phase" / "model.pt"), net_job["test"])
+    assert abs(got["accuracy"] - phase["accuracy"]) <= 0.005, (got, phase["accuracy"])
+
+
+# The same phase answered by Python training loops: examples/python_loop/loop.py's
+# statistics(module, info) through run_client(statistics=...), and a loop without one,
+# whose clients decline and leave the round's averaged statistics.
+def test_python_clients_answer_the_phase_through_their_statistics_hook(tmp_path, net_job):
+    loop = os.path.join(REPO, "examples", "python_loop", "loop.py")
+    without = tmp_path / "nohook.py"
+    with open(loop) as f:
+        text = f.read()
+    # The example's loop with its statistics() taken out.
+    without.write_text(text.replace("def statistics(module, info):", "def _unused(module, info):"))
+    shutil.copy(os.path.join(REPO, "examples", "python_loop", "model.py"), tmp_path)
+    flags = ("--codec=topk(ratio=0.01,values=qsgd(bits=8))", "--local-steps=40", "--bn-stats=on",
+             "--bn-stats-batches=3", "--bn-stats-batch=50")
+    declined = run_sim(str(tmp_path / "declined"), net_job, f"--python-client={without}", *flags)
+    assert declined["bn_stats"] == "none", declined
+    assert declined["bn_stats_declined"] == 4, declined
+    phase = run_sim(str(tmp_path / "phase"), net_job, f"--python-client={loop}", *flags)
+    assert phase["bn_stats"] == "committed", phase
+    assert phase["bn_stats_answers"] == 4 and phase["bn_stats_declined"] == 0, phase
+    assert phase["bn_stats_examples"] == 4 * 150, phase
+    print("round 1, Python clients:", declined["accuracy"], "as averaged,", phase["accuracy"],
+          "re-estimated")
+    # The same weights (the loop seeds its batches with the round's seed); measured 28.4%
+    # as averaged and 35.9% re-estimated.
+    assert phase["accuracy"] > declined["accuracy"] + 0.04, (declined["accuracy"],
+                                                             phase["accuracy"])
     got = score(str(tmp_path / "phase" / "model.pt"), net_job["test"])
     assert abs(got["accuracy"] - phase["accuracy"]) <= 0.005, (got, phase["accuracy"])

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/str.h"
 #include "coordinator/checkpoint.h"
@@ -161,6 +162,7 @@ absl::Status StatisticsPhase::Run(uint64_t round, const std::vector<std::string>
   for (const std::string& c : clients) {
     if (!host.Push(c, event)) book_.Withdraw(c);  // gone meanwhile
   }
+  Failpoint("statistics-asked", round);
   host.WaitUntil(
       started + timeout, [this] { return book_.Waiting().empty(); },
       [&] {
@@ -194,6 +196,7 @@ absl::Status StatisticsPhase::Run(uint64_t round, const std::vector<std::string>
                                          [&engine] { return engine.ModelVector(); });
     if (!global.ok()) return global.status();
   }
+  Failpoint("statistics-pooled", round);
   if (absl::Status st = WriteCheckpoint(persist_.state_dir, persist_.job_key, engine.Snapshot());
       !st.ok()) {
     return st;

@@ -98,7 +98,8 @@ class Proc:
 class Federation:
     """A coordinator and its clients in `work`; stop() ends them all."""
 
-    def __init__(self, work, clients, job_flags, model=None, test_npz=None):
+    def __init__(self, work, clients, job_flags, model=None, test_npz=None,
+                 coordinator_env=None):
         self.work = work
         self.clients = clients
         self.certs = make_certs(os.path.join(work, "certs"), clients)
@@ -115,9 +116,23 @@ class Federation:
             argv.append(f"--model={model}")
         if test_npz:
             argv.append(f"--test-data=npz:{test_npz}")
-        self.coordinator = Proc(argv + job_flags, os.path.join(work, "coordinator.log"))
+        self.port_file = port_file
+        self.coordinator = Proc(argv + job_flags, os.path.join(work, "coordinator.log"),
+                                env=None if coordinator_env is None
+                                else dict(os.environ, **coordinator_env))
         self.procs = [self.coordinator]
         self.port, self.metrics_port = self._ports(port_file, 120)
+
+    def restart_coordinator(self):
+        """A coordinator on the same state folder and port as the one that ended (killed,
+        or gone at a failpoint), without that one's extra environment."""
+        assert self.coordinator.p.poll() is not None, "the coordinator still runs"
+        argv = [f"--listen=127.0.0.1:{self.port}" if a == "--listen=127.0.0.1:0" else a
+                for a in self.coordinator.argv]
+        os.remove(self.port_file)
+        self.coordinator = Proc(argv, self.coordinator.log)
+        self.procs.append(self.coordinator)
+        self.port, self.metrics_port = self._ports(self.port_file, 120)
 
     def _ports(self, port_file, timeout):
         until = time.monotonic() + timeout

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import fedlgc
-from federation import BIN, REPO, fashion_npz
+from federation import BIN, REPO, Federation, fashion_npz
 from test_export import score
 
 
@@ -222,3 +222,59 @@ def test_python_clients_answer_the_phase_through_their_statistics_hook(tmp_path,
                                                              phase["accuracy"])
     got = score(str(tmp_path / "phase" / "model.pt"), net_job["test"])
     assert abs(got["accuracy"] - phase["accuracy"]) <= 0.005, (got, phase["accuracy"])
+
+
+def run_phase_job(work, job, failpoint=None):
+    """Three C++ clients, two top-1% rounds of the BatchNorm Net with --bn-stats on; with
+    `failpoint`, the coordinator exits there in round 1's phase (as if killed) and a new one
+    takes its state folder and port. Returns the round log, the final model's tensors and
+    the coordinator's log."""
+    ids = ["c0", "c1", "c2"]
+    env = {"FEDLGC_FAILPOINT": f"{failpoint}:1"} if failpoint else None
+    f = Federation(work, ids, ["--rounds=2", "--local-steps=20", "--batch=32", "--lr=0.05",
+                               "--codec=topk(ratio=0.01,values=qsgd(bits=8))",
+                               "--downlink-codec=fp32", "--min-clients=3", "--round-timeout=120",
+                               "--bn-stats=on", "--bn-stats-batches=3", "--bn-stats-batch=50",
+                               "--seed=3", "--eval-limit=500", f"--export={work}/final"],
+                   model=job["net"], test_npz=job["test"], coordinator_env=env)
+    try:
+        clients = [f.cpp_client(c, i, 3, job["train"], extra=["--torch-threads=1"])
+                   for i, c in enumerate(ids)]
+        if failpoint:
+            assert f.wait(180) == 99, f.logs()
+            f.restart_coordinator()
+        assert f.wait(240) == 0, f.logs()
+        assert all(c.wait(60) == 0 for c in clients), f.logs()
+        with np.load(f"{work}/final.npz") as z:
+            model = {k: z[k] for k in z.files}
+        with open(f.coordinator.log) as log:
+            return f.rounds(), model, log.read()
+    finally:
+        f.stop()
+
+
+# The coordinator gone in round 1's statistics phase, once with the clients asked and none
+# heard, once with their answers pooled into the next version but its checkpoint not
+# written: the restarted coordinator runs the phase again before round 2, and the job ends
+# with the uninterrupted job's model (up to the order in which updates were added).
+@pytest.fixture(scope="module")
+def clean_phase_job(tmp_path_factory, net_job):
+    clean, want, _ = run_phase_job(str(tmp_path_factory.mktemp("clean")), net_job)
+    assert [r.get("bn_stats") for r in clean] == ["committed", "committed"], clean
+    return clean, want
+
+
+@pytest.mark.parametrize("failpoint", ["statistics-asked", "statistics-pooled"])
+def test_a_coordinator_gone_in_the_statistics_phase_runs_it_again(tmp_path, net_job, failpoint,
+                                                                 clean_phase_job):
+    clean, want = clean_phase_job
+    rounds, got, log = run_phase_job(str(tmp_path / "killed"), net_job, failpoint)
+    assert f"failpoint {failpoint}:1 reached" in log, log[-3000:]
+    assert "statistics of round 1: committed" in log, log[-3000:]
+    assert [r["round"] for r in rounds] == [1, 2], rounds
+    assert rounds[1]["bn_stats"] == "committed", rounds
+    assert sorted(got) == sorted(want)
+    for name in want:
+        scale = max(1.0, float(np.abs(want[name]).max()))
+        assert np.abs(got[name] - want[name]).max() <= 1e-4 * scale, name
+    assert abs(rounds[1]["accuracy"] - clean[1]["accuracy"]) <= 0.002, (rounds[1], clean[1])

@@ -176,14 +176,18 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService:
     return Failed<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(id.status());
   }
   auto* r = new EventsReactor(this, *id);
-  // The catch-up is made under the streams' lock (the engine's and the driver's locks
-  // come after it), so nothing the driver pushes can overtake it.
+  // The catch-up is made under the streams' lock (the engine's, the driver's and the
+  // statistics book's locks come after it), so nothing the driver pushes can overtake it:
+  // the client's receipts, a statistics ask it has not answered, the open round's start.
   const bool resumed = events_.Open(
       *id, r,
       [&] {
-        std::vector<protos::ServerEvent> receipts;
-        for (const Receipt& rc : engine_->ReceiptsFor(*id)) receipts.push_back(ReceiptEventOf(rc));
-        return receipts;
+        std::vector<protos::ServerEvent> events;
+        for (const Receipt& rc : engine_->ReceiptsFor(*id)) events.push_back(ReceiptEventOf(rc));
+        if (options_.stats_book != nullptr) {
+          if (auto ask = options_.stats_book->AskFor(*id)) events.push_back(*std::move(ask));
+        }
+        return events;
       },
       [&] { return RoundStartEventOf(*engine_, *driver_, *id, *options_.clock); });
   if (resumed) metrics_->AddResume(*id, "events");

@@ -42,11 +42,10 @@ absl::Status CheckReport(const protos::StatisticsReport& r, uint64_t channels) {
 
 }  // namespace
 
-void StatsBook::Ask(uint64_t round, uint64_t version, const std::set<std::string>& clients) {
+void StatsBook::Ask(const protos::StatisticsStart& ask, const std::set<std::string>& clients) {
   absl::MutexLock lock(&mu_);
   open_ = true;
-  round_ = round;
-  version_ = version;
+  ask_ = ask;
   asked_ = clients;
   answers_ = Answers{};
   answers_.asked = clients.size();
@@ -60,7 +59,8 @@ void StatsBook::Withdraw(const std::string& client) {
 
 absl::Status StatsBook::Accept(const std::string& client, const protos::StatisticsReport& r) {
   absl::MutexLock lock(&mu_);
-  if (!open_ || r.round() != round_ || r.model_version() != version_ || !asked_.count(client)) {
+  if (!open_ || r.round() != ask_.round() || r.model_version() != ask_.model_version() ||
+      !asked_.count(client)) {
     return absl::FailedPreconditionError(StrCat("no statistics of round ", r.round(), " (version ",
                                                 r.model_version(), ") were asked of ", client));
   }
@@ -79,6 +79,14 @@ absl::Status StatsBook::Accept(const std::string& client, const protos::Statisti
   }
   answered_.insert(client);
   return absl::OkStatus();
+}
+
+std::optional<protos::ServerEvent> StatsBook::AskFor(const std::string& client) const {
+  absl::MutexLock lock(&mu_);
+  if (!open_ || !asked_.count(client) || answered_.count(client)) return std::nullopt;
+  protos::ServerEvent e;
+  *e.mutable_statistics() = ask_;
+  return e;
 }
 
 std::set<std::string> StatsBook::Waiting() const {
@@ -158,7 +166,7 @@ absl::Status StatisticsPhase::Run(uint64_t round, const std::vector<std::string>
   s->set_batch_size(options_.bn_stats_batch);
   s->set_seed(options_.seed * 1000003 + round);
   // Booked before it is sent: a quick answer must find its round asked.
-  book_.Ask(round, version, std::set<std::string>(clients.begin(), clients.end()));
+  book_.Ask(*s, std::set<std::string>(clients.begin(), clients.end()));
   for (const std::string& c : clients) {
     if (!host.Push(c, event)) book_.Withdraw(c);  // gone meanwhile
   }

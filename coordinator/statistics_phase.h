@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,10 +32,7 @@
 #include "core/clock.h"
 #include "core/round_report.h"
 #include "core/statistics.h"
-
-namespace fedlgc::protos {
-class StatisticsReport;
-}
+#include "protos/fedlgc.pb.h"
 
 namespace fedlgc::coordinator {
 
@@ -50,8 +48,12 @@ class StatsBook {
  public:
   explicit StatsBook(uint64_t channels) : channels_(channels) {}
 
-  // Round `round`'s model, `version`, is asked of `clients` (the book's one open phase).
-  void Ask(uint64_t round, uint64_t version, const std::set<std::string>& clients);
+  // `ask` (a round's model, its version) goes to `clients` (the book's one open phase).
+  void Ask(const protos::StatisticsStart& ask, const std::set<std::string>& clients);
+  // The open phase's ask when `client` was asked and has not answered: sent again with
+  // the catch-up of an event stream it opens (a reconnect would otherwise leave the
+  // phase waiting for it until its deadline).
+  std::optional<protos::ServerEvent> AskFor(const std::string& client) const;
   // `client` was not asked after all, or is gone: not waited for.
   void Withdraw(const std::string& client);
   // A client's answer. INVALID_ARGUMENT naming what does not add up (sizes, a value not
@@ -77,7 +79,7 @@ class StatsBook {
   const uint64_t channels_;
   mutable absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t round_ ABSL_GUARDED_BY(mu_) = 0, version_ ABSL_GUARDED_BY(mu_) = 0;
+  protos::StatisticsStart ask_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> asked_ ABSL_GUARDED_BY(mu_);
   Answers answers_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> answered_ ABSL_GUARDED_BY(mu_);

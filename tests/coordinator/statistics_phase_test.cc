@@ -1,7 +1,7 @@
 // The statistics phase's book (coordinator/statistics_phase.h): an answer is taken only
 // from a client asked for that round and version, once; estimates that do not add up are
 // refused by name; declines are counted apart; the waiting set shrinks as answers come
-// and clients are withdrawn.
+// and clients are withdrawn; a client that reconnects unanswered is asked again.
 #include "coordinator/statistics_phase.h"
 
 #include <cmath>
@@ -28,9 +28,19 @@ TEST(StatsBook, TakesOneAnswerFromEachAskedClientAndRefusesWhatDoesNotAddUp) {
   StatsBook book(/*channels=*/2);
   // Nothing asked yet.
   EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("a", Report(3, 4, {0, 1}, {1, 1}))));
-  book.Ask(3, 4, {"a", "b", "c", "d"});
+  protos::StatisticsStart ask;
+  ask.set_round(3);
+  ask.set_model_version(4);
+  ask.set_seed(17);
+  EXPECT_FALSE(book.AskFor("a").has_value());
+  book.Ask(ask, {"a", "b", "c", "d"});
   EXPECT_EQ(book.Waiting(), (std::set<std::string>{"a", "b", "c", "d"}));
+  // A client that reconnects before answering is asked again, with the same ask.
+  ASSERT_TRUE(book.AskFor("a").has_value());
+  EXPECT_EQ(book.AskFor("a")->statistics().SerializeAsString(), ask.SerializeAsString());
+  EXPECT_FALSE(book.AskFor("e").has_value()) << "not asked";
   ASSERT_TRUE(book.Accept("a", Report(3, 4, {0.5f, -1}, {2, 3})).ok());
+  EXPECT_FALSE(book.AskFor("a").has_value()) << "answered";
   EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("a", Report(3, 4, {0, 1}, {1, 1}))))
       << "a second answer";
   EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("e", Report(3, 4, {0, 1}, {1, 1}))))
@@ -53,6 +63,7 @@ TEST(StatsBook, TakesOneAnswerFromEachAskedClientAndRefusesWhatDoesNotAddUp) {
   ASSERT_TRUE(book.Accept("c", declined).ok());
   EXPECT_EQ(book.Waiting(), std::set<std::string>{"d"});
   book.Withdraw("d");
+  EXPECT_FALSE(book.AskFor("d").has_value()) << "withdrawn";
   book.Withdraw("a");  // answered: stays answered
   EXPECT_TRUE(book.Waiting().empty());
   const StatsBook::Answers answers = book.Take();
@@ -61,7 +72,8 @@ TEST(StatsBook, TakesOneAnswerFromEachAskedClientAndRefusesWhatDoesNotAddUp) {
   ASSERT_EQ(answers.estimates.size(), 2u);
   EXPECT_EQ(answers.estimates.at("a").mean, (std::vector<float>{0.5f, -1}));
   EXPECT_EQ(answers.estimates.at("b").examples, 64u);
-  // Taken: the phase is closed.
+  // Taken: the phase is closed, and no one is asked again.
+  EXPECT_FALSE(book.AskFor("b").has_value());
   EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("d", Report(3, 4, {0, 1}, {1, 1}))));
 }
 

@@ -238,8 +238,7 @@ def run_phase_job(work, job, failpoint=None):
                                "--seed=3", "--eval-limit=500", f"--export={work}/final"],
                    model=job["net"], test_npz=job["test"], coordinator_env=env)
     try:
-        clients = [f.cpp_client(c, i, 3, job["train"], extra=["--torch-threads=1"])
-                   for i, c in enumerate(ids)]
+        clients = [f.cpp_client(c, i, 3, job["train"]) for i, c in enumerate(ids)]
         if failpoint:
             assert f.wait(180) == 99, f.logs()
             f.restart_coordinator()
@@ -253,10 +252,6 @@ def run_phase_job(work, job, failpoint=None):
         f.stop()
 
 
-# The coordinator gone in round 1's statistics phase, once with the clients asked and none
-# heard, once with their answers pooled into the next version but its checkpoint not
-# written: the restarted coordinator runs the phase again before round 2, and the job ends
-# with the uninterrupted job's model (up to the order in which updates were added).
 @pytest.fixture(scope="module")
 def clean_phase_job(tmp_path_factory, net_job):
     clean, want, _ = run_phase_job(str(tmp_path_factory.mktemp("clean")), net_job)
@@ -264,6 +259,12 @@ def clean_phase_job(tmp_path_factory, net_job):
     return clean, want
 
 
+# The coordinator gone in round 1's statistics phase, once with the clients asked and none
+# heard, once with their answers pooled into the next version but its checkpoint not
+# written: the restarted coordinator runs the phase again before round 2 (its log line:
+# the final model alone would not show it, as round 2's phase re-estimates the statistics
+# and BatchNorm trains on each batch's own), and the job ends with the uninterrupted job's
+# model (up to the order in which updates were added).
 @pytest.mark.parametrize("failpoint", ["statistics-asked", "statistics-pooled"])
 def test_a_coordinator_gone_in_the_statistics_phase_runs_it_again(tmp_path, net_job, failpoint,
                                                                  clean_phase_job):

@@ -283,6 +283,11 @@ void Coordinator::MakeService(const JobFiles& files, RecorderParts recorder) {
               o.buffers,
               o.loss,
               o.EvalOnClients() && o.eval_every > 0 ? o.eval_fraction : 0.0};
+  // The initial model is the file's weights (a built-in's come from the job's seed, which
+  // clients do not make theirs from).
+  if (downlinks_ != nullptr && files.model_file != nullptr) {
+    job.initial_model_crc = codecs::ModelCrc(eval_model_->GetFlat());
+  }
   metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;
@@ -594,13 +599,17 @@ absl::Status Coordinator::DriveRound(const std::vector<std::string>& participant
                                      Clock::time_point deadline, CommitResult* commit) {
   // A round's bytes run from the last commit (FinishRound takes them): what moves between
   // rounds, such as the federated evaluation's downloads that the next round's start then
-  // reuses, counts in the next round. A process's first round counts from its opening.
+  // reuses, counts in the next round. A process's first round counts from its opening,
+  // and the job's TorchScript file that joining clients fetched before it: the weights'
+  // first download for them (clients that brought the file download none: under a
+  // compressed downlink their first model is an empty chain from version 0).
   if (!traffic_since_commit_) {
     progress_->ForgetCarried();
+    const uint64_t model_file = service_->traffic().model_file.load();
     service_->traffic().uplink_wire = 0;
     service_->traffic().uplink_raw = 0;
-    service_->traffic().downlink = 0;
-    service_->traffic().downlink_raw = 0;
+    service_->traffic().downlink = model_file;
+    service_->traffic().downlink_raw = model_file;
   }
   progress_->StartRound(engine_->current_round(), participants);
   host_->WriteProgress(/*force=*/true);

@@ -95,6 +95,7 @@ void DownloadReactor::OnWriteDone(bool ok) {
   svc_->metrics()->AddDownlink(client_, sent_, raw);
   svc_->traffic().downlink += sent_;
   svc_->traffic().downlink_raw += raw;
+  if (blob_ == svc_->model_file()) svc_->traffic().model_file += sent_;
   svc_->ReportDownload(client_, sent_, false);
   offset_ += sent_;
   Next();

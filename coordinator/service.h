@@ -39,6 +39,9 @@ struct JobInfo {
   std::string buffers = "average";  // the model's rules (core/model.h)
   std::string loss = "auto";
   double eval_fraction = 0;  // of each shard held out for federated evaluation
+  // Under a compressed downlink, a TorchScript job's version-0 model (the file's weights)
+  // by its CRC32C: clients holding the file hold that model (JoinReply).
+  std::optional<uint32_t> initial_model_crc;
 };
 
 // Bytes moved since the last commit, which takes them for its report (the round loop).
@@ -47,6 +50,9 @@ struct RoundTraffic {
   std::atomic<uint64_t> uplink_raw{0};
   std::atomic<uint64_t> downlink{0};
   std::atomic<uint64_t> downlink_raw{0};  // what the downloads stand for in float32
+  // Of `downlink`, the job's TorchScript file fetched by clients, since the process began
+  // (never taken): what joining clients fetched before the first round counts in it.
+  std::atomic<uint64_t> model_file{0};
 };
 
 class Downlinks;
@@ -131,6 +137,8 @@ class CoordinatorService final : public RawCoordinatorService {
   void SetTotalRounds(uint32_t rounds) { total_rounds_ = rounds; }
 
   RoundTraffic& traffic() { return traffic_; }
+  // The job's TorchScript file as it is served (null: a built-in model).
+  const std::shared_ptr<const ModelBlob>& model_file() const { return job_.model_file; }
   // A participant's download or upload moved (no-op without ServiceOptions::progress).
   void ReportDownload(const std::string& client, uint64_t bytes, bool complete) {
     if (options_.progress != nullptr) options_.progress->Downloaded(client, bytes, complete);

@@ -210,6 +210,8 @@ absl::Status EdgeClient::Join() {
                                                 model_->dim));
   }
   downlink_codec_ = reply->downlink_codec();
+  initial_model_crc_.reset();
+  if (reply->has_initial_model_crc32c()) initial_model_crc_ = reply->initial_model_crc32c();
   for (auto& [blob, receiver] : downlinks_) {
     if (absl::Status st = receiver->Configure(downlink_codec_, reply->dim()); !st.ok()) {
       return absl::FailedPreconditionError(
@@ -740,11 +742,25 @@ const DownlinkReceiver* EdgeClient::downlink(const std::string& blob) const {
   return it == downlinks_.end() ? nullptr : it->second.get();
 }
 
+void EdgeClient::HoldInitialModel(DownlinkReceiver* r) {
+  if (!initial_model_crc_ || model_ == nullptr || model_->initial_flat.empty() ||
+      model_->initial_crc != *initial_model_crc_) {
+    return;
+  }
+  // Saved as a download is: a restarted client asks from the version it holds.
+  if (absl::Status st = r->Hold(0, model_->initial_flat); !st.ok()) {
+    log::Warning(options_.client_id, "holding the model file's weights as version 0: %s",
+                 std::string(st.message()).c_str());
+    r->Forget();
+  }
+}
+
 absl::StatusOr<std::vector<float>> EdgeClient::DownloadHeld(const std::string& blob,
                                                             uint64_t version, SystemTime deadline) {
   auto receiver = ReceiverFor(blob);
   if (!receiver.ok()) return receiver.status();
   DownlinkReceiver* const r = *receiver;
+  if (blob.empty() && !r->held_version().has_value()) HoldInitialModel(r);
   auto got = transport_->DownloadModel(blob, version, deadline, r->held_version());
   absl::StatusOr<std::vector<float>> model =
       got.ok() ? r->Take(*got, version) : absl::StatusOr<std::vector<float>>(got.status());

@@ -157,6 +157,9 @@ class EdgeClient final : private ClientEnv {
   absl::StatusOr<std::vector<float>> DownloadHeld(const std::string& blob, uint64_t version,
                                                   SystemTime deadline);
   absl::StatusOr<DownlinkReceiver*> ReceiverFor(const std::string& blob);
+  // Holds the model file's weights as version 0 of the global model when they are the
+  // job's (their CRC32C is the one Join named) and nothing newer is held.
+  void HoldInitialModel(DownlinkReceiver* receiver);
   absl::StatusOr<std::string> DownloadBlob(const std::string& name, uint64_t version,
                                            SystemTime deadline) override {
     return transport_->DownloadBlob(name, version, deadline);
@@ -205,6 +208,7 @@ class EdgeClient final : private ClientEnv {
   std::unique_ptr<ClientMode> client_mode_;
   ClientState state_;
   std::string downlink_codec_;  // of the job (Join); "": models come as float32
+  std::optional<uint32_t> initial_model_crc_;  // of the job's version 0 (Join); unset: unknown
   // Under a compressed downlink, the models this client holds by blob name.
   std::map<std::string, std::unique_ptr<DownlinkReceiver>> downlinks_;
   std::string state_path_;

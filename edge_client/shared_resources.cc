@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "base/str.h"
+#include "codecs/broadcast.h"
 #include "core/partition.h"
 #include "edge_client/options.h"
 
@@ -68,6 +69,10 @@ absl::StatusOr<std::shared_ptr<const ModelInfo>> ModelPool::Prepare(
   info->layout = (*model)->layout();
   info->scale_cuts = (*model)->ScaleCuts();
   info->initial_local_buffers = (*model)->GetLocalBuffers();
+  if (options.IsFile()) {
+    info->initial_flat = (*model)->GetFlat();
+    info->initial_crc = codecs::ModelCrc(info->initial_flat);
+  }
   info_.emplace(key, info);
   // The model made to learn this is the first training model, where a slot is empty.
   for (Slot& s : slots_) {

@@ -64,6 +64,11 @@ struct ModelInfo {
   // Under buffers "local": the model's own buffers, where a client without buffers of its
   // own starts.
   std::vector<float> initial_local_buffers;
+  // A TorchScript file's weights as the file holds them (the flat vector; empty for a
+  // built-in) and their CRC32C (codecs::ModelCrc): a job's version 0 when the coordinator
+  // names that CRC (JoinReply.initial_model_crc32c).
+  std::vector<float> initial_flat;
+  uint32_t initial_crc = 0;
 };
 
 // Models that train in turn. Thread-safe: Acquire blocks while every slot trains.

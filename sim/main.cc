@@ -66,6 +66,9 @@ struct SimOptions {
   std::string link, report, html, run_dir, bin_dir = fedlgc::sim::SelfDir();
   std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
   bool quiet = false, insecure = false;
+  // Each C++ client is given the job's TorchScript file (fedlgc-edge --model) rather than
+  // downloading it when it joins (Python clients always have it).
+  bool clients_have_model = false;
   // What every client trains on and with (edge_client/flags.h AddTrainingFlags): each
   // client's options start from these.
   fedlgc::edge_client::EdgeClientOptions edge = SimClientDefaults();
@@ -130,6 +133,11 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--eval-limit", s->eval_limit, "test examples for evaluation (0 = all)");
   CLI::Option_group* t = app.add_option_group("Clients", "what every client trains on and with");
   fedlgc::edge_client::AddTrainingFlags(*t, &s->edge);
+  t->add_flag("--clients-have-model", s->clients_have_model,
+              "give each client the job's TorchScript file (fedlgc-edge --model), as an app that "
+              "ships its model does: under a compressed downlink its first model is then an "
+              "empty chain; by default clients download the file when they join, counted in "
+              "round 1's downlink bytes");
   t->get_option("--data")->description(
       "the clients' data: fashion-mnist, synthetic:N, npz:PATH, csv:PATH or images:DIR, split "
       "by --partition; a path with {i} names each client's own file (client i reads it whole, "
@@ -439,7 +447,8 @@ absl::StatusOr<Federation> Launch(const SimOptions& s, CoordinatorOptions co,
       target = (*p)->port();
       f.proxies.push_back(std::move(p).value());
     }
-    const auto eo = ClientOptions(s, certs, i, target, co.seed);
+    auto eo = ClientOptions(s, certs, i, target, co.seed);
+    if (s.clients_have_model) eo.model = std::filesystem::absolute(co.model).string();
     const std::string client_config = StrCat(s.run_dir, "/", eo.client_id, ".toml");
     if (auto st = fedlgc::AtomicWriteFile(client_config, ClientConfig(eo)); !st.ok()) return st;
     if (!s.python_client.empty()) {
@@ -857,6 +866,10 @@ absl::StatusOr<const fedlgc::coordinator::ModeTraits*> CheckJob(
   auto mode = fedlgc::modes::JobMode(co);
   if (!mode.ok()) return mode.status();
   if (auto st = mo.Validate((*mode)->mode); !st.ok()) return st;
+  if (s.clients_have_model && !co.model_options().IsFile()) {
+    return absl::InvalidArgumentError(StrCat("--clients-have-model: the job trains the built-in ",
+                                             co.model, ", which has no file to give"));
+  }
   if (auto st = fedlgc::modes::CheckEvaluation(co, mo); !st.ok()) return st;
   if (s.aggregators > 0 && co.EvalOnClients() && co.eval_every > 0) {
     return absl::InvalidArgumentError(

@@ -2,16 +2,19 @@
 // edge_client/downlink_receiver.h): every client's model is the coordinator's held model to
 // the bit over many rounds, a late joiner takes the model whole once and chains after, a
 // restarted client goes on with a chain from the model it kept, a client whose model
-// drifted is refused by the CRC and recovers with a full download, and a download cut by
-// the link resumes.
+// drifted is refused by the CRC and recovers with a full download, a download cut by the
+// link resumes, and clients of a TorchScript job start from the file's weights as version
+// 0 (no full download at all).
 #include <signal.h>
 
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "base/file.h"
 #include "codecs/registry.h"
 #include "coordinator/downlink.h"
+#include "core/model.h"
 #include "core/round_report.h"
 #include "monitoring/metrics.h"
 #include "gtest/gtest.h"
@@ -90,6 +93,17 @@ void ExpectAllHoldTheCoordinatorsModel(const coordinator::CoordinatorOptions& o,
   EXPECT_EQ(fallbacks, expected_fallbacks);
 }
 
+// The job ends well, and so does every client.
+void ExpectAllFinish(InProcessCoordinator& coord,
+                     std::vector<std::unique_ptr<ClientThread>>& clients) {
+  ASSERT_TRUE(coord.Wait(seconds(180)));
+  ASSERT_TRUE(coord.result().ok()) << coord.result();
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->Wait(seconds(30)));
+    EXPECT_TRUE(c->result().ok()) << c->result();
+  }
+}
+
 TEST(Downlink, LateJoinerAndRestartedClientHoldTheCoordinatorsModelToTheBit) {
   const int n = 4;
   const std::string dir = FreshDir("downlink_many");
@@ -107,12 +121,7 @@ TEST(Downlink, LateJoinerAndRestartedClientHoldTheCoordinatorsModelToTheBit) {
   start(3);            // client-3 joins late
   ASSERT_TRUE(WaitFor([&] { return committed() >= 5; }, std::chrono::seconds(120)));
   start(1);  // client-1 restarts, three or more versions behind
-  ASSERT_TRUE(coord.Wait(seconds(180)));
-  ASSERT_TRUE(coord.result().ok()) << coord.result();
-  for (auto& c : clients) {
-    EXPECT_TRUE(c->Wait(seconds(30)));
-    EXPECT_TRUE(c->result().ok()) << c->result();
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectAllFinish(coord, clients));
   ExpectAllHoldTheCoordinatorsModel(o, clients);
   // The late joiner took the model whole once, then chains; the restarted client only
   // chains (the first from the version it kept); the others one full download in all.
@@ -129,6 +138,46 @@ TEST(Downlink, LateJoinerAndRestartedClientHoldTheCoordinatorsModelToTheBit) {
     raw += r.raw_downlink_bytes;
   }
   EXPECT_GT(static_cast<double>(raw) / down, 4.0) << down << " bytes for " << raw;
+}
+
+// A TorchScript job's version 0 is the file's weights: clients that have the file (given,
+// or fetched when they joined) hold it as version 0, so no client downloads the model
+// whole; round 1's downloads are empty chains (their CRC32C checks the weights), and the
+// one fetch of the file counts in round 1's downlink bytes.
+TEST(Downlink, ClientsOfATorchScriptJobHoldVersionZeroAndNeverDownloadTheModelWhole) {
+  const int n = 3;
+  const std::string dir = FreshDir("downlink_v0");
+  const std::string certs = MakeCerts(dir, n);
+  auto o = Job(dir, certs, 4, n);
+  o.model = dir + "/mlp.pt";
+  auto module = core::Model::Create("mlp", 7);
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto file = (*module)->TorchScriptBytes({});
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(AtomicWriteFile(o.model, *file).ok());
+  InProcessCoordinator coord(o);
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < n; ++i) {
+    auto co = ClientDefaults(dir, certs, i, n, coord.port());
+    if (i < 2) co.model = o.model;  // client-2 fetches the file
+    clients.push_back(std::make_unique<ClientThread>(co));
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectAllFinish(coord, clients));
+  ExpectAllHoldTheCoordinatorsModel(o, clients);
+  for (auto& c : clients) {
+    EXPECT_EQ(Downloads(*c, "full"), 0) << c->get().id();
+    EXPECT_EQ(Downloads(*c, "chain"), 4) << c->get().id();
+  }
+  const std::vector<RoundReport>& reports = coord.get().reports();
+  ASSERT_EQ(reports.size(), 4u);
+  // Round 1: the file once (client-2's fetch) and three empty chains of a header each.
+  EXPECT_GE(reports[0].downlink_bytes, file->size());
+  EXPECT_LT(reports[0].downlink_bytes, file->size() + n * 64) << reports[0].downlink_bytes;
+  // Later rounds: a delta each, far under a model.
+  const uint64_t model_bytes = 4 * (*module)->dim();
+  for (size_t r = 1; r < reports.size(); ++r) {
+    EXPECT_LT(reports[r].downlink_bytes, n * model_bytes / 4) << "round " << r + 1;
+  }
 }
 
 TEST(Downlink, AModelThatDriftedIsRefusedByItsCrcAndRecoveredWhole) {

@@ -304,8 +304,10 @@ void Coordinator::MakeService(const JobFiles& files, RecorderParts recorder) {
   }
   const bool median =
       robust_.kind != AggregatorKind::kMean && robust_.kind != AggregatorKind::kStreaming;
-  statistics_ = StatisticsPhase::Create(o, eval_model_->layout(), median,
-                                        {downlinks_.get(), o.state_dir, job_key_});
+  statistics_ =
+      StatisticsPhase::Create(o, eval_model_->layout(), median,
+                              StatisticsAutomatic(o, traits_, driver_->AllowsClientStatistics()),
+                              {downlinks_.get(), o.state_dir, job_key_});
   if (statistics_ != nullptr) so.stats_book = &statistics_->book();
   service_ =
       std::make_unique<CoordinatorService>(engine_.get(), driver_.get(), metrics_.get(), job, so);

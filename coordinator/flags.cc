@@ -144,7 +144,10 @@ void AddEvaluationFlags(CLI::App& g, CoordinatorOptions* o) {
   g.add_option("--bn-stats", o->bn_stats,
                "on: after each commit the round's counted clients re-estimate the model's "
                "batch normalisation statistics on their training data, and the coordinator "
-               "commits the pooled statistics as a version of their own (docs/your-model.md)");
+               "commits the pooled statistics as a version of their own (docs/your-model.md); "
+               "auto: on for a model with such statistics whose updates are compressed (a "
+               "codec other than fp32, fp16 or bf16), where the mode and its options let "
+               "clients send them (not under --dp, --secagg or buffered rounds); off");
   g.add_option("--bn-stats-batches", o->bn_stats_batches,
                "with --bn-stats on: batches each asked client passes forward");
   g.add_option("--bn-stats-batch", o->bn_stats_batch, "with --bn-stats on: examples a batch");

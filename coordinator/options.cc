@@ -70,8 +70,9 @@ absl::Status ValidateCodecs(const RoundPlan& plan, const std::vector<std::string
 
 // --bn-stats and its options (coordinator/statistics_phase.h).
 absl::Status ValidateStatistics(const CoordinatorOptions& o, const ModeTraits& traits) {
-  if (o.bn_stats != "off" && o.bn_stats != "on") {
-    return absl::InvalidArgumentError(StrCat("--bn-stats '", o.bn_stats, "': expected off or on"));
+  if (o.bn_stats != "off" && o.bn_stats != "on" && o.bn_stats != "auto") {
+    return absl::InvalidArgumentError(
+        StrCat("--bn-stats '", o.bn_stats, "': expected auto, on or off"));
   }
   if (o.bn_stats_batches == 0 || o.bn_stats_batch < 2 || !(o.bn_stats_timeout_s > 0)) {
     return absl::InvalidArgumentError(

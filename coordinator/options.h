@@ -71,9 +71,11 @@ struct CoordinatorOptions {
   uint32_t eval_clients = 0;   // clients asked per evaluation (0: every connected one)
   double eval_timeout_s = 60;  // how long their answers are waited for
   // Batch normalisation statistics re-estimated after each commit
-  // (coordinator/statistics_phase.h): "off" or "on"; the batches of how many examples each
-  // asked client passes forward, and how long their answers are waited for.
-  std::string bn_stats = "off";
+  // (coordinator/statistics_phase.h): "off", "on", or "auto" (on where the job compresses
+  // its updates and clients may send statistics: StatisticsAutomatic); the batches of how
+  // many examples each asked client passes forward, and how long their answers are
+  // waited for.
+  std::string bn_stats = "auto";
   uint32_t bn_stats_batches = 100;
   uint32_t bn_stats_batch = 64;
   double bn_stats_timeout_s = 30;

@@ -185,6 +185,12 @@ class RoundDriver {
   // would spend more privacy than it may). Asked by the round loop before each round; the
   // job then ends as if its rounds were done.
   virtual std::optional<std::string> Exhausted() const { return std::nullopt; }
+  // Whether clients may send the statistics phase (statistics_phase.h) their data's
+  // per-channel means and variances in the clear between rounds: not where updates are
+  // private (DP, secure aggregation) or rounds never close (buffered). --bn-stats auto
+  // runs the phase only where this holds (an explicit "on" there is refused earlier,
+  // modes::CheckEvaluation).
+  virtual bool AllowsClientStatistics() const { return true; }
 };
 
 // Makes the job's driver; modes::MakeRoundDriver is the one fedlgc-coordinator uses.

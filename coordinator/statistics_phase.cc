@@ -104,16 +104,34 @@ StatsBook::Answers StatsBook::Take() {
   return std::move(answers_);
 }
 
+bool StatisticsAutomatic(const CoordinatorOptions& o, const ModeTraits& traits,
+                         bool driver_allows) {
+  const std::string name = o.plan.codec.substr(0, o.plan.codec.find('('));
+  const bool compressed =
+      !o.codec_ladder.empty() || (name != "fp32" && name != "fp16" && name != "bf16");
+  return compressed && traits.summed && !o.has_parent() && driver_allows;
+}
+
 std::unique_ptr<StatisticsPhase> StatisticsPhase::Create(const CoordinatorOptions& o,
                                                          const codecs::ModelLayout& layout,
-                                                         bool median, StatisticsPersist persist) {
-  if (o.bn_stats != "on") return nullptr;
+                                                         bool median, bool automatic,
+                                                         StatisticsPersist persist) {
+  if (o.bn_stats == "off" || (o.bn_stats == "auto" && !automatic)) return nullptr;
   std::vector<core::StatisticsPair> pairs = core::StatisticsPairs(layout);
   if (pairs.empty()) {
-    log::Info("coordinator",
-              "--bn-stats on: the model has no batch normalisation statistics "
-              "in its flat vector; nothing to re-estimate");
+    if (o.bn_stats == "on") {
+      log::Info("coordinator",
+                "--bn-stats on: the model has no batch normalisation statistics "
+                "in its flat vector; nothing to re-estimate");
+    }
     return nullptr;
+  }
+  if (o.bn_stats == "auto") {
+    log::Info("coordinator",
+              "--bn-stats auto: codec %s moves the model's batch normalisation statistics "
+              "apart from its weights, so the round's clients re-estimate them after each "
+              "commit (--bn-stats off to skip)",
+              o.codec_ladder.empty() ? o.plan.codec : "ladder");
   }
   return std::unique_ptr<StatisticsPhase>(
       new StatisticsPhase(o, std::move(pairs), median, std::move(persist)));

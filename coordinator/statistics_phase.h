@@ -41,6 +41,7 @@ class Downlinks;
 class RoundEngine;
 class RoundHost;
 struct CoordinatorOptions;
+struct ModeTraits;
 
 // One phase's answers. Thread-safe: Accept from the service's threads, the rest from the
 // round loop.
@@ -92,14 +93,22 @@ struct StatisticsPersist {
   std::string state_dir, job_key;
 };
 
+// Whether --bn-stats auto runs the phase: where the job compresses its updates (any
+// codec but a float format, LGC's lgc(...) included, or a codec ladder: a sparse or
+// coarse update moves the statistics apart from the weights they belong to), in a mode
+// that commits one model every client starts from (`summed`), at the root, and where the
+// driver lets clients send their statistics (RoundDriver::AllowsClientStatistics).
+bool StatisticsAutomatic(const CoordinatorOptions& o, const ModeTraits& traits, bool driver_allows);
+
 // The round loop's thread only (the book inside is thread-safe).
 class StatisticsPhase {
  public:
-  // Null with --bn-stats off, or for a model without statistics pairs (told in the log).
-  // `median`: a robust aggregator's job (each channel's median, not the weighted pool).
+  // Null with --bn-stats off, under auto where `automatic` is false (StatisticsAutomatic),
+  // or for a model without statistics pairs (told in the log under on). `median`: a
+  // robust aggregator's job (each channel's median, not the weighted pool).
   static std::unique_ptr<StatisticsPhase> Create(const CoordinatorOptions& o,
                                                  const codecs::ModelLayout& layout, bool median,
-                                                 StatisticsPersist persist);
+                                                 bool automatic, StatisticsPersist persist);
 
   StatsBook& book() { return book_; }
   // Whether the engine's committed round still lacks its statistics (a restart during

@@ -184,7 +184,8 @@ TEST(CoordinatorOptions, TheJobsModeComesFromTheModeAndTheCodec) {
 
 // --bn-stats on: refused where the clients' figures would reach the coordinator against
 // the job's promise (--dp, --secagg), where commits happen while clients train (buffered
-// rounds), in a mode whose clients keep models of their own, and at an aggregator.
+// rounds), in a mode whose clients keep models of their own, and at an aggregator; auto
+// (the default) is accepted everywhere and runs the phase only where on would be.
 TEST(CoordinatorOptions, TheStatisticsPhaseIsRefusedWhereItCannotRun) {
   CoordinatorOptions co;
   co.insecure = true;
@@ -207,14 +208,22 @@ TEST(CoordinatorOptions, TheStatisticsPhaseIsRefusedWhereItCannotRun) {
     const absl::Status st = CheckEvaluation(co, o);
     EXPECT_TRUE(absl::IsInvalidArgument(st)) << option << ": " << st;
     EXPECT_NE(st.message().find("--bn-stats on"), std::string::npos) << st;
-    co.bn_stats = "off";
-    EXPECT_TRUE(CheckEvaluation(co, o).ok()) << option;
+    // off, and auto (which leaves the phase out there: RoundDriver::AllowsClientStatistics).
+    for (const char* quiet : {"off", "auto"}) {
+      co.bn_stats = quiet;
+      EXPECT_TRUE(CheckEvaluation(co, o).ok()) << option << " " << quiet;
+    }
     co.bn_stats = "on";
   }
   co.parent = "127.0.0.1:1";
   EXPECT_TRUE(absl::IsInvalidArgument(co.Validate(TraitsOf(Mode::kFedAvg))));
-  co.parent.clear();
   co.bn_stats = "auto";
+  // auto stays off at an aggregator (what else an aggregator needs is refused apart).
+  EXPECT_EQ(co.Validate(TraitsOf(Mode::kFedAvg)).message().find("--bn-stats"), std::string::npos)
+      << co.Validate(TraitsOf(Mode::kFedAvg));
+  co.parent.clear();
+  for (Mode m : {Mode::kLsgd, Mode::kSgp}) EXPECT_TRUE(co.Validate(TraitsOf(m)).ok());
+  co.bn_stats = "sometimes";
   EXPECT_TRUE(absl::IsInvalidArgument(co.Validate(TraitsOf(Mode::kFedAvg))));
 }
 

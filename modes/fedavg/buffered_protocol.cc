@@ -20,6 +20,7 @@ class Buffered final : public RoundProtocol {
                             round.robust, round.commit, round.report);
   }
   size_t KeepVersions() const override { return rounds_.options().MaxStaleness(); }
+  bool AllowsClientStatistics() const override { return false; }
 
  private:
   BufferedRounds rounds_;

@@ -52,6 +52,7 @@ class Dp final : public RoundProtocol {
   Dp(std::unique_ptr<DpRounds> dp, bool distributed)
       : dp_(std::move(dp)), distributed_(distributed) {}
   ProtocolId id() const override { return ProtocolId::kDp; }
+  bool AllowsClientStatistics() const override { return false; }
 
   absl::Status BeginRound(RoundContext& round) override {
     if (!distributed_) return absl::OkStatus();

@@ -335,6 +335,11 @@ size_t FedAvgDriver::KeepVersions() const {
   return keep;
 }
 
+bool FedAvgDriver::AllowsClientStatistics() const {
+  return std::all_of(protocols_.begin(), protocols_.end(),
+                     [](const auto& p) { return p->AllowsClientStatistics(); });
+}
+
 std::optional<std::string> FedAvgDriver::Exhausted() const {
   for (const auto& p : protocols_) {
     if (auto why = p->Exhausted()) return why;

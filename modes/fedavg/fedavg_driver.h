@@ -122,6 +122,7 @@ class FedAvgDriver final : public coordinator::RoundDriver {
   absl::Status Save(uint64_t round) override;
   size_t KeepVersions() const override;
   std::optional<std::string> Exhausted() const override;
+  bool AllowsClientStatistics() const override;
 
   // The job's protocols, in the order a round consults them.
   std::vector<ProtocolId> protocols() const;

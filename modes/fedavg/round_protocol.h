@@ -127,6 +127,9 @@ class RoundProtocol {
   virtual absl::Status Save(uint64_t /*round*/) { return absl::OkStatus(); }
   virtual size_t KeepVersions() const { return 0; }
   virtual std::optional<std::string> Exhausted() const { return std::nullopt; }
+  // As RoundDriver::AllowsClientStatistics: false where it keeps the clients' data private
+  // or never closes a round.
+  virtual bool AllowsClientStatistics() const { return true; }
 
   // What it adds to a participant's RoundStart.
   virtual void DecorateRoundStart(const std::string& /*client*/, protos::RoundStart* /*start*/) {}

@@ -100,8 +100,10 @@ std::string Names(const std::set<ProtocolId>& want) {
   return s;
 }
 
-// Makes the job's driver and, when it is made, runs two rounds with three clients.
-absl::Status MakeAndRun(const std::set<ProtocolId>& want, std::vector<ProtocolId>* made) {
+// Makes the job's driver and, when it is made, runs two rounds with three clients;
+// *allows_statistics: whether the driver lets clients send the statistics phase theirs.
+absl::Status MakeAndRun(const std::set<ProtocolId>& want, std::vector<ProtocolId>* made,
+                        bool* allows_statistics = nullptr) {
   const codecs::ModelLayout layout = Layout();
   Asked a = Ask(want);
   LoopbackHost host(a.plan, layout);
@@ -111,6 +113,7 @@ absl::Status MakeAndRun(const std::set<ProtocolId>& want, std::vector<ProtocolId
   auto driver = FedAvgDriver::Create(a.options, env);
   if (!driver.ok()) return driver.status();
   *made = (*driver)->protocols();
+  if (allows_statistics != nullptr) *allows_statistics = (*driver)->AllowsClientStatistics();
   host.set_driver(driver->get());
   for (int i = 0; i < 3; ++i) {
     AddFedAvgClient(host, layout, StrCat("c", i), 100, 1.0f + static_cast<float>(i) / 4);
@@ -146,16 +149,24 @@ TEST(RoundProtocols, EveryProtocolHasOneLineInTheTableInRoundOrder) {
 
 TEST(RoundProtocols, APlainJobRunsNoProtocol) {
   std::vector<ProtocolId> made;
-  ASSERT_TRUE(MakeAndRun({}, &made).ok());
+  bool allows_statistics = false;
+  ASSERT_TRUE(MakeAndRun({}, &made, &allows_statistics).ok());
   EXPECT_TRUE(made.empty());
+  EXPECT_TRUE(allows_statistics);
 }
 
+// Each alone; the ones that keep the clients' data private (DP, secure aggregation) or
+// never close a round (buffered) keep the statistics phase out (--bn-stats auto).
 TEST(RoundProtocols, EachRunsAlone) {
+  const std::set<ProtocolId> no_statistics{ProtocolId::kDp, ProtocolId::kSecAgg,
+                                           ProtocolId::kBuffered};
   for (ProtocolId id : kAll) {
     std::vector<ProtocolId> made;
-    const absl::Status st = MakeAndRun({id}, &made);
+    bool allows_statistics = false;
+    const absl::Status st = MakeAndRun({id}, &made, &allows_statistics);
     EXPECT_TRUE(st.ok()) << EntryOf(id).name << ": " << st;
     EXPECT_EQ(made, std::vector<ProtocolId>{id}) << EntryOf(id).name;
+    EXPECT_EQ(allows_statistics, no_statistics.count(id) == 0) << EntryOf(id).name;
   }
 }
 

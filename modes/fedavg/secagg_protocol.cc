@@ -15,6 +15,7 @@ class SecAgg final : public RoundProtocol {
  public:
   explicit SecAgg(std::unique_ptr<SecAggRounds> rounds) : rounds_(std::move(rounds)) {}
   ProtocolId id() const override { return ProtocolId::kSecAgg; }
+  bool AllowsClientStatistics() const override { return false; }
 
   bool RunsRound(const RoundContext& /*round*/) const override { return true; }
   absl::Status RunRound(RoundContext& round) override {

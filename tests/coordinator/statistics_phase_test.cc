@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "coordinator/options.h"
 #include "gtest/gtest.h"
 #include "protos/fedlgc.pb.h"
 
@@ -75,6 +76,38 @@ TEST(StatsBook, TakesOneAnswerFromEachAskedClientAndRefusesWhatDoesNotAddUp) {
   // Taken: the phase is closed, and no one is asked again.
   EXPECT_FALSE(book.AskFor("b").has_value());
   EXPECT_TRUE(absl::IsFailedPrecondition(book.Accept("d", Report(3, 4, {0, 1}, {1, 1}))));
+}
+
+// --bn-stats auto: the phase where updates are compressed, the mode commits one model,
+// the coordinator is the root and the driver lets clients send statistics.
+TEST(StatisticsAutomatic, OnForCompressedUpdatesOfASummedModeAtTheRootOnly) {
+  ModeTraits fedavg;
+  fedavg.mode = Mode::kFedAvg;
+  fedavg.summed = true;
+  CoordinatorOptions o;
+  o.plan.codec = "topk(ratio=0.01,values=qsgd(bits=8))";
+  EXPECT_TRUE(StatisticsAutomatic(o, fedavg, true));
+  EXPECT_FALSE(StatisticsAutomatic(o, fedavg, false)) << "DP, secure aggregation, buffered";
+  for (const char* lossless : {"fp32", "fp16", "bf16"}) {
+    o.plan.codec = lossless;
+    EXPECT_FALSE(StatisticsAutomatic(o, fedavg, true)) << lossless;
+  }
+  o.codec_ladder = {"fp32", "topk(ratio=0.01)"};
+  EXPECT_TRUE(StatisticsAutomatic(o, fedavg, true)) << "a ladder compresses some updates";
+  o.codec_ladder.clear();
+  o.plan.codec = "qsgd(bits=4)";
+  EXPECT_TRUE(StatisticsAutomatic(o, fedavg, true));
+  o.parent = "127.0.0.1:1";
+  EXPECT_FALSE(StatisticsAutomatic(o, fedavg, true)) << "an aggregator commits to its parent";
+  o.parent.clear();
+  ModeTraits lgc = fedavg;
+  lgc.mode = Mode::kLgc;
+  o.plan.codec = "lgc()";
+  EXPECT_TRUE(StatisticsAutomatic(o, lgc, true));
+  ModeTraits sgp;
+  sgp.mode = Mode::kSgp;
+  o.plan.codec = "qsgd(bits=4)";
+  EXPECT_FALSE(StatisticsAutomatic(o, sgp, true)) << "each client keeps a model of its own";
 }
 
 }  // namespace

@@ -169,14 +169,15 @@ def run_sim(run, job, *args):
         return json.load(f)["rounds"][-1]
 
 
-# Round 1 of a BatchNorm model under top-1%: with the statistics phase every client's
-# estimate is pooled and committed as a version of its own, which the coordinator then
-# evaluates and exports; without it the averaged statistics do not belong to the weights.
+# Round 1 of a BatchNorm model under top-1%: with the statistics phase (the default,
+# --bn-stats auto, runs it for a compressed job) every client's estimate is pooled and
+# committed as a version of its own, which the coordinator then evaluates and exports;
+# without it (--bn-stats off) the averaged statistics do not belong to the weights.
 def test_the_statistics_phase_gives_a_sparse_round_statistics_that_fit_its_weights(
         tmp_path, net_job):
     top = "--codec=topk(ratio=0.01,values=qsgd(bits=8))"
-    plain = run_sim(str(tmp_path / "plain"), net_job, top)
-    phase = run_sim(str(tmp_path / "phase"), net_job, top, "--bn-stats=on",
+    plain = run_sim(str(tmp_path / "plain"), net_job, top, "--bn-stats=off")
+    phase = run_sim(str(tmp_path / "phase"), net_job, top,
                     "--bn-stats-batches=4", "--bn-stats-batch=100")
     assert "bn_stats" not in plain
     assert phase["bn_stats"] == "committed", phase

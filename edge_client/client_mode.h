@@ -172,8 +172,8 @@ class LocalTrainer {
                                                  const LocalTerms& terms) {
     if (!terms.correction.empty()) {
       return absl::FailedPreconditionError(
-          "this trainer does not apply SCAFFOLD's correction (an aggregator's rounds are its "
-          "own)");
+          "this trainer does not apply SCAFFOLD's correction: a root of --algorithm scaffold "
+          "takes edge clients, not aggregators (an aggregator's rounds are its own)");
     }
     auto loss = Train(start, weights);
     if (!loss.ok()) return loss.status();

@@ -11,7 +11,9 @@
 #               reference's minimum of 10 and balance cap, two classes a client (#C=2)
 #   algorithms  FedProx (mu=MU, default 0.01) and SCAFFOLD on dirichlet(0.5), float32
 #   codecs      lgc() and top-1% + EF (its warm-up), float32 down and top-5% deltas down, on
-#               dirichlet(0.5) and #C=2
+#               dirichlet(0.5) and #C=2; and the targets' budgets: top-1.5% + EF up (about
+#               100x fewer bytes than float32), float32 down (top1_5), and top-3% + EF up
+#               with top-7% deltas down (each direction above 30x; top3_down7)
 # SEEDS (default "1") lists the seeds: each seeds the model's weights, the partition and the
 # clients. Each run prints its summary line and writes OUT/<split>_<run>_s<seed>.json
 # (OUT default build/bench-niid); bench/niid_table.py prints the table against the
@@ -38,6 +40,11 @@ top="topk(ratio=0.01,values=qsgd(bits=8))"
 # client downloads the model whole and the downlink ratio is the deltas'.
 down="topk(ratio=0.05,values=qsgd(bits=8))"
 warm="topk(ratio=0.1,values=qsgd(bits=8));topk(ratio=0.05,values=qsgd(bits=8));topk(ratio=0.02,values=qsgd(bits=8))"
+# The budgets of the targets: about 100x up, float32 down; each direction above 30x.
+top1_5="topk(ratio=0.015,values=qsgd(bits=8))"
+top3="topk(ratio=0.03,values=qsgd(bits=8))"
+warm3="topk(ratio=0.1,values=qsgd(bits=8));topk(ratio=0.05,values=qsgd(bits=8))"
+down7="topk(ratio=0.07,values=qsgd(bits=8))"
 
 # run SPLIT NAME SEED [fedlgc-sim flags...]
 run() {
@@ -73,6 +80,9 @@ for part in "${parts[@]}"; do
         run "$s" lgc_down "$seed" --codec 'lgc()' --downlink-codec "$down" --clients-have-model
         run "$s" top1_down "$seed" --codec "$top" --codec-warmup "$warm" --downlink-codec "$down" \
           --clients-have-model
+        run "$s" top1_5 "$seed" --codec "$top1_5" --codec-warmup "$warm" --downlink-codec fp32
+        run "$s" top3_down7 "$seed" --codec "$top3" --codec-warmup "$warm3" \
+          --downlink-codec "$down7" --clients-have-model
       done
       ;;
     *)

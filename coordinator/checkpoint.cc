@@ -66,6 +66,7 @@ bool ReadOldVersion(core::StateReader& r, uint32_t version, EngineState* s) {
 
 bool FromMessage(const state::Checkpoint& m, EngineState* s) {
   s->next_round = m.next_round();
+  s->job_instance = m.job_instance();
   s->model_version = m.model_version();
   auto model = core::FloatsFromBytes(m.model(), "model");
   auto momentum = core::FloatsFromBytes(m.momentum(), "momentum");
@@ -98,6 +99,7 @@ absl::Status WriteCheckpoint(const std::string& state_dir, const std::string& jo
   m.set_next_round(s.next_round);
   m.set_model_version(s.model_version);
   m.set_statistics_round(s.statistics_round);
+  m.set_job_instance(s.job_instance);
   m.set_model(core::FloatsToBytes(s.model));
   m.set_momentum(core::FloatsToBytes(s.momentum));
   for (const auto& [id, samples] : s.clients) (*m.mutable_clients())[id] = samples;

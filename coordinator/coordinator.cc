@@ -222,6 +222,15 @@ absl::Status Coordinator::Resume(const JobFiles& files, EngineState* state) {
   } else {
     state->model = eval_model_->GetFlat();
   }
+  // A job started afresh (or from a checkpoint of before) draws its instance: clients
+  // whose state was made in an earlier instance of the same job give it up at Join.
+  if (state->job_instance == 0) {
+    std::random_device rd;
+    while (state->job_instance == 0) {
+      state->job_instance = (static_cast<uint64_t>(rd()) << 32) | rd();
+    }
+  }
+  job_instance_ = state->job_instance;
   return absl::OkStatus();
 }
 
@@ -288,6 +297,7 @@ void Coordinator::MakeService(const JobFiles& files, RecorderParts recorder) {
   if (downlinks_ != nullptr && files.model_file != nullptr) {
     job.initial_model_crc = codecs::ModelCrc(eval_model_->GetFlat());
   }
+  job.instance = job_instance_;
   metrics_->SetTier(o.has_parent() ? "aggregator" : "root", o.parent);
   ServiceOptions so;
   so.insecure = o.insecure;

@@ -152,6 +152,7 @@ class Coordinator final {
   std::unique_ptr<core::Dataset> guard_data_;  // the guard set: the first test examples
   std::unique_ptr<ModelGuard> guard_;          // the round loop's thread only
   std::string job_key_;
+  uint64_t job_instance_ = 0;  // EngineState::job_instance, for JoinReply
   int port_ = 0;
   Clock::time_point run_started_;  // Run's start; the round loop's thread only
   // The traffic counters run from the last commit (DriveRound); the round loop's thread.

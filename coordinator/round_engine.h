@@ -121,6 +121,9 @@ struct EngineState {
   // The last round whose batch normalisation statistics were re-estimated and committed
   // as a version of their own (coordinator/statistics_phase.h); 0: none.
   uint64_t statistics_round = 0;
+  // The job's instance (JoinReply.job_instance): drawn when the job starts afresh, kept in
+  // the checkpoints.
+  uint64_t job_instance = 0;
 
   bool operator==(const EngineState&) const = default;
 };

@@ -166,6 +166,7 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   reply->set_buffers(job_.buffers);
   reply->set_loss(job_.loss);
   reply->set_eval_fraction(job_.eval_fraction);
+  reply->set_job_instance(job_.instance);
   if (options_.downlinks != nullptr && job_.initial_model_crc.has_value()) {
     reply->set_initial_model_crc32c(*job_.initial_model_crc);
   }

@@ -42,6 +42,7 @@ struct JobInfo {
   // Under a compressed downlink, a TorchScript job's version-0 model (the file's weights)
   // by its CRC32C: clients holding the file hold that model (JoinReply).
   std::optional<uint32_t> initial_model_crc;
+  uint64_t instance = 0;  // JoinReply.job_instance (0: not said)
 };
 
 // Bytes moved since the last commit, which takes them for its report (the round loop).

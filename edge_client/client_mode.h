@@ -193,6 +193,11 @@ class LocalTrainer {
                                                     uint64_t /*round*/, uint64_t /*version*/) {
     return absl::NotFoundError("the trainer does not evaluate");
   }
+  // Whether Evaluate and ReestimateStatistics answer at all (a Python client with the hook;
+  // not an aggregator): a trainer that says no is never handed the model, and the client
+  // declines before it downloads one.
+  virtual bool Evaluates() const { return false; }
+  virtual bool ReestimatesStatistics() const { return false; }
   // Batch normalisation statistics (StatisticsStart): the trainer's own re-estimate for
   // `weights` on its training data (a Python client's statistics hook). NOT_FOUND: it has
   // none (the client declines, saying why).

@@ -141,6 +141,8 @@ bool FromMessage(const state::ClientState& m, ClientState* s) {
     s->pending = std::move(p);
   }
   for (const auto& [mode, slot] : m.modes()) s->modes[mode] = slot;
+  s->job = m.job();
+  s->job_instance = m.job_instance();
   return true;
 }
 
@@ -165,6 +167,8 @@ absl::Status SaveClientState(const std::string& path, const ClientState& s) {
     out->set_job(p.job);
   }
   for (const auto& [mode, slot] : s.modes) (*m.mutable_modes())[mode] = slot;
+  m.set_job(s.job);
+  m.set_job_instance(s.job_instance);
   core::StateWriter w;
   w.U32(kMagic);
   w.U32(kVersion);

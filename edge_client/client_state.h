@@ -75,6 +75,11 @@ struct ClientState {
   // Each mode's own state, keyed by a name the mode picks (its ClientMode writes it with
   // every Persist and reads it once, at LoadState); the file keeps the bytes as they are.
   std::map<std::string, std::string> modes;
+  // The job all of the above was made in: its id and instance (JoinReply); empty and 0
+  // until a Join names them (and in a file of before). Join gives the rest up when the
+  // same job comes back as another instance (started afresh).
+  std::string job;
+  uint64_t job_instance = 0;
   // From a file older than version 12 only.
   std::optional<LegacyModeFields> legacy;
 

@@ -168,6 +168,34 @@ uint64_t EdgeClient::NumSamples() const {
   return trainer_ != nullptr ? trainer_->NumSamples() : shard().size();
 }
 
+absl::Status EdgeClient::StartOverIfAnotherInstance(const std::string& job, uint64_t instance) {
+  if (instance == 0) return absl::OkStatus();  // a coordinator of before says none
+  if (state_.job == job && state_.job_instance != 0 && state_.job_instance != instance) {
+    log::Warning(options_.client_id,
+                 "job %s was started afresh (instance %016llx; this client's state is of "
+                 "%016llx): its update in flight, error feedback and mode state are given up",
+                 job, static_cast<unsigned long long>(instance),
+                 static_cast<unsigned long long>(state_.job_instance));
+    if (state_.pending) {
+      metrics_->AddChunks(options_.client_id, "dropped", state_.pending->frames.size());
+    }
+    state_ = ClientState{};
+    for (auto& [blob, receiver] : downlinks_) {
+      if (absl::Status st = receiver->Discard(); !st.ok()) return st;
+    }
+    // The mode is made again (below) and loads the empty state.
+    client_mode_.reset();
+    mode_.reset();
+  } else if (state_.job == job && state_.job_instance == instance) {
+    return absl::OkStatus();
+  }
+  // The job this state is made in from now on (another job's, as a failover from an
+  // aggregator to the root, keeps what it holds: ForgetOtherJobsUpdate decides).
+  state_.job = job;
+  state_.job_instance = instance;
+  return Persist();
+}
+
 absl::Status EdgeClient::ForgetOtherJobsUpdate(const std::string& job) {
   job_ = job;
   if (!state_.pending || state_.pending->job.empty() || state_.pending->job == job) {
@@ -217,6 +245,10 @@ absl::Status EdgeClient::Join() {
       return absl::FailedPreconditionError(
           StrCat("the job's downlink codec: ", std::string(st.message())));
     }
+  }
+  if (absl::Status st = StartOverIfAnotherInstance(reply->job_id(), reply->job_instance());
+      !st.ok()) {
+    return st;
   }
   const std::optional<Mode> mode = ParseMode(reply->mode());
   if (!mode) {
@@ -526,8 +558,10 @@ absl::Status EdgeClient::EvaluateModel(const protos::EvalStart& start) {
   r->set_round(start.round());
   r->set_model_version(start.model_version());
   const bool own = trainer_ == nullptr;
-  if (own && eval_data_ == nullptr) {
-    r->set_declined("no data to evaluate on (the job holds out none and no --eval-data)");
+  // A client that cannot evaluate says so before it downloads the model.
+  if (own ? eval_data_ == nullptr : !trainer_->Evaluates()) {
+    r->set_declined(own ? "no data to evaluate on (the job holds out none and no --eval-data)"
+                        : "the trainer does not evaluate");
     return transport_->Report(std::move(report), deadline);
   }
   auto model = DownloadFloats("", start.model_version(), deadline);
@@ -568,12 +602,17 @@ absl::Status EdgeClient::EvaluateModel(const protos::EvalStart& start) {
   return transport_->Report(std::move(report), deadline);
 }
 
-absl::StatusOr<core::Statistics> EdgeClient::ReestimateOwn(std::span<const float> weights,
-                                                           const protos::StatisticsStart& start) {
+absl::Status EdgeClient::OwnStatisticsAvailable() const {
   if (local_buffers_) {
     return absl::NotFoundError("the job keeps buffers local: this client's statistics are its own");
   }
   if (data_ == nullptr || train_indices().empty()) return absl::NotFoundError("no training data");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::Statistics> EdgeClient::ReestimateOwn(std::span<const float> weights,
+                                                           const protos::StatisticsStart& start) {
+  if (absl::Status available = OwnStatisticsAvailable(); !available.ok()) return available;
   // The training examples in the order the round's seed shuffles them, as many as asked.
   std::vector<uint32_t> order = train_indices();
   std::mt19937_64 rng(start.seed());
@@ -596,12 +635,22 @@ absl::Status EdgeClient::AnswerStatistics(const protos::StatisticsStart& start) 
   protos::StatisticsReport* r = report.mutable_statistics();
   r->set_round(start.round());
   r->set_model_version(start.model_version());
-  auto model = DownloadFloats("", start.model_version(), deadline);
-  if (!model.ok()) return model.status();
+  // A client that has no statistics to give says so before it downloads the model.
+  absl::StatusOr<core::Statistics> st = absl::NotFoundError("");
   const auto t0 = options_.clock->Now();
-  absl::StatusOr<core::Statistics> st = trainer_ == nullptr
-                                            ? ReestimateOwn(*model, start)
-                                            : trainer_->ReestimateStatistics(*model, start);
+  if (absl::Status available =
+          trainer_ == nullptr ? OwnStatisticsAvailable()
+          : trainer_->ReestimatesStatistics()
+              ? absl::OkStatus()
+              : absl::NotFoundError("the trainer does not re-estimate statistics");
+      !available.ok()) {
+    st = available;
+  } else {
+    auto model = DownloadFloats("", start.model_version(), deadline);
+    if (!model.ok()) return model.status();
+    st = trainer_ == nullptr ? ReestimateOwn(*model, start)
+                             : trainer_->ReestimateStatistics(*model, start);
+  }
   if (!st.ok() || st->batches == 0) {
     // None (NOT_FOUND), a model without statistics, or a failure: the coordinator hears
     // why at once rather than waiting out the deadline.

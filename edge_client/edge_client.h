@@ -95,6 +95,10 @@ class EdgeClient final : private ClientEnv {
   // StatisticsStart: re-estimates the statistics of the model of that version on this
   // client's training examples and reports them (or declines).
   absl::Status AnswerStatistics(const protos::StatisticsStart& start);
+  // NOT_FOUND naming why this client (training in C++) has no statistics of its own to
+  // give: checked before the model is downloaded, so a client without data (an aggregator,
+  // a job keeping buffers local) declines at once. OK where it has them.
+  absl::Status OwnStatisticsAvailable() const;
   absl::StatusOr<core::Statistics> ReestimateOwn(std::span<const float> weights,
                                                  const protos::StatisticsStart& start);
   // This client's weight: its shard's size, or the trainer's samples.
@@ -102,6 +106,11 @@ class EdgeClient final : private ClientEnv {
   // The job this client joined is not the one its update in flight was made for (it failed
   // over to another coordinator): the update is given up, not sent there and not put back
   // into the residual, because the coordinator it was made for may have counted it.
+  // Join: the job `job` of instance `instance` (JoinReply.job_instance). A state made in
+  // another instance of the same job (its coordinator started it afresh) is given up
+  // whole, the held downlink model and the mode's state with it; a state of another job
+  // (a failover from an aggregator to the root) is kept, and both record the job's.
+  absl::Status StartOverIfAnotherInstance(const std::string& job, uint64_t instance);
   absl::Status ForgetOtherJobsUpdate(const std::string& job);
   // Joins, checks the job against this client, and makes the mode on the first join.
   absl::Status Join();

@@ -190,6 +190,8 @@ class PyTrainer final : public edge_client::LocalTrainer {
   std::optional<double> TrainSeconds() const override { return train_seconds_; }
   std::map<std::string, double> RoundFigures() const override { return figures_; }
   bool WantsFinalModel() const override { return !final_fn_.is_none(); }
+  bool Evaluates() const override { return !eval_fn_.is_none(); }
+  bool ReestimatesStatistics() const override { return !stats_fn_.is_none(); }
 
   // `eval_fn(weights, info)`: None (no evaluate hook: the client declines) or a dict of
   // examples, loss and accuracy, or per-class counts (class_examples, class_correct).

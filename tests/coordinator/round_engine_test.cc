@@ -531,6 +531,14 @@ TEST(Checkpoint, RoundTripsAndRefusesCorruptionOrAnotherJob) {
   EXPECT_EQ(barred.reason, RejectReason::kQuarantined);
   EXPECT_TRUE(absl::IsPermissionDenied(barred.status)) << barred.status;
   EXPECT_EQ(ReadCheckpoint(dir, "other").status().code(), absl::StatusCode::kFailedPrecondition);
+  // The job's instance (drawn when it started afresh) is kept.
+  EngineState with_instance = e->Snapshot();
+  with_instance.job_instance = 0xFEDC0000000000A5ull;
+  ASSERT_TRUE(WriteCheckpoint(dir, "job", with_instance).ok());
+  back = ReadCheckpoint(dir, "job");
+  ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
+  EXPECT_EQ((*back)->job_instance, 0xFEDC0000000000A5ull);
+  EXPECT_EQ(**back, with_instance);
   // A flipped byte is refused, not half-loaded.
   std::string bytes;
   {

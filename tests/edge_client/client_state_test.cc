@@ -57,6 +57,8 @@ TEST(ClientState, RoundTripsEveryField) {
   s.pending->parts = {0, 1};
   s.pending->job = "fedlgc-cnn@agg-1";
   s.codec_basis = "GVBQ";
+  s.job = "fedlgc-cnn@agg-1";
+  s.job_instance = 0xFEDC0000000000A5ull;
   ASSERT_TRUE(SaveClientState(path, s).ok());
   auto back = LoadClientState(path);
   ASSERT_TRUE(back.ok()) << back.status();

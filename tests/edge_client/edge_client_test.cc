@@ -4,6 +4,7 @@
 // end of the job, and comes back after a broken event stream.
 #include "edge_client/edge_client.h"
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -63,7 +64,8 @@ struct Fixture {
   // The samples each Join said (the client's weight).
   std::vector<uint64_t> joined_with;
 
-  void ExpectJoin(uint32_t protocol, const std::string& mode, const std::string& job = "") {
+  void ExpectJoin(uint32_t protocol, const std::string& mode, const std::string& job = "",
+                  uint64_t instance = 0) {
     const uint64_t dim = core::Model::Create("mlp", 0).value()->dim();
     EXPECT_CALL(*stub, Join(_, _, _))
         .WillRepeatedly(Invoke([=, this](grpc::ClientContext*, const protos::JoinRequest& req,
@@ -72,6 +74,7 @@ struct Fixture {
           EXPECT_EQ(req.client_id(), "client-0");
           joined_with.push_back(req.num_samples());
           reply->set_job_id(job);
+          reply->set_job_instance(instance);
           reply->set_model("mlp");
           reply->set_dim(dim);
           reply->set_current_round(1);
@@ -208,6 +211,55 @@ TEST(EdgeClient, AnUpdateMadeForAnotherJobIsGivenUpAtJoin) {
   }
 }
 
+// A coordinator whose state folder was emptied starts the same job afresh, under another
+// instance: a client whose state was made in the earlier instance gives all of it up (its
+// update in flight, which the new job's round of the same number would otherwise take,
+// its residual, its mode's slot). The same instance, a coordinator of before (instance 0)
+// and another job (a failover) keep it; each records the job's instance.
+TEST(EdgeClient, AJobStartedAfreshUnderAnotherInstanceGetsNothingOfTheEarlierOne) {
+  ClientState state;
+  state.residual = {0.5f, -0.25f};
+  state.codec = "topk(ratio=0.01)";
+  state.modes["recording"] = "";
+  state.pending.emplace();
+  state.pending->round = 5;
+  state.pending->model_version = 4;
+  state.pending->frames = {"a", "b"};
+  state.pending->job = "fedlgc-mlp";
+  state.job = "fedlgc-mlp";
+  state.job_instance = 7;
+  protos::ServerEvent done;
+  done.mutable_done()->set_rounds(3);
+  struct Case {
+    std::string job;
+    uint64_t instance;
+    bool kept;
+    uint64_t recorded;  // the instance the state file holds after
+  };
+  for (const Case& c : {Case{"fedlgc-mlp", 9, false, 9}, Case{"fedlgc-mlp", 7, true, 7},
+                        Case{"fedlgc-mlp", 0, true, 7}, Case{"fedlgc-mlp@agg-0", 3, true, 3}}) {
+    SCOPED_TRACE(c.job + " instance " + std::to_string(c.instance));
+    Fixture f;
+    f.ExpectJoin(kProtocolVersion, "fedavg", c.job, c.instance);
+    EXPECT_CALL(*f.stub, EventsRaw(_)).WillOnce(Invoke([&](grpc::ClientContext*) {
+      return Playing({done});
+    }));
+    auto client = f.Client("instance", nullptr, &state);
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Run().ok());
+    auto saved = LoadClientState(::testing::TempDir() + "/edge-client-instance/client-0.state");
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    // Another job's update in flight is given up either way (it may have counted there).
+    EXPECT_EQ(saved->pending.has_value(), c.kept && c.job == state.job);
+    EXPECT_EQ(saved->residual, c.kept ? state.residual : std::vector<float>{});
+    EXPECT_EQ(saved->codec, c.kept ? state.codec : "");
+    EXPECT_EQ(f.log, c.kept ? std::vector<std::string>{"loaded"} : std::vector<std::string>{})
+        << "the mode loads its slot only from the same instance's state";
+    EXPECT_EQ(saved->job, c.job == state.job || c.instance != 0 ? c.job : state.job);
+    EXPECT_EQ(saved->job_instance, c.recorded);
+  }
+}
+
 // A mode's slot that does not load stops the client with the file named (no retry mends
 // it); a good one is loaded once, before any event, and saved with every Persist.
 TEST(EdgeClient, AModeSlotThatDoesNotLoadStopsTheClientNamingTheFile) {
@@ -250,16 +302,24 @@ TEST(EdgeClient, AModeSlotThatDoesNotLoadStopsTheClientNamingTheFile) {
   EXPECT_EQ(saved->modes.at("recording"), "+");
 }
 
+// A trainer that says its samples and trains nothing, without evaluation or statistics
+// (an aggregator's, whose clients send nothing).
+class IdleTrainer final : public LocalTrainer {
+ public:
+  explicit IdleTrainer(uint64_t samples) : samples_(samples) {}
+  uint64_t NumSamples() override { return samples_; }
+  absl::StatusOr<double> Train(const protos::RoundStart&, std::vector<float>*) override {
+    return absl::NotFoundError("nothing this round");
+  }
+
+ private:
+  const uint64_t samples_;
+};
+
 // A client with a LocalTrainer (an aggregator's upstream client) loads no data and joins
 // with the trainer's samples as its weight.
 TEST(EdgeClient, ALocalTrainerStandsInForTheShard) {
-  class Trainer final : public LocalTrainer {
-   public:
-    uint64_t NumSamples() override { return 1234; }
-    absl::StatusOr<double> Train(const protos::RoundStart&, std::vector<float>*) override {
-      return absl::NotFoundError("nothing this round");
-    }
-  } trainer;
+  IdleTrainer trainer(1234);
   Fixture f;
   f.ExpectJoin(kProtocolVersion, "fedavg");
   protos::ServerEvent done;
@@ -271,6 +331,49 @@ TEST(EdgeClient, ALocalTrainerStandsInForTheShard) {
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->Run().ok());
   EXPECT_EQ(f.joined_with, std::vector<uint64_t>{1234});
+}
+
+// A trainer without evaluation or statistics (an aggregator's upstream client) declines
+// the coordinator's evaluation and statistics requests at once, saying why, and never
+// downloads the model for them.
+TEST(EdgeClient, ATrainerWithoutHooksDeclinesEvaluationAndStatisticsWithoutDownloading) {
+  IdleTrainer trainer(10);
+  Fixture f;
+  f.ExpectJoin(kProtocolVersion, "fedavg");
+  // Answers are due in ten minutes (a passed deadline would send none).
+  const int64_t due =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          (std::chrono::system_clock::now() + std::chrono::minutes(10)).time_since_epoch())
+          .count();
+  protos::ServerEvent eval;
+  eval.mutable_eval()->set_round(1);
+  eval.mutable_eval()->set_model_version(1);
+  eval.mutable_eval()->set_deadline_unix_ms(due);
+  protos::ServerEvent stats;
+  stats.mutable_statistics()->set_round(1);
+  stats.mutable_statistics()->set_model_version(1);
+  stats.mutable_statistics()->set_deadline_unix_ms(due);
+  protos::ServerEvent done;
+  done.mutable_done()->set_rounds(3);
+  EXPECT_CALL(*f.stub, EventsRaw(_)).WillOnce(Invoke([&](grpc::ClientContext*) {
+    return Playing({eval, stats, done});
+  }));
+  EXPECT_CALL(*f.stub, DownloadModelRaw(_, _)).Times(0);
+  std::vector<std::string> declined;
+  EXPECT_CALL(*f.stub, Report(_, _, _))
+      .Times(2)
+      .WillRepeatedly(
+          Invoke([&](grpc::ClientContext*, const protos::ProgressReport& r, protos::ReportAck*) {
+            declined.push_back(r.has_eval() ? "eval: " + r.eval().declined()
+                                            : "statistics: " + r.statistics().declined());
+            return grpc::Status::OK;
+          }));
+  auto client = f.Client("trainer-declines", &trainer);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Run().ok());
+  EXPECT_EQ(declined,
+            (std::vector<std::string>{"eval: the trainer does not evaluate",
+                                      "statistics: the trainer does not re-estimate statistics"}));
 }
 
 }  // namespace

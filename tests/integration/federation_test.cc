@@ -713,12 +713,15 @@ void ExpectACoordinatorKilledMidRoundToLoseNothing(const std::string& name,
   ASSERT_TRUE(WaitForFirstCommit(o.state_dir)) << "round 1 never committed";
   first->Kill(SIGKILL);
   EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
-  const auto committed = CheckpointModel(o.state_dir, o);
-  ASSERT_FALSE(committed.empty());
+  const coordinator::EngineState committed = CheckpointState(o.state_dir, o);
+  ASSERT_FALSE(committed.model.empty());
+  EXPECT_NE(committed.job_instance, 0u) << "a job started afresh draws its instance";
   ChildProcess second(argv, dir + "/coordinator.log");
   EXPECT_EQ(second.Wait(seconds(120)), 0) << "restarted coordinator did not finish";
   for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish cleanly";
   const auto resumed = CheckpointModel(o.state_dir, o);
+  // The restart is the same instance of the job: its clients keep their state.
+  EXPECT_EQ(CheckpointState(o.state_dir, o).job_instance, committed.job_instance);
   // The same job without the crash.
   const std::string dir2 = FreshDir(name + "_clean");
   auto o2 = CoordinatorDefaults(dir2, certs);
@@ -732,6 +735,8 @@ void ExpectACoordinatorKilledMidRoundToLoseNothing(const std::string& name,
     ASSERT_TRUE(coord.Wait(seconds(120)));
   }
   const auto clean = CheckpointModel(o2.state_dir, o2);
+  EXPECT_NE(CheckpointState(o2.state_dir, o2).job_instance, committed.job_instance)
+      << "another run of the job is another instance";
   const auto [worst, share] = Compare(resumed, clean);
   EXPECT_LT(worst, 1e-6);
   EXPECT_LT(share, 1e-3);

@@ -219,13 +219,18 @@ int RunOnTerminal(const std::vector<std::string>& argv, const std::string& log,
   return script.Wait(timeout);
 }
 
-std::vector<float> CheckpointModel(const std::string& state_dir,
-                                   const coordinator::CoordinatorOptions& o) {
+coordinator::EngineState CheckpointState(const std::string& state_dir,
+                                         const coordinator::CoordinatorOptions& o) {
   auto m = core::Model::Create(o.model, o.init_seed).value();
   auto s = coordinator::ReadCheckpoint(
       state_dir, o.JobKey(m->dim(), &m->layout(), *modes::JobMode(o).value()));
   EXPECT_TRUE(s.ok() && s->has_value()) << s.status();
-  return s.ok() && s->has_value() ? (*s)->model : std::vector<float>{};
+  return s.ok() && s->has_value() ? **s : coordinator::EngineState{};
+}
+
+std::vector<float> CheckpointModel(const std::string& state_dir,
+                                   const coordinator::CoordinatorOptions& o) {
+  return CheckpointState(state_dir, o).model;
 }
 
 std::string ScrapeMetrics(int port) {

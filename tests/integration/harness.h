@@ -125,6 +125,9 @@ std::unique_ptr<ChildProcess> SpawnEdge(const std::string& dir, const std::strin
                                         const std::vector<std::string>& extra = {},
                                         const std::vector<std::string>& env = {});
 
+// The coordinator's last checkpoint (empty where there is none: a test failure).
+coordinator::EngineState CheckpointState(const std::string& state_dir,
+                                         const coordinator::CoordinatorOptions& o);
 // Reads the coordinator's final model from its checkpoint.
 std::vector<float> CheckpointModel(const std::string& state_dir,
                                    const coordinator::CoordinatorOptions& o);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks that the repository documents itself: no file refers to documents outside the tree
 # (a briefing folder beside the checkout), and every relative link in the Markdown files
-# points at a file or folder that exists, and at a heading of it that exists.
+# points at a file or folder that exists, and at a heading of it that exists; the README's
+# Documentation list names every page of docs/, and docs/deployment.md names every row of
+# the Grafana dashboard and describes every alert rule.
 #   scripts/check-docs.sh [SOURCE_DIR]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
@@ -47,5 +49,38 @@ for md in sys.argv[1:]:
             bad += 1
 sys.exit(1 if bad else 0)
 PY
-[ "$fail" = 0 ] && echo "check-docs: self-contained, links resolve"
+# docs/deployment.md describes what the monitoring ships: every row of the Grafana
+# dashboard is named in its Dashboard item and every alert rule is one ';'-separated part
+# of its Alerts item.
+python3 - <<'PY' || fail=1
+import json, re, sys
+doc = open("docs/deployment.md", encoding="utf-8").read()
+def item(name):
+    m = re.search(r"^- \*\*" + name + r"\.?\*\*(.*?)(?=^- |^$)", doc, re.S | re.M)
+    return " ".join(m.group(1).split()).lower() if m else ""
+dash = json.load(open("docker/grafana/dashboards/fedlgc.json"))
+rows = [p["title"] for p in dash["panels"] if p.get("type") == "row"]
+missing = [r for r in rows if r.split(" (")[0].lower() not in item("Dashboard")]
+alerts = open("docker/prometheus/alerts.yml").read().count("- alert:")
+described = len(item("Alerts").split(";"))
+bad = False
+if missing:
+    print(f"check-docs: docs/deployment.md's Dashboard item does not name the rows {missing}")
+    bad = True
+if described != alerts:
+    print(f"check-docs: docs/deployment.md's Alerts item describes {described} rules; "
+          f"docker/prometheus/alerts.yml has {alerts}")
+    bad = True
+if bad:
+    sys.exit(1)
+# The README's Documentation list names every page of docs/.
+import glob
+readme = open("README.md", encoding="utf-8").read()
+index = readme.split("## Documentation", 1)[-1]
+unlisted = [p for p in sorted(glob.glob("docs/*.md")) if f"]({p})" not in index]
+if unlisted:
+    print(f"check-docs: the README's Documentation list does not name {unlisted}")
+    sys.exit(1)
+PY
+[ "$fail" = 0 ] && echo "check-docs: self-contained, links resolve, the monitoring described"
 exit "$fail"

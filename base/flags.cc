@@ -30,7 +30,12 @@ void AddCommonFlags(CLI::App& app) {
            log::SetLevel(*level);
          },
          "messages on stderr at this level and above: debug, info, warning, error")
-      ->default_str(std::string(log::LevelName(log::GetLevel())));
+      ->default_str(std::string(log::LevelName(log::GetLevel())))
+      ->default_function([] { return std::string(log::LevelName(log::GetLevel())); });
+  const std::string print_help =
+      "print the configuration these flags and --config give, as a TOML file that --config "
+      "reads back, and exit";
+  app.add_flag("--print-config", print_help)->configurable(false);
   CaptureDefaults(app);
   // A flag given twice takes its last value, as with most command lines.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -71,12 +76,19 @@ std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const CLI::Option* print = app.get_option_no_throw("--print-config");
+  if (print != nullptr && print->count() > 0) {
+    std::fputs(EffectiveConfigText(app).c_str(), stdout);
+    return 0;
+  }
   return std::nullopt;
 }
 
 CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v,
                          const std::string& help) {
-  return app.add_flag(names, *v, help)->default_str(*v ? "true" : "false");
+  return app.add_flag(names, *v, help)->default_str(*v ? "true" : "false")->default_function([v] {
+    return std::string(*v ? "true" : "false");
+  });
 }
 
 namespace {
@@ -85,7 +97,9 @@ void AppendOptions(const CLI::App& app, std::string* out) {
   for (const CLI::Option* o : app.get_options()) {
     if (o->get_lnames().empty()) continue;
     const std::string& name = o->get_lnames().front();
-    if (name == "help" || name == "config" || name == "version") continue;
+    if (name == "help" || name == "config" || name == "version" || name == "print-config") {
+      continue;
+    }
     std::string value = o->get_default_str();
     if (o->get_type_name() == "TEXT" || value.empty()) {
       // A TOML literal string (no escapes) unless the value holds a single quote.
@@ -98,12 +112,25 @@ void AppendOptions(const CLI::App& app, std::string* out) {
   }
 }
 
+// Each option's default, as ConfigText writes it, becomes its value now.
+void CaptureValues(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) o->capture_default_str();
+  for (CLI::App* group : app.get_subcommands([](const CLI::App*) { return true; })) {
+    CaptureValues(*group);
+  }
+}
+
 }  // namespace
 
 std::string ConfigText(const CLI::App& app) {
   std::string out;
   AppendOptions(app, &out);
   return out;
+}
+
+std::string EffectiveConfigText(CLI::App& app) {
+  CaptureValues(app);
+  return ConfigText(app);
 }
 
 void AddLabelFlags(CLI::App& app, const std::string& what, std::string* label_column,

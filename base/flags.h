@@ -34,14 +34,14 @@ const char* Version();
 //   operator set it.
 void InitProcess();
 
-// Sets up --config (unknown keys in the file are errors) and --version on `app`, and
-// CaptureDefaults.
+// Sets up --config (unknown keys in the file are errors), --version, --log-level and
+// --print-config on `app`, and CaptureDefaults.
 void AddCommonFlags(CLI::App& app);
 // Options added to `app` from now on show (in --help) and write (in ConfigText) the
 // values of their variables at the time they are added.
 void CaptureDefaults(CLI::App& app);
 // Parses the command line: nullopt to go on, or the exit code when main should return now
-// (after --help or --version, or an error it printed).
+// (after --help, --version or --print-config, or an error it printed).
 std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv);
 // A boolean flag (--name, --name=false) bound to *v, whose default shows and is written by
 // ConfigText (CLI11 2.1 captures no default for flags). `names` as for CLI::App::add_flag,
@@ -55,6 +55,10 @@ void AddLabelFlags(CLI::App& app, const std::string& what, std::string* label_co
 // after CaptureDefaults, flags with AddBoolFlag), which --config reads back as the same
 // options.
 std::string ConfigText(const CLI::App& app);
+// ConfigText of the values the options hold now, once parsed: the command line over
+// --config over the defaults (--print-config prints it). Each option's default shown
+// becomes its value.
+std::string EffectiveConfigText(CLI::App& app);
 
 }  // namespace fedlgc
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "base/flags.h"
+#include "base/log.h"
 #include "coordinator/flags.h"
 #include "gtest/gtest.h"
 #include "modes/drivers.h"
@@ -33,6 +34,36 @@ int Parse(std::vector<std::string> args, CoordinatorOptions* co, ModeOptions* mo
   for (std::string& a : args) argv.push_back(a.data());
   const auto code = fedlgc::ParseFlags(app, static_cast<int>(argv.size()), argv.data());
   return code.value_or(0);
+}
+
+// --print-config prints what the command line over --config over the defaults gives, as a
+// file --config reads back to the same options, and the binary goes no further.
+TEST(ModeOptions, PrintConfigPrintsTheEffectiveConfigurationAFileThatReadsBack) {
+  const std::string file = WriteConfig("print_in", "rounds=9\ncodec='qsgd(bits=4)'\n");
+  CoordinatorOptions co;
+  ModeOptions mo;
+  ::testing::internal::CaptureStdout();
+  const int code = Parse({"--config", file, "--codec", "fp16", "--insecure", "--no-sgp-reference",
+                          "--log-level", "warning", "--print-config"},
+                         &co, &mo);
+  const std::string text = ::testing::internal::GetCapturedStdout();
+  fedlgc::log::SetLevel(fedlgc::log::Level::kInfo);
+  EXPECT_EQ(code, 0);
+  for (const char* line : {"rounds=9\n", "codec='fp16'\n", "insecure=true\n",
+                           "sgp-reference=false\n", "log-level='warning'\n", "mode='fedavg'\n"}) {
+    EXPECT_NE(("\n" + text).find(std::string("\n") + line), std::string::npos) << line << " in\n"
+                                                                               << text;
+  }
+  EXPECT_EQ(text.find("print-config"), std::string::npos) << "it does not print itself";
+
+  CoordinatorOptions back;
+  ModeOptions mback;
+  ASSERT_EQ(Parse({"--config", WriteConfig("print_out", text)}, &back, &mback), 0);
+  EXPECT_EQ(back.rounds, 9u);
+  EXPECT_EQ(back.plan.codec, "fp16");
+  EXPECT_TRUE(back.insecure);
+  EXPECT_FALSE(mback.sgp.reference);
+  fedlgc::log::SetLevel(fedlgc::log::Level::kInfo);
 }
 
 TEST(ModeOptions, EveryOptionSurvivesAConfigFileRoundTrip) {

@@ -34,7 +34,12 @@ insecure=true
 
 ```sh
 fedlgc-coordinator --config job.toml --rounds 50   # 50 rounds: the command line wins
+fedlgc-coordinator --config job.toml --rounds 50 --print-config > effective.toml
 ```
+
+`--print-config` prints the configuration a command line gives (its flags over the
+`--config` file over the defaults) as such a file, every key with its value, and exits:
+`--config effective.toml` gives the same job.
 
 `fedlgc-sim` takes the coordinator's job and mode flags itself and writes them, with the
 service settings it picks (addresses, state folders, certificates), into the config files of

@@ -205,6 +205,9 @@ class LocalTrainer {
       std::span<const float> /*weights*/, const protos::StatisticsStart& /*start*/) {
     return absl::NotFoundError("the trainer does not re-estimate statistics");
   }
+  // The job was started afresh (another instance, JoinReply.job_instance): what the
+  // trainer keeps for the earlier run (an aggregator's round not yet handed up) is given up.
+  virtual void OnJobStartedOver() {}
   // Whether the trainer takes the job's final global model when the job ends (a Python
   // client loads it into the user's module), and taking it.
   virtual bool WantsFinalModel() const { return false; }

@@ -3,7 +3,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include "base/file.h"
 #include "base/log.h"
@@ -132,14 +131,6 @@ absl::Status DownlinkReceiver::Hold(uint64_t version, std::vector<float> model) 
 void DownlinkReceiver::Forget() {
   version_.reset();
   model_.clear();
-}
-
-absl::Status DownlinkReceiver::Discard() {
-  Forget();
-  std::error_code ec;
-  std::filesystem::remove(path_, ec);
-  if (ec) return absl::InternalError(StrCat("removing ", path_, ": ", ec.message()));
-  return absl::OkStatus();
 }
 
 }  // namespace fedlgc::edge_client

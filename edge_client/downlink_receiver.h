@@ -42,9 +42,6 @@ class DownlinkReceiver {
   // Holds `model` at `version` and saves it (Take's last step; tests plant a model).
   absl::Status Hold(uint64_t version, std::vector<float> model);
   void Forget();
-  // Forgets the held model and removes its file (the job started over: nothing held
-  // belongs to it).
-  absl::Status Discard();
 
  private:
   const std::string path_;

@@ -179,13 +179,15 @@ absl::Status EdgeClient::StartOverIfAnotherInstance(const std::string& job, uint
     if (state_.pending) {
       metrics_->AddChunks(options_.client_id, "dropped", state_.pending->frames.size());
     }
-    state_ = ClientState{};
-    for (auto& [blob, receiver] : downlinks_) {
-      if (absl::Status st = receiver->Discard(); !st.ok()) return st;
-    }
     // The mode is made again (below) and loads the empty state.
     client_mode_.reset();
     mode_.reset();
+    state_ = ClientState{};
+    eval_model_.reset();
+    own_buffers_.clear();
+    downlinks_.clear();
+    if (trainer_ != nullptr) trainer_->OnJobStartedOver();
+    ForgetJobFiles();
   } else if (state_.job == job && state_.job_instance == instance) {
     return absl::OkStatus();
   }
@@ -194,6 +196,23 @@ absl::Status EdgeClient::StartOverIfAnotherInstance(const std::string& job, uint
   state_.job = job;
   state_.job_instance = instance;
   return Persist();
+}
+
+void EdgeClient::ForgetJobFiles() const {
+  // <id>.downlink, <id>.downlink-<blob> (the held models) and <id>.buffers, whether or not
+  // this process has opened them yet.
+  const std::string downlink = options_.client_id + ".downlink";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == downlink || name.rfind(downlink + "-", 0) == 0 ||
+        name == options_.client_id + ".buffers") {
+      std::error_code rm;
+      if (!std::filesystem::remove(entry.path(), rm)) {
+        log::Warning(options_.client_id, "%s stays: %s", entry.path().string(), rm.message());
+      }
+    }
+  }
 }
 
 absl::Status EdgeClient::ForgetOtherJobsUpdate(const std::string& job) {

@@ -111,6 +111,9 @@ class EdgeClient final : private ClientEnv {
   // whole, the held downlink model and the mode's state with it; a state of another job
   // (a failover from an aggregator to the root) is kept, and both record the job's.
   absl::Status StartOverIfAnotherInstance(const std::string& job, uint64_t instance);
+  // Removes the files of this client's that belong to the job it ran (held downlink models,
+  // buffers kept local), so that a job started afresh reads none of them.
+  void ForgetJobFiles() const;
   absl::Status ForgetOtherJobsUpdate(const std::string& job);
   // Joins, checks the job against this client, and makes the mode on the first join.
   absl::Status Join();

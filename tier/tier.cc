@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "base/file.h"
 #include "base/log.h"
@@ -192,6 +193,14 @@ std::vector<float> Tier::Unhanded(size_t dim, uint64_t committed, uint64_t* kept
     *kept_version = (*kept)->model_version;
   }
   return out;
+}
+
+void Tier::OnJobStartedOver() {
+  std::error_code ec;
+  if (std::filesystem::remove(KeptPath(), ec)) {
+    log::Warning("aggregator", "the parent's job started afresh: %s (the earlier run's) is dropped",
+                 KeptPath());
+  }
 }
 
 void Tier::MarkHanded() {

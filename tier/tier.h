@@ -102,6 +102,9 @@ class Tier final : public coordinator::RoundSource, private edge_client::LocalTr
                                                    const std::vector<float>& model);
   absl::StatusOr<double> Train(const protos::RoundStart& start,
                                std::vector<float>* weights) override;
+  // The parent started its job afresh: tier.result belongs to the earlier run, and none of
+  // it goes up.
+  void OnJobStartedOver() override;
   // The upstream thread: waits for the local quorum, then runs the client until the job is
   // over.
   void RunUpstream();

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "core/model.h"
@@ -215,7 +216,8 @@ TEST(EdgeClient, AnUpdateMadeForAnotherJobIsGivenUpAtJoin) {
 // instance: a client whose state was made in the earlier instance gives all of it up (its
 // update in flight, which the new job's round of the same number would otherwise take,
 // its residual, its mode's slot). The same instance, a coordinator of before (instance 0)
-// and another job (a failover) keep it; each records the job's instance.
+// and another job (a failover) keep it; each records the job's instance. The files of the
+// earlier run (held downlink models, local buffers) go with it.
 TEST(EdgeClient, AJobStartedAfreshUnderAnotherInstanceGetsNothingOfTheEarlierOne) {
   ClientState state;
   state.residual = {0.5f, -0.25f};
@@ -246,7 +248,17 @@ TEST(EdgeClient, AJobStartedAfreshUnderAnotherInstanceGetsNothingOfTheEarlierOne
     }));
     auto client = f.Client("instance", nullptr, &state);
     ASSERT_NE(client, nullptr);
+    // The earlier run's held models and local buffers, and another client's held model.
+    const std::string dir = ::testing::TempDir() + "/edge-client-instance/";
+    const std::vector<std::string> mine = {"client-0.downlink", "client-0.downlink-torchscript",
+                                           "client-0.buffers"};
+    for (const std::string& name : mine) std::ofstream(dir + name) << "earlier";
+    std::ofstream(dir + "client-01.downlink") << "another client's";
     ASSERT_TRUE(client->Run().ok());
+    for (const std::string& name : mine) {
+      EXPECT_EQ(std::filesystem::exists(dir + name), c.kept) << name;
+    }
+    EXPECT_TRUE(std::filesystem::exists(dir + "client-01.downlink"));
     auto saved = LoadClientState(::testing::TempDir() + "/edge-client-instance/client-0.state");
     ASSERT_TRUE(saved.ok()) << saved.status();
     // Another job's update in flight is given up either way (it may have counted there).

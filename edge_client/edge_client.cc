@@ -188,14 +188,16 @@ absl::Status EdgeClient::StartOverIfAnotherInstance(const std::string& job, uint
     downlinks_.clear();
     if (trainer_ != nullptr) trainer_->OnJobStartedOver();
     ForgetJobFiles();
-  } else if (state_.job == job && state_.job_instance == instance) {
-    return absl::OkStatus();
+    state_.job = job;
+    state_.job_instance = instance;
+    return Persist();
   }
   // The job this state is made in from now on (another job's, as a failover from an
-  // aggregator to the root, keeps what it holds: ForgetOtherJobsUpdate decides).
+  // aggregator to the root, keeps what it holds: ForgetOtherJobsUpdate decides). Saved
+  // with the next Persist: a join writes nothing (a crash before then joins as now).
   state_.job = job;
   state_.job_instance = instance;
-  return Persist();
+  return absl::OkStatus();
 }
 
 void EdgeClient::ForgetJobFiles() const {

@@ -93,6 +93,20 @@ std::vector<std::unique_ptr<ChildProcess>> SpawnBehindALeaderLink(
   *proxy = std::move(started).value();
   std::vector<std::unique_ptr<ChildProcess>> clients;
   clients.push_back(SpawnEdge(dir, certs, 0, n, (*proxy)->port()));
+  // The leader joins first: with --min-clients below n, the others alone would start round
+  // 1 (and lead round 2) while a loaded machine still starts it.
+  const std::string progress = dir + "/coordinator/progress.json";
+  if (!WaitFor(
+          [&] {
+            auto text = fedlgc::ReadFileIfExists(progress);
+            return text.ok() && text->has_value() &&
+                   (*text)->find("\"connected\":0,") == std::string::npos &&
+                   (*text)->find("\"connected\":") != std::string::npos;
+          },
+          seconds(60))) {
+    ADD_FAILURE() << "client-0 never joined";
+    return {};
+  }
   for (int i = 1; i < n; ++i) clients.push_back(SpawnEdge(dir, certs, i, n, port));
   return clients;
 }

@@ -623,7 +623,12 @@ absl::Status EdgeClient::EvaluateModel(const protos::EvalStart& start) {
   return transport_->Report(std::move(report), deadline);
 }
 
-absl::Status EdgeClient::OwnStatisticsAvailable() const {
+absl::Status EdgeClient::StatisticsAvailable() const {
+  if (trainer_ != nullptr) {
+    return trainer_->ReestimatesStatistics()
+               ? absl::OkStatus()
+               : absl::NotFoundError("the trainer does not re-estimate statistics");
+  }
   if (local_buffers_) {
     return absl::NotFoundError("the job keeps buffers local: this client's statistics are its own");
   }
@@ -633,7 +638,6 @@ absl::Status EdgeClient::OwnStatisticsAvailable() const {
 
 absl::StatusOr<core::Statistics> EdgeClient::ReestimateOwn(std::span<const float> weights,
                                                            const protos::StatisticsStart& start) {
-  if (absl::Status available = OwnStatisticsAvailable(); !available.ok()) return available;
   // The training examples in the order the round's seed shuffles them, as many as asked.
   std::vector<uint32_t> order = train_indices();
   std::mt19937_64 rng(start.seed());
@@ -659,12 +663,7 @@ absl::Status EdgeClient::AnswerStatistics(const protos::StatisticsStart& start) 
   // A client that has no statistics to give says so before it downloads the model.
   absl::StatusOr<core::Statistics> st = absl::NotFoundError("");
   const auto t0 = options_.clock->Now();
-  if (absl::Status available =
-          trainer_ == nullptr ? OwnStatisticsAvailable()
-          : trainer_->ReestimatesStatistics()
-              ? absl::OkStatus()
-              : absl::NotFoundError("the trainer does not re-estimate statistics");
-      !available.ok()) {
+  if (absl::Status available = StatisticsAvailable(); !available.ok()) {
     st = available;
   } else {
     auto model = DownloadFloats("", start.model_version(), deadline);

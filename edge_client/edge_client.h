@@ -95,10 +95,11 @@ class EdgeClient final : private ClientEnv {
   // StatisticsStart: re-estimates the statistics of the model of that version on this
   // client's training examples and reports them (or declines).
   absl::Status AnswerStatistics(const protos::StatisticsStart& start);
-  // NOT_FOUND naming why this client (training in C++) has no statistics of its own to
-  // give: checked before the model is downloaded, so a client without data (an aggregator,
-  // a job keeping buffers local) declines at once. OK where it has them.
-  absl::Status OwnStatisticsAvailable() const;
+  // NOT_FOUND naming why this client has no statistics to give (no training data, buffers
+  // kept local, a trainer without them: an aggregator): checked before the model is
+  // downloaded, so such a client declines at once. OK where it has them; ReestimateOwn
+  // relies on it.
+  absl::Status StatisticsAvailable() const;
   absl::StatusOr<core::Statistics> ReestimateOwn(std::span<const float> weights,
                                                  const protos::StatisticsStart& start);
   // This client's weight: its shard's size, or the trainer's samples.

@@ -151,6 +151,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
     if (!keeper.ok()) return keeper.status();
     recorder.keeper = *std::move(keeper);
   }
+  if (!c->options_.tensorboard.empty()) {
+    auto tb = monitoring::TensorBoardWriter::Open(c->options_.tensorboard);
+    if (!tb.ok()) return tb.status();
+    recorder.tensorboard = *std::move(tb);
+  }
   if (absl::Status st = c->MakeDownlinks(); !st.ok()) return st;
   c->MakeService(files, std::move(recorder));
   return c;

@@ -126,6 +126,11 @@ void AddExportFlags(CLI::App& app, CoordinatorOptions* o) {
   g->add_option("--keep-models", o->keep_models,
                 "committed rounds whose models <state-dir>/models keeps beside the best one, "
                 "for fedlgc-export");
+  g->add_option("--tensorboard", o->tensorboard,
+                "write each committed round's accuracy and loss (server and federated), bytes "
+                "and compression ratios each way, participants, seconds and privacy spent as "
+                "TensorBoard scalars into a new event file in this folder "
+                "(docs/deployment.md#tensorboard); empty: none");
 }
 
 void AddEvaluationFlags(CLI::App& g, CoordinatorOptions* o) {

@@ -62,6 +62,9 @@ struct CoordinatorOptions {
   std::string export_path;
   bool export_best = false;
   uint32_t keep_models = 3;
+  // --tensorboard DIR: each committed round's figures as TensorBoard scalars
+  // (monitoring/tensorboard.h, RoundScalars in round_recorder.h); empty: none.
+  std::string tensorboard;
   uint32_t eval_every = 1;                  // 0: never
   // Where the global model is evaluated: "server" on --test-data, "clients" on each asked
   // client's own held-out data (federated_eval.h), "both", or "auto": server, or clients

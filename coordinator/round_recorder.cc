@@ -1,6 +1,8 @@
 // The recorder of committed rounds (see round_recorder.h).
 #include "coordinator/round_recorder.h"
 
+#include <cmath>
+
 #include "base/file.h"
 #include "base/log.h"
 #include "base/str.h"
@@ -133,10 +135,47 @@ void RoundRecorder::SettleFederatedEval(RoundReport* rep) {
             static_cast<unsigned long long>(t.examples), t.accuracy, t.loss);
 }
 
+std::vector<monitoring::Scalar> RoundScalars(const RoundReport& rep) {
+  std::vector<monitoring::Scalar> out;
+  auto add = [&out](std::string tag, double v) {
+    if (std::isfinite(v)) out.push_back({std::move(tag), v});
+  };
+  if (rep.accuracy >= 0) add("accuracy/server", rep.accuracy);
+  if (rep.loss >= 0) add("loss/server", rep.loss);
+  if (rep.federated_eval.has_value() && rep.federated_eval->clients > 0) {
+    if (rep.federated_eval->accuracy >= 0) add("accuracy/federated", rep.federated_eval->accuracy);
+    if (rep.federated_eval->loss >= 0) add("loss/federated", rep.federated_eval->loss);
+  }
+  add("bytes/uplink", static_cast<double>(rep.uplink_bytes));
+  add("bytes/downlink", static_cast<double>(rep.downlink_bytes));
+  if (rep.uplink_bytes > 0 && rep.raw_uplink_bytes > 0) {
+    add("ratio/uplink", static_cast<double>(rep.raw_uplink_bytes) / rep.uplink_bytes);
+  }
+  if (rep.downlink_bytes > 0 && rep.raw_downlink_bytes > 0) {
+    add("ratio/downlink", static_cast<double>(rep.raw_downlink_bytes) / rep.downlink_bytes);
+  }
+  add("round/participants", rep.participants);
+  add("round/stragglers", rep.stragglers);
+  add("round/seconds", rep.seconds);
+  for (const auto& [name, v] : rep.figures) {
+    add(name == "dp_epsilon" ? std::string("privacy/epsilon") : "mode/" + name, v);
+  }
+  return out;
+}
+
 void RoundRecorder::Record(RoundReport rep) {
   // One JSON line per round next to the checkpoint, for fedlgc-sim and for people.
   if (absl::Status st = AppendLine(parts_.state_dir + "/rounds.jsonl", ToJson(rep)); !st.ok()) {
     log::Warning("coordinator", "%s", st.ToString().c_str());
+  }
+  if (parts_.tensorboard != nullptr) {
+    if (absl::Status st =
+            parts_.tensorboard->Write(static_cast<int64_t>(rep.round), RoundScalars(rep));
+        !st.ok()) {
+      // A full disk costs the TensorBoard file, not the job: said once, then no more.
+      log::Warning("coordinator", "%s; no more TensorBoard scalars", st.ToString().c_str());
+      parts_.tensorboard.reset();
+    }
   }
   log::Info("coordinator",
             "round %llu committed: %d participants, accuracy %.4f, %llu uplink bytes",

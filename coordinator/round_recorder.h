@@ -1,6 +1,7 @@
 // What happens to a committed round off the round loop: its evaluation (on the
 // coordinator's test set, and the answers of the clients asked to evaluate it), its kept
-// model and export, then its rounds.jsonl line, its place in reports() and its log line,
+// model and export, then its rounds.jsonl line (and TensorBoard scalars with
+// --tensorboard), its place in reports() and its log line,
 // in round order on a thread of its own, so that the next round starts while this one's
 // model is evaluated.
 #ifndef FEDLGC_COORDINATOR_ROUND_RECORDER_H_
@@ -22,6 +23,7 @@
 #include "coordinator/model_keeper.h"
 #include "core/clock.h"
 #include "core/round_report.h"
+#include "monitoring/tensorboard.h"
 
 namespace fedlgc::core {
 class Model;
@@ -43,7 +45,19 @@ struct RecorderParts {
   EvalBook* eval_book = nullptr;             // not owned; null: clients evaluate nothing
   // Of the clients still owing an evaluation, those gone for good (RoundHost::Vanished).
   std::function<std::set<std::string>(const std::set<std::string>&)> gone;
+  std::unique_ptr<monitoring::TensorBoardWriter> tensorboard;  // null: --tensorboard unset
 };
+
+// A committed round's TensorBoard scalars, each only where the round has it:
+//   accuracy/server, loss/server        the coordinator's test set
+//   accuracy/federated, loss/federated  the clients' own held-out data (--eval clients|both)
+//   bytes/uplink, bytes/downlink        on the wire this round
+//   ratio/uplink, ratio/downlink        float32 bytes over the bytes on the wire
+//   round/participants, round/stragglers, round/seconds
+//   privacy/epsilon                     spent so far (--dp)
+//   mode/<figure>                       every other figure of the round (its mode's, the
+//                                       evaluation's seconds, ...)
+std::vector<monitoring::Scalar> RoundScalars(const RoundReport& rep);
 
 // Thread-safe. Rounds handed over before Start wait for it; the destructor records every
 // round handed over (after Start) before it returns.

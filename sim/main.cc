@@ -369,6 +369,7 @@ CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& cer
   o.eval = "server";
   o.export_path.clear();  // and hands it over
   o.export_best = false;
+  o.tensorboard.clear();  // and writes the run's scalars
   o.parent = StrCat("127.0.0.1:", root_port);
   o.parent_id = StrCat("agg-", a);
   if (!s.insecure) {
@@ -812,11 +813,13 @@ absl::Status PreparePythonClients(SimOptions* s, const CoordinatorOptions& co) {
 }
 
 // The trained model's files (--export, by default <run folder>/model.pt), checked
-// writable, and --python-client's preparation.
+// writable, --tensorboard's folder made absolute, and --python-client's preparation.
 absl::Status PrepareOutputs(const CLI::App& app, SimOptions* s, CoordinatorOptions* co) {
   co->export_path = co->export_path.empty()
                         ? s->run_dir + "/model.pt"
                         : std::filesystem::absolute(co->export_path).string();
+  if (!co->tensorboard.empty())
+    co->tensorboard = std::filesystem::absolute(co->tensorboard).string();
   if (co->export_best && app.count("--export") == 0) {
     return absl::InvalidArgumentError("--export-best needs --export PATH");
   }
@@ -941,6 +944,11 @@ int main(int argc, char** argv) {
   }
   json report = Report(run.rows, *f, s, co, mo);
   report["export"] = ReportExport(co);
+  if (!co.tensorboard.empty()) {
+    std::printf("tensorboard: %s (watch it: tensorboard --logdir %s)\n", co.tensorboard.c_str(),
+                co.tensorboard.c_str());
+    report["tensorboard"] = co.tensorboard;
+  }
   int code = 0;
   if (mode.end_of_run_check != nullptr) {
     const fedlgc::core::ModelOptions model = co.model_options();

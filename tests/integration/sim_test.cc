@@ -2,7 +2,7 @@
 // process of its federation behind; a run no client can join fails with the reason after
 // --join-timeout; a job the coordinator refuses shows the coordinator's own error; on a
 // terminal it shows a live line of the open round; clients hosted several to a process
-// each run behind the link of their trace row.
+// each run behind the link of their trace row; --tensorboard writes every round's scalars.
 #include <signal.h>
 
 #include <chrono>
@@ -15,9 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/round_report.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/harness.h"
+#include "tests/monitoring/tensorboard_reader.h"
 
 namespace fedlgc::testing {
 namespace {
@@ -242,6 +244,59 @@ TEST(Sim, FedProxHoldsEachClientsUpdateNearTheRoundsModel) {
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_GT(plain[i], 1.0) << i;
     EXPECT_LT(prox[i], 0.25 * plain[i]) << i;
+  }
+}
+
+// --tensorboard DIR: every committed round's scalars, equal to its rounds.jsonl line, in a
+// file TensorBoard reads (every record's CRCs checked by the tests' own reader). Federated
+// evaluation and --dp do not go together, so two runs hold the whole list between them.
+TEST(Sim, TensorBoardHoldsEveryRoundsScalars) {
+  const std::string dir = FreshDir("sim_tensorboard");
+  struct Run {
+    std::string name;
+    std::vector<std::string> flags;
+    std::vector<std::string> tags;  // beside those of every round
+  };
+  const std::vector<Run> runs = {
+      {"eval",
+       {"--eval", "both"},
+       {"accuracy/server", "loss/server", "accuracy/federated", "loss/federated"}},
+      {"dp",
+       {"--dp", "gaussian(noise=0.5,clip=1)"},
+       {"accuracy/server", "loss/server", "privacy/epsilon"}}};
+  for (const Run& run : runs) {
+    SCOPED_TRACE(run.name);
+    const std::string sub = dir + "/" + run.name;
+    std::filesystem::create_directories(sub);
+    std::vector<std::string> flags = run.flags;
+    flags.insert(flags.end(), {"--tensorboard", sub + "/tb"});
+    ChildProcess sim(SimArgv(sub, 2, flags), sub + "/sim.log");
+    ASSERT_EQ(sim.Wait(std::chrono::seconds(180)), 0) << ReadText(sub + "/sim.log");
+    const auto files = EventFiles(sub + "/tb");
+    ASSERT_EQ(files.size(), 1u);
+    auto events = ReadEvents(ReadBytes(files[0]));
+    ASSERT_TRUE(events.ok()) << events.status();
+    EXPECT_EQ(events->at(0).file_version(), "brain.Event:2");
+    const auto by_step = ScalarsByStep(*events);
+    auto log = ReadRoundLog(sub + "/run/coordinator/rounds.jsonl");
+    ASSERT_TRUE(log.ok()) << log.status();
+    ASSERT_EQ(log->size(), 2u);
+    ASSERT_EQ(by_step.size(), 2u);
+    for (const RoundReport& r : *log) {
+      const auto& s = by_step.at(static_cast<int64_t>(r.round));
+      std::vector<std::string> tags = {"bytes/uplink",   "bytes/downlink",     "ratio/uplink",
+                                       "ratio/downlink", "round/participants", "round/seconds"};
+      tags.insert(tags.end(), run.tags.begin(), run.tags.end());
+      for (const std::string& tag : tags)
+        EXPECT_EQ(s.count(tag), 1u) << tag << " round " << r.round;
+      EXPECT_EQ(s.at("accuracy/server"), static_cast<float>(r.accuracy));
+      EXPECT_EQ(s.at("bytes/uplink"), static_cast<float>(r.uplink_bytes));
+      EXPECT_EQ(s.at("round/participants"), static_cast<float>(r.participants));
+      EXPECT_GT(s.at("ratio/uplink"), 1.0f);
+      if (run.name == "dp") {
+        EXPECT_EQ(s.at("privacy/epsilon"), static_cast<float>(r.Figure("dp_epsilon")));
+      }
+    }
   }
 }
 

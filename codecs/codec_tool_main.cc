@@ -7,13 +7,16 @@
 //
 // IN.f32 / OUT.f32: little-endian float32 values, nothing else (numpy's x.tofile()).
 // .frames: each frame as a u32 little-endian length and its bytes (codecs/frame.h).
+// The command line is every binary's (base/flags.h): --help on the tool and on each
+// command, --version, --config, and an error naming a bad value.
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
 #include "base/log.h"
 #include "codecs/codec.h"
 #include "codecs/registry.h"
@@ -21,16 +24,6 @@
 namespace {
 
 using fedlgc::codecs::Frame;
-
-int Usage() {
-  // not a log line: the tool's usage, as every command line tool prints it
-  std::fprintf(stderr,
-               "usage: fedlgc-codec encode SPEC IN.f32 OUT.frames [--seed N] "
-               "[--max-frame-bytes B]\n"
-               "       fedlgc-codec decode IN.frames OUT.f32\n"
-               "       fedlgc-codec info IN.frames\n");
-  return 2;
-}
 
 int Fail(const std::string& what) {
   fedlgc::log::Error("fedlgc-codec", "%s", what);
@@ -68,28 +61,21 @@ bool SplitFrames(const std::string& bytes, std::vector<std::string>* frames) {
   return true;
 }
 
-int Encode(int argc, char** argv) {
-  if (argc < 5) return Usage();
+struct EncodeArgs {
+  std::string spec, in, out;
   fedlgc::codecs::EncodeOptions opts;
-  for (int i = 5; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--seed") {
-      opts.seed = std::strtoull(argv[i + 1], nullptr, 10);
-    } else if (flag == "--max-frame-bytes") {
-      opts.max_frame_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    } else {
-      return Usage();
-    }
-  }
+};
+
+int Encode(const EncodeArgs& a) {
   std::string raw;
-  if (!ReadAll(argv[3], &raw)) return Fail(std::string("cannot read ") + argv[3]);
-  if (raw.size() % 4 != 0) return Fail(std::string(argv[3]) + ": not a whole number of floats");
+  if (!ReadAll(a.in, &raw)) return Fail("cannot read " + a.in);
+  if (raw.size() % 4 != 0) return Fail(a.in + ": not a whole number of floats");
   std::vector<float> x(raw.size() / 4);
   if (!x.empty()) std::memcpy(x.data(), raw.data(), raw.size());
-  auto codec = fedlgc::codecs::MakeCodec(argv[2]);
+  auto codec = fedlgc::codecs::MakeCodec(a.spec);
   if (!codec.ok()) return Fail(std::string(codec.status().message()));
   std::vector<Frame> frames;
-  if (auto st = (*codec)->Encode(x, opts, &frames); !st.ok()) {
+  if (auto st = (*codec)->Encode(x, a.opts, &frames); !st.ok()) {
     return Fail(std::string(st.message()));
   }
   std::string out;
@@ -98,16 +84,17 @@ int Encode(int argc, char** argv) {
     out.append(reinterpret_cast<const char*>(&n), 4);
     out += f.bytes;
   }
-  if (!WriteAll(argv[4], out)) return Fail(std::string("cannot write ") + argv[4]);
+  if (!WriteAll(a.out, out)) return Fail("cannot write " + a.out);
   return 0;
 }
 
-int Decode(int argc, char** argv, bool info_only) {
-  if (argc < (info_only ? 3 : 4)) return Usage();
+// Decodes `in` into `out`, or with an empty `out` prints each frame's header.
+int Decode(const std::string& in, const std::string& out_path) {
+  const bool info_only = out_path.empty();
   std::string bytes;
   std::vector<std::string> frames;
-  if (!ReadAll(argv[2], &bytes) || !SplitFrames(bytes, &frames) || frames.empty()) {
-    return Fail(std::string(argv[2]) + ": not a .frames file");
+  if (!ReadAll(in, &bytes) || !SplitFrames(bytes, &frames) || frames.empty()) {
+    return Fail(in + ": not a .frames file");
   }
   const fedlgc::codecs::FrameLimits limits;
   std::vector<float> out;
@@ -130,17 +117,40 @@ int Decode(int argc, char** argv, bool info_only) {
   }
   if (info_only) return 0;
   const std::string raw(reinterpret_cast<const char*>(out.data()), out.size() * 4);
-  if (!WriteAll(argv[3], raw)) return Fail(std::string("cannot write ") + argv[3]);
+  if (!WriteAll(out_path, raw)) return Fail("cannot write " + out_path);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return Usage();
-  const std::string cmd = argv[1];
-  if (cmd == "encode") return Encode(argc, argv);
-  if (cmd == "decode") return Decode(argc, argv, false);
-  if (cmd == "info") return Decode(argc, argv, true);
-  return Usage();
+  CLI::App app(
+      "The codec library on files: float32 values (numpy's x.tofile()) to frames and back "
+      "(docs/codecs.md).",
+      "fedlgc-codec");
+  fedlgc::AddCommonFlags(app);
+  app.require_subcommand(1);
+  EncodeArgs enc;
+  CLI::App* encode = app.add_subcommand("encode", "encode IN.f32 with SPEC into OUT.frames");
+  encode->add_option("spec", enc.spec, "codec spec, e.g. 'topk(ratio=0.01,values=qsgd(bits=8))'")
+      ->required();
+  encode->add_option("in", enc.in, "float32 values, little-endian")->required();
+  encode->add_option("out", enc.out, "the frames, each a u32 little-endian length and its bytes")
+      ->required();
+  encode->add_option("--seed", enc.opts.seed, "seed of the codec's randomness")
+      ->capture_default_str();
+  encode
+      ->add_option("--max-frame-bytes", enc.opts.max_frame_bytes,
+                   "largest frame in bytes, a longer encoding cut into several (0: one frame)")
+      ->capture_default_str();
+  std::string in, out;
+  CLI::App* decode = app.add_subcommand("decode", "decode IN.frames into OUT.f32");
+  decode->add_option("in", in, "frames written by encode")->required();
+  decode->add_option("out", out, "float32 values, little-endian")->required();
+  CLI::App* info = app.add_subcommand("info", "print each frame's codec, span and size");
+  info->add_option("in", in, "frames written by encode")->required();
+  if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
+  if (encode->parsed()) return Encode(enc);
+  if (decode->parsed()) return Decode(in, out);
+  return Decode(in, "");
 }

@@ -41,7 +41,8 @@ def main():
         if f.endswith((".sh", ".py")):
             listed |= flags_in(open(os.path.join(src, f), errors="replace").read())
     bad = []
-    for md in (f for f in files if f.endswith(".md")):
+    # The changelog names flags that were renamed or removed: history, not instructions.
+    for md in (f for f in files if f.endswith(".md") and f != "CHANGELOG.md"):
         fence = False
         for n, line in enumerate(open(os.path.join(src, md), encoding="utf-8"), 1):
             if line.startswith("```"):

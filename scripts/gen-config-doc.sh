@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Writes docs/configuration.md from the --help of fedlgc-coordinator, fedlgc-edge,
-# fedlgc-sim, fedlgc-load and fedlgc-export, so the reference is the binaries' own. With --check, compares instead and
-# fails when the file is out of date (a ctest runs this).
+# Writes docs/configuration.md from the --help of every binary a user runs
+# (fedlgc-coordinator, -edge, -sim, -load, -export, -codec and its commands, -report), so
+# the reference is the binaries' own. With --check, compares instead and fails when the
+# file is out of date (a ctest runs this).
 #   scripts/gen-config-doc.sh [--check] [BIN_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ src=$(pwd)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 help() {  # a binary's --help, with this machine's paths made generic
-  "$bin/$1" --help | sed -e "s|$(cd "$bin" && pwd)|<build>/bin|g" -e "s|$src|<source>|g"
+  COLUMNS=100 "$bin/$@" --help | sed -e "s|$(cd "$bin" && pwd)|<build>/bin|g" -e "s|$src|<source>|g"
 }
 {
   cat <<'MD'
@@ -65,6 +66,14 @@ MD
   help fedlgc-load
   printf '```\n\n## fedlgc-export\n\n```\n'
   help fedlgc-export
+  printf '```\n\n## fedlgc-codec\n\n```\n'
+  help fedlgc-codec
+  for cmd in encode decode info; do
+    printf '```\n\n### fedlgc-codec %s\n\n```\n' "$cmd"
+    help fedlgc-codec "$cmd"
+  done
+  printf '```\n\n## fedlgc-report\n\n```\n'
+  help fedlgc-report
   printf '```\n'
 } >"$out"
 if [ "$check" = 1 ]; then

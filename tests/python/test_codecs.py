@@ -129,3 +129,21 @@ def test_what_train_returns_is_a_count_or_a_dict():
     for bad in [None, True, 3.5, "7", {"loss": 1.0}, -1]:
         with pytest.raises((TypeError, ValueError)):
             parse(bad)
+
+
+def test_the_tool_refuses_bad_values_and_says_which(tmp_path):
+    tool = os.path.join(BIN, "fedlgc-codec")
+    src = tmp_path / "x.f32"
+    np.ones(16, dtype=np.float32).tofile(src)
+    out = str(tmp_path / "x.frames")
+    for extra, said in ((["--seed", "abc"], "--seed"), (["--bogus", "1"], "--bogus")):
+        r = subprocess.run([tool, "encode", "qsgd(bits=4)", str(src), out] + extra,
+                           capture_output=True, text=True)
+        assert r.returncode != 0, extra
+        assert said in r.stderr, r.stderr
+    r = subprocess.run([tool, "encode", "qsgd(bits=99)", str(src), out],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "bits" in r.stderr, r.stderr
+    r = subprocess.run([tool, "encode", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--max-frame-bytes" in r.stdout
+    assert subprocess.run([tool], capture_output=True).returncode != 0

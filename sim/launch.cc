@@ -40,6 +40,20 @@ std::string SelfDir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
+std::string CertsScript() {
+  const std::string installed = SelfDir() + "/../share/fedlgc/scripts/gen-certs.sh";
+  std::error_code ec;
+  if (std::filesystem::exists(installed, ec)) return installed;
+  return std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
+}
+
+std::string PythonPackageDir(const std::string& bin_dir) {
+  const std::string installed = bin_dir + "/../" FEDLGC_INSTALL_PYTHONDIR;
+  std::error_code ec;
+  if (std::filesystem::exists(installed + "/fedlgc/sim.py", ec)) return installed;
+  return bin_dir + "/../python";
+}
+
 void AddJobFlags(CLI::App& app, coordinator::CoordinatorOptions* co, modes::ModeOptions* mo) {
   coordinator::AddJobFlags(app, co);
   coordinator::AddGuardFlags(app, co);

@@ -24,6 +24,11 @@ namespace fedlgc::sim {
 
 // The folder of the running executable ("." when it cannot be read).
 std::string SelfDir();
+// Files beside these binaries, in a build tree (build/bin) or an install (P/bin):
+// scripts/gen-certs.sh, installed as P/share/fedlgc/scripts/gen-certs.sh; and the folder
+// holding the Python package fedlgc/, build/python or P/lib/python3.X/dist-packages.
+std::string CertsScript();
+std::string PythonPackageDir(const std::string& bin_dir);
 
 // The flags of the job a tool runs on a coordinator of its own: job, model guard and
 // modes (the coordinator's own, coordinator/flags.h and modes/mode_options.h).

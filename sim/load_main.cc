@@ -62,7 +62,7 @@ struct LoadOptions {
   std::string tls_server_name = "localhost";
   std::string id_prefix = "load-";
   std::string link, report, run_dir, bin_dir = fedlgc::sim::SelfDir();
-  std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
+  std::string certs_script = fedlgc::sim::CertsScript();
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
   std::string metrics_listen;  // the emulated clients' own metrics
   bool insecure = false, quiet = false, check = true;

@@ -64,7 +64,7 @@ struct SimOptions {
   int train_slots = 1;       // of each process that hosts several clients
   uint32_t aggregators = 0;  // > 0: a two-tier tree (docs/scale.md)
   std::string link, report, html, run_dir, bin_dir = fedlgc::sim::SelfDir();
-  std::string certs_script = std::string(FEDLGC_SOURCE_DIR) + "/scripts/gen-certs.sh";
+  std::string certs_script = fedlgc::sim::CertsScript();
   bool quiet = false, insecure = false;
   // Each C++ client is given the job's TorchScript file (fedlgc-edge --model) rather than
   // downloading it when it joins (Python clients always have it).
@@ -383,11 +383,17 @@ CoordinatorOptions AggregatorOptions(const SimOptions& s, const std::string& cer
 // --python-client the Python runner (python/fedlgc/sim.py) with each client's JSON.
 std::vector<std::string> ClientProcessArgv(const SimOptions& s, uint32_t first, uint32_t last) {
   if (!s.python_client.empty()) {
-    // The package beside the binaries (build/python), before whatever PYTHONPATH holds.
+    // The package beside the binaries (build/python, or the install's), before whatever
+    // PYTHONPATH holds.
     const char* path = std::getenv("PYTHONPATH");
-    std::vector<std::string> argv = {
-        "/usr/bin/env", StrCat("PYTHONPATH=", s.bin_dir, "/../python", path ? StrCat(":", path) : ""),
-        s.python, "-m", "fedlgc.sim", "--file", s.python_client};
+    std::vector<std::string> argv = {"/usr/bin/env",
+                                     StrCat("PYTHONPATH=", fedlgc::sim::PythonPackageDir(s.bin_dir),
+                                            path ? StrCat(":", path) : ""),
+                                     s.python,
+                                     "-m",
+                                     "fedlgc.sim",
+                                     "--file",
+                                     s.python_client};
     for (uint32_t i = first; i <= last; ++i) {
       argv.push_back(StrCat("--config=", s.run_dir, "/client-", i, ".json"));
     }
@@ -791,7 +797,7 @@ absl::Status PreparePythonClients(SimOptions* s, const CoordinatorOptions& co) {
         StrCat("--python-client ", s->python_client, ": no such file"));
   }
   s->python_client = fs::absolute(s->python_client).string();
-  if (!fs::exists(s->bin_dir + "/../python/fedlgc/sim.py", ec)) {
+  if (!fs::exists(fedlgc::sim::PythonPackageDir(s->bin_dir) + "/fedlgc/sim.py", ec)) {
     return absl::FailedPreconditionError(
         StrCat("--python-client: the Python package is not built beside ", s->bin_dir,
                " (it needs Debian's pybind11-dev and python3-dev)"));

@@ -86,9 +86,32 @@ std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv) {
 
 CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v,
                          const std::string& help) {
-  return app.add_flag(names, *v, help)->default_str(*v ? "true" : "false")->default_function([v] {
+  // Every boolean one way: --x sets it, --no-x clears it (and --x=false still works).
+  std::string all = names;
+  if (names.find('!') == std::string::npos && names.rfind("--", 0) == 0 &&
+      names.find(',') == std::string::npos) {
+    all += ",!--no-" + names.substr(2);
+  }
+  return app.add_flag(all, *v, help)->default_str(*v ? "true" : "false")->default_function([v] {
     return std::string(*v ? "true" : "false");
   });
+}
+
+void AddRenamedFlag(CLI::App& app, const std::string& old_name, const std::string& new_name,
+                    std::string* still_sets) {
+  if (still_sets != nullptr) {
+    app.add_option(old_name, *still_sets)
+        ->group("")
+        ->each([old_name, new_name](const std::string&) {
+          log::Warning("flags", "%s is now %s (CHANGELOG.md); the old name will go",
+                       old_name.c_str(), new_name.c_str());
+        });
+    return;
+  }
+  app.add_option(old_name)->group("")->expected(0, 1)->allow_extra_args(false)->each(
+      [old_name, new_name](const std::string&) {
+        throw CLI::ValidationError(old_name, "is now " + new_name + " (CHANGELOG.md)");
+      });
 }
 
 namespace {
@@ -97,7 +120,8 @@ void AppendOptions(const CLI::App& app, std::string* out) {
   for (const CLI::Option* o : app.get_options()) {
     if (o->get_lnames().empty()) continue;
     const std::string& name = o->get_lnames().front();
-    if (name == "help" || name == "config" || name == "version" || name == "print-config") {
+    if (name == "help" || name == "config" || name == "version" || name == "print-config" ||
+        o->get_group().empty()) {  // hidden: a renamed flag's old name
       continue;
     }
     std::string value = o->get_default_str();

@@ -43,10 +43,18 @@ void CaptureDefaults(CLI::App& app);
 // Parses the command line: nullopt to go on, or the exit code when main should return now
 // (after --help, --version or --print-config, or an error it printed).
 std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv);
-// A boolean flag (--name, --name=false) bound to *v, whose default shows and is written by
-// ConfigText (CLI11 2.1 captures no default for flags). `names` as for CLI::App::add_flag,
-// e.g. "--sgp-reference,!--no-sgp-reference".
+// A boolean flag bound to *v, every one the same way: --name sets it, --no-name clears it,
+// --name=false too; its default shows and is written by ConfigText (CLI11 2.1 captures no
+// default for flags). `names`: "--name" (the --no- form is added), or names as for
+// CLI::App::add_flag.
 CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v, const std::string& help);
+// A flag renamed, its old name hidden from --help and --print-config. Without `still_sets`
+// the old name (on the command line or as a --config key) fails with "OLD is now NEW
+// (CHANGELOG.md)" instead of the unknown-flag error, for a name whose meaning changed
+// (fedlgc-edge --clients, a list, is not fedlgc-sim's count). With it, the old name still
+// sets that value and logs a warning saying the new name.
+void AddRenamedFlag(CLI::App& app, const std::string& old_name, const std::string& new_name,
+                    std::string* still_sets = nullptr);
 // --label-column and --targets, how a data set's labels are read (core/dataset.h);
 // `what` names the data they apply to in the help.
 void AddLabelFlags(CLI::App& app, const std::string& what, std::string* label_column,

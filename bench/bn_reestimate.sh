@@ -25,7 +25,7 @@ two_rounds() {
   local part=$1 run=$2 codec=$3 warmup=$4
   shift 4
   "$bin/fedlgc-sim" --quiet --rounds 2 --codec "$codec" --codec-warmup "$warmup" \
-    --downlink-codec fp32 --seed 1 --keep-models 2 --state-dir "$out/$part/$run.run" \
+    --downlink-codec fp32 --seed 1 --keep-models 2 --run-dir "$out/$part/$run.run" \
     --report "$out/$part/$run.json" "$@" | grep '^final'
   for r in 1 2; do
     "$bin/fedlgc-export" --state-dir "$out/$part/$run.run/coordinator" --round "$r" \

@@ -68,7 +68,7 @@ for name in $runs; do
     --data fashion-mnist --train-limit $((clients * 60)) --partition 'dirichlet(0.3)' \
     --local-epochs "${EPOCHS:-5}" --lr "${LR:-0.05}" --eval-limit "${EVAL_LIMIT:-2000}" \
     "${codecs[@]}" --seed "${SEED:-1}" --min-clients $((clients / 2)) \
-    --link "$link" --quiet --state-dir "$out/$name" \
+    --link "$link" --quiet --run-dir "$out/$name" \
     --report "$out/$name.json" "${flags[@]}" "$@" | tail -2
   echo "$name: $(( $(date +%s) - start )) s"
 done

@@ -45,7 +45,7 @@ for name in $runs; do
     --model "${MODEL:-cnn}" --data fashion-mnist --train-limit $((clients * 60)) \
     --local-epochs "${EPOCHS:-5}" --lr "${LR:-0.05}" --eval-limit "${EVAL_LIMIT:-2000}" \
     --codec "${CODEC:-qsgd(bits=8)}" --fraction "$fraction" --rounds "$rounds" \
-    --seed "${SEED:-1}" --min-clients "$clients" --join-timeout 600 --quiet --state-dir "$out/$name" \
+    --seed "${SEED:-1}" --min-clients "$clients" --join-timeout 600 --quiet --run-dir "$out/$name" \
     --report "$out/$name.json" "${dp[@]}" "$@" | tail -2
   echo "$name: $(( $(date +%s) - start )) s"
 done

@@ -23,7 +23,7 @@ declare -A flags=([cnn]="--model cnn" [module]="--model $out/net.pt"
 for run in cnn module python; do
   rm -rf "$out/$run"
   # shellcheck disable=SC2086
-  build/bin/fedlgc-sim "${common[@]}" ${flags[$run]} --state-dir "$out/$run" \
+  build/bin/fedlgc-sim "${common[@]}" ${flags[$run]} --run-dir "$out/$run" \
     --report "$out/$run/report.json" >"$out/$run.log"
 done
 env -u PYTHONPATH "$py" - "$out" <<'PY'

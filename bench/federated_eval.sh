@@ -24,7 +24,7 @@ for run in ${RUNS:-server both}; do
     *) echo "unknown run $run" >&2; exit 2 ;;
   esac
   rm -rf "$out/$run"
-  build/bin/fedlgc-sim "${common[@]}" "${flags[@]}" --state-dir "$out/$run" \
+  build/bin/fedlgc-sim "${common[@]}" "${flags[@]}" --run-dir "$out/$run" \
     --report "$out/$run.json" "$@" >"$out/$run.log"
 done
 /usr/bin/python3 - "$out" <<'PY'

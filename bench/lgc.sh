@@ -28,7 +28,7 @@ run() {  # name codec warmup [flags...]
     echo "== $name seed $s" >&2
     rm -rf "$out/${name}_s$s.run"
     ./build/bin/fedlgc-sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed "$s" \
-      --codec "$codec" --codec-warmup "$warm" --downlink-codec fp32 --quiet --state-dir "$out/${name}_s$s.run" \
+      --codec "$codec" --codec-warmup "$warm" --downlink-codec fp32 --quiet --run-dir "$out/${name}_s$s.run" \
       --report "$report" "$@" | tail -1 >&2
   done
 }

@@ -30,7 +30,7 @@ for part in "${parts[@]}"; do
       [ -f "$report" ] && [ -z "${RERUN:-}" ] && continue
       rm -rf "$out/$name.run"
       common=(--clients 8 --rounds 20 --seed "$s" --codec "${specs[$i]}" --codec-warmup ""
-              --downlink-codec fp32 --quiet --state-dir "$out/$name.run" --report "$report")
+              --downlink-codec fp32 --quiet --run-dir "$out/$name.run" --report "$report")
       case "$part" in
       cnn) "$bin/fedlgc-sim" "${common[@]}" --local-epochs 1 --train-limit 0 | grep -v "^report:" ;;
       cnn_pinned)

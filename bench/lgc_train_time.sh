@@ -22,7 +22,7 @@ sim() {  # name, codec, flags...
   local name=$1 codec=$2
   shift 2
   rm -rf "${out:?}/$name"
-  ./build/bin/fedlgc-sim "${common[@]}" --state-dir "$out/$name" --report "$out/$name.json" \
+  ./build/bin/fedlgc-sim "${common[@]}" --run-dir "$out/$name" --report "$out/$name.json" \
     --codec "$codec" "$@" | tail -1 >/dev/null
 }
 sim cells "lgc(ratio=$ratio)"

@@ -27,7 +27,7 @@ for n in ${CLIENTS:-100 1000 5000}; do
     rm -rf "$out/$name.run" "$out/$name.json"
     "$bin/fedlgc-load" --clients "$n" --fraction "$f" --rounds "${ROUNDS:-5}" --model cnn \
       --codec "qsgd(bits=4)" --think 1 --seed 1 --timeout 1800 --quiet --bin-dir "$bin" \
-      --state-dir "$out/$name.run" --report "$out/$name.json" "$@" >&2 ||
+      --run-dir "$out/$name.run" --report "$out/$name.json" "$@" >&2 ||
       echo "   $name FAILED (its report says why)" >&2
   done
 done

@@ -58,7 +58,7 @@ run() {
     --lr 0.01 --optimizer 'sgd(momentum=0.9,weight_decay=0.00001)' --train-limit 0 \
     --max-client-weight 1 --clip-multiplier 0 --guard=false --round-timeout 7200 \
     --model "$out/niid_cnn_$seed.pt" \
-    --partition "${split[$s]}" --seed "$seed" --state-dir "$out/$tag.run" \
+    --partition "${split[$s]}" --seed "$seed" --run-dir "$out/$tag.run" \
     --report "$out/$tag.json" "$@" | grep -E '^final accuracy'
 }
 

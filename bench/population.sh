@@ -49,7 +49,7 @@ trap 'kill $sampler 2>/dev/null || true' EXIT
 start=$(date +%s)
 ./build/bin/fedlgc-sim --clients "$clients" --clients-per-process "$per" --fraction "$fraction" \
   --rounds "$rounds" --model "$model" --data fashion-mnist --train-limit $((clients * 60)) \
-  --local-epochs 1 --codec 'qsgd(bits=8)' --seed 1 --quiet --state-dir "$run" \
+  --local-epochs 1 --codec 'qsgd(bits=8)' --seed 1 --quiet --run-dir "$run" \
   --report "$out/report.json" "$@" | tail -3
 end=$(date +%s)
 sleep 1.5

@@ -23,7 +23,7 @@ for order in "${orders[@]}"; do
     --local-steps 30 --seed 1 --link "${LINK:-rate=1mbit,delay=50ms}" --codec fp32 --downlink-codec fp32 \
     --chunk-bytes 16384 --downlink-codec 'qsgd(bits=4,norm=linf)' \
     --round-timeout "${TIMEOUT:-9}" --min-clients 8 --upload-order "$order" --quiet \
-    --state-dir "$out/$order.run" --report "$out/$order.json" "$@" | tail -1
+    --run-dir "$out/$order.run" --report "$out/$order.json" "$@" | tail -1
 done
 python3 - "$out" "${orders[@]}" <<'PY'
 import json, os, sys

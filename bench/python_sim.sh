@@ -21,7 +21,7 @@ for run in ${RUNS:-cpp python}; do
   flags=()
   [ "$run" = python ] && flags=(--python-client bench/sgd_loop.py)
   rm -rf "$out/$run"
-  build/bin/fedlgc-sim "${common[@]}" "${flags[@]}" --state-dir "$out/$run" \
+  build/bin/fedlgc-sim "${common[@]}" "${flags[@]}" --run-dir "$out/$run" \
     --report "$out/$run.json" "$@" >"$out/$run.log"
 done
 /usr/bin/python3 - "$out" "${CLIENTS:-8}" <<'PY'

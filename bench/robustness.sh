@@ -25,7 +25,7 @@ run() {  # name, then fedlgc-sim flags (each run starts from a fresh folder)
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ]; then return; fi
   echo "== $name" >&2
   rm -rf "$out/$name.run" "$out/$name.json"
-  "$bin/fedlgc-sim" "${common[@]}" --state-dir "$out/$name.run" --report "$out/$name.json" "$@" \
+  "$bin/fedlgc-sim" "${common[@]}" --run-dir "$out/$name.run" --report "$out/$name.json" "$@" \
     | grep -v '^report:' >&2
 }
 none=(--clip-multiplier 0 --guard=false)

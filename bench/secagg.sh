@@ -26,7 +26,7 @@ sim() {  # name, flags...
   local name=$1
   shift
   rm -rf "${out:?}/$name"
-  ./build/bin/fedlgc-sim --seed "$seed" --quiet --state-dir "$out/$name" \
+  ./build/bin/fedlgc-sim --seed "$seed" --quiet --run-dir "$out/$name" \
     --report "$out/$name.json" "$@" | tail -1 >/dev/null
 }
 

@@ -35,7 +35,7 @@ run() {  # name, uplink codec, downlink codec
   echo "== $name" >&2
   rm -rf "$out/$name.run" "$out/$name.json"
   "$bin/fedlgc-sim" "${common[@]}" --codec "$up" --downlink-codec "$down" \
-    --state-dir "$out/$name.run" --report "$out/$name.json" "$@" | grep -v '^report:' >&2
+    --run-dir "$out/$name.run" --report "$out/$name.json" "$@" | grep -v '^report:' >&2
 }
 q4="qsgd(bits=4)"
 q4i="qsgd(bits=4,norm=linf)"  # 4-bit levels of each bucket's largest magnitude

@@ -34,7 +34,7 @@ for part in "${parts[@]}"; do
       name=$(basename "$model" .pt)
       [ "$model" = cnn ] || name=cnn_pt
       sim --clients 8 --rounds 20 --local-epochs 1 --train-limit 0 --seed 1 --codec fp32 \
-        --downlink-codec fp32 --model "$model" --state-dir "$out/$name.run" \
+        --downlink-codec fp32 --model "$model" --run-dir "$out/$name.run" \
         --report "$out/$name.json"
     done
     "$py" bench/client_times.py "cnn=$out/cnn.run:$out/cnn.json" \
@@ -56,7 +56,7 @@ for part in "${parts[@]}"; do
         --seed 1 --model "$out/resnet.pt" --data "npz:$out/data/train.npz" \
         --test-data "npz:$out/data/test.npz" --eval-limit "${EVAL_LIMIT:-5000}" \
         --codec "${codecs[$i]}" --codec-warmup "${warmups[$i]}" --downlink-codec fp32 \
-        --round-timeout 1800 --state-dir "$out/resnet_${names[$i]}.run" \
+        --round-timeout 1800 --run-dir "$out/resnet_${names[$i]}.run" \
         --report "$out/resnet_${names[$i]}.json" "${dump[@]}"
     done
     ;;
@@ -75,7 +75,7 @@ for part in "${parts[@]}"; do
     for dl in fp32 "qsgd(bits=4)" "qsgd(bits=4,norm=l2)"; do
       name=$(echo "downlink_$dl" | tr -c 'a-z0-9\n' '_')
       sim --clients 4 --rounds 6 --seed 1 --codec "qsgd(bits=8)" --downlink-codec "$dl" \
-        --state-dir "$out/$name.run" --report "$out/$name.json"
+        --run-dir "$out/$name.run" --report "$out/$name.json"
     done
     ;;
   *)

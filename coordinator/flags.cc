@@ -164,7 +164,9 @@ namespace {
 
 void AddServiceFlags(CLI::App& app, CoordinatorOptions* o) {
   CLI::Option_group* g = app.add_option_group("Service", "where it listens and keeps state");
-  g->add_option("--listen", o->listen, "gRPC address; port 0 picks a free one");
+  g->add_option("--listen", o->listen,
+                "gRPC address; the default is where an edge client dials by default (0.0.0.0:PORT "
+                "serves other hosts; port 0 picks a free one)");
   g->add_option("--metrics-listen", o->metrics_listen,
                 "Prometheus exposer address; empty disables it");
   g->add_option("--state-dir", o->state_dir,

@@ -22,8 +22,19 @@
 
 namespace fedlgc::coordinator {
 
+// The job's codec both ways when none is given, the same in the coordinator, fedlgc-sim,
+// fedlgc-load and the compose files (a test compares their --help): what fedlgc is for,
+// 4-bit updates up and 4-bit model deltas down, each through Zstandard (docs/results.md,
+// time to accuracy on slow links).
+inline constexpr char kDefaultCodec[] = "zstd(qsgd(bits=4,norm=linf))";
+
 struct CoordinatorOptions {
-  std::string listen = "127.0.0.1:0";          // gRPC address; port 0 picks a free one
+  CoordinatorOptions() {
+    plan.codec = kDefaultCodec;
+    downlink.codec = kDefaultCodec;
+  }
+
+  std::string listen = kDefaultAddress;  // gRPC address (where bare clients dial); port 0: any free one
   std::string metrics_listen = "127.0.0.1:0";  // Prometheus exposer; empty: none
   std::string state_dir = "state/coordinator";
   // "cnn", "mlp", or a TorchScript file, which the coordinator serves to clients that do

@@ -22,6 +22,10 @@ namespace fedlgc {
 // ProgressReport.statistics), which a client of 5 would leave unanswered.
 inline constexpr uint32_t kProtocolVersion = 6;
 
+// Where a coordinator listens and an edge client dials when neither is told (--listen,
+// --server): a bare coordinator and a bare client on one host meet.
+inline constexpr char kDefaultAddress[] = "127.0.0.1:50051";
+
 // The blob (ModelRequest.blob, version 1) under which a coordinator serves the job's
 // TorchScript file to clients that do not hold it (JoinReply.model_sha256).
 inline constexpr char kModelFileBlob[] = "torchscript";

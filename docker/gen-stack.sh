@@ -65,10 +65,11 @@ services:
       - --tls-ca=/run/secrets/ca.pem
       - --tls-cert=/run/secrets/server.pem
       - --tls-key=/run/secrets/server.key
-      - --rounds=\${FEDLGC_ROUNDS:-50}
+      - --rounds=\${FEDLGC_ROUNDS:-20}
       - --min-clients=$aggs
       - --max-client-weight=1
-      - --codec=\${FEDLGC_CODEC:-qsgd(bits=4)}
+      - --codec=\${FEDLGC_CODEC:-zstd(qsgd(bits=4,norm=linf))}
+      - --downlink-codec=\${FEDLGC_DOWNLINK_CODEC:-zstd(qsgd(bits=4,norm=linf))}
       - --model=\${FEDLGC_MODEL:-cnn}
       - --local-steps=\${FEDLGC_LOCAL_STEPS:-0}
       - --round-timeout=\${FEDLGC_ROUND_TIMEOUT:-300}
@@ -101,7 +102,7 @@ services:
         --metrics-listen=0.0.0.0:9464 --state-dir=/var/lib/fedlgc/agg-\$\$FEDLGC_SLOT
         --tls-ca=/run/secrets/ca.pem --tls-cert=/run/secrets/server.pem
         --tls-key=/run/secrets/server.key --min-clients=$((edges / aggs))
-        '--codec=\${FEDLGC_CODEC:-qsgd(bits=4)}' --model=\${FEDLGC_MODEL:-cnn}
+        '--codec=\${FEDLGC_CODEC:-zstd(qsgd(bits=4,norm=linf))}' --model=\${FEDLGC_MODEL:-cnn}
         --round-timeout=\${FEDLGC_ROUND_TIMEOUT:-300} --eval-every=0 --linger=15
         --parent=coordinator:50051 --parent-tls-server-name=coordinator
         --parent-id=agg-\$\$FEDLGC_SLOT --parent-tls-cert=/run/secrets/agg-\$\$FEDLGC_SLOT.pem

@@ -23,7 +23,7 @@ absl::StatusOr<uint32_t> ParseIndex(std::string_view text, std::string_view list
   if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos ||
       std::from_chars(text.data(), text.data() + text.size(), v).ec != std::errc()) {
     return absl::InvalidArgumentError(
-        StrCat("--clients '", list, "': '", text, "' is not a client index"));
+        StrCat("--client-ids '", list, "': '", text, "' is not a client index"));
   }
   return v;
 }
@@ -44,16 +44,16 @@ absl::StatusOr<std::vector<uint32_t>> ParseClientList(std::string_view text) {
     if (!last.ok()) return last.status();
     if (*last < *first) {
       return absl::InvalidArgumentError(
-          StrCat("--clients '", text, "': the range ", part, " runs backwards"));
+          StrCat("--client-ids '", text, "': the range ", part, " runs backwards"));
     }
     if (static_cast<uint64_t>(*last - *first) + out.size() >= kMaxHostedClients) {
       return absl::InvalidArgumentError(
-          StrCat("--clients '", text, "': more than ", kMaxHostedClients, " clients"));
+          StrCat("--client-ids '", text, "': more than ", kMaxHostedClients, " clients"));
     }
     for (uint64_t i = *first; i <= *last; ++i) {
       if (!seen.insert(static_cast<uint32_t>(i)).second) {
         return absl::InvalidArgumentError(
-            StrCat("--clients '", text, "': client ", i, " is listed twice"));
+            StrCat("--client-ids '", text, "': client ", i, " is listed twice"));
       }
       out.push_back(static_cast<uint32_t>(i));
     }

@@ -1,4 +1,4 @@
-// Many edge clients in one process (fedlgc-edge --clients 0-249): each its own identity
+// Many edge clients in one process (fedlgc-edge --client-ids 0-249): each its own identity
 // (certificate), state file, shard, residual and connection, as if it ran alone, and all
 // of them sharing the process's libtorch runtime, one copy of each training set, one
 // metrics registry and exposer, and a few models that train in turn

@@ -90,14 +90,15 @@ void AddTrainingFlags(CLI::App& app, EdgeClientOptions* o) {
 void AddHostFlags(CLI::App& app, HostFlags* h) {
   CLI::Option_group* g = app.add_option_group(
       "Hosting", "many clients in this process, each its own identity, state and connection");
-  g->add_option("--clients", h->clients,
+  g->add_option("--client-ids", h->clients,
                 "host these clients, e.g. 0-249 or 3,7,10-12; {i} in --id, --tls-cert, "
                 "--tls-key and --data stands for each one's index, which is also its --shard");
+  fedlgc::AddRenamedFlag(*g, "--clients", "--client-ids");
   g->add_option("--client-config", h->client_config,
-                "with --clients: a config file per client ({i} its index), read on top of the "
+                "with --client-ids: a config file per client ({i} its index), read on top of the "
                 "command line's options");
   g->add_option("--train-slots", h->train_slots,
-                "with --clients: how many hosted clients may train at once (each slot holds "
+                "with --client-ids: how many hosted clients may train at once (each slot holds "
                 "one model)");
 }
 

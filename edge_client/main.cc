@@ -12,7 +12,7 @@
 
 namespace {
 
-// The clients of --clients, in this process until each has ended.
+// The clients of --client-ids, in this process until each has ended.
 int RunHost(const fedlgc::edge_client::HostFlags& h,
             const fedlgc::edge_client::EdgeClientOptions& base) {
   auto clients = fedlgc::edge_client::HostedClients(h, base);

@@ -9,12 +9,13 @@
 
 #include "absl/status/status.h"
 #include "core/dataset.h"
+#include "core/protocol.h"
 #include "edge_client/transport.h"
 
 namespace fedlgc::edge_client {
 
 struct EdgeClientOptions {
-  std::string server = "127.0.0.1:50051";
+  std::string server = kDefaultAddress;
   std::string client_id = "client-0";
   std::string state_dir = "state";
   std::string tls_ca, tls_cert, tls_key;

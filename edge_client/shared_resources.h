@@ -1,4 +1,4 @@
-// What the edge clients of one process share (fedlgc-edge --clients, client_host.h): one
+// What the edge clients of one process share (fedlgc-edge --client-ids, client_host.h): one
 // copy of each training set and its partition, a few models that train in turn, and one
 // metrics registry. A client on its own gets resources of its own (one model, its data);
 // the code path is the same.

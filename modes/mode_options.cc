@@ -81,11 +81,11 @@ void AddLsgdFlags(CLI::App& app, LsgdOptions* o) {
 
 void AddSgpFlags(CLI::App& app, SgpOptions* o) {
   CLI::Option_group* g = app.add_option_group("SGP", "stochastic gradient push");
-  fedlgc::AddBoolFlag(*g, "--sgp-reference,!--no-sgp-reference", &o->reference,
+  fedlgc::AddBoolFlag(*g, "--sgp-reference", &o->reference,
                       "code shares relative to the round's network mean (else the whole share)");
-  g->add_option("--sgp-overlap", o->overlap,
-                "1 lets a client train its next period while its share travels (gossip one "
-                "round behind), 0 waits");
+  fedlgc::AddBoolFlag(*g, "--sgp-overlap", &o->overlap,
+                      "a client trains its next period while its share travels (gossip one "
+                      "round behind); --no-sgp-overlap waits");
 }
 
 }  // namespace

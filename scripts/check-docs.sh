@@ -2,8 +2,8 @@
 # Checks that the repository documents itself: no file refers to documents outside the tree
 # (a briefing folder beside the checkout), and every relative link in the Markdown files
 # points at a file or folder that exists, and at a heading of it that exists; the README's
-# Documentation list names every page of docs/, and docs/deployment.md names every row of
-# the Grafana dashboard and describes every alert rule.
+# Documentation list names every page of docs/ (and the README stays within 250 lines), and
+# docs/deployment.md names every row of the Grafana dashboard and describes every alert rule.
 #   scripts/check-docs.sh [SOURCE_DIR]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
@@ -80,6 +80,11 @@ index = readme.split("## Documentation", 1)[-1]
 unlisted = [p for p in sorted(glob.glob("docs/*.md")) if f"]({p})" not in index]
 if unlisted:
     print(f"check-docs: the README's Documentation list does not name {unlisted}")
+    sys.exit(1)
+# A newcomer's page: what it is, the two commands, a tour, the index; the rest in docs/.
+if readme.count("\n") > 250:
+    print(f"check-docs: README.md has {readme.count(chr(10))} lines; keep it to 250 and move "
+          "detail into docs/")
     sys.exit(1)
 PY
 [ "$fail" = 0 ] && echo "check-docs: self-contained, links resolve, the monitoring described"

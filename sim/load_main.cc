@@ -95,15 +95,21 @@ void AddLoadFlags(CLI::App& app, LoadOptions* o) {
                 "a fault proxy per client, as fedlgc-sim's --link (values drawn per client, "
                 "availability, or trace:FILE.csv)");
   g->add_option("--report", o->report, "write the JSON report here");
-  g->add_option("--state-dir", o->run_dir, "run folder (default: a new folder under /tmp)");
+  g->add_option("--run-dir", o->run_dir,
+                "the run's folder: the coordinator's state, its config and log, certificates "
+                "(default: a new folder under /tmp)");
+  fedlgc::AddRenamedFlag(*g, "--state-dir", "--run-dir", &o->run_dir);
   g->add_option("--bin-dir", o->bin_dir, "where fedlgc-coordinator is");
   g->add_option("--certs-script", o->certs_script, "scripts/gen-certs.sh");
-  g->add_option("--data", o->data, "the coordinator's test data: fashion-mnist or synthetic:N");
+  g->add_option("--test-data", o->data,
+                "the coordinator's test set: fashion-mnist or synthetic:N (the emulated clients "
+                "train on nothing)");
+  fedlgc::AddRenamedFlag(*g, "--data", "--test-data", &o->data);
   g->add_option("--data-dir", o->data_dir, "Fashion-MNIST folder");
   g->add_option("--client-metrics-listen", o->metrics_listen,
                 "serve the emulated clients' metrics here (empty: not served)");
-  g->add_flag("--insecure", o->insecure, "plaintext instead of mTLS");
-  g->add_flag("--quiet", o->quiet, "print only the summary");
+  fedlgc::AddBoolFlag(*g, "--insecure", &o->insecure, "plaintext instead of mTLS");
+  fedlgc::AddBoolFlag(*g, "--quiet", &o->quiet, "print only the summary");
   fedlgc::AddBoolFlag(*g, "--check", &o->check,
                       "check every round's aggregate against the updates sent (with "
                       "--server: pass its --server-lr, and run it with --linger so the "
@@ -550,7 +556,7 @@ absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
   std::error_code ec;
   if (o->server.empty() && !std::filesystem::is_empty(o->run_dir + "/coordinator", ec) && !ec) {
     return absl::FailedPreconditionError(
-        StrCat(o->run_dir, " holds the state of an earlier job: give a new --state-dir"));
+        StrCat(o->run_dir, " holds the state of an earlier job: give a new --run-dir"));
   }
   return absl::OkStatus();
 }
@@ -591,10 +597,11 @@ int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
 
 int main(int argc, char** argv) {
   LoadOptions o;
-  CoordinatorOptions co;
-  co.rounds = 5;
-  co.plan.codec = "qsgd(bits=4)";
-  co.round_timeout_s = 600;
+  CoordinatorOptions co;  // the job's defaults are the coordinator's own, but one:
+  // the emulated clients take the model whole, and the aggregate check needs the true
+  // model, which a compressed downlink does not serve (the held model its deltas rebuild
+  // differs by the residual): float32 down unless asked (the check then stops).
+  co.downlink.codec = "fp32";
   fedlgc::modes::ModeOptions mo;
   CLI::App app("Emulates N edge clients over the real protocol against one coordinator.",
                "fedlgc-load");
@@ -605,5 +612,12 @@ int main(int argc, char** argv) {
   fedlgc::InitProcess();
   const fedlgc::StopOnSignals signals([] {});
   if (absl::Status st = Settle(app, &o, &co, mo); !st.ok()) return Fail(std::string(st.message()));
+  if (o.check && co.downlink.codec != "fp32") {
+    fedlgc::log::Info("fedlgc-load",
+                      "--downlink-codec %s: the clients download the model its deltas rebuild, "
+                      "not the true one the aggregate check needs; no check",
+                      co.downlink.codec.c_str());
+    o.check = false;
+  }
   return RunLoad(o, co, mo, signals);
 }

@@ -122,22 +122,26 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   g->add_option("--html", s->html,
                 "write a self-contained HTML report with plots here (fedlgc-report, which needs "
                 "python3-matplotlib)");
-  g->add_flag("--quiet", s->quiet, "print only the summary");
-  g->add_option("--state-dir", s->run_dir, "run folder (default: a new folder under /tmp)");
+  fedlgc::AddBoolFlag(*g, "--quiet", &s->quiet, "print only the summary");
+  g->add_option("--run-dir", s->run_dir,
+                "the run's folder: the coordinator's and the clients' state folders, configs, "
+                "logs and certificates (default: a new folder under /tmp)");
+  fedlgc::AddRenamedFlag(*g, "--state-dir", "--run-dir", &s->run_dir);
   g->add_option("--bin-dir", s->bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
   g->add_option("--certs-script", s->certs_script, "scripts/gen-certs.sh");
-  g->add_flag("--insecure", s->insecure, "plaintext instead of mTLS");
+  fedlgc::AddBoolFlag(*g, "--insecure", &s->insecure, "plaintext instead of mTLS");
   g->add_option("--test-data", s->test_data,
                 "the coordinator's test set in the same forms as --data (default: --data's test "
                 "split: an npz's x_test and y_test, or its x and y)");
   g->add_option("--eval-limit", s->eval_limit, "test examples for evaluation (0 = all)");
   CLI::Option_group* t = app.add_option_group("Clients", "what every client trains on and with");
   fedlgc::edge_client::AddTrainingFlags(*t, &s->edge);
-  t->add_flag("--clients-have-model", s->clients_have_model,
-              "give each client the job's TorchScript file (fedlgc-edge --model), as an app that "
-              "ships its model does: under a compressed downlink its first model is then an "
-              "empty chain; by default clients download the file when they join, counted in "
-              "round 1's downlink bytes");
+  fedlgc::AddBoolFlag(
+      *t, "--clients-have-model", &s->clients_have_model,
+      "give each client the job's TorchScript file (fedlgc-edge --model), as an app that "
+      "ships its model does: under a compressed downlink its first model is then an "
+      "empty chain; by default clients download the file when they join, counted in "
+      "round 1's downlink bytes");
   t->get_option("--data")->description(
       "the clients' data: fashion-mnist, synthetic:N, npz:PATH, csv:PATH or images:DIR, split "
       "by --partition; a path with {i} names each client's own file (client i reads it whole, "
@@ -402,7 +406,7 @@ std::vector<std::string> ClientProcessArgv(const SimOptions& s, uint32_t first, 
   if (first == last && s.PerProcess() == 1) {
     return {s.bin_dir + "/fedlgc-edge", StrCat("--config=", s.run_dir, "/client-", first, ".toml")};
   }
-  return {s.bin_dir + "/fedlgc-edge", StrCat("--clients=", first, "-", last),
+  return {s.bin_dir + "/fedlgc-edge", StrCat("--client-ids=", first, "-", last),
           StrCat("--client-config=", s.run_dir, "/client-{i}.toml"),
           StrCat("--train-slots=", s.train_slots)};
 }
@@ -899,13 +903,7 @@ absl::StatusOr<const fedlgc::coordinator::ModeTraits*> CheckJob(
 
 int main(int argc, char** argv) {
   SimOptions s;
-  CoordinatorOptions co;
-  co.rounds = 12;
-  // What fedlgc is for, both ways: 4-bit updates up and 4-bit model deltas down, each
-  // through Zstandard (docs/results.md, time to accuracy on slow links).
-  co.plan.codec = "zstd(qsgd(bits=4,norm=linf))";
-  co.downlink.codec = "zstd(qsgd(bits=4,norm=linf))";
-  co.round_timeout_s = 600;
+  CoordinatorOptions co;  // the job's defaults are the coordinator's own
   fedlgc::modes::ModeOptions mo;
   CLI::App app("Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.",
                "fedlgc-sim");

@@ -18,8 +18,8 @@
 #   kubectl apply -f OUT/secrets.yaml -f OUT/fedlgc.yaml -f OUT/edges.yaml
 # Defaults: 4 edges, 2 aggregators, OUT = docker/kubernetes (fedlgc.yaml and edges.yaml
 # there are this script's output for the defaults), images fedlgc/coordinator and
-# fedlgc/edge at tag 0.1.0. Job settings: FEDLGC_ROUNDS (50), FEDLGC_CODEC (qsgd(bits=4)),
-# FEDLGC_MODEL (cnn), FEDLGC_ROUND_TIMEOUT (300).
+# fedlgc/edge at tag 0.1.0. Job settings: FEDLGC_ROUNDS (20), FEDLGC_CODEC and FEDLGC_DOWNLINK_CODEC
+# (zstd(qsgd(bits=4,norm=linf))), FEDLGC_MODEL (cnn), FEDLGC_ROUND_TIMEOUT (300).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 edges=4
@@ -46,8 +46,9 @@ if [ $((edges % aggs)) -ne 0 ]; then
   exit 2
 fi
 per=$((edges / aggs))
-rounds=${FEDLGC_ROUNDS:-50}
-codec=${FEDLGC_CODEC:-qsgd(bits=4)}
+rounds=${FEDLGC_ROUNDS:-20}
+codec=${FEDLGC_CODEC:-zstd(qsgd(bits=4,norm=linf))}
+downlink=${FEDLGC_DOWNLINK_CODEC:-zstd(qsgd(bits=4,norm=linf))}
 model=${FEDLGC_MODEL:-cnn}
 timeout=${FEDLGC_ROUND_TIMEOUT:-300}
 mkdir -p "$out"
@@ -187,7 +188,7 @@ args() {  # each argument as a line of a container's args
   echo "# The root coordinator and the aggregators of the fedlgc tree (docs/deployment.md)."
   coordinators coordinator root 1 "" "" \
     "$(args "--rounds=$rounds" "--min-clients=$aggs" --max-client-weight=1 "--codec=$codec" \
-      "--model=$model" "--round-timeout=$timeout" --linger=15)" "" "" ""
+      "--downlink-codec=$downlink" "--model=$model" "--round-timeout=$timeout" --linger=15)" "" "" ""
   # The pod's index (Kubernetes 1.28+): aggregator-N is agg-N at the root. Every aggregator
   # pod mounts every aggregator certificate (a StatefulSet's pods share one template) and
   # uses its own.

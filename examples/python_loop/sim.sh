@@ -16,4 +16,4 @@ mkdir -p "$out"
 exec "$bin/fedlgc-sim" --python-client loop.py --python "$py" --model "$out/net.pt" \
   --data "npz:$out/train.npz" --test-data "npz:$out/test.npz" --clients "${CLIENTS:-8}" \
   --rounds "${ROUNDS:-8}" --local-steps "${STEPS:-60}" --partition 'dirichlet(0.5)' \
-  --eval both --state-dir "$out/sim" --report "$out/sim/report.json" "$@"
+  --eval both --run-dir "$out/sim" --report "$out/sim/report.json" "$@"

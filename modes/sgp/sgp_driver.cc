@@ -18,13 +18,7 @@
 #include "protos/fedlgc.pb.h"
 
 namespace fedlgc::modes {
-absl::Status SgpOptions::Validate() const {
-  if (overlap > 1) {
-    return absl::InvalidArgumentError(StrCat(
-        "--sgp-overlap ", overlap, ": 0, or 1 (the next period trains while a share travels)"));
-  }
-  return absl::OkStatus();
-}
+absl::Status SgpOptions::Validate() const { return absl::OkStatus(); }
 
 namespace {
 // SGP relays push-sum shares with its own accounting: the plain codecs of the job, none of
@@ -170,7 +164,7 @@ void SgpDriver::DecorateRoundStart(const std::string& client, protos::RoundStart
   absl::MutexLock lock(&mu_);
   s->set_share(peer_.count(client) ? 0.5 : 1.0);
   s->set_reference(reference_);
-  s->set_overlap(overlap_);
+  s->set_overlap(overlap_ ? 1 : 0);
   if (auto it = mail_.find(client); it != mail_.end()) {
     for (const auto& [round, mail] : it->second) s->add_inbox_rounds(round);
   }

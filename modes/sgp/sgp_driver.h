@@ -41,7 +41,7 @@ using coordinator::ModelBlob;
 
 struct SgpOptions {
   bool reference = true;  // code shares relative to the round's network mean
-  uint32_t overlap = 0;   // 1: clients train their next period while a share travels
+  bool overlap = false;   // clients train their next period while a share travels
 
   absl::Status Validate() const;
   bool operator==(const SgpOptions&) const = default;
@@ -130,7 +130,7 @@ class SgpDriver final : public coordinator::RoundDriver {
   static void Seal(uint64_t round, Mail* mail);
 
   const bool reference_;
-  const uint32_t overlap_;
+  const bool overlap_;
   const size_t dim_;
   const std::string state_dir_;
   const coordinator::AggregatorOptions robust_;

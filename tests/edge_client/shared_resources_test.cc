@@ -23,7 +23,7 @@ TEST(ClientList, RangesAndListsInOrderEachOnce) {
     auto got = ParseClientList(bad);
     EXPECT_FALSE(got.ok()) << bad;
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(got.status().message().find("--clients"), std::string_view::npos) << got.status();
+    EXPECT_NE(got.status().message().find("--client-ids"), std::string_view::npos) << got.status();
   }
 }
 

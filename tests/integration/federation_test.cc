@@ -1,8 +1,13 @@
 // Whole federations on 127.0.0.1 with real mTLS: learning, a cut upload that resumes and
 // counts exactly once, a coordinator killed with SIGKILL and restarted, identity
-// enforcement, malformed chunks, /metrics byte counters, and many clients in one process.
+// enforcement, malformed chunks, /metrics byte counters, many clients in one process, and a
+// bare coordinator and a bare client that meet on the default address.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -442,7 +447,7 @@ TEST(Federation, AHostKilledMidUploadRestartsAndEveryUpdateCountsOnce) {
   ASSERT_TRUE(proxy.ok());
   const auto c = ClientDefaults(dir, certs, 0, n, (*proxy)->port());
   const std::vector<std::string> argv = {BinPath("fedlgc-edge"),
-                                         "--clients=0-" + std::to_string(n - 1),
+                                         "--client-ids=0-" + std::to_string(n - 1),
                                          "--server=" + c.server,
                                          "--id=client-{i}",
                                          "--state-dir=" + c.state_dir,
@@ -1248,6 +1253,43 @@ TEST(Federation, ClientsWithoutOrWithSomeoneElsesCertificateAreRefused) {
   req.set_num_samples(1);
   protos::JoinReply reply;
   EXPECT_EQ(stub->Join(&ctx, req, &reply).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// Neither --listen nor --server: the coordinator listens where the client dials by
+// default (kDefaultAddress), and with the job's defaults (the codec both ways) they finish
+// a round. Only what keeps the test small is given: plaintext, one round of few steps,
+// few examples. Skips where another process holds the port.
+TEST(Federation, ABareCoordinatorAndABareClientMeetAndFinishARound) {
+  const std::string address = kDefaultAddress;
+  const int port = std::atoi(address.substr(address.rfind(':') + 1).c_str());
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (!free) GTEST_SKIP() << address << " is taken by another process";
+  }
+  const std::string dir = FreshDir("bare");
+  ChildProcess coordinator({BinPath("fedlgc-coordinator"), "--insecure", "--rounds=1",
+                            "--local-steps=5", "--eval-limit=500", "--linger=0",
+                            "--state-dir=" + dir + "/coordinator"},
+                           dir + "/coordinator.log");
+  ChildProcess edge({BinPath("fedlgc-edge"), "--insecure", "--train-limit=500",
+                     "--state-dir=" + dir + "/edge"},
+                    dir + "/edge.log");
+  ASSERT_EQ(coordinator.Wait(std::chrono::seconds(180)), 0) << ReadText(dir + "/coordinator.log");
+  EXPECT_EQ(edge.Wait(std::chrono::seconds(60)), 0) << ReadText(dir + "/edge.log");
+  auto log = ReadRoundLog(dir + "/coordinator/rounds.jsonl");
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->size(), 1u);
+  EXPECT_EQ(log->front().participants, 1);
+  // Compressed both ways by default: fewer bytes than float32 each way.
+  EXPECT_LT(log->front().uplink_bytes * 4, log->front().raw_uplink_bytes);
+  EXPECT_NE(ReadText(dir + "/coordinator.log").find(StrCat("listening on port ", port)),
+            std::string::npos);
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ int WaitForPortFile(const std::string& path, std::chrono::milliseconds timeout) 
 coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir,
                                                     const std::string& certs) {
   coordinator::CoordinatorOptions o;
+  o.listen = "127.0.0.1:0";  // tests run side by side
   o.state_dir = dir + "/coordinator";
   o.model = "mlp";
   o.rounds = 3;
@@ -121,6 +122,7 @@ coordinator::CoordinatorOptions CoordinatorDefaults(const std::string& dir,
   o.round_timeout_s = 60;
   o.test_data = "synthetic:500";
   o.plan.codec = "fp32";
+  o.downlink.codec = "fp32";
   o.plan.local_steps = 20;
   o.plan.max_chunk_bytes = 64 * 1024;
   o.tls_ca = certs + "/ca.pem";

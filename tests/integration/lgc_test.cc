@@ -54,6 +54,7 @@ std::vector<std::string> CoordinatorArgs(const coordinator::CoordinatorOptions& 
                                    "--test-data=" + o.test_data,
                                    "--codec-warmup=fp32",
                                    "--codec=lgc(ratio=0.01,train=3,ae_steps=5,ae_wait=1)",
+                                   "--downlink-codec=fp32",
                                    "--local-steps=20",
                                    "--round-timeout=60",
                                    "--tls-ca=" + o.tls_ca,

@@ -32,11 +32,11 @@ LoadRun RunLoad(const std::string& dir, std::vector<std::string> extra) {
   std::vector<std::string> argv = {BinPath("fedlgc-load"),
                                    "--model",
                                    "mlp",
-                                   "--data",
+                                   "--test-data",
                                    "synthetic:256",
                                    "--think",
                                    "0.05",
-                                   "--state-dir",
+                                   "--run-dir",
                                    dir + "/run",
                                    "--report",
                                    dir + "/report.json",
@@ -117,7 +117,7 @@ TEST(FedlgcLoad, TheCheckNeedsAMeanAndRunsWithoutItReportUnchecked) {
       RunLoad(dir, {"--clients", "3", "--rounds", "1", "--aggregator", "median"});
   EXPECT_EQ(refused.code, 1);
   const LoadRun r = RunLoad(dir, {"--clients", "3", "--rounds", "2", "--aggregator", "median",
-                                  "--check=false", "--state-dir", dir + "/run2"});
+                                  "--check=false", "--run-dir", dir + "/run2"});
   EXPECT_EQ(r.code, 0);
   ASSERT_TRUE(r.report.is_object());
   ASSERT_EQ(r.report["rounds"].size(), 2u);
@@ -133,8 +133,8 @@ TEST(FedlgcLoad, ATerminalSeesTheRoundLive) {
   if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no script(1) for a terminal";
   const std::string dir = FreshDir("load_live");
   ASSERT_EQ(RunOnTerminal(
-                {BinPath("fedlgc-load"), "--model", "mlp", "--data", "synthetic:256", "--clients",
-                 "4", "--rounds", "2", "--think", "1.5", "--state-dir", dir + "/run"},
+                {BinPath("fedlgc-load"), "--model", "mlp", "--test-data", "synthetic:256",
+                 "--clients", "4", "--rounds", "2", "--think", "1.5", "--run-dir", dir + "/run"},
                 dir + "/tty.log", std::chrono::seconds(120)),
             0)
       << ReadText(dir + "/tty.log");
@@ -143,8 +143,8 @@ TEST(FedlgcLoad, ATerminalSeesTheRoundLive) {
   EXPECT_NE(out.find(" downloaded, "), std::string::npos) << out;
   EXPECT_NE(out.find("every update counted exactly once"), std::string::npos) << out;
   ChildProcess plain(
-      {BinPath("fedlgc-load"), "--model", "mlp", "--data", "synthetic:256", "--clients", "2",
-       "--rounds", "1", "--think", "0.1", "--state-dir", dir + "/plain"},
+      {BinPath("fedlgc-load"), "--model", "mlp", "--test-data", "synthetic:256", "--clients", "2",
+       "--rounds", "1", "--think", "0.1", "--run-dir", dir + "/plain"},
       dir + "/plain.log");
   ASSERT_EQ(plain.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/plain.log");
   const std::string text = ReadText(dir + "/plain.log");

@@ -51,7 +51,7 @@ SERVER_SANS=IP:10.231.7.1 "$src/scripts/gen-certs.sh" "$work/certs" client-0 cli
 c=$work/certs
 ip netns exec "$srv" "$bin/fedlgc-coordinator" --listen 10.231.7.1:7000 --metrics-listen= \
   --state-dir "$work/coordinator" --model mlp --rounds 3 --min-clients 2 --test-data synthetic:500 \
-  --codec 'qsgd(bits=8)' --local-steps 20 --chunk-bytes 65536 --round-timeout 120 \
+  --codec 'qsgd(bits=8)' --downlink-codec fp32 --local-steps 20 --chunk-bytes 65536 --round-timeout 120 \
   --tls-ca "$c/ca.pem" --tls-cert "$c/server.pem" --tls-key "$c/server.key" >"$work/coordinator.log" 2>&1 &
 coord=$!
 for i in 0 1; do

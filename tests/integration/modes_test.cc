@@ -470,7 +470,7 @@ TEST(Sgp, OverlapTrainsTheNextPeriodWhileTheShareTravels) {
   const std::string certs = MakeCerts(dir, 4);
   auto o = JobOptions(dir, certs, "sgp", 4);
   modes::ModeOptions mo;
-  mo.sgp.overlap = 1;
+  mo.sgp.overlap = true;
   o.plan.codec = "qsgd(bits=8)";
   // Slow links: each share (about 160 KB) takes a quarter of a second to arrive.
   const ModeRun r =

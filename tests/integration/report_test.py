@@ -89,7 +89,7 @@ def sim(tmp, name, codec, extra, clients=3):
     argv = [f"{BIN}/fedlgc-sim", "--clients", str(clients), "--rounds", "4", "--data",
             "synthetic:600",
             "--model", "mlp", "--local-steps", "2", "--insecure", "--quiet", "--codec", codec,
-            "--state-dir", f"{tmp}/{name}.run", "--report", f"{tmp}/{name}.json"] + extra
+            "--run-dir", f"{tmp}/{name}.run", "--report", f"{tmp}/{name}.json"] + extra
     r = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     print(r.stdout + r.stderr)
     assert r.returncode == 0, f"fedlgc-sim {name} failed"

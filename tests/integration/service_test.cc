@@ -226,7 +226,7 @@ TEST(Service, SixHundredUnreadDownloadsDoNotGrowTheCoordinator) {
       {bin ? std::string(bin) : BinPath("fedlgc-coordinator"), "--insecure",
        "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--port-file=" + dir + "/port",
        "--state-dir=" + dir + "/state", "--model=cnn", "--rounds=1", "--min-clients=1000",
-       "--test-data=synthetic:100", "--eval-every=0"},
+       "--test-data=synthetic:100", "--eval-every=0", "--downlink-codec=fp32"},
       dir + "/coordinator.log");
   const int port = WaitForPortFile(dir + "/port", std::chrono::seconds(60));
   ASSERT_GT(port, 0);

@@ -39,7 +39,7 @@ std::vector<std::string> SimArgv(const std::string& dir, uint32_t rounds,
                                    "--local-steps",
                                    "2",
                                    "--insecure",
-                                   "--state-dir",
+                                   "--run-dir",
                                    dir + "/run"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;

@@ -117,6 +117,11 @@ class Federation:
         if test_npz:
             argv.append(f"--test-data=npz:{test_npz}")
         self.port_file = port_file
+        # The tests' jobs are float32 both ways unless they name a codec (the coordinator's
+        # default compresses both).
+        for flag in ("--codec", "--downlink-codec"):
+            if not any(f.split("=")[0] == flag for f in job_flags):
+                argv.append(f"{flag}=fp32")
         self.coordinator = Proc(argv + job_flags, os.path.join(work, "coordinator.log"),
                                 env=None if coordinator_env is None
                                 else dict(os.environ, **coordinator_env))

@@ -91,7 +91,7 @@ def test_the_simulator_fails_at_once_when_a_client_gives_up(tmp_path, files):
     start = time.monotonic()
     code, out = run([os.path.join(BIN, "fedlgc-sim"), "--insecure", "--clients=2", "--rounds=1",
                      f"--data=npz:{files['dir']}/nan.npz", f"--test-data=npz:{files['dir']}/good.npz",
-                     f"--state-dir={tmp_path}/run", "--quiet"], timeout=60)
+                     f"--run-dir={tmp_path}/run", "--quiet"], timeout=60)
     took = time.monotonic() - start
     assert code != 0, out
     assert "client-0 exited with status 1" in out or "client-1 exited with status 1" in out, out
@@ -103,7 +103,7 @@ def test_the_simulator_fails_at_once_when_a_client_gives_up(tmp_path, files):
 def test_the_simulator_refuses_a_bad_partition_before_starting(tmp_path):
     start = time.monotonic()
     code, out = run([os.path.join(BIN, "fedlgc-sim"), "--insecure", "--partition=dirichlet(-1)",
-                     f"--state-dir={tmp_path}/run"], timeout=60)
+                     f"--run-dir={tmp_path}/run"], timeout=60)
     assert code != 0 and "--partition" in out and "dirichlet" in out, out
     assert time.monotonic() - start < 20  # one process that loads libtorch, nothing more
     assert not os.path.exists(f"{tmp_path}/run/coordinator")

@@ -159,7 +159,7 @@ def net_job(tmp_path_factory):
 
 
 def run_sim(run, job, *args):
-    argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--state-dir={run}",
+    argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--run-dir={run}",
             f"--report={run}/report.json", "--torch-threads=1", f"--model={job['net']}",
             f"--data=npz:{job['train']}", f"--test-data=npz:{job['test']}", "--clients=4",
             "--rounds=1", "--local-epochs=3", "--downlink-codec=fp32", "--seed=1", *args]

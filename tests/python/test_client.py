@@ -284,7 +284,7 @@ def test_local_buffers_stay_with_each_client(tmp_path, data, federations):
 
 def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path, data,
                                                                          federations):
-    """Four clients in one fedlgc-edge process (--clients), the job's TorchScript model served
+    """Four clients in one fedlgc-edge process (--client-ids), the job's TorchScript model served
     by the coordinator and --buffers local: the process downloads the model once for all of
     them, and each client trains on its own shard with its own statistics, kept in its own
     <id>.buffers, although they share two models (--train-slots 2)."""
@@ -295,7 +295,7 @@ def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path
                    model=data["model"], test_npz=data["test"])
     federations.append(f)
     host = f.cpp_client("host-{i}", 0, 4, data["train"],
-                        extra=["--clients=0-3", "--train-slots=2"])
+                        extra=["--client-ids=0-3", "--train-slots=2"])
     assert f.wait(180) == 0, f.logs()
     assert host.wait(60) == 0, f.logs()
     rounds = f.rounds()

@@ -51,7 +51,7 @@ def score(pt, test):
 
 def sim(tmp_path, name, *args, check=True):
     run = tmp_path / name
-    argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--state-dir={run}",
+    argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--run-dir={run}",
             f"--report={run}/report.json", "--clients=2", "--rounds=3", "--local-steps=15",
             "--codec=fp32", "--downlink-codec=fp32", "--torch-threads=1", *args]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)

@@ -38,7 +38,7 @@ def data(tmp_path_factory):
 
 
 def sim(run, *args, timeout=600):
-    argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--state-dir={run}",
+    argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--run-dir={run}",
             f"--report={run}/report.json", "--torch-threads=1", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 

@@ -97,6 +97,14 @@ CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v,
   });
 }
 
+void AddCheckFlag(CLI::App& app, bool* check) {
+  app.add_flag("--check", *check,
+               "check what this configuration would use (files, model, data, codecs, state, "
+               "export path, certificates, addresses), one line each, and exit: 0 when all "
+               "is usable; nothing is written, listened on or dialled")
+      ->configurable(false);
+}
+
 void AddRenamedFlag(CLI::App& app, const std::string& old_name, const std::string& new_name,
                     std::string* still_sets) {
   if (still_sets != nullptr) {
@@ -106,6 +114,15 @@ void AddRenamedFlag(CLI::App& app, const std::string& old_name, const std::strin
           log::Warning("flags", "%s is now %s (CHANGELOG.md); the old name will go",
                        old_name.c_str(), new_name.c_str());
         });
+    return;
+  }
+  if (old_name.rfind("--no-", 0) == 0) {  // a flag that takes no value
+    app.add_flag_callback(old_name,
+                          [old_name, new_name] {
+                            throw CLI::ValidationError(old_name,
+                                                       "is now " + new_name + " (CHANGELOG.md)");
+                          })
+        ->group("");
     return;
   }
   app.add_option(old_name)->group("")->expected(0, 1)->allow_extra_args(false)->each(
@@ -121,7 +138,7 @@ void AppendOptions(const CLI::App& app, std::string* out) {
     if (o->get_lnames().empty()) continue;
     const std::string& name = o->get_lnames().front();
     if (name == "help" || name == "config" || name == "version" || name == "print-config" ||
-        o->get_group().empty()) {  // hidden: a renamed flag's old name
+        name == "check" || o->get_group().empty()) {  // hidden: a renamed flag's old name
       continue;
     }
     std::string value = o->get_default_str();

@@ -48,6 +48,8 @@ std::optional<int> ParseFlags(CLI::App& app, int argc, char** argv);
 // default for flags). `names`: "--name" (the --no- form is added), or names as for
 // CLI::App::add_flag.
 CLI::Option* AddBoolFlag(CLI::App& app, const std::string& names, bool* v, const std::string& help);
+// --check (core/preflight.h): sets *check; not a --config key and not in ConfigText.
+void AddCheckFlag(CLI::App& app, bool* check);
 // A flag renamed, its old name hidden from --help and --print-config. Without `still_sets`
 // the old name (on the command line or as a --config key) fails with "OLD is now NEW
 // (CHANGELOG.md)" instead of the unknown-flag error, for a name whose meaning changed

@@ -37,6 +37,7 @@ class Server;
 namespace fedlgc::core {
 class Model;
 struct Dataset;
+class Preflight;
 }  // namespace fedlgc::core
 namespace fedlgc::monitoring {
 class Metrics;
@@ -61,6 +62,10 @@ class Coordinator final {
                                                              const ModeTraits& traits,
                                                              const DriverFactory& make_driver);
   ~Coordinator();
+  // --check runs Create's reading steps (coordinator/preflight.h).
+  friend void CheckCoordinator(CoordinatorOptions options, const ModeTraits& traits,
+                               const DriverFactory& make_driver, core::Preflight* check,
+                               bool endpoints);
 
   // Starts the gRPC server and metrics.
   absl::Status Start();

@@ -8,6 +8,7 @@
 //   fedlgc-export --state-dir state/coordinator --list
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +16,9 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "coordinator/model_keeper.h"
+#include "core/export.h"
+#include "core/model.h"
+#include "core/preflight.h"
 
 namespace {
 
@@ -66,16 +70,53 @@ absl::StatusOr<coord::KeptModel> Find(const std::string& state_dir, const std::s
   return **std::move(kept);
 }
 
+// --check: the state folder and the round, whether the job's model takes its weights,
+// and the files to write.
+int Check(const std::string& state_dir, const std::string& which, const std::string& out,
+          const std::string& module_file) {
+  fedlgc::core::Preflight p("fedlgc-export");
+  const std::vector<uint64_t> rounds = coord::KeptRounds(state_dir);
+  std::string kept_text = StrCat(state_dir, ": ", rounds.size(), " rounds kept");
+  if (!rounds.empty()) StrAppend(&kept_text, " (", rounds.front(), " to ", rounds.back(), ")");
+  std::error_code ec;
+  p.Report("state folder",
+           std::filesystem::is_directory(state_dir, ec)
+               ? absl::StatusOr<std::string>(kept_text)
+               : absl::NotFoundError(StrCat(state_dir, ": no such folder (--state-dir)")));
+  auto kept = Find(state_dir, which);
+  p.Report("round", kept.status(), kept.ok() ? Describe(*kept) : "");
+  if (!kept.ok()) {
+    p.Skip("model", "needs the round");
+  } else {
+    auto mo = coord::KeptModelOptions(*kept, state_dir, module_file);
+    absl::Status fits = mo.status();
+    if (mo.ok()) {
+      auto model = fedlgc::core::Model::Create(*mo, 0);
+      fits = model.ok() ? (*model)->SetFlat(kept->weights) : model.status();
+    }
+    p.Report("model", fits, mo.ok() ? StrCat(mo->model, ": takes the round's weights") : "");
+  }
+  if (out.empty()) {
+    p.Report("out", absl::InvalidArgumentError("give -o PATH (e.g. -o model.pt)"));
+  } else if (auto files = fedlgc::core::ExportFiles::For(out); !files.ok()) {
+    p.Report("out", files.status());
+  } else {
+    p.Report("out", fedlgc::core::CheckWritableFile(files->pt));
+  }
+  return p.Finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string state_dir = "state/coordinator", which = "last", out, model;
-  bool list = false;
+  bool list = false, check = false;
   CLI::App app(
       "Writes a round a coordinator kept (its --state-dir) as model.pt (TorchScript, for plain "
       "PyTorch), model.npz (the tensors by name) and model.json.",
       "fedlgc-export");
   fedlgc::AddCommonFlags(app);
+  fedlgc::AddCheckFlag(app, &check);
   app.add_option("--state-dir", state_dir, "the coordinator's state folder");
   app.add_option("--round", which, "last, best (by the job's metric) or a round number");
   app.add_option("-o,--out", out, "the TorchScript file to write (.npz and .json beside it)");
@@ -84,6 +125,7 @@ int main(int argc, char** argv) {
   app.add_flag("--list", list, "list the kept rounds and the best one");
   if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
   fedlgc::InitProcess();
+  if (check) return Check(state_dir, which, out, model);
   if (list) {
     for (uint64_t r : coord::KeptRounds(state_dir)) {
       auto k = coord::ReadKeptModel(coord::KeptRoundPath(state_dir, r));

@@ -8,15 +8,32 @@
 #include "base/signals.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/flags.h"
+#include "coordinator/preflight.h"
 #include "core/dataset.h"
+#include "core/preflight.h"
 #include "modes/drivers.h"
 #include "tier/tier.h"
 
 namespace {
+
 int Fail(const absl::Status& st) {
   fedlgc::log::Error("fedlgc-coordinator", "%s", st.ToString().c_str());
   return 1;
 }
+
+// What the job's options ask of each other beyond CoordinatorOptions::Validate.
+absl::Status CheckJob(const fedlgc::coordinator::CoordinatorOptions& o,
+                      const fedlgc::modes::ModeOptions& mo) {
+  if (auto st = fedlgc::modes::CheckEvaluation(o, mo); !st.ok()) return st;
+  if (o.has_parent() && !(mo.fedavg == fedlgc::modes::FedAvgOptions())) {
+    // The parent applies its server optimizer once, to the merged update.
+    return absl::InvalidArgumentError(
+        "--parent: the server learning rate and momentum, the rounds mode, --dp, --secagg "
+        "and --algorithm are the parent's; leave them at their defaults here");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -24,8 +41,10 @@ int main(int argc, char** argv) {
   coord::CoordinatorOptions o;
   fedlgc::modes::ModeOptions mo;
   std::string port_file;
+  bool check = false;
   CLI::App app("Coordinates federated training rounds over gRPC (mTLS).", "fedlgc-coordinator");
   fedlgc::AddCommonFlags(app);
+  fedlgc::AddCheckFlag(app, &check);
   app.add_option("--port-file", port_file,
                  "write \"<grpc port> <metrics port>\" here once listening");
   coord::AddCoordinatorFlags(app, &o);
@@ -33,8 +52,7 @@ int main(int argc, char** argv) {
   if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
   fedlgc::InitProcess();
   auto mode = fedlgc::modes::JobMode(o);
-  if (!mode.ok()) return Fail(mode.status());
-  const coord::ModeTraits& traits = **mode;
+  if (!mode.ok() && !check) return Fail(mode.status());
   // A coordinator with no test data runs as it is: without --test-data and without the
   // default test set (Fashion-MNIST not installed), it holds none and the clients evaluate.
   if (app.count("--test-data") == 0 && o.HasTestData() &&
@@ -46,16 +64,17 @@ int main(int argc, char** argv) {
                          o.test_data);
     o.test_data = "none";
   }
-  if (auto st = fedlgc::modes::CheckEvaluation(o, mo); !st.ok()) return Fail(st);
-  if (o.has_parent() && !(mo.fedavg == fedlgc::modes::FedAvgOptions())) {
-    // The parent applies its server optimizer once, to the merged update.
-    return Fail(absl::InvalidArgumentError(
-        "--parent: the server learning rate and momentum, the rounds mode, --dp, --secagg "
-        "and --algorithm are the parent's; leave them at their defaults here"));
+  if (check) {
+    fedlgc::core::Preflight p("fedlgc-coordinator");
+    absl::Status job = mode.ok() ? CheckJob(o, mo) : mode.status();
+    p.Report("job", job, "the mode's options agree");
+    if (mode.ok())
+      coord::CheckCoordinator(o, **mode, fedlgc::modes::RoundDrivers((*mode)->mode, mo), &p);
+    return p.Finish();
   }
-  auto c = coord::Coordinator::Create(o, traits, [&](const coord::DriverEnv& env) {
-    return fedlgc::modes::MakeRoundDriver(traits.mode, mo, env);
-  });
+  const coord::ModeTraits& traits = **mode;
+  if (auto st = CheckJob(o, mo); !st.ok()) return Fail(st);
+  auto c = coord::Coordinator::Create(o, traits, fedlgc::modes::RoundDrivers(traits.mode, mo));
   if (!c.ok()) return Fail(c.status());
   std::unique_ptr<fedlgc::tier::Tier> tier;
   // On every way out: the upstream client goes first (it reads the coordinator until it

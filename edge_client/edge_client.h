@@ -25,6 +25,9 @@
 #include "edge_client/shared_resources.h"
 #include "edge_client/transport.h"
 
+namespace fedlgc::core {
+class Preflight;
+}  // namespace fedlgc::core
 namespace fedlgc::monitoring {
 class Metrics;
 }
@@ -52,6 +55,12 @@ class EdgeClient final : private ClientEnv {
                                                             StubFactory stubs = nullptr,
                                                             LocalTrainer* trainer = nullptr,
                                                             SharedResources shared = {});
+  // --check (core/preflight.h): what Create reads (the options, the data and its shard,
+  // --eval-data, the device, --model and whether it fits, the state file) and what Run
+  // would need (the state folder, --export, the certificates, the coordinator's address,
+  // the metrics address), one line each on `check`, writing, listening and dialling
+  // nowhere.
+  static void Check(EdgeClientOptions options, core::Preflight* check);
   ~EdgeClient() override;
 
   // Runs until the coordinator says the job is done, Stop() is called, or a fatal error

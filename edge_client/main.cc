@@ -5,6 +5,8 @@
 #include "base/flags.h"
 #include "base/log.h"
 #include "base/signals.h"
+#include "base/str.h"
+#include "core/preflight.h"
 #include "edge_client/client_host.h"
 #include "edge_client/edge_client.h"
 #include "edge_client/flags.h"
@@ -41,18 +43,39 @@ int RunHost(const fedlgc::edge_client::HostFlags& h,
   return 0;
 }
 
+// --check: the client, or with --client-ids the first of them (the others differ in their
+// identity and shard only).
+int Check(const fedlgc::edge_client::HostFlags& h,
+          const fedlgc::edge_client::EdgeClientOptions& base) {
+  fedlgc::core::Preflight p("fedlgc-edge");
+  if (h.clients.empty()) {
+    fedlgc::edge_client::EdgeClient::Check(base, &p);
+    return p.Finish();
+  }
+  auto clients = fedlgc::edge_client::HostedClients(h, base);
+  if (p.Report("client ids", clients.status(),
+               clients.ok() ? fedlgc::StrCat(clients->size(), " clients; the first checked below")
+                            : "")) {
+    fedlgc::edge_client::EdgeClient::Check(clients->front(), &p);
+  }
+  return p.Finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   fedlgc::edge_client::EdgeClientOptions o;
   fedlgc::edge_client::HostFlags h;
+  bool check = false;
   CLI::App app("Trains locally and streams compressed updates to a fedlgc coordinator.",
                "fedlgc-edge");
   fedlgc::AddCommonFlags(app);
+  fedlgc::AddCheckFlag(app, &check);
   fedlgc::edge_client::AddEdgeClientFlags(app, &o);
   fedlgc::edge_client::AddHostFlags(app, &h);
   if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
   fedlgc::InitProcess();
+  if (check) return Check(h, o);
   if (!h.clients.empty()) return RunHost(h, o);
   auto c = fedlgc::edge_client::EdgeClient::Create(o, &fedlgc::modes::MakeClientMode);
   if (!c.ok()) {

@@ -106,4 +106,10 @@ DriverOr MakeRoundDriver(Mode mode, const ModeOptions& o, const DriverEnv& env) 
   return row->make(o, env);
 }
 
+coordinator::DriverFactory RoundDrivers(Mode mode, ModeOptions options) {
+  return [mode, options = std::move(options)](const DriverEnv& env) {
+    return MakeRoundDriver(mode, options, env);
+  };
+}
+
 }  // namespace fedlgc::modes

@@ -17,6 +17,8 @@ namespace fedlgc::modes {
 // env.committed_round is loaded when that is > 0).
 absl::StatusOr<std::unique_ptr<coordinator::RoundDriver>> MakeRoundDriver(
     Mode mode, const ModeOptions& options, const coordinator::DriverEnv& env);
+// MakeRoundDriver of `mode` and a copy of `options`, as Coordinator::Create takes it.
+coordinator::DriverFactory RoundDrivers(Mode mode, ModeOptions options);
 
 }  // namespace fedlgc::modes
 

@@ -48,6 +48,41 @@ the coordinator and of each client it starts (`coordinator.toml`, `client-<i>.to
 folder). Each component checks its options as a whole before it starts (`Validate()`), and a
 refusal names the flag.
 
+## Checking a configuration before a run
+
+`--check` (`fedlgc-coordinator`, `fedlgc-edge`, `fedlgc-sim`, `fedlgc-load`,
+`fedlgc-export`) checks what the command line would use and exits, without writing a file,
+listening on a port or dialling anyone: the options as a whole, the model (built or loaded)
+and the data (read, split into the client's shard, fitted to the model), the checkpoint it
+would resume from, the round protocol and its codecs made for the model, the folders and
+files it would write (state, `--export`, `--tensorboard`, reports), the certificates (each
+file parsed, the key matched to its certificate, the certificate verified against the CA
+and its expiry), and the addresses (a listen port bound and released, a coordinator's name
+resolved). Each item gets a line, every item is checked even after one fails, an item that
+needs a failed one says so, and the exit code is 0 only when nothing failed. `fedlgc-sim`
+and `fedlgc-load` check their own items and then their coordinator's job; `fedlgc-edge
+--client-ids` checks the first of its clients. For example, with the CA's key given as the
+server's and a test file not there yet:
+
+```
+$ fedlgc-coordinator --check --tls-ca certs/ca.pem --tls-cert certs/server.pem \
+    --tls-key certs/ca.key --test-data npz:data/test.npz --export out/model.pt
+ok    job                the mode's options agree
+ok    options            fedavg, 20 rounds, up zstd(qsgd(bits=4,norm=linf)), down zstd(qsgd(bits=4,norm=linf))
+ok    state folder       state/coordinator: will be made (in /home/me/job, which can be written)
+ok    export             out/model.pt: will be written (its folder can be written)
+-     tensorboard        none (no --tensorboard)
+FAIL  certificates       key certs/ca.key does not belong to the certificate certs/server.pem
+ok    listen             127.0.0.1:50051: free
+ok    metrics listen     127.0.0.1:0: any free port
+ok    model              cnn: 215,370 values (average buffers, loss auto)
+FAIL  test data          data/test.npz: cannot open: No such file or directory
+-     checkpoint         needs the model and test data
+-     round protocol     needs the model and test data
+-     downlink           needs the model and test data
+fedlgc-coordinator --check: 7 usable, 2 failed, 4 not checked
+```
+
 Every binary logs to stderr, one line per message: the level's letter (`D`, `I`, `W`, `E`),
 the UTC time to the millisecond, who speaks (`coordinator`, a client's id, `aggregator`)
 and the message, e.g. `W 2026-11-28T19:30:01.123Z client-3: round 7 skipped: ...`.

@@ -9,12 +9,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "base/file.h"
 #include "base/flags.h"
 #include "base/str.h"
 #include "coordinator/flags.h"
+#include "core/preflight.h"
 #include "nlohmann/json.hpp"
 
 namespace fedlgc::sim {
@@ -72,6 +74,56 @@ absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir) {
   std::filesystem::create_directories(*run_dir, ec);
   if (ec) return absl::InternalError(StrCat("cannot make ", *run_dir, ": ", ec.message()));
   return absl::OkStatus();
+}
+
+std::vector<std::string> RemoveWorkingFiles(const std::string& run_dir,
+                                            const std::vector<std::string>& keep) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(run_dir, ec);
+  std::set<fs::path> kept_paths;
+  for (const std::string& k : keep) {
+    if (k.empty()) continue;
+    const fs::path p = fs::weakly_canonical(k, ec);
+    if (p.parent_path() == dir) kept_paths.insert(p);
+  }
+  std::vector<std::string> kept;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (kept_paths.count(e.path()) > 0) {
+      kept.push_back(e.path().filename().string());
+      continue;
+    }
+    fs::remove_all(e.path(), ec);
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+void CheckRunFiles(const std::string& run_dir, const std::string& bin_dir,
+                   const std::vector<std::string>& tools, const std::string& certs_script,
+                   bool insecure, core::Preflight* p) {
+  if (run_dir.empty()) {
+    p->Report("run folder", absl::StatusOr<std::string>(
+                                "a new folder under /tmp; its working files are removed after a "
+                                "run that succeeds"));
+  } else {
+    p->Report("run folder", core::CheckWritableFolder(run_dir));
+  }
+  for (const std::string& tool : tools) {
+    const std::string path = StrCat(bin_dir, "/", tool);
+    p->Report(tool,
+              ::access(path.c_str(), X_OK) == 0
+                  ? absl::StatusOr<std::string>(path)
+                  : absl::NotFoundError(StrCat(path, ": not an executable here (--bin-dir)")));
+  }
+  if (insecure) {
+    p->Skip("certificates", "none: plaintext (--insecure)");
+  } else {
+    p->Report("certificates",
+              ::access(certs_script.c_str(), R_OK) == 0
+                  ? absl::StatusOr<std::string>(StrCat("made for the run by ", certs_script))
+                  : absl::NotFoundError(StrCat(certs_script, ": not found (--certs-script)")));
+  }
 }
 
 std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOptions mo) {

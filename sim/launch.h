@@ -20,6 +20,10 @@ class App;
 #include "nlohmann/json_fwd.hpp"
 #include "sim/process.h"
 
+namespace fedlgc::core {
+class Preflight;
+}  // namespace fedlgc::core
+
 namespace fedlgc::sim {
 
 // The folder of the running executable ("." when it cannot be read).
@@ -36,6 +40,20 @@ void AddJobFlags(CLI::App& app, coordinator::CoordinatorOptions* co, modes::Mode
 
 // `*run_dir`, or a new folder /tmp/PREFIX-XXXXXX when it is empty; made if missing.
 absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir);
+
+// After a run that succeeded in a folder PrepareRunDir made (no --run-dir): removes what
+// the run worked with (state folders, certificates, configs, logs) and keeps the files of
+// `keep` that lie in it (the report, the exported model, ...). Returns the kept files'
+// names.
+std::vector<std::string> RemoveWorkingFiles(const std::string& run_dir,
+                                            const std::vector<std::string>& keep);
+
+// --check's lines of a run that starts processes (fedlgc-sim, fedlgc-load): its folder
+// (`run_dir`; empty: a temporary one), the `tools` of `bin_dir` it starts, and the
+// certificate script unless `insecure`.
+void CheckRunFiles(const std::string& run_dir, const std::string& bin_dir,
+                   const std::vector<std::string>& tools, const std::string& certs_script,
+                   bool insecure, core::Preflight* check);
 
 // The coordinator's config file: every job, service and mode option.
 std::string CoordinatorConfig(coordinator::CoordinatorOptions co, modes::ModeOptions mo);

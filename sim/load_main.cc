@@ -31,8 +31,13 @@
 #include "base/signals.h"
 #include "base/str.h"
 #include "codecs/round_kind.h"
+#include "coordinator/coordinator.h"
 #include "coordinator/flags.h"
+#include "coordinator/preflight.h"
 #include "core/float_bytes.h"
+#include "core/preflight.h"
+#include "modes/catalog.h"
+#include "modes/drivers.h"
 #include "monitoring/metrics.h"
 #include "nlohmann/json.hpp"
 #include "sim/client_certs.h"
@@ -65,7 +70,7 @@ struct LoadOptions {
   std::string certs_script = fedlgc::sim::CertsScript();
   std::string data = "fashion-mnist", data_dir = "/usr/share/datasets/fashion-mnist";
   std::string metrics_listen;  // the emulated clients' own metrics
-  bool insecure = false, quiet = false, check = true;
+  bool insecure = false, quiet = false, verify = true;
   double timeout_s = 3600;
 };
 
@@ -97,7 +102,7 @@ void AddLoadFlags(CLI::App& app, LoadOptions* o) {
   g->add_option("--report", o->report, "write the JSON report here");
   g->add_option("--run-dir", o->run_dir,
                 "the run's folder: the coordinator's state, its config and log, certificates "
-                "(default: a new folder under /tmp)");
+                "(default: a new folder under /tmp, removed after a run that succeeds)");
   fedlgc::AddRenamedFlag(*g, "--state-dir", "--run-dir", &o->run_dir);
   g->add_option("--bin-dir", o->bin_dir, "where fedlgc-coordinator is");
   g->add_option("--certs-script", o->certs_script, "scripts/gen-certs.sh");
@@ -110,10 +115,11 @@ void AddLoadFlags(CLI::App& app, LoadOptions* o) {
                 "serve the emulated clients' metrics here (empty: not served)");
   fedlgc::AddBoolFlag(*g, "--insecure", &o->insecure, "plaintext instead of mTLS");
   fedlgc::AddBoolFlag(*g, "--quiet", &o->quiet, "print only the summary");
-  fedlgc::AddBoolFlag(*g, "--check", &o->check,
+  fedlgc::AddBoolFlag(*g, "--verify-aggregate", &o->verify,
                       "check every round's aggregate against the updates sent (with "
                       "--server: pass its --server-lr, and run it with --linger so the "
                       "last round's model can be fetched)");
+  fedlgc::AddRenamedFlag(*g, "--no-check", "--no-verify-aggregate");
   g->add_option("--timeout", o->timeout_s, "give up after this many seconds")
       ->check(CLI::PositiveNumber);
 }
@@ -294,10 +300,10 @@ json Row(const RoundFigures& f, const ProcSampler& proc, bool quiet) {
   const double cpu = proc.active() ? proc.CpuAt(f.last_receipt) - proc.CpuAt(f.opened) : 0;
   const double rss = proc.RssIn(f.opened, f.last_receipt);
   const double ingest = cpu > 0 ? f.up_bytes / 1e6 / cpu : 0;
-  const std::string check = !f.check.made ? (f.check.why.empty() ? "unchecked (--check=false)"
-                                                                 : "unchecked: " + f.check.why)
-                            : f.check.ok  ? StrCat("ok (", f.receipts, " receipts)")
-                                          : "MISMATCH: " + f.check.why;
+  const std::string check = !f.check.made
+                                ? (f.check.why.empty() ? "unchecked" : "unchecked: " + f.check.why)
+                            : f.check.ok ? StrCat("ok (", f.receipts, " receipts)")
+                                         : "MISMATCH: " + f.check.why;
   if (!quiet) {
     std::printf(
         "%5llu %6u %6u %7.2f %7.2f %8.2f %9.2f %9.2f %7.3f %7.3f %8.0f %8.2f %8.1f %7d %s\n",
@@ -397,7 +403,7 @@ absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
 void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBook* book,
                      fedlgc::monitoring::Metrics* metrics, const Run& run) {
   const std::optional<uint64_t> last = book->last_version();
-  if (!o.check || !last || !book->WantsModel(*last + 1)) return;
+  if (!o.verify || !last || !book->WantsModel(*last + 1)) return;
   const uint64_t version = *last + 1;
   fedlgc::sim::LoadClientOptions c = ClientOptions(o, CertsDir(o), run.server, 0, co.seed);
   fedlgc::edge_client::Transport t(c.transport, metrics);
@@ -442,7 +448,7 @@ Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& boo
   while (run.finished < o.clients) {
     proc.Sample(book.Now());
     if (run.coordinator) line.Show(fedlgc::sim::ReadProgressLine(o.run_dir + "/coordinator"));
-    Take(book, false, proc, o.check, o.quiet, line, &out);
+    Take(book, false, proc, o.verify, o.quiet, line, &out);
     if (signals.signal() != 0) {
       line.Clear();
       out.error = StrCat("stopped by signal ", signals.signal());
@@ -463,7 +469,7 @@ Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& boo
   StopClients(run);
   line.Clear();
   proc.Sample(book.Now());
-  Take(book, true, proc, o.check, o.quiet, line, &out);
+  Take(book, true, proc, o.verify, o.quiet, line, &out);
   if (out.error.empty() && run.failed > 0) {
     out.error = StrCat(run.failed.load(), " clients failed; the first: ", run.first_error);
   }
@@ -483,9 +489,9 @@ json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& 
   std::printf(
       "%s: %llu rounds, %llu checked (%llu receipts) | coordinator peak RSS %.0f MB, %.1f CPU s, "
       "%d threads | fedlgc-load %.0f MB, %.1f CPU s | %llu link cuts, %llu reconnects | %.1f s\n",
-      !ok       ? "FAILED"
-      : o.check ? "every update counted exactly once"
-                : "done (not checked)",
+      !ok        ? "FAILED"
+      : o.verify ? "every update counted exactly once"
+                 : "done (not checked)",
       static_cast<unsigned long long>(out.rounds), static_cast<unsigned long long>(out.checked),
       static_cast<unsigned long long>(out.receipts), proc.peak_rss_mb(), proc.cpu_seconds(),
       proc.max_threads(), self.ru_maxrss / 1024.0, self_cpu, static_cast<unsigned long long>(cuts),
@@ -522,23 +528,21 @@ json Summary(const LoadOptions& o, const CoordinatorOptions& co, const Outcome& 
 namespace {
 
 // The options as a whole, and the run folder.
-absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
-                    const fedlgc::modes::ModeOptions& mo) {
-  // Rounds open once every emulated client is connected (--fraction samples them).
-  if (app.count("--min-clients") == 0) co->min_clients = o->clients;
+absl::Status CheckLoadOptions(const LoadOptions* o, const CoordinatorOptions* co,
+                              const fedlgc::modes::ModeOptions& mo) {
   if (!o->server.empty() && !o->insecure && o->certs.empty()) {
     return absl::InvalidArgumentError(
         "--server needs --certs (its CA, to issue client certificates) or --insecure");
   }
-  if (o->check && mo.fedavg.server_momentum != 0) {
+  if (o->verify && mo.fedavg.server_momentum != 0) {
     return absl::InvalidArgumentError(
-        "--check needs --server-momentum 0 (with momentum a round's step is not its mean); "
-        "pass --check=false");
+        "--verify-aggregate needs --server-momentum 0 (with momentum a round's step is not its "
+        "mean); pass --no-verify-aggregate");
   }
-  if (o->check && co->aggregator != "mean" && co->aggregator != "streaming") {
+  if (o->verify && co->aggregator != "mean" && co->aggregator != "streaming") {
     return absl::InvalidArgumentError(
-        "--check compares each round with the mean of the counted updates: --aggregator mean "
-        "or streaming, or pass --check=false");
+        "--verify-aggregate compares each round with the mean of the counted updates: "
+        "--aggregator mean or streaming, or pass --no-verify-aggregate");
   }
   const fedlgc::codecs::RoundKind kind = fedlgc::codecs::RoundKindOf(co->plan.codec);
   if (fedlgc::codecs::Present(kind.basis)) {
@@ -552,6 +556,14 @@ absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
         "own exchange (terngrad(shared=1)'s scale, two-phase PowerSGD's factor): use another "
         "--codec");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Settle(const CLI::App& app, LoadOptions* o, CoordinatorOptions* co,
+                    const fedlgc::modes::ModeOptions& mo) {
+  // Rounds open once every emulated client is connected (--fraction samples them).
+  if (app.count("--min-clients") == 0) co->min_clients = o->clients;
+  if (absl::Status st = CheckLoadOptions(o, co, mo); !st.ok()) return st;
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-load", &o->run_dir); !st.ok()) return st;
   std::error_code ec;
   if (o->server.empty() && !std::filesystem::is_empty(o->run_dir + "/coordinator", ec) && !ec) {
@@ -570,7 +582,7 @@ int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
   if (!o.metrics_listen.empty()) {
     if (absl::Status st = metrics.Serve(o.metrics_listen); !st.ok()) return Fail(st.ToString());
   }
-  LoadBook book(o.check, mo.fedavg.server_lr);
+  LoadBook book(o.verify, mo.fedavg.server_lr);
   Run run;
   if (absl::Status st = Launch(o, co, mo, &book, &metrics, &run); !st.ok()) {
     StopClients(run);
@@ -593,6 +605,53 @@ int RunLoad(const LoadOptions& o, const CoordinatorOptions& co,
   return report["summary"]["ok"].get<bool>() ? 0 : 1;
 }
 
+// --check: the run's options, its files and programs, and the coordinator it starts
+// (Coordinator::Check, without the certificates and ports the run makes) or the one it
+// is given (--server).
+int CheckRun(const CLI::App& app, LoadOptions o, CoordinatorOptions co,
+             const fedlgc::modes::ModeOptions& mo) {
+  fedlgc::core::Preflight p("fedlgc-load");
+  if (app.count("--min-clients") == 0) co.min_clients = o.clients;
+  p.Report("run options", CheckLoadOptions(&o, &co, mo), StrCat(o.clients, " emulated clients"));
+  auto mode = fedlgc::modes::JobMode(co);
+  absl::Status job = mode.ok() ? mo.Validate((*mode)->mode) : mode.status();
+  p.Report("job", job, mode.ok() ? std::string(fedlgc::ModeName((*mode)->mode)) : "");
+  auto link = fedlgc::sim::LinkProfile::Parse(o.link);
+  p.Report("link", link.status(), o.link.empty() ? "direct (no fault proxy)" : o.link);
+  if (!o.report.empty()) p.Report("report", fedlgc::core::CheckWritableFile(o.report));
+  if (!o.metrics_listen.empty()) {
+    p.Report("metrics listen", fedlgc::core::CheckListenAddress(o.metrics_listen));
+  }
+  if (!o.server.empty()) {
+    p.Report("run folder", o.run_dir.empty()
+                               ? absl::StatusOr<std::string>("a new folder under /tmp")
+                               : fedlgc::core::CheckWritableFolder(o.run_dir));
+    p.Report("server", fedlgc::core::CheckDialAddress(o.server));
+    if (o.insecure) {
+      p.Skip("certificates", "none: plaintext (--insecure)");
+    } else {
+      const bool readable = ::access((o.certs + "/ca.pem").c_str(), R_OK) == 0 &&
+                            ::access((o.certs + "/ca.key").c_str(), R_OK) == 0;
+      p.Report("certificates",
+               readable ? absl::StatusOr<std::string>(
+                              StrCat("issued for the clients by ", o.certs, "/ca.pem"))
+                        : absl::NotFoundError(
+                              StrCat("--certs ", o.certs, ": needs ca.pem and ca.key, readable")));
+    }
+    return p.Finish();
+  }
+  fedlgc::sim::CheckRunFiles(o.run_dir, o.bin_dir, {"fedlgc-coordinator"}, o.certs_script,
+                             o.insecure, &p);
+  if (mode.ok()) {
+    if (o.run_dir.empty()) o.run_dir = "/tmp/fedlgc-load-XXXXXX";
+    SetService(o, "", &co);
+    co.insecure = true;  // the run makes the coordinator's certificates
+    fedlgc::coordinator::CheckCoordinator(
+        co, **mode, fedlgc::modes::RoundDrivers((*mode)->mode, mo), &p, /*endpoints=*/false);
+  }
+  return p.Finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -603,21 +662,33 @@ int main(int argc, char** argv) {
   // differs by the residual): float32 down unless asked (the check then stops).
   co.downlink.codec = "fp32";
   fedlgc::modes::ModeOptions mo;
+  bool check = false;
   CLI::App app("Emulates N edge clients over the real protocol against one coordinator.",
                "fedlgc-load");
   fedlgc::AddCommonFlags(app);
+  fedlgc::AddCheckFlag(app, &check);
   AddLoadFlags(app, &o);
   fedlgc::sim::AddJobFlags(app, &co, &mo);
   if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
   fedlgc::InitProcess();
+  if (check) return CheckRun(app, o, co, mo);
   const fedlgc::StopOnSignals signals([] {});
-  if (absl::Status st = Settle(app, &o, &co, mo); !st.ok()) return Fail(std::string(st.message()));
-  if (o.check && co.downlink.codec != "fp32") {
+  if (o.verify && co.downlink.codec != "fp32") {
     fedlgc::log::Info("fedlgc-load",
                       "--downlink-codec %s: the clients download the model its deltas rebuild, "
                       "not the true one the aggregate check needs; no check",
                       co.downlink.codec.c_str());
-    o.check = false;
+    o.verify = false;
   }
-  return RunLoad(o, co, mo, signals);
+  const bool temporary_run_dir = o.run_dir.empty();
+  if (absl::Status st = Settle(app, &o, &co, mo); !st.ok()) return Fail(std::string(st.message()));
+  const int code = RunLoad(o, co, mo, signals);
+  if (code == 0 && temporary_run_dir) {
+    // Without --run-dir: the run's working files (the coordinator's state, certificates,
+    // logs) go; --report names where the figures stay.
+    fedlgc::sim::RemoveWorkingFiles(o.run_dir, {o.report});
+    std::error_code ec;
+    std::filesystem::remove(o.run_dir, ec);  // only when empty
+  }
+  return code;
 }

@@ -28,17 +28,22 @@
 #include "base/log.h"
 #include "base/signals.h"
 #include "base/str.h"
+#include "coordinator/coordinator.h"
 #include "coordinator/downlink.h"
 #include "coordinator/flags.h"
+#include "coordinator/preflight.h"
 #include "core/dataset.h"
 #include "core/export.h"
 #include "core/model.h"
 #include "core/optimizer.h"
 #include "core/partition.h"
+#include "core/preflight.h"
 #include "core/round_report.h"
 #include "edge_client/client_host.h"
 #include "edge_client/flags.h"
+#include "edge_client/shared_resources.h"
 #include "modes/catalog.h"
+#include "modes/drivers.h"
 #include "modes/mode_options.h"
 #include "nlohmann/json.hpp"
 #include "sim/fault_proxy.h"
@@ -125,7 +130,9 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
   fedlgc::AddBoolFlag(*g, "--quiet", &s->quiet, "print only the summary");
   g->add_option("--run-dir", s->run_dir,
                 "the run's folder: the coordinator's and the clients' state folders, configs, "
-                "logs and certificates (default: a new folder under /tmp)");
+                "logs and certificates (default: a new folder under /tmp, whose working files "
+                "are removed after a run that succeeds: the exported model and the reports "
+                "stay)");
   fedlgc::AddRenamedFlag(*g, "--state-dir", "--run-dir", &s->run_dir);
   g->add_option("--bin-dir", s->bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
   g->add_option("--certs-script", s->certs_script, "scripts/gen-certs.sh");
@@ -793,22 +800,33 @@ json ReportExport(const CoordinatorOptions& co) {
 // --python-client: the file and the package, and the module the clients train unless the
 // file says otherwise: the job's TorchScript file, or the built-in scripted with the
 // job's initial weights (<run folder>/<model>.pt).
-absl::Status PreparePythonClients(SimOptions* s, const CoordinatorOptions& co) {
+// What --python-client needs: its file, the interpreter and the Python package.
+absl::StatusOr<std::string> CheckPythonClients(const SimOptions& s) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_regular_file(s->python_client, ec)) {
+  if (!fs::is_regular_file(s.python_client, ec)) {
     return absl::InvalidArgumentError(
-        StrCat("--python-client ", s->python_client, ": no such file"));
+        StrCat("--python-client ", s.python_client, ": no such file"));
   }
-  s->python_client = fs::absolute(s->python_client).string();
-  if (!fs::exists(fedlgc::sim::PythonPackageDir(s->bin_dir) + "/fedlgc/sim.py", ec)) {
+  if (::access(s.python.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(StrCat("--python ", s.python, ": not an executable here"));
+  }
+  const std::string package = fedlgc::sim::PythonPackageDir(s.bin_dir);
+  if (!fs::exists(package + "/fedlgc/sim.py", ec)) {
     return absl::FailedPreconditionError(
-        StrCat("--python-client: the Python package is not built beside ", s->bin_dir,
+        StrCat("--python-client: the Python package is not built beside ", s.bin_dir,
                " (it needs Debian's pybind11-dev and python3-dev)"));
   }
-  if (s->byzantine > 0) {
+  if (s.byzantine > 0) {
     return absl::InvalidArgumentError("--byzantine: the lying clients are C++ clients only");
   }
+  return StrCat(s.python_client, " through ", s.python, " (the package in ", package, ")");
+}
+
+absl::Status PreparePythonClients(SimOptions* s, const CoordinatorOptions& co) {
+  namespace fs = std::filesystem;
+  if (auto checked = CheckPythonClients(*s); !checked.ok()) return checked.status();
+  s->python_client = fs::absolute(s->python_client).string();
   const fedlgc::core::ModelOptions mo = co.model_options();
   if (mo.IsFile()) {
     s->python_module = fs::absolute(co.model).string();
@@ -899,28 +917,95 @@ absl::StatusOr<const fedlgc::coordinator::ModeTraits*> CheckJob(
   return mode;
 }
 
+// The simulator's own limits, then what a client would refuse.
+absl::Status CheckSimOptions(const CLI::App& app, SimOptions* s) {
+  if (s->clients == 0) return absl::InvalidArgumentError("--clients must be >= 1");
+  if (s->train_slots < 1 || s->train_slots > 256) {
+    return absl::InvalidArgumentError("--train-slots must be 1 to 256");
+  }
+  if (s->byzantine > s->clients)
+    return absl::InvalidArgumentError("--byzantine must be <= --clients");
+  if (s->aggregators > s->clients) {
+    return absl::InvalidArgumentError("--aggregators must be <= --clients");
+  }
+  return CheckClientOptions(app, s);
+}
+
+// --check: the run's options, the clients' data split as client 0 reads it, the files and
+// programs the run needs, and the coordinator's job (Coordinator::Check, without the
+// certificates and ports the run makes).
+int CheckRun(const CLI::App& app, SimOptions s, CoordinatorOptions co,
+             const fedlgc::modes::ModeOptions& mo) {
+  fedlgc::core::Preflight p("fedlgc-sim");
+  const bool valid = p.Report("run options", CheckSimOptions(app, &s),
+                              StrCat(s.clients, " clients, ", s.PerProcess(), " a process"));
+  if (app.count("--min-clients") == 0) co.min_clients = s.clients;
+  if (app.count("--init-seed") == 0) co.init_seed = co.seed;
+  auto mode = CheckJob(s, co, mo);
+  p.Report("job", mode.status(),
+           mode.ok() ? std::string(fedlgc::ModeName((*mode)->mode)) : std::string());
+  auto link = fedlgc::sim::LinkProfile::Parse(s.link);
+  p.Report("link", link.status(), s.link.empty() ? "direct (no fault proxy)" : s.link);
+  fedlgc::sim::CheckRunFiles(s.run_dir, s.bin_dir, {"fedlgc-coordinator", "fedlgc-edge"},
+                             s.certs_script, s.insecure, &p);
+  for (const auto& [flag, path] :
+       {std::pair<std::string, std::string>{"report", s.report}, {"html", s.html}}) {
+    if (!path.empty()) p.Report(flag, fedlgc::core::CheckWritableFile(path));
+  }
+  if (!s.python_client.empty()) {
+    p.Report("python client", CheckPythonClients(s));
+  }
+  if (!valid) {
+    p.Skip("client data", "needs valid options");
+  } else {
+    // Client 0's options, as Launch makes them (its data, split and shard).
+    fedlgc::edge_client::EdgeClientOptions eo = ClientOptions(s, "", 0, 1, co.seed);
+    fedlgc::edge_client::DataCache cache;
+    auto data = cache.Get(eo);
+    std::string text;
+    absl::Status fits = data.status();
+    if (data.ok()) {
+      size_t smallest = SIZE_MAX;
+      for (const auto& shard : (*data)->shards) smallest = std::min(smallest, shard.size());
+      text = StrCat(eo.data, ": ", (*data)->data.size(), " examples in ", (*data)->shards.size(),
+                    " shards (", eo.partition, "), the smallest ", smallest);
+      if (smallest == 0) fits = absl::FailedPreconditionError(StrCat(text, ": a shard is empty"));
+      auto model = fedlgc::core::Model::Create(co.model_options(), co.init_seed);
+      if (fits.ok() && model.ok()) fits = (*model)->CheckFits((*data)->data);
+    }
+    p.Report("client data", fits, text);
+  }
+  if (mode.ok()) {
+    // The run makes the coordinator's certificates and picks its port.
+    const std::string run_dir = s.run_dir.empty() ? "/tmp/fedlgc-sim-XXXXXX" : s.run_dir;
+    co.state_dir = run_dir + "/coordinator";
+    if (co.export_path.empty()) co.export_path = run_dir + "/model.pt";
+    co.insecure = true;
+    fedlgc::coordinator::CheckCoordinator(
+        co, **mode, fedlgc::modes::RoundDrivers((*mode)->mode, mo), &p, /*endpoints=*/false);
+  }
+  return p.Finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   SimOptions s;
   CoordinatorOptions co;  // the job's defaults are the coordinator's own
   fedlgc::modes::ModeOptions mo;
+  bool check = false;
   CLI::App app("Runs a coordinator and N edge clients as processes on 127.0.0.1 over mTLS.",
                "fedlgc-sim");
   fedlgc::AddCommonFlags(app);
+  fedlgc::AddCheckFlag(app, &check);
   AddSimFlags(app, &s);
   fedlgc::sim::AddJobFlags(app, &co, &mo);
   if (auto code = fedlgc::ParseFlags(app, argc, argv)) return *code;
   fedlgc::InitProcess();
   // Follow sees the signal and stops the federation.
   const fedlgc::StopOnSignals signals([] {});
-  if (s.clients == 0) return Fail("--clients must be >= 1");
-  if (s.train_slots < 1 || s.train_slots > 256) return Fail("--train-slots must be 1 to 256");
-  if (s.byzantine > s.clients) return Fail("--byzantine must be <= --clients");
-  if (s.aggregators > s.clients) return Fail("--aggregators must be <= --clients");
-  if (absl::Status st = CheckClientOptions(app, &s); !st.ok()) {
-    return Fail(std::string(st.message()));
-  }
+  if (check) return CheckRun(app, s, co, mo);
+  if (absl::Status st = CheckSimOptions(app, &s); !st.ok()) return Fail(std::string(st.message()));
   if (app.count("--min-clients") == 0) co.min_clients = s.clients;
   if (app.count("--init-seed") == 0) co.init_seed = co.seed;
   auto job_mode = CheckJob(s, co, mo);
@@ -928,6 +1013,7 @@ int main(int argc, char** argv) {
   const fedlgc::coordinator::ModeTraits& mode = **job_mode;
   auto link = fedlgc::sim::LinkProfile::Parse(s.link);
   if (!link.ok()) return Fail(link.status().ToString());
+  const bool temporary_run_dir = s.run_dir.empty();
   if (absl::Status st = fedlgc::sim::PrepareRunDir("fedlgc-sim", &s.run_dir); !st.ok())
     return Fail(std::string(st.message()));
   if (absl::Status st = PrepareOutputs(app, &s, &co); !st.ok()) {
@@ -967,5 +1053,17 @@ int main(int argc, char** argv) {
     if (!check.ok() || !check->passed) code = 1;
   }
   if (absl::Status st = WriteReports(report, s); !st.ok()) return Fail(st.ToString());
+  if (code == 0 && temporary_run_dir) {
+    // Without --run-dir: what the run made for the user stays, the rest goes.
+    std::vector<std::string> keep = {s.report, s.html, co.tensorboard, s.run_dir + "/report.json"};
+    if (auto files = fedlgc::core::ExportFiles::For(co.export_path); files.ok()) {
+      keep.insert(keep.end(), {files->pt, files->npz, files->json});
+    }
+    const std::vector<std::string> kept = fedlgc::sim::RemoveWorkingFiles(s.run_dir, keep);
+    std::string names;
+    for (const std::string& k : kept) fedlgc::StrAppend(&names, names.empty() ? "" : ", ", k);
+    std::printf("run folder: %s, working files removed (kept: %s; --run-dir keeps all)\n",
+                s.run_dir.c_str(), names.empty() ? "nothing" : names.c_str());
+  }
   return code;
 }

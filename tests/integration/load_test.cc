@@ -117,7 +117,7 @@ TEST(FedlgcLoad, TheCheckNeedsAMeanAndRunsWithoutItReportUnchecked) {
       RunLoad(dir, {"--clients", "3", "--rounds", "1", "--aggregator", "median"});
   EXPECT_EQ(refused.code, 1);
   const LoadRun r = RunLoad(dir, {"--clients", "3", "--rounds", "2", "--aggregator", "median",
-                                  "--check=false", "--run-dir", dir + "/run2"});
+                                  "--no-verify-aggregate", "--run-dir", dir + "/run2"});
   EXPECT_EQ(r.code, 0);
   ASSERT_TRUE(r.report.is_object());
   ASSERT_EQ(r.report["rounds"].size(), 2u);

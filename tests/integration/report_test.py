@@ -12,6 +12,7 @@ Exit 77 (skipped) without Chromium or matplotlib.
 import html.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -255,6 +256,28 @@ def main():
     p = parse(f"{tmp}/d.html")
     check(p.figures.get("plot-privacy") == 1, "the DP run's accuracy is plotted by epsilon")
     check(abs(value(p, "dp_epsilon") - spent[-1]) < 1e-9, "the DP run's summary says its epsilon")
+    # The flags every fedlgc binary has: --version, --print-config read back by --config
+    # (the same page), an unknown key refused.
+    tool = f"{BIN}/fedlgc-report"
+    version = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout
+    check(re.fullmatch(r"fedlgc-report \d+\.\d+\.\d+\n", version) is not None,
+          f"--version says the project's version: {version!r}")
+    printed = subprocess.run([tool, "-o", f"{tmp}/cfg.html", "--title", "it's a title",
+                              "--names", "x,y", "--print-config"], capture_output=True, text=True)
+    with open(f"{tmp}/report.toml", "w") as f:
+        f.write(printed.stdout)
+    r = subprocess.run([tool, f"{tmp}/a.json", f"{tmp}/b.json", "--config", f"{tmp}/report.toml",
+                        "--log-level", "warning"], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and r.stdout == "", f"--config runs the printed config quietly: {r}")
+    with open(f"{tmp}/cfg.html") as f:
+        page_text = f.read()
+    check("<title>" + html.escape("it's a title") + "</title>" in page_text,
+          "the page has the config's title")
+    with open(f"{tmp}/bad.toml", "w") as f:
+        f.write("output='x.html'\ncolour='red'\n")
+    r = subprocess.run([tool, f"{tmp}/a.json", "--config", f"{tmp}/bad.toml"], capture_output=True,
+                       text=True)
+    check(r.returncode == 2 and "unknown key 'colour'" in r.stderr, "an unknown key is refused")
     bad = subprocess.run([f"{BIN}/fedlgc-report", f"{tmp}/a.run/coordinator.toml", "-o",
                           f"{tmp}/bad.html"], capture_output=True, text=True)
     check(bad.returncode != 0 and "fedlgc-report:" in bad.stderr and

@@ -2,9 +2,9 @@
 """Checks that a job flag has one default everywhere: --codec, --downlink-codec, --rounds
 and --round-timeout as fedlgc-coordinator, fedlgc-sim and fedlgc-load print them in
 --help, and as the compose file, the Swarm stack and the Kubernetes manifest give them to
-the root coordinator (a compose default is the ${VAR:-default} of its flag), but for the
-EXCEPTIONS below, each with its reason. Also that a
-bare edge client dials where a bare coordinator listens. Exits 1 naming each disagreement.
+the root coordinator (a compose default is the ${VAR:-default} of its flag); EXCEPTIONS
+would name one that differs, with its reason (none does). Also that a bare edge client
+dials where a bare coordinator listens. Exits 1 naming each disagreement.
 
     check-job-defaults.py BIN_DIR SOURCE_DIR
 """
@@ -15,10 +15,8 @@ import subprocess
 import sys
 
 FLAGS = ("--codec", "--downlink-codec", "--rounds", "--round-timeout")
-# The one default that differs, and why: fedlgc-load's emulated clients take the model
-# whole and its aggregate check needs the true model, which a compressed downlink does not
-# serve (sim/load_main.cc).
-EXCEPTIONS = {("fedlgc-load", "--downlink-codec"): "fp32"}
+# (binary, flag): its own default, for a default that must differ (with the reason here).
+EXCEPTIONS = {}
 
 
 def help_defaults(binary):

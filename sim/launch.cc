@@ -66,7 +66,9 @@ void AddJobFlags(CLI::App& app, coordinator::CoordinatorOptions* co, modes::Mode
 
 absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir) {
   if (run_dir->empty()) {
-    std::string tmpl = StrCat("/tmp/", prefix, "-XXXXXX");
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl =
+        StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/", prefix, "-XXXXXX");
     if (::mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("cannot make a run folder");
     *run_dir = tmpl;
   }
@@ -104,8 +106,8 @@ void CheckRunFiles(const std::string& run_dir, const std::string& bin_dir,
                    bool insecure, core::Preflight* p) {
   if (run_dir.empty()) {
     p->Report("run folder", absl::StatusOr<std::string>(
-                                "a new folder under /tmp; its working files are removed after a "
-                                "run that succeeds"));
+                                "a new folder under $TMPDIR (or /tmp); its working files are "
+                                "removed after a run that succeeds"));
   } else {
     p->Report("run folder", core::CheckWritableFolder(run_dir));
   }

@@ -38,7 +38,8 @@ std::string PythonPackageDir(const std::string& bin_dir);
 // modes (the coordinator's own, coordinator/flags.h and modes/mode_options.h).
 void AddJobFlags(CLI::App& app, coordinator::CoordinatorOptions* co, modes::ModeOptions* mo);
 
-// `*run_dir`, or a new folder /tmp/PREFIX-XXXXXX when it is empty; made if missing.
+// `*run_dir`, or a new folder $TMPDIR/PREFIX-XXXXXX (/tmp without TMPDIR) when it is
+// empty; made if missing.
 absl::Status PrepareRunDir(const std::string& prefix, std::string* run_dir);
 
 // After a run that succeeded in a folder PrepareRunDir made (no --run-dir): removes what

@@ -158,7 +158,7 @@ absl::StatusOr<std::optional<edge_client::PendingUpdate>> LoadClient::Prepare(
     return bytes.status();
   }
   book_->Downloaded(start.round(), index_, bytes->size(), Since(t0));
-  if (book_->WantsModel(start.model_version())) {
+  if (options_.true_models && book_->WantsModel(start.model_version())) {
     auto model = core::FloatsFromBytes(*bytes, dim_, "the model");
     if (!model.ok()) return model.status();
     book_->Model(start.model_version(), *std::move(model));

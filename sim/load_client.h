@@ -30,6 +30,9 @@ struct LoadClientOptions {
   double think_jitter = 0.5;  // the think time is uniform in think_s x [1 - j, 1 + j]
   float update_scale = 1e-3f;
   uint64_t seed = 1;
+  // Whether the models downloaded are the true global models, which the aggregate check
+  // takes (LoadBook::Model); under a compressed downlink they are what its deltas rebuild.
+  bool true_models = true;
 };
 
 // The update client `index` sends in `round`: `dim` values uniform in [-scale, scale].

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,9 +33,12 @@
 #include "base/str.h"
 #include "codecs/round_kind.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/downlink.h"
 #include "coordinator/flags.h"
+#include "coordinator/model_keeper.h"
 #include "coordinator/preflight.h"
 #include "core/float_bytes.h"
+#include "core/model.h"
 #include "core/preflight.h"
 #include "modes/catalog.h"
 #include "modes/drivers.h"
@@ -102,7 +106,7 @@ void AddLoadFlags(CLI::App& app, LoadOptions* o) {
   g->add_option("--report", o->report, "write the JSON report here");
   g->add_option("--run-dir", o->run_dir,
                 "the run's folder: the coordinator's state, its config and log, certificates "
-                "(default: a new folder under /tmp, removed after a run that succeeds)");
+                "(default: a new folder in $TMPDIR or /tmp, removed after a run that succeeds)");
   fedlgc::AddRenamedFlag(*g, "--state-dir", "--run-dir", &o->run_dir);
   g->add_option("--bin-dir", o->bin_dir, "where fedlgc-coordinator is");
   g->add_option("--certs-script", o->certs_script, "scripts/gen-certs.sh");
@@ -117,8 +121,9 @@ void AddLoadFlags(CLI::App& app, LoadOptions* o) {
   fedlgc::AddBoolFlag(*g, "--quiet", &o->quiet, "print only the summary");
   fedlgc::AddBoolFlag(*g, "--verify-aggregate", &o->verify,
                       "check every round's aggregate against the updates sent (with "
-                      "--server: pass its --server-lr, and run it with --linger so the "
-                      "last round's model can be fetched)");
+                      "--server: pass its --server-lr and --downlink-codec fp32, which the "
+                      "check then needs, and run it with --linger so the last round's model "
+                      "can be fetched)");
   fedlgc::AddRenamedFlag(*g, "--no-check", "--no-verify-aggregate");
   g->add_option("--timeout", o->timeout_s, "give up after this many seconds")
       ->check(CLI::PositiveNumber);
@@ -238,8 +243,19 @@ absl::Status MakeCertificates(const LoadOptions& o, const std::string& dir) {
   return fedlgc::sim::IssueClientCertificates(dir, ids);
 }
 
+// Whether the clients download the true global model: a float32 downlink serves it, a
+// compressed one the model its deltas rebuild (the aggregate check then reads the true
+// models the coordinator keeps in its state folder: FeedKeptModels).
+bool DownloadsTrueModels(const CoordinatorOptions& co) {
+  return !fedlgc::coordinator::DownlinkCompressed(co.downlink);
+}
+
 // The service settings of the coordinator fedlgc-load starts.
 void SetService(const LoadOptions& o, const std::string& certs, CoordinatorOptions* co) {
+  // The aggregate check under a compressed downlink reads every round's true model from
+  // the state folder (FeedKeptModels).
+  if (o.verify && !DownloadsTrueModels(*co))
+    co->keep_models = std::max(co->keep_models, co->rounds + 1);
   co->listen = "127.0.0.1:0";
   co->metrics_listen = "127.0.0.1:0";
   co->state_dir = o.run_dir + "/coordinator";
@@ -255,9 +271,11 @@ void SetService(const LoadOptions& o, const std::string& certs, CoordinatorOptio
   }
 }
 
-fedlgc::sim::LoadClientOptions ClientOptions(const LoadOptions& o, const std::string& certs,
-                                             const std::string& server, uint32_t i, uint64_t seed) {
+fedlgc::sim::LoadClientOptions ClientOptions(const LoadOptions& o, const CoordinatorOptions& co,
+                                             const std::string& certs, const std::string& server,
+                                             uint32_t i, uint64_t seed) {
   fedlgc::sim::LoadClientOptions c;
+  c.true_models = DownloadsTrueModels(co);
   c.transport.server = server;
   c.transport.client_id = ClientId(o, i);
   c.transport.insecure = o.insecure;
@@ -383,7 +401,7 @@ absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
       run->proxies.push_back(std::move(p).value());
     }
     run->clients.push_back(std::make_unique<fedlgc::sim::LoadClient>(
-        i, ClientOptions(o, certs, target, i, co.seed), book, metrics));
+        i, ClientOptions(o, co, certs, target, i, co.seed), book, metrics));
   }
   for (auto& c : run->clients) {
     run->threads.emplace_back([c = c.get(), run] {
@@ -403,9 +421,9 @@ absl::Status Launch(const LoadOptions& o, CoordinatorOptions co,
 void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBook* book,
                      fedlgc::monitoring::Metrics* metrics, const Run& run) {
   const std::optional<uint64_t> last = book->last_version();
-  if (!o.verify || !last || !book->WantsModel(*last + 1)) return;
+  if (!o.verify || !DownloadsTrueModels(co) || !last || !book->WantsModel(*last + 1)) return;
   const uint64_t version = *last + 1;
-  fedlgc::sim::LoadClientOptions c = ClientOptions(o, CertsDir(o), run.server, 0, co.seed);
+  fedlgc::sim::LoadClientOptions c = ClientOptions(o, co, CertsDir(o), run.server, 0, co.seed);
   fedlgc::edge_client::Transport t(c.transport, metrics);
   if (!t.Connect().ok()) return;
   auto bytes =
@@ -417,6 +435,30 @@ void FetchFinalModel(const LoadOptions& o, const CoordinatorOptions& co, LoadBoo
   if (auto model = fedlgc::core::FloatsFromBytes(*bytes, bytes->size() / 4, "the model");
       model.ok())
     book->Model(version, *std::move(model));
+}
+
+// Under a compressed downlink: the true models of the rounds committed so far, from the
+// coordinator's state folder (it keeps every round's: Launch), and before round 1's the
+// job's initial model, made here from the same options and seed. `fed`: the rounds given.
+void FeedKeptModels(const LoadOptions& o, const CoordinatorOptions& co, LoadBook* book,
+                    std::set<uint64_t>* fed) {
+  namespace coord = fedlgc::coordinator;
+  if (!o.verify || DownloadsTrueModels(co) || !o.server.empty()) return;
+  const std::string state_dir = o.run_dir + "/coordinator";
+  for (uint64_t round : coord::KeptRounds(state_dir)) {
+    if (!fed->insert(round).second) continue;
+    auto kept = coord::ReadKeptModel(coord::KeptRoundPath(state_dir, round));
+    if (!kept.ok() || !kept->has_value()) {
+      fed->erase(round);  // being written: read it again next time
+      continue;
+    }
+    const coord::KeptModel& k = **kept;
+    if (k.round == 1 && book->WantsModel(k.model_version - 1)) {
+      auto initial = fedlgc::core::Model::Create(co.model_options(), co.init_seed);
+      if (initial.ok()) book->Model(k.model_version - 1, (*initial)->GetFlat());
+    }
+    if (book->WantsModel(k.model_version)) book->Model(k.model_version, k.weights);
+  }
 }
 
 struct Outcome {
@@ -445,8 +487,10 @@ Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& boo
   Outcome out;
   // On a terminal, a live line of the open round from the coordinator's progress.json.
   fedlgc::sim::TerminalLine line(!o.quiet && run.coordinator && ::isatty(STDOUT_FILENO) == 1);
+  std::set<uint64_t> kept_rounds;
   while (run.finished < o.clients) {
     proc.Sample(book.Now());
+    FeedKeptModels(o, co, &book, &kept_rounds);
     if (run.coordinator) line.Show(fedlgc::sim::ReadProgressLine(o.run_dir + "/coordinator"));
     Take(book, false, proc, o.verify, o.quiet, line, &out);
     if (signals.signal() != 0) {
@@ -466,6 +510,7 @@ Outcome Follow(const LoadOptions& o, const CoordinatorOptions& co, LoadBook& boo
     if (!run.coordinator) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (out.error.empty() && run.failed == 0) FetchFinalModel(o, co, &book, metrics, run);
+  FeedKeptModels(o, co, &book, &kept_rounds);
   StopClients(run);
   line.Clear();
   proc.Sample(book.Now());
@@ -656,11 +701,7 @@ int CheckRun(const CLI::App& app, LoadOptions o, CoordinatorOptions co,
 
 int main(int argc, char** argv) {
   LoadOptions o;
-  CoordinatorOptions co;  // the job's defaults are the coordinator's own, but one:
-  // the emulated clients take the model whole, and the aggregate check needs the true
-  // model, which a compressed downlink does not serve (the held model its deltas rebuild
-  // differs by the residual): float32 down unless asked (the check then stops).
-  co.downlink.codec = "fp32";
+  CoordinatorOptions co;  // the job's defaults are the coordinator's own
   fedlgc::modes::ModeOptions mo;
   bool check = false;
   CLI::App app("Emulates N edge clients over the real protocol against one coordinator.",
@@ -673,10 +714,11 @@ int main(int argc, char** argv) {
   fedlgc::InitProcess();
   if (check) return CheckRun(app, o, co, mo);
   const fedlgc::StopOnSignals signals([] {});
-  if (o.verify && co.downlink.codec != "fp32") {
+  if (o.verify && !o.server.empty() && !DownloadsTrueModels(co)) {
     fedlgc::log::Info("fedlgc-load",
-                      "--downlink-codec %s: the clients download the model its deltas rebuild, "
-                      "not the true one the aggregate check needs; no check",
+                      "--server with --downlink-codec %s: the clients download the model its "
+                      "deltas rebuild, not the true one the aggregate check needs, and the "
+                      "coordinator's state folder is not here; no check",
                       co.downlink.codec.c_str());
     o.verify = false;
   }

@@ -128,11 +128,12 @@ void AddSimFlags(CLI::App& app, SimOptions* s) {
                 "write a self-contained HTML report with plots here (fedlgc-report, which needs "
                 "python3-matplotlib)");
   fedlgc::AddBoolFlag(*g, "--quiet", &s->quiet, "print only the summary");
-  g->add_option("--run-dir", s->run_dir,
-                "the run's folder: the coordinator's and the clients' state folders, configs, "
-                "logs and certificates (default: a new folder under /tmp, whose working files "
-                "are removed after a run that succeeds: the exported model and the reports "
-                "stay)");
+  g->add_option(
+      "--run-dir", s->run_dir,
+      "the run's folder: the coordinator's and the clients' state folders, configs, "
+      "logs and certificates (default: a new folder in $TMPDIR or /tmp, whose working files "
+      "are removed after a run that succeeds: the exported model and the reports "
+      "stay)");
   fedlgc::AddRenamedFlag(*g, "--state-dir", "--run-dir", &s->run_dir);
   g->add_option("--bin-dir", s->bin_dir, "where fedlgc-coordinator and fedlgc-edge are");
   g->add_option("--certs-script", s->certs_script, "scripts/gen-certs.sh");

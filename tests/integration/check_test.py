@@ -17,11 +17,15 @@ import sys
 import tempfile
 
 BIN, SRC = sys.argv[1], sys.argv[2]
+# Temporary run folders go here ($TMPDIR), where other tests running beside this one put
+# nothing.
+SCRATCH = tempfile.mkdtemp(prefix="check-test-tmp-")
+ENV = dict(os.environ, TMPDIR=SCRATCH)
 
 
 def run(tool, *args, expect):
     p = subprocess.run([os.path.join(BIN, tool), *args], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, env=ENV)
     out = p.stdout + p.stderr
     assert p.returncode == expect, f"{tool} {' '.join(args)}: exit {p.returncode}, not {expect}\n{out}"
     return out
@@ -105,7 +109,6 @@ def main():
     assert not os.path.exists(state), "--check wrote files"
 
     # fedlgc-sim and fedlgc-load: their own items and their coordinator's, no folder made.
-    before = set(os.listdir("/tmp"))
     out = run("fedlgc-sim", "--check", "--clients", "2", "--model", "mlp", expect=0)
     found = lines(out)
     assert "2 shards" in found["client data"][1] and found["model"][0] == "ok", out
@@ -113,7 +116,7 @@ def main():
     expect_fail(lines(out), "link", "rate")
     out = run("fedlgc-load", "--check", "--clients", "3", "--model", "mlp", expect=0)
     assert lines(out)["round protocol"][0] == "ok", out
-    assert set(os.listdir("/tmp")) - before == set(), "--check made folders in /tmp"
+    assert os.listdir(SCRATCH) == [], f"--check made folders in $TMPDIR: {os.listdir(SCRATCH)}"
     out = run("fedlgc-load", "--no-check", expect=105)
     assert "--no-verify-aggregate" in out, out
     out = run("fedlgc-export", "--check", "--state-dir", state, "-o", f"{tmp}/m.pt", expect=1)
@@ -123,11 +126,11 @@ def main():
     out = run("fedlgc-sim", "--clients", "2", "--rounds", "1", "--model", "mlp", "--train-limit",
               "400", "--eval-limit", "200", "--quiet", expect=0)
     m = re.search(r"^run folder: (\S+), working files removed \(kept: ([^;]*);", out, re.M)
-    assert m, out
+    assert m and os.path.dirname(m.group(1)) == SCRATCH, out
     left = sorted(os.listdir(m.group(1)))
     assert left == ["model.json", "model.npz", "model.pt"], left
     assert m.group(2) == "model.json, model.npz, model.pt", m.group(2)
-    subprocess.run(["rm", "-rf", m.group(1), tmp], check=True)
+    subprocess.run(["rm", "-rf", SCRATCH, tmp], check=True)
     print("check_test: ok")
 
 

@@ -81,7 +81,10 @@ TEST(FedlgcLoad, SampledRoundsCountEveryUpdateOnce) {
 TEST(FedlgcLoad, CutConnectionsResumeAndStillCountOnce) {
   const std::string dir = FreshDir("load_cuts");
   // About one cut per MiB a connection carries: most downloads and some uploads break.
-  const LoadRun r = RunLoad(dir, {"--clients", "6", "--rounds", "3", "--link", "cut=0.7"});
+  // A float32 downlink: the check takes the models the clients download (under the default
+  // compressed one, the true models the coordinator keeps: the other tests).
+  const LoadRun r = RunLoad(
+      dir, {"--clients", "6", "--rounds", "3", "--link", "cut=0.7", "--downlink-codec", "fp32"});
   EXPECT_EQ(r.code, 0);
   ExpectEveryRoundChecked(r.report, 3, 6);
   EXPECT_GT(r.report["summary"]["link_cuts"].get<uint64_t>(), 0u);
@@ -102,7 +105,8 @@ TEST(FedlgcLoad, DrivesACoordinatorAlreadyRunning) {
   ChildProcess coordinator(argv, dir + "/coordinator.log");
   const LoadRun r =
       RunLoad(dir, {"--clients", "5", "--server", "127.0.0.1:" + std::to_string(port), "--certs",
-                    certs, "--server-pid", std::to_string(coordinator.pid())});
+                    certs, "--server-pid", std::to_string(coordinator.pid()), "--downlink-codec",
+                    "fp32"});  // the coordinator's, as the check needs
   EXPECT_EQ(r.code, 0);
   ExpectEveryRoundChecked(r.report, 1, 5);
   coordinator.Kill(SIGTERM);

@@ -158,7 +158,7 @@ def net_job(tmp_path_factory):
     return paths
 
 
-def run_sim(run, job, *args):
+def run_sim(run, job, *args, every_round=False):
     argv = [os.path.join(BIN, "fedlgc-sim"), "--insecure", "--quiet", f"--run-dir={run}",
             f"--report={run}/report.json", "--torch-threads=1", f"--model={job['net']}",
             f"--data=npz:{job['train']}", f"--test-data=npz:{job['test']}", "--clients=4",
@@ -166,7 +166,31 @@ def run_sim(run, job, *args):
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     with open(os.path.join(run, "report.json")) as f:
-        return json.load(f)["rounds"][-1]
+        rounds = json.load(f)["rounds"]
+    return rounds if every_round else rounds[-1]
+
+
+# The model guard judges a sparse round's candidate of a BatchNorm model with statistics
+# that fit its weights: under the phase a candidate holds the last commit's statistics
+# beside new weights (the clients' own come only after the commit), and judged with those
+# the ResNet's every candidate after round 1 read as a loss blow-up and no update
+# committed. Here the guard allows at most the last loss + 0.1: every round must commit
+# every client, and the guard's loss must be near the loss the committed model (with the
+# clients' statistics) is evaluated at.
+def test_the_guard_judges_a_sparse_candidate_with_statistics_of_its_own(tmp_path, net_job):
+    rounds = run_sim(str(tmp_path / "guard"), net_job,
+                     "--codec=topk(ratio=0.01,values=qsgd(bits=8))", "--rounds=3",
+                     "--local-epochs=1", "--guard-max-loss-ratio=1", "--bn-stats-batches=4",
+                     "--bn-stats-batch=100", every_round=True)
+    for r in rounds:
+        print(f"round {r['round']}: guard {r.get('guard')} loss {r.get('guard_loss')}, "
+              f"evaluated {r.get('loss')}, counted {r.get('participants')}")
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    for r in rounds:
+        assert r["guard"] == "passed" and r["guard_excluded"] == 0, r
+        assert r["bn_stats"] == "committed", r
+    for r in rounds[1:]:
+        assert abs(r["guard_loss"] - r["loss"]) < 0.25 * r["loss"] + 0.05, r
 
 
 # Round 1 of a BatchNorm model under top-1%: with the statistics phase (the default,

@@ -2,7 +2,8 @@
 """Checks that a job flag has one default everywhere: --codec, --downlink-codec, --rounds
 and --round-timeout as fedlgc-coordinator, fedlgc-sim and fedlgc-load print them in
 --help, and as the compose file, the Swarm stack and the Kubernetes manifest give them to
-the root coordinator (a compose default is the ${VAR:-default} of its flag); EXCEPTIONS
+the root coordinator (a compose default is the ${VAR:-default} of its flag), and as
+docs/deployment.md describes the compose defaults; EXCEPTIONS
 would name one that differs, with its reason (none does). Also that a bare edge client
 dials where a bare coordinator listens. Exits 1 naming each disagreement.
 
@@ -41,6 +42,23 @@ def deployment_defaults(path, first_only=True):
     return found
 
 
+def described_defaults(path):
+    """The compose defaults docs/deployment.md's "The job." item gives, as flags."""
+    doc = open(path, encoding="utf-8").read()
+    m = re.search(r"^- \*\*The job\.\*\*(.*?)(?=^- |^$)", doc, re.S | re.M)
+    item = " ".join(m.group(1).split()) if m else ""
+    found = {}
+    for flag, pattern in (("--rounds", r"`FEDLGC_ROUNDS` \((\d+)\)"),
+                          ("--round-timeout", r"`FEDLGC_ROUND_TIMEOUT` \((\d+) s\)"),
+                          ("--codec", r"`FEDLGC_CODEC` and `FEDLGC_DOWNLINK_CODEC` \(both `([^`]+)`"),
+                          ("--downlink-codec",
+                           r"`FEDLGC_CODEC` and `FEDLGC_DOWNLINK_CODEC` \(both `([^`]+)`")):
+        d = re.search(pattern, item)
+        if d:
+            found[flag] = d.group(1)
+    return found
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -49,6 +67,8 @@ def main():
                for b in ("coordinator", "sim", "load")}
     for f in ("docker/docker-compose.yml", "docker/stack.yml", "docker/kubernetes/fedlgc.yaml"):
         sources[f] = deployment_defaults(os.path.join(src, f))
+    # What the docs say the compose defaults are.
+    sources["docs/deployment.md"] = described_defaults(os.path.join(src, "docs/deployment.md"))
     bad = []
     want = sources["fedlgc-coordinator"]
     for flag in FLAGS:

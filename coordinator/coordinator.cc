@@ -220,10 +220,22 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files, RecorderParts* recor
   }
   guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
   // Said once the model has taken the test and guard sets (a refusal is the only line).
+  const core::ParameterGroups& groups = eval_model_->parameter_groups();
+  std::string home;
+  if (groups.frozen_values > 0) StrAppend(&home, ", ", groups.frozen_values, " frozen");
+  if (groups.local_values > 0) StrAppend(&home, ", ", groups.local_values, " personal");
+  if (!home.empty()) StrAppend(&home, " stay home");
   if (files->model_file != nullptr) {
-    log::Info("coordinator", "model %s (sha256:%s, %zu parameters%s) served to clients", o.model,
-              files->model_sha256, eval_model_->dim(),
-              o.buffers == "average" ? " with its buffers" : "");
+    log::Info("coordinator", "model %s (sha256:%s, %zu values travel%s%s) served to clients",
+              o.model, files->model_sha256, eval_model_->dim(),
+              o.buffers == "average" ? " with its buffers" : "", home);
+  } else if (!home.empty()) {
+    log::Info("coordinator", "model %s: %zu values travel%s", o.model, eval_model_->dim(), home);
+  }
+  if (groups.local_values > 0 && o.EvalOnServer()) {
+    log::Info("coordinator",
+              "--local-params: the server evaluates the module's initial personal parameters "
+              "beside the federation's (each client's model is its own: --eval clients)");
   }
   return absl::OkStatus();
 }
@@ -312,6 +324,8 @@ void Coordinator::MakeService(const JobFiles& files, RecorderParts recorder) {
               files.model_file,
               o.buffers,
               o.loss,
+              o.freeze,
+              o.local_params,
               o.EvalOnClients() && o.eval_every > 0 ? o.eval_fraction : 0.0};
   // The initial model is the file's weights (a built-in's come from the job's seed, which
   // clients do not make theirs from).

@@ -20,19 +20,32 @@ std::vector<std::string> SplitSpecs(const std::string& text) {
   return out;
 }
 
-}  // namespace
-
-void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
-  CLI::Option_group* g = app.add_option_group("Job", "what the federation trains and how");
+// The model and its rules: which parameters train, travel and stay, the loss.
+void AddModelFlags(CLI::Option_group* g, CoordinatorOptions* o) {
   g->add_option("--model", o->model,
                 "cnn or mlp (built in, for 28x28 images), or a TorchScript file (torch.jit.save), "
                 "which the coordinator serves to the clients (docs/your-model.md)");
   g->add_option("--buffers", o->buffers,
                 "a model's floating-point buffers (BatchNorm statistics): average (sent and "
                 "averaged with the weights) or local (each client keeps its own, FedBN)");
+  g->add_option("--freeze", o->freeze,
+                "parameters that do not train, by a regular expression over their names "
+                "(e.g. '^features\\.'; a TorchScript file's requires_grad=False ones are frozen "
+                "too): they stay as the model file or seed made them and never travel");
+  g->add_option("--local-params", o->local_params,
+                "personal parameters, by a regular expression over their names (e.g. '^fc\\.'): "
+                "each client trains and keeps its own, never uploaded or overwritten "
+                "(FedPer/FedRep heads; evaluate with --eval clients)");
   g->add_option("--loss", o->loss,
                 "auto (a module's own loss(output, target) method, else cross_entropy for class "
                 "labels and mse for float targets), cross_entropy or mse");
+}
+
+}  // namespace
+
+void AddJobFlags(CLI::App& app, CoordinatorOptions* o) {
+  CLI::Option_group* g = app.add_option_group("Job", "what the federation trains and how");
+  AddModelFlags(g, o);
   std::string modes;
   for (const ModeInfo& m : kModes) {
     StrAppend(&modes, modes.empty() ? "" : ", ", m.name, " (", m.summary, ")");
@@ -137,7 +150,8 @@ void AddEvaluationFlags(CLI::App& g, CoordinatorOptions* o) {
   g.add_option("--eval", o->eval,
                "where the global model is evaluated: server (on --test-data), clients (each "
                "asked client on its own held-out data, weighed by examples), both, or auto "
-               "(server, or clients with --test-data none)");
+               "(server, or clients with --test-data none or --local-params, where each client's "
+               "model is its own)");
   g.add_option("--eval-every", o->eval_every, "evaluate every N rounds, and the last (0 = never)");
   g.add_option("--eval-fraction", o->eval_fraction,
                "with --eval clients or both: the share of each client's shard held out of "

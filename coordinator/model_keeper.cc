@@ -73,15 +73,19 @@ std::string KeptModel::MetadataJson(const std::string& kept_as) const {
       {"model_version", model_version},
       {"kept_as", kept_as},
       {"buffers", buffers},
+      {"freeze", freeze},
+      {"local_params", local_params},
       {"metric", metric.empty() ? nlohmann::json() : nlohmann::json(metric)},
       {"evaluated_on", evaluated_on.empty() ? nlohmann::json() : nlohmann::json(evaluated_on)},
       {"accuracy", num(accuracy)},
       {"loss", num(loss)}};
-  if (buffers == "local") {
-    j["note"] =
-        "--buffers local: the parameters are the federation's, the buffers (BatchNorm "
-        "statistics) the module's initial ones: each client keeps its own (fedlgc-edge "
-        "--export writes a client's model with them)";
+  if (buffers == "local" || !local_params.empty()) {
+    j["note"] = StrCat(
+        "the federation's parameters with the module's initial ",
+        local_params.empty() ? "" : "personal parameters (--local-params)",
+        !local_params.empty() && buffers == "local" ? " and " : "",
+        buffers == "local" ? "buffers (BatchNorm statistics, --buffers local)" : "",
+        ": each client keeps its own (fedlgc-edge --export writes a client's model with them)");
   }
   return j.dump(1);
 }
@@ -109,6 +113,8 @@ absl::Status WriteKeptModel(const std::string& path, const KeptModel& k) {
   m.set_model(k.model);
   m.set_model_sha256(k.model_sha256);
   m.set_buffers(k.buffers);
+  m.set_freeze(k.freeze);
+  m.set_local_params(k.local_params);
   m.set_weights(core::FloatsToBytes(k.weights));
   m.set_metric(k.metric);
   m.set_evaluated_on(k.evaluated_on);
@@ -147,6 +153,8 @@ absl::StatusOr<std::optional<KeptModel>> ReadKeptModel(const std::string& path) 
   k.model = m.model();
   k.model_sha256 = m.model_sha256();
   k.buffers = m.buffers();
+  k.freeze = m.freeze();
+  k.local_params = m.local_params();
   k.weights = *std::move(weights);
   k.metric = m.metric();
   k.evaluated_on = m.evaluated_on();
@@ -175,6 +183,8 @@ absl::StatusOr<core::ModelOptions> KeptModelOptions(const KeptModel& kept,
                                                     const std::string& module_file) {
   core::ModelOptions mo;
   mo.buffers = kept.buffers.empty() ? "average" : kept.buffers;
+  mo.freeze = kept.freeze;
+  mo.local_params = kept.local_params;
   if (kept.model_sha256.empty()) {
     mo.model = kept.model;
     return mo;
@@ -248,6 +258,8 @@ absl::Status ModelKeeper::Keep(std::span<const float> model, uint64_t model_vers
   kept.model = o.model.IsFile() ? fs::path(o.model.model).filename().string() : o.model.model;
   kept.model_sha256 = o.model_sha256;
   kept.buffers = o.model.buffers;
+  kept.freeze = o.model.freeze;
+  kept.local_params = o.model.local_params;
   kept.weights.assign(model.begin(), model.end());
   SetEvaluation(*rep, &kept);
   if (o.keep > 0) {

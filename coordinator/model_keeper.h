@@ -33,6 +33,7 @@ struct KeptModel {
   std::string model;         // "cnn", "mlp", or the TorchScript file's name
   std::string model_sha256;  // empty: a built-in
   std::string buffers = "average";
+  std::string freeze, local_params;  // the job's parameter rules (core::ModelOptions)
   std::vector<float> weights;
   std::string metric;  // "accuracy", "loss", or "" (not evaluated)
   std::string evaluated_on;

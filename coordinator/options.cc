@@ -205,15 +205,21 @@ core::ModelOptions CoordinatorOptions::model_options() const {
   o.model = model;
   o.buffers = buffers;
   o.loss = loss;
+  o.freeze = freeze;
+  o.local_params = local_params;
   return o;
 }
 
+// Under --local-params the global model is no client's (each has a head of its own): auto
+// evaluates on the clients.
 bool CoordinatorOptions::EvalOnServer() const {
-  return eval == "server" || eval == "both" || (eval == "auto" && HasTestData());
+  return eval == "server" || eval == "both" ||
+         (eval == "auto" && HasTestData() && local_params.empty());
 }
 
 bool CoordinatorOptions::EvalOnClients() const {
-  return eval == "clients" || eval == "both" || (eval == "auto" && !HasTestData());
+  return eval == "clients" || eval == "both" ||
+         (eval == "auto" && (!HasTestData() || !local_params.empty()));
 }
 
 core::DataOptions CoordinatorOptions::test_data_options() const {
@@ -268,6 +274,8 @@ std::string CoordinatorOptions::JobKey(uint64_t dim, const codecs::ModelLayout* 
   std::string key = StrCat(model_key, "/", dim, "/",
                            codec.ok() ? (*codec)->wire_spec() : plan.codec, "/seed", init_seed);
   if (buffers != "average") StrAppend(&key, "/buffers:", buffers);
+  if (!freeze.empty()) StrAppend(&key, "/freeze:", freeze);
+  if (!local_params.empty()) StrAppend(&key, "/local-params:", local_params);
   // FedAvg and LGC jobs (which ran as --mode fedavg before LGC had a mode name) carry no
   // mode, so their checkpoints from before still load.
   if (traits.mode_in_job_key) StrAppend(&key, "/mode:", ModeName(traits.mode));

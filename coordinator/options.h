@@ -42,6 +42,9 @@ struct CoordinatorOptions {
   std::string model = "cnn";
   std::string buffers = "average";
   std::string loss = "auto";
+  // Regular expressions over the parameters' names (core::ModelOptions): parameters that do
+  // not train, and personal ones that each client trains and keeps; "" for none.
+  std::string freeze, local_params;
   uint64_t init_seed = 1;  // of the initial model (a built-in's; a file has its weights)
   uint32_t rounds = 20;
   uint32_t min_clients = 1;         // quorum to open a round

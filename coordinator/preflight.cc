@@ -95,8 +95,12 @@ void CheckCoordinator(CoordinatorOptions options, const ModeTraits& traits,
   auto model = core::Model::Create(o.model_options(), o.init_seed);
   std::string model_text;
   if (model.ok()) {
-    model_text = StrCat(o.ModelName(), ": ", Grouped((*model)->dim()), " values (", o.buffers,
-                        " buffers, loss ", o.loss, ")");
+    const core::ParameterGroups& g = (*model)->parameter_groups();
+    model_text =
+        StrCat(o.ModelName(), ": ", Grouped((*model)->dim()), " values travel (", o.buffers,
+               " buffers, loss ", o.loss,
+               g.frozen_values > 0 ? StrCat(", ", Grouped(g.frozen_values), " frozen") : "",
+               g.local_values > 0 ? StrCat(", ", Grouped(g.local_values), " personal") : "", ")");
   }
   if (!p->Report("model", model.status(), model_text)) {
     for (const char* what : {"test data", "checkpoint", "round protocol", "downlink"}) {

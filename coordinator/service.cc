@@ -165,6 +165,8 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   }
   reply->set_buffers(job_.buffers);
   reply->set_loss(job_.loss);
+  reply->set_freeze(job_.freeze);
+  reply->set_local_params(job_.local_params);
   reply->set_eval_fraction(job_.eval_fraction);
   reply->set_job_instance(job_.instance);
   if (options_.downlinks != nullptr && job_.initial_model_crc.has_value()) {

@@ -38,6 +38,7 @@ struct JobInfo {
   std::shared_ptr<const ModelBlob> model_file;
   std::string buffers = "average";  // the model's rules (core/model.h)
   std::string loss = "auto";
+  std::string freeze, local_params;
   double eval_fraction = 0;  // of each shard held out for federated evaluation
   // Under a compressed downlink, a TorchScript job's version-0 model (the file's weights)
   // by its CRC32C: clients holding the file hold that model (JoinReply).

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -92,6 +93,13 @@ def forward(self, x):
 )";
 };
 
+// A parameter-name pattern (ModelOptions::freeze, local_params): none when empty. Throws
+// std::regex_error on a bad one (Validate reports it first).
+std::optional<std::regex> NameMatcher(const std::string& pattern) {
+  if (pattern.empty()) return std::nullopt;
+  return std::regex(pattern, std::regex::ECMAScript);
+}
+
 // A tensor as an export holds it: detached, on the CPU, its own storage.
 torch::Tensor ExportCopy(const torch::Tensor& t) {
   torch::Tensor c = t.detach().to(torch::kCPU).clone();
@@ -123,7 +131,7 @@ torch::jit::Module ScriptedBuiltin(const std::string& type, const NamedTensors& 
       it = std::prev(subs.end());
     }
     torch::Tensor p = ExportCopy(t);
-    p.set_requires_grad(true);
+    p.set_requires_grad(t.requires_grad());  // a frozen parameter stays frozen
     it->second.register_parameter(leaf, p, /*is_buffer=*/false);
   }
   for (const auto& [name, m] : subs) root.register_module(name, m);
@@ -254,6 +262,16 @@ class ScriptNet final : public Net {
     torch::jit::Module copy = module_.deepcopy();
     copy.to(torch::kCPU);
     copy.eval();
+    // A copy made without gradients (TorchScriptBytes) would mark every parameter frozen:
+    // each keeps the module's flag, so an export fine-tunes as the module trained.
+    std::map<std::string, bool> trains;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      trains[p.name] = p.value.requires_grad();
+    }
+    for (const auto& p : copy.named_parameters(/*recurse=*/true)) {
+      torch::Tensor t = p.value;
+      t.set_requires_grad(trains[p.name]);
+    }
     return copy;
   }
   NamedTensors StateTensors() override {
@@ -295,16 +313,11 @@ class TorchModel final : public Model {
              const torch::Device& device)
       : name_(std::move(name)), options_(std::move(options)), net_(std::move(net)), device_(device) {
     net_->To(device_);
-    NamedTensors flat = net_->Parameters();
-    for (size_t i = 0, at = 0; i < flat.size(); at += flat[i].second.numel(), ++i) {
-      if (!flat[i].second.requires_grad()) continue;
-      trainable_.push_back(flat[i].second);
-      trainable_at_.push_back(static_cast<int64_t>(at));
-    }
+    NamedTensors flat = SortParameters();
     const size_t params = flat.size();  // the tensors after them are buffers
     NamedTensors buffers = net_->FloatBuffers();
     if (options_.buffers == "local") {
-      local_ = std::move(buffers);
+      local_.insert(local_.end(), buffers.begin(), buffers.end());
     } else {
       flat.insert(flat.end(), buffers.begin(), buffers.end());
     }
@@ -335,13 +348,59 @@ class TorchModel final : public Model {
     auto layout = codecs::ModelLayout::Create(std::move(tensors));
     if (layout.ok()) {
       layout_ = *std::move(layout);
-    } else {
-      layout_error_ = layout.status();
+    } else if (init_error_.ok()) {
+      init_error_ = layout.status();
     }
   }
 
-  // A module whose names or shapes no layout can hold (Create refuses it).
-  const absl::Status& layout_error() const { return layout_error_; }
+  // Three kinds of parameter: frozen ones (requires_grad false in the module, or named by
+  // options.freeze) stay as they are and never travel; personal ones (options.local_params)
+  // train and stay with the client (local_); the others train and travel: returned, the
+  // start of the flat vector. A contradiction goes into init_error_.
+  NamedTensors SortParameters() {
+    const std::optional<std::regex> freeze = NameMatcher(options_.freeze);
+    const std::optional<std::regex> personal = NameMatcher(options_.local_params);
+    NamedTensors flat;
+    int64_t at = 0;
+    for (auto& [n, t] : net_->Parameters()) {
+      const bool frozen = freeze.has_value() && std::regex_search(n, *freeze);
+      const bool mine = personal.has_value() && std::regex_search(n, *personal);
+      if (frozen && mine && init_error_.ok()) {
+        init_error_ = absl::InvalidArgumentError(
+            StrCat("parameter ", n,
+                   " matches both --freeze and --local-params (a personal parameter "
+                   "trains; leave it out of one)"));
+      }
+      if (frozen || !t.requires_grad()) {
+        t.set_requires_grad(false);
+        groups_.frozen.push_back(n);
+        groups_.frozen_values += static_cast<uint64_t>(t.numel());
+        continue;
+      }
+      trainable_.push_back(t);
+      if (mine) {
+        trainable_at_.push_back(-1);
+        groups_.local.push_back(n);
+        groups_.local_values += static_cast<uint64_t>(t.numel());
+        local_.emplace_back(n, t);
+        continue;
+      }
+      trainable_at_.push_back(at);
+      at += t.numel();
+      flat.emplace_back(n, t);
+    }
+    if (flat.empty() && init_error_.ok()) {
+      init_error_ = absl::InvalidArgumentError(
+          StrCat("no parameter travels: all ", groups_.frozen.size() + groups_.local.size(),
+                 " are frozen (requires_grad=False or --freeze) or personal (--local-params)"));
+    }
+    return flat;
+  }
+
+  // A module whose names or shapes no layout can hold, or options that leave nothing to
+  // train or contradict each other (Create refuses it).
+  const absl::Status& init_error() const { return init_error_; }
+  const ParameterGroups& parameter_groups() const override { return groups_; }
 
   const std::string& name() const override { return name_; }
   std::string device() const override { return device_.str(); }
@@ -378,7 +437,7 @@ class TorchModel final : public Model {
 
   std::vector<uint64_t> ScaleCuts() const override { return scale_cuts_; }
 
-  std::vector<float> GetLocalBuffers() const override {
+  std::vector<float> GetLocalTensors() const override {
     size_t n = 0;
     for (const auto& [name, t] : local_) n += static_cast<size_t>(t.numel());
     std::vector<torch::Tensor> ts;
@@ -386,7 +445,7 @@ class TorchModel final : public Model {
     return Gather(ts, n);
   }
 
-  absl::Status SetLocalBuffers(std::span<const float> flat) override {
+  absl::Status SetLocalTensors(std::span<const float> flat) override {
     size_t n = 0;
     std::vector<torch::Tensor> ts;
     for (const auto& [name, t] : local_) {
@@ -395,7 +454,7 @@ class TorchModel final : public Model {
     }
     if (flat.size() != n) {
       return absl::InvalidArgumentError(
-          StrCat(name_, ": ", flat.size(), " local buffer values, the model has ", n));
+          StrCat(name_, ": ", flat.size(), " values of a client's own, the model has ", n));
     }
     Scatter(flat, ts);
     return absl::OkStatus();
@@ -679,6 +738,10 @@ class TorchModel final : public Model {
     }
     for (size_t i = 0; i < trainable_.size(); ++i) {
       const torch::Tensor& p = trainable_[i];
+      if (trainable_at_[i] < 0) {  // a personal parameter: no control variate
+        out.push_back(torch::zeros_like(p));
+        continue;
+      }
       torch::Tensor c = torch::from_blob(const_cast<float*>(correction.data()) + trainable_at_[i],
                                          p.sizes(), torch::kFloat32);
       out.push_back((c * lr).to(p.device(), p.scalar_type()));
@@ -967,7 +1030,8 @@ class TorchModel final : public Model {
   std::vector<torch::Tensor> flat_;       // the flat vector's tensors, in order
   std::vector<std::string> flat_names_;
   std::vector<torch::Tensor> trainable_;  // parameters that require a gradient
-  std::vector<int64_t> trainable_at_;     // where each begins in the flat vector
+  std::vector<int64_t> trainable_at_;     // where each begins in the flat vector; -1: personal
+  ParameterGroups groups_;
   // Averaged batch normalisation statistics, as indices into flat_ of a running_mean and
   // its running_var. The flat vector holds them scale-free: log(var + eps) and
   // mean / sqrt(var + eps). A lossy codec then errs by a factor of the variance and a
@@ -976,11 +1040,12 @@ class TorchModel final : public Model {
   // blow up its channel; and the average of the clients' statistics is that of these
   // forms (a geometric mean of the variances).
   std::vector<std::pair<size_t, size_t>> statistics_;
-  NamedTensors local_;                    // buffers "local": the buffers kept here
+  // A client's own: personal parameters, then (buffers "local") the floating-point buffers.
+  NamedTensors local_;
   size_t dim_ = 0;
   std::vector<uint64_t> scale_cuts_;  // where each averaged buffer begins
   codecs::ModelLayout layout_;
-  absl::Status layout_error_;
+  absl::Status init_error_;
 };
 
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& device) {
@@ -1033,6 +1098,15 @@ absl::Status ModelOptions::Validate() const {
         StrCat("--loss '", loss, "': expected auto, cross_entropy or mse"));
   }
   if (model.empty()) return absl::InvalidArgumentError("--model is empty");
+  for (const auto& [flag, pattern] :
+       {std::pair{"--freeze", &freeze}, {"--local-params", &local_params}}) {
+    try {
+      NameMatcher(*pattern);
+    } catch (const std::regex_error& e) {
+      return absl::InvalidArgumentError(
+          StrCat(flag, " '", *pattern, "' is not a regular expression: ", e.what()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -1068,9 +1142,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelOptions& options
                  "of its own, which it trains and is evaluated with (leave --loss at auto)"));
     }
     auto model = std::make_unique<TorchModel>(options.model, options, std::move(net), *dev);
-    if (!model->layout_error().ok()) {
+    if (!model->init_error().ok()) {
       return absl::InvalidArgumentError(
-          StrCat("model ", options.model, ": ", model->layout_error().message()));
+          StrCat("model ", options.model, ": ", model->init_error().message()));
     }
     if (model->dim() == 0) {
       return absl::InvalidArgumentError(StrCat("model ", options.model, " has no parameters"));

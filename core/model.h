@@ -3,8 +3,11 @@
 // single-channel images (a small CNN, 215k parameters, and an MLP, 159k). Its weights are
 // one flat float vector (the parameters in named_parameters() order, then, when the job
 // averages buffers, its floating-point buffers in named_buffers() order); it trains
-// locally with SGD or Adam and evaluates on a Dataset. libtorch stays inside model.cc;
-// libtorch exceptions are caught there and returned as statuses.
+// locally with SGD or Adam and evaluates on a Dataset. Frozen parameters (requires_grad
+// false in the module, or named by ModelOptions::freeze) and personal ones
+// (ModelOptions::local_params) are not in the flat vector: the first stay as the model's
+// file or seed made them, the second are each client's own (GetLocalTensors). libtorch stays inside
+// model.cc; libtorch exceptions are caught there and returned as statuses.
 #ifndef FEDLGC_CORE_MODEL_H_
 #define FEDLGC_CORE_MODEL_H_
 
@@ -36,6 +39,13 @@ struct ModelOptions {
   // entropy for class labels and mean squared error for float targets; "cross_entropy"
   // or "mse" choose (a module's loss method still comes first).
   std::string loss = "auto";
+  // Regular expressions (ECMAScript, matched anywhere in a name; "" for none) over the
+  // parameters' names: `freeze` names parameters that do not train, as requires_grad=False
+  // in a module does (the built-ins' way to freeze); `local_params` names personal ones,
+  // which train on each client and stay there (FedPer/FedRep heads). Neither is in the flat
+  // vector. A name that matches both is an error.
+  std::string freeze;
+  std::string local_params;
 
   absl::Status Validate() const;
   bool IsFile() const { return model != "cnn" && model != "mlp"; }
@@ -99,6 +109,14 @@ struct Statistics {
   std::vector<uint32_t> skipped;
 };
 
+// The parameters that are not in the flat vector, by name (as named_parameters() gives
+// them) and with their values counted.
+struct ParameterGroups {
+  std::vector<std::string> frozen;  // requires_grad false, or ModelOptions::freeze
+  std::vector<std::string> local;   // ModelOptions::local_params
+  uint64_t frozen_values = 0, local_values = 0;
+};
+
 // Not thread-safe; one per trainer thread.
 class Model {
  public:
@@ -134,10 +152,14 @@ class Model {
   // weights beside it).
   virtual std::vector<uint64_t> ScaleCuts() const = 0;
 
-  // Under buffers "local": the floating-point buffers this model keeps to itself (flat,
-  // in named_buffers() order), to persist them between runs; empty otherwise.
-  virtual std::vector<float> GetLocalBuffers() const = 0;
-  virtual absl::Status SetLocalBuffers(std::span<const float> flat) = 0;
+  // Frozen and personal parameters (neither travels).
+  virtual const ParameterGroups& parameter_groups() const = 0;
+
+  // What a client keeps to itself, to persist it between runs: its personal parameters (in
+  // named_parameters() order), then, under buffers "local", its floating-point buffers (in
+  // named_buffers() order), one flat float vector; empty when there are none.
+  virtual std::vector<float> GetLocalTensors() const = 0;
+  virtual absl::Status SetLocalTensors(std::span<const float> flat) = 0;
 
   // Trains on data[indices] starting from the current weights.
   virtual absl::StatusOr<TrainResult> Train(const Dataset& data, std::span<const uint32_t> indices,

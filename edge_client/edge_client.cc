@@ -184,7 +184,7 @@ absl::Status EdgeClient::StartOverIfAnotherInstance(const std::string& job, uint
     mode_.reset();
     state_ = ClientState{};
     eval_model_.reset();
-    own_buffers_.clear();
+    own_.clear();
     downlinks_.clear();
     if (trainer_ != nullptr) trainer_->OnJobStartedOver();
     ForgetJobFiles();
@@ -201,14 +201,15 @@ absl::Status EdgeClient::StartOverIfAnotherInstance(const std::string& job, uint
 }
 
 void EdgeClient::ForgetJobFiles() const {
-  // <id>.downlink, <id>.downlink-<blob> (the held models) and <id>.buffers, whether or not
-  // this process has opened them yet.
+  // <id>.downlink, <id>.downlink-<blob> (the held models), <id>.own and <id>.buffers (its own
+  // tensors, as this release and the one before name them), whether or not this process has
+  // opened them yet.
   const std::string downlink = options_.client_id + ".downlink";
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name == downlink || name.rfind(downlink + "-", 0) == 0 ||
-        name == options_.client_id + ".buffers") {
+        name == options_.client_id + ".own" || name == options_.client_id + ".buffers") {
       std::error_code rm;
       if (!std::filesystem::remove(entry.path(), rm)) {
         log::Warning(options_.client_id, "%s stays: %s", entry.path().string(), rm.message());
@@ -298,9 +299,12 @@ absl::Status EdgeClient::Join() {
 absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
   core::ModelOptions mo;
   mo.buffers = reply.buffers().empty() ? "average" : reply.buffers();
+  mo.freeze = reply.freeze();
+  mo.local_params = reply.local_params();
   mo.loss = reply.loss().empty() ? "auto" : reply.loss();
   const std::string& sha = reply.model_sha256();
-  const std::string key = StrCat(sha.empty() ? reply.model() : sha, "/", mo.buffers, "/", mo.loss);
+  const std::string key = StrCat(sha.empty() ? reply.model() : sha, "/", mo.buffers, "/", mo.loss,
+                                 "/", mo.freeze, "/", mo.local_params);
   if (model_ && model_key_ == key) return absl::OkStatus();
   if (sha.empty()) {
     if (!model_sha256_.empty()) {
@@ -336,7 +340,8 @@ absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
   model_ = *std::move(info);
   model_key_ = key;
   local_buffers_ = mo.buffers == "local";
-  if (local_buffers_) LoadLocalBuffers();
+  has_own_ = !model_->initial_own.empty();
+  if (has_own_) LoadOwn();
   return absl::OkStatus();
 }
 
@@ -371,23 +376,36 @@ absl::StatusOr<std::string> EdgeClient::FetchModelFile(const protos::JoinReply& 
   return path;
 }
 
-absl::Status EdgeClient::SaveLocalBuffers() const {
-  return fedlgc::AtomicWriteFile(StrCat(options_.state_dir, "/", options_.client_id, ".buffers"),
-                                 core::FloatsToBytes(own_buffers_), fedlgc::Durability::kVisible);
+absl::Status EdgeClient::SaveOwn() const {
+  return fedlgc::AtomicWriteFile(StrCat(options_.state_dir, "/", options_.client_id, ".own"),
+                                 core::FloatsToBytes(own_), fedlgc::Durability::kVisible);
 }
 
-void EdgeClient::LoadLocalBuffers() {
-  own_buffers_.clear();
-  const std::string path = StrCat(options_.state_dir, "/", options_.client_id, ".buffers");
+void EdgeClient::LoadOwn() {
+  own_.clear();
+  const std::string base = StrCat(options_.state_dir, "/", options_.client_id);
+  std::string path = base + ".own";
   auto bytes = fedlgc::ReadFileIfExists(path);
+  if (bytes.ok() && !bytes->has_value()) {
+    path = base + ".buffers";  // a release before personal parameters kept buffers here
+    bytes = fedlgc::ReadFileIfExists(path);
+  }
   if (!bytes.ok() || !bytes->has_value()) return;
-  auto floats = core::FloatsFromBytes(**bytes, model_->initial_local_buffers.size(), path);
+  auto floats = core::FloatsFromBytes(**bytes, model_->initial_own.size(), path);
   const absl::Status st = floats.status();
-  if (st.ok()) own_buffers_ = *std::move(floats);
-  if (!st.ok()) {
-    log::Info(options_.client_id, "%s: its buffers start from the model's",
+  if (st.ok()) {
+    own_ = *std::move(floats);
+    log::Info(options_.client_id, "its own parameters and buffers from %s (%zu values)", path,
+              own_.size());
+  } else {
+    log::Info(options_.client_id, "%s: its own parameters and buffers start from the model's",
               std::string(st.message()).c_str());
   }
+}
+
+absl::Status EdgeClient::SetOwn(core::Model& m) const {
+  if (!has_own_) return absl::OkStatus();
+  return m.SetLocalTensors(own_.empty() ? model_->initial_own : own_);
 }
 
 absl::Status EdgeClient::Run() {
@@ -524,10 +542,7 @@ absl::Status EdgeClient::TakeFinalModel(const protos::JobDone& done) {
   if (!lease.ok()) return lease.status();
   core::Model& m = lease->model();
   if (absl::Status st = m.SetFlat(*model); !st.ok()) return st;
-  if (local_buffers_) {
-    const auto& buffers = own_buffers_.empty() ? model_->initial_local_buffers : own_buffers_;
-    if (absl::Status st = m.SetLocalBuffers(buffers); !st.ok()) return st;
-  }
+  if (absl::Status st = SetOwn(m); !st.ok()) return st;
   nlohmann::json meta{{"format", "fedlgc-export/1"},
                       {"job", job_},
                       {"client", options_.client_id},
@@ -535,7 +550,15 @@ absl::Status EdgeClient::TakeFinalModel(const protos::JobDone& done) {
                       {"model_version", done.model_version()},
                       {"kept_as", "final"},
                       {"buffers", local_buffers_ ? "local" : "average"}};
-  if (local_buffers_) meta["note"] = "the federation's parameters with this client's own buffers";
+  const core::ParameterGroups& groups = model_->groups;
+  if (!groups.local.empty()) meta["local_params"] = groups.local;
+  if (!groups.frozen.empty()) meta["frozen"] = groups.frozen;
+  if (has_own_) {
+    meta["note"] = StrCat("the federation's parameters with this client's own ",
+                          groups.local.empty() ? "" : "personal parameters",
+                          !groups.local.empty() && local_buffers_ ? " and " : "",
+                          local_buffers_ ? "buffers" : "");
+  }
   auto files = core::ExportFiles::For(options_.export_path);
   if (!files.ok()) return files.status();
   if (absl::Status st = core::WriteExport(m, *files, meta.dump(1)); !st.ok()) return st;
@@ -564,10 +587,7 @@ absl::StatusOr<core::EvalResult> EdgeClient::EvaluateOwn(std::span<const float> 
   if (!lease.ok()) return lease.status();
   core::Model& m = lease->model();
   if (absl::Status st = m.SetFlat(weights); !st.ok()) return st;
-  if (local_buffers_) {
-    const auto& buffers = own_buffers_.empty() ? model_->initial_local_buffers : own_buffers_;
-    if (absl::Status st = m.SetLocalBuffers(buffers); !st.ok()) return st;
-  }
+  if (absl::Status st = SetOwn(m); !st.ok()) return st;
   return m.Evaluate(*eval_data_);
 }
 
@@ -762,10 +782,7 @@ absl::StatusOr<LocalTrained> EdgeClient::TrainLocalWith(const protos::RoundStart
     if (!lease.ok()) return lease.status();
     core::Model& model = lease->model();
     if (absl::Status st = model.SetFlat(*weights); !st.ok()) return st;
-    if (local_buffers_) {
-      const auto& buffers = own_buffers_.empty() ? model_->initial_local_buffers : own_buffers_;
-      if (absl::Status st = model.SetLocalBuffers(buffers); !st.ok()) return st;
-    }
+    if (absl::Status st = SetOwn(model); !st.ok()) return st;
     // What the training would take on a core of its own: benchmarks that run many clients
     // on few cores use it to tell their link time from their contention. With libtorch on
     // this thread alone (--torch-threads 1) this thread's CPU time, so that the other
@@ -776,12 +793,12 @@ absl::StatusOr<LocalTrained> EdgeClient::TrainLocalWith(const protos::RoundStart
     if (!trained.ok()) return trained.status();
     last_train_cpu_seconds_ = CpuSeconds(this_thread) - cpu0;
     *weights = model.GetFlat();
-    if (local_buffers_) own_buffers_ = model.GetLocalBuffers();
+    if (has_own_) own_ = model.GetLocalTensors();
   }
   metrics_->SetTrainLoss(options_.client_id, trained->running_loss);
   last_train_seconds_ = trained->seconds;
-  if (local_buffers_) {
-    if (absl::Status st = SaveLocalBuffers(); !st.ok()) return st;
+  if (has_own_) {
+    if (absl::Status st = SaveOwn(); !st.ok()) return st;
   }
   attack_.Apply(before, *weights, topts.seed);
   if (!options_.dump_updates.empty()) {

@@ -79,10 +79,12 @@ class EdgeClient final : private ClientEnv {
   std::optional<Mode> mode() const { return mode_; }
   // The job's rounds (Join); the event loop's thread only.
   uint64_t job_rounds() const { return total_rounds_; }
-  // The job's model once joined (its layout: names and shapes in flat order) and its
-  // buffers rule ("average" or "local"); the event loop's thread only.
+  // The job's model once joined (its layout: names and shapes in flat order), its buffers
+  // rule ("average" or "local") and the parameters that do not travel; the event loop's
+  // thread only.
   const codecs::ModelLayout& job_layout() const { return layout(); }
   bool job_buffers_local() const { return local_buffers_; }
+  const core::ParameterGroups& job_parameter_groups() const { return model_->groups; }
 
  private:
   EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs,
@@ -133,9 +135,12 @@ class EdgeClient final : private ClientEnv {
   // The job's TorchScript file in <state_dir>/models/<sha256>.pt, downloaded unless a
   // file of that hash is there.
   absl::StatusOr<std::string> FetchModelFile(const protos::JoinReply& reply);
-  // Buffers "local": this client's buffers, kept in <state_dir>/<id>.buffers.
-  absl::Status SaveLocalBuffers() const;
-  void LoadLocalBuffers();
+  // What this client keeps to itself (personal parameters, buffers "local"), in
+  // <state_dir>/<id>.own (read from <id>.buffers, the name of a release before personal
+  // parameters, when there is no .own), and put into a model.
+  absl::Status SaveOwn() const;
+  void LoadOwn();
+  absl::Status SetOwn(core::Model& m) const;
   // Handles the event stream until it ends; *done once the job is.
   absl::Status EventLoop(bool* done);
   absl::StatusOr<EventVerdict> HandleEvent(const protos::ServerEvent& event, bool* done);
@@ -214,8 +219,9 @@ class EdgeClient final : private ClientEnv {
   std::shared_ptr<const ModelInfo> model_;
   std::string model_key_;     // what model_ was made for: the job's model and rules
   std::string model_sha256_;  // of --model's file; empty without one
-  bool local_buffers_ = false;
-  std::vector<float> own_buffers_;            // buffers "local": this client's; empty: the model's
+  bool local_buffers_ = false;  // the job's buffers are "local"
+  bool has_own_ = false;        // personal parameters or local buffers
+  std::vector<float> own_;      // what this client keeps to itself; empty: the model's
   std::shared_ptr<const TrainingData> data_;  // null with a trainer
   // Federated evaluation's data: --eval-data's, or the held-out share of the shard (then
   // train_indices_ is the rest); null: none.

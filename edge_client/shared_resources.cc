@@ -53,8 +53,8 @@ absl::StatusOr<std::string> ModelPool::ResolveDevice(const std::string& device) 
 
 absl::StatusOr<std::shared_ptr<const ModelInfo>> ModelPool::Prepare(
     const core::ModelOptions& options, const std::string& device) {
-  const std::string key =
-      StrCat(options.model, "\n", options.buffers, "\n", options.loss, "\n", device);
+  const std::string key = StrCat(options.model, "\n", options.buffers, "\n", options.loss, "\n",
+                                 options.freeze, "\n", options.local_params, "\n", device);
   // Made under the lock, once: clients that join together wait for the first one's.
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = info_.find(key); it != info_.end()) return it->second;
@@ -68,7 +68,8 @@ absl::StatusOr<std::shared_ptr<const ModelInfo>> ModelPool::Prepare(
   info->dim = (*model)->dim();
   info->layout = (*model)->layout();
   info->scale_cuts = (*model)->ScaleCuts();
-  info->initial_local_buffers = (*model)->GetLocalBuffers();
+  info->initial_own = (*model)->GetLocalTensors();
+  info->groups = (*model)->parameter_groups();
   if (options.IsFile()) {
     info->initial_flat = (*model)->GetFlat();
     info->initial_crc = codecs::ModelCrc(info->initial_flat);

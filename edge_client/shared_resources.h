@@ -55,15 +55,16 @@ class DataCache {
 
 // What a client keeps of the job's model: everything but the model itself.
 struct ModelInfo {
-  std::string key;  // the model's file (or built-in), buffers rule, loss and device
+  std::string key;  // the model's file (or built-in), its rules (core::ModelOptions) and device
   core::ModelOptions options;
   std::string device;
   size_t dim = 0;
   codecs::ModelLayout layout;
   std::vector<uint64_t> scale_cuts;
-  // Under buffers "local": the model's own buffers, where a client without buffers of its
-  // own starts.
-  std::vector<float> initial_local_buffers;
+  // What a client keeps to itself (core::Model::GetLocalTensors: personal parameters,
+  // buffers under "local") as the model holds it, where a client without its own starts.
+  std::vector<float> initial_own;
+  core::ParameterGroups groups;  // frozen and personal parameters
   // A TorchScript file's weights as the file holds them (the flat vector; empty for a
   // built-in) and their CRC32C (codecs::ModelCrc): a job's version 0 when the coordinator
   // names that CRC (JoinReply.initial_model_crc32c).

@@ -301,7 +301,7 @@ class PyTrainer final : public edge_client::LocalTrainer {
       }
       info["total_rounds"] = client_->job_rounds();
       info["mode"] = client_->mode() ? std::string(ModeName(*client_->mode())) : std::string();
-      info["buffers"] = client_->job_buffers_local() ? "local" : "average";
+      AddJobRules(info);
       const std::string& text = client_->job_layout().Text();
       if (text != layout_text_) {
         layout_text_ = text;
@@ -338,9 +338,17 @@ class PyTrainer final : public edge_client::LocalTrainer {
   py::dict ModelInfo(uint64_t version) const {
     py::dict info;
     info["model_version"] = version;
-    info["buffers"] = client_->job_buffers_local() ? "local" : "average";
+    AddJobRules(info);
     info["layout"] = LayoutList(client_->job_layout());
     return info;
+  }
+  // The job's buffers rule and the parameters that do not travel: the frozen ones (which
+  // the Python module freezes) and the personal ones (which it keeps to itself).
+  void AddJobRules(py::dict& info) const {
+    info["buffers"] = client_->job_buffers_local() ? "local" : "average";
+    const core::ParameterGroups& groups = client_->job_parameter_groups();
+    info["frozen"] = groups.frozen;
+    info["local_params"] = groups.local;
   }
   static py::array_t<float> CopyOf(std::span<const float> weights) {
     py::array_t<float> copy(static_cast<py::ssize_t>(weights.size()));

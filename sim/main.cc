@@ -604,6 +604,8 @@ json ConfigJson(const SimOptions& s, const CoordinatorOptions& co,
               {"link", s.link},
               {"model", co.model},
               {"buffers", co.buffers},
+              {"freeze", co.freeze},
+              {"local_params", co.local_params},
               {"data", s.edge.data},
               {"test_data", co.test_data},
               {"eval", co.EvalOnServer() && co.EvalOnClients() ? "both"
@@ -743,6 +745,15 @@ json Summarize(const std::vector<RoundReport>& rows, const Federation& f, const 
 json Report(const std::vector<RoundReport>& rows, const Federation& f, const SimOptions& s,
             const CoordinatorOptions& co, const fedlgc::modes::ModeOptions& mo) {
   json report{{"config", ConfigJson(s, co, mo)}, {"rounds", json::array()}};
+  // The values that travel (the flat vector), and the parameters' that stay home.
+  if (auto model = fedlgc::core::Model::Create(co.model_options(), co.init_seed); model.ok()) {
+    const fedlgc::core::ParameterGroups& g = (*model)->parameter_groups();
+    report["parameters"] = json{{"travel", (*model)->dim()},
+                                {"frozen", g.frozen_values},
+                                {"local", g.local_values},
+                                {"frozen_names", g.frozen},
+                                {"local_names", g.local}};
+  }
   const EncodeShare share = ReadEncodeShare(s.run_dir + "/clients", s.clients);
   for (const RoundReport& r : rows) {
     json row = json::parse(fedlgc::ToJson(r));

@@ -143,19 +143,22 @@ def scaffold_step(module, info, optimizer=None, lr=None):
     info._steps["lr_sum"] += float(lr)
 
 
-def _scaffold_correction(module, flat):
+def _scaffold_correction(module, flat, local=()):
     """The flat correction (float32, the job's vector) as one tensor per trainable
     parameter, in module.parameters() order, on its device and in its dtype. The vector
-    holds the parameters first, in named_parameters() order, leaving out empty ones
-    (_flat.flat_tensors)."""
+    holds the parameters that travel first, in named_parameters() order, leaving out
+    empty, frozen and personal ones (_flat.flat_tensors); a personal parameter, trained
+    but not in it, has no correction (zeros)."""
     out, off = [], 0
-    for _, p in module.named_parameters():
+    for name, p in module.named_parameters():
         n = p.numel()
-        if n == 0:
+        if n == 0 or not p.requires_grad:
             continue
-        if p.requires_grad:
-            c = torch.from_numpy(flat[off:off + n].copy()).view(p.shape)
-            out.append(c.to(p.device, p.dtype))
+        if name in local:
+            out.append(torch.zeros_like(p))
+            continue
+        c = torch.from_numpy(flat[off:off + n].copy()).view(p.shape)
+        out.append(c.to(p.device, p.dtype))
         off += n
     return tuple(out)
 
@@ -282,7 +285,8 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
     exit_after_rounds: leave after uploading this many rounds (0: stay to the end).
     evaluate: federated evaluation (the coordinator's --eval clients or both):
         evaluate(module, info) is called with the module holding a committed model (with
-        this client's own buffers under --buffers local) and an EvalInfo; it evaluates on
+        this client's own tensors: its personal parameters under --local-params, its
+        buffers under --buffers local) and an EvalInfo; it evaluates on
         data of the client's own that it does not train on and returns {"examples": n,
         "loss": mean, "accuracy": a} (or per-class counts "class_examples" and
         "class_correct" in place of the accuracy), or None to decline. Without it the
@@ -299,8 +303,9 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         passes each client's Shard and held-out Shard).
 
     Returns the RoundResults of the rounds it trained. When the job ends, the module holds
-    its final global model (downloaded after the last round; with --buffers local, beside
-    this client's own buffers): save it with torch.save(module.state_dict(), ...) or
+    its final global model (downloaded after the last round; beside this client's own
+    personal parameters and, with --buffers local, buffers; the job's frozen parameters
+    as the model file has them): save it with torch.save(module.state_dict(), ...) or
     torch.jit.save. A client that leaves early (exit_after_rounds, Ctrl-C) keeps its last
     local weights. Ctrl-C stops the client (its state is on disk); an exception raised by
     `train` ends it and is raised here.
@@ -320,19 +325,24 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
                        tls_server_name=tls.server_name)
     history = []
     checked = {}
-    buffers_path = os.path.join(state_dir, f"{client_id}.buffers")
+    own_path = os.path.join(state_dir, f"{client_id}.own")
 
     def load(weights, info):
-        """The C++ client's weights into the module: its layout checked against the job's
-        once (and this client's own buffers loaded under --buffers local, which the module
-        then keeps across rounds); returns the module's flat tensors."""
-        buffers = info["buffers"]
+        """The C++ client's weights into the module: the job's frozen parameters frozen
+        and its layout checked once (and this client's own tensors loaded, its personal
+        parameters and, under --buffers local, its buffers, which the module then keeps
+        across rounds); returns the module's flat tensors."""
+        buffers, local = info["buffers"], frozenset(info["local_params"])
         if checked.get("layout") != (buffers, len(info["layout"])):
-            _flat.check_layout(module, buffers, info["layout"])
+            frozen = set(info["frozen"])
+            for n, p in module.named_parameters():
+                if n in frozen:
+                    p.requires_grad_(False)
+            _flat.check_layout(module, buffers, info["layout"], local)
             checked["layout"] = (buffers, len(info["layout"]))
-            if buffers == "local":
-                _flat.load_local_buffers(module, buffers_path)
-        tensors = _flat.flat_tensors(module, buffers)
+            if buffers == "local" or local:
+                _flat.load_local(module, own_path, buffers, local)
+        tensors = _flat.flat_tensors(module, buffers, local)
         _flat.load(tensors, weights)
         return tensors
 
@@ -340,10 +350,12 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         tensors = load(weights, info)
         prox_mu = float(info.get("prox_mu", 0.0))
         anchor = tuple(p.detach().clone() for p in module.parameters()
-                       if p.requires_grad) if prox_mu > 0 else ()
+                       if p.requires_grad and p.numel() > 0) if prox_mu > 0 else ()
         flat_correction = info.get("scaffold_correction")
         scaffold = flat_correction is not None
-        correction = _scaffold_correction(module, flat_correction) if scaffold else ()
+        correction = (_scaffold_correction(module, flat_correction,
+                                           frozenset(info["local_params"]))
+                      if scaffold else ())
         own = ("data", "prox_mu", "scaffold", "_anchor", "_used", "_correction", "_steps")
         round_info = RoundInfo(**{f.name: info[f.name] for f in dataclasses.fields(RoundInfo)
                                   if f.name not in own},
@@ -360,8 +372,8 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
                              "fedlgc.scaffold_step(module, info, optimizer) after each "
                              "optimizer.step()")
         _flat.store(tensors, weights)
-        if info["buffers"] == "local":
-            _flat.save_local_buffers(module, buffers_path)
+        if info["buffers"] == "local" or info["local_params"]:
+            _flat.save_local(module, own_path, info["buffers"], frozenset(info["local_params"]))
         history.append(RoundResult(info["round"], samples, metrics, seconds))
         loss = metrics.get("loss")
         if loss is None and info["mode"] == "lsgd":
@@ -373,8 +385,7 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         return loss, seconds, figures, steps
 
     def final_fn(weights, info):
-        # The job's final global model into the module (beside this client's own buffers
-        # under --buffers local).
+        # The job's final global model into the module (beside this client's own tensors).
         load(weights, info)
         final["version"] = info["model_version"]
 

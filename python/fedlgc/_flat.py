@@ -1,8 +1,10 @@
 """The flat weight vector of a torch.nn.Module as fedlgc lays it out.
 
-The vector holds the module's parameters in named_parameters() order, then, when the job
-averages buffers (--buffers average), its floating-point buffers in named_buffers() order;
-tensors with no elements are left out. Batch normalisation's statistics (a running_mean
+The vector holds the module's trained parameters in named_parameters() order, then, when
+the job averages buffers (--buffers average), its floating-point buffers in named_buffers()
+order; tensors with no elements are left out. A frozen parameter (requires_grad=False, or
+named by the job's --freeze) is not in it: it stays as the job's model file has it. Nor is
+a personal one (the job's --local-params): each client trains and keeps its own. Batch normalisation's statistics (a running_mean
 and the running_var of the same prefix) travel scale-free: log(var + 1e-5) and
 mean / sqrt(var + 1e-5), so that a lossy codec errs by a factor of a channel's variance
 rather than by a step that can take it to zero. The C++ side lays a TorchScript module out
@@ -16,37 +18,44 @@ import numpy as np
 import torch
 
 
-def flat_tensors(module, buffers="average"):
-    """(name, tensor) pairs of the module's flat vector, in order."""
-    named = [(n, p) for n, p in module.named_parameters() if p.numel() > 0]
+def _traveling(module, local=()):
+    """(name, parameter) pairs that travel: trained, not personal, not empty."""
+    return [(n, p) for n, p in module.named_parameters()
+            if p.numel() > 0 and p.requires_grad and n not in local]
+
+
+def flat_tensors(module, buffers="average", local=()):
+    """(name, tensor) pairs of the module's flat vector, in order; `local`: the names of
+    the job's personal parameters."""
+    named = _traveling(module, local)
     if buffers == "average":
         named += [(n, b) for n, b in module.named_buffers()
                   if b.is_floating_point() and b.numel() > 0]
     return named
 
 
-def layout_of(module, buffers="average"):
+def layout_of(module, buffers="average", local=()):
     """[(name, shape), ...]: the module's layout, as the codecs and the job know it."""
-    return [(n, tuple(t.shape)) for n, t in flat_tensors(module, buffers)]
+    return [(n, tuple(t.shape)) for n, t in flat_tensors(module, buffers, local)]
 
 
-def cuts_of(module, buffers="average"):
+def cuts_of(module, buffers="average", local=()):
     """Where each averaged buffer begins in the flat vector (after the first tensor): a
     client's encode ends a frame there, so that no block's scale spans weights and
     statistics (core::Model::ScaleCuts)."""
     cuts, off = [], 0
-    params = len([p for _, p in module.named_parameters() if p.numel() > 0])
-    for i, (_, t) in enumerate(flat_tensors(module, buffers)):
+    params = len(_traveling(module, local))
+    for i, (_, t) in enumerate(flat_tensors(module, buffers, local)):
         if i >= params and off > 0:
             cuts.append(off)
         off += t.numel()
     return cuts
 
 
-def check_layout(module, buffers, job_layout):
+def check_layout(module, buffers, job_layout, local=()):
     """Raises ValueError unless the module's layout is the job's, naming the first
     difference."""
-    mine = layout_of(module, buffers)
+    mine = layout_of(module, buffers, local)
     theirs = [(n, tuple(s)) for n, s in job_layout]
     if mine == theirs:
         return
@@ -55,7 +64,8 @@ def check_layout(module, buffers, job_layout):
             raise ValueError(
                 f"the module does not match the job's model: tensor {i} is {a[0]} "
                 f"{list(a[1])} here and {b[0]} {list(b[1])} in the job "
-                f"(buffers={buffers}; export the same architecture)")
+                f"(buffers={buffers}; export the same architecture, with the same "
+                "parameters frozen)")
     raise ValueError(
         f"the module does not match the job's model: {len(mine)} tensors here, "
         f"{len(theirs)} in the job (buffers={buffers})")
@@ -107,32 +117,41 @@ def store(tensors, weights):
             off += n
 
 
-def local_buffers(module):
-    return [b for _, b in module.named_buffers() if b.is_floating_point() and b.numel() > 0]
+def local_tensors(module, buffers, local=()):
+    """What a client keeps to itself, in the C++ client's order (core::Model::
+    GetLocalTensors): its personal parameters, then its floating-point buffers under
+    --buffers local."""
+    out = [p for n, p in module.named_parameters() if p.numel() > 0 and n in local]
+    if buffers == "local":
+        out += [b for _, b in module.named_buffers() if b.is_floating_point() and b.numel() > 0]
+    return out
 
 
-def save_local_buffers(module, path):
-    """--buffers local: the module's own buffers, as the C++ client keeps them
-    (<state_dir>/<id>.buffers, float32)."""
-    bufs = local_buffers(module)
-    flat = np.concatenate([b.detach().to("cpu", torch.float32).reshape(-1).numpy()
-                           for b in bufs]) if bufs else np.zeros(0, np.float32)
+def save_local(module, path, buffers, local=()):
+    """The module's own tensors (local_tensors), as the C++ client keeps them
+    (<state_dir>/<id>.own, float32)."""
+    own = local_tensors(module, buffers, local)
+    flat = np.concatenate([t.detach().to("cpu", torch.float32).reshape(-1).numpy()
+                           for t in own]) if own else np.zeros(0, np.float32)
     tmp = path + ".tmp"
     flat.astype(np.float32).tofile(tmp)
     os.replace(tmp, path)
 
 
-def load_local_buffers(module, path):
-    """Loads what save_local_buffers wrote; False when there is nothing that fits."""
+def load_local(module, path, buffers, local=()):
+    """Loads what save_local wrote (or, without it, what a release before personal
+    parameters wrote beside it, <id>.buffers); False when there is nothing that fits."""
     if not os.path.exists(path):
-        return False
+        path = path[:-len(".own")] + ".buffers" if path.endswith(".own") else path
+        if not os.path.exists(path):
+            return False
     flat = np.fromfile(path, dtype=np.float32)
-    bufs = local_buffers(module)
-    if flat.size != sum(b.numel() for b in bufs):
+    own = local_tensors(module, buffers, local)
+    if flat.size != sum(t.numel() for t in own):
         return False
     off = 0
     with torch.no_grad():
-        for b in bufs:
-            b.copy_(torch.from_numpy(flat[off:off + b.numel()]).view(b.shape))
-            off += b.numel()
+        for t in own:
+            t.copy_(torch.from_numpy(flat[off:off + t.numel()]).view(t.shape))
+            off += t.numel()
     return True

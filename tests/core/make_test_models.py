@@ -157,6 +157,10 @@ def main():
         bn.bn.running_mean.uniform_(-1, 1)
         bn.bn.running_var.uniform_(0.5, 2)
     save(bn, out, "bn_loss")
+    frozen = BnNet()  # a pretrained feature extractor: its convolution does not train
+    for p in frozen.conv.parameters():
+        p.requires_grad_(False)
+    save(frozen, out, "bn_frozen")
     stats = BnStats()
     with torch.no_grad():
         stats.whiten.running_mean.uniform_(-1, 1)

@@ -74,7 +74,8 @@ std::vector<uint32_t> All(const Dataset& d) {
 }
 
 TEST_F(ScriptModel, TheFlatLayoutIsPythons) {
-  for (const std::string name : {"bn_loss", "mlp_traced", "gru", "regress", "tuple_out", "tied"}) {
+  for (const std::string name :
+       {"bn_loss", "bn_frozen", "mlp_traced", "gru", "regress", "tuple_out", "tied"}) {
     auto m = Load(name);
     ASSERT_NE(m, nullptr) << name;
     std::ifstream f(Path(name + ".layout.txt"));
@@ -106,8 +107,8 @@ TEST_F(ScriptModel, BuffersAverageOrStayLocal) {
   // (an integer) is not.
   EXPECT_EQ(avg->dim(), local->dim() + 8);
   EXPECT_EQ(avg->layout().tensors().back().name, "bn.running_var");
-  EXPECT_TRUE(avg->GetLocalBuffers().empty());
-  EXPECT_EQ(local->GetLocalBuffers().size(), 8u);
+  EXPECT_TRUE(avg->GetLocalTensors().empty());
+  EXPECT_EQ(local->GetLocalTensors().size(), 8u);
   // The statistics travel scale-free: the last 4 coordinates are log(var + 1e-5) of the
   // file's variances (drawn in [0.5, 2] by the fixture script), the 4 before them
   // mean / sqrt(var + 1e-5); they come back as they went.
@@ -130,18 +131,124 @@ TEST_F(ScriptModel, BuffersAverageOrStayLocal) {
   EXPECT_TRUE(std::isfinite(ev->loss));
   // Training moves a local model's buffers, and evaluation (batch statistics) leaves them.
   const Dataset local_data = Blobs(256, {1, 8, 8}, 4, 1);
-  const std::vector<float> before = local->GetLocalBuffers();
+  const std::vector<float> before = local->GetLocalTensors();
   TrainOptions opts;
   opts.steps = 5;
   ASSERT_TRUE(local->Train(local_data, All(local_data), opts).ok());
-  const std::vector<float> trained = local->GetLocalBuffers();
+  const std::vector<float> trained = local->GetLocalTensors();
   EXPECT_NE(trained, before);
   auto local_ev = local->Evaluate(local_data);
   ASSERT_TRUE(local_ev.ok()) << local_ev.status();
-  EXPECT_EQ(local->GetLocalBuffers(), trained);
-  ASSERT_TRUE(local->SetLocalBuffers(before).ok());
-  EXPECT_EQ(local->GetLocalBuffers(), before);
-  EXPECT_FALSE(local->SetLocalBuffers(std::vector<float>(3)).ok());
+  EXPECT_EQ(local->GetLocalTensors(), trained);
+  ASSERT_TRUE(local->SetLocalTensors(before).ok());
+  EXPECT_EQ(local->GetLocalTensors(), before);
+  EXPECT_FALSE(local->SetLocalTensors(std::vector<float>(3)).ok());
+}
+
+// The values of one tensor, by its state_dict() name.
+std::vector<float> TensorOf(const Model& m, const std::string& name) {
+  auto arrays = m.StateArrays();
+  EXPECT_TRUE(arrays.ok()) << arrays.status();
+  if (!arrays.ok()) return {};
+  auto it = arrays->find(name);
+  if (it == arrays->end()) {
+    ADD_FAILURE() << "no tensor " << name;
+    return {};
+  }
+  std::vector<float> out(it->second.elements());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(it->second.At(i));
+  return out;
+}
+
+TEST_F(ScriptModel, FrozenParametersNeitherTravelNorTrain) {
+  auto all = Load("bn_loss");
+  auto frozen = Load("bn_frozen");  // conv.weight [4, 1, 3, 3] and conv.bias: requires_grad=False
+  ASSERT_TRUE(all && frozen);
+  EXPECT_EQ(frozen->dim(), all->dim() - 40);
+  EXPECT_EQ(frozen->layout().tensors().front().name, "bn.weight");
+  EXPECT_EQ(frozen->parameter_groups().frozen, (std::vector<std::string>{"conv.weight", "conv.bias"}));
+  EXPECT_EQ(frozen->parameter_groups().frozen_values, 40u);
+  EXPECT_EQ(frozen->parameter_groups().local_values, 0u);
+  const std::vector<float> conv = TensorOf(*frozen, "conv.weight");
+  const std::vector<float> w0 = frozen->GetFlat();
+  const Dataset data = Blobs(256, {1, 8, 8}, 4, 1);
+  TrainOptions opts;
+  opts.steps = 5;
+  ASSERT_TRUE(frozen->Train(data, All(data), opts).ok());
+  EXPECT_NE(frozen->GetFlat(), w0) << "the rest trains";
+  EXPECT_EQ(TensorOf(*frozen, "conv.weight"), conv) << "the frozen convolution does not";
+  std::vector<float> other(frozen->dim(), 0.25f);
+  ASSERT_TRUE(frozen->SetFlat(other).ok());
+  EXPECT_EQ(TensorOf(*frozen, "conv.weight"), conv) << "nor does a model set from the flat vector";
+  // The export keeps them frozen, with the file's values.
+  auto bytes = frozen->TorchScriptBytes({});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const std::string path = testing::TempDir() + "/frozen_export.pt";
+  ASSERT_TRUE(fedlgc::AtomicWriteFile(path, *bytes).ok());
+  ModelOptions back;
+  back.model = path;
+  auto again = Model::Create(back, 0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->dim(), frozen->dim());
+  EXPECT_EQ(TensorOf(**again, "conv.weight"), conv);
+}
+
+TEST_F(ScriptModel, FreezeAndLocalParamsNameParametersByPattern) {
+  // --freeze on a built-in: the MLP without its first layer's weights in the vector.
+  ModelOptions mlp;
+  mlp.model = "mlp";
+  auto whole = Model::Create(mlp, 1);
+  mlp.freeze = "^fc1\\.weight$";
+  auto part = Model::Create(mlp, 1);
+  ASSERT_TRUE(whole.ok() && part.ok()) << part.status();
+  EXPECT_EQ((*part)->dim(), (*whole)->dim() - (*part)->parameter_groups().frozen_values);
+  EXPECT_EQ((*part)->parameter_groups().frozen, (std::vector<std::string>{"fc1.weight"}));
+  EXPECT_GT((*part)->parameter_groups().frozen_values, 100000u);
+
+  // --local-params: the classifier is each client's, before the local buffers.
+  ModelOptions o;
+  o.model = Path("bn_loss.pt");
+  o.local_params = "^fc\\.";
+  o.buffers = "local";
+  auto personal = Model::Create(o, 0);
+  ASSERT_TRUE(personal.ok()) << personal.status();
+  Model& m = **personal;
+  const size_t fc = 4 * 8 * 8 * 4 + 4;
+  EXPECT_EQ(m.parameter_groups().local, (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_EQ(m.parameter_groups().local_values, fc);
+  EXPECT_EQ(m.dim(), 40u + 8u) << "conv and bn's weights travel; fc and the statistics stay";
+  const std::vector<float> own = m.GetLocalTensors();
+  ASSERT_EQ(own.size(), fc + 8);
+  EXPECT_EQ(std::vector<float>(own.begin(), own.begin() + 4 * 256), TensorOf(m, "fc.weight"));
+  // It trains (with a SCAFFOLD correction of the vector's size: none for it), and the
+  // global model set into the vector leaves it as this client trained it.
+  const Dataset data = Blobs(256, {1, 8, 8}, 4, 1);
+  TrainOptions opts;
+  opts.steps = 5;
+  const std::vector<float> correction(m.dim(), 0.01f);
+  opts.correction = correction;
+  ASSERT_TRUE(m.Train(data, All(data), opts).ok());
+  const std::vector<float> trained = m.GetLocalTensors();
+  EXPECT_NE(trained, own);
+  ASSERT_TRUE(m.SetFlat(std::vector<float>(m.dim(), 0.1f)).ok());
+  EXPECT_EQ(m.GetLocalTensors(), trained);
+  ASSERT_TRUE(m.SetLocalTensors(own).ok());
+  EXPECT_EQ(m.GetLocalTensors(), own);
+
+  // What cannot be: a pattern that is not one, a parameter both frozen and personal, and
+  // nothing left to travel.
+  ModelOptions bad = o;
+  bad.freeze = "fc(";
+  auto st = Model::Create(bad, 0).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--freeze 'fc(' is not a regular expression"), std::string::npos) << st;
+  bad.freeze = "fc.bias";
+  st = Model::Create(bad, 0).status();
+  EXPECT_NE(st.message().find("fc.bias matches both --freeze and --local-params"), std::string::npos)
+      << st;
+  bad.freeze = "conv|bn";
+  st = Model::Create(bad, 0).status();
+  EXPECT_NE(st.message().find("no parameter travels"), std::string::npos) << st;
 }
 
 TEST_F(ScriptModel, ItsOwnLossSgdAndAdamTrainIt) {

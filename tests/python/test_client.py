@@ -103,9 +103,10 @@ def test_the_proximal_term_is_fedprox_and_zero_elsewhere():
 def test_scaffold_step_moves_the_trainable_parameters_by_lr_times_the_correction():
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
-    module[1].bias.requires_grad_(False)  # frozen: in the flat vector, never corrected
+    module[1].bias.requires_grad_(False)  # frozen: not in the flat vector, never corrected
     module.register_parameter("empty", torch.nn.Parameter(torch.empty(0)))  # not in it
-    flat = np.arange(sum(p.numel() for p in module.parameters()), dtype=np.float32) / 10
+    flat = np.arange(sum(p.numel() for p in module.parameters() if p.requires_grad),
+                     dtype=np.float32) / 10
     correction = fedlgc._scaffold_correction(module, flat)
     assert [tuple(c.shape) for c in correction] == [(2, 3), (2,), (1, 2)]
     assert torch.equal(correction[2].flatten(), torch.from_numpy(flat[8:10]))
@@ -242,7 +243,7 @@ def test_a_model_file_of_another_hash_is_refused_with_both_hashes(tmp_path, data
 
 def test_local_buffers_stay_with_each_client(tmp_path, data, federations):
     """--buffers local (FedBN): only the weights travel; each client keeps its own batch
-    normalisation statistics in <state-dir>/<id>.buffers, the C++ client and the Python
+    normalisation statistics in <state-dir>/<id>.own, the C++ client and the Python
     client alike, and the coordinator evaluates with batch statistics."""
     ids = ["cpp-0", "py-1"]
     work = str(tmp_path)
@@ -261,7 +262,7 @@ def test_local_buffers_stay_with_each_client(tmp_path, data, federations):
     # SmallNet's weights without its 96 statistics: what each client sends.
     dim = sum(int(np.prod(s)) for _, s in fedlgc.layout_of(SmallNet(), "local"))
     assert rounds[0]["raw_uplink_bytes"] == 2 * 4 * dim
-    kept = [np.fromfile(os.path.join(str(tmp_path), "clients", f"{c}.buffers"), np.float32)
+    kept = [np.fromfile(os.path.join(str(tmp_path), "clients", f"{c}.own"), np.float32)
             for c in ids]
     assert all(k.size == 96 for k in kept)
     assert not np.array_equal(kept[0], kept[1]), "each client has statistics of its own"
@@ -287,7 +288,7 @@ def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path
     """Four clients in one fedlgc-edge process (--client-ids), the job's TorchScript model served
     by the coordinator and --buffers local: the process downloads the model once for all of
     them, and each client trains on its own shard with its own statistics, kept in its own
-    <id>.buffers, although they share two models (--train-slots 2)."""
+    <id>.own, although they share two models (--train-slots 2)."""
     ids = [f"host-{i}" for i in range(4)]
     f = Federation(str(tmp_path), ids, ["--rounds=2", "--local-steps=10", "--min-clients=4",
                                         "--buffers=local", "--codec=qsgd(bits=8)",
@@ -306,7 +307,7 @@ def test_hosted_clients_fetch_the_model_once_and_keep_their_own_buffers(tmp_path
     assert log.count("downloading the job's model") == 1, log
     models = os.listdir(os.path.join(str(tmp_path), "clients", "models"))
     assert len(models) == 1 and models[0].endswith(".pt"), models
-    kept = [np.fromfile(os.path.join(str(tmp_path), "clients", f"{c}.buffers"), np.float32)
+    kept = [np.fromfile(os.path.join(str(tmp_path), "clients", f"{c}.own"), np.float32)
             for c in ids]
     assert all(k.size == 96 for k in kept)
     assert all(not np.array_equal(kept[i], kept[j]) for i in range(4) for j in range(i)), \
@@ -347,3 +348,76 @@ def test_clients_evaluate_where_the_data_lives_without_a_test_set(tmp_path, data
     assert m["evaluated_on"] == "clients" and m["round"] == best["round"], (m, rounds)
     with open(f.coordinator.log) as log:
         assert "no test set: fashion-mnist is not installed" in log.read(), f.logs()
+
+
+def test_frozen_parameters_stay_home_and_personal_ones_with_each_client(tmp_path, data,
+                                                                       federations):
+    """--freeze and --local-params: the frozen batch normalisation weights (96 values) and
+    each client's personal classifier (fc2, 490) are not in the flat vector, so every
+    upload and every download of the model counts exactly fc1 and the statistics (37,776
+    values, 4 bytes each in float32) and never the others. The frozen ones end as the model
+    file has them everywhere; each client trains its own head, keeps it in <id>.own across
+    a restart, hands it over in its export, and evaluates the global model with it."""
+    ids = ["cpp-0", "py-1"]
+    work = str(tmp_path)
+    f = Federation(work, ids, ["--rounds=3", "--local-steps=10", "--min-clients=2",
+                               "--freeze=^bn\\.", "--local-params=^fc2\\.",
+                               "--eval-fraction=0.2", f"--export={work}/global.pt"],
+                   model=data["model"], test_npz=data["test"])
+    federations.append(f)
+    cpp = f.cpp_client(ids[0], 0, 2, data["train"], extra=["--exit-after-rounds=1"])
+    py = f.py_client(ids[1], 1, 2, data["train"], extra=[f"--save-final={work}/py-1.npz"])
+    assert cpp.wait(120) == 0, f.logs()
+    own_after_1 = np.fromfile(os.path.join(work, "clients", "cpp-0.own"), np.float32)
+    assert own_after_1.size == 490
+    # Back on the same state folder: it trains on from its own head, not the file's.
+    cpp = f.cpp_client(ids[0], 0, 2, data["train"], extra=[f"--export={work}/cpp-0.pt"])
+    assert f.wait(180) == 0, f.logs()
+    assert cpp.wait(60) == 0 and py.wait(60) == 0, f.logs()
+    with open(cpp.log) as log:
+        assert "its own parameters and buffers from" in log.read(), f.logs()
+    with open(f.coordinator.log) as log:
+        assert ("37776 values travel with its buffers, 96 frozen, 490 personal stay home"
+                in log.read()), f.logs()
+
+    module = SmallNet()
+    for p in module.bn.parameters():
+        p.requires_grad_(False)
+    dim = sum(int(np.prod(s)) for _, s in
+              fedlgc.layout_of(module, "average", local={"fc2.weight", "fc2.bias"}))
+    assert dim == 784 * 48 + 48 + 2 * 48  # fc1 and the averaged statistics
+    rounds = f.rounds()
+    assert [r["round"] for r in rounds] == [1, 2, 3], f.logs()
+    for r in rounds:
+        assert r["participants"] == 2, r
+        assert r["raw_uplink_bytes"] == 2 * 4 * dim, r  # float32 updates of exactly dim values
+        assert r["uplink_bytes"] < 2 * (4 * dim + 4096), r
+        if r["round"] > 1:  # rounds 2-3: whole float32 models of dim values and nothing else
+            assert r["downlink_bytes"] > 0 and r["downlink_bytes"] % (4 * dim) == 0, r
+    # Evaluated on the clients (auto, under --local-params), each with its own head.
+    evals = [r["federated_eval"] for r in rounds if r.get("federated_eval")]
+    assert evals and evals[-1]["clients"] >= 1 and evals[-1]["accuracy"] > 0.3, rounds
+
+    initial = torch.jit.load(data["model"]).state_dict()
+    glob = np.load(f"{work}/global.npz")
+    with open(f"{work}/global.json") as meta:
+        m = json.load(meta)
+        assert m["freeze"] == "^bn\\." and m["local_params"] == "^fc2\\.", m
+    mine = {"cpp-0": np.load(f"{work}/cpp-0.npz"), "py-1": np.load(f"{work}/py-1.npz")}
+    kept = {c: np.fromfile(os.path.join(work, "clients", f"{c}.own"), np.float32) for c in ids}
+    for name in ("bn.weight", "bn.bias"):  # frozen: the file's, everywhere
+        assert np.array_equal(glob[name], initial[name].numpy()), name
+        for c in ids:
+            assert np.array_equal(mine[c][name], initial[name].numpy()), (c, name)
+    for name in ("fc1.weight", "fc1.bias", "bn.running_mean", "bn.running_var"):
+        assert not np.array_equal(glob[name], initial[name].numpy()), name  # trained
+        for c in ids:
+            assert np.allclose(mine[c][name], glob[name], atol=1e-6), (c, name)
+    # The personal head: the coordinator's export holds the file's, each client its own.
+    assert np.array_equal(glob["fc2.weight"], initial["fc2.weight"].numpy())
+    for c in ids:
+        head = np.concatenate([mine[c]["fc2.weight"].ravel(), mine[c]["fc2.bias"]])
+        assert np.array_equal(head, kept[c]), c
+        assert not np.allclose(head[:480], initial["fc2.weight"].numpy().ravel()), c
+    assert not np.allclose(kept["cpp-0"], kept["py-1"]), "each client has a head of its own"
+    assert not np.array_equal(kept["cpp-0"], own_after_1), "trained on after the restart"

@@ -119,6 +119,29 @@ void AskClientsToEvaluate(const CoordinatorOptions& o, RoundHost& host, EvalBook
   }
 }
 
+// The model's line at start: what travels, and the frozen and personal values that stay
+// home; `sha256` empty for a built-in (said only when something stays home).
+void SayWhatTravels(const CoordinatorOptions& o, const core::Model& model,
+                    const std::string& sha256) {
+  const core::ParameterGroups& groups = model.parameter_groups();
+  std::string home;
+  if (groups.frozen_values > 0) StrAppend(&home, ", ", groups.frozen_values, " frozen");
+  if (groups.local_values > 0) StrAppend(&home, ", ", groups.local_values, " personal");
+  if (!home.empty()) StrAppend(&home, " stay home");
+  if (!sha256.empty()) {
+    log::Info("coordinator", "model %s (sha256:%s, %zu values travel%s%s) served to clients",
+              o.model, sha256, model.dim(), o.buffers == "average" ? " with its buffers" : "",
+              home);
+  } else if (!home.empty()) {
+    log::Info("coordinator", "model %s: %zu values travel%s", o.model, model.dim(), home);
+  }
+  if (groups.local_values > 0 && o.EvalOnServer()) {
+    log::Info("coordinator",
+              "--local-params: the server evaluates the module's initial personal parameters "
+              "beside the federation's (each client's model is its own: --eval clients)");
+  }
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -190,7 +213,13 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files, RecorderParts* recor
               "the model guard checks each round's model for values that are not finite and "
               "for its norm's growth; without a test set (--test-data none) it checks no loss");
   }
-  if (o.guard.enabled && o.guard.samples > 0 && o.HasTestData()) {
+  const bool personal = !o.local_params.empty();
+  if (o.guard.enabled && o.guard.samples > 0 && o.HasTestData() && personal) {
+    log::Info("coordinator",
+              "under --local-params the model guard checks no loss (the coordinator's model "
+              "holds the module's initial personal parameters, no client's)");
+  }
+  if (o.guard.enabled && o.guard.samples > 0 && o.HasTestData() && !personal) {
     auto guard_set = core::LoadDataset(o.test_data_options(), false, o.guard.samples);
     if (!guard_set.ok()) return guard_set.status();
     if (absl::Status st = eval_model_->CheckFits(*guard_set); !st.ok()) return st;
@@ -220,23 +249,7 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files, RecorderParts* recor
   }
   guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
   // Said once the model has taken the test and guard sets (a refusal is the only line).
-  const core::ParameterGroups& groups = eval_model_->parameter_groups();
-  std::string home;
-  if (groups.frozen_values > 0) StrAppend(&home, ", ", groups.frozen_values, " frozen");
-  if (groups.local_values > 0) StrAppend(&home, ", ", groups.local_values, " personal");
-  if (!home.empty()) StrAppend(&home, " stay home");
-  if (files->model_file != nullptr) {
-    log::Info("coordinator", "model %s (sha256:%s, %zu values travel%s%s) served to clients",
-              o.model, files->model_sha256, eval_model_->dim(),
-              o.buffers == "average" ? " with its buffers" : "", home);
-  } else if (!home.empty()) {
-    log::Info("coordinator", "model %s: %zu values travel%s", o.model, eval_model_->dim(), home);
-  }
-  if (groups.local_values > 0 && o.EvalOnServer()) {
-    log::Info("coordinator",
-              "--local-params: the server evaluates the module's initial personal parameters "
-              "beside the federation's (each client's model is its own: --eval clients)");
-  }
+  SayWhatTravels(o, *eval_model_, files->model_file != nullptr ? files->model_sha256 : "");
   return absl::OkStatus();
 }
 
@@ -326,6 +339,7 @@ void Coordinator::MakeService(const JobFiles& files, RecorderParts recorder) {
               o.loss,
               o.freeze,
               o.local_params,
+              o.init_seed,
               o.EvalOnClients() && o.eval_every > 0 ? o.eval_fraction : 0.0};
   // The initial model is the file's weights (a built-in's come from the job's seed, which
   // clients do not make theirs from).

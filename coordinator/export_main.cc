@@ -91,7 +91,7 @@ int Check(const std::string& state_dir, const std::string& which, const std::str
     auto mo = coord::KeptModelOptions(*kept, state_dir, module_file);
     absl::Status fits = mo.status();
     if (mo.ok()) {
-      auto model = fedlgc::core::Model::Create(*mo, 0);
+      auto model = fedlgc::core::Model::Create(*mo, kept->init_seed);
       fits = model.ok() ? (*model)->SetFlat(kept->weights) : model.status();
     }
     p.Report("model", fits, mo.ok() ? StrCat(mo->model, ": takes the round's weights") : "");

@@ -115,6 +115,7 @@ absl::Status WriteKeptModel(const std::string& path, const KeptModel& k) {
   m.set_buffers(k.buffers);
   m.set_freeze(k.freeze);
   m.set_local_params(k.local_params);
+  m.set_init_seed(k.init_seed);
   m.set_weights(core::FloatsToBytes(k.weights));
   m.set_metric(k.metric);
   m.set_evaluated_on(k.evaluated_on);
@@ -155,6 +156,7 @@ absl::StatusOr<std::optional<KeptModel>> ReadKeptModel(const std::string& path) 
   k.buffers = m.buffers();
   k.freeze = m.freeze();
   k.local_params = m.local_params();
+  k.init_seed = m.init_seed();
   k.weights = *std::move(weights);
   k.metric = m.metric();
   k.evaluated_on = m.evaluated_on();
@@ -260,6 +262,7 @@ absl::Status ModelKeeper::Keep(std::span<const float> model, uint64_t model_vers
   kept.buffers = o.model.buffers;
   kept.freeze = o.model.freeze;
   kept.local_params = o.model.local_params;
+  kept.init_seed = o.init_seed;
   kept.weights.assign(model.begin(), model.end());
   SetEvaluation(*rep, &kept);
   if (o.keep > 0) {
@@ -296,7 +299,7 @@ absl::Status ExportKept(const KeptModel& kept, const std::string& state_dir,
                         const char* kept_as) {
   auto mo = KeptModelOptions(kept, state_dir, module_file);
   if (!mo.ok()) return mo.status();
-  auto model = core::Model::Create(*mo, 0);
+  auto model = core::Model::Create(*mo, kept.init_seed);
   if (!model.ok()) return model.status();
   if (absl::Status st = (*model)->SetFlat(kept.weights); !st.ok()) {
     return absl::FailedPreconditionError(

@@ -34,6 +34,7 @@ struct KeptModel {
   std::string model_sha256;  // empty: a built-in
   std::string buffers = "average";
   std::string freeze, local_params;  // the job's parameter rules (core::ModelOptions)
+  uint64_t init_seed = 0;            // a built-in's initial weights (its frozen parameters)
   std::vector<float> weights;
   std::string metric;  // "accuracy", "loss", or "" (not evaluated)
   std::string evaluated_on;

@@ -167,6 +167,7 @@ grpc::Status CoordinatorService::DoJoin(grpc::CallbackServerContext* ctx,
   reply->set_loss(job_.loss);
   reply->set_freeze(job_.freeze);
   reply->set_local_params(job_.local_params);
+  reply->set_init_seed(job_.init_seed);
   reply->set_eval_fraction(job_.eval_fraction);
   reply->set_job_instance(job_.instance);
   if (options_.downlinks != nullptr && job_.initial_model_crc.has_value()) {

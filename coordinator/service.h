@@ -39,6 +39,7 @@ struct JobInfo {
   std::string buffers = "average";  // the model's rules (core/model.h)
   std::string loss = "auto";
   std::string freeze, local_params;
+  uint64_t init_seed = 0;    // a built-in model's initial weights (JoinReply.init_seed)
   double eval_fraction = 0;  // of each shard held out for federated evaluation
   // Under a compressed downlink, a TorchScript job's version-0 model (the file's weights)
   // by its CRC32C: clients holding the file hold that model (JoinReply).

@@ -362,14 +362,26 @@ class TorchModel final : public Model {
     const std::optional<std::regex> personal = NameMatcher(options_.local_params);
     NamedTensors flat;
     int64_t at = 0;
+    bool any_frozen = false, any_mine = false;
+    std::string names;
+    const auto fail = [this](std::string message) {
+      if (init_error_.ok()) init_error_ = absl::InvalidArgumentError(std::move(message));
+    };
     for (auto& [n, t] : net_->Parameters()) {
       const bool frozen = freeze.has_value() && std::regex_search(n, *freeze);
       const bool mine = personal.has_value() && std::regex_search(n, *personal);
-      if (frozen && mine && init_error_.ok()) {
-        init_error_ = absl::InvalidArgumentError(
-            StrCat("parameter ", n,
-                   " matches both --freeze and --local-params (a personal parameter "
-                   "trains; leave it out of one)"));
+      any_frozen |= frozen;
+      any_mine |= mine;
+      StrAppend(&names, names.empty() ? "" : ", ", n);
+      if (frozen && mine) {
+        fail(StrCat("parameter ", n,
+                    " matches both --freeze and --local-params (a personal parameter trains; "
+                    "leave it out of one)"));
+      }
+      if (mine && !t.requires_grad()) {
+        fail(StrCat("parameter ", n,
+                    " matches --local-params but the module freezes it "
+                    "(requires_grad=False): a personal parameter trains"));
       }
       if (frozen || !t.requires_grad()) {
         t.set_requires_grad(false);
@@ -389,10 +401,17 @@ class TorchModel final : public Model {
       at += t.numel();
       flat.emplace_back(n, t);
     }
-    if (flat.empty() && init_error_.ok()) {
-      init_error_ = absl::InvalidArgumentError(
-          StrCat("no parameter travels: all ", groups_.frozen.size() + groups_.local.size(),
-                 " are frozen (requires_grad=False or --freeze) or personal (--local-params)"));
+    // A pattern that names nothing is a mistake (a typo would change the job unsaid).
+    if (freeze.has_value() && !any_frozen) {
+      fail(StrCat("--freeze '", options_.freeze, "' names no parameter (they are: ", names, ")"));
+    }
+    if (personal.has_value() && !any_mine) {
+      fail(StrCat("--local-params '", options_.local_params,
+                  "' names no parameter (they are: ", names, ")"));
+    }
+    if (flat.empty()) {
+      fail(StrCat("no parameter travels: all ", groups_.frozen.size() + groups_.local.size(),
+                  " are frozen (requires_grad=False or --freeze) or personal (--local-params)"));
     }
     return flat;
   }
@@ -975,7 +994,8 @@ class TorchModel final : public Model {
     // Local buffers: the coordinator holds none of the clients', so batch normalisation
     // uses each batch's statistics; its running statistics are put back afterwards.
     std::vector<torch::Tensor> saved;
-    if (!local_.empty()) {
+    const bool batch_statistics = options_.buffers == "local";
+    if (batch_statistics) {
       for (const auto& [n, t] : local_) saved.push_back(t.clone());
       net_->SetBatchNormTraining(true);
     }
@@ -1008,7 +1028,7 @@ class TorchModel final : public Model {
         }
       }
     }
-    if (!local_.empty()) {
+    if (batch_statistics) {
       net_->SetBatchNormTraining(false);
       for (size_t i = 0; i < saved.size(); ++i) {
         torch::Tensor t = local_[i].second;

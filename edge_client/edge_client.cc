@@ -304,7 +304,7 @@ absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
   mo.loss = reply.loss().empty() ? "auto" : reply.loss();
   const std::string& sha = reply.model_sha256();
   const std::string key = StrCat(sha.empty() ? reply.model() : sha, "/", mo.buffers, "/", mo.loss,
-                                 "/", mo.freeze, "/", mo.local_params);
+                                 "/", mo.freeze, "/", mo.local_params, "/", reply.init_seed());
   if (model_ && model_key_ == key) return absl::OkStatus();
   if (sha.empty()) {
     if (!model_sha256_.empty()) {
@@ -325,7 +325,7 @@ absl::Status EdgeClient::EnsureModel(const protos::JoinReply& reply) {
     if (!path.ok()) return path.status();
     mo.model = *path;
   }
-  auto info = shared_.models->Prepare(mo, device_);
+  auto info = shared_.models->Prepare(mo, device_, reply.init_seed());
   // What a retry cannot fix (a file that is not TorchScript, no such built-in) ends the
   // client, as a model that does not fit its data does.
   if (!info.ok()) return absl::FailedPreconditionError(info.status().message());
@@ -670,6 +670,7 @@ absl::StatusOr<core::Statistics> EdgeClient::ReestimateOwn(std::span<const float
   if (!lease.ok()) return lease.status();
   core::Model& m = lease->model();
   if (absl::Status st = m.SetFlat(weights); !st.ok()) return st;
+  if (absl::Status st = SetOwn(m); !st.ok()) return st;  // the pool's last client left its own
   return m.ReestimateStatistics(data_->data, order, opts);
 }
 

@@ -85,6 +85,10 @@ class EdgeClient final : private ClientEnv {
   const codecs::ModelLayout& job_layout() const { return layout(); }
   bool job_buffers_local() const { return local_buffers_; }
   const core::ParameterGroups& job_parameter_groups() const { return model_->groups; }
+  // The job's model as made: its frozen parameters' values and what a client keeps to
+  // itself before it has its own (a Python client's module takes them).
+  const std::vector<float>& job_initial_frozen() const { return model_->initial_frozen; }
+  const std::vector<float>& job_initial_own() const { return model_->initial_own; }
 
  private:
   EdgeClient(EdgeClientOptions options, ClientModeFactory make_mode, StubFactory stubs,

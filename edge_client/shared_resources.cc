@@ -52,24 +52,41 @@ absl::StatusOr<std::string> ModelPool::ResolveDevice(const std::string& device) 
 }
 
 absl::StatusOr<std::shared_ptr<const ModelInfo>> ModelPool::Prepare(
-    const core::ModelOptions& options, const std::string& device) {
-  const std::string key = StrCat(options.model, "\n", options.buffers, "\n", options.loss, "\n",
-                                 options.freeze, "\n", options.local_params, "\n", device);
+    const core::ModelOptions& options, const std::string& device, uint64_t seed) {
+  if (options.IsFile()) seed = 0;  // a file's weights are its own
+  const std::string key =
+      StrCat(options.model, "\n", options.buffers, "\n", options.loss, "\n", options.freeze, "\n",
+             options.local_params, "\n", device, "\n", seed);
   // Made under the lock, once: clients that join together wait for the first one's.
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = info_.find(key); it != info_.end()) return it->second;
-  auto model = core::Model::Create(options, 0, device);
+  auto model = core::Model::Create(options, seed, device);
   if (!model.ok()) return model.status();
   ++made_;
   auto info = std::make_shared<ModelInfo>();
   info->key = key;
   info->options = options;
   info->device = device;
+  info->seed = seed;
   info->dim = (*model)->dim();
   info->layout = (*model)->layout();
   info->scale_cuts = (*model)->ScaleCuts();
   info->initial_own = (*model)->GetLocalTensors();
   info->groups = (*model)->parameter_groups();
+  if (!info->groups.frozen.empty()) {
+    auto arrays = (*model)->StateArrays();
+    if (!arrays.ok()) return arrays.status();
+    for (const std::string& name : info->groups.frozen) {
+      auto it = arrays->find(name);
+      if (it == arrays->end()) {
+        return absl::InternalError(StrCat(options.model, ": no tensor ", name, " to freeze"));
+      }
+      const core::NpyArray& a = it->second;
+      for (size_t i = 0; i < a.elements(); ++i) {
+        info->initial_frozen.push_back(static_cast<float>(a.At(i)));
+      }
+    }
+  }
   if (options.IsFile()) {
     info->initial_flat = (*model)->GetFlat();
     info->initial_crc = codecs::ModelCrc(info->initial_flat);
@@ -108,7 +125,7 @@ absl::StatusOr<ModelPool::Lease> ModelPool::Acquire(const ModelInfo& info) {
     s.model.reset();
     s.key.clear();
     lock.unlock();  // a model takes a while to make; the other slots go on meanwhile
-    auto model = core::Model::Create(info.options, 0, info.device);
+    auto model = core::Model::Create(info.options, info.seed, info.device);
     lock.lock();
     if (!model.ok()) {
       s.busy = false;

@@ -55,9 +55,10 @@ class DataCache {
 
 // What a client keeps of the job's model: everything but the model itself.
 struct ModelInfo {
-  std::string key;  // the model's file (or built-in), its rules (core::ModelOptions) and device
+  std::string key;  // the model's file (or built-in), its rules (core::ModelOptions), device, seed
   core::ModelOptions options;
   std::string device;
+  uint64_t seed = 0;  // a built-in's initial weights
   size_t dim = 0;
   codecs::ModelLayout layout;
   std::vector<uint64_t> scale_cuts;
@@ -65,6 +66,9 @@ struct ModelInfo {
   // buffers under "local") as the model holds it, where a client without its own starts.
   std::vector<float> initial_own;
   core::ParameterGroups groups;  // frozen and personal parameters
+  // The frozen parameters' values (in groups.frozen's order, flat): what a Python client's
+  // module takes, since they never travel.
+  std::vector<float> initial_frozen;
   // A TorchScript file's weights as the file holds them (the flat vector; empty for a
   // built-in) and their CRC32C (codecs::ModelCrc): a job's version 0 when the coordinator
   // names that CRC (JoinReply.initial_model_crc32c).
@@ -84,9 +88,12 @@ class ModelPool {
   absl::StatusOr<std::string> ResolveDevice(const std::string& device);
 
   // The model of `options` on `device` (resolved), made once: its layout, cuts and
-  // initial buffers. A file that is not TorchScript is INVALID_ARGUMENT naming it.
+  // initial buffers; a built-in's weights drawn from `seed` (the job's, JoinReply.init_seed,
+  // so that its frozen parameters are the coordinator's). A file that is not TorchScript is
+  // INVALID_ARGUMENT naming it.
   absl::StatusOr<std::shared_ptr<const ModelInfo>> Prepare(const core::ModelOptions& options,
-                                                           const std::string& device);
+                                                           const std::string& device,
+                                                           uint64_t seed = 0);
 
   // A model of `info` that only the lease holder uses until the lease goes. Its weights
   // and buffers are whatever the last holder left: set them.

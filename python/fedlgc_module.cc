@@ -343,12 +343,18 @@ class PyTrainer final : public edge_client::LocalTrainer {
     return info;
   }
   // The job's buffers rule and the parameters that do not travel: the frozen ones (which
-  // the Python module freezes) and the personal ones (which it keeps to itself).
+  // the Python module freezes, with the job's values, told once) and the personal ones
+  // (which it keeps to itself, starting from the job's where it has none of its own).
   void AddJobRules(py::dict& info) const {
     info["buffers"] = client_->job_buffers_local() ? "local" : "average";
     const core::ParameterGroups& groups = client_->job_parameter_groups();
     info["frozen"] = groups.frozen;
     info["local_params"] = groups.local;
+    if (!initial_told_) {
+      info["frozen_values"] = CopyOf(client_->job_initial_frozen());
+      info["initial_own"] = CopyOf(client_->job_initial_own());
+      initial_told_ = true;
+    }
   }
   static py::array_t<float> CopyOf(std::span<const float> weights) {
     py::array_t<float> copy(static_cast<py::ssize_t>(weights.size()));
@@ -364,6 +370,7 @@ class PyTrainer final : public edge_client::LocalTrainer {
   edge_client::EdgeClient* client_ = nullptr;
   std::string layout_text_;
   py::list layout_;
+  mutable bool initial_told_ = false;  // AddJobRules gave the job's initial values
   std::optional<py::error_already_set> error_;
   std::optional<double> train_seconds_;
   std::map<std::string, double> figures_;

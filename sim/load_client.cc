@@ -93,7 +93,11 @@ absl::Status LoadClient::JoinJob() {
                "that send plain updates (FedAvg jobs)"));
   }
   dim_ = reply->dim();
-  model_ = reply->model();
+  model_ = core::ModelOptions();
+  model_.model = reply->model();
+  model_.buffers = reply->buffers().empty() ? "average" : reply->buffers();
+  model_.freeze = reply->freeze();
+  model_.local_params = reply->local_params();
   return absl::OkStatus();
 }
 
@@ -101,15 +105,18 @@ namespace {
 
 // The layout of a zoo model, built once per process for all emulated clients (per-tensor
 // codecs such as powersgd need it); null when the model is not in this build's zoo.
-const codecs::ModelLayout* SharedLayout(const std::string& model) {
+const codecs::ModelLayout* SharedLayout(const core::ModelOptions& model) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* layouts = new std::map<std::string, std::unique_ptr<codecs::ModelLayout>>();
   absl::MutexLock lock(&mu);
-  auto it = layouts->find(model);
+  // The job's rules leave frozen and personal parameters out of the layout.
+  const std::string key = StrCat(model.model, "\n", model.buffers, "\n", model.freeze, "\n",
+                                 model.local_params);
+  auto it = layouts->find(key);
   if (it == layouts->end()) {
     auto made = core::ModelLayoutOf(model);
     it = layouts
-             ->emplace(model, made.ok() ? std::make_unique<codecs::ModelLayout>(*std::move(made))
+             ->emplace(key, made.ok() ? std::make_unique<codecs::ModelLayout>(*std::move(made))
                                         : nullptr)
              .first;
   }

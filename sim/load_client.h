@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "codecs/codec.h"
+#include "core/model.h"
 #include "edge_client/client_state.h"
 #include "edge_client/transport.h"
 #include "sim/load_book.h"
@@ -69,7 +70,7 @@ class LoadClient {
   edge_client::Transport transport_;
   std::mt19937_64 think_rng_;
   uint64_t dim_ = 0;
-  std::string model_;  // the job's, from Join
+  core::ModelOptions model_;  // the job's model and its rules, from Join
   bool done_ = false;
   std::string codec_spec_;
   std::unique_ptr<codecs::Codec> codec_;

@@ -916,8 +916,9 @@ absl::StatusOr<const fedlgc::coordinator::ModeTraits*> CheckJob(
   if (auto st = fedlgc::modes::CheckEvaluation(co, mo); !st.ok()) return st;
   if (s.aggregators > 0 && co.EvalOnClients() && co.eval_every > 0) {
     return absl::InvalidArgumentError(
-        "--aggregators with evaluation on the clients: the root's clients are the "
-        "aggregators, which do not pass evaluation down the tree; use --eval server");
+        "--aggregators with evaluation on the clients (--eval clients or both, or auto with "
+        "--test-data none or --local-params): the root's clients are the aggregators, which "
+        "do not pass evaluation down the tree; use --eval server");
   }
   if (s.aggregators > 0) {
     CoordinatorOptions probe = co;

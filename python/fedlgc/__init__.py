@@ -325,6 +325,7 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
                        tls_server_name=tls.server_name)
     history = []
     checked = {}
+    initial = {}
     own_path = os.path.join(state_dir, f"{client_id}.own")
 
     def load(weights, info):
@@ -333,15 +334,16 @@ def run_client(module, train, *, server, client_id, num_samples, tls=None, insec
         parameters and, under --buffers local, its buffers, which the module then keeps
         across rounds); returns the module's flat tensors."""
         buffers, local = info["buffers"], frozenset(info["local_params"])
+        if "frozen_values" in info:  # told once: the job's values of what does not travel
+            initial["frozen"] = info["frozen_values"]
+            initial["own"] = info["initial_own"]
         if checked.get("layout") != (buffers, len(info["layout"])):
-            frozen = set(info["frozen"])
-            for n, p in module.named_parameters():
-                if n in frozen:
-                    p.requires_grad_(False)
+            _flat.freeze(module, info["frozen"], initial.get("frozen"))
             _flat.check_layout(module, buffers, info["layout"], local)
             checked["layout"] = (buffers, len(info["layout"]))
-            if buffers == "local" or local:
-                _flat.load_local(module, own_path, buffers, local)
+            if (buffers == "local" or local) and not _flat.load_local(module, own_path,
+                                                                      buffers, local):
+                _flat.set_local(module, initial.get("own"), buffers, local)
         tensors = _flat.flat_tensors(module, buffers, local)
         _flat.load(tensors, weights)
         return tensors

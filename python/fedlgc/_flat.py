@@ -127,6 +127,38 @@ def local_tensors(module, buffers, local=()):
     return out
 
 
+def freeze(module, names, values=None):
+    """Freezes the job's frozen parameters (`names`, in named_parameters() order) in the
+    module and, given their values (one float32 array, those tensors one after another, as
+    the job's model holds them), sets them: they never travel, so a module built afresh
+    would otherwise keep initial values of its own."""
+    names = set(names)
+    frozen = [p for n, p in module.named_parameters() if n in names]
+    with torch.no_grad():
+        off = 0
+        for p in frozen:
+            p.requires_grad_(False)
+            if values is not None and off + p.numel() <= values.size:
+                p.copy_(torch.from_numpy(values[off:off + p.numel()].copy()).view(p.shape))
+            off += p.numel()
+    if values is not None and off != values.size:
+        raise ValueError(f"the job's frozen parameters hold {values.size} values, the module's "
+                         f"{off}: export the same architecture")
+
+
+def set_local(module, values, buffers, local=()):
+    """A client's own tensors (local_tensors) from one float32 array, the job's initial ones
+    where the client has none of its own yet; nothing when `values` is None or does not fit."""
+    own = local_tensors(module, buffers, local)
+    if values is None or values.size != sum(t.numel() for t in own):
+        return
+    off = 0
+    with torch.no_grad():
+        for t in own:
+            t.copy_(torch.from_numpy(values[off:off + t.numel()].copy()).view(t.shape))
+            off += t.numel()
+
+
 def save_local(module, path, buffers, local=()):
     """The module's own tensors (local_tensors), as the C++ client keeps them
     (<state_dir>/<id>.own, float32)."""

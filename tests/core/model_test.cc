@@ -249,6 +249,19 @@ TEST_F(ScriptModel, FreezeAndLocalParamsNameParametersByPattern) {
   bad.freeze = "conv|bn";
   st = Model::Create(bad, 0).status();
   EXPECT_NE(st.message().find("no parameter travels"), std::string::npos) << st;
+  bad.freeze = "^fc1\\.";  // a typo for fc: names nothing
+  st = Model::Create(bad, 0).status();
+  EXPECT_NE(st.message().find("--freeze '^fc1\\.' names no parameter (they are: conv.weight, "
+                              "conv.bias, bn.weight, bn.bias, fc.weight, fc.bias)"),
+            std::string::npos)
+      << st;
+  ModelOptions frozen_mine;
+  frozen_mine.model = Path("bn_frozen.pt");
+  frozen_mine.local_params = "^conv\\.";
+  st = Model::Create(frozen_mine, 0).status();
+  EXPECT_NE(st.message().find("conv.weight matches --local-params but the module freezes it"),
+            std::string::npos)
+      << st;
 }
 
 TEST_F(ScriptModel, ItsOwnLossSgdAndAdamTrainIt) {

@@ -352,16 +352,17 @@ def test_clients_evaluate_where_the_data_lives_without_a_test_set(tmp_path, data
 
 def test_frozen_parameters_stay_home_and_personal_ones_with_each_client(tmp_path, data,
                                                                        federations):
-    """--freeze and --local-params: the frozen batch normalisation weights (96 values) and
-    each client's personal classifier (fc2, 490) are not in the flat vector, so every
-    upload and every download of the model counts exactly fc1 and the statistics (37,776
-    values, 4 bytes each in float32) and never the others. The frozen ones end as the model
-    file has them everywhere; each client trains its own head, keeps it in <id>.own across
-    a restart, hands it over in its export, and evaluates the global model with it."""
+    """--freeze and --local-params: the frozen first layer (fc1, 37,680 values) and each
+    client's personal classifier (fc2, 490) are not in the flat vector, so every upload and
+    every download of the model counts exactly the batch normalisation weights and
+    statistics (192 values, 4 bytes each in float32) and never the others. The frozen ones
+    end as the model file has them everywhere, the Python client's freshly built module
+    included; each client trains its own head, keeps it in <id>.own across a restart, hands
+    it over in its export, and evaluates the global model with it."""
     ids = ["cpp-0", "py-1"]
     work = str(tmp_path)
     f = Federation(work, ids, ["--rounds=3", "--local-steps=10", "--min-clients=2",
-                               "--freeze=^bn\\.", "--local-params=^fc2\\.",
+                               "--freeze=^fc1\\.", "--local-params=^fc2\\.",
                                "--eval-fraction=0.2", f"--export={work}/global.pt"],
                    model=data["model"], test_npz=data["test"])
     federations.append(f)
@@ -377,15 +378,15 @@ def test_frozen_parameters_stay_home_and_personal_ones_with_each_client(tmp_path
     with open(cpp.log) as log:
         assert "its own parameters and buffers from" in log.read(), f.logs()
     with open(f.coordinator.log) as log:
-        assert ("37776 values travel with its buffers, 96 frozen, 490 personal stay home"
+        assert ("192 values travel with its buffers, 37680 frozen, 490 personal stay home"
                 in log.read()), f.logs()
 
     module = SmallNet()
-    for p in module.bn.parameters():
+    for p in module.fc1.parameters():
         p.requires_grad_(False)
     dim = sum(int(np.prod(s)) for _, s in
               fedlgc.layout_of(module, "average", local={"fc2.weight", "fc2.bias"}))
-    assert dim == 784 * 48 + 48 + 2 * 48  # fc1 and the averaged statistics
+    assert dim == 4 * 48  # bn's weight and bias, and its averaged statistics
     rounds = f.rounds()
     assert [r["round"] for r in rounds] == [1, 2, 3], f.logs()
     for r in rounds:
@@ -402,14 +403,14 @@ def test_frozen_parameters_stay_home_and_personal_ones_with_each_client(tmp_path
     glob = np.load(f"{work}/global.npz")
     with open(f"{work}/global.json") as meta:
         m = json.load(meta)
-        assert m["freeze"] == "^bn\\." and m["local_params"] == "^fc2\\.", m
+        assert m["freeze"] == "^fc1\\." and m["local_params"] == "^fc2\\.", m
     mine = {"cpp-0": np.load(f"{work}/cpp-0.npz"), "py-1": np.load(f"{work}/py-1.npz")}
     kept = {c: np.fromfile(os.path.join(work, "clients", f"{c}.own"), np.float32) for c in ids}
-    for name in ("bn.weight", "bn.bias"):  # frozen: the file's, everywhere
+    for name in ("fc1.weight", "fc1.bias"):  # frozen: the file's, everywhere
         assert np.array_equal(glob[name], initial[name].numpy()), name
         for c in ids:
             assert np.array_equal(mine[c][name], initial[name].numpy()), (c, name)
-    for name in ("fc1.weight", "fc1.bias", "bn.running_mean", "bn.running_var"):
+    for name in ("bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"):
         assert not np.array_equal(glob[name], initial[name].numpy()), name  # trained
         for c in ids:
             assert np.allclose(mine[c][name], glob[name], atol=1e-6), (c, name)

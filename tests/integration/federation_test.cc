@@ -819,7 +819,12 @@ TEST(Federation, BufferedCommitsAcrossACoordinatorKillLoseAndDoubleCountNothing)
   EXPECT_EQ(first->Wait(seconds(10)), 128 + SIGKILL);
   ChildProcess second(argv, dir + "/coordinator.log");
   EXPECT_EQ(second.Wait(seconds(120)), 0) << ReadText(dir + "/coordinator.log");
-  for (auto& c : clients) EXPECT_EQ(c->Wait(seconds(30)), 0) << "a client did not finish cleanly";
+  for (int i = 0; i < n; ++i) {
+    // Its log says why (an abort's message is its last line).
+    EXPECT_EQ(clients[i]->Wait(seconds(30)), 0)
+        << "client " << i << " did not finish cleanly:\n"
+        << ReadText(dir + "/" + ClientDefaults(dir, certs, i, n, port).client_id + ".log");
+  }
   auto log = ReadRoundLog(o.state_dir + "/rounds.jsonl");
   ASSERT_TRUE(log.ok()) << log.status();
   ASSERT_EQ(log->size(), 8u);

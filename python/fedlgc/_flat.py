@@ -4,7 +4,8 @@ The vector holds the module's trained parameters in named_parameters() order, th
 the job averages buffers (--buffers average), its floating-point buffers in named_buffers()
 order; tensors with no elements are left out. A frozen parameter (requires_grad=False, or
 named by the job's --freeze) is not in it: it stays as the job's model file has it. Nor is
-a personal one (the job's --local-params): each client trains and keeps its own. Batch normalisation's statistics (a running_mean
+a personal one (the job's --local-params): each client trains and keeps its own. Batch
+normalisation's statistics (a running_mean
 and the running_var of the same prefix) travel scale-free: log(var + 1e-5) and
 mean / sqrt(var + 1e-5), so that a lossy codec errs by a factor of a channel's variance
 rather than by a step that can take it to zero. The C++ side lays a TorchScript module out
@@ -134,29 +135,33 @@ def freeze(module, names, values=None):
     would otherwise keep initial values of its own."""
     names = set(names)
     frozen = [p for n, p in module.named_parameters() if n in names]
-    with torch.no_grad():
-        off = 0
-        for p in frozen:
-            p.requires_grad_(False)
-            if values is not None and off + p.numel() <= values.size:
-                p.copy_(torch.from_numpy(values[off:off + p.numel()].copy()).view(p.shape))
-            off += p.numel()
-    if values is not None and off != values.size:
+    for p in frozen:
+        p.requires_grad_(False)
+    if values is None:
+        return
+    have = sum(p.numel() for p in frozen)
+    if have != values.size:
         raise ValueError(f"the job's frozen parameters hold {values.size} values, the module's "
-                         f"{off}: export the same architecture")
+                         f"{have}: export the same architecture")
+    _copy_into(frozen, values)
+
+
+def _copy_into(tensors, values):
+    """The float32 array `values` into the tensors, one after another (sizes checked by
+    the caller)."""
+    off = 0
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(torch.from_numpy(values[off:off + t.numel()].copy()).view(t.shape))
+            off += t.numel()
 
 
 def set_local(module, values, buffers, local=()):
     """A client's own tensors (local_tensors) from one float32 array, the job's initial ones
     where the client has none of its own yet; nothing when `values` is None or does not fit."""
     own = local_tensors(module, buffers, local)
-    if values is None or values.size != sum(t.numel() for t in own):
-        return
-    off = 0
-    with torch.no_grad():
-        for t in own:
-            t.copy_(torch.from_numpy(values[off:off + t.numel()].copy()).view(t.shape))
-            off += t.numel()
+    if values is not None and values.size == sum(t.numel() for t in own):
+        _copy_into(own, values)
 
 
 def save_local(module, path, buffers, local=()):
@@ -181,9 +186,5 @@ def load_local(module, path, buffers, local=()):
     own = local_tensors(module, buffers, local)
     if flat.size != sum(t.numel() for t in own):
         return False
-    off = 0
-    with torch.no_grad():
-        for t in own:
-            t.copy_(torch.from_numpy(flat[off:off + t.numel()]).view(t.shape))
-            off += t.numel()
+    _copy_into(own, flat)
     return True

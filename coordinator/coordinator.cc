@@ -247,7 +247,11 @@ absl::Status Coordinator::LoadModelAndData(JobFiles* files, RecorderParts* recor
       return ev->loss;
     };
   }
-  guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss));
+  auto frozen = core::FrozenValues(*eval_model_);
+  if (!frozen.ok()) return frozen.status();
+  double frozen_norm_sq = 0;
+  for (float v : *frozen) frozen_norm_sq += double(v) * v;
+  guard_ = std::make_unique<ModelGuard>(o.guard, std::move(guard_loss), frozen_norm_sq);
   // Said once the model has taken the test and guard sets (a refusal is the only line).
   SayWhatTravels(o, *eval_model_, files->model_file != nullptr ? files->model_sha256 : "");
   return absl::OkStatus();

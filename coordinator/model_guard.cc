@@ -31,8 +31,8 @@ std::string_view GuardCheckName(GuardCheck check) {
   return "?";
 }
 
-ModelGuard::ModelGuard(GuardOptions options, LossFn loss)
-    : options_(options), loss_(std::move(loss)) {}
+ModelGuard::ModelGuard(GuardOptions options, LossFn loss, double frozen_norm_sq)
+    : options_(options), loss_(std::move(loss)), frozen_norm_sq_(frozen_norm_sq) {}
 
 absl::StatusOr<GuardVerdict> ModelGuard::Check(std::span<const float> model, uint64_t version,
                                                std::span<const float> candidate) {
@@ -42,7 +42,7 @@ absl::StatusOr<GuardVerdict> ModelGuard::Check(std::span<const float> model, uin
     return absl::InternalError(
         StrCat("a candidate of ", candidate.size(), " values for a model of ", model.size()));
   }
-  double step_sq = 0, norm_sq = 0, candidate_sq = 0;
+  double step_sq = 0, norm_sq = frozen_norm_sq_, candidate_sq = frozen_norm_sq_;
   for (size_t i = 0; i < candidate.size(); ++i) {
     if (!std::isfinite(candidate[i])) {
       v.check = GuardCheck::kNonFinite;

@@ -18,7 +18,10 @@ namespace fedlgc::coordinator {
 
 struct GuardOptions {
   bool enabled = true;
-  // A round's model may have an L2 norm of at most max_growth x max(|model|, 1).
+  // A round's model may have an L2 norm of at most max_growth x max(|model|, 1). Both
+  // norms include the frozen parameters' (ModelGuard's frozen_norm_sq): the model is all
+  // of them. Adapters that start at zero beside a frozen pretrained model would otherwise
+  // grow without bound relative to themselves in their first round.
   double max_growth = 3.0;
   // loss(candidate) may be at most max_loss_ratio x loss(model) + 0.1 on the guard set.
   double max_loss_ratio = 2.0;
@@ -35,16 +38,18 @@ struct GuardVerdict {
   GuardCheck check = GuardCheck::kPassed;
   std::string detail;  // what was measured, for logs
   double step = 0;     // |candidate - model| / max(|model|, 1), reported
-  double growth = 0;   // |candidate| / max(|model|, 1)
+  double growth = 0;   // |candidate| / max(|model|, 1), frozen parameters included
   double loss = -1;    // the candidate's guard loss; -1: not measured
   bool passed() const { return check == GuardCheck::kPassed; }
 };
 
 class ModelGuard {
  public:
-  // `loss` evaluates a flat model on the guard set; null: no loss check.
+  // `loss` evaluates a flat model on the guard set; null: no loss check. `frozen_norm_sq`:
+  // the squared L2 norm of the model's frozen parameters, which are in no flat vector and
+  // never change (FrozenNormSquared of core/model.h).
   using LossFn = std::function<absl::StatusOr<double>(std::span<const float> model)>;
-  ModelGuard(GuardOptions options, LossFn loss);
+  ModelGuard(GuardOptions options, LossFn loss, double frozen_norm_sq = 0);
 
   // Judges `candidate` against `model` (the committed one, of `version`). An error only
   // when the loss cannot be evaluated (a bug, not a verdict).
@@ -56,6 +61,7 @@ class ModelGuard {
  private:
   const GuardOptions options_;
   const LossFn loss_;
+  const double frozen_norm_sq_;
   std::optional<std::pair<uint64_t, double>> model_loss_;  // (version, loss) cached
 };
 

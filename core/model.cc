@@ -1182,6 +1182,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const std::string& name, ui
   return Create(o, seed, device);
 }
 
+absl::StatusOr<std::vector<float>> FrozenValues(const Model& model) {
+  std::vector<float> values;
+  const std::vector<std::string>& frozen = model.parameter_groups().frozen;
+  if (frozen.empty()) return values;
+  auto arrays = model.StateArrays();
+  if (!arrays.ok()) return arrays.status();
+  values.reserve(model.parameter_groups().frozen_values);
+  for (const std::string& name : frozen) {
+    auto it = arrays->find(name);
+    if (it == arrays->end()) {
+      return absl::InternalError(StrCat(model.name(), ": no tensor ", name, " to freeze"));
+    }
+    for (size_t i = 0; i < it->second.elements(); ++i) {
+      values.push_back(static_cast<float>(it->second.At(i)));
+    }
+  }
+  return values;
+}
+
 absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const ModelOptions& options) {
   auto model = Model::Create(options, 0, "cpu");
   if (!model.ok()) return model.status();

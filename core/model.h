@@ -192,6 +192,10 @@ class Model {
   virtual absl::StatusOr<NpzArrays> StateArrays() const = 0;
 };
 
+// The values of `model`'s frozen parameters (parameter_groups().frozen), in that order, each
+// flattened as the module holds it.
+absl::StatusOr<std::vector<float>> FrozenValues(const Model& model);
+
 // The layout of the model (builds it on the CPU; an unknown name is an error).
 absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const ModelOptions& options);
 absl::StatusOr<codecs::ModelLayout> ModelLayoutOf(const std::string& name);

@@ -73,20 +73,9 @@ absl::StatusOr<std::shared_ptr<const ModelInfo>> ModelPool::Prepare(
   info->scale_cuts = (*model)->ScaleCuts();
   info->initial_own = (*model)->GetLocalTensors();
   info->groups = (*model)->parameter_groups();
-  if (!info->groups.frozen.empty()) {
-    auto arrays = (*model)->StateArrays();
-    if (!arrays.ok()) return arrays.status();
-    for (const std::string& name : info->groups.frozen) {
-      auto it = arrays->find(name);
-      if (it == arrays->end()) {
-        return absl::InternalError(StrCat(options.model, ": no tensor ", name, " to freeze"));
-      }
-      const core::NpyArray& a = it->second;
-      for (size_t i = 0; i < a.elements(); ++i) {
-        info->initial_frozen.push_back(static_cast<float>(a.At(i)));
-      }
-    }
-  }
+  auto frozen = core::FrozenValues(**model);
+  if (!frozen.ok()) return frozen.status();
+  info->initial_frozen = *std::move(frozen);
   if (options.IsFile()) {
     info->initial_flat = (*model)->GetFlat();
     info->initial_crc = codecs::ModelCrc(info->initial_flat);

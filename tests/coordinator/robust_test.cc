@@ -414,6 +414,23 @@ TEST(ModelGuard, RefusesNonFiniteGrownOrExplodedModels) {
   EXPECT_FALSE(bad.Validate().ok());
 }
 
+TEST(ModelGuard, MeasuresGrowthOnTheWholeModelFrozenParametersIncluded) {
+  // Adapters that start at zero beside a frozen pretrained model (norm 10): the trained
+  // vector's own norm grows without bound in its first round, the model's hardly.
+  const std::vector<float> adapters = {0.0f, 0.0f};
+  const std::vector<float> trained = {3.0f, 4.0f};  // norm 5: 5x max(|0|, 1)
+  ModelGuard alone(GuardOptions{}, nullptr);
+  EXPECT_EQ(alone.Check(adapters, 1, trained).value().check, GuardCheck::kNorm);
+  ModelGuard whole(GuardOptions{}, nullptr, /*frozen_norm_sq=*/100);
+  auto v = whole.Check(adapters, 1, trained).value();
+  EXPECT_TRUE(v.passed()) << v.detail;
+  EXPECT_NEAR(v.growth, std::sqrt(125.0) / 10, 1e-9);
+  EXPECT_NEAR(v.step, 5.0 / 10, 1e-9);
+  // A liar's blow-up of the adapters is still refused: sqrt(100 + 40^2) > 3 x 10.
+  EXPECT_EQ(whole.Check(adapters, 1, std::vector<float>{0.0f, 40.0f}).value().check,
+            GuardCheck::kNorm);
+}
+
 // A host whose only real part is the guard.
 class GuardHost : public testing::FakeRoundHost {
  public:

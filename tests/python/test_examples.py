@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import torch
+
 from federation import BIN, REPO
 from ports import free_port
 
@@ -48,3 +50,40 @@ def test_a_python_loop_beside_cpp_clients(tmp_path):
                                                 "PORT": str(free_port())})
     assert "round  2:" in out and "4 clients" in out, out
     assert out.count("py-2: round") == 2 and out.count("py-3: round") == 2, out
+
+
+def test_adapters_only_what_trains_travels(tmp_path):
+    # Pretraining on 1,000 examples, 2 clients, 2 rounds: full fine-tuning, the adapters in
+    # float32, compressed, and by Python clients; then the adapters merged into a plain MLP.
+    out = run_example("adapters", tmp_path, {"ROUNDS": "2", "CLIENTS": "2", "STEPS": "5",
+                                             "TRAIN": "4000", "EPOCHS": "1"},
+                      "--", "--insecure")
+    runs = {}
+    for run in ("full", "adapters", "compressed", "python"):
+        with open(tmp_path / "adapters" / f"{run}.json") as f:
+            runs[run] = json.load(f)
+    full, adapters = runs["full"]["parameters"], runs["adapters"]["parameters"]
+    assert full["travel"] == 669706 and full["frozen"] == 0, full
+    # Rank-4 adapters on fc1 (784 -> 512) and fc2 (512 -> 512), rank 8 on fc3 (512 -> 10).
+    assert adapters["travel"] == 4 * (784 + 512) + 4 * (512 + 512) + 8 * (512 + 10), adapters
+    assert adapters["frozen"] == full["travel"], adapters
+    for run, report in runs.items():
+        travel = report["parameters"]["travel"]
+        for row in report["rounds"]:
+            assert row["participants"] == 2, (run, row)
+            # Every client's update is the trained values, never a frozen one.
+            assert row["raw_uplink_bytes"] == 2 * 4 * travel, (run, row)
+    fp32_up = sum(row["uplink_bytes"] for row in runs["adapters"]["rounds"])
+    for run in ("compressed", "python"):
+        up = sum(row["uplink_bytes"] for row in runs[run]["rounds"])
+        down = sum(row["downlink_bytes"] for row in runs[run]["rounds"])
+        assert 0 < up < fp32_up / 5 and 0 < down < fp32_up / 3, (run, up, down, fp32_up)
+    assert "| full |" in out and "| python |" in out, out
+    assert "the adapters folded into a plain Mlp" in out, out
+    # The job's export keeps the pretrained weights exactly as the file had them.
+    served = torch.jit.load(str(tmp_path / "adapters" / "adapters.pt")).state_dict()
+    for run in ("compressed", "python"):
+        trained = torch.jit.load(str(tmp_path / "adapters" / run / "model.pt")).state_dict()
+        for name in ("fc1.weight", "fc2.bias", "fc3.weight"):
+            assert torch.equal(trained[name], served[name]), (run, name)
+        assert not torch.equal(trained["fc3.lora_b"], served["fc3.lora_b"]), run

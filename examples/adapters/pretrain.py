@@ -12,7 +12,9 @@ sneakers, bags and ankle boots are new to the model). Writes, into OUT:
                 pretrained weights are frozen (requires_grad=False), so only the adapters
                 train and travel
 
-    pretrain.py OUT [--hidden 512] [--rank 4] [--head-rank 8] [--scale 1] [--epochs 3] [--seed 1]
+--keep-new F keeps that fraction of classes 5-9's examples in pretraining (a milder shift).
+
+    pretrain.py OUT [--keep-new 0] [--hidden 512] [--rank 4] [--head-rank 8] [--scale 1] [--epochs 3] [--seed 1]
 
 It reads OUT/train.npz and OUT/test.npz (../fashion_npz.py writes them).
 """
@@ -48,6 +50,8 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="the adapters' scale")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep-new", type=float, default=0.0,
+                    help="fraction of classes 5-9's examples kept in pretraining (0: new)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
 
@@ -56,7 +60,8 @@ def main():
     half = len(y_all) // 2
     np.savez(os.path.join(a.out, "finetune.npz"), x=x_all[half:], y=y_all[half:])
     x, y = tensors(os.path.join(a.out, "train.npz"), slice(0, half))
-    known = y < 5
+    pick = torch.Generator().manual_seed(a.seed + 1)
+    known = (y < 5) | (torch.rand(len(y), generator=pick) < a.keep_new)
     x, y = x[known], y[known]
     x_test, y_test = tensors(os.path.join(a.out, "test.npz"))
 
@@ -71,7 +76,8 @@ def main():
             nn.functional.cross_entropy(base(x[batch]), y[batch]).backward()
             opt.step()
     old = y_test < 5
-    print(f"pretrained on {len(y):,} examples of classes 0-4 ({a.epochs} epochs): test accuracy "
+    print(f"pretrained on {len(y):,} examples, {int((y >= 5).sum()):,} of classes 5-9 "
+          f"({a.epochs} epochs): test accuracy "
           f"{accuracy(base, x_test[old], y_test[old]):.4f} on those classes, "
           f"{accuracy(base, x_test, y_test):.4f} on all ten; "
           f"fine-tuning part: {len(y_all) - half:,} examples of all ten classes")

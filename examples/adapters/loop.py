@@ -12,8 +12,10 @@ from model import Adapted, Mlp
 
 
 def model():
-    """The module each Python client trains: an Adapted Mlp of adapters.pt's shapes. Its
-    frozen weights are overwritten with the job's (the pretrained ones) when it joins."""
+    """The module each Python client trains: an Adapted Mlp of pretrain.py's default shapes
+    (another --hidden, --rank or --head-rank wants the same here: the first round refuses
+    a module whose shapes differ from the job's). Its frozen weights are overwritten with
+    the job's, the pretrained ones, when it joins."""
     return Adapted(Mlp())
 
 

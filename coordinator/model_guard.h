@@ -47,7 +47,7 @@ class ModelGuard {
  public:
   // `loss` evaluates a flat model on the guard set; null: no loss check. `frozen_norm_sq`:
   // the squared L2 norm of the model's frozen parameters, which are in no flat vector and
-  // never change (FrozenNormSquared of core/model.h).
+  // never change (the squares of core::FrozenValues).
   using LossFn = std::function<absl::StatusOr<double>(std::span<const float> model)>;
   ModelGuard(GuardOptions options, LossFn loss, double frozen_norm_sq = 0);
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from model import Adapted, Mlp
+from pretrain import tensors
 
 
 def main():
@@ -29,8 +30,7 @@ def main():
         getattr(adapted, name).scale = getattr(job, name).scale
     plain = adapted.merged().eval()
     with np.load(test) as f:
-        x = torch.from_numpy(f["x"].astype(np.float32) / 255).reshape(-1, 784)
-        y = torch.from_numpy(f["y"])
+        x, y = tensors(f["x"], f["y"])
     with torch.no_grad():
         a, p = job(x), plain(x)
     same = (a.argmax(1) == p.argmax(1)).float().mean().item()

@@ -29,9 +29,8 @@ from torch import nn
 from model import Adapted, Mlp
 
 
-def tensors(path, keep=slice(None)):
-    with np.load(path) as f:
-        x, y = f["x"][keep], f["y"][keep]
+def tensors(x, y):
+    """uint8 images and labels as float32 [n, 784] in [0, 1] and int64 tensors."""
     return torch.from_numpy(x.astype(np.float32) / 255).reshape(-1, 784), torch.from_numpy(y)
 
 
@@ -59,11 +58,12 @@ def main():
         x_all, y_all = f["x"], f["y"]
     half = len(y_all) // 2
     np.savez(os.path.join(a.out, "finetune.npz"), x=x_all[half:], y=y_all[half:])
-    x, y = tensors(os.path.join(a.out, "train.npz"), slice(0, half))
+    x, y = tensors(x_all[:half], y_all[:half])
     pick = torch.Generator().manual_seed(a.seed + 1)
     known = (y < 5) | (torch.rand(len(y), generator=pick) < a.keep_new)
     x, y = x[known], y[known]
-    x_test, y_test = tensors(os.path.join(a.out, "test.npz"))
+    with np.load(os.path.join(a.out, "test.npz")) as f:
+        x_test, y_test = tensors(f["x"], f["y"])
 
     base = Mlp(a.hidden)
     opt = torch.optim.SGD(base.parameters(), lr=0.05, momentum=0.9)

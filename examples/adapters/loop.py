@@ -21,16 +21,20 @@ def model():
 
 def train(module, info):
     """info.local_steps batches of info.batch_size from the client's shard, SGD at the
-    job's learning rate with momentum 0.9, seeded by the round's seed."""
+    job's learning rate with momentum 0.9, shuffled by the round's seed."""
     x, y = info.data.x.float().reshape(-1, 784), info.data.y
     trained = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.SGD(trained, lr=info.lr, momentum=0.9)
     g = torch.Generator().manual_seed(info.seed)
     module.train()
     steps = info.local_steps or info.local_epochs * len(y) // info.batch_size
+    # Batches through the shard in a shuffled order, as the C++ clients take theirs: each
+    # example once before any twice.
+    passes = -(-steps * info.batch_size // len(y))
+    order = torch.cat([torch.randperm(len(y), generator=g) for _ in range(passes)])
     loss = torch.zeros(())
-    for _ in range(steps):
-        idx = torch.randint(0, len(y), (info.batch_size,), generator=g)
+    for step in range(steps):
+        idx = order[step * info.batch_size:(step + 1) * info.batch_size]
         opt.zero_grad()
         loss = nn.functional.cross_entropy(module(x[idx]), y[idx])
         loss.backward()

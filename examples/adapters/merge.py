@@ -2,8 +2,8 @@
 """Folds a fine-tuned adapter model into a plain MLP to serve: reads the job's export
 (fedlgc-sim --export PATH's PATH.pt, or --run-dir's model.pt: the job's TorchScript
 module with the frozen pretrained weights and the trained adapters), builds model.Adapted
-of its shapes and scales, merges each layer's W + scale B A (model.Adapted.merged) and
-writes the plain Mlp as TorchScript. Checks on the test set that the merged model computes
+of its shapes and scales, merges each layer (W + scale B A; the classifier's W + delta;
+model.Adapted.merged) and writes the plain Mlp as TorchScript. Checks on the test set that the merged model computes
 what the export computes and prints its accuracy.
 
     merge.py MODEL.pt TEST.npz OUT.pt
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import torch
 
-from model import Adapted, Mlp
+from model import Adapted, LoRALinear, Mlp
 from pretrain import tensors
 
 
@@ -23,11 +23,13 @@ def main():
     job = torch.jit.load(export).eval()
     state = job.state_dict()
     hidden, classes = state["fc1.weight"].shape[0], state["fc3.weight"].shape[0]
-    adapted = Adapted(Mlp(hidden, classes), state["fc1.lora_a"].shape[0],
-                      state["fc3.lora_a"].shape[0])
+    head_rank = state["fc3.lora_a"].shape[0] if "fc3.lora_a" in state else 0
+    adapted = Adapted(Mlp(hidden, classes), state["fc1.lora_a"].shape[0], head_rank)
     adapted.load_state_dict(state)
     for name in ("fc1", "fc2", "fc3"):
-        getattr(adapted, name).scale = getattr(job, name).scale
+        layer = getattr(adapted, name)
+        if isinstance(layer, LoRALinear):
+            layer.scale = getattr(job, name).scale
     plain = adapted.merged().eval()
     with np.load(test) as f:
         x, y = tensors(f["x"], f["y"])

@@ -1,10 +1,10 @@
 """The models of the adapters example: a plain MLP for 28x28 images (the model pretrained
-centrally and, whole, the full fine-tuning baseline) and the same MLP with LoRA adapters
-on each linear layer (Hu et al. 2021): the layer's pretrained weight and bias frozen
+centrally and, whole, the full fine-tuning baseline) and the same MLP with adapters: LoRA
+(Hu et al. 2021) on the hidden layers, each layer's pretrained weight and bias frozen
 (requires_grad=False, so fedlgc never sends them) and two small trained matrices beside
 them, A (rank x in) and B (out x rank), the layer computing W x + b + scale B A x (the
-paper's alpha / rank).
-B starts at zero, so the adapted model starts as the pretrained one."""
+paper's alpha / rank); and a dense adapter on the classifier. B and the dense adapter start
+at zero, so the adapted model starts as the pretrained one."""
 
 import math
 
@@ -51,18 +51,45 @@ class LoRALinear(nn.Module):
         return layer
 
 
+class DeltaLinear(nn.Module):
+    """A frozen linear layer and a dense adapter of its size (delta_weight, delta_bias),
+    both starting at zero: the adapter for a layer so narrow that a low-rank one saves
+    nothing, as the classifier (10 x 512: rank 8 would cost 8 x (10 + 512) = 4,176 values
+    against 5,130 dense)."""
+
+    def __init__(self, layer: nn.Linear):
+        super().__init__()
+        self.weight = nn.Parameter(layer.weight.detach().clone(), requires_grad=False)
+        self.bias = nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
+        self.delta_weight = nn.Parameter(torch.zeros_like(self.weight))
+        self.delta_bias = nn.Parameter(torch.zeros_like(self.bias))
+
+    def forward(self, x):
+        return nn.functional.linear(x, self.weight + self.delta_weight, self.bias + self.delta_bias)
+
+    def merged(self) -> nn.Linear:
+        """The adapter folded into a plain layer: W + delta."""
+        out, inp = self.weight.shape
+        layer = nn.Linear(inp, out)
+        with torch.no_grad():
+            layer.weight.copy_(self.weight + self.delta_weight)
+            layer.bias.copy_(self.bias + self.delta_bias)
+        return layer
+
+
 class Adapted(nn.Module):
     """Mlp with an adapter on each linear layer (the same parameter names, plus
     fcN.lora_a and fcN.lora_b); only the adapters train. The classifier's adapter has a
-    rank of its own: a rank-r change of the last layer can move at most r class directions,
-    and a fine-tuning task with five new classes needs five."""
+    rank of its own, and head_rank 0 (the default) makes it dense (DeltaLinear): a low-rank
+    change of a 10-row layer saves almost nothing and learns the new classes slower."""
 
-    def __init__(self, base: Mlp, rank: int = 4, head_rank: int = 8, scale: float = 1.0,
+    def __init__(self, base: Mlp, rank: int = 4, head_rank: int = 0, scale: float = 1.0,
                  train_a: bool = True):
         super().__init__()
         self.fc1 = LoRALinear(base.fc1, rank, scale, train_a)
         self.fc2 = LoRALinear(base.fc2, rank, scale, train_a)
-        self.fc3 = LoRALinear(base.fc3, head_rank, scale, train_a)
+        self.fc3 = (LoRALinear(base.fc3, head_rank, scale, train_a) if head_rank
+                    else DeltaLinear(base.fc3))
 
     def forward(self, x):
         x = x.reshape(x.shape[0], 784)

@@ -14,7 +14,7 @@ sneakers, bags and ankle boots are new to the model). Writes, into OUT:
 
 --keep-new F keeps that fraction of classes 5-9's examples in pretraining (a milder shift).
 
-    pretrain.py OUT [--keep-new 0] [--hidden 512] [--rank 4] [--head-rank 8] [--scale 1] [--epochs 3] [--seed 1]
+    pretrain.py OUT [--keep-new 0] [--hidden 512] [--rank 4] [--head-rank 0] [--scale 1] [--epochs 3] [--seed 1]
 
 It reads OUT/train.npz and OUT/test.npz (../fashion_npz.py writes them).
 """
@@ -44,7 +44,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--rank", type=int, default=4)
-    ap.add_argument("--head-rank", type=int, default=8, help="the classifier's adapter rank")
+    ap.add_argument("--head-rank", type=int, default=0,
+                    help="the classifier's adapter rank (0: a dense adapter)")
     ap.add_argument("--b-only", action="store_true", help="freeze A at its random start")
     ap.add_argument("--scale", type=float, default=1.0, help="the adapters' scale")
     ap.add_argument("--epochs", type=int, default=3)
@@ -88,9 +89,10 @@ def main():
     adapted = Adapted(base, a.rank, a.head_rank, a.scale, not a.b_only).eval()
     torch.jit.save(torch.jit.script(adapted), os.path.join(a.out, "adapters.pt"))
     trained = sum(p.numel() for p in adapted.parameters() if p.requires_grad)
+    head = f"rank {a.head_rank}" if a.head_rank else "a dense one"
     total = sum(p.numel() for p in base.parameters())
     print(f"{a.out}/full.pt: {total:,} parameters, all trained; {a.out}/adapters.pt: "
-          f"rank-{a.rank} adapters (rank {a.head_rank} on the classifier), {trained:,} trained parameters ({total / trained:.1f}x "
+          f"rank-{a.rank} adapters ({head} on the classifier), {trained:,} trained parameters ({total / trained:.1f}x "
           f"fewer), the {total:,} pretrained ones frozen")
 
 

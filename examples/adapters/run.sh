@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Example (d): federated fine-tuning of a pretrained model with LoRA adapters. pretrain.py
 # trains an MLP centrally on half of Fashion-MNIST's training set, classes 0-4 only, and
-# writes it twice: whole (full.pt) and with rank-4 adapters on its linear layers, its
-# pretrained weights frozen (adapters.pt). Then 10 clients fine-tune it on the other half,
-# all ten classes, over the real protocol (fedlgc-sim, each client given the pretrained
-# file as an app ships its model):
+# writes it twice: whole (full.pt) and with adapters (rank-4 LoRA on its hidden layers, a
+# dense one on its classifier), its pretrained weights frozen (adapters.pt). Then 10 clients
+# fine-tune it on the other half, all ten classes, over the real protocol (fedlgc-sim, each
+# client given the pretrained file as an app ships its model):
 #   full        every parameter trained, float32 both ways (the baseline)
 #   adapters    only the adapters trained, float32 both ways
 #   compressed  only the adapters, compressed both ways (UP, DOWN)
 #   python      as compressed, by Python clients (loop.py through fedlgc-sim --python-client)
 # and table.py prints each run's accuracy and whole-run bytes against the baseline; merge.py
 # folds the last adapter run's trained adapters into a plain MLP (out/merged.pt) to serve.
-# ROUNDS (20), STEPS (50 local steps of 32 examples), CLIENTS (10), UP, DOWN, TRAIN
+# ROUNDS (30), STEPS (50 local steps of 32 examples), CLIENTS (10), UP, DOWN, TRAIN
 # (examples of the training set, 0 = all), EPOCHS (of pretraining, 3) and OUT change it;
-# arguments after -- go to every fedlgc-sim. About 4 minutes a run on 2 cores.
+# arguments after -- go to every fedlgc-sim. About 5 to 8 minutes a run on 2 cores.
 #   examples/adapters/run.sh [full adapters compressed python] [-- fedlgc-sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -21,7 +21,7 @@ bin=${FEDLGC_BIN:-../../build/bin}
 py=${PYTHON:-/usr/bin/python3}
 out=${OUT:-out}
 up=${UP:-topk(ratio=0.05,values=qsgd(bits=8))}
-down=${DOWN:-topk(ratio=0.1,values=qsgd(bits=8))}
+down=${DOWN:-topk(ratio=0.05,values=qsgd(bits=8))}
 runs=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do runs+=("$1"); shift; done
 [ "${1:-}" != -- ] || shift
@@ -45,7 +45,7 @@ for run in "${runs[@]}"; do
   esac
   echo "== $run"
   "$bin/fedlgc-sim" --quiet "${args[@]}" --data "npz:$out/finetune.npz" \
-    --test-data "npz:$out/test.npz" --clients "${CLIENTS:-10}" --rounds "${ROUNDS:-20}" \
+    --test-data "npz:$out/test.npz" --clients "${CLIENTS:-10}" --rounds "${ROUNDS:-30}" \
     --local-steps "${STEPS:-50}" --batch 32 --clients-have-model \
     --run-dir "$out/$run" --report "$out/$run.json" "$@" | grep -v '^report:'
 done

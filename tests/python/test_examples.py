@@ -64,8 +64,8 @@ def test_adapters_only_what_trains_travels(tmp_path):
             runs[run] = json.load(f)
     full, adapters = runs["full"]["parameters"], runs["adapters"]["parameters"]
     assert full["travel"] == 669706 and full["frozen"] == 0, full
-    # Rank-4 adapters on fc1 (784 -> 512) and fc2 (512 -> 512), rank 8 on fc3 (512 -> 10).
-    assert adapters["travel"] == 4 * (784 + 512) + 4 * (512 + 512) + 8 * (512 + 10), adapters
+    # Rank-4 adapters on fc1 (784 -> 512) and fc2 (512 -> 512), a dense one on fc3 (512 -> 10).
+    assert adapters["travel"] == 4 * (784 + 512) + 4 * (512 + 512) + 10 * 512 + 10, adapters
     assert adapters["frozen"] == full["travel"], adapters
     for run, report in runs.items():
         travel = report["parameters"]["travel"]
@@ -82,8 +82,13 @@ def test_adapters_only_what_trains_travels(tmp_path):
     assert "the adapters folded into a plain Mlp" in out, out
     # The job's export keeps the pretrained weights exactly as the file had them.
     served = torch.jit.load(str(tmp_path / "adapters" / "adapters.pt")).state_dict()
-    for run in ("compressed", "python"):
+    adapters = ("fc1.lora_a", "fc1.lora_b", "fc2.lora_a", "fc2.lora_b", "fc3.delta_weight",
+                "fc3.delta_bias")
+    for run in ("adapters", "compressed", "python"):
         trained = torch.jit.load(str(tmp_path / "adapters" / run / "model.pt")).state_dict()
         for name in ("fc1.weight", "fc2.bias", "fc3.weight"):
             assert torch.equal(trained[name], served[name]), (run, name)
-        assert not torch.equal(trained["fc3.lora_b"], served["fc3.lora_b"]), run
+        # Every adapter moves in float32; a top-5% downlink may not reach them all in 2 rounds.
+        moved = [name for name in adapters if not torch.equal(trained[name], served[name])]
+        assert moved == list(adapters) if run == "adapters" else "fc3.delta_weight" in moved, (
+            run, moved)

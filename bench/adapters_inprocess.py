@@ -6,9 +6,13 @@ IID share of OUT/finetune.npz, and each round every client trains --steps batche
 (SGD with momentum 0.9, a fresh optimizer a round) from the global adapters; the server adds
 the mean update (with --server-momentum, the momentum of the mean updates). Float32 both
 ways: no codec, no error feedback. Prints the test accuracy of every round and the best.
+Simpler than the real clients on purpose: batches are drawn with replacement, and the
+adapters start from this process's seed, not from adapters.pt. Full fine-tuning in
+run.sh's setup wants --lr 0.02.
 
     adapters_inprocess.py OUT [--model full|adapters] [--rank 4] [--head-rank 0] [--rank1 R]
         [--bias] [--lr 0.05] [--server-momentum 0] [--rounds 20] [--steps 50] [--clients 10]
+        [--seed 1]
 
 OUT is examples/adapters/run.sh's folder (finetune.npz, test.npz, full.pt). Measured with it
 (docs/results.md, "Fine-tuning with adapters"): rank 16 on fc1, the hidden biases trained,
@@ -26,7 +30,7 @@ from torch import nn
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                                 "adapters"))
 from model import Adapted, LoRALinear, Mlp  # noqa: E402
-from pretrain import tensors  # noqa: E402
+from pretrain import accuracy, tensors  # noqa: E402
 
 
 def main():
@@ -62,7 +66,8 @@ def main():
             layer.bias.requires_grad_(True)
     trained = [p for p in model.parameters() if p.requires_grad]
     print(f"{a.model}: {sum(p.numel() for p in trained):,} trained values", flush=True)
-    shards = torch.randperm(len(y), generator=torch.Generator().manual_seed(7)).chunk(a.clients)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(7))
+    shards = torch.tensor_split(order, a.clients)
     g = torch.Generator().manual_seed(a.seed)
     momentum = [torch.zeros_like(p) for p in trained]
     best = 0.0
@@ -81,12 +86,12 @@ def main():
                 opt.step()
             with torch.no_grad():
                 for m, p, s in zip(mean, trained, start):
-                    m += (p - s) / a.clients
+                    m += (p - s) / len(shards)
         with torch.no_grad():
             for p, s, m, v in zip(trained, start, mean, momentum):
                 v.mul_(a.server_momentum).add_(m)
                 p.copy_(s + v)
-            acc = 100 * (model(x_test).argmax(1) == y_test).float().mean().item()
+        acc = 100 * accuracy(model, x_test, y_test)
         best = max(best, acc)
         print(f"round {r}: {acc:.2f}%", flush=True)
     print(f"best {best:.2f}%")

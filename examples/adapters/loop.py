@@ -1,6 +1,6 @@
 """The adapters example's training loop for Python clients (fedlgc-sim --python-client
 loop.py): plain SGD with momentum on the module's trainable parameters, which in
-adapters.pt are the LoRA adapters alone. fedlgc loads the job's frozen pretrained weights
+adapters.pt are the adapters alone. fedlgc loads the job's frozen pretrained weights
 into the module before the first round and never sends them; only the adapters go up and
 come down.
 """
@@ -28,9 +28,9 @@ def train(module, info):
     g = torch.Generator().manual_seed(info.seed)
     module.train()
     steps = info.local_steps or info.local_epochs * len(y) // info.batch_size
-    # Batches through the shard in a shuffled order, as the C++ clients take theirs: each
-    # example once before any twice.
-    passes = -(-steps * info.batch_size // len(y))
+    # Batches through the shard in a shuffled order, each example once before any twice,
+    # as a C++ client's epoch goes (there a short batch ends each epoch).
+    passes = max(1, -(-steps * info.batch_size // len(y)))
     order = torch.cat([torch.randperm(len(y), generator=g) for _ in range(passes)])
     loss = torch.zeros(())
     for step in range(steps):

@@ -3,8 +3,8 @@
 (fedlgc-sim --export PATH's PATH.pt, or --run-dir's model.pt: the job's TorchScript
 module with the frozen pretrained weights and the trained adapters), builds model.Adapted
 of its shapes and scales, merges each layer (W + scale B A; the classifier's W + delta;
-model.Adapted.merged) and writes the plain Mlp as TorchScript. Checks on the test set that the merged model computes
-what the export computes and prints its accuracy.
+model.Adapted.merged) and writes the plain Mlp as TorchScript. Checks on the test set that
+the merged model computes what the export computes and prints its accuracy.
 
     merge.py MODEL.pt TEST.npz OUT.pt
 """
@@ -41,9 +41,9 @@ def main():
         sys.exit(f"merged model differs: {same:.4f} of the classes agree, logits differ by {gap}")
     torch.jit.save(torch.jit.script(plain), out)
     acc = (p.argmax(1) == y).float().mean().item()
-    print(f"{out}: the adapters folded into a plain Mlp of {sum(t.numel() for t in plain.parameters()):,} "
-          f"parameters; test accuracy {acc:.4f}, the same classes as the export's "
-          f"(logits within {gap:.1e})")
+    size = sum(t.numel() for t in plain.parameters())
+    print(f"{out}: the adapters folded into a plain Mlp of {size:,} parameters; test accuracy "
+          f"{acc:.4f}, the same classes as the export's (logits within {gap:.1e})")
 
 
 if __name__ == "__main__":

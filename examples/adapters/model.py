@@ -78,10 +78,11 @@ class DeltaLinear(nn.Module):
 
 
 class Adapted(nn.Module):
-    """Mlp with an adapter on each linear layer (the same parameter names, plus
-    fcN.lora_a and fcN.lora_b); only the adapters train. The classifier's adapter has a
-    rank of its own, and head_rank 0 (the default) makes it dense (DeltaLinear): a low-rank
-    change of a 10-row layer saves almost nothing and learns the new classes slower."""
+    """Mlp with an adapter on each linear layer (the same parameter names, plus fcN.lora_a
+    and fcN.lora_b, or fc3.delta_weight and fc3.delta_bias); only the adapters train. The
+    classifier's adapter has a rank of its own, and head_rank 0 (the default) makes it dense
+    (DeltaLinear): a low-rank change of a 10-row layer saves almost nothing and learns the
+    new classes slower."""
 
     def __init__(self, base: Mlp, rank: int = 4, head_rank: int = 0, scale: float = 1.0,
                  train_a: bool = True):

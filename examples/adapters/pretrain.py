@@ -8,13 +8,14 @@ sneakers, bags and ankle boots are new to the model). Writes, into OUT:
 
   finetune.npz  the fine-tuning part (x uint8 [n, 28, 28], y int64), the clients' data
   full.pt       the pretrained Mlp as TorchScript: full fine-tuning trains all of it
-  adapters.pt   the pretrained Mlp with LoRA adapters (model.Adapted) as TorchScript: its
+  adapters.pt   the pretrained Mlp with adapters (model.Adapted) as TorchScript: its
                 pretrained weights are frozen (requires_grad=False), so only the adapters
                 train and travel
 
 --keep-new F keeps that fraction of classes 5-9's examples in pretraining (a milder shift).
 
-    pretrain.py OUT [--keep-new 0] [--hidden 512] [--rank 4] [--head-rank 0] [--scale 1] [--epochs 3] [--seed 1]
+    pretrain.py OUT [--keep-new 0] [--hidden 512] [--rank 4] [--head-rank 0] [--scale 1]
+                [--epochs 3] [--seed 1]
 
 It reads OUT/train.npz and OUT/test.npz (../fashion_npz.py writes them).
 """
@@ -92,8 +93,8 @@ def main():
     head = f"rank {a.head_rank}" if a.head_rank else "a dense one"
     total = sum(p.numel() for p in base.parameters())
     print(f"{a.out}/full.pt: {total:,} parameters, all trained; {a.out}/adapters.pt: "
-          f"rank-{a.rank} adapters ({head} on the classifier), {trained:,} trained parameters ({total / trained:.1f}x "
-          f"fewer), the {total:,} pretrained ones frozen")
+          f"rank-{a.rank} adapters ({head} on the classifier), {trained:,} trained "
+          f"parameters ({total / trained:.1f}x fewer), the {total:,} pretrained ones frozen")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Example (d): federated fine-tuning of a pretrained model with LoRA adapters. pretrain.py
+# Example (d): federated fine-tuning of a pretrained model with adapters. pretrain.py
 # trains an MLP centrally on half of Fashion-MNIST's training set, classes 0-4 only, and
 # writes it twice: whole (full.pt) and with adapters (rank-4 LoRA on its hidden layers, a
 # dense one on its classifier), its pretrained weights frozen (adapters.pt). Then 10 clients

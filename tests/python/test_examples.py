@@ -82,13 +82,16 @@ def test_adapters_only_what_trains_travels(tmp_path):
     assert "the adapters folded into a plain Mlp" in out, out
     # The job's export keeps the pretrained weights exactly as the file had them.
     served = torch.jit.load(str(tmp_path / "adapters" / "adapters.pt")).state_dict()
-    adapters = ("fc1.lora_a", "fc1.lora_b", "fc2.lora_a", "fc2.lora_b", "fc3.delta_weight",
-                "fc3.delta_bias")
+    adapter_names = ("fc1.lora_a", "fc1.lora_b", "fc2.lora_a", "fc2.lora_b",
+                     "fc3.delta_weight", "fc3.delta_bias")
     for run in ("adapters", "compressed", "python"):
         trained = torch.jit.load(str(tmp_path / "adapters" / run / "model.pt")).state_dict()
-        for name in ("fc1.weight", "fc2.bias", "fc3.weight"):
-            assert torch.equal(trained[name], served[name]), (run, name)
+        for name in served:
+            if name not in adapter_names:
+                assert torch.equal(trained[name], served[name]), (run, name)
         # Every adapter moves in float32; a top-5% downlink may not reach them all in 2 rounds.
-        moved = [name for name in adapters if not torch.equal(trained[name], served[name])]
-        assert moved == list(adapters) if run == "adapters" else "fc3.delta_weight" in moved, (
-            run, moved)
+        moved = [name for name in adapter_names if not torch.equal(trained[name], served[name])]
+        if run == "adapters":
+            assert moved == list(adapter_names), (run, moved)
+        else:
+            assert "fc3.delta_weight" in moved, (run, moved)

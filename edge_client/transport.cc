@@ -119,6 +119,10 @@ absl::Status Transport::Connect() {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(o.backoff_max_s * 1000));
+  // A connection of its own: gRPC would otherwise share one among the channels of a process
+  // whose arguments match (hosted clients without TLS), and the coordinator's
+  // --max-streams-per-connection (64) would then stop a host's 65th event stream.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   channel_ = grpc::CreateCustomChannel(servers_[current_], creds, args);
   return absl::OkStatus();
 }

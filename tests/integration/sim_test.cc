@@ -178,6 +178,22 @@ TEST(Sim, HostedClientsEachBehindTheLinkOfItsTraceRow) {
   EXPECT_NE(ReadText(dir + "/run/clients-3-5.log").find("hosting 3 clients"), std::string::npos);
 }
 
+// Seventy clients hosted by one process without TLS: each has a connection of its own, so
+// all join, where sharing one would stop the 65th event stream at the coordinator's
+// --max-streams-per-connection (64) and the run at its join timeout.
+TEST(Sim, SeventyHostedClientsWithoutTlsAllJoin) {
+  const std::string dir = FreshDir("sim_hosted_plain");
+  ChildProcess sim(SimArgv(dir, 1,
+                           {"--clients", "70", "--clients-per-process", "70", "--fraction", "0.1",
+                            "--join-timeout", "30", "--report", dir + "/report.json"}),
+                   dir + "/sim.log");
+  ASSERT_EQ(sim.Wait(std::chrono::seconds(120)), 0) << ReadText(dir + "/sim.log");
+  const auto report = nlohmann::json::parse(ReadText(dir + "/report.json"));
+  ASSERT_EQ(report["rounds"].size(), 1u);
+  EXPECT_EQ(report["rounds"][0]["participants"], 7);
+  EXPECT_NE(ReadText(dir + "/run/clients-0-69.log").find("hosting 70 clients"), std::string::npos);
+}
+
 TEST(Sim, ARefusedJobShowsTheCoordinatorsOwnError) {
   const std::string dir = FreshDir("sim_refused");
   ChildProcess sim(SimArgv(dir, 3, {"--codec", "nonsense(bits=4)"}), dir + "/sim.log");

@@ -21,21 +21,22 @@ run="$out/run"
 rm -rf "$run"
 # Each line of rounds.jsonl, stamped with the seconds since launch when it appeared.
 python3 - "$run/coordinator/rounds.jsonl" "$out/commits.txt" <<'PY' &
-import os, sys, time
+import sys, time
 path, stamps = sys.argv[1:]
-start, seen = time.monotonic(), 0
+start, f = time.monotonic(), None
 with open(stamps, "w") as out:
     while True:
-        try:
-            with open(path) as f:
-                n = sum(1 for _ in f)
-        except OSError:
-            n = 0
-        for _ in range(seen, n):
+        time.sleep(0.02)
+        if f is None:
+            try:
+                f = open(path, "rb")
+            except OSError:
+                continue
+        # Only what was appended since the last look; a line counts once it is whole.
+        while (line := f.readline()).endswith(b"\n"):
             out.write(f"{time.monotonic() - start:.3f}\n")
             out.flush()
-        seen = n
-        time.sleep(0.02)
+        f.seek(-len(line), 1)
 PY
 watcher=$!
 trap 'kill $watcher 2>/dev/null || true' EXIT
@@ -64,7 +65,7 @@ gaps = [b - a for a, b in zip(commits, commits[1:])]
 med = statistics.median
 print(f"{codec}, {cpp} clients a process: {trainings} trainings in {wall:.1f} s: "
       f"{trainings / wall:.2f} a second; from the first commit to the last "
-      f"{trainings / max(commits[-1] - commits[0], 1e-9) * (len(rows) - 1) / len(rows):.2f}")
+      f"{sum(r['participants'] for r in rows[1:]) / max(commits[-1] - commits[0], 1e-9):.2f}")
 print(f"  launch to the first commit {commits[0]:.1f} s; then a commit every {med(gaps):.3f} s "
       f"(median); after the last commit {wall - commits[-1]:.1f} s")
 print(f"  a round's median: open to close {med(inside):.3f} s, of which the slowest client "
